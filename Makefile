@@ -1,0 +1,55 @@
+# Entry points. `make run` and `make test` each do all setup on a fresh Debian 12/13 machine (as root).
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+MATRIX := tools/matrix
+PYTEST_ARGS ?=
+
+.PHONY: setup engine venv run test unit images render render-check lint bench clean
+
+setup: engine venv  ## Install and start the engine, create the venv
+
+engine:  ## Docker engine, buildx, debootstrap, qemu (idempotent; root on Debian)
+	bash tools/setup-engine.sh
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+run: setup  ## The main job: render-check, build and smoke-test the CPU image
+	$(MATRIX) run cpu
+
+test: setup  ## The whole test suite (unit + integration with the real engine)
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+unit: venv  ## Unit tests only (no engine)
+	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
+
+images: setup  ## Build and smoke-test every variant this machine can build
+	$(MATRIX) run cpu
+
+render: venv
+	$(MATRIX) render
+
+render-check: venv
+	$(MATRIX) render --check
+
+lint: venv  ## ruff, mypy, hadolint, render drift
+	$(VENV)/bin/ruff check tools tests
+	$(VENV)/bin/ruff format --check tools tests
+	$(VENV)/bin/mypy
+	$(VENV)/bin/hadolint images/*/Dockerfile
+	$(MATRIX) render --check
+
+bench: setup  ## Cold build time, image size, smoke wall time of the CPU image (writes build/bench.json)
+	$(PY) tools/bench.py
+
+clean:  ## Remove this project's images, containers and build cache
+	-docker ps -aq --filter label=io.vllm-matrix.session | xargs -r docker rm -f
+	-docker images -q 'vllm-matrix/*' | sort -u | xargs -r docker rmi -f
+	-docker buildx prune -f
+	rm -rf build

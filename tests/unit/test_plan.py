@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from matrixtool import plan, render
+from matrixtool.matrix import load_matrix
+
+
+def _cpu():  # type: ignore[no-untyped-def]
+    return next(v for v in load_matrix().variants if v.name == "cpu")
+
+
+def _plan(**overrides):  # type: ignore[no-untyped-def]
+    variant = _cpu()
+    kwargs = dict(
+        platform="linux/amd64",
+        files=tuple(render.render_variant(variant)),
+        base_image_id="sha256:base",
+        wheelhouse=Path("/opt/wheels"),
+        wheelhouse_rows=["torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl 1 2"],
+        ca_cert=Path("/etc/ssl/certs/ca.crt"),
+        revision="abc123",
+        source_url="https://example.invalid/repo",
+    )
+    kwargs.update(overrides)
+    return plan.plan_build(variant, **kwargs)
+
+
+def test_argv_is_buildkit_with_secret_labels_and_tags(tmp_path: Path) -> None:
+    p = _plan()
+    argv = p.argv(tmp_path / "ctx", tmp_path / "iid")
+    assert argv[:3] == ["docker", "buildx", "build"]
+    assert ["--platform", "linux/amd64"] == argv[argv.index("--platform") : argv.index("--platform") + 2]
+    assert "--load" in argv
+    assert ["--secret", "id=ca,src=/etc/ssl/certs/ca.crt"] == argv[argv.index("--secret") : argv.index("--secret") + 2]
+    assert f"--label=io.vllm-matrix.content-hash={p.content_hash}" not in argv  # labels are two argv items
+    assert f"io.vllm-matrix.content-hash={p.content_hash}" in argv
+    assert "org.opencontainers.image.revision=abc123" in argv
+    assert "org.opencontainers.image.source=https://example.invalid/repo" in argv
+    assert argv[-1] == str(tmp_path / "ctx")
+    assert p.tags == (f"vllm-matrix/cpu:{p.content_hash[:16]}", "vllm-matrix/cpu:0.32.0")
+    assert p.hash_tag == p.tags[0]
+
+
+def test_no_ca_means_no_secret(tmp_path: Path) -> None:
+    argv = _plan(ca_cert=None).argv(tmp_path, tmp_path / "iid")
+    assert "--secret" not in argv
+
+
+def test_content_hash_covers_inputs_but_not_the_ca_bundle() -> None:
+    base = _plan().content_hash
+    assert _plan(ca_cert=None).content_hash == base
+    assert _plan(revision="other").content_hash == base
+    assert _plan(base_image_id="sha256:other").content_hash != base
+    assert _plan(platform="linux/arm64").content_hash != base
+    assert _plan(wheelhouse_rows=["torch-2.13.0+cpu.whl 2 2"]).content_hash != base
+    files = tuple(render.render_variant(_cpu()))
+    edited = (type(files[0])(path=files[0].path, text=files[0].text + "\n"), *files[1:])
+    assert _plan(files=edited).content_hash != base
+
+
+def test_resolve_ca_cert_order() -> None:
+    env = {"PIP_CERT": "/p", "REQUESTS_CA_BUNDLE": "/r"}
+    assert plan.resolve_ca_cert(Path("/flag"), env) == Path("/flag")
+    assert plan.resolve_ca_cert(None, env) == Path("/p")
+    assert plan.resolve_ca_cert(None, {"SSL_CERT_FILE": "/s", **env}) == Path("/s")
+    assert plan.resolve_ca_cert(None, {}) is None
+
+
+def test_resolve_wheelhouse() -> None:
+    assert plan.resolve_wheelhouse(Path("/w"), {"PIP_FIND_LINKS": "/x"}) == Path("/w")
+    assert plan.resolve_wheelhouse(None, {"PIP_FIND_LINKS": "https://h/x file:///opt/wheels"}) == Path("/opt/wheels")
+    assert plan.resolve_wheelhouse(None, {}) is None
+
+
+def test_wheelhouse_fingerprint(tmp_path: Path) -> None:
+    (tmp_path / "b.whl").write_bytes(b"12")
+    (tmp_path / "a.whl").write_bytes(b"1")
+    (tmp_path / "sub").mkdir()
+    rows = plan.wheelhouse_fingerprint(tmp_path)
+    assert [r.split()[:2] for r in rows] == [["a.whl", "1"], ["b.whl", "2"]]

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import junitparser
+
+from matrixtool import report
+from matrixtool.build import BuildResult
+from matrixtool.smoke import CheckResult, Status
+
+
+def _report() -> report.RunReport:
+    build = BuildResult(variant="cpu", platform="linux/amd64", image="vllm-matrix/cpu:abc", image_id="sha256:1",
+                        size_bytes=4_190_000_000, seconds=120.4, log_path=None, cached=False)
+    checks = [
+        CheckResult(variant="cpu", image="i", check="triton-import", status=Status.PASSED, diagnosis="ok",
+                    hint="", seconds=0.3),
+        CheckResult(variant="cpu", image="i", check="model-runner", status=Status.FAILED,
+                    diagnosis="ValueError: Model Runner V2 requires Triton.", hint="set VLLM_USE_V2_MODEL_RUNNER=0",
+                    seconds=9.0),
+        CheckResult(variant="cpu", image="i", check="offline-generate", status=Status.TIMEOUT, diagnosis="late",
+                    hint="h", seconds=5.0),
+    ]
+    return report.RunReport(builds=[build], checks=checks)
+
+
+def test_table_names_failures_with_fix() -> None:
+    text = report.table(_report())
+    assert "4.19 GB" in text and "120 s" in text
+    assert "cpu/model-runner: failed" in text and "fix: set VLLM_USE_V2_MODEL_RUNNER=0" in text
+    assert text.splitlines()[-1].startswith("FAILED: 1 passed, 1 failed, 1 timeout, 0 skipped")
+
+
+def test_json_document() -> None:
+    doc = json.loads(report.to_json_text(_report()))
+    assert doc["schema_version"] == 1 and doc["ok"] is False
+    assert doc["builds"][0]["size_bytes"] == 4_190_000_000
+    assert [c["status"] for c in doc["checks"]] == ["passed", "failed", "timeout"]
+
+
+def test_junit_is_parseable_with_one_case_per_check(tmp_path: Path) -> None:
+    path = tmp_path / "junit.xml"
+    report.write_junit(_report(), path)
+    xml = junitparser.JUnitXml.fromfile(str(path))
+    suites = list(xml)
+    assert [s.name for s in suites] == ["cpu"]
+    cases = {c.name: c for c in suites[0]}
+    assert set(cases) == {"triton-import", "model-runner", "offline-generate"}
+    assert cases["triton-import"].is_passed
+    failure = cases["model-runner"].result[0]
+    assert isinstance(failure, junitparser.Failure)
+    assert failure.message == "ValueError: Model Runner V2 requires Triton."
+    assert isinstance(cases["offline-generate"].result[0], junitparser.Error)

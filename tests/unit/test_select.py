@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from matrixtool.cli import main
+from matrixtool.errors import ExitCode, NothingSelectedError
+from matrixtool.matrix import load_matrix
+from matrixtool.select import select_variants
+
+
+def test_select_keeps_matrix_order() -> None:
+    matrix = load_matrix()
+    assert [v.name for v in select_variants(matrix, ["rocm", "cpu"])] == ["cpu", "rocm"]
+    assert [v.name for v in select_variants(matrix, [])] == matrix.names()
+    assert [v.name for v in select_variants(matrix, ["all"])] == matrix.names()
+
+
+def test_unknown_variant_suggests() -> None:
+    with pytest.raises(NothingSelectedError, match=r"'cpuu' \(did you mean 'cpu'\?\)"):
+        select_variants(load_matrix(), ["cpuu"])
+
+
+def test_cli_unknown_variant_exit_code() -> None:
+    result = CliRunner().invoke(main, ["build", "cdua"], catch_exceptions=False)
+    assert result.exit_code == ExitCode.NOTHING_SELECTED
+    assert "did you mean 'cuda'" in result.output
+
+
+def test_cli_engine_unreachable_exit_code() -> None:
+    # The autouse guard makes every Docker client creation fail, as with no engine running.
+    result = CliRunner().invoke(main, ["base", "cpu"], catch_exceptions=False)
+    assert result.exit_code == ExitCode.ENGINE
+    assert "no Docker engine answers" in result.output
+    assert "make engine" in result.output
+    assert "Traceback" not in result.output

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+
+from matrixtool import smoke
+from matrixtool.checks import CHECKS
+from matrixtool.matrix import CheckSpec, load_matrix
+
+
+def test_exec_argv_is_bounded_by_timeout() -> None:
+    argv = smoke.exec_argv(CheckSpec(name="model-runner", timeout=42), {"triton": "absent"})
+    assert argv[:4] == ["timeout", "-k", str(smoke.KILL_GRACE), "42"]
+    assert argv[4:7] == ["python3", "/tmp/matrix-checks/smoke_checks.py", "model-runner"]
+    assert json.loads(argv[7]) == {"triton": "absent"}
+
+
+def test_container_kwargs() -> None:
+    kwargs = smoke.container_kwargs("img:tag", "s1")
+    assert kwargs["shm_size"] == "1g"  # vLLM's CPU backend needs more than Docker's 64 MB
+    assert kwargs["labels"] == {smoke.SESSION_LABEL: "s1"}
+    assert kwargs["entrypoint"] == ["sleep"] and kwargs["detach"] is True
+
+
+def test_check_params_carry_the_variant_expectations() -> None:
+    cpu = load_matrix().variants[0]
+    params = smoke.check_params(cpu, ["vllm"])
+    assert params["triton"] == "absent"
+    assert params["vllm_version"] == "0.32.0"
+    assert params["entrypoint"] == ["vllm"]
+
+
+def test_verdict_parses_the_last_result_line() -> None:
+    out = 'noise\nMATRIX-RESULT {"status": "failed", "diagnosis": "d1", "hint": null, "facts": {}}\n' \
+          'MATRIX-RESULT {"status": "passed", "diagnosis": "ok", "hint": null, "facts": {"a": 1}}\n'
+    status, diagnosis, hint, facts = smoke.verdict("triton-import", 0, out, 10)
+    assert status is smoke.Status.PASSED and diagnosis == "ok" and facts == {"a": 1}
+    assert hint == CHECKS["triton-import"].hint
+
+
+def test_verdict_prefers_the_check_specific_hint() -> None:
+    out = 'MATRIX-RESULT {"status": "failed", "diagnosis": "d", "hint": "do X", "facts": {}}'
+    assert smoke.verdict("torch-family", 0, out, 10)[2] == "do X"
+
+
+@pytest.mark.parametrize("code", [None, 124, 137])
+def test_verdict_timeout(code: int | None) -> None:
+    status, diagnosis, _, _ = smoke.verdict("offline-generate", code, "partial", 5)
+    assert status is smoke.Status.TIMEOUT and "within 5 s" in diagnosis
+
+
+def test_verdict_without_result_is_a_failure() -> None:
+    status, diagnosis, _, _ = smoke.verdict("vllm-cli", 1, "Traceback\nImportError: boom\n", 5)
+    assert status is smoke.Status.FAILED and "ImportError: boom" in diagnosis
+
+
+def _incontainer():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("smoke_checks", smoke.CHECKS_SCRIPT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_incontainer_helpers() -> None:
+    mod = _incontainer()
+    assert mod.specifier_matches("triton==3.7.1", "3.7.1")
+    assert not mod.specifier_matches("triton==3.7.1", "3.8.0")
+    assert mod.specifier_matches("triton~=3.8", "3.8.2")
+    assert mod.last_error_line("Traceback\n  File x\nValueError: Model Runner V2 requires Triton.\n") == \
+        "ValueError: Model Runner V2 requires Triton."
+    assert set(mod.CHECKS) == set(CHECKS), "host catalogue and in-image checks must name the same checks"
+
+
+def test_incontainer_triton_import_on_this_interpreter(capsys: pytest.CaptureFixture[str]) -> None:
+    """The absent-triton verdict on the test venv, which has no triton: a real run of the check."""
+    mod = _incontainer()
+    assert importlib.util.find_spec("triton") is None
+    assert mod.main(["x", "triton-import", json.dumps({"triton": "absent"})]) == 0
+    out = capsys.readouterr().out
+    assert smoke.parse_output(out)["status"] == "passed"
+    mod.main(["x", "triton-import", json.dumps({"triton": "required"})])
+    parsed = smoke.parse_output(capsys.readouterr().out)
+    assert parsed["status"] == "failed" and "finds no module" in parsed["diagnosis"]
+    assert sys.modules.get("triton") is None

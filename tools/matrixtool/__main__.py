@@ -1,0 +1,5 @@
+"""``python -m matrixtool``: the same as ``tools/matrix``."""
+
+from matrixtool.cli import main
+
+main()

@@ -1,0 +1,118 @@
+"""Provide a variant's base image: local, else pulled, else a Debian stand-in made with debootstrap.
+
+The stand-in is tagged with the upstream ref it replaces, so builds never need a registry: with the
+docker driver BuildKit uses a local image before it tries a registry. This is also the air-gapped path.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from matrixtool.engine import echo
+from matrixtool.errors import BuildError
+
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+STAND_IN_LABEL = "io.vllm-matrix.stand-in-for"
+# debootstrap's name for each OCI platform's architecture.
+DEBIAN_ARCH = {"linux/amd64": "amd64", "linux/arm64": "arm64"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaseImage:
+    """A base image present on the engine: ``ref`` as in matrix.yaml, its local ``image_id``,
+    and how it got there (``local``, ``pulled`` or ``stand-in``)."""
+
+    ref: str
+    platform: str
+    image_id: str
+    origin: str
+
+
+def _local(client: docker.DockerClient, ref: str, platform: str) -> docker.models.images.Image | None:
+    try:
+        image = client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return None
+    arch = DEBIAN_ARCH.get(platform, platform.split("/")[-1])
+    return image if image.attrs.get("Architecture") == arch else None
+
+
+def stand_in_argv(*, suite: str, arch: str, rootfs: Path, mirror: str) -> list[str]:
+    """The debootstrap command that makes a minimal Debian ``suite`` rootfs for ``arch``."""
+    return ["debootstrap", "--variant=minbase", f"--arch={arch}", suite, str(rootfs), mirror]
+
+
+def stand_in_dockerfile(ref: str, suite: str) -> str:
+    """The Dockerfile that turns ``rootfs.tar`` into an image standing in for ``ref``."""
+    return (
+        "FROM scratch\n"
+        "ADD rootfs.tar /\n"
+        f'LABEL {STAND_IN_LABEL}="{ref}" io.vllm-matrix.debian-suite="{suite}"\n'
+        'CMD ["bash"]\n'
+    )
+
+
+def make_stand_in(ref: str, *, platform: str, suite: str, mirror: str = DEFAULT_MIRROR) -> None:
+    """debootstrap ``suite`` for ``platform`` and build it as ``ref`` (about 30 s native, 1.5 min arm64).
+
+    Raises:
+        BuildError: debootstrap or the image build failed (the message has the command's last output).
+    """
+    arch = DEBIAN_ARCH.get(platform)
+    if arch is None:
+        raise BuildError(f"no stand-in for platform {platform}; supported: {', '.join(DEBIAN_ARCH)}")
+    with tempfile.TemporaryDirectory(prefix="matrix-base-") as tmp:
+        work = Path(tmp)
+        rootfs = work / "rootfs"
+        steps = [
+            stand_in_argv(suite=suite, arch=arch, rootfs=rootfs, mirror=mirror),
+            ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(work / "rootfs.tar"), "."],
+        ]
+        for argv in steps:
+            _check_call(argv, what=f"making the stand-in for {ref}")
+        (work / "Dockerfile").write_text(stand_in_dockerfile(ref, suite), encoding="utf-8")
+        subprocess.run(["rm", "-rf", str(rootfs)], check=False)
+        _check_call(
+            ["docker", "buildx", "build", "--progress=plain", "--load", "--platform", platform,
+             "--tag", ref, str(work)],
+            what=f"building the stand-in image {ref}",
+        )
+
+
+def _check_call(argv: list[str], *, what: str) -> None:
+    echo(argv)
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise BuildError(f"{what} failed: '{argv[0]}' exited {proc.returncode}:\n{tail}")
+
+
+def provide(
+    client: docker.DockerClient, ref: str, *, platform: str, suite: str, mirror: str = DEFAULT_MIRROR
+) -> BaseImage:
+    """Make sure ``ref`` exists locally for ``platform``: use it, else pull it, else make a stand-in.
+
+    Raises:
+        BuildError: the stand-in could not be made.
+    """
+    image = _local(client, ref, platform)
+    if image is not None:
+        return BaseImage(ref=ref, platform=platform, image_id=image.id, origin="local")
+    echo(["docker", "pull", "--platform", platform, ref])
+    try:
+        client.images.pull(ref, platform=platform)
+        origin = "pulled"
+    except docker.errors.APIError as exc:
+        print(f"  pull failed ({exc.explanation or exc}); making a Debian {suite} stand-in", flush=True)
+        make_stand_in(ref, platform=platform, suite=suite, mirror=mirror)
+        origin = "stand-in"
+    image = _local(client, ref, platform)
+    if image is None:
+        raise BuildError(f"{ref} for {platform} is still missing after {origin}; run 'tools/matrix doctor'")
+    return BaseImage(ref=ref, platform=platform, image_id=image.id, origin=origin)

@@ -1,0 +1,112 @@
+"""Execute a ``BuildPlan``: stage the build context, run BuildKit, stream and save the log."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from matrixtool.engine import echo
+from matrixtool.errors import BuildError
+from matrixtool.plan import BuildPlan
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildResult:
+    """A finished build: ``image`` (the content-hash ref), ``image_id``, ``size_bytes`` (uncompressed,
+    as the engine reports), ``seconds`` (wall time; 0 when skipped), ``cached`` (the hash tag existed)."""
+
+    variant: str
+    platform: str
+    image: str
+    image_id: str
+    size_bytes: int
+    seconds: float
+    log_path: Path | None
+    cached: bool
+
+
+def stage_context(plan: BuildPlan, context_dir: Path) -> None:
+    """Write the rendered files into ``context_dir`` and link the wheelhouse in as ``wheelhouse/``.
+
+    Wheels are hard-linked when the filesystem allows (no copy of a 200 MB torch wheel), else copied.
+    """
+    if context_dir.exists():
+        shutil.rmtree(context_dir)
+    context_dir.mkdir(parents=True)
+    for f in plan.files:
+        (context_dir / f.path.name).write_text(f.text, encoding="utf-8")
+    if plan.wheelhouse is not None:
+        target = context_dir / "wheelhouse"
+        target.mkdir()
+        for wheel in sorted(plan.wheelhouse.iterdir()):
+            if wheel.is_file():
+                try:
+                    os.link(wheel, target / wheel.name)
+                except OSError:
+                    shutil.copy2(wheel, target / wheel.name)
+
+
+def _image_size(client: docker.DockerClient, ref: str) -> tuple[str, int]:
+    image = client.images.get(ref)
+    return image.id, int(image.attrs.get("Size", 0))
+
+
+def existing(client: docker.DockerClient, plan: BuildPlan) -> BuildResult | None:
+    """The result of an earlier build with the same content hash, if its tag is on the engine."""
+    try:
+        image_id, size = _image_size(client, plan.hash_tag)
+    except docker.errors.ImageNotFound:
+        return None
+    return BuildResult(variant=plan.variant, platform=plan.platform, image=plan.hash_tag, image_id=image_id,
+                       size_bytes=size, seconds=0.0, log_path=None, cached=True)
+
+
+def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log_dir: Path) -> BuildResult:
+    """Run ``plan`` with ``docker buildx build``; stream its output prefixed ``[variant]``.
+
+    The full output is saved to ``log_dir/<variant>-<arch>.build.log``.
+
+    Raises:
+        BuildError: BuildKit exited non-zero (the message names the log file and its last lines).
+    """
+    arch = plan.platform.split("/")[-1]
+    context_dir = work_dir / f"{plan.variant}-{arch}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{plan.variant}-{arch}.build.log"
+    iidfile = work_dir / f"{plan.variant}-{arch}.iid"
+    stage_context(plan, context_dir)
+    argv = plan.argv(context_dir, iidfile)
+    echo(argv)
+    started = time.monotonic()
+    tail: list[str] = []
+    prefix = f"[{plan.variant}] "
+    try:
+        with log_path.open("w", encoding="utf-8") as log, subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        ) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                sys.stdout.write(prefix + line)
+                tail = (tail + [line.rstrip()])[-20:]
+            returncode = proc.wait()
+    finally:
+        shutil.rmtree(context_dir, ignore_errors=True)
+    seconds = time.monotonic() - started
+    if returncode != 0:
+        last = "\n".join(tail)
+        raise BuildError(
+            f"building {plan.variant} ({plan.platform}) failed after {seconds:.0f} s; "
+            f"full log: {log_path}\n{last}"
+        )
+    image_id, size = _image_size(client, plan.hash_tag)
+    return BuildResult(variant=plan.variant, platform=plan.platform, image=plan.hash_tag, image_id=image_id,
+                       size_bytes=size, seconds=seconds, log_path=log_path, cached=False)

@@ -1,0 +1,92 @@
+"""The catalogue of smoke checks: what each proves, the failure classes it covers, its fix hint.
+
+The checks themselves run *inside* the image (``incontainer/smoke_checks.py``); this module holds the
+host-side facts the reports need. Failure classes are numbered as in ``../shared/FAILURE-CLASSES.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckInfo:
+    """Static facts about one smoke check.
+
+    ``classes``: failure-class numbers it covers; ``reports``: public reports behind it (URLs);
+    ``hint``: what to do when it fails (the in-image script may add a more specific one).
+    """
+
+    name: str
+    proves: str
+    classes: tuple[int, ...]
+    reports: tuple[str, ...]
+    hint: str
+
+
+_VLLM = "https://github.com/vllm-project/vllm"
+
+CHECKS: dict[str, CheckInfo] = {
+    c.name: c
+    for c in (
+        CheckInfo(
+            name="triton-import",
+            proves="`import triton` behaves as the variant's Triton state promises (absent / present / "
+            "required at the version torch pins, from one distribution)",
+            classes=(3, 4, 5),
+            reports=(f"{_VLLM}/issues/14888", "https://github.com/coreweave/ml-containers/issues/64"),
+            hint="install exactly the triton that torch pins (see torch's Requires-Dist), or none on CPU/Arm; "
+            "check with: python -c 'import triton'",
+        ),
+        CheckInfo(
+            name="no-fake-triton",
+            proves="after `import vllm`, sys.modules has no placeholder `triton`, and torch's "
+            "'is triton available' agrees with importlib",
+            classes=(2,),
+            reports=(f"{_VLLM}/issues/17309", f"{_VLLM}/pull/17317"),
+            hint="remove whatever plants a module object named 'triton' (a .pth file, sitecustomize, or "
+            "vLLM < 0.9.0: upgrade vLLM)",
+        ),
+        CheckInfo(
+            name="torch-family",
+            proves="torch and every installed torchvision / torchaudio / torchcodec import together",
+            classes=(6,),
+            reports=("https://github.com/pytorch/vision/issues/8424",),
+            hint="install the torch-family wheels built for this torch (same index and local version, e.g. "
+            "+cpu), or uninstall the ones the image does not need",
+        ),
+        CheckInfo(
+            name="inductor-compile",
+            proves="torch.compile (inductor) compiles a small function and matches eager",
+            classes=(8,),
+            reports=("https://github.com/pytorch/pytorch/issues/116696", f"{_VLLM}/issues/27890"),
+            hint="install a C++ compiler and the Python headers (g++, python3-dev) for the CPU backend, and "
+            "the triton torch pins for GPUs",
+        ),
+        CheckInfo(
+            name="model-runner",
+            proves="vLLM's engine configuration validates with the image's default env, and forcing "
+            "VLLM_USE_V2_MODEL_RUNNER=1 behaves as the Triton state predicts",
+            classes=(1,),
+            reports=(f"{_VLLM}/issues/57684", f"{_VLLM}/pull/55847"),
+            hint="install the triton that torch pins, or set VLLM_USE_V2_MODEL_RUNNER=0 (or leave it unset); "
+            "check with: python -c 'import triton'",
+        ),
+        CheckInfo(
+            name="offline-generate",
+            proves="offline greedy generation with a tiny model made in the container gives the same tokens "
+            "eager and compiled",
+            classes=(9,),
+            reports=(f"{_VLLM}/issues/14888",),
+            hint="read the engine log in the check output; on CPU check libnuma1, /dev/shm size "
+            "(--shm-size) and VLLM_CPU_KVCACHE_SPACE",
+        ),
+        CheckInfo(
+            name="vllm-cli",
+            proves="`vllm --version` runs and prints the version the variant pins",
+            classes=(10,),
+            reports=(f"{_VLLM}/issues/15007",),
+            hint="make sure the vllm console script is on PATH and its environment imports",
+        ),
+    )
+}

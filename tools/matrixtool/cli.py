@@ -1,0 +1,327 @@
+"""``tools/matrix``: the click command line.
+
+Every command loads and validates matrix.yaml first, then touches Docker only if it needs to.
+Errors print one ``error:`` message and exit with the code of their class (``errors.ExitCode``);
+``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+import docker
+
+from matrixtool import base, build, engine, plan, render, report, smoke
+from matrixtool.errors import ConfigError, ExitCode, MatrixError, SmokeFailure
+from matrixtool.matrix import DEFAULT_MATRIX, REPO_ROOT, Matrix, Variant, load_matrix
+from matrixtool.select import select_variants
+
+DEFAULT_OUT = REPO_ROOT / "build"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Options shared by every command: the matrix file, output folder, environment and debug flag."""
+
+    matrix_path: Path
+    out_dir: Path
+    env: Mapping[str, str]
+    debug: bool
+
+
+class MatrixGroup(click.Group):
+    """A click group that turns ``MatrixError`` into one message and its exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MatrixError as exc:
+            if ctx.obj is not None and ctx.obj.debug:
+                traceback.print_exc()
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(int(exc.exit_code))
+        except docker.errors.DockerException as exc:
+            if ctx.obj is not None and ctx.obj.debug:
+                traceback.print_exc()
+            click.echo(f"error: Docker engine: {exc}; run 'tools/matrix doctor'", err=True)
+            ctx.exit(int(ExitCode.ENGINE))
+
+
+@click.group(cls=MatrixGroup)
+@click.option("--matrix", "matrix_path", type=click.Path(path_type=Path), default=DEFAULT_MATRIX,
+              show_default=True, help="The matrix file.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
+              help="Folder for logs, reports and staged build contexts.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.pass_context
+def main(ctx: click.Context, matrix_path: Path, out_dir: Path, debug: bool) -> None:
+    """Build and smoke-test vLLM inference images from matrix.yaml."""
+    ctx.obj = Settings(matrix_path=matrix_path, out_dir=out_dir, env=dict(os.environ), debug=debug)
+
+
+def _load(settings: Settings) -> Matrix:
+    return load_matrix(settings.matrix_path)
+
+
+# --- render ------------------------------------------------------------------------------------------
+@main.command("render")
+@click.option("--check", is_flag=True, help="Fail (exit 5) when images/ differs from a fresh render.")
+@click.pass_obj
+def render_cmd(settings: Settings, check: bool) -> None:
+    """Write images/<variant>/ from matrix.yaml and templates/."""
+    files = render.render_matrix(_load(settings))
+    root = settings.matrix_path.parent
+    if check:
+        render.check_fresh(files, root)
+        click.echo(f"images/ is fresh ({len(files)} files)")
+        return
+    changed = render.write(files, root)
+    for path in changed:
+        click.echo(f"wrote {path}")
+    click.echo(f"{len(changed)} file(s) changed, {len(files)} rendered")
+
+
+# --- doctor ------------------------------------------------------------------------------------------
+@main.command()
+@click.option("--registry", default="registry-1.docker.io", show_default=True, help="Registry host to probe.")
+def doctor(registry: str) -> None:
+    """Report engine, buildx, arm64 emulation and registry reachability, with the fix for each."""
+    findings = engine.doctor(registry)
+    for f in findings:
+        click.echo(f"{f.status.value:4}  {f.name:16} {f.detail}")
+        if f.fix:
+            click.echo(f"      {'':16} fix: {f.fix}")
+    if any(f.status is engine.Status.FAIL for f in findings):
+        sys.exit(int(ExitCode.ENGINE))
+
+
+# --- base --------------------------------------------------------------------------------------------
+@main.command("base")
+@click.argument("variants", nargs=-1)
+@click.option("--mirror", default=base.DEFAULT_MIRROR, show_default=True, help="Debian mirror for stand-ins.")
+@click.pass_obj
+def base_cmd(settings: Settings, variants: Sequence[str], mirror: str) -> None:
+    """Provide each variant's base image: local, pulled, or a debootstrap stand-in tagged with its ref."""
+    selected = select_variants(_load(settings), variants)
+    client = engine.connect()
+    for variant in selected:
+        for platform in variant.platforms:
+            got = base.provide(client, variant.base_image, platform=platform, suite=variant.stand_in_suite,
+                               mirror=mirror)
+            click.echo(f"{variant.name}: {got.ref} ({platform}) {got.origin} {got.image_id[:19]}")
+
+
+# --- build -------------------------------------------------------------------------------------------
+def _git(*args: str) -> str | None:
+    try:
+        proc = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, check=False)
+    except OSError:
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def _check_inputs(variant: Variant, wheelhouse: Path | None, ca_cert: Path | None) -> None:
+    problems = []
+    if ca_cert is not None and not ca_cert.is_file():
+        problems.append(f"CA bundle {ca_cert} (from --ca-cert or {'/'.join(plan.CA_ENV_VARS)}) is not a file; "
+                        "pass --ca-cert FILE or unset the variable")
+    if variant.index.wheelhouse:
+        wanted = f"{variant.torch.package}-{variant.torch.version}-"
+        if wheelhouse is None:
+            problems.append(f"variants.{variant.name}.index.wheelhouse: this variant installs "
+                            f"{variant.torch.requirement} from a wheelhouse; pass --wheelhouse DIR or set "
+                            f"{plan.WHEELHOUSE_ENV_VAR}")
+        elif not wheelhouse.is_dir():
+            problems.append(f"wheelhouse {wheelhouse} is not a folder; pass --wheelhouse DIR")
+        elif not any(p.name.startswith(wanted) for p in wheelhouse.iterdir()):
+            problems.append(f"wheelhouse {wheelhouse} has no {wanted}*.whl for variant {variant.name}; "
+                            f"add the wheel or pass another --wheelhouse")
+    if problems:
+        raise ConfigError(f"inputs of variant {variant.name}", problems)
+
+
+def preflight(
+    settings: Settings, variants: Sequence[Variant], *, ca_cert: Path | None, wheelhouse: Path | None
+) -> tuple[Path | None, Path | None]:
+    """Everything checked before the engine is touched: a fresh render of images/ (next to the matrix
+    file) and each variant's inputs (wheelhouse, CA bundle).
+
+    Raises:
+        StaleRenderError: images/ drifted from matrix.yaml.
+        ConfigError: a wheelhouse or CA bundle is missing.
+
+    Returns the CA bundle and wheelhouse to use (flags, else the environment).
+    """
+    render.check_fresh(render.render_matrix(_load(settings)), settings.matrix_path.parent)
+    ca = plan.resolve_ca_cert(ca_cert, settings.env)
+    wheels = plan.resolve_wheelhouse(wheelhouse, settings.env)
+    for variant in variants:
+        _check_inputs(variant, wheels, ca)
+    return ca, wheels
+
+
+def build_variants(
+    settings: Settings,
+    client: docker.DockerClient,
+    variants: Sequence[Variant],
+    *,
+    ca: Path | None,
+    wheels: Path | None,
+    force: bool,
+    repository: str,
+) -> list[build.BuildResult]:
+    """Provide bases, plan and build every (variant, platform); ``preflight`` must have passed.
+
+    Raises:
+        ConfigError, BuildError.
+    """
+    revision = _git("rev-parse", "HEAD") or "unknown"
+    source = _git("remote", "get-url", "origin") or str(REPO_ROOT)
+    results = []
+    for variant in variants:
+        files = tuple(render.render_variant(variant))
+        for platform in variant.platforms:
+            got = base.provide(client, variant.base_image, platform=platform, suite=variant.stand_in_suite)
+            rows = plan.wheelhouse_fingerprint(wheels) if (wheels and variant.index.wheelhouse) else []
+            the_plan = plan.plan_build(
+                variant, platform=platform, files=files, base_image_id=got.image_id, wheelhouse=wheels,
+                wheelhouse_rows=rows, ca_cert=ca, revision=revision, source_url=source, repository=repository,
+            )
+            done = None if force else build.existing(client, the_plan)
+            if done is not None:
+                click.echo(f"{variant.name}: {done.image} exists (content hash unchanged); --force rebuilds")
+            else:
+                done = build.execute(client, the_plan, work_dir=settings.out_dir / "context",
+                                     log_dir=settings.out_dir / "logs")
+            results.append(done)
+    return results
+
+
+_build_options = [
+    click.option("--ca-cert", type=click.Path(path_type=Path), default=None,
+                 help="CA bundle passed as build secret 'ca' (default: SSL_CERT_FILE, PIP_CERT, REQUESTS_CA_BUNDLE)."),
+    click.option("--wheelhouse", type=click.Path(path_type=Path), default=None,
+                 help="Folder of local wheels, bind-mounted during the build (default: PIP_FIND_LINKS)."),
+    click.option("--force", is_flag=True, help="Rebuild even when the content-hash tag exists."),
+    click.option("--repository", default=plan.DEFAULT_REPOSITORY, show_default=True,
+                 help="Image repository prefix: images are <repository>/<variant>:<tag>."),
+]
+
+
+def _report_options(f: Any) -> Any:
+    f = click.option("--json", "as_json", is_flag=True, help="Print the JSON report instead of the table.")(f)
+    f = click.option("--junit", type=click.Path(path_type=Path), default=None,
+                     help="JUnit XML path (default: <out>/reports/junit.xml).")(f)
+    return f
+
+
+def _with(options: list[Any]) -> Any:
+    def wrap(f: Any) -> Any:
+        for option in reversed(options):
+            f = option(f)
+        return f
+    return wrap
+
+
+def _finish(settings: Settings, result: report.RunReport, as_json: bool, junit: Path | None) -> None:
+    junit_path = junit or settings.out_dir / "reports" / "junit.xml"
+    if result.checks or result.errors:
+        report.write_junit(result, junit_path)
+    click.echo(report.to_json_text(result) if as_json else "\n" + report.table(result))
+    if result.checks or result.errors:
+        click.echo(f"JUnit report: {junit_path}", err=True)
+    if not result.ok:
+        raise SmokeFailure("smoke checks failed; see the table above, the logs it names, and the fix hints")
+
+
+@main.command("build")
+@click.argument("variants", nargs=-1)
+@_with(_build_options)
+@_report_options
+@click.pass_obj
+def build_cmd(settings: Settings, variants: Sequence[str], ca_cert: Path | None, wheelhouse: Path | None,
+              force: bool, repository: str, as_json: bool, junit: Path | None) -> None:
+    """Build variants with BuildKit (no smoke checks)."""
+    selected = select_variants(_load(settings), variants)
+    ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
+    client = engine.connect()
+    results = build_variants(settings, client, selected, ca=ca, wheels=wheels, force=force, repository=repository)
+    _finish(settings, report.RunReport(builds=results), as_json, junit)
+
+
+def _checks_for(variant: Variant, only: Sequence[str], skip: Sequence[str]) -> list[Any]:
+    names = [c.name for c in variant.checks]
+    unknown = [n for n in [*only, *skip] if n not in names]
+    if unknown:
+        raise ConfigError("--only/--skip", [f"{n!r} is not a check of variant {variant.name}; its checks: "
+                                            f"{', '.join(names)}" for n in unknown])
+    return [c for c in variant.checks if (not only or c.name in only) and c.name not in skip]
+
+
+def _smoke(settings: Settings, client: docker.DockerClient, image: str, variant: Variant,
+           only: Sequence[str], skip: Sequence[str], quiet: bool) -> list[smoke.CheckResult]:
+    checks = _checks_for(variant, only, skip)
+
+    def show(r: smoke.CheckResult) -> None:
+        if not quiet:
+            click.echo(f"[{r.variant}] {r.check}: {r.status.value} ({r.seconds:.1f} s) {r.diagnosis}", err=True)
+
+    click.echo(f"[{variant.name}] smoke checks in {image}: {', '.join(c.name for c in checks)}", err=True)
+    return smoke.run_suite(client, image, variant, checks, log_dir=settings.out_dir / "logs", on_result=show)
+
+
+_select_options = [
+    click.option("--only", multiple=True, help="Run only this check (repeatable)."),
+    click.option("--skip", multiple=True, help="Skip this check (repeatable)."),
+]
+
+
+@main.command("run")
+@click.argument("variants", nargs=-1)
+@_with(_build_options + _select_options)
+@_report_options
+@click.pass_obj
+def run_cmd(settings: Settings, variants: Sequence[str], ca_cert: Path | None, wheelhouse: Path | None,
+            force: bool, repository: str, only: Sequence[str], skip: Sequence[str], as_json: bool,
+            junit: Path | None) -> None:
+    """Render-check, build and smoke-test variants; print a summary table."""
+    selected = select_variants(_load(settings), variants)
+    ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
+    client = engine.connect()
+    results = build_variants(settings, client, selected, ca=ca, wheels=wheels, force=force, repository=repository)
+    checks: list[smoke.CheckResult] = []
+    for variant, built in zip(selected, results, strict=False):
+        checks += _smoke(settings, client, built.image, variant, only, skip, as_json)
+    _finish(settings, report.RunReport(builds=results, checks=checks), as_json, junit)
+
+
+@main.command("test")
+@click.option("--image", required=True, help="Image ref to test (local, or pulled when a registry answers).")
+@click.option("--as", "as_variant", required=True, help="Variant whose expectations apply.")
+@_with(_select_options)
+@_report_options
+@click.pass_obj
+def test_cmd(settings: Settings, image: str, as_variant: str, only: Sequence[str], skip: Sequence[str],
+             as_json: bool, junit: Path | None) -> None:
+    """Run the smoke suite against any image, with VARIANT's expectations."""
+    (variant,) = select_variants(_load(settings), [as_variant])
+    client = engine.connect()
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        engine.echo(["docker", "pull", image])
+        try:
+            client.images.pull(image)
+        except docker.errors.APIError as exc:
+            raise ConfigError("--image", [f"{image} is not on the engine and pulling it failed "
+                                          f"({exc.explanation or exc}); build it or check the ref"]) from exc
+    checks = _smoke(settings, client, image, variant, only, skip, as_json)
+    _finish(settings, report.RunReport(checks=checks), as_json, junit)

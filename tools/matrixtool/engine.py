@@ -1,0 +1,117 @@
+"""The Docker engine: one client per command, reachability, and ``doctor``'s findings."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+import docker
+import docker.errors
+
+from matrixtool.errors import EngineUnreachableError
+
+SETUP_HINT = "run 'make engine' (as root on Debian 12/13) or start your Docker engine"
+
+
+def connect() -> docker.DockerClient:
+    """A client for the engine that DOCKER_HOST (or the default socket) names.
+
+    Raises:
+        EngineUnreachableError: no engine answers a ping.
+    """
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise EngineUnreachableError(f"no Docker engine answers ({exc}); {SETUP_HINT}") from exc
+    return client
+
+
+def echo(argv: Sequence[str]) -> None:
+    """Print an external command the way it is about to run (``+ docker buildx build …``) to stderr."""
+    print("+ " + shlex.join(argv), file=sys.stderr, flush=True)
+
+
+class Status(str, Enum):
+    """Outcome of one doctor probe."""
+
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    """One line of ``tools/matrix doctor``: what was probed, what was seen, and the fix when not ok."""
+
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+def _run(argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def doctor(registry: str = "registry-1.docker.io") -> list[Finding]:
+    """Probe engine, buildx, arm64 emulation and registry reachability (each probe ≤ 30 s)."""
+    findings: list[Finding] = []
+    try:
+        client = docker.from_env(timeout=30)
+        version = client.version()
+        findings.append(
+            Finding(name="engine", status=Status.OK, detail=f"server {version.get('Version')} "
+                    f"(API {version.get('ApiVersion')}, {version.get('Os')}/{version.get('Arch')})")
+        )
+    except docker.errors.DockerException as exc:
+        findings.append(Finding(name="engine", status=Status.FAIL, detail=str(exc), fix=SETUP_HINT))
+        client = None
+    if shutil.which("docker") is None:
+        findings.append(Finding(name="buildx", status=Status.FAIL, detail="no docker CLI on PATH",
+                                fix="install the docker CLI and the buildx plugin ('make engine')"))
+    else:
+        proc = _run(["docker", "buildx", "version"])
+        if proc.returncode == 0:
+            findings.append(Finding(name="buildx", status=Status.OK, detail=proc.stdout.strip()))
+        else:
+            findings.append(Finding(name="buildx", status=Status.FAIL, detail=proc.stderr.strip()[:200],
+                                    fix="install the buildx CLI plugin (Debian: docker-buildx; 'make engine')"))
+    if client is not None:
+        proc = _run(["docker", "buildx", "inspect", "--bootstrap"])
+        platforms = next((line.split(":", 1)[1].strip() for line in proc.stdout.splitlines()
+                          if line.strip().startswith("Platforms:")), "")
+        if "linux/arm64" in platforms:
+            findings.append(Finding(name="arm64-emulation", status=Status.OK, detail=f"builder platforms: {platforms}"))
+        else:
+            findings.append(Finding(
+                name="arm64-emulation", status=Status.WARN, detail=f"builder platforms: {platforms or 'unknown'}",
+                fix="install qemu-user-static and binfmt-support ('make engine') to build linux/arm64 variants",
+            ))
+    findings.append(_registry_finding(registry))
+    return findings
+
+
+def _registry_finding(registry: str) -> Finding:
+    import urllib.error
+    import urllib.request
+
+    url = f"https://{registry}/v2/"
+    try:
+        urllib.request.urlopen(url, timeout=10)  # noqa: S310 (fixed https URL)
+    except urllib.error.HTTPError as exc:
+        # 401 is the normal answer of a registry to an anonymous /v2/ probe.
+        ok = exc.code in (200, 401)
+        return Finding(name="registry", status=Status.OK if ok else Status.WARN, detail=f"{url} answered {exc.code}",
+                       fix="" if ok else "check the registry address or your proxy")
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        return Finding(
+            name="registry", status=Status.WARN, detail=f"{url} unreachable ({getattr(exc, 'reason', exc)})",
+            fix="air-gapped: 'tools/matrix base <variant>' makes stand-in base images with debootstrap",
+        )
+    return Finding(name="registry", status=Status.OK, detail=f"{url} answered 200")

@@ -1,0 +1,71 @@
+"""One error hierarchy, one exit code per class.
+
+Every error carries a message that says what failed, why, and what to run next. The CLI prints
+``error: <message>`` and exits with ``exit_code``; ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes of ``tools/matrix`` (documented in the README)."""
+
+    OK = 0
+    UNEXPECTED = 1
+    USAGE = 2  # click's own code for bad flags
+    CONFIG = 3
+    NOTHING_SELECTED = 4
+    STALE_RENDER = 5
+    BUILD = 6
+    SMOKE = 7
+    ENGINE = 8
+
+
+class MatrixError(Exception):
+    """Base of every error the tool reports without a traceback."""
+
+    exit_code: ExitCode = ExitCode.UNEXPECTED
+
+
+class ConfigError(MatrixError):
+    """``matrix.yaml`` (or a flag naming a file) is invalid; ``problems`` lists every problem found."""
+
+    exit_code = ExitCode.CONFIG
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{source}: {len(problems)} problem(s):\n{lines}")
+
+
+class NothingSelectedError(MatrixError):
+    """A variant selection matched no variant."""
+
+    exit_code = ExitCode.NOTHING_SELECTED
+
+
+class StaleRenderError(MatrixError):
+    """A checked-in Dockerfile differs from a fresh render of ``matrix.yaml``."""
+
+    exit_code = ExitCode.STALE_RENDER
+
+
+class BuildError(MatrixError):
+    """A BuildKit build (or making a base image) failed."""
+
+    exit_code = ExitCode.BUILD
+
+
+class SmokeFailure(MatrixError):
+    """At least one smoke check failed or timed out."""
+
+    exit_code = ExitCode.SMOKE
+
+
+class EngineUnreachableError(MatrixError):
+    """No Docker engine answers, or buildx is missing."""
+
+    exit_code = ExitCode.ENGINE

@@ -1,0 +1,450 @@
+"""Smoke checks that run INSIDE an image: ``python3 smoke_checks.py CHECK PARAMS_JSON``.
+
+Standard library only (plus what the image itself ships: torch, vllm, transformers) and Python >= 3.9,
+so it runs in images this project did not build. Each check prints its progress, then one line
+``MATRIX-RESULT {"status": ..., "diagnosis": ..., "hint": ..., "facts": {...}}`` that the host parses.
+Statuses: passed, failed, skipped. Failure classes: ../shared/FAILURE-CLASSES.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+
+RESULT_MARK = "MATRIX-RESULT "
+WORK_DIR = os.environ.get("MATRIX_SMOKE_DIR", "/tmp/matrix-smoke")
+MODEL_DIR = os.path.join(WORK_DIR, "tiny-llama")
+V2_ERROR = "Model Runner V2 requires Triton."
+TORCH_FAMILY = ("torchvision", "torchaudio", "torchcodec")
+
+
+def result(status, diagnosis="", hint=None, **facts):
+    return {"status": status, "diagnosis": diagnosis, "hint": hint, "facts": facts}
+
+
+def dist_version(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def providers_of(module):
+    """Distributions whose files provide top-level ``module`` (e.g. triton, pytorch-triton-rocm)."""
+    return sorted(set(metadata.packages_distributions().get(module, [])))
+
+
+def torch_triton_pin():
+    """torch's own ``Requires-Dist`` for triton (e.g. ``triton==3.7.1``), or None."""
+    try:
+        requires = metadata.requires("torch") or []
+    except metadata.PackageNotFoundError:
+        return None
+    for req in requires:
+        name = re.split(r"[\s;<>=!~\[]", req, maxsplit=1)[0].lower()
+        if name in ("triton", "pytorch-triton-rocm", "pytorch-triton"):
+            return req.split(";")[0].strip()
+    return None
+
+
+def specifier_matches(requirement, version):
+    """True when ``version`` satisfies the version part of ``requirement`` (``triton==3.7.1``, ``~=3.8``)."""
+    try:
+        from packaging.requirements import Requirement
+        from packaging.version import Version
+    except ImportError:  # packaging is a vLLM dependency; fall back to exact-pin comparison
+        m = re.search(r"==\s*([^\s,;]+)", requirement)
+        return m is None or m.group(1) == version
+    return Requirement(requirement).specifier.contains(Version(version), prereleases=True)
+
+
+def run_python(code, env_overrides=None, timeout=None):
+    env = dict(os.environ)
+    env.update(env_overrides or {})
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def last_error_line(text):
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        if re.match(r"^[A-Za-z_.]*(Error|Exception|Exit)\b", line):
+            return line.strip()
+    return lines[-1].strip() if lines else ""
+
+
+# --- triton-import (classes 3, 4, 5) -----------------------------------------------------------------
+def check_triton_import(params):
+    expected = params["triton"]
+    expected_dist = params.get("triton_distribution", "triton")
+    spec = importlib.util.find_spec("triton")
+    providers = providers_of("triton")
+    pin = torch_triton_pin()
+    facts = {"expected": expected, "providers": providers, "torch_pin": pin,
+             "torch": dist_version("torch")}
+    if spec is None:
+        if expected == "absent":
+            return result("passed", "no triton installed, as the variant promises", **facts)
+        return result("failed", "`import triton` finds no module, but the variant needs Triton "
+                      f"({pin or 'any version'})", None, **facts)
+    try:
+        import triton
+    except Exception as exc:  # noqa: BLE001 - report any import failure
+        facts["error"] = last_error_line(traceback.format_exc())
+        if expected == "absent":
+            return result("failed", f"a `triton` module is importable from {spec.origin} "
+                          f"(distributions: {providers or 'none'}) although the variant promises none, "
+                          f"and it fails to import: {facts['error']}", None, **facts)
+        return result("failed", f"`import triton` fails: {facts['error']} "
+                      f"(module at {spec.origin}, distributions {providers or 'none'}, torch pins {pin})",
+                      None, **facts)
+    version = getattr(triton, "__version__", None)
+    facts.update(version=version, file=getattr(triton, "__file__", None))
+    described = f"triton {version} from {', '.join(providers) or 'no distribution'}"
+    if expected == "absent":
+        return result("failed", f"{described} is installed although the variant promises no Triton; "
+                      "something pulled it in (e.g. xgrammar on a CPU image)",
+                      "uninstall it, or list it under index.exclude in matrix.yaml", **facts)
+    problems = []
+    if providers != [expected_dist]:
+        problems.append(f"`triton` must come from exactly one distribution, {expected_dist}; found "
+                        f"{providers or 'none'}")
+    if pin and version and not specifier_matches(pin, version):
+        problems.append(f"torch {facts['torch']} pins {pin} but triton {version} is installed")
+    if problems:
+        return result("failed", "; ".join(problems), None, **facts)
+    return result("passed", f"{described} imports and matches torch's pin {pin}", **facts)
+
+
+# --- no-fake-triton (class 2) ------------------------------------------------------------------------
+def _triton_planters():
+    """Files that plausibly plant a ``triton`` module: .pth files and sitecustomize mentioning triton."""
+    import site
+
+    found = []
+    dirs = list(getattr(site, "getsitepackages", list)()) + [site.getusersitepackages()]
+    for directory in dirs:
+        if not os.path.isdir(directory):
+            continue
+        for name in sorted(os.listdir(directory)):
+            path = os.path.join(directory, name)
+            if (name.endswith(".pth") or name in ("sitecustomize.py", "usercustomize.py")) and os.path.isfile(path):
+                try:
+                    with open(path, encoding="utf-8", errors="replace") as f:
+                        if "triton" in f.read():
+                            found.append(path)
+                except OSError:
+                    pass
+    return found
+
+
+def check_no_fake_triton(params):
+    try:
+        import vllm  # noqa: F401
+    except Exception:  # noqa: BLE001
+        return result("failed", f"`import vllm` fails: {last_error_line(traceback.format_exc())}",
+                      "fix vLLM's import first (see vllm-cli)")
+    try:
+        import vllm.triton_utils  # noqa: F401
+    except Exception:  # noqa: BLE001
+        pass
+    module = sys.modules.get("triton")
+    spec_found = importlib.util.find_spec("triton") is not None if module is None else None
+    facts = {"vllm": getattr(sys.modules["vllm"], "__version__", None)}
+    if module is not None:
+        file = getattr(module, "__file__", None)
+        facts.update(module_type=type(module).__name__, file=file)
+        providers = providers_of("triton")
+        if not file or not providers:
+            planters = _triton_planters()
+            facts["planters"] = planters
+            where = f"; planted by {', '.join(planters)}" if planters else ""
+            return result(
+                "failed",
+                f"sys.modules['triton'] is a placeholder ({type(module).__module__}.{type(module).__name__}, "
+                f"__file__={file!r}, distributions providing triton: {providers or 'none'}){where}; "
+                "torch's inductor will believe Triton exists and torch.compile fails (vllm#17309)",
+                None, **facts)
+        spec_found = True
+    try:
+        from torch.utils._triton import has_triton_package
+        torch_says = bool(has_triton_package())
+    except Exception:  # noqa: BLE001
+        torch_says = None
+    facts.update(torch_has_triton_package=torch_says, find_spec=spec_found)
+    if torch_says is not None and torch_says != spec_found:
+        return result("failed", f"torch's has_triton_package() says {torch_says} but importlib finds "
+                      f"triton: {spec_found}", None, **facts)
+    state = "a real module from " + ", ".join(providers_of("triton")) if module is not None else "absent"
+    return result("passed", f"after `import vllm`, sys.modules['triton'] is {state}; torch agrees", **facts)
+
+
+# --- torch-family (class 6) --------------------------------------------------------------------------
+def check_torch_family(params):
+    facts = {"torch": dist_version("torch")}
+    proc = run_python("import torch; print(torch.__version__)", timeout=300)
+    if proc.returncode != 0:
+        return result("failed", f"`import torch` fails: {last_error_line(proc.stderr)}", None, **facts)
+    failures = []
+    for name in TORCH_FAMILY:
+        version = dist_version(name)
+        if version is None:
+            continue
+        facts[name] = version
+        proc = run_python(f"import {name}", timeout=300)
+        if proc.returncode != 0:
+            failures.append(f"{name} {version} fails to import next to torch {facts['torch']}: "
+                            f"{last_error_line(proc.stderr)}")
+    if failures:
+        return result("failed", "; ".join(failures), None, **facts)
+    present = [n for n in TORCH_FAMILY if n in facts]
+    return result("passed", f"torch {facts['torch']} imports" +
+                  (f" with {', '.join(present)}" if present else "; no torchvision/torchaudio/torchcodec installed"),
+                  **facts)
+
+
+# --- inductor-compile (class 8) ----------------------------------------------------------------------
+def check_inductor_compile(params):
+    import torch
+
+    def f(x):
+        return torch.sin(x) * 2 + torch.cos(x) ** 2
+
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    facts = {"torch": torch.__version__, "devices": devices}
+    for device in devices:
+        x = torch.randn(256, device=device)
+        started = time.monotonic()
+        try:
+            got = torch.compile(f, backend="inductor")(x)
+        except Exception:  # noqa: BLE001
+            error = last_error_line(traceback.format_exc())
+            facts["error"] = error
+            return result("failed", f"torch.compile (inductor) fails on {device}: {error}", None, **facts)
+        facts[f"{device}_compile_seconds"] = round(time.monotonic() - started, 2)
+        if not torch.allclose(got, f(x), atol=1e-5):
+            return result("failed", f"inductor's result on {device} differs from eager", None, **facts)
+    return result("passed", f"inductor compiles and matches eager on {', '.join(devices)}", **facts)
+
+
+# --- tiny model shared by model-runner and offline-generate -----------------------------------------
+MAKE_MODEL = r'''
+import os, sys, torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+out = sys.argv[1]
+torch.manual_seed(0)
+text = ["The quick brown fox jumps over the lazy dog.",
+        "vLLM is a fast and easy-to-use library for LLM inference and serving.",
+        "Once upon a time there was a small language model running in a container.",
+        "Numbers 0 1 2 3 4 5 6 7 8 9 and punctuation , . ; : ! ? are here."] * 20
+tok = Tokenizer(models.BPE(unk_token="<unk>"))
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=512, special_tokens=["<unk>", "<s>", "</s>", "<pad>"],
+                                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+hf = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+                             pad_token="<pad>", model_max_length=256)
+hf.save_pretrained(out)
+# head_dim 64 (128 / 2 heads): vLLM's CPU attention backend rejects head_dim 16.
+cfg = LlamaConfig(vocab_size=len(hf), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                  num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
+                  bos_token_id=hf.bos_token_id, eos_token_id=hf.eos_token_id, pad_token_id=hf.pad_token_id,
+                  tie_word_embeddings=False, torch_dtype="float32")
+LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(out, safe_serialization=True)
+'''
+
+
+def ensure_model():
+    """Make the tiny random Llama + locally trained tokenizer once per container; return its folder."""
+    if os.path.isfile(os.path.join(MODEL_DIR, "config.json")):
+        return MODEL_DIR
+    os.makedirs(WORK_DIR, exist_ok=True)
+    proc = subprocess.run([sys.executable, "-c", MAKE_MODEL, MODEL_DIR], capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"making the tiny model failed: {last_error_line(proc.stderr)}")
+    return MODEL_DIR
+
+
+# --- model-runner (class 1) --------------------------------------------------------------------------
+VALIDATE = r'''
+import json, sys
+from vllm.engine.arg_utils import EngineArgs
+try:
+    cfg = EngineArgs(model=sys.argv[1], max_model_len=128).create_engine_config()
+    print("MATRIX-VALIDATE " + json.dumps({"ok": True, "v2": bool(cfg.use_v2_model_runner)}))
+except ValueError as exc:
+    print("MATRIX-VALIDATE " + json.dumps({"ok": False, "error": str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)}))
+'''
+
+
+def _validate(env_overrides, timeout):
+    env = dict(os.environ)
+    env.update(env_overrides)
+    proc = subprocess.run([sys.executable, "-c", VALIDATE, ensure_model()], env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    for line in proc.stdout.splitlines():
+        if line.startswith("MATRIX-VALIDATE "):
+            return json.loads(line[len("MATRIX-VALIDATE "):])
+    return {"ok": False, "error": last_error_line(proc.stderr) or f"exit {proc.returncode}"}
+
+
+def _has_triton():
+    proc = run_python("from vllm.triton_utils import HAS_TRITON; print('HAS_TRITON', HAS_TRITON)", timeout=300)
+    m = re.search(r"HAS_TRITON (True|False)", proc.stdout)
+    return None if m is None else m.group(1) == "True"
+
+
+def check_model_runner(params):
+    expected = params["triton"]
+    default_env = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+    has_triton = _has_triton()
+    facts = {"image_VLLM_USE_V2_MODEL_RUNNER": default_env, "HAS_TRITON": has_triton,
+             "triton": dist_version(params.get("triton_distribution", "triton"))}
+    default = _validate({}, 600)
+    facts["default"] = default
+    triton_desc = ("triton not installed" if facts["triton"] is None
+                   else f"triton {facts['triton']} installed but vLLM's HAS_TRITON is {has_triton}")
+    if not default["ok"]:
+        forced = f"the image's default environment sets VLLM_USE_V2_MODEL_RUNNER={default_env}" \
+            if default_env is not None else "with the image's default environment"
+        return result("failed", f"vLLM's configuration does not validate {forced}: "
+                      f"ValueError: {default['error']} ({triton_desc})", None, **facts)
+    forced = _validate({"VLLM_USE_V2_MODEL_RUNNER": "1"}, 600)
+    facts["forced_v2"] = forced
+    if expected == "required":
+        if not forced["ok"]:
+            return result("failed", f"forcing VLLM_USE_V2_MODEL_RUNNER=1 fails: {forced['error']} "
+                          f"({triton_desc}); the variant requires a usable Triton", None, **facts)
+        return result("passed", f"default runner {'V2' if default['v2'] else 'V1'}; forced V2 validates", **facts)
+    if forced["ok"]:
+        # vLLM 0.33 moved the check from config validation into worker start-up (FAILURE-CLASSES.md #1).
+        return result("passed", f"default runner {'V2' if default['v2'] else 'V1'}; forced V2 validates at "
+                      f"config time ({triton_desc}); this vLLM checks Triton at worker start-up", **facts)
+    if V2_ERROR in forced["error"]:
+        return result("passed", f"default runner {'V2' if default['v2'] else 'V1'}; forcing V2 raises "
+                      f"'{V2_ERROR}' as expected without a usable Triton ({triton_desc})", **facts)
+    return result("failed", f"forcing VLLM_USE_V2_MODEL_RUNNER=1 fails with an unexpected error: "
+                  f"{forced['error']}", None, **facts)
+
+
+# --- offline-generate (class 9) ----------------------------------------------------------------------
+GENERATE = r'''
+import json, sys
+def main():
+    from vllm import LLM, SamplingParams
+    model, eager, max_tokens = sys.argv[1], sys.argv[2] == "eager", int(sys.argv[3])
+    llm = LLM(model=model, enforce_eager=eager, max_model_len=128, dtype="float32", seed=0)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    out = llm.generate(["The quick brown fox", "Once upon a time"], params)
+    tokens = [list(o.outputs[0].token_ids) for o in out]
+    runner = None
+    try:
+        runner = "V2" if llm.llm_engine.vllm_config.use_v2_model_runner else "V1"
+    except Exception:
+        pass
+    print("MATRIX-GENERATE " + json.dumps({"tokens": tokens, "runner": runner}), flush=True)
+if __name__ == "__main__":  # vLLM spawns worker processes
+    main()
+'''
+
+
+def _generate(mode, max_tokens, timeout):
+    script = os.path.join(WORK_DIR, "generate.py")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(GENERATE)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, script, ensure_model(), mode, str(max_tokens)], capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    seconds = round(time.monotonic() - started, 1)
+    for line in proc.stdout.splitlines():
+        if line.startswith("MATRIX-GENERATE "):
+            data = json.loads(line[len("MATRIX-GENERATE "):])
+            data["seconds"] = seconds
+            return data
+    log = os.path.join(WORK_DIR, f"generate-{mode}.log")
+    with open(log, "w", encoding="utf-8") as f:
+        f.write(proc.stdout + proc.stderr)
+    sys.stdout.write(proc.stderr[-4000:])
+    return {"error": last_error_line(proc.stderr) or f"exit {proc.returncode}", "seconds": seconds, "log": log}
+
+
+def check_offline_generate(params):
+    max_tokens = int(params.get("max_tokens", 8))
+    facts = {"max_tokens": max_tokens}
+    for mode in ("eager", "compiled"):
+        data = _generate(mode, max_tokens, None)
+        facts[mode] = data
+        if "error" in data:
+            return result("failed", f"{mode} generate fails: {data['error']}", None, **facts)
+        if any(len(t) != max_tokens for t in data["tokens"]):
+            return result("failed", f"{mode} generate returned {[len(t) for t in data['tokens']]} tokens, "
+                          f"expected {max_tokens} per prompt", None, **facts)
+    if facts["eager"]["tokens"] != facts["compiled"]["tokens"]:
+        return result("failed", "greedy tokens differ between eager and compiled runs: "
+                      f"{facts['eager']['tokens']} vs {facts['compiled']['tokens']}",
+                      "torch.compile changed numerics; see inductor-compile and run with enforce_eager=True",
+                      **facts)
+    return result("passed", f"{max_tokens} greedy tokens per prompt, eager == compiled "
+                  f"(eager {facts['eager']['seconds']} s, compiled {facts['compiled']['seconds']} s, "
+                  f"runner {facts['eager'].get('runner')})", **facts)
+
+
+# --- vllm-cli (class 10) -----------------------------------------------------------------------------
+def check_vllm_cli(params):
+    expected = params.get("vllm_version")
+    exe = shutil.which("vllm")
+    facts = {"vllm": exe, "expected": expected}
+    if exe is None:
+        return result("failed", "no `vllm` executable on PATH "
+                      f"(PATH={os.environ.get('PATH')})", None, **facts)
+    proc = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=600, check=False)
+    out = proc.stdout.strip().splitlines()
+    version = out[-1].strip() if out else ""
+    facts["version"] = version
+    if proc.returncode != 0:
+        return result("failed", f"`vllm --version` exits {proc.returncode}: {last_error_line(proc.stderr)}",
+                      None, **facts)
+    if expected and not version.startswith(expected):
+        return result("failed", f"`vllm --version` prints {version!r}, the variant pins {expected}", None, **facts)
+    entrypoint = params.get("entrypoint") or []
+    if entrypoint and shutil.which(entrypoint[0]) is None and not os.path.isfile(entrypoint[0]):
+        return result("failed", f"the image's ENTRYPOINT {entrypoint[0]!r} does not resolve", None, **facts)
+    return result("passed", f"`vllm --version` prints {version}", **facts)
+
+
+CHECKS = {
+    "triton-import": check_triton_import,
+    "no-fake-triton": check_no_fake_triton,
+    "torch-family": check_torch_family,
+    "inductor-compile": check_inductor_compile,
+    "model-runner": check_model_runner,
+    "offline-generate": check_offline_generate,
+    "vllm-cli": check_vllm_cli,
+}
+
+
+def main(argv):
+    name, params = argv[1], json.loads(argv[2]) if len(argv) > 2 else {}
+    try:
+        outcome = CHECKS[name](params)
+    except Exception:  # noqa: BLE001 - a crashing check is a failed check, with its traceback shown
+        text = traceback.format_exc()
+        sys.stdout.write(text)
+        outcome = result("failed", f"the check crashed: {last_error_line(text)}", None)
+    print(RESULT_MARK + json.dumps(outcome, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,236 @@
+"""Load and validate ``matrix.yaml`` into frozen values.
+
+The whole file is validated before anything touches Docker: the JSON Schema (``matrix.schema.json``
+at the repository root, also used by editors) and the semantic rules below; every problem is
+collected with its key path and, for unknown keys, the nearest valid key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from matrixtool.checks import CHECKS
+from matrixtool.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_PATH = REPO_ROOT / "matrix.schema.json"
+DEFAULT_MATRIX = REPO_ROOT / "matrix.yaml"
+
+
+class TritonState(str, Enum):
+    """What a variant promises about Triton inside its image.
+
+    ``absent``: no distribution provides ``triton`` (CPU and Arm: vllm#14888 says vLLM must work).
+    ``present-unused``: installed, but vLLM cannot use it on this accelerator (``HAS_TRITON`` False).
+    ``required``: installed at the version torch pins, the only distribution providing ``triton``.
+    Source: ../shared/FAILURE-CLASSES.md classes 1-5.
+    """
+
+    ABSENT = "absent"
+    PRESENT_UNUSED = "present-unused"
+    REQUIRED = "required"
+
+
+class Accelerator(str, Enum):
+    """The device family a variant targets."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+    ROCM = "rocm"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackagePin:
+    """A distribution name and exact version, e.g. ``torch`` ``2.13.0+cpu``."""
+
+    package: str
+    version: str
+
+    @property
+    def requirement(self) -> str:
+        """The PEP 508 requirement ``package==version``."""
+        return f"{self.package}=={self.version}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexSettings:
+    """Where the installer finds packages (``index`` in matrix.yaml)."""
+
+    url: str
+    extra_urls: tuple[str, ...] = ()
+    wheelhouse: bool = False
+    exclude: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckSpec:
+    """One smoke check enabled for a variant; ``timeout`` in seconds."""
+
+    name: str
+    timeout: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    """One image variant of the matrix (a key under ``variants:``)."""
+
+    name: str
+    description: str
+    accelerator: Accelerator
+    platforms: tuple[str, ...]
+    base_image: str
+    stand_in_suite: str
+    python: str
+    torch: PackagePin
+    vllm: PackagePin
+    triton: TritonState
+    triton_distribution: str
+    env: Mapping[str, str]
+    index: IndexSettings
+    runner: tuple[str, ...]
+    checks: tuple[CheckSpec, ...]
+
+    def check(self, name: str) -> CheckSpec | None:
+        """The enabled check called ``name``, or None."""
+        return next((c for c in self.checks if c.name == name), None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Matrix:
+    """The validated matrix: ``variants`` in file order, ``source`` the file it came from."""
+
+    schema_version: int
+    variants: tuple[Variant, ...]
+    source: Path = field(default=DEFAULT_MATRIX)
+
+    def names(self) -> list[str]:
+        """Variant names in file order."""
+        return [v.name for v in self.variants]
+
+
+def load_schema() -> dict[str, Any]:
+    """The JSON Schema of matrix.yaml, read from ``matrix.schema.json``."""
+    with SCHEMA_PATH.open(encoding="utf-8") as f:
+        schema: dict[str, Any] = json.load(f)
+    return schema
+
+
+def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
+    """Read, validate and convert ``path``.
+
+    Raises:
+        ConfigError: the file is missing, is not YAML, or breaks the schema or a semantic rule;
+            ``problems`` holds one line per problem (``variants.cpu.tourch: unknown key; did you mean 'torch'?``).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read the file ({exc.strerror}); pass --matrix PATH"]) from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigError(str(path), [f"{where}not valid YAML ({getattr(exc, 'problem', exc)})"]) from exc
+    problems = validate(data)
+    if problems:
+        raise ConfigError(str(path), problems)
+    return _convert(data, path)
+
+
+def validate(data: Any) -> list[str]:
+    """Every problem of a parsed matrix document, as ``key.path: message`` lines (empty: valid)."""
+    schema = load_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    problems: list[str] = []
+    for error in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
+        problems.extend(_describe(error, schema))
+    if not problems:
+        problems.extend(_semantic_problems(data))
+    return problems
+
+
+def _key_path(parts: Iterable[Any]) -> str:
+    path = ".".join(str(p) for p in parts)
+    return path or "(top level)"
+
+
+def _allowed_keys(error: jsonschema.ValidationError, schema: dict[str, Any]) -> list[str]:
+    sub = error.schema if isinstance(error.schema, dict) else {}
+    return sorted(sub.get("properties", {}))
+
+
+def _describe(error: jsonschema.ValidationError, schema: dict[str, Any]) -> list[str]:
+    where = _key_path(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = _allowed_keys(error, schema)
+        out = []
+        for key in sorted(set(error.instance) - set(allowed)):
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; allowed keys: {', '.join(allowed)}"
+            out.append(f"{_key_path([*error.absolute_path, key])}: unknown key{hint}")
+        return out
+    if error.validator == "required":
+        return [f"{where}: {error.message}"]
+    if error.validator == "enum":
+        allowed = ", ".join(repr(v) for v in error.validator_value)
+        close = difflib.get_close_matches(str(error.instance), [str(v) for v in error.validator_value], n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        return [f"{where}: {error.instance!r} is not one of {allowed}{hint}"]
+    return [f"{where}: {error.message}"]
+
+
+def _semantic_problems(data: Mapping[str, Any]) -> list[str]:
+    """Rules a JSON Schema cannot say: smoke check names must be known to ``checks.CHECKS``."""
+    problems: list[str] = []
+    known = sorted(CHECKS)
+    for name, variant in data["variants"].items():
+        for check in variant["smoke"]["checks"]:
+            if check not in CHECKS:
+                close = difflib.get_close_matches(check, known, n=1)
+                hint = f"did you mean '{close[0]}'?" if close else f"known checks: {', '.join(known)}"
+                problems.append(f"variants.{name}.smoke.checks.{check}: unknown smoke check; {hint}")
+    return problems
+
+
+def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
+    variants = []
+    for name, v in data["variants"].items():
+        index = v["index"]
+        runner = v["runner"]
+        variants.append(
+            Variant(
+                name=name,
+                description=v.get("description", ""),
+                accelerator=Accelerator(v["accelerator"]),
+                platforms=tuple(v["platforms"]),
+                base_image=v["base_image"],
+                stand_in_suite=v.get("stand_in", {}).get("suite", "bookworm"),
+                python=v["python"],
+                torch=PackagePin(**v["torch"]),
+                vllm=PackagePin(**v["vllm"]),
+                triton=TritonState(v["triton"]),
+                triton_distribution=v.get("triton_distribution", "triton"),
+                env=dict(v.get("env", {})),
+                index=IndexSettings(
+                    url=index["url"],
+                    extra_urls=tuple(index.get("extra_urls", ())),
+                    wheelhouse=bool(index.get("wheelhouse", False)),
+                    exclude=tuple(index.get("exclude", ())),
+                    overrides=tuple(index.get("overrides", ())),
+                ),
+                runner=(runner,) if isinstance(runner, str) else tuple(runner),
+                checks=tuple(CheckSpec(name=c, timeout=s["timeout"]) for c, s in v["smoke"]["checks"].items()),
+            )
+        )
+    return Matrix(schema_version=data["schema_version"], variants=tuple(variants), source=source)

@@ -1,0 +1,163 @@
+"""Plan builds as values: the exact ``docker buildx build`` argv, tags, labels and the content hash.
+
+Nothing here touches Docker or the network; ``build.py`` executes a ``BuildPlan``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from matrixtool.matrix import Variant
+from matrixtool.render import RenderedFile
+
+DEFAULT_REPOSITORY = "vllm-matrix"
+TARGET = "runtime"
+# Environment variables naming a CA bundle, in the order they are consulted (after --ca-cert).
+CA_ENV_VARS = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE")
+# Environment variable naming a folder of local wheels (pip's own name for it).
+WHEELHOUSE_ENV_VAR = "PIP_FIND_LINKS"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildPlan:
+    """Everything needed to build one variant for one platform.
+
+    ``files``: the rendered ``images/<variant>/`` files staged into the build context;
+    ``wheelhouse``: a folder staged as ``wheelhouse/`` in the build context (bind-mounted by the
+    Dockerfile, never copied into a layer); ``ca_cert``: the file passed as build secret ``ca``;
+    ``content_hash``: sha256 hex of every input (see ``content_hash``); ``tags``: full image refs,
+    the content-hash tag first.
+    """
+
+    variant: str
+    platform: str
+    files: tuple[RenderedFile, ...]
+    wheelhouse: Path | None
+    ca_cert: Path | None
+    base_image: str
+    content_hash: str
+    tags: tuple[str, ...]
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def hash_tag(self) -> str:
+        """The image ref whose tag is derived from the content hash."""
+        return self.tags[0]
+
+    def argv(self, context_dir: Path, iidfile: Path) -> list[str]:
+        """The ``docker buildx build`` command for a build context staged at ``context_dir``."""
+        argv = [
+            "docker", "buildx", "build",
+            "--progress=plain",
+            "--load",
+            "--platform", self.platform,
+            "--target", TARGET,
+            "--file", str(context_dir / "Dockerfile"),
+            "--build-arg", f"BASE_IMAGE={self.base_image}",
+            "--iidfile", str(iidfile),
+        ]  # fmt: skip
+        if self.ca_cert is not None:
+            argv += ["--secret", f"id=ca,src={self.ca_cert}"]
+        for key, value in sorted(self.labels.items()):
+            argv += ["--label", f"{key}={value}"]
+        for tag in self.tags:
+            argv += ["--tag", tag]
+        argv.append(str(context_dir))
+        return argv
+
+
+def wheelhouse_fingerprint(wheelhouse: Path) -> list[str]:
+    """``name size mtime_ns`` per regular file in ``wheelhouse`` (sorted): cheap, changes when a wheel does."""
+    rows = []
+    for path in sorted(wheelhouse.iterdir()):
+        if path.is_file():
+            st = path.stat()
+            rows.append(f"{path.name} {st.st_size} {st.st_mtime_ns}")
+    return rows
+
+
+def content_hash(
+    *, files: tuple[RenderedFile, ...], platform: str, base_image_id: str, wheelhouse_rows: list[str]
+) -> str:
+    """sha256 hex over every build input: rendered files, platform, base image ID, wheelhouse listing.
+
+    The CA bundle is deliberately left out: it changes how packages are fetched, not what the image holds.
+    """
+    digest = hashlib.sha256()
+    for f in sorted(files, key=lambda f: str(f.path)):
+        digest.update(f"file {f.path}\n".encode())
+        digest.update(f.text.encode())
+    digest.update(f"platform {platform}\nbase {base_image_id}\n".encode())
+    for row in wheelhouse_rows:
+        digest.update(f"wheel {row}\n".encode())
+    return digest.hexdigest()
+
+
+def image_repository(repository: str, variant: Variant, platform: str) -> str:
+    """``<repository>/<variant>``, with the arch appended when the variant builds several platforms."""
+    name = f"{repository}/{variant.name}"
+    if len(variant.platforms) > 1:
+        name += "-" + platform.split("/")[-1]
+    return name
+
+
+def plan_build(
+    variant: Variant,
+    *,
+    platform: str,
+    files: tuple[RenderedFile, ...],
+    base_image_id: str,
+    wheelhouse: Path | None,
+    wheelhouse_rows: list[str],
+    ca_cert: Path | None,
+    revision: str,
+    source_url: str,
+    repository: str = DEFAULT_REPOSITORY,
+) -> BuildPlan:
+    """The build of ``variant`` for ``platform``; ``base_image_id`` is the local ID of its base image."""
+    digest = content_hash(
+        files=files, platform=platform, base_image_id=base_image_id, wheelhouse_rows=wheelhouse_rows
+    )
+    name = image_repository(repository, variant, platform)
+    tags = (f"{name}:{digest[:16]}", f"{name}:{variant.vllm.version}")
+    labels = {
+        "org.opencontainers.image.source": source_url,
+        "org.opencontainers.image.revision": revision,
+        "org.opencontainers.image.version": variant.vllm.version,
+        "org.opencontainers.image.base.name": variant.base_image,
+        "io.vllm-matrix.content-hash": digest,
+        "io.vllm-matrix.platform": platform,
+    }
+    return BuildPlan(
+        variant=variant.name,
+        platform=platform,
+        files=files,
+        wheelhouse=wheelhouse if variant.index.wheelhouse else None,
+        ca_cert=ca_cert,
+        base_image=variant.base_image,
+        content_hash=digest,
+        tags=tags,
+        labels=labels,
+    )
+
+
+def resolve_ca_cert(flag: Path | None, env: Mapping[str, str]) -> Path | None:
+    """The CA bundle to pass as build secret: ``--ca-cert``, else the first of ``CA_ENV_VARS`` that is set."""
+    if flag is not None:
+        return flag
+    for var in CA_ENV_VARS:
+        if env.get(var):
+            return Path(env[var])
+    return None
+
+
+def resolve_wheelhouse(flag: Path | None, env: Mapping[str, str]) -> Path | None:
+    """The wheelhouse folder: ``--wheelhouse``, else the first path in ``PIP_FIND_LINKS`` (space-separated)."""
+    if flag is not None:
+        return flag
+    value = env.get(WHEELHOUSE_ENV_VAR, "").split()
+    local = [v.removeprefix("file://") for v in value if not v.startswith(("http://", "https://"))]
+    return Path(local[0]) if local else None

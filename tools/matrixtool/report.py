@@ -1,0 +1,127 @@
+"""Render results: a human table, JSON, JUnit XML, and the GitHub Actions step summary."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import junitparser
+from tabulate import tabulate
+
+from matrixtool.build import BuildResult
+from matrixtool.smoke import CheckResult, Status
+
+JSON_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunReport:
+    """Everything one command produced: builds, check results, and per-variant errors (variant -> message)."""
+
+    builds: Sequence[BuildResult] = ()
+    checks: Sequence[CheckResult] = ()
+    errors: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when no variant errored and every check passed or was skipped."""
+        return not self.errors and all(c.status.ok for c in self.checks)
+
+
+def human_size(size_bytes: int) -> str:
+    """Bytes as decimal GB/MB, as ``docker images`` prints them (4190000000 -> '4.19 GB')."""
+    if size_bytes >= 10**9:
+        return f"{size_bytes / 10**9:.2f} GB"
+    return f"{size_bytes / 10**6:.0f} MB"
+
+
+def _shorten(text: str, width: int = 100) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def table(report: RunReport) -> str:
+    """The summary printed at the end of ``run``/``build``/``test``."""
+    parts = []
+    if report.builds:
+        rows = [
+            [b.variant, b.platform, b.image, human_size(b.size_bytes), "cached" if b.cached else f"{b.seconds:.0f} s"]
+            for b in report.builds
+        ]
+        parts.append(tabulate(rows, headers=["variant", "platform", "image", "size", "build"]))
+    if report.checks:
+        rows = [
+            [c.variant, c.check, c.status.value.upper() if not c.status.ok else c.status.value,
+             f"{c.seconds:.1f} s", _shorten(c.diagnosis)]
+            for c in report.checks
+        ]
+        parts.append(tabulate(rows, headers=["variant", "check", "status", "time", "diagnosis"]))
+        failed = [c for c in report.checks if not c.status.ok]
+        for c in failed:
+            parts.append(f"{c.variant}/{c.check}: {c.status.value}\n  diagnosis: {c.diagnosis}\n  fix: {c.hint}"
+                         + (f"\n  log: {c.log}" if c.log else ""))
+    for variant, message in report.errors.items():
+        parts.append(f"{variant}: error: {message}")
+    total = sum(c.seconds for c in report.checks)
+    counts = {s: sum(1 for c in report.checks if c.status is s) for s in Status}
+    parts.append(
+        ("OK" if report.ok else "FAILED")
+        + f": {counts[Status.PASSED]} passed, {counts[Status.FAILED]} failed, {counts[Status.TIMEOUT]} timeout, "
+        f"{counts[Status.SKIPPED]} skipped; smoke {total:.0f} s"
+        + (f"; {len(report.errors)} variant error(s)" if report.errors else "")
+    )
+    return "\n\n".join(parts)
+
+
+def to_json(report: RunReport) -> dict[str, Any]:
+    """The ``--json`` document (schema in README.md, version ``JSON_SCHEMA_VERSION``)."""
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "ok": report.ok,
+        "builds": [
+            {"variant": b.variant, "platform": b.platform, "image": b.image, "image_id": b.image_id,
+             "size_bytes": b.size_bytes, "build_seconds": round(b.seconds, 1), "cached": b.cached,
+             "log": str(b.log_path) if b.log_path else None}
+            for b in report.builds
+        ],
+        "checks": [
+            {"variant": c.variant, "image": c.image, "check": c.check, "status": c.status.value,
+             "diagnosis": c.diagnosis, "hint": c.hint, "seconds": round(c.seconds, 1),
+             "facts": c.facts, "log": str(c.log) if c.log else None}
+            for c in report.checks
+        ],
+        "errors": dict(report.errors),
+    }
+
+
+def write_junit(report: RunReport, path: Path) -> None:
+    """One ``testsuite`` per variant, one ``testcase`` per check; failure message = diagnosis."""
+    xml = junitparser.JUnitXml(name="vllm-image-matrix")
+    variants = list(dict.fromkeys([c.variant for c in report.checks] + list(report.errors)))
+    for variant in variants:
+        suite = junitparser.TestSuite(variant)
+        for c in (c for c in report.checks if c.variant == variant):
+            case = junitparser.TestCase(c.check, classname=f"smoke.{variant}", time=round(c.seconds, 3))
+            if c.status is Status.FAILED:
+                case.result = [junitparser.Failure(c.diagnosis, type_="failed")]
+                case.system_out = f"fix: {c.hint}\nimage: {c.image}\nlog: {c.log}"
+            elif c.status is Status.TIMEOUT:
+                case.result = [junitparser.Error(c.diagnosis, type_="timeout")]
+            elif c.status is Status.SKIPPED:
+                case.result = [junitparser.Skipped(c.diagnosis)]
+            suite.add_testcase(case)
+        if variant in report.errors:
+            case = junitparser.TestCase("build", classname=f"build.{variant}")
+            case.result = [junitparser.Error(report.errors[variant], type_="error")]
+            suite.add_testcase(case)
+        xml.add_testsuite(suite)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    xml.write(str(path), pretty=True)
+
+
+def to_json_text(report: RunReport) -> str:
+    """``to_json`` serialised, indented."""
+    return json.dumps(to_json(report), indent=2, default=str)

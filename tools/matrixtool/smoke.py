@@ -1,0 +1,232 @@
+"""Run the smoke checks inside an image: one container per suite, one ``docker exec`` per check.
+
+Each check runs under coreutils ``timeout`` inside the container, with a host-side deadline as a
+backstop; a check that times out is reported as ``timeout`` and its container is replaced, so the
+remaining checks start clean. Containers carry a session label and are always removed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+
+from matrixtool.checks import CHECKS
+from matrixtool.matrix import CheckSpec, Variant
+
+CHECKS_SCRIPT = Path(__file__).parent / "incontainer" / "smoke_checks.py"
+IN_IMAGE_DIR = "/tmp/matrix-checks"
+RESULT_MARK = "MATRIX-RESULT "
+SESSION_LABEL = "io.vllm-matrix.session"
+# vLLM's CPU backend asked for 160 MiB of /dev/shm; Docker's default is 64 MB.
+SHM_SIZE = "1g"
+# Seconds between the in-container `timeout` and the host's own deadline.
+KILL_GRACE = 10
+HOST_SLACK = 30
+
+
+class Status(str, Enum):
+    """A smoke check's verdict."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    TIMEOUT = "timeout"
+
+    @property
+    def ok(self) -> bool:
+        """True for verdicts that do not fail a run (passed, skipped)."""
+        return self in (Status.PASSED, Status.SKIPPED)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckResult:
+    """One check's outcome: ``seconds`` of wall time, ``facts`` as reported from inside the image,
+    ``log`` the path of its full output when kept."""
+
+    variant: str
+    image: str
+    check: str
+    status: Status
+    diagnosis: str
+    hint: str
+    seconds: float
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    log: Path | None = None
+
+
+def check_params(variant: Variant, entrypoint: Sequence[str] = ()) -> dict[str, Any]:
+    """The JSON parameters every in-image check receives (the variant's expectations)."""
+    return {
+        "variant": variant.name,
+        "triton": variant.triton.value,
+        "triton_distribution": variant.triton_distribution,
+        "vllm_version": variant.vllm.version,
+        "torch_version": variant.torch.version,
+        "max_tokens": 8,
+        "entrypoint": list(entrypoint),
+    }
+
+
+def container_kwargs(image: str, session: str) -> dict[str, Any]:
+    """Keyword arguments of ``client.containers.run`` for the long-lived check container."""
+    return {
+        "image": image,
+        "entrypoint": ["sleep"],
+        "command": ["infinity"],
+        "detach": True,
+        "shm_size": SHM_SIZE,
+        "labels": {SESSION_LABEL: session},
+        "init": True,
+    }
+
+
+def exec_argv(check: CheckSpec, params: Mapping[str, Any]) -> list[str]:
+    """The command run in the container for ``check``, bounded by its timeout (seconds)."""
+    return [
+        "timeout", "-k", str(KILL_GRACE), str(check.timeout),
+        "python3", f"{IN_IMAGE_DIR}/smoke_checks.py", check.name, json.dumps(params, sort_keys=True),
+    ]  # fmt: skip
+
+
+def parse_output(output: str) -> dict[str, Any] | None:
+    """The result object from the last ``MATRIX-RESULT`` line of a check's output, or None."""
+    for line in reversed(output.splitlines()):
+        if line.startswith(RESULT_MARK):
+            parsed: dict[str, Any] = json.loads(line[len(RESULT_MARK) :])
+            return parsed
+    return None
+
+
+def verdict(check: str, exit_code: int | None, output: str, timeout: int) -> tuple[Status, str, str, dict[str, Any]]:
+    """Status, diagnosis, hint and facts of one check from its exit code and output.
+
+    ``exit_code`` None means the host deadline passed; 124/137 is coreutils ``timeout`` firing.
+    """
+    hint = CHECKS[check].hint
+    if exit_code is None or exit_code in (124, 137):
+        return Status.TIMEOUT, f"no result within {timeout} s; the check was killed", hint, {}
+    parsed = parse_output(output)
+    if parsed is None:
+        tail = " | ".join(output.strip().splitlines()[-3:])
+        return Status.FAILED, f"the check printed no result (exit {exit_code}): {tail}", hint, {}
+    status = Status(parsed["status"])
+    return status, str(parsed.get("diagnosis", "")), str(parsed.get("hint") or hint), dict(parsed.get("facts", {}))
+
+
+def _tar_of(path: Path) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo(name=path.name)
+        data = path.read_bytes()
+        info.size = len(data)
+        info.mode = 0o644
+        tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+class CheckContainer:
+    """A long-lived container the checks exec into; a context manager that always removes it."""
+
+    def __init__(self, client: docker.DockerClient, image: str, session: str) -> None:
+        self.client = client
+        self.image = image
+        self.session = session
+        self.container: Container | None = None
+
+    def start(self) -> Container:
+        """Start (or restart after a timeout) the container and copy the check script into it."""
+        self.remove()
+        container = self.client.containers.run(**container_kwargs(self.image, self.session))
+        container.exec_run(["mkdir", "-p", IN_IMAGE_DIR], user="root")
+        container.put_archive(IN_IMAGE_DIR, _tar_of(CHECKS_SCRIPT))
+        self.container = container
+        return container
+
+    def remove(self) -> None:
+        """Remove the container if one runs; errors are ignored (it may already be gone)."""
+        if self.container is not None:
+            try:
+                self.container.remove(force=True)
+            except docker.errors.APIError:
+                pass
+            self.container = None
+
+    def __enter__(self) -> CheckContainer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def exec(self, argv: list[str], env: Mapping[str, str], deadline: float) -> tuple[int | None, str]:
+        """Run ``argv`` in the container; (exit code, output), or (None, partial output) past ``deadline`` s."""
+        assert self.container is not None
+        api = self.client.api
+        exec_id = api.exec_create(self.container.id, argv, environment=dict(env))["Id"]
+        chunks: list[bytes] = []
+
+        def pump() -> None:
+            try:
+                for chunk in api.exec_start(exec_id, stream=True):
+                    chunks.append(chunk)
+            except docker.errors.APIError:
+                pass
+
+        thread = threading.Thread(target=pump, daemon=True)
+        thread.start()
+        thread.join(deadline)
+        output = b"".join(chunks).decode("utf-8", errors="replace")
+        if thread.is_alive():
+            return None, output
+        exit_code = api.exec_inspect(exec_id).get("ExitCode")
+        return (int(exit_code) if exit_code is not None else None), output
+
+
+def run_suite(
+    client: docker.DockerClient,
+    image: str,
+    variant: Variant,
+    checks: Sequence[CheckSpec],
+    *,
+    log_dir: Path,
+    on_result: Callable[[CheckResult], None] = lambda r: None,
+) -> list[CheckResult]:
+    """Run ``checks`` (in order) inside ``image`` with ``variant``'s expectations.
+
+    Full outputs go to ``log_dir/<variant>.<check>.log``; ``on_result`` sees each result as it lands.
+    Raises docker.errors.ImageNotFound when ``image`` is not on the engine.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    entrypoint = client.images.get(image).attrs.get("Config", {}).get("Entrypoint") or []
+    params = check_params(variant, entrypoint)
+    session = uuid.uuid4().hex[:12]
+    results: list[CheckResult] = []
+    with CheckContainer(client, image, session) as box:
+        for check in checks:
+            started = time.monotonic()
+            exit_code, output = box.exec(exec_argv(check, params), {}, check.timeout + KILL_GRACE + HOST_SLACK)
+            seconds = time.monotonic() - started
+            log = log_dir / f"{variant.name}.{check.name}.log"
+            log.write_text(output, encoding="utf-8")
+            status, diagnosis, hint, facts = verdict(check.name, exit_code, output, check.timeout)
+            if status is Status.TIMEOUT:
+                box.start()  # a hung check may leave processes behind: the next check gets a fresh container
+            result = CheckResult(variant=variant.name, image=image, check=check.name, status=status,
+                                 diagnosis=diagnosis, hint="" if status.ok else hint, seconds=seconds,
+                                 facts=facts, log=log)
+            results.append(result)
+            on_result(result)
+    return results
