@@ -86,3 +86,12 @@ def test_incontainer_triton_import_on_this_interpreter(capsys: pytest.CaptureFix
     parsed = smoke.parse_output(capsys.readouterr().out)
     assert parsed["status"] == "failed" and "finds no module" in parsed["diagnosis"]
     assert sys.modules.get("triton") is None
+
+
+def test_short_error_reads_pydantic_value_errors() -> None:
+    mod = _incontainer()
+    text = ("1 validation error for VllmConfig\n  Value error, Model Runner V2 requires Triton. "
+            "[type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]\n"
+            "    For further information visit https://errors.pydantic.dev/2.14/v/value_error")
+    assert mod.short_error(text) == "Model Runner V2 requires Triton."
+    assert mod.short_error("plain message\nmore") == "plain message"

@@ -93,6 +93,7 @@ class Variant:
     python: str
     torch: PackagePin
     vllm: PackagePin
+    dist_alias: PackagePin | None
     triton: TritonState
     triton_distribution: str
     env: Mapping[str, str]
@@ -219,6 +220,9 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 python=v["python"],
                 torch=PackagePin(**v["torch"]),
                 vllm=PackagePin(**v["vllm"]),
+                dist_alias=PackagePin(package=v["dist_alias"]["name"], version=v["dist_alias"]["version"])
+                if "dist_alias" in v
+                else None,
                 triton=TritonState(v["triton"]),
                 triton_distribution=v.get("triton_distribution", "triton"),
                 env=dict(v.get("env", {})),

@@ -13,7 +13,7 @@ from typing import Any
 import jinja2
 
 from matrixtool.errors import StaleRenderError
-from matrixtool.matrix import REPO_ROOT, Accelerator, Matrix, Variant
+from matrixtool.matrix import REPO_ROOT, Accelerator, Matrix, PackagePin, Variant
 
 TEMPLATES_DIR = REPO_ROOT / "templates"
 IMAGES_DIR = REPO_ROOT / "images"
@@ -58,6 +58,19 @@ def requirement_files(variant: Variant) -> dict[str, str]:
     return files
 
 
+def dist_alias_files(alias: PackagePin) -> dict[str, str]:
+    """The files of a metadata-only ``.dist-info`` folder for ``alias`` (relative name -> content).
+
+    RECORD lists every file, so an uninstall of the alias removes exactly these.
+    """
+    folder = f"{alias.package.replace('-', '_')}-{alias.version}.dist-info"
+    metadata = (f"Metadata-Version: 2.1\nName: {alias.package}\nVersion: {alias.version}\n"
+                "Summary: metadata-only alias written by vllm-image-matrix (see matrix.yaml dist_alias)\n")
+    files = {f"{folder}/METADATA": metadata, f"{folder}/INSTALLER": "vllm-image-matrix\n"}
+    files[f"{folder}/RECORD"] = "".join(f"{name},,\n" for name in [*files, f"{folder}/RECORD"])
+    return files
+
+
 def _index_flags(variant: Variant) -> list[str]:
     flags = [f"--index-url {variant.index.url}"]
     flags += [f"--extra-index-url {url}" for url in variant.index.extra_urls]
@@ -99,6 +112,12 @@ def template_context(variant: Variant) -> dict[str, Any]:
         "vllm_install_flags": vllm_flags,
         "requirement_files": sorted(files),
         "triton": variant.triton.value,
+        # (path under site-packages, printf format string) pairs; printf keeps the \n escapes.
+        "dist_alias_files": [
+            (path, text.replace("\n", "\\n")) for path, text in dist_alias_files(variant.dist_alias).items()
+        ]
+        if variant.dist_alias
+        else [],
         "env": sorted(variant.env.items()),
     }
 

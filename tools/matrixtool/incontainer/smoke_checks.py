@@ -86,11 +86,17 @@ def last_error_line(text):
 def check_triton_import(params):
     expected = params["triton"]
     expected_dist = params.get("triton_distribution", "triton")
-    spec = importlib.util.find_spec("triton")
     providers = providers_of("triton")
     pin = torch_triton_pin()
     facts = {"expected": expected, "providers": providers, "torch_pin": pin,
              "torch": dist_version("torch")}
+    try:
+        spec = importlib.util.find_spec("triton")
+    except ValueError:  # a module object without __spec__ sits in sys.modules (class 2)
+        module = sys.modules.get("triton")
+        return result("failed", f"sys.modules['triton'] is a placeholder {type(module).__name__} without a "
+                      f"spec (distributions providing triton: {providers or 'none'}); see no-fake-triton",
+                      "remove whatever plants a module object named 'triton' (a .pth file, sitecustomize)", **facts)
     if spec is None:
         if expected == "absent":
             return result("passed", "no triton installed, as the variant promises", **facts)
@@ -280,12 +286,24 @@ def ensure_model():
 VALIDATE = r'''
 import json, sys
 from vllm.engine.arg_utils import EngineArgs
+from vllm.triton_utils import HAS_TRITON
 try:
     cfg = EngineArgs(model=sys.argv[1], max_model_len=128).create_engine_config()
-    print("MATRIX-VALIDATE " + json.dumps({"ok": True, "v2": bool(cfg.use_v2_model_runner)}))
+    out = {"ok": True, "v2": bool(cfg.use_v2_model_runner)}
 except ValueError as exc:
-    print("MATRIX-VALIDATE " + json.dumps({"ok": False, "error": str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)}))
+    out = {"ok": False, "error": str(exc) or repr(exc)}
+out["has_triton"] = bool(HAS_TRITON)
+print("MATRIX-VALIDATE " + json.dumps(out))
 '''
+
+
+def short_error(text):
+    """The message inside a pydantic ValidationError (``Value error, X [type=...``), else the first line."""
+    m = re.search(r"Value error, (.*?)(?: \[type=|$)", text, re.MULTILINE)
+    if m:
+        return m.group(1).strip()
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else text
 
 
 def _validate(env_overrides, timeout):
@@ -295,24 +313,20 @@ def _validate(env_overrides, timeout):
                           text=True, timeout=timeout, check=False)
     for line in proc.stdout.splitlines():
         if line.startswith("MATRIX-VALIDATE "):
-            return json.loads(line[len("MATRIX-VALIDATE "):])
-    return {"ok": False, "error": last_error_line(proc.stderr) or f"exit {proc.returncode}"}
-
-
-def _has_triton():
-    proc = run_python("from vllm.triton_utils import HAS_TRITON; print('HAS_TRITON', HAS_TRITON)", timeout=300)
-    m = re.search(r"HAS_TRITON (True|False)", proc.stdout)
-    return None if m is None else m.group(1) == "True"
+            data = json.loads(line[len("MATRIX-VALIDATE "):])
+            if not data["ok"]:
+                data["error"] = short_error(data["error"])
+            return data
+    return {"ok": False, "error": last_error_line(proc.stderr) or f"exit {proc.returncode}", "has_triton": None}
 
 
 def check_model_runner(params):
     expected = params["triton"]
     default_env = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
-    has_triton = _has_triton()
-    facts = {"image_VLLM_USE_V2_MODEL_RUNNER": default_env, "HAS_TRITON": has_triton,
-             "triton": dist_version(params.get("triton_distribution", "triton"))}
     default = _validate({}, 600)
-    facts["default"] = default
+    has_triton = default.pop("has_triton", None)
+    facts = {"image_VLLM_USE_V2_MODEL_RUNNER": default_env, "HAS_TRITON": has_triton,
+             "triton": dist_version(params.get("triton_distribution", "triton")), "default": default}
     triton_desc = ("triton not installed" if facts["triton"] is None
                    else f"triton {facts['triton']} installed but vLLM's HAS_TRITON is {has_triton}")
     if not default["ok"]:
@@ -321,6 +335,7 @@ def check_model_runner(params):
         return result("failed", f"vLLM's configuration does not validate {forced}: "
                       f"ValueError: {default['error']} ({triton_desc})", None, **facts)
     forced = _validate({"VLLM_USE_V2_MODEL_RUNNER": "1"}, 600)
+    forced.pop("has_triton", None)
     facts["forced_v2"] = forced
     if expected == "required":
         if not forced["ok"]:
@@ -413,8 +428,16 @@ def check_vllm_cli(params):
     version = out[-1].strip() if out else ""
     facts["version"] = version
     if proc.returncode != 0:
-        return result("failed", f"`vllm --version` exits {proc.returncode}: {last_error_line(proc.stderr)}",
-                      None, **facts)
+        error = last_error_line(proc.stderr)
+        hint = None
+        renamed = [d for d in providers_of("vllm") if d.lower() != "vllm"]
+        if "PackageNotFoundError" in error and renamed and dist_version("vllm") is None:
+            # vLLM's CLI reads importlib.metadata.version("vllm"); forks ship under other names.
+            error += (f" (vLLM is installed as the distribution {', '.join(renamed)}, and the CLI asks "
+                      "importlib.metadata for 'vllm')")
+            hint = ("register a metadata-only 'vllm' distribution (matrix.yaml dist_alias), or install vLLM "
+                    "under its own name")
+        return result("failed", f"`vllm --version` exits {proc.returncode}: {error}", hint, **facts)
     if expected and not version.startswith(expected):
         return result("failed", f"`vllm --version` prints {version!r}, the variant pins {expected}", None, **facts)
     entrypoint = params.get("entrypoint") or []

@@ -1,0 +1,101 @@
+"""Integration tests: the real Docker engine, real BuildKit builds, real vLLM inside the images.
+
+The CPU image is built once per session through the CLI (``tools/matrix build cpu``); an image this
+session built is removed at the end (BuildKit's cache stays, so the next session rebuilds quickly).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from matrixtool import engine
+from matrixtool.smoke import SESSION_LABEL
+from tests.conftest import REPO_ROOT
+
+MATRIX = str(REPO_ROOT / "tools" / "matrix")
+TEST_REPOSITORY = "vllm-matrix-test"
+
+
+def matrix_cli(*args: str, out: Path, env: dict[str, str] | None = None, timeout: float = 3600
+               ) -> subprocess.CompletedProcess[str]:
+    """Run ``tools/matrix --out OUT ARGS`` as a user would; output captured."""
+    return subprocess.run([MATRIX, "--out", str(out), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, check=False)
+
+
+def json_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The ``--json`` document a command printed on stdout (fails the test with its stderr otherwise)."""
+    try:
+        data: dict[str, Any] = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"no JSON on stdout (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return data
+
+
+@pytest.fixture(scope="session")
+def client() -> docker.DockerClient:
+    """The engine; the suite fails (not skips) without one: `make test` starts it."""
+    try:
+        return engine.connect()
+    except Exception as exc:  # noqa: BLE001
+        pytest.fail(f"integration tests need a Docker engine; run 'make test' (it starts one): {exc}")
+
+
+@pytest.fixture(scope="session")
+def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("matrix-out")
+
+
+@pytest.fixture(scope="session")
+def cpu_build(client: docker.DockerClient, out_dir: Path) -> Iterator[dict[str, Any]]:
+    """The CPU image, built by ``tools/matrix build cpu --json``; its build record."""
+    proc = matrix_cli("build", "cpu", "--json", out=out_dir)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
+    (record,) = json_of(proc)["builds"]
+    yield record
+    if not record["cached"]:
+        for tag in client.images.get(record["image"]).tags:
+            client.images.remove(tag, noprune=False)
+
+
+@pytest.fixture(scope="session")
+def cpu_image(cpu_build: dict[str, Any]) -> str:
+    return str(cpu_build["image"])
+
+
+@pytest.fixture
+def derived_image(client: docker.DockerClient, cpu_image: str, tmp_path: Path) -> Iterator[Any]:
+    """A factory: ``derived_image(lines)`` builds FROM the CPU image plus ``lines``; removed afterwards."""
+    made: list[str] = []
+
+    def build(lines: list[str]) -> str:
+        tag = f"{TEST_REPOSITORY}/bad-{uuid.uuid4().hex[:8]}:latest"
+        context = tmp_path / f"ctx-{len(made)}"
+        context.mkdir()
+        (context / "Dockerfile").write_text("\n".join([f"FROM {cpu_image}", *lines]) + "\n")
+        proc = subprocess.run(["docker", "buildx", "build", "--load", "--tag", tag, str(context)],
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        made.append(tag)
+        return tag
+
+    yield build
+    for tag in made:
+        client.images.remove(tag, force=True)
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_containers(client: docker.DockerClient) -> Iterator[None]:
+    """Every test leaves no smoke-check container behind."""
+    yield
+    left = client.containers.list(all=True, filters={"label": SESSION_LABEL})
+    assert not left, f"leaked containers: {[c.name for c in left]}"
