@@ -77,5 +77,5 @@ def test_vllm_layer_does_not_reinstall_torch(cpu_build: dict[str, Any]) -> None:
 def test_second_build_is_skipped_by_content_hash(cpu_image: str, out_dir: Path) -> None:
     proc = matrix_cli("build", "cpu", out=out_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "exists (content hash unchanged)" in proc.stdout
+    assert "exists (content hash unchanged)" in proc.stderr
     assert "docker buildx build" not in proc.stderr

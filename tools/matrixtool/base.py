@@ -7,6 +7,7 @@ docker driver BuildKit uses a local image before it tries a registry. This is al
 from __future__ import annotations
 
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,7 +110,8 @@ def provide(
         client.images.pull(ref, platform=platform)
         origin = "pulled"
     except docker.errors.APIError as exc:
-        print(f"  pull failed ({exc.explanation or exc}); making a Debian {suite} stand-in", flush=True)
+        print(f"  pull failed ({exc.explanation or exc}); making a Debian {suite} stand-in", file=sys.stderr,
+              flush=True)
         make_stand_in(ref, platform=platform, suite=suite, mirror=mirror)
         origin = "stand-in"
     image = _local(client, ref, platform)

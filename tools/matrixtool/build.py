@@ -70,7 +70,7 @@ def existing(client: docker.DockerClient, plan: BuildPlan) -> BuildResult | None
 
 
 def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log_dir: Path) -> BuildResult:
-    """Run ``plan`` with ``docker buildx build``; stream its output prefixed ``[variant]``.
+    """Run ``plan`` with ``docker buildx build``; stream its output to stderr, prefixed ``[variant]``.
 
     The full output is saved to ``log_dir/<variant>-<arch>.build.log``.
 
@@ -95,7 +95,7 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
             assert proc.stdout is not None
             for line in proc.stdout:
                 log.write(line)
-                sys.stdout.write(prefix + line)
+                sys.stderr.write(prefix + line)
                 tail = (tail + [line.rstrip()])[-20:]
             returncode = proc.wait()
     finally:

@@ -197,7 +197,7 @@ def build_variants(
             )
             done = None if force else build.existing(client, the_plan)
             if done is not None:
-                click.echo(f"{variant.name}: {done.image} exists (content hash unchanged); --force rebuilds")
+                click.echo(f"{variant.name}: {done.image} exists (content hash unchanged); --force rebuilds", err=True)
             else:
                 done = build.execute(client, the_plan, work_dir=settings.out_dir / "context",
                                      log_dir=settings.out_dir / "logs")

@@ -153,34 +153,43 @@ def _triton_planters():
     return found
 
 
+def _placeholder_diagnosis(module, when, vllm_error):
+    file = getattr(module, "__file__", None)
+    providers = providers_of("triton")
+    if file and providers:
+        return None, {}
+    planters = _triton_planters()
+    facts = {"module_type": type(module).__name__, "file": file, "planters": planters, "planted": when}
+    where = f"; planted by {', '.join(planters)}" if planters else ""
+    also = f"; `import vllm` then fails: {vllm_error}" if vllm_error else ""
+    return (
+        f"sys.modules['triton'] is a placeholder ({type(module).__module__}.{type(module).__name__}, "
+        f"__file__={file!r}, distributions providing triton: {providers or 'none'}), present {when}{where}; "
+        f"torch's inductor will believe Triton exists and torch.compile fails (vllm#17309){also}",
+        facts,
+    )
+
+
 def check_no_fake_triton(params):
+    before = sys.modules.get("triton")
+    vllm_error = None
     try:
         import vllm  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return result("failed", f"`import vllm` fails: {last_error_line(traceback.format_exc())}",
-                      "fix vLLM's import first (see vllm-cli)")
-    try:
         import vllm.triton_utils  # noqa: F401
     except Exception:  # noqa: BLE001
-        pass
+        vllm_error = last_error_line(traceback.format_exc())
     module = sys.modules.get("triton")
-    spec_found = importlib.util.find_spec("triton") is not None if module is None else None
-    facts = {"vllm": getattr(sys.modules["vllm"], "__version__", None)}
+    facts = {"vllm": getattr(sys.modules.get("vllm"), "__version__", None), "vllm_error": vllm_error}
     if module is not None:
-        file = getattr(module, "__file__", None)
-        facts.update(module_type=type(module).__name__, file=file)
-        providers = providers_of("triton")
-        if not file or not providers:
-            planters = _triton_planters()
-            facts["planters"] = planters
-            where = f"; planted by {', '.join(planters)}" if planters else ""
-            return result(
-                "failed",
-                f"sys.modules['triton'] is a placeholder ({type(module).__module__}.{type(module).__name__}, "
-                f"__file__={file!r}, distributions providing triton: {providers or 'none'}){where}; "
-                "torch's inductor will believe Triton exists and torch.compile fails (vllm#17309)",
-                None, **facts)
-        spec_found = True
+        when = "before vLLM was imported" if before is not None else "after `import vllm`"
+        diagnosis, more = _placeholder_diagnosis(module, when, vllm_error)
+        facts.update(more)
+        if diagnosis:
+            return result("failed", diagnosis, None, **facts)
+    if vllm_error:
+        return result("failed", f"`import vllm` fails: {vllm_error}", "fix vLLM's import first (see vllm-cli)",
+                      **facts)
+    spec_found = module is not None or importlib.util.find_spec("triton") is not None
     try:
         from torch.utils._triton import has_triton_package
         torch_says = bool(has_triton_package())
