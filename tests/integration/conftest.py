@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,25 +74,65 @@ def cpu_image(cpu_build: dict[str, Any]) -> str:
     return str(cpu_build["image"])
 
 
+@pytest.fixture(scope="session")
+def wheel_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A factory: ``wheel_cache(requirement)`` downloads one wheel (no deps) with the host's pip; its path.
+
+    Uses the host's own pip configuration (index, CA bundle), so a bad image never needs network access.
+    """
+    folder = tmp_path_factory.mktemp("wheels")
+
+    def get(requirement: str) -> Path:
+        target = folder / requirement.replace("=", "_")
+        if not target.exists():
+            proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                                   "--python-version", "3.11", "-d", str(target), requirement],
+                                  capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                pytest.skip(f"cannot download {requirement} here: {proc.stderr.strip().splitlines()[-1:]}")
+        (wheel,) = target.glob("*.whl")
+        return wheel
+
+    return get
+
+
 @pytest.fixture
 def derived_image(client: docker.DockerClient, cpu_image: str, tmp_path: Path) -> Iterator[Any]:
-    """A factory: ``derived_image(lines)`` builds FROM the CPU image plus ``lines``; removed afterwards."""
+    """A factory: ``derived_image(lines, wheels=[])`` builds FROM the CPU image plus ``lines``.
+
+    ``wheels`` are staged as ``wheels/`` in the build context; ``INSTALL_WHEELS`` (a Dockerfile line)
+    installs them into the image's venv without network. Images are removed afterwards.
+    """
     made: list[str] = []
 
-    def build(lines: list[str]) -> str:
+    def build(lines: list[str], wheels: list[Path] = ()) -> str:  # type: ignore[assignment]
         tag = f"{TEST_REPOSITORY}/bad-{uuid.uuid4().hex[:8]}:latest"
         context = tmp_path / f"ctx-{len(made)}"
-        context.mkdir()
+        (context / "wheels").mkdir(parents=True)
+        for wheel in wheels:
+            try:
+                os.link(wheel, context / "wheels" / wheel.name)
+            except OSError:
+                shutil.copy(wheel, context / "wheels" / wheel.name)
         (context / "Dockerfile").write_text("\n".join([f"FROM {cpu_image}", *lines]) + "\n")
         proc = subprocess.run(["docker", "buildx", "build", "--load", "--tag", tag, str(context)],
                               capture_output=True, text=True, check=False)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         made.append(tag)
         return tag
 
     yield build
     for tag in made:
         client.images.remove(tag, force=True)
+
+
+# A Dockerfile line that installs the staged wheels into /opt/venv with a throwaway pip (the image has none).
+INSTALL_WHEELS = (
+    "RUN --mount=type=bind,source=wheels,target=/wheels python3.11 -m venv /tmp/pip "
+    "&& /tmp/pip/bin/pip install --quiet --no-deps --no-index --upgrade --target /opt/venv/lib/python3.11/site-packages "
+    "/wheels/*.whl "
+    "&& rm -rf /tmp/pip"
+)
 
 
 @pytest.fixture(autouse=True)

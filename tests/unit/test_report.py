@@ -52,3 +52,22 @@ def test_junit_is_parseable_with_one_case_per_check(tmp_path: Path) -> None:
     assert isinstance(failure, junitparser.Failure)
     assert failure.message == "ValueError: Model Runner V2 requires Triton."
     assert isinstance(cases["offline-generate"].result[0], junitparser.Error)
+
+
+def test_github_step_summary_and_annotations(tmp_path: Path) -> None:
+    summary = tmp_path / "summary.md"
+    lines = report.publish_to_github(_report(), {"GITHUB_STEP_SUMMARY": str(summary), "GITHUB_ACTIONS": "true"})
+    text = summary.read_text()
+    assert "| cpu | model-runner | ❌ failed |" in text
+    assert "**fix:** set VLLM_USE_V2_MODEL_RUNNER=0" in text
+    assert "`vllm-matrix/cpu:abc`" in text and "4.19 GB" in text
+    assert lines == [
+        "::error title=cpu/model-runner failed::ValueError: Model Runner V2 requires Triton.%0A"
+        "fix: set VLLM_USE_V2_MODEL_RUNNER=0",
+        "::error title=cpu/offline-generate timeout::late%0Afix: h",
+    ]
+
+
+def test_nothing_is_published_outside_github(tmp_path: Path) -> None:
+    assert report.publish_to_github(_report(), {}) == []
+    assert list(tmp_path.iterdir()) == []

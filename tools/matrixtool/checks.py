@@ -88,5 +88,44 @@ CHECKS: dict[str, CheckInfo] = {
             reports=(f"{_VLLM}/issues/15007",),
             hint="make sure the vllm console script is on PATH and its environment imports",
         ),
+        CheckInfo(
+            name="triton-drivers",
+            proves="Triton's backends and active drivers give vLLM's HAS_TRITON the value the variant expects "
+            "(exactly one active driver where Triton is required and a GPU is visible)",
+            classes=(4,),
+            reports=(f"{_VLLM}/pull/53530",),
+            hint="install the triton build torch pins for this accelerator only (one distribution, no extra "
+            "backends); on CPU/Arm images ship none",
+        ),
+        CheckInfo(
+            name="triton-kernel",
+            proves="a small Triton kernel compiles, launches on the GPU and computes the right result",
+            classes=(4, 5),
+            reports=("https://github.com/triton-lang/triton/issues/7594",),
+            hint="install the triton that torch pins and make sure the GPU driver is visible in the container",
+        ),
+        CheckInfo(
+            name="pip-check",
+            proves="every installed distribution's requirements are met (those the variant excludes on purpose "
+            "are listed, not failed)",
+            classes=(7,),
+            reports=(f"{_VLLM}/pull/16664",),
+            hint="install the required versions, or exclude the package on purpose in matrix.yaml index.exclude",
+        ),
+        CheckInfo(
+            name="native-libs",
+            proves="no `not found` from ldd on torch's and vLLM's shared objects; every LD_PRELOAD path exists",
+            classes=(11,),
+            reports=(f"{_VLLM}/issues/18743", f"{_VLLM}/pull/37561"),
+            hint="install the system packages providing the missing libraries (libnuma1 for libnuma.so.1); "
+            "point LD_PRELOAD only at files that exist",
+        ),
+        CheckInfo(
+            name="cpu-engine-settings",
+            proves="VLLM_CPU_KVCACHE_SPACE and friends fit the container's memory",
+            classes=(12,),
+            reports=(f"{_VLLM}/issues/29233",),
+            hint="set VLLM_CPU_KVCACHE_SPACE (GiB) well below the container's memory limit, or leave it unset",
+        ),
     )
 }

@@ -235,6 +235,8 @@ def _finish(settings: Settings, result: report.RunReport, as_json: bool, junit: 
     junit_path = junit or settings.out_dir / "reports" / "junit.xml"
     if result.checks or result.errors:
         report.write_junit(result, junit_path)
+    for line in report.publish_to_github(result, settings.env):
+        click.echo(line, err=True)
     click.echo(report.to_json_text(result) if as_json else "\n" + report.table(result))
     if result.checks or result.errors:
         click.echo(f"JUnit report: {junit_path}", err=True)
@@ -266,16 +268,20 @@ def _checks_for(variant: Variant, only: Sequence[str], skip: Sequence[str]) -> l
     return [c for c in variant.checks if (not only or c.name in only) and c.name not in skip]
 
 
-def _smoke(settings: Settings, client: docker.DockerClient, image: str, variant: Variant,
-           only: Sequence[str], skip: Sequence[str], quiet: bool) -> list[smoke.CheckResult]:
-    checks = _checks_for(variant, only, skip)
-
+def _shower(quiet: bool) -> Any:
     def show(r: smoke.CheckResult) -> None:
         if not quiet:
             click.echo(f"[{r.variant}] {r.check}: {r.status.value} ({r.seconds:.1f} s) {r.diagnosis}", err=True)
 
+    return show
+
+
+def _smoke(settings: Settings, client: docker.DockerClient, image: str, variant: Variant,
+           only: Sequence[str], skip: Sequence[str], quiet: bool) -> list[smoke.CheckResult]:
+    checks = _checks_for(variant, only, skip)
     click.echo(f"[{variant.name}] smoke checks in {image}: {', '.join(c.name for c in checks)}", err=True)
-    return smoke.run_suite(client, image, variant, checks, log_dir=settings.out_dir / "logs", on_result=show)
+    return smoke.run_suite(client, image, variant, checks, log_dir=settings.out_dir / "logs",
+                           on_result=_shower(quiet))
 
 
 _select_options = [
@@ -304,15 +310,30 @@ def run_cmd(settings: Settings, variants: Sequence[str], ca_cert: Path | None, w
 
 
 @main.command("test")
-@click.option("--image", required=True, help="Image ref to test (local, or pulled when a registry answers).")
+@click.option("--image", default=None, help="Image ref to test (local, or pulled when a registry answers).")
+@click.option("--host", "host", is_flag=True,
+              help="Host mode: run the checks in a Python environment of this machine, no Docker.")
+@click.option("--python", "python", default="python3", show_default=True,
+              help="Host mode: the interpreter whose environment (torch, triton, vLLM) is checked.")
 @click.option("--as", "as_variant", required=True, help="Variant whose expectations apply.")
 @_with(_select_options)
 @_report_options
 @click.pass_obj
-def test_cmd(settings: Settings, image: str, as_variant: str, only: Sequence[str], skip: Sequence[str],
-             as_json: bool, junit: Path | None) -> None:
-    """Run the smoke suite against any image, with VARIANT's expectations."""
+def test_cmd(settings: Settings, image: str | None, host: bool, python: str, as_variant: str,
+             only: Sequence[str], skip: Sequence[str], as_json: bool, junit: Path | None) -> None:
+    """Run the smoke suite against any image (--image) or this machine's Python (--host)."""
+    if (image is None) == (not host):
+        raise click.UsageError("give exactly one of --image REF and --host")
     (variant,) = select_variants(_load(settings), [as_variant])
+    checks_ = _checks_for(variant, only, skip)
+    if host:
+        click.echo(f"[{variant.name}] smoke checks on this host ({python}): "
+                   f"{', '.join(c.name for c in checks_)}", err=True)
+        results = smoke.run_host_suite(python, variant, checks_, env=settings.env,
+                                       log_dir=settings.out_dir / "logs", on_result=_shower(as_json))
+        _finish(settings, report.RunReport(checks=results), as_json, junit)
+        return
+    assert image is not None
     client = engine.connect()
     try:
         client.images.get(image)

@@ -122,6 +122,56 @@ def write_junit(report: RunReport, path: Path) -> None:
     xml.write(str(path), pretty=True)
 
 
+def step_summary(report: RunReport) -> str:
+    """Markdown for ``$GITHUB_STEP_SUMMARY``: builds and checks as tables, failures with their fix."""
+    lines = ["## vLLM image smoke checks", ""]
+    if report.builds:
+        lines += ["| variant | platform | image | size | build |", "|---|---|---|---|---|"]
+        lines += [f"| {b.variant} | {b.platform} | `{b.image}` | {human_size(b.size_bytes)} | "
+                  f"{'cached' if b.cached else f'{b.seconds:.0f} s'} |" for b in report.builds]
+        lines.append("")
+    if report.checks:
+        icon = {Status.PASSED: "✅", Status.FAILED: "❌", Status.TIMEOUT: "⏱️", Status.SKIPPED: "⏭️"}
+        lines += ["| variant | check | status | time | diagnosis |", "|---|---|---|---|---|"]
+        for c in report.checks:
+            diagnosis = c.diagnosis.replace("|", "\\|")
+            if not c.status.ok:
+                diagnosis += f"<br>**fix:** {c.hint.replace('|', '/')}"
+            lines.append(f"| {c.variant} | {c.check} | {icon[c.status]} {c.status.value} | {c.seconds:.1f} s | "
+                         f"{diagnosis} |")
+        lines.append("")
+    for variant, message in report.errors.items():
+        lines.append(f"**{variant}**: {message}")
+    return "\n".join(lines) + "\n"
+
+
+def _escape_annotation(text: str) -> str:
+    # GitHub workflow commands: %, CR and LF must be escaped in the message.
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def annotations(report: RunReport) -> list[str]:
+    """``::error::`` workflow commands, one per failed or timed-out check and per variant error."""
+    out = [
+        f"::error title={c.variant}/{c.check} {c.status.value}::"
+        + _escape_annotation(f"{c.diagnosis}\nfix: {c.hint}")
+        for c in report.checks
+        if not c.status.ok
+    ]
+    out += [f"::error title={v}::{_escape_annotation(m)}" for v, m in report.errors.items()]
+    return out
+
+
+def publish_to_github(report: RunReport, env: Mapping[str, str]) -> list[str]:
+    """Under GitHub Actions: append the step summary to ``GITHUB_STEP_SUMMARY`` (when set) and return the
+    ``::error::`` lines to print (when ``GITHUB_ACTIONS`` is ``true``). Elsewhere: does nothing, returns []."""
+    summary = env.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as f:
+            f.write(step_summary(report))
+    return annotations(report) if env.get("GITHUB_ACTIONS") == "true" else []
+
+
 def to_json_text(report: RunReport) -> str:
     """``to_json`` serialised, indented."""
     return json.dumps(to_json(report), indent=2, default=str)

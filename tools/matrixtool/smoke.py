@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import tarfile
 import threading
 import time
@@ -21,10 +22,11 @@ from typing import Any
 
 import docker
 import docker.errors
+import docker.types
 from docker.models.containers import Container
 
 from matrixtool.checks import CHECKS
-from matrixtool.matrix import CheckSpec, Variant
+from matrixtool.matrix import Accelerator, CheckSpec, Variant
 
 CHECKS_SCRIPT = Path(__file__).parent / "incontainer" / "smoke_checks.py"
 IN_IMAGE_DIR = "/tmp/matrix-checks"
@@ -76,13 +78,21 @@ def check_params(variant: Variant, entrypoint: Sequence[str] = ()) -> dict[str, 
         "vllm_version": variant.vllm.version,
         "torch_version": variant.torch.version,
         "max_tokens": 8,
+        "exclude": list(variant.index.exclude),
         "entrypoint": list(entrypoint),
     }
 
 
-def container_kwargs(image: str, session: str) -> dict[str, Any]:
-    """Keyword arguments of ``client.containers.run`` for the long-lived check container."""
+def container_kwargs(image: str, session: str, *, gpu: bool = False) -> dict[str, Any]:
+    """Keyword arguments of ``client.containers.run`` for the long-lived check container.
+
+    ``gpu``: pass every GPU through (Docker device request, like ``--gpus all``).
+    """
+    extra: dict[str, Any] = {}
+    if gpu:
+        extra["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
     return {
+        **extra,
         "image": image,
         "entrypoint": ["sleep"],
         "command": ["infinity"],
@@ -93,11 +103,13 @@ def container_kwargs(image: str, session: str) -> dict[str, Any]:
     }
 
 
-def exec_argv(check: CheckSpec, params: Mapping[str, Any]) -> list[str]:
-    """The command run in the container for ``check``, bounded by its timeout (seconds)."""
+def exec_argv(
+    check: CheckSpec, params: Mapping[str, Any], *, python: str = "python3", script: str = f"{IN_IMAGE_DIR}/smoke_checks.py"
+) -> list[str]:
+    """The command that runs ``check`` (in the container, or on the host), bounded by its timeout (seconds)."""
     return [
         "timeout", "-k", str(KILL_GRACE), str(check.timeout),
-        "python3", f"{IN_IMAGE_DIR}/smoke_checks.py", check.name, json.dumps(params, sort_keys=True),
+        python, script, check.name, json.dumps(params, sort_keys=True),
     ]  # fmt: skip
 
 
@@ -140,16 +152,17 @@ def _tar_of(path: Path) -> bytes:
 class CheckContainer:
     """A long-lived container the checks exec into; a context manager that always removes it."""
 
-    def __init__(self, client: docker.DockerClient, image: str, session: str) -> None:
+    def __init__(self, client: docker.DockerClient, image: str, session: str, *, gpu: bool = False) -> None:
         self.client = client
         self.image = image
         self.session = session
+        self.gpu = gpu
         self.container: Container | None = None
 
     def start(self) -> Container:
         """Start (or restart after a timeout) the container and copy the check script into it."""
         self.remove()
-        container = self.client.containers.run(**container_kwargs(self.image, self.session))
+        container = self.client.containers.run(**container_kwargs(self.image, self.session, gpu=self.gpu))
         container.exec_run(["mkdir", "-p", IN_IMAGE_DIR], user="root")
         container.put_archive(IN_IMAGE_DIR, _tar_of(CHECKS_SCRIPT))
         self.container = container
@@ -163,6 +176,9 @@ class CheckContainer:
             except docker.errors.APIError:
                 pass
             self.container = None
+
+    def argv(self, check: CheckSpec, params: Mapping[str, Any]) -> list[str]:
+        return exec_argv(check, params)
 
     def __enter__(self) -> CheckContainer:
         self.start()
@@ -195,6 +211,87 @@ class CheckContainer:
         return (int(exit_code) if exit_code is not None else None), output
 
 
+class HostRunner:
+    """Runs the checks in a Python environment of this machine (host mode: bare-metal GPU runners)."""
+
+    def __init__(self, python: str, env: Mapping[str, str]) -> None:
+        self.python = python
+        self.env = dict(env)
+
+    def __enter__(self) -> HostRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def start(self) -> None:
+        """Nothing to restart: a timed-out check was killed with its process group by ``timeout``."""
+
+    def argv(self, check: CheckSpec, params: Mapping[str, Any]) -> list[str]:
+        return exec_argv(check, params, python=self.python, script=str(CHECKS_SCRIPT))
+
+    def exec(self, argv: list[str], env: Mapping[str, str], deadline: float) -> tuple[int | None, str]:
+        """Run ``argv`` here; (exit code, output), or (None, partial output) past ``deadline`` seconds."""
+        try:
+            proc = subprocess.run(argv, env={**self.env, **env}, capture_output=True, text=True, errors="replace",
+                                  timeout=deadline, check=False)
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            return None, out
+        return proc.returncode, proc.stdout + proc.stderr
+
+
+def run_host_suite(
+    python: str,
+    variant: Variant,
+    checks: Sequence[CheckSpec],
+    *,
+    env: Mapping[str, str],
+    log_dir: Path,
+    on_result: Callable[[CheckResult], None] = lambda r: None,
+) -> list[CheckResult]:
+    """Run ``checks`` with ``python`` on this machine, no Docker (host mode), with ``variant``'s expectations."""
+    runner = HostRunner(python, env)
+    params = {**check_params(variant), "host": True}
+    return _run_checks(runner, f"host:{python}", variant, checks, params, log_dir, on_result)
+
+
+def _run_checks(
+    runner: CheckContainer | HostRunner,
+    image: str,
+    variant: Variant,
+    checks: Sequence[CheckSpec],
+    params: Mapping[str, Any],
+    log_dir: Path,
+    on_result: Callable[[CheckResult], None],
+) -> list[CheckResult]:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    results: list[CheckResult] = []
+    for check in checks:
+        started = time.monotonic()
+        exit_code, output = runner.exec(runner.argv(check, params), {}, check.timeout + KILL_GRACE + HOST_SLACK)
+        seconds = time.monotonic() - started
+        log = log_dir / f"{variant.name}.{check.name}.log"
+        log.write_text(output, encoding="utf-8")
+        status, diagnosis, hint, facts = verdict(check.name, exit_code, output, check.timeout)
+        if status is Status.TIMEOUT:
+            runner.start()  # a hung check may leave processes behind: the next check starts clean
+        result = CheckResult(variant=variant.name, image=image, check=check.name, status=status,
+                             diagnosis=diagnosis, hint="" if status.ok else hint, seconds=seconds,
+                             facts=facts, log=log)
+        results.append(result)
+        on_result(result)
+    return results
+
+
+def host_has_gpu() -> bool:
+    """True when an NVIDIA GPU device node is visible on this host (then containers get ``--gpus all``).
+
+    ROCm passes /dev/kfd and /dev/dri as devices instead; not wired yet (no ROCm machine to prove it on).
+    """
+    return Path("/dev/nvidia0").exists()
+
+
 def run_suite(
     client: docker.DockerClient,
     image: str,
@@ -209,24 +306,8 @@ def run_suite(
     Full outputs go to ``log_dir/<variant>.<check>.log``; ``on_result`` sees each result as it lands.
     Raises docker.errors.ImageNotFound when ``image`` is not on the engine.
     """
-    log_dir.mkdir(parents=True, exist_ok=True)
     entrypoint = client.images.get(image).attrs.get("Config", {}).get("Entrypoint") or []
     params = check_params(variant, entrypoint)
-    session = uuid.uuid4().hex[:12]
-    results: list[CheckResult] = []
-    with CheckContainer(client, image, session) as box:
-        for check in checks:
-            started = time.monotonic()
-            exit_code, output = box.exec(exec_argv(check, params), {}, check.timeout + KILL_GRACE + HOST_SLACK)
-            seconds = time.monotonic() - started
-            log = log_dir / f"{variant.name}.{check.name}.log"
-            log.write_text(output, encoding="utf-8")
-            status, diagnosis, hint, facts = verdict(check.name, exit_code, output, check.timeout)
-            if status is Status.TIMEOUT:
-                box.start()  # a hung check may leave processes behind: the next check gets a fresh container
-            result = CheckResult(variant=variant.name, image=image, check=check.name, status=status,
-                                 diagnosis=diagnosis, hint="" if status.ok else hint, seconds=seconds,
-                                 facts=facts, log=log)
-            results.append(result)
-            on_result(result)
-    return results
+    gpu = variant.accelerator is not Accelerator.CPU and host_has_gpu()
+    with CheckContainer(client, image, uuid.uuid4().hex[:12], gpu=gpu) as box:
+        return _run_checks(box, image, variant, checks, params, log_dir, on_result)

@@ -31,6 +31,18 @@ def result(status, diagnosis="", hint=None, **facts):
     return {"status": status, "diagnosis": diagnosis, "hint": hint, "facts": facts}
 
 
+def needs_vllm(check):
+    """Decorator: in host mode (params["host"]) a missing vLLM skips the check instead of failing it.
+
+    Bare-metal GPU runners may check torch/triton before vLLM is installed (issue: GPU proof in host mode).
+    """
+    def wrapped(params):
+        if params.get("host") and importlib.util.find_spec("vllm") is None:
+            return result("skipped", "vLLM is not installed in this Python environment (host mode)")
+        return check(params)
+    return wrapped
+
+
 def dist_version(name):
     try:
         return metadata.version(name)
@@ -170,6 +182,7 @@ def _placeholder_diagnosis(module, when, vllm_error):
     )
 
 
+@needs_vllm
 def check_no_fake_triton(params):
     before = sys.modules.get("triton")
     vllm_error = None
@@ -251,6 +264,264 @@ def check_inductor_compile(params):
     return result("passed", f"inductor compiles and matches eager on {', '.join(devices)}", **facts)
 
 
+# --- triton-drivers (class 4) ------------------------------------------------------------------------
+TRITON_STATE = r'''
+import json
+out = {}
+try:
+    from triton.backends import backends
+    out["backends"] = sorted(backends)
+    active = []
+    for name, backend in backends.items():
+        try:
+            if name != "cpu" and backend.driver and backend.driver.is_active():
+                active.append(name)
+        except Exception as exc:
+            out.setdefault("driver_errors", {})[name] = repr(exc)
+    out["active_drivers"] = active
+except Exception as exc:
+    out["backends_error"] = repr(exc)
+try:
+    from vllm.triton_utils import HAS_TRITON
+    out["has_triton"] = bool(HAS_TRITON)
+except Exception as exc:
+    out["vllm_error"] = repr(exc)
+try:
+    import torch
+    out["gpu_visible"] = bool(torch.cuda.is_available())
+except Exception:
+    out["gpu_visible"] = False
+print("MATRIX-TRITON " + json.dumps(out))
+'''
+
+
+def triton_state(timeout=600):
+    """Backends, active drivers (vLLM's rule: non-cpu backends whose driver is active), HAS_TRITON."""
+    proc = run_python(TRITON_STATE, timeout=timeout)
+    for line in proc.stdout.splitlines():
+        if line.startswith("MATRIX-TRITON "):
+            return json.loads(line[len("MATRIX-TRITON "):])
+    return {"error": last_error_line(proc.stderr) or f"exit {proc.returncode}"}
+
+
+def check_triton_drivers(params):
+    expected = params["triton"]
+    version = dist_version(params.get("triton_distribution", "triton")) or dist_version("triton")
+    if importlib.util.find_spec("triton") is None:
+        if expected == "required":
+            return result("failed", "no triton installed, so vLLM's HAS_TRITON is False; the variant requires it",
+                          None, triton=None)
+        return result("passed", "no triton installed: vLLM's HAS_TRITON is False, as the variant expects",
+                      triton=None)
+    state = triton_state()
+    facts = dict(state, triton=version, expected=expected)
+    if "error" in state:
+        return result("failed", f"inspecting triton's backends fails: {state['error']}", None, **facts)
+    summary = (f"triton {version}: backends {', '.join(state.get('backends', [])) or 'none'}; "
+               f"{len(state.get('active_drivers', []))} active driver(s) "
+               f"{state.get('active_drivers', [])}; vLLM HAS_TRITON={state.get('has_triton')}")
+    if expected == "absent":
+        return result("failed", f"{summary}; the variant promises no Triton, and vLLM cannot use this one "
+                      "(dead weight, and a trap for torch.compile)",
+                      "uninstall triton, or list it under index.exclude in matrix.yaml (xgrammar pulls it)",
+                      **facts)
+    if expected == "present-unused":
+        if state.get("has_triton"):
+            return result("failed", f"{summary}; the variant declares Triton unused, yet vLLM would use it",
+                          None, **facts)
+        return result("passed", f"{summary}, as the variant expects", **facts)
+    if not state.get("gpu_visible"):
+        return result("skipped", f"no GPU visible; {summary}", **facts)
+    active = len(state.get("active_drivers", []))
+    usable = state.get("has_triton")
+    if usable is None:  # no vLLM here: apply its rule (vllm/triton_utils/importing.py): one active driver
+        usable = active == 1
+        facts["rule"] = "vLLM absent; applied vLLM's rule: exactly one active non-cpu driver"
+    if not usable or active != 1:
+        return result("failed", f"{summary}; vLLM needs exactly one active driver (vllm PR #53530: an extra "
+                      "backend makes two)", "install the triton build torch pins for this accelerator only "
+                      "(one distribution, no extra backends)", **facts)
+    return result("passed", summary, **facts)
+
+
+# --- triton-kernel (GPU) -----------------------------------------------------------------------------
+TRITON_KERNEL = r'''
+import json, torch, triton, triton.language as tl
+
+@triton.jit
+def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+x = torch.randn(4096, device="cuda"); y = torch.randn(4096, device="cuda"); out = torch.empty_like(x)
+add[(triton.cdiv(4096, 1024),)](x, y, out, 4096, BLOCK=1024)
+torch.cuda.synchronize()
+print("MATRIX-KERNEL " + json.dumps({"ok": bool(torch.allclose(out, x + y)), "device": torch.cuda.get_device_name(0)}))
+'''
+
+
+def check_triton_kernel(params):
+    try:
+        import torch
+        gpu = torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        gpu = False
+    if not gpu:
+        return result("skipped", "no GPU visible")
+    if importlib.util.find_spec("triton") is None:
+        return result("failed", "a GPU is visible but no triton is installed", None)
+    proc = run_python(TRITON_KERNEL, timeout=600)
+    for line in proc.stdout.splitlines():
+        if line.startswith("MATRIX-KERNEL "):
+            data = json.loads(line[len("MATRIX-KERNEL "):])
+            if data["ok"]:
+                return result("passed", f"a triton kernel compiled and ran on {data['device']}; result correct",
+                              **data)
+            return result("failed", f"a triton kernel ran on {data['device']} but its result is wrong", None, **data)
+    return result("failed", f"compiling or launching a triton kernel fails: {last_error_line(proc.stderr)}", None)
+
+
+# --- pip-check (class 7) -----------------------------------------------------------------------------
+def _canonical(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def check_pip_check(params):
+    try:
+        from packaging.markers import default_environment
+        from packaging.requirements import InvalidRequirement, Requirement
+        from packaging.version import InvalidVersion, Version
+    except ImportError:
+        return result("skipped", "the image has no `packaging` to evaluate requirements with")
+    excluded = {_canonical(n) for n in params.get("exclude", [])}
+    installed = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            installed[_canonical(name)] = dist
+    problems, waived = [], []
+    for key, dist in sorted(installed.items()):
+        env = dict(default_environment(), extra="")
+        for line in dist.requires or []:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if req.marker is not None and not req.marker.evaluate(env):
+                continue
+            dep = _canonical(req.name)
+            who = f"{dist.metadata['Name']} {dist.version}"
+            if dep not in installed:
+                (waived if dep in excluded else problems).append(f"{who} requires {req}, which is not installed")
+                continue
+            try:
+                have = Version(installed[dep].version)
+            except InvalidVersion:
+                continue
+            if req.specifier and not req.specifier.contains(have, prereleases=True):
+                problems.append(f"{who} requires {req}, but {installed[dep].version} is installed")
+    facts = {"distributions": len(installed), "waived": waived}
+    if problems:
+        return result("failed", f"{len(problems)} dependency conflict(s): " + "; ".join(problems[:8]),
+                      "install the required versions, or exclude the package on purpose (matrix.yaml "
+                      "index.exclude) if the variant must not ship it", problems=problems, **facts)
+    note = f"; waived (excluded by the variant): {len(waived)}" if waived else ""
+    return result("passed", f"{len(installed)} distributions, no unmet requirement{note}", **facts)
+
+
+# --- native-libs (class 11) --------------------------------------------------------------------------
+def _package_dir(name):
+    spec = importlib.util.find_spec(name)
+    return os.path.dirname(spec.origin) if spec and spec.origin else None
+
+
+def check_native_libs(params):
+    facts = {}
+    missing_preload = [p for p in os.environ.get("LD_PRELOAD", "").replace(":", " ").split() if not os.path.exists(p)]
+    if shutil.which("ldd") is None:
+        return result("skipped", "no ldd in the image")
+    dirs = [d for d in (_package_dir("torch"), _package_dir("vllm")) if d]
+    torch_lib = os.path.join(dirs[0], "lib") if dirs and dirs[0].endswith("torch") else None
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    # vLLM's extensions link libtorch without an RPATH: torch loads it first at run time, so add its folder.
+    if torch_lib:
+        env["LD_LIBRARY_PATH"] = ":".join(filter(None, [torch_lib, env.get("LD_LIBRARY_PATH")]))
+    broken = {}
+    count = 0
+    for top in dirs:
+        for root, _, files in os.walk(top):
+            for name in files:
+                if ".so" not in name:
+                    continue
+                path = os.path.join(root, name)
+                count += 1
+                proc = subprocess.run(["ldd", path], capture_output=True, text=True, env=env, check=False)
+                gone = sorted({line.split("=>")[0].strip() for line in proc.stdout.splitlines() if "not found" in line})
+                if gone:
+                    broken[os.path.relpath(path, os.path.dirname(top))] = gone
+    facts.update(shared_objects=count, broken=broken, missing_preload=missing_preload)
+    problems = []
+    if missing_preload:
+        problems.append(f"LD_PRELOAD names missing file(s): {', '.join(missing_preload)}")
+    if broken:
+        libs = sorted({lib for gone in broken.values() for lib in gone})
+        first = ", ".join(f"{k} ({', '.join(v)})" for k, v in list(broken.items())[:3])
+        problems.append(f"{len(broken)} shared object(s) miss {', '.join(libs)}: {first}")
+    if problems:
+        return result("failed", "; ".join(problems), "install the system packages that provide the missing "
+                      "libraries (e.g. libnuma1 for libnuma.so.1), and point LD_PRELOAD only at files that exist",
+                      **facts)
+    return result("passed", f"{count} shared objects of torch/vLLM resolve every library; LD_PRELOAD ok", **facts)
+
+
+# --- cpu-engine-settings (class 12) ------------------------------------------------------------------
+def _memory_limit_bytes():
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                value = f.read().strip()
+        except OSError:
+            continue
+        if value.isdigit() and int(value) < 1 << 60:
+            return int(value), path
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024, "/proc/meminfo MemTotal"
+    return None, None
+
+
+def check_cpu_engine_settings(params):
+    limit, source = _memory_limit_bytes()
+    raw = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    facts = {"VLLM_CPU_KVCACHE_SPACE": raw, "memory_limit_bytes": limit, "memory_limit_source": source,
+             "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+             "cpus": os.cpu_count()}
+    problems = []
+    if raw is not None:
+        try:
+            space = float(raw)
+        except ValueError:
+            problems.append(f"VLLM_CPU_KVCACHE_SPACE={raw!r} is not a number of GiB")
+        else:
+            if limit is not None and space * 2**30 > 0.5 * limit:
+                problems.append(f"VLLM_CPU_KVCACHE_SPACE={raw} GiB exceeds half of the memory this container may "
+                                f"use ({limit / 2**30:.1f} GiB, from {source}); the engine would be killed or fail "
+                                "to allocate (vllm#29233)")
+    try:
+        shm = os.statvfs("/dev/shm")
+        facts["dev_shm_bytes"] = shm.f_blocks * shm.f_frsize
+    except OSError:
+        pass
+    if problems:
+        return result("failed", "; ".join(problems), "set VLLM_CPU_KVCACHE_SPACE (GiB) well below the container's "
+                      "memory limit, or leave it unset so vLLM sizes the KV cache itself", **facts)
+    return result("passed", f"VLLM_CPU_KVCACHE_SPACE={raw} GiB fits {(limit or 0) / 2**30:.1f} GiB of memory", **facts)
+
+
 # --- tiny model shared by model-runner and offline-generate -----------------------------------------
 MAKE_MODEL = r'''
 import os, sys, torch
@@ -329,6 +600,7 @@ def _validate(env_overrides, timeout):
     return {"ok": False, "error": last_error_line(proc.stderr) or f"exit {proc.returncode}", "has_triton": None}
 
 
+@needs_vllm
 def check_model_runner(params):
     expected = params["triton"]
     default_env = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
@@ -384,6 +656,7 @@ if __name__ == "__main__":  # vLLM spawns worker processes
 
 
 def _generate(mode, max_tokens, timeout):
+    os.makedirs(WORK_DIR, exist_ok=True)
     script = os.path.join(WORK_DIR, "generate.py")
     with open(script, "w", encoding="utf-8") as f:
         f.write(GENERATE)
@@ -403,6 +676,7 @@ def _generate(mode, max_tokens, timeout):
     return {"error": last_error_line(proc.stderr) or f"exit {proc.returncode}", "seconds": seconds, "log": log}
 
 
+@needs_vllm
 def check_offline_generate(params):
     max_tokens = int(params.get("max_tokens", 8))
     facts = {"max_tokens": max_tokens}
@@ -425,6 +699,7 @@ def check_offline_generate(params):
 
 
 # --- vllm-cli (class 10) -----------------------------------------------------------------------------
+@needs_vllm
 def check_vllm_cli(params):
     expected = params.get("vllm_version")
     exe = shutil.which("vllm")
@@ -463,6 +738,11 @@ CHECKS = {
     "model-runner": check_model_runner,
     "offline-generate": check_offline_generate,
     "vllm-cli": check_vllm_cli,
+    "triton-drivers": check_triton_drivers,
+    "triton-kernel": check_triton_kernel,
+    "pip-check": check_pip_check,
+    "native-libs": check_native_libs,
+    "cpu-engine-settings": check_cpu_engine_settings,
 }
 
 
