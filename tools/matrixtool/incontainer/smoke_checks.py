@@ -317,9 +317,10 @@ def check_triton_drivers(params):
     facts = dict(state, triton=version, expected=expected)
     if "error" in state:
         return result("failed", f"inspecting triton's backends fails: {state['error']}", None, **facts)
+    has = state.get("has_triton")
     summary = (f"triton {version}: backends {', '.join(state.get('backends', [])) or 'none'}; "
-               f"{len(state.get('active_drivers', []))} active driver(s) "
-               f"{state.get('active_drivers', [])}; vLLM HAS_TRITON={state.get('has_triton')}")
+               f"{len(state.get('active_drivers', []))} active driver(s) {state.get('active_drivers', [])}; "
+               + (f"vLLM HAS_TRITON={has}" if has is not None else "vLLM not installed"))
     if expected == "absent":
         return result("failed", f"{summary}; the variant promises no Triton, and vLLM cannot use this one "
                       "(dead weight, and a trap for torch.compile)",
@@ -372,7 +373,12 @@ def check_triton_kernel(params):
         return result("skipped", "no GPU visible")
     if importlib.util.find_spec("triton") is None:
         return result("failed", "a GPU is visible but no triton is installed", None)
-    proc = run_python(TRITON_KERNEL, timeout=600)
+    # Triton reads a kernel's source with inspect: it must live in a file, not in `python -c`.
+    os.makedirs(WORK_DIR, exist_ok=True)
+    script = os.path.join(WORK_DIR, "triton_kernel.py")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(TRITON_KERNEL)
+    proc = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=600, check=False)
     for line in proc.stdout.splitlines():
         if line.startswith("MATRIX-KERNEL "):
             data = json.loads(line[len("MATRIX-KERNEL "):])
