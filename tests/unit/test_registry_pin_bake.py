@@ -37,8 +37,8 @@ def test_bake_target_mirrors_the_build_plan(tmp_path: Path) -> None:
     assert target == {
         "context": str(tmp_path / "cpu-amd64"), "dockerfile": "Dockerfile", "target": "runtime",
         "platforms": ["linux/amd64"], "args": {"BASE_IMAGE": "debian:bookworm-slim"},
-        "labels": dict(p.labels), "tags": list(p.tags), "output": ["type=docker"], "cache-to": ["type=inline"],
-        "secret": ["id=ca,src=/ca.crt"],
+        "labels": dict(p.labels), "tags": list(p.tags), "output": ["type=docker"],
+        "cache-to": ["type=inline"], "secret": ["id=ca,src=/ca.crt"],
     }  # fmt: skip
     # the same labels, args and tags as the `docker buildx build` argv of the same plan
     argv = p.argv(tmp_path / "cpu-amd64", tmp_path / "iid")
