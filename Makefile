@@ -38,11 +38,13 @@ render: venv
 render-check: venv
 	$(MATRIX) render --check
 
-lint: venv  ## ruff, mypy, hadolint, render drift
+lint: venv  ## ruff, mypy, hadolint, actionlint, zizmor, render drift
 	$(VENV)/bin/ruff check tools tests
 	$(VENV)/bin/ruff format --check tools tests
 	$(VENV)/bin/mypy
 	$(VENV)/bin/hadolint images/*/Dockerfile
+	$(VENV)/bin/actionlint .github/workflows/*.yml
+	$(VENV)/bin/zizmor --offline .github/workflows/
 	$(MATRIX) render --check
 
 bench: setup  ## Cold build time, image size, smoke wall time of the CPU image (writes build/bench.json)

@@ -95,13 +95,24 @@ def _check_call(argv: list[str], *, what: str) -> None:
 
 
 def provide(
-    client: docker.DockerClient, ref: str, *, platform: str, suite: str, mirror: str = DEFAULT_MIRROR
+    client: docker.DockerClient,
+    ref: str,
+    *,
+    platform: str,
+    suite: str,
+    mirror: str = DEFAULT_MIRROR,
+    digest: str | None = None,
 ) -> BaseImage:
     """Make sure ``ref`` exists locally for ``platform``: use it, else pull it, else make a stand-in.
 
+    With ``digest`` (pinned in the lock file) only ``ref@digest`` will do: it is used when local, else
+    pulled; a stand-in cannot satisfy a pin, so a failed pull is an error.
+
     Raises:
-        BuildError: the stand-in could not be made.
+        BuildError: the stand-in could not be made, or a pinned base could not be pulled.
     """
+    if digest:
+        return _provide_pinned(client, f"{ref}@{digest}", platform=platform)
     image = _local(client, ref, platform)
     if image is not None:
         return BaseImage(ref=ref, platform=platform, image_id=image.id, origin="local")
@@ -118,3 +129,23 @@ def provide(
     if image is None:
         raise BuildError(f"{ref} for {platform} is still missing after {origin}; run 'tools/matrix doctor'")
     return BaseImage(ref=ref, platform=platform, image_id=image.id, origin=origin)
+
+
+def _provide_pinned(client: docker.DockerClient, pinned: str, *, platform: str) -> BaseImage:
+    image = _local(client, pinned, platform)
+    origin = "local"
+    if image is None:
+        echo(["docker", "pull", "--platform", platform, pinned])
+        try:
+            client.images.pull(pinned, platform=platform)
+        except docker.errors.APIError as exc:
+            raise BuildError(
+                f"the pinned base {pinned} ({platform}) is not on the engine and pulling it failed "
+                f"({exc.explanation or exc}); a stand-in cannot match a digest: reach its registry, "
+                "or run 'tools/matrix pin' again, or remove the entry from matrix.lock.json"
+            ) from exc
+        origin = "pulled"
+        image = _local(client, pinned, platform)
+        if image is None:
+            raise BuildError(f"{pinned} has no {platform} image; pin a ref that serves {platform}")
+    return BaseImage(ref=pinned, platform=platform, image_id=image.id, origin=origin)

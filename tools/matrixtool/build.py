@@ -16,6 +16,7 @@ import docker.errors
 from matrixtool.engine import echo
 from matrixtool.errors import BuildError
 from matrixtool.plan import BuildPlan
+from matrixtool.registry import manifest_digest, remote_ref
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +68,22 @@ def existing(client: docker.DockerClient, plan: BuildPlan) -> BuildResult | None
         return None
     return BuildResult(variant=plan.variant, platform=plan.platform, image=plan.hash_tag, image_id=image_id,
                        size_bytes=size, seconds=0.0, log_path=None, cached=True)
+
+
+def published(plan: BuildPlan, registry: str) -> BuildResult | None:
+    """The result of an earlier build with the same content hash that was pushed to ``registry``
+    (its content-hash tag is there), else None. ``image`` is the registry ref, ``image_id`` the manifest
+    digest, ``size_bytes`` 0 (unknown until pulled).
+
+    Raises:
+        RegistryError: the registry did not answer.
+    """
+    ref = remote_ref(registry, plan.hash_tag)
+    digest = manifest_digest(ref)
+    if digest is None:
+        return None
+    return BuildResult(variant=plan.variant, platform=plan.platform, image=ref, image_id=digest, size_bytes=0,
+                       seconds=0.0, log_path=None, cached=True)
 
 
 def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log_dir: Path) -> BuildResult:

@@ -7,11 +7,12 @@ Errors print one ``error:`` message and exit with the code of their class (``err
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,8 @@ from typing import Any
 import click
 import docker
 
-from matrixtool import base, build, engine, plan, render, report, smoke
-from matrixtool.errors import ConfigError, ExitCode, MatrixError, SmokeFailure
+from matrixtool import bake, base, build, ci, engine, pin, plan, publish, registry, render, report, smoke
+from matrixtool.errors import BuildError, ConfigError, ExitCode, MatrixError, RegistryError, SmokeFailure
 from matrixtool.matrix import DEFAULT_MATRIX, REPO_ROOT, Matrix, Variant, load_matrix
 from matrixtool.select import select_variants
 
@@ -168,6 +169,41 @@ def preflight(
     return ca, wheels
 
 
+def plan_variants(
+    settings: Settings,
+    client: docker.DockerClient,
+    variants: Sequence[Variant],
+    *,
+    ca: Path | None,
+    wheels: Path | None,
+    repository: str,
+) -> list[plan.BuildPlan]:
+    """Provide bases and plan every (variant, platform), pinned bases from the lock file as ``ref@digest``.
+
+    ``build``, ``bake`` and ``push`` all go through here, so their tags, labels and content hashes agree.
+
+    Raises:
+        ConfigError (lock file), BuildError (base image).
+    """
+    lock = pin.read_lock(pin.lock_path(settings.matrix_path))
+    revision = _git("rev-parse", "HEAD") or "unknown"
+    source = _git("remote", "get-url", "origin") or str(REPO_ROOT)
+    plans = []
+    for variant in variants:
+        files = tuple(render.render_variant(variant))
+        digest = lock.digest(variant.base_image)
+        for platform in variant.platforms:
+            got = base.provide(client, variant.base_image, platform=platform, suite=variant.stand_in_suite,
+                               digest=digest)
+            rows = plan.wheelhouse_fingerprint(wheels) if (wheels and variant.index.wheelhouse) else []
+            plans.append(plan.plan_build(
+                variant, platform=platform, files=files, base_image_id=got.image_id, wheelhouse=wheels,
+                wheelhouse_rows=rows, ca_cert=ca, revision=revision, source_url=source, repository=repository,
+                base_digest=digest,
+            ))
+    return plans
+
+
 def build_variants(
     settings: Settings,
     client: docker.DockerClient,
@@ -177,42 +213,49 @@ def build_variants(
     wheels: Path | None,
     force: bool,
     repository: str,
+    registry_prefix: str | None = None,
 ) -> list[build.BuildResult]:
-    """Provide bases, plan and build every (variant, platform); ``preflight`` must have passed.
+    """Plan and build every (variant, platform); ``preflight`` must have passed.
+
+    A plan is skipped (unless ``force``) when its content-hash tag is on the engine, or in
+    ``registry_prefix`` when given.
 
     Raises:
-        ConfigError, BuildError.
+        ConfigError, BuildError, RegistryError (the registry did not answer).
     """
-    revision = _git("rev-parse", "HEAD") or "unknown"
-    source = _git("remote", "get-url", "origin") or str(REPO_ROOT)
     results = []
-    for variant in variants:
-        files = tuple(render.render_variant(variant))
-        for platform in variant.platforms:
-            got = base.provide(client, variant.base_image, platform=platform, suite=variant.stand_in_suite)
-            rows = plan.wheelhouse_fingerprint(wheels) if (wheels and variant.index.wheelhouse) else []
-            the_plan = plan.plan_build(
-                variant, platform=platform, files=files, base_image_id=got.image_id, wheelhouse=wheels,
-                wheelhouse_rows=rows, ca_cert=ca, revision=revision, source_url=source, repository=repository,
-            )
-            done = None if force else build.existing(client, the_plan)
+    for the_plan in plan_variants(settings, client, variants, ca=ca, wheels=wheels, repository=repository):
+        done = None if force else build.existing(client, the_plan)
+        if done is not None:
+            click.echo(f"{the_plan.variant}: {done.image} exists (content hash unchanged); --force rebuilds",
+                       err=True)
+        elif not force and registry_prefix:
+            done = build.published(the_plan, registry_prefix)
             if done is not None:
-                click.echo(f"{variant.name}: {done.image} exists (content hash unchanged); --force rebuilds", err=True)
-            else:
-                done = build.execute(client, the_plan, work_dir=settings.out_dir / "context",
-                                     log_dir=settings.out_dir / "logs")
-            results.append(done)
+                click.echo(f"{the_plan.variant}: {done.image} exists in the registry (content hash "
+                           "unchanged); --force rebuilds", err=True)
+        if done is None:
+            done = build.execute(client, the_plan, work_dir=settings.out_dir / "context",
+                                 log_dir=settings.out_dir / "logs")
+        results.append(done)
     return results
 
 
-_build_options = [
+_REGISTRY_HELP = "Registry prefix HOST[:PORT][/NAMESPACE]; images: <registry>/<repository>/<variant>:<tag>."
+_input_options = [
     click.option("--ca-cert", type=click.Path(path_type=Path), default=None,
                  help="CA bundle passed as build secret 'ca' (default: SSL_CERT_FILE, PIP_CERT, REQUESTS_CA_BUNDLE)."),
     click.option("--wheelhouse", type=click.Path(path_type=Path), default=None,
                  help="Folder of local wheels, bind-mounted during the build (default: PIP_FIND_LINKS)."),
-    click.option("--force", is_flag=True, help="Rebuild even when the content-hash tag exists."),
     click.option("--repository", default=plan.DEFAULT_REPOSITORY, show_default=True,
                  help="Image repository prefix: images are <repository>/<variant>:<tag>."),
+]
+_build_options = [
+    *_input_options,
+    click.option("--force", is_flag=True,
+                 help="Rebuild even when the content-hash tag exists (locally or in --registry)."),
+    click.option("--registry", "registry_prefix", default=None,
+                 help="Also skip a build whose content-hash tag is in this registry. " + _REGISTRY_HELP),
 ]
 
 
@@ -223,8 +266,8 @@ def _report_options(f: Any) -> Any:
     return f
 
 
-def _with(options: list[Any]) -> Any:
-    def wrap(f: Any) -> Any:
+def _with(options: list[Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def wrap(f: Callable[..., Any]) -> Callable[..., Any]:
         for option in reversed(options):
             f = option(f)
         return f
@@ -250,12 +293,14 @@ def _finish(settings: Settings, result: report.RunReport, as_json: bool, junit: 
 @_report_options
 @click.pass_obj
 def build_cmd(settings: Settings, variants: Sequence[str], ca_cert: Path | None, wheelhouse: Path | None,
-              force: bool, repository: str, as_json: bool, junit: Path | None) -> None:
+              force: bool, repository: str, registry_prefix: str | None, as_json: bool,
+              junit: Path | None) -> None:
     """Build variants with BuildKit (no smoke checks)."""
     selected = select_variants(_load(settings), variants)
     ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
     client = engine.connect()
-    results = build_variants(settings, client, selected, ca=ca, wheels=wheels, force=force, repository=repository)
+    results = build_variants(settings, client, selected, ca=ca, wheels=wheels, force=force,
+                             repository=repository, registry_prefix=registry_prefix)
     _finish(settings, report.RunReport(builds=results), as_json, junit)
 
 
@@ -296,16 +341,19 @@ _select_options = [
 @_report_options
 @click.pass_obj
 def run_cmd(settings: Settings, variants: Sequence[str], ca_cert: Path | None, wheelhouse: Path | None,
-            force: bool, repository: str, only: Sequence[str], skip: Sequence[str], as_json: bool,
-            junit: Path | None) -> None:
+            force: bool, repository: str, registry_prefix: str | None, only: Sequence[str],
+            skip: Sequence[str], as_json: bool, junit: Path | None) -> None:
     """Render-check, build and smoke-test variants; print a summary table."""
     selected = select_variants(_load(settings), variants)
     ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
     client = engine.connect()
-    results = build_variants(settings, client, selected, ca=ca, wheels=wheels, force=force, repository=repository)
+    results = build_variants(settings, client, selected, ca=ca, wheels=wheels, force=force,
+                             repository=repository, registry_prefix=registry_prefix)
+    by_name = {v.name: v for v in selected}
     checks: list[smoke.CheckResult] = []
-    for variant, built in zip(selected, results, strict=False):
-        checks += _smoke(settings, client, built.image, variant, only, skip, as_json)
+    for built in results:
+        engine.pull_if_missing(client, built.image)  # skipped because it is in the registry
+        checks += _smoke(settings, client, built.image, by_name[built.variant], only, skip, as_json)
     _finish(settings, report.RunReport(builds=results, checks=checks), as_json, junit)
 
 
@@ -335,14 +383,92 @@ def test_cmd(settings: Settings, image: str | None, host: bool, python: str, as_
         return
     assert image is not None
     client = engine.connect()
-    try:
-        client.images.get(image)
-    except docker.errors.ImageNotFound:
-        engine.echo(["docker", "pull", image])
-        try:
-            client.images.pull(image)
-        except docker.errors.APIError as exc:
-            raise ConfigError("--image", [f"{image} is not on the engine and pulling it failed "
-                                          f"({exc.explanation or exc}); build it or check the ref"]) from exc
+    engine.pull_if_missing(client, image)
     checks = _smoke(settings, client, image, variant, only, skip, as_json)
     _finish(settings, report.RunReport(checks=checks), as_json, junit)
+
+
+# --- ci-matrix ---------------------------------------------------------------------------------------
+@main.command("ci-matrix")
+@click.argument("variants", nargs=-1)
+def ci_matrix_cmd(variants: Sequence[str]) -> None:
+    """Print the GitHub Actions matrix (JSON, one line): one entry per variant x platform."""
+    settings: Settings = click.get_current_context().obj
+    click.echo(ci.ci_matrix_json(select_variants(_load(settings), variants)))
+
+
+# --- bake --------------------------------------------------------------------------------------------
+@main.command("bake")
+@click.argument("variants", nargs=-1)
+@_with(_input_options)
+@click.option("--registry", "registry_prefix", default=None,
+              help="Add the same tags under this registry and use them as cache-from. " + _REGISTRY_HELP)
+@click.pass_obj
+def bake_cmd(settings: Settings, variants: Sequence[str], ca_cert: Path | None, wheelhouse: Path | None,
+             repository: str, registry_prefix: str | None) -> None:
+    """Write <out>/docker-bake.json (one target per variant x platform) and stage each target's context."""
+    selected = select_variants(_load(settings), variants)
+    ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
+    client = engine.connect()
+    plans = plan_variants(settings, client, selected, ca=ca, wheels=wheels, repository=repository)
+    path = bake.write_bake(plans, out_dir=settings.out_dir, registry=registry_prefix)
+    for p in plans:
+        click.echo(f"{bake.target_name(p)}: {p.hash_tag}", err=True)
+    click.echo(f"wrote {path}; build with: docker buildx bake -f {path} [TARGET|VARIANT...]", err=True)
+    click.echo(str(path))
+
+
+# --- push --------------------------------------------------------------------------------------------
+@main.command("push")
+@click.argument("variants", nargs=-1)
+@click.option("--registry", "registry_prefix", required=True, help=_REGISTRY_HELP)
+@_with(_input_options)
+@click.option("--keep-tags/--no-keep-tags", default=True, show_default=True,
+              help="Keep the <registry>/… tags on the engine after pushing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the pushed refs and digests as JSON.")
+@click.pass_obj
+def push_cmd(settings: Settings, variants: Sequence[str], registry_prefix: str, ca_cert: Path | None,
+             wheelhouse: Path | None, repository: str, keep_tags: bool, as_json: bool) -> None:
+    """Push built images to a registry: the content-hash tag and the version tag."""
+    selected = select_variants(_load(settings), variants)
+    ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
+    client = engine.connect()
+    plans = plan_variants(settings, client, selected, ca=ca, wheels=wheels, repository=repository)
+    missing = [p for p in plans if build.existing(client, p) is None]
+    if missing:
+        names = " ".join(dict.fromkeys(p.variant for p in missing))
+        raise BuildError(f"not built yet: {', '.join(p.hash_tag for p in missing)}; "
+                         f"run 'tools/matrix build {names}' first")
+    pushes = [publish.plan_push(p, registry=registry_prefix) for p in plans]
+    results = [publish.execute_push(p, keep_tags=keep_tags) for p in pushes]
+    if as_json:
+        doc = {"schema_version": report.JSON_SCHEMA_VERSION,
+               "pushed": [{"variant": r.variant, "platform": r.platform, "refs": list(r.refs),
+                           "digest": r.digest} for r in results]}
+        click.echo(json.dumps(doc, indent=2))
+        return
+    for r in results:
+        click.echo(f"{r.variant} ({r.platform}): pushed {', '.join(r.refs)} ({r.digest or 'digest unknown'})")
+
+
+# --- pin ---------------------------------------------------------------------------------------------
+@main.command("pin")
+@click.argument("variants", nargs=-1)
+@click.pass_obj
+def pin_cmd(settings: Settings, variants: Sequence[str]) -> None:
+    """Record the registry digest of each variant's base image in matrix.lock.json (beside matrix.yaml)."""
+    selected = select_variants(_load(settings), variants)
+    path = pin.lock_path(settings.matrix_path)
+    lock = pin.read_lock(path)
+    refs = pin.base_refs(selected)
+    try:
+        pinned = pin.pin(refs, lock=lock, resolve=registry.manifest_digest)
+    except RegistryError as exc:
+        raise RegistryError(f"{exc}; {path} left unchanged", registry=exc.registry, ref=exc.ref) from exc
+    changed = pin.write_lock(pinned, path)
+    for ref in refs:
+        was = lock.digest(ref)
+        now = pinned.digest(ref)
+        note = "unchanged" if was == now else (f"was {was}" if was else "new")
+        click.echo(f"{ref}@{now} ({note})")
+    click.echo(f"{'wrote' if changed else 'unchanged:'} {path}", err=True)

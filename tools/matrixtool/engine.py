@@ -13,7 +13,8 @@ from enum import Enum
 import docker
 import docker.errors
 
-from matrixtool.errors import EngineUnreachableError
+from matrixtool.errors import EngineUnreachableError, RegistryError
+from matrixtool.registry import parse_ref
 
 SETUP_HINT = "run 'make engine' (as root on Debian 12/13) or start your Docker engine"
 
@@ -35,6 +36,28 @@ def connect() -> docker.DockerClient:
 def echo(argv: Sequence[str]) -> None:
     """Print an external command the way it is about to run (``+ docker buildx build …``) to stderr."""
     print("+ " + shlex.join(argv), file=sys.stderr, flush=True)
+
+
+def pull_if_missing(client: docker.DockerClient, ref: str) -> bool:
+    """Pull ``ref`` unless the engine has it; True when it was pulled.
+
+    Raises:
+        RegistryError: pulling failed (the message names the registry, the ref and the engine's reason).
+    """
+    try:
+        client.images.get(ref)
+        return False
+    except docker.errors.ImageNotFound:
+        pass
+    echo(["docker", "pull", ref])
+    try:
+        client.images.pull(ref)
+    except docker.errors.APIError as exc:
+        host = parse_ref(ref).registry
+        raise RegistryError(f"{ref} is not on the engine and pulling it from {host} failed "
+                            f"({exc.explanation or exc}); build it, push it, or check the ref", registry=host,
+                            ref=ref) from exc
+    return True
 
 
 class Status(str, Enum):

@@ -21,6 +21,7 @@ class ExitCode(IntEnum):
     BUILD = 6
     SMOKE = 7
     ENGINE = 8
+    REGISTRY = 9
 
 
 class MatrixError(Exception):
@@ -69,3 +70,18 @@ class EngineUnreachableError(MatrixError):
     """No Docker engine answers, or buildx is missing."""
 
     exit_code = ExitCode.ENGINE
+
+
+class RegistryError(MatrixError):
+    """A container registry did not answer, refused a request, or lacks an image that must be there.
+
+    ``registry`` is the host (``registry-1.docker.io``, ``127.0.0.1:5000``) and ``ref`` the image ref
+    the request was about, so the message can name both.
+    """
+
+    exit_code = ExitCode.REGISTRY
+
+    def __init__(self, message: str, *, registry: str = "", ref: str = "") -> None:
+        self.registry = registry
+        self.ref = ref
+        super().__init__(message)

@@ -29,7 +29,8 @@ class BuildPlan:
     ``wheelhouse``: a folder staged as ``wheelhouse/`` in the build context (bind-mounted by the
     Dockerfile, never copied into a layer); ``ca_cert``: the file passed as build secret ``ca``;
     ``content_hash``: sha256 hex of every input (see ``content_hash``); ``tags``: full image refs,
-    the content-hash tag first.
+    the content-hash tag first; ``base_digest``: the ``sha256:…`` manifest digest of ``base_image``
+    recorded by ``tools/matrix pin`` in the lock file, or None when the base is not pinned.
     """
 
     variant: str
@@ -41,11 +42,27 @@ class BuildPlan:
     content_hash: str
     tags: tuple[str, ...]
     labels: Mapping[str, str] = field(default_factory=dict)
+    base_digest: str | None = None
 
     @property
     def hash_tag(self) -> str:
         """The image ref whose tag is derived from the content hash."""
         return self.tags[0]
+
+    @property
+    def base_ref(self) -> str:
+        """The ``BASE_IMAGE`` build arg: ``ref@sha256:…`` when pinned, else the plain ref of matrix.yaml."""
+        return pinned_ref(self.base_image, self.base_digest)
+
+    @property
+    def arch(self) -> str:
+        """The architecture part of ``platform`` (``linux/amd64`` -> ``amd64``)."""
+        return self.platform.split("/")[-1]
+
+    @property
+    def build_args(self) -> dict[str, str]:
+        """The build args passed to BuildKit (``docker buildx build --build-arg`` and bake's ``args``)."""
+        return {"BASE_IMAGE": self.base_ref}
 
     def argv(self, context_dir: Path, iidfile: Path) -> list[str]:
         """The ``docker buildx build`` command for a build context staged at ``context_dir``."""
@@ -56,9 +73,10 @@ class BuildPlan:
             "--platform", self.platform,
             "--target", TARGET,
             "--file", str(context_dir / "Dockerfile"),
-            "--build-arg", f"BASE_IMAGE={self.base_image}",
             "--iidfile", str(iidfile),
         ]  # fmt: skip
+        for key, value in sorted(self.build_args.items()):
+            argv += ["--build-arg", f"{key}={value}"]
         if self.ca_cert is not None:
             argv += ["--secret", f"id=ca,src={self.ca_cert}"]
         for key, value in sorted(self.labels.items()):
@@ -67,6 +85,11 @@ class BuildPlan:
             argv += ["--tag", tag]
         argv.append(str(context_dir))
         return argv
+
+
+def pinned_ref(ref: str, digest: str | None) -> str:
+    """``ref@digest`` (the tag stays for readers; the digest decides what is pulled), or ``ref`` unpinned."""
+    return f"{ref}@{digest}" if digest else ref
 
 
 def wheelhouse_fingerprint(wheelhouse: Path) -> list[str]:
@@ -80,11 +103,19 @@ def wheelhouse_fingerprint(wheelhouse: Path) -> list[str]:
 
 
 def content_hash(
-    *, files: tuple[RenderedFile, ...], platform: str, base_image_id: str, wheelhouse_rows: list[str]
+    *,
+    files: tuple[RenderedFile, ...],
+    platform: str,
+    base_image_id: str,
+    wheelhouse_rows: list[str],
+    base_digest: str | None = None,
 ) -> str:
-    """sha256 hex over every build input: rendered files, platform, base image ID, wheelhouse listing.
+    """sha256 hex over every build input: rendered files, platform, base image ID, wheelhouse listing,
+    and the pinned base digest from the lock file (when there is one).
 
     The CA bundle is deliberately left out: it changes how packages are fetched, not what the image holds.
+    An unpinned base adds no digest line, so hashes of unpinned builds stay as they were before pinning
+    existed (their images are still found by ``build``'s skip).
     """
     digest = hashlib.sha256()
     for f in sorted(files, key=lambda f: str(f.path)):
@@ -93,6 +124,8 @@ def content_hash(
     digest.update(f"platform {platform}\nbase {base_image_id}\n".encode())
     for row in wheelhouse_rows:
         digest.update(f"wheel {row}\n".encode())
+    if base_digest:
+        digest.update(f"base-digest {base_digest}\n".encode())
     return digest.hexdigest()
 
 
@@ -116,10 +149,13 @@ def plan_build(
     revision: str,
     source_url: str,
     repository: str = DEFAULT_REPOSITORY,
+    base_digest: str | None = None,
 ) -> BuildPlan:
-    """The build of ``variant`` for ``platform``; ``base_image_id`` is the local ID of its base image."""
+    """The build of ``variant`` for ``platform``; ``base_image_id`` is the local ID of its base image,
+    ``base_digest`` its pinned manifest digest from the lock file (None: unpinned)."""
     digest = content_hash(
-        files=files, platform=platform, base_image_id=base_image_id, wheelhouse_rows=wheelhouse_rows
+        files=files, platform=platform, base_image_id=base_image_id, wheelhouse_rows=wheelhouse_rows,
+        base_digest=base_digest,
     )
     name = image_repository(repository, variant, platform)
     tags = (f"{name}:{digest[:16]}", f"{name}:{variant.vllm.version}")
@@ -128,6 +164,7 @@ def plan_build(
         "org.opencontainers.image.revision": revision,
         "org.opencontainers.image.version": variant.vllm.version,
         "org.opencontainers.image.base.name": variant.base_image,
+        **({"org.opencontainers.image.base.digest": base_digest} if base_digest else {}),
         "io.vllm-matrix.content-hash": digest,
         "io.vllm-matrix.platform": platform,
     }
@@ -141,6 +178,7 @@ def plan_build(
         content_hash=digest,
         tags=tags,
         labels=labels,
+        base_digest=base_digest,
     )
 
 

@@ -1,0 +1,72 @@
+"""`make bench`: cold build time, image size and smoke wall time of a variant, measured end to end.
+
+Cold means: no image of the variant, no base image and no BuildKit cache on the engine before the run
+(everything is removed first; packages are downloaded again). Results: printed, and written to
+``build/bench/<variant>.json``. Speed and size are measured here, never asserted in tests.
+
+Usage: python tools/bench.py [VARIANT] [--warm]   (--warm keeps images and cache: a rebuild-from-cache figure)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MATRIX = str(REPO / "tools" / "matrix")
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    print("+ " + " ".join(argv), file=sys.stderr, flush=True)
+    return subprocess.run(argv, capture_output=True, text=True, check=False)
+
+
+def make_cold(variant: str, base_image: str) -> None:
+    """Remove the variant's images, its base image and the whole BuildKit cache."""
+    images = _run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", f"vllm-matrix/{variant}"]).stdout.split()
+    for ref in [*images, base_image]:
+        _run(["docker", "rmi", "-f", ref])
+    _run(["docker", "buildx", "prune", "--all", "--force"])
+
+
+def main(argv: list[str]) -> int:
+    variant = next((a for a in argv if not a.startswith("--")), "cpu")
+    warm = "--warm" in argv
+    sys.path.insert(0, str(REPO / "tools"))
+    from matrixtool.matrix import load_matrix
+
+    (spec,) = [v for v in load_matrix().variants if v.name == variant]
+    if not warm:
+        make_cold(variant, spec.base_image)
+    out = REPO / "build" / "bench"
+    started = time.monotonic()
+    proc = subprocess.run([MATRIX, "--out", str(out), "run", variant, "--json"], capture_output=True, text=True,
+                          check=False)
+    wall = time.monotonic() - started
+    (out / f"{variant}.run.log").write_text(proc.stderr, encoding="utf-8")
+    try:
+        doc = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
+        return 1
+    build = doc["builds"][0]
+    result = {
+        "variant": variant,
+        "cold": not warm,
+        "ok": doc["ok"],
+        "wall_seconds": round(wall, 1),
+        "build_seconds": build["build_seconds"],
+        "image_size_bytes": build["size_bytes"],
+        "smoke_seconds": round(sum(c["seconds"] for c in doc["checks"]), 1),
+        "checks": {c["check"]: {"status": c["status"], "seconds": c["seconds"]} for c in doc["checks"]},
+    }
+    (out / f"{variant}.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    print(json.dumps(result, indent=2))
+    return 0 if doc["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

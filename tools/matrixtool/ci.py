@@ -1,0 +1,74 @@
+"""The CI matrix: matrix.yaml as the JSON a GitHub Actions job prints and later jobs expand with
+``fromJSON`` (data, not generated workflow YAML; as docker-library/python's ``generate.sh`` does).
+
+One entry per variant x platform, each carrying the runner labels that matrix.yaml declares (the schema
+requires ``runner``: a variant without one is a config error, never a guess).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from matrixtool.errors import ConfigError
+from matrixtool.matrix import Variant
+
+# PyTorch's wheel index per local version label: torch==2.13.0+cpu lives under .../whl/cpu.
+PYTORCH_INDEX = "https://download.pytorch.org/whl/{label}"
+
+
+def wheelhouse_index(variant: Variant) -> str:
+    """Where CI downloads the torch wheel of a ``wheelhouse`` variant: PyTorch's index for the local
+    version label of its torch pin (``2.13.0+cpu`` -> ``https://download.pytorch.org/whl/cpu``).
+
+    Raises:
+        ConfigError: the pin has no local label, so no index can be derived.
+    """
+    _, plus, label = variant.torch.version.partition("+")
+    if not plus or not label:
+        raise ConfigError(
+            f"variants.{variant.name}",
+            [
+                f"index.wheelhouse is true but torch {variant.torch.version} has no local version label "
+                "(like +cpu), so CI cannot tell which PyTorch index holds the wheel"
+            ],
+        )
+    return PYTORCH_INDEX.format(label=label)
+
+
+def ci_entry(variant: Variant, platform: str) -> dict[str, Any]:
+    """One ``include`` entry: ``variant``, ``platform``, ``arch``, ``runner`` (list of runs-on labels),
+    ``python``, ``torch`` (``package==version``), ``wheelhouse`` (bool) and ``wheelhouse_index`` ("" unless
+    the variant needs a wheelhouse)."""
+    return {
+        "variant": variant.name,
+        "platform": platform,
+        "arch": platform.split("/")[-1],
+        "runner": list(variant.runner),
+        "accelerator": variant.accelerator.value,
+        "python": variant.python,
+        "torch": variant.torch.requirement,
+        "wheelhouse": variant.index.wheelhouse,
+        "wheelhouse_index": wheelhouse_index(variant) if variant.index.wheelhouse else "",
+    }
+
+
+def ci_matrix(variants: Sequence[Variant]) -> dict[str, list[dict[str, Any]]]:
+    """``{"include": [...]}`` over every variant x platform, in matrix order.
+
+    Raises:
+        ConfigError: a variant has no runner labels (only reachable with a hand-made ``Variant``: the
+            schema already requires ``runner``), or a wheelhouse variant's index cannot be derived.
+    """
+    missing = [v.name for v in variants if not v.runner]
+    if missing:
+        raise ConfigError(
+            "matrix.yaml", [f"variants.{name}.runner: no runner label; CI needs one" for name in missing]
+        )
+    return {"include": [ci_entry(v, p) for v in variants for p in v.platforms]}
+
+
+def ci_matrix_json(variants: Sequence[Variant]) -> str:
+    """``ci_matrix`` as compact one-line JSON, ready for ``echo "matrix=…" >> "$GITHUB_OUTPUT"``."""
+    return json.dumps(ci_matrix(variants), separators=(",", ":"))
