@@ -20,7 +20,7 @@ from typing import Any
 import click
 import docker
 
-from matrixtool import bake, base, build, ci, engine, pin, plan, publish, registry, render, report, smoke
+from matrixtool import bake, base, build, ci, engine, index, pin, plan, publish, registry, render, report, smoke
 from matrixtool.errors import BuildError, ConfigError, ExitCode, MatrixError, RegistryError, SmokeFailure
 from matrixtool.matrix import DEFAULT_MATRIX, REPO_ROOT, Matrix, Variant, load_matrix
 from matrixtool.select import select_variants
@@ -54,6 +54,15 @@ class MatrixGroup(click.Group):
                 traceback.print_exc()
             click.echo(f"error: Docker engine: {exc}; run 'tools/matrix doctor'", err=True)
             ctx.exit(int(ExitCode.ENGINE))
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            # A bug of this tool, not bad input: one line, and the traceback only with --debug.
+            if ctx.obj is not None and ctx.obj.debug:
+                traceback.print_exc()
+            click.echo(f"error: unexpected {type(exc).__name__}: {exc}; rerun with --debug for the traceback "
+                       "and report it", err=True)
+            ctx.exit(int(ExitCode.UNEXPECTED))
 
 
 @click.group(cls=MatrixGroup)
@@ -166,7 +175,26 @@ def preflight(
     wheels = plan.resolve_wheelhouse(wheelhouse, settings.env)
     for variant in variants:
         _check_inputs(variant, wheels, ca)
+    for variant in variants:
+        _check_index_reachable(variant, ca)
     return ca, wheels
+
+
+def _check_index_reachable(variant: Variant, ca: Path | None) -> None:
+    """Fail in seconds, not after a hung build, when the variant's package index does not answer.
+
+    Raises:
+        BuildError: naming the index and the ways out (a wheelhouse, or another index in matrix.yaml).
+    """
+    for url in (variant.index.url, *variant.index.extra_urls):
+        problem = index.probe(url, ca_cert=ca, timeout=index.PROBE_TIMEOUT)
+        if problem is not None:
+            raise BuildError(
+                f"variant {variant.name}: package index {url} is unreachable from this machine ({problem}); "
+                f"the build would hang on it. Ways out: pass --wheelhouse DIR holding the wheels "
+                f"({variant.torch.requirement} and what it needs), or point variants.{variant.name}.index.url "
+                "in matrix.yaml at a mirror you can reach, then 'tools/matrix render'"
+            )
 
 
 def plan_variants(

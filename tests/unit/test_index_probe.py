@@ -1,0 +1,57 @@
+"""An unreachable package index fails a build in seconds, naming the index and the ways out."""
+
+from __future__ import annotations
+
+import http.server
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from matrixtool import index
+from matrixtool.cli import main
+from matrixtool.errors import ExitCode
+from matrixtool.matrix import REPO_ROOT
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def index_server() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    server.shutdown()
+    server.server_close()
+
+
+def test_probe(index_server: str) -> None:
+    assert index.probe(index_server, ca_cert=None, timeout=5) is None  # a 404 is an answer
+    reason = index.probe(f"http://127.0.0.1:{_closed_port()}/simple", ca_cert=None, timeout=5)
+    assert reason is not None and "refused" in reason.lower()
+
+
+def test_build_fails_fast_naming_the_index(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/whl/rocm6.4"
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    data["variants"]["rocm"]["index"]["url"] = url
+    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(data))
+    shutil.copytree(REPO_ROOT / "images", tmp_path / "images")
+    runner = CliRunner()
+    assert runner.invoke(main, ["--matrix", str(tmp_path / "matrix.yaml"), "render"]).exit_code == 0
+    result = runner.invoke(main, ["--matrix", str(tmp_path / "matrix.yaml"), "build", "rocm"],
+                           catch_exceptions=False)
+    assert result.exit_code == ExitCode.BUILD
+    assert f"package index {url} is unreachable" in result.output
+    assert "--wheelhouse" in result.output and "variants.rocm.index.url" in result.output
+    assert "Traceback" not in result.output
