@@ -43,8 +43,9 @@ def main(argv: list[str]) -> int:
         make_cold(variant, spec.base_image)
     out = REPO / "build" / "bench"
     started = time.monotonic()
-    proc = subprocess.run([MATRIX, "--out", str(out), "run", variant, "--json"], capture_output=True, text=True,
-                          check=False)
+    proc = subprocess.run(
+        [MATRIX, "--out", str(out), "run", variant, "--json"], capture_output=True, text=True, check=False
+    )
     wall = time.monotonic() - started
     (out / f"{variant}.run.log").write_text(proc.stderr, encoding="utf-8")
     try:

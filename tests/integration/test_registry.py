@@ -28,8 +28,15 @@ from tests.integration.conftest import json_of, matrix_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
-ALL_CHECKS = ["triton-import", "no-fake-triton", "torch-family", "inductor-compile", "model-runner",
-              "offline-generate", "vllm-cli"]
+ALL_CHECKS = [
+    "triton-import",
+    "no-fake-triton",
+    "torch-family",
+    "inductor-compile",
+    "model-runner",
+    "offline-generate",
+    "vllm-cli",
+]
 
 
 def _free_port() -> int:
@@ -84,8 +91,13 @@ def tags(client: docker.DockerClient) -> Iterator[list[str]]:
 
 
 def _bake(bake_file: Path, target: str) -> None:
-    proc = subprocess.run(["docker", "buildx", "bake", "-f", str(bake_file), target], capture_output=True,
-                          text=True, timeout=1800, check=False)
+    proc = subprocess.run(
+        ["docker", "buildx", "bake", "-f", str(bake_file), target],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
@@ -119,15 +131,18 @@ def test_bake_builds_what_build_builds(
 
 
 def test_push_delete_pull_and_smoke_from_the_registry(
-    client: docker.DockerClient, cpu_image: str, local_registry: str, out_dir: Path, tmp_path: Path,
+    client: docker.DockerClient,
+    cpu_image: str,
+    local_registry: str,
+    out_dir: Path,
+    tmp_path: Path,
     tags: list[str],
 ) -> None:
     repo = "vllm-matrix-regtest"
     local = f"{repo}/cpu:{cpu_image.split(':')[1]}"
     client.images.get(cpu_image).tag(local)
     tags.append(local)
-    proc = matrix_cli("push", "cpu", "--registry", local_registry, "--repository", repo, "--json",
-                      out=out_dir)
+    proc = matrix_cli("push", "cpu", "--registry", local_registry, "--repository", repo, "--json", out=out_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (pushed,) = json_of(proc)["pushed"]
     hash_ref, version_ref = pushed["refs"]
@@ -138,8 +153,7 @@ def test_push_delete_pull_and_smoke_from_the_registry(
     # Delete every local copy under these names: build must now find the hash tag in the registry.
     for ref in [local, *pushed["refs"]]:
         client.images.remove(ref, noprune=False)
-    proc = matrix_cli("build", "cpu", "--repository", repo, "--registry", local_registry, "--json",
-                      out=out_dir)
+    proc = matrix_cli("build", "cpu", "--repository", repo, "--registry", local_registry, "--json", out=out_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "exists in the registry" in proc.stderr and "docker buildx build" not in proc.stderr
     (record,) = json_of(proc)["builds"]
@@ -148,8 +162,7 @@ def test_push_delete_pull_and_smoke_from_the_registry(
     with pytest.raises(docker.errors.ImageNotFound):
         client.images.get(version_ref)
     junit = tmp_path / "junit.xml"
-    proc = matrix_cli("test", "--image", version_ref, "--as", "cpu", "--json", "--junit", str(junit),
-                      out=out_dir)
+    proc = matrix_cli("test", "--image", version_ref, "--as", "cpu", "--json", "--junit", str(junit), out=out_dir)
     doc = json_of(proc)
     assert proc.returncode == 0, proc.stderr[-5000:]
     assert "+ docker pull " + version_ref in proc.stderr
@@ -160,8 +173,9 @@ def test_push_delete_pull_and_smoke_from_the_registry(
 
 
 def _matrix_with_base(tmp_path: Path, base_image: str) -> Path:
-    text = (REPO_ROOT / "matrix.yaml").read_text().replace("base_image: debian:bookworm-slim",
-                                                            f"base_image: {base_image}")
+    text = (
+        (REPO_ROOT / "matrix.yaml").read_text().replace("base_image: debian:bookworm-slim", f"base_image: {base_image}")
+    )
     path = tmp_path / "matrix.yaml"
     path.write_text(text)
     return path

@@ -14,14 +14,32 @@ from matrixtool.errors import ExitCode
 def test_host_mode_on_this_interpreter(tmp_path) -> None:  # type: ignore[no-untyped-def]
     # The test venv has no torch, triton or vLLM: vLLM checks skip with the reason, GPU checks see no GPU,
     # and the CUDA variant's required triton is reported missing.
-    args = ["--out", str(tmp_path), "test", "--host", "--python", sys.executable, "--as", "cuda", "--json",
-            "--only", "triton-import", "--only", "no-fake-triton", "--only", "triton-kernel"]
+    args = [
+        "--out",
+        str(tmp_path),
+        "test",
+        "--host",
+        "--python",
+        sys.executable,
+        "--as",
+        "cuda",
+        "--json",
+        "--only",
+        "triton-import",
+        "--only",
+        "no-fake-triton",
+        "--only",
+        "triton-kernel",
+    ]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == ExitCode.SMOKE
     doc = json.loads(result.stdout)
     status = {c["check"]: (c["status"], c["diagnosis"]) for c in doc["checks"]}
     assert status["triton-import"][0] == "failed" and "finds no module" in status["triton-import"][1]
-    assert status["no-fake-triton"] == ("skipped", "vLLM is not installed in this Python environment (host mode)")
+    assert status["no-fake-triton"] == (
+        "skipped",
+        "vLLM is not installed in this Python environment (host mode)",
+    )
     assert status["triton-kernel"] == ("skipped", "no GPU visible")
     assert all(c["image"] == f"host:{sys.executable}" for c in doc["checks"])
 

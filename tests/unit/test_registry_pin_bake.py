@@ -42,6 +42,7 @@ def test_bake_target_mirrors_the_build_plan(tmp_path: Path) -> None:
     }  # fmt: skip
     # the same labels, args and tags as the `docker buildx build` argv of the same plan
     argv = p.argv(tmp_path / "cpu-amd64", tmp_path / "iid")
+
     def values(flag: str) -> list[str]:
         return [argv[i + 1] for i, a in enumerate(argv) if a == flag]
 
@@ -96,9 +97,7 @@ def test_pinned_base_is_the_build_arg_a_label_and_part_of_the_content_hash(tmp_p
     (f"debian:bookworm-slim@{DIGEST}", "docker.io", "library/debian", "bookworm-slim",
      f"https://registry-1.docker.io/v2/library/debian/manifests/{DIGEST}"),
 ])  # fmt: skip
-def test_parse_ref_normalises_like_docker(
-    ref: str, registry_host: str, repository: str, tag: str, url: str
-) -> None:
+def test_parse_ref_normalises_like_docker(ref: str, registry_host: str, repository: str, tag: str, url: str) -> None:
     parsed = registry.parse_ref(ref)
     assert (parsed.registry, parsed.repository, parsed.tag) == (registry_host, repository, tag)
     assert registry.manifest_url(parsed) == url
@@ -112,7 +111,9 @@ def test_bad_refs_and_registry_prefixes_are_registry_errors() -> None:
     assert registry.remote_ref("ghcr.io/owner/", "vllm-matrix/cpu:1") == "ghcr.io/owner/vllm-matrix/cpu:1"
     header = 'Bearer realm="https://auth.docker.io/token",service="registry.docker.io"'
     assert registry.bearer_challenge(header) == {
-        "realm": "https://auth.docker.io/token", "service": "registry.docker.io"}
+        "realm": "https://auth.docker.io/token",
+        "service": "registry.docker.io",
+    }
     assert registry.bearer_challenge('Basic realm="x"') is None
 
 
@@ -182,8 +183,11 @@ def test_pin_cli_leaves_the_lock_unchanged_when_the_registry_is_unreachable(
     before = lock.read_bytes()
 
     def unreachable(ref: str) -> str | None:
-        raise RegistryError(f"registry registry-1.docker.io is unreachable (x) while looking up {ref}",
-                            registry="registry-1.docker.io", ref=ref)
+        raise RegistryError(
+            f"registry registry-1.docker.io is unreachable (x) while looking up {ref}",
+            registry="registry-1.docker.io",
+            ref=ref,
+        )
 
     monkeypatch.setattr(registry, "manifest_digest", unreachable)
     result = CliRunner().invoke(main, ["--matrix", str(matrix), "pin", "cpu"], catch_exceptions=False)

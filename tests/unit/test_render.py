@@ -19,8 +19,12 @@ def test_images_are_a_fresh_render() -> None:
     """Golden-file test: the checked-in images/ equal a fresh render of matrix.yaml."""
     files = render.render_matrix(load_matrix())
     assert render.drift(files) == []
-    assert {str(f.path) for f in files} >= {"images/cpu/Dockerfile", "images/cuda/Dockerfile",
-                                            "images/rocm/Dockerfile", "images/arm64/Dockerfile"}
+    assert {str(f.path) for f in files} >= {
+        "images/cpu/Dockerfile",
+        "images/cuda/Dockerfile",
+        "images/rocm/Dockerfile",
+        "images/arm64/Dockerfile",
+    }
 
 
 def test_dockerfile_has_banner_and_layer_order() -> None:

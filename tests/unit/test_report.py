@@ -11,16 +11,44 @@ from matrixtool.smoke import CheckResult, Status
 
 
 def _report() -> report.RunReport:
-    build = BuildResult(variant="cpu", platform="linux/amd64", image="vllm-matrix/cpu:abc", image_id="sha256:1",
-                        size_bytes=4_190_000_000, seconds=120.4, log_path=None, cached=False)
+    build = BuildResult(
+        variant="cpu",
+        platform="linux/amd64",
+        image="vllm-matrix/cpu:abc",
+        image_id="sha256:1",
+        size_bytes=4_190_000_000,
+        seconds=120.4,
+        log_path=None,
+        cached=False,
+    )
     checks = [
-        CheckResult(variant="cpu", image="i", check="triton-import", status=Status.PASSED, diagnosis="ok",
-                    hint="", seconds=0.3),
-        CheckResult(variant="cpu", image="i", check="model-runner", status=Status.FAILED,
-                    diagnosis="ValueError: Model Runner V2 requires Triton.", hint="set VLLM_USE_V2_MODEL_RUNNER=0",
-                    seconds=9.0),
-        CheckResult(variant="cpu", image="i", check="offline-generate", status=Status.TIMEOUT, diagnosis="late",
-                    hint="h", seconds=5.0),
+        CheckResult(
+            variant="cpu",
+            image="i",
+            check="triton-import",
+            status=Status.PASSED,
+            diagnosis="ok",
+            hint="",
+            seconds=0.3,
+        ),
+        CheckResult(
+            variant="cpu",
+            image="i",
+            check="model-runner",
+            status=Status.FAILED,
+            diagnosis="ValueError: Model Runner V2 requires Triton.",
+            hint="set VLLM_USE_V2_MODEL_RUNNER=0",
+            seconds=9.0,
+        ),
+        CheckResult(
+            variant="cpu",
+            image="i",
+            check="offline-generate",
+            status=Status.TIMEOUT,
+            diagnosis="late",
+            hint="h",
+            seconds=5.0,
+        ),
     ]
     return report.RunReport(builds=[build], checks=checks)
 

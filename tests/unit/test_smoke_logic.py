@@ -34,8 +34,10 @@ def test_check_params_carry_the_variant_expectations() -> None:
 
 
 def test_verdict_parses_the_last_result_line() -> None:
-    out = 'noise\nMATRIX-RESULT {"status": "failed", "diagnosis": "d1", "hint": null, "facts": {}}\n' \
-          'MATRIX-RESULT {"status": "passed", "diagnosis": "ok", "hint": null, "facts": {"a": 1}}\n'
+    out = (
+        'noise\nMATRIX-RESULT {"status": "failed", "diagnosis": "d1", "hint": null, "facts": {}}\n'
+        'MATRIX-RESULT {"status": "passed", "diagnosis": "ok", "hint": null, "facts": {"a": 1}}\n'
+    )
     status, diagnosis, hint, facts = smoke.verdict("triton-import", 0, out, 10)
     assert status is smoke.Status.PASSED and diagnosis == "ok" and facts == {"a": 1}
     assert hint == CHECKS["triton-import"].hint
@@ -70,8 +72,10 @@ def test_incontainer_helpers() -> None:
     assert mod.specifier_matches("triton==3.7.1", "3.7.1")
     assert not mod.specifier_matches("triton==3.7.1", "3.8.0")
     assert mod.specifier_matches("triton~=3.8", "3.8.2")
-    assert mod.last_error_line("Traceback\n  File x\nValueError: Model Runner V2 requires Triton.\n") == \
-        "ValueError: Model Runner V2 requires Triton."
+    assert (
+        mod.last_error_line("Traceback\n  File x\nValueError: Model Runner V2 requires Triton.\n")
+        == "ValueError: Model Runner V2 requires Triton."
+    )
     assert set(mod.CHECKS) == set(CHECKS), "host catalogue and in-image checks must name the same checks"
 
 
@@ -90,8 +94,10 @@ def test_incontainer_triton_import_on_this_interpreter(capsys: pytest.CaptureFix
 
 def test_short_error_reads_pydantic_value_errors() -> None:
     mod = _incontainer()
-    text = ("1 validation error for VllmConfig\n  Value error, Model Runner V2 requires Triton. "
-            "[type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]\n"
-            "    For further information visit https://errors.pydantic.dev/2.14/v/value_error")
+    text = (
+        "1 validation error for VllmConfig\n  Value error, Model Runner V2 requires Triton. "
+        "[type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]\n"
+        "    For further information visit https://errors.pydantic.dev/2.14/v/value_error"
+    )
     assert mod.short_error(text) == "Model Runner V2 requires Triton."
     assert mod.short_error("plain message\nmore") == "plain message"

@@ -60,16 +60,13 @@ def bake_target(plan: BuildPlan, *, context_dir: Path, registry: str | None = No
     return target
 
 
-def bake_document(
-    plans: Sequence[BuildPlan], *, contexts_dir: Path, registry: str | None = None
-) -> dict[str, Any]:
+def bake_document(plans: Sequence[BuildPlan], *, contexts_dir: Path, registry: str | None = None) -> dict[str, Any]:
     """The whole bake file: one target per plan, a group per variant, and ``default`` with every target.
 
     ``contexts_dir``: absolute folder under which each target's context is ``<target name>/``.
     """
     targets = {
-        target_name(p): bake_target(p, context_dir=contexts_dir / target_name(p), registry=registry)
-        for p in plans
+        target_name(p): bake_target(p, context_dir=contexts_dir / target_name(p), registry=registry) for p in plans
     }
     groups: dict[str, dict[str, list[str]]] = {"default": {"targets": list(targets)}}
     for p in plans:

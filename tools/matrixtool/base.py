@@ -14,6 +14,7 @@ from pathlib import Path
 
 import docker
 import docker.errors
+from docker.models.images import Image
 
 from matrixtool.engine import echo
 from matrixtool.errors import BuildError
@@ -35,7 +36,7 @@ class BaseImage:
     origin: str
 
 
-def _local(client: docker.DockerClient, ref: str, platform: str) -> docker.models.images.Image | None:
+def _local(client: docker.DockerClient, ref: str, platform: str) -> Image | None:
     try:
         image = client.images.get(ref)
     except docker.errors.ImageNotFound:
@@ -80,8 +81,18 @@ def make_stand_in(ref: str, *, platform: str, suite: str, mirror: str = DEFAULT_
         (work / "Dockerfile").write_text(stand_in_dockerfile(ref, suite), encoding="utf-8")
         subprocess.run(["rm", "-rf", str(rootfs)], check=False)
         _check_call(
-            ["docker", "buildx", "build", "--progress=plain", "--load", "--platform", platform,
-             "--tag", ref, str(work)],
+            [
+                "docker",
+                "buildx",
+                "build",
+                "--progress=plain",
+                "--load",
+                "--platform",
+                platform,
+                "--tag",
+                ref,
+                str(work),
+            ],
             what=f"building the stand-in image {ref}",
         )
 
@@ -115,20 +126,23 @@ def provide(
         return _provide_pinned(client, f"{ref}@{digest}", platform=platform)
     image = _local(client, ref, platform)
     if image is not None:
-        return BaseImage(ref=ref, platform=platform, image_id=image.id, origin="local")
+        return BaseImage(ref=ref, platform=platform, image_id=str(image.id), origin="local")
     echo(["docker", "pull", "--platform", platform, ref])
     try:
         client.images.pull(ref, platform=platform)
         origin = "pulled"
     except docker.errors.APIError as exc:
-        print(f"  pull failed ({exc.explanation or exc}); making a Debian {suite} stand-in", file=sys.stderr,
-              flush=True)
+        print(
+            f"  pull failed ({exc.explanation or exc}); making a Debian {suite} stand-in",
+            file=sys.stderr,
+            flush=True,
+        )
         make_stand_in(ref, platform=platform, suite=suite, mirror=mirror)
         origin = "stand-in"
     image = _local(client, ref, platform)
     if image is None:
         raise BuildError(f"{ref} for {platform} is still missing after {origin}; run 'tools/matrix doctor'")
-    return BaseImage(ref=ref, platform=platform, image_id=image.id, origin=origin)
+    return BaseImage(ref=ref, platform=platform, image_id=str(image.id), origin=origin)
 
 
 def _provide_pinned(client: docker.DockerClient, pinned: str, *, platform: str) -> BaseImage:
@@ -148,4 +162,4 @@ def _provide_pinned(client: docker.DockerClient, pinned: str, *, platform: str) 
         image = _local(client, pinned, platform)
         if image is None:
             raise BuildError(f"{pinned} has no {platform} image; pin a ref that serves {platform}")
-    return BaseImage(ref=pinned, platform=platform, image_id=image.id, origin=origin)
+    return BaseImage(ref=pinned, platform=platform, image_id=str(image.id), origin=origin)

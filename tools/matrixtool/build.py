@@ -57,7 +57,7 @@ def stage_context(plan: BuildPlan, context_dir: Path) -> None:
 
 def _image_size(client: docker.DockerClient, ref: str) -> tuple[str, int]:
     image = client.images.get(ref)
-    return image.id, int(image.attrs.get("Size", 0))
+    return str(image.id), int(image.attrs.get("Size", 0))
 
 
 def existing(client: docker.DockerClient, plan: BuildPlan) -> BuildResult | None:
@@ -66,8 +66,16 @@ def existing(client: docker.DockerClient, plan: BuildPlan) -> BuildResult | None
         image_id, size = _image_size(client, plan.hash_tag)
     except docker.errors.ImageNotFound:
         return None
-    return BuildResult(variant=plan.variant, platform=plan.platform, image=plan.hash_tag, image_id=image_id,
-                       size_bytes=size, seconds=0.0, log_path=None, cached=True)
+    return BuildResult(
+        variant=plan.variant,
+        platform=plan.platform,
+        image=plan.hash_tag,
+        image_id=image_id,
+        size_bytes=size,
+        seconds=0.0,
+        log_path=None,
+        cached=True,
+    )
 
 
 def published(plan: BuildPlan, registry: str) -> BuildResult | None:
@@ -82,8 +90,16 @@ def published(plan: BuildPlan, registry: str) -> BuildResult | None:
     digest = manifest_digest(ref)
     if digest is None:
         return None
-    return BuildResult(variant=plan.variant, platform=plan.platform, image=ref, image_id=digest, size_bytes=0,
-                       seconds=0.0, log_path=None, cached=True)
+    return BuildResult(
+        variant=plan.variant,
+        platform=plan.platform,
+        image=ref,
+        image_id=digest,
+        size_bytes=0,
+        seconds=0.0,
+        log_path=None,
+        cached=True,
+    )
 
 
 def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log_dir: Path) -> BuildResult:
@@ -106,14 +122,17 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
     tail: list[str] = []
     prefix = f"[{plan.variant}] "
     try:
-        with log_path.open("w", encoding="utf-8") as log, subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
-        ) as proc:
+        with (
+            log_path.open("w", encoding="utf-8") as log,
+            subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+            ) as proc,
+        ):
             assert proc.stdout is not None
             for line in proc.stdout:
                 log.write(line)
                 sys.stderr.write(prefix + line)
-                tail = (tail + [line.rstrip()])[-20:]
+                tail = [*tail, line.rstrip()][-20:]
             returncode = proc.wait()
     finally:
         shutil.rmtree(context_dir, ignore_errors=True)
@@ -121,9 +140,16 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
     if returncode != 0:
         last = "\n".join(tail)
         raise BuildError(
-            f"building {plan.variant} ({plan.platform}) failed after {seconds:.0f} s; "
-            f"full log: {log_path}\n{last}"
+            f"building {plan.variant} ({plan.platform}) failed after {seconds:.0f} s; full log: {log_path}\n{last}"
         )
     image_id, size = _image_size(client, plan.hash_tag)
-    return BuildResult(variant=plan.variant, platform=plan.platform, image=plan.hash_tag, image_id=image_id,
-                       size_bytes=size, seconds=seconds, log_path=log_path, cached=False)
+    return BuildResult(
+        variant=plan.variant,
+        platform=plan.platform,
+        image=plan.hash_tag,
+        image_id=image_id,
+        size_bytes=size,
+        seconds=seconds,
+        log_path=log_path,
+        cached=False,
+    )

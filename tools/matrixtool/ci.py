@@ -63,9 +63,7 @@ def ci_matrix(variants: Sequence[Variant]) -> dict[str, list[dict[str, Any]]]:
     """
     missing = [v.name for v in variants if not v.runner]
     if missing:
-        raise ConfigError(
-            "matrix.yaml", [f"variants.{name}.runner: no runner label; CI needs one" for name in missing]
-        )
+        raise ConfigError("matrix.yaml", [f"variants.{name}.runner: no runner label; CI needs one" for name in missing])
     return {"include": [ci_entry(v, p) for v in variants for p in v.platforms]}
 
 

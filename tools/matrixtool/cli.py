@@ -20,7 +20,21 @@ from typing import Any
 import click
 import docker
 
-from matrixtool import bake, base, build, ci, engine, index, pin, plan, publish, registry, render, report, smoke
+from matrixtool import (
+    bake,
+    base,
+    build,
+    ci,
+    engine,
+    index,
+    pin,
+    plan,
+    publish,
+    registry,
+    render,
+    report,
+    smoke,
+)
 from matrixtool.errors import BuildError, ConfigError, ExitCode, MatrixError, RegistryError, SmokeFailure
 from matrixtool.matrix import DEFAULT_MATRIX, REPO_ROOT, Matrix, Variant, load_matrix
 from matrixtool.select import select_variants
@@ -60,16 +74,30 @@ class MatrixGroup(click.Group):
             # A bug of this tool, not bad input: one line, and the traceback only with --debug.
             if ctx.obj is not None and ctx.obj.debug:
                 traceback.print_exc()
-            click.echo(f"error: unexpected {type(exc).__name__}: {exc}; rerun with --debug for the traceback "
-                       "and report it", err=True)
+            click.echo(
+                f"error: unexpected {type(exc).__name__}: {exc}; rerun with --debug for the traceback and report it",
+                err=True,
+            )
             ctx.exit(int(ExitCode.UNEXPECTED))
 
 
 @click.group(cls=MatrixGroup)
-@click.option("--matrix", "matrix_path", type=click.Path(path_type=Path), default=DEFAULT_MATRIX,
-              show_default=True, help="The matrix file.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
-              help="Folder for logs, reports and staged build contexts.")
+@click.option(
+    "--matrix",
+    "matrix_path",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_MATRIX,
+    show_default=True,
+    help="The matrix file.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_OUT,
+    show_default=True,
+    help="Folder for logs, reports and staged build contexts.",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context
 def main(ctx: click.Context, matrix_path: Path, out_dir: Path, debug: bool) -> None:
@@ -124,8 +152,9 @@ def base_cmd(settings: Settings, variants: Sequence[str], mirror: str) -> None:
     client = engine.connect()
     for variant in selected:
         for platform in variant.platforms:
-            got = base.provide(client, variant.base_image, platform=platform, suite=variant.stand_in_suite,
-                               mirror=mirror)
+            got = base.provide(
+                client, variant.base_image, platform=platform, suite=variant.stand_in_suite, mirror=mirror
+            )
             click.echo(f"{variant.name}: {got.ref} ({platform}) {got.origin} {got.image_id[:19]}")
 
 
@@ -141,19 +170,25 @@ def _git(*args: str) -> str | None:
 def _check_inputs(variant: Variant, wheelhouse: Path | None, ca_cert: Path | None) -> None:
     problems = []
     if ca_cert is not None and not ca_cert.is_file():
-        problems.append(f"CA bundle {ca_cert} (from --ca-cert or {'/'.join(plan.CA_ENV_VARS)}) is not a file; "
-                        "pass --ca-cert FILE or unset the variable")
+        problems.append(
+            f"CA bundle {ca_cert} (from --ca-cert or {'/'.join(plan.CA_ENV_VARS)}) is not a file; "
+            "pass --ca-cert FILE or unset the variable"
+        )
     if variant.index.wheelhouse:
         wanted = f"{variant.torch.package}-{variant.torch.version}-"
         if wheelhouse is None:
-            problems.append(f"variants.{variant.name}.index.wheelhouse: this variant installs "
-                            f"{variant.torch.requirement} from a wheelhouse; pass --wheelhouse DIR or set "
-                            f"{plan.WHEELHOUSE_ENV_VAR}")
+            problems.append(
+                f"variants.{variant.name}.index.wheelhouse: this variant installs "
+                f"{variant.torch.requirement} from a wheelhouse; pass --wheelhouse DIR or set "
+                f"{plan.WHEELHOUSE_ENV_VAR}"
+            )
         elif not wheelhouse.is_dir():
             problems.append(f"wheelhouse {wheelhouse} is not a folder; pass --wheelhouse DIR")
         elif not any(p.name.startswith(wanted) for p in wheelhouse.iterdir()):
-            problems.append(f"wheelhouse {wheelhouse} has no {wanted}*.whl for variant {variant.name}; "
-                            f"add the wheel or pass another --wheelhouse")
+            problems.append(
+                f"wheelhouse {wheelhouse} has no {wanted}*.whl for variant {variant.name}; "
+                f"add the wheel or pass another --wheelhouse"
+            )
     if problems:
         raise ConfigError(f"inputs of variant {variant.name}", problems)
 
@@ -221,14 +256,25 @@ def plan_variants(
         files = tuple(render.render_variant(variant))
         digest = lock.digest(variant.base_image)
         for platform in variant.platforms:
-            got = base.provide(client, variant.base_image, platform=platform, suite=variant.stand_in_suite,
-                               digest=digest)
+            got = base.provide(
+                client, variant.base_image, platform=platform, suite=variant.stand_in_suite, digest=digest
+            )
             rows = plan.wheelhouse_fingerprint(wheels) if (wheels and variant.index.wheelhouse) else []
-            plans.append(plan.plan_build(
-                variant, platform=platform, files=files, base_image_id=got.image_id, wheelhouse=wheels,
-                wheelhouse_rows=rows, ca_cert=ca, revision=revision, source_url=source, repository=repository,
-                base_digest=digest,
-            ))
+            plans.append(
+                plan.plan_build(
+                    variant,
+                    platform=platform,
+                    files=files,
+                    base_image_id=got.image_id,
+                    wheelhouse=wheels,
+                    wheelhouse_rows=rows,
+                    ca_cert=ca,
+                    revision=revision,
+                    source_url=source,
+                    repository=repository,
+                    base_digest=digest,
+                )
+            )
     return plans
 
 
@@ -255,42 +301,71 @@ def build_variants(
     for the_plan in plan_variants(settings, client, variants, ca=ca, wheels=wheels, repository=repository):
         done = None if force else build.existing(client, the_plan)
         if done is not None:
-            click.echo(f"{the_plan.variant}: {done.image} exists (content hash unchanged); --force rebuilds",
-                       err=True)
+            click.echo(
+                f"{the_plan.variant}: {done.image} exists (content hash unchanged); --force rebuilds",
+                err=True,
+            )
         elif not force and registry_prefix:
             done = build.published(the_plan, registry_prefix)
             if done is not None:
-                click.echo(f"{the_plan.variant}: {done.image} exists in the registry (content hash "
-                           "unchanged); --force rebuilds", err=True)
+                click.echo(
+                    f"{the_plan.variant}: {done.image} exists in the registry (content hash "
+                    "unchanged); --force rebuilds",
+                    err=True,
+                )
         if done is None:
-            done = build.execute(client, the_plan, work_dir=settings.out_dir / "context",
-                                 log_dir=settings.out_dir / "logs")
+            done = build.execute(
+                client, the_plan, work_dir=settings.out_dir / "context", log_dir=settings.out_dir / "logs"
+            )
         results.append(done)
     return results
 
 
 _REGISTRY_HELP = "Registry prefix HOST[:PORT][/NAMESPACE]; images: <registry>/<repository>/<variant>:<tag>."
 _input_options = [
-    click.option("--ca-cert", type=click.Path(path_type=Path), default=None,
-                 help="CA bundle passed as build secret 'ca' (default: SSL_CERT_FILE, PIP_CERT, REQUESTS_CA_BUNDLE)."),
-    click.option("--wheelhouse", type=click.Path(path_type=Path), default=None,
-                 help="Folder of local wheels, bind-mounted during the build (default: PIP_FIND_LINKS)."),
-    click.option("--repository", default=plan.DEFAULT_REPOSITORY, show_default=True,
-                 help="Image repository prefix: images are <repository>/<variant>:<tag>."),
+    click.option(
+        "--ca-cert",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="CA bundle passed as build secret 'ca' (default: SSL_CERT_FILE, PIP_CERT, REQUESTS_CA_BUNDLE).",
+    ),
+    click.option(
+        "--wheelhouse",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Folder of local wheels, bind-mounted during the build (default: PIP_FIND_LINKS).",
+    ),
+    click.option(
+        "--repository",
+        default=plan.DEFAULT_REPOSITORY,
+        show_default=True,
+        help="Image repository prefix: images are <repository>/<variant>:<tag>.",
+    ),
 ]
 _build_options = [
     *_input_options,
-    click.option("--force", is_flag=True,
-                 help="Rebuild even when the content-hash tag exists (locally or in --registry)."),
-    click.option("--registry", "registry_prefix", default=None,
-                 help="Also skip a build whose content-hash tag is in this registry. " + _REGISTRY_HELP),
+    click.option(
+        "--force",
+        is_flag=True,
+        help="Rebuild even when the content-hash tag exists (locally or in --registry).",
+    ),
+    click.option(
+        "--registry",
+        "registry_prefix",
+        default=None,
+        help="Also skip a build whose content-hash tag is in this registry. " + _REGISTRY_HELP,
+    ),
 ]
 
 
 def _report_options(f: Any) -> Any:
     f = click.option("--json", "as_json", is_flag=True, help="Print the JSON report instead of the table.")(f)
-    f = click.option("--junit", type=click.Path(path_type=Path), default=None,
-                     help="JUnit XML path (default: <out>/reports/junit.xml).")(f)
+    f = click.option(
+        "--junit",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="JUnit XML path (default: <out>/reports/junit.xml).",
+    )(f)
     return f
 
 
@@ -299,6 +374,7 @@ def _with(options: list[Any]) -> Callable[[Callable[..., Any]], Callable[..., An
         for option in reversed(options):
             f = option(f)
         return f
+
     return wrap
 
 
@@ -320,15 +396,31 @@ def _finish(settings: Settings, result: report.RunReport, as_json: bool, junit: 
 @_with(_build_options)
 @_report_options
 @click.pass_obj
-def build_cmd(settings: Settings, variants: Sequence[str], ca_cert: Path | None, wheelhouse: Path | None,
-              force: bool, repository: str, registry_prefix: str | None, as_json: bool,
-              junit: Path | None) -> None:
+def build_cmd(
+    settings: Settings,
+    variants: Sequence[str],
+    ca_cert: Path | None,
+    wheelhouse: Path | None,
+    force: bool,
+    repository: str,
+    registry_prefix: str | None,
+    as_json: bool,
+    junit: Path | None,
+) -> None:
     """Build variants with BuildKit (no smoke checks)."""
     selected = select_variants(_load(settings), variants)
     ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
     client = engine.connect()
-    results = build_variants(settings, client, selected, ca=ca, wheels=wheels, force=force,
-                             repository=repository, registry_prefix=registry_prefix)
+    results = build_variants(
+        settings,
+        client,
+        selected,
+        ca=ca,
+        wheels=wheels,
+        force=force,
+        repository=repository,
+        registry_prefix=registry_prefix,
+    )
     _finish(settings, report.RunReport(builds=results), as_json, junit)
 
 
@@ -336,8 +428,10 @@ def _checks_for(variant: Variant, only: Sequence[str], skip: Sequence[str]) -> l
     names = [c.name for c in variant.checks]
     unknown = [n for n in [*only, *skip] if n not in names]
     if unknown:
-        raise ConfigError("--only/--skip", [f"{n!r} is not a check of variant {variant.name}; its checks: "
-                                            f"{', '.join(names)}" for n in unknown])
+        raise ConfigError(
+            "--only/--skip",
+            [f"{n!r} is not a check of variant {variant.name}; its checks: {', '.join(names)}" for n in unknown],
+        )
     return [c for c in variant.checks if (not only or c.name in only) and c.name not in skip]
 
 
@@ -349,12 +443,18 @@ def _shower(quiet: bool) -> Any:
     return show
 
 
-def _smoke(settings: Settings, client: docker.DockerClient, image: str, variant: Variant,
-           only: Sequence[str], skip: Sequence[str], quiet: bool) -> list[smoke.CheckResult]:
+def _smoke(
+    settings: Settings,
+    client: docker.DockerClient,
+    image: str,
+    variant: Variant,
+    only: Sequence[str],
+    skip: Sequence[str],
+    quiet: bool,
+) -> list[smoke.CheckResult]:
     checks = _checks_for(variant, only, skip)
     click.echo(f"[{variant.name}] smoke checks in {image}: {', '.join(c.name for c in checks)}", err=True)
-    return smoke.run_suite(client, image, variant, checks, log_dir=settings.out_dir / "logs",
-                           on_result=_shower(quiet))
+    return smoke.run_suite(client, image, variant, checks, log_dir=settings.out_dir / "logs", on_result=_shower(quiet))
 
 
 _select_options = [
@@ -368,15 +468,33 @@ _select_options = [
 @_with(_build_options + _select_options)
 @_report_options
 @click.pass_obj
-def run_cmd(settings: Settings, variants: Sequence[str], ca_cert: Path | None, wheelhouse: Path | None,
-            force: bool, repository: str, registry_prefix: str | None, only: Sequence[str],
-            skip: Sequence[str], as_json: bool, junit: Path | None) -> None:
+def run_cmd(
+    settings: Settings,
+    variants: Sequence[str],
+    ca_cert: Path | None,
+    wheelhouse: Path | None,
+    force: bool,
+    repository: str,
+    registry_prefix: str | None,
+    only: Sequence[str],
+    skip: Sequence[str],
+    as_json: bool,
+    junit: Path | None,
+) -> None:
     """Render-check, build and smoke-test variants; print a summary table."""
     selected = select_variants(_load(settings), variants)
     ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
     client = engine.connect()
-    results = build_variants(settings, client, selected, ca=ca, wheels=wheels, force=force,
-                             repository=repository, registry_prefix=registry_prefix)
+    results = build_variants(
+        settings,
+        client,
+        selected,
+        ca=ca,
+        wheels=wheels,
+        force=force,
+        repository=repository,
+        registry_prefix=registry_prefix,
+    )
     by_name = {v.name: v for v in selected}
     checks: list[smoke.CheckResult] = []
     for built in results:
@@ -387,26 +505,52 @@ def run_cmd(settings: Settings, variants: Sequence[str], ca_cert: Path | None, w
 
 @main.command("test")
 @click.option("--image", default=None, help="Image ref to test (local, or pulled when a registry answers).")
-@click.option("--host", "host", is_flag=True,
-              help="Host mode: run the checks in a Python environment of this machine, no Docker.")
-@click.option("--python", "python", default="python3", show_default=True,
-              help="Host mode: the interpreter whose environment (torch, triton, vLLM) is checked.")
+@click.option(
+    "--host",
+    "host",
+    is_flag=True,
+    help="Host mode: run the checks in a Python environment of this machine, no Docker.",
+)
+@click.option(
+    "--python",
+    "python",
+    default="python3",
+    show_default=True,
+    help="Host mode: the interpreter whose environment (torch, triton, vLLM) is checked.",
+)
 @click.option("--as", "as_variant", required=True, help="Variant whose expectations apply.")
 @_with(_select_options)
 @_report_options
 @click.pass_obj
-def test_cmd(settings: Settings, image: str | None, host: bool, python: str, as_variant: str,
-             only: Sequence[str], skip: Sequence[str], as_json: bool, junit: Path | None) -> None:
+def test_cmd(
+    settings: Settings,
+    image: str | None,
+    host: bool,
+    python: str,
+    as_variant: str,
+    only: Sequence[str],
+    skip: Sequence[str],
+    as_json: bool,
+    junit: Path | None,
+) -> None:
     """Run the smoke suite against any image (--image) or this machine's Python (--host)."""
     if (image is None) == (not host):
         raise click.UsageError("give exactly one of --image REF and --host")
     (variant,) = select_variants(_load(settings), [as_variant])
     checks_ = _checks_for(variant, only, skip)
     if host:
-        click.echo(f"[{variant.name}] smoke checks on this host ({python}): "
-                   f"{', '.join(c.name for c in checks_)}", err=True)
-        results = smoke.run_host_suite(python, variant, checks_, env=settings.env,
-                                       log_dir=settings.out_dir / "logs", on_result=_shower(as_json))
+        click.echo(
+            f"[{variant.name}] smoke checks on this host ({python}): {', '.join(c.name for c in checks_)}",
+            err=True,
+        )
+        results = smoke.run_host_suite(
+            python,
+            variant,
+            checks_,
+            env=settings.env,
+            log_dir=settings.out_dir / "logs",
+            on_result=_shower(as_json),
+        )
         _finish(settings, report.RunReport(checks=results), as_json, junit)
         return
     assert image is not None
@@ -429,11 +573,21 @@ def ci_matrix_cmd(variants: Sequence[str]) -> None:
 @main.command("bake")
 @click.argument("variants", nargs=-1)
 @_with(_input_options)
-@click.option("--registry", "registry_prefix", default=None,
-              help="Add the same tags under this registry and use them as cache-from. " + _REGISTRY_HELP)
+@click.option(
+    "--registry",
+    "registry_prefix",
+    default=None,
+    help="Add the same tags under this registry and use them as cache-from. " + _REGISTRY_HELP,
+)
 @click.pass_obj
-def bake_cmd(settings: Settings, variants: Sequence[str], ca_cert: Path | None, wheelhouse: Path | None,
-             repository: str, registry_prefix: str | None) -> None:
+def bake_cmd(
+    settings: Settings,
+    variants: Sequence[str],
+    ca_cert: Path | None,
+    wheelhouse: Path | None,
+    repository: str,
+    registry_prefix: str | None,
+) -> None:
     """Write <out>/docker-bake.json (one target per variant x platform) and stage each target's context."""
     selected = select_variants(_load(settings), variants)
     ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
@@ -451,12 +605,24 @@ def bake_cmd(settings: Settings, variants: Sequence[str], ca_cert: Path | None, 
 @click.argument("variants", nargs=-1)
 @click.option("--registry", "registry_prefix", required=True, help=_REGISTRY_HELP)
 @_with(_input_options)
-@click.option("--keep-tags/--no-keep-tags", default=True, show_default=True,
-              help="Keep the <registry>/… tags on the engine after pushing.")
+@click.option(
+    "--keep-tags/--no-keep-tags",
+    default=True,
+    show_default=True,
+    help="Keep the <registry>/… tags on the engine after pushing.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the pushed refs and digests as JSON.")
 @click.pass_obj
-def push_cmd(settings: Settings, variants: Sequence[str], registry_prefix: str, ca_cert: Path | None,
-             wheelhouse: Path | None, repository: str, keep_tags: bool, as_json: bool) -> None:
+def push_cmd(
+    settings: Settings,
+    variants: Sequence[str],
+    registry_prefix: str,
+    ca_cert: Path | None,
+    wheelhouse: Path | None,
+    repository: str,
+    keep_tags: bool,
+    as_json: bool,
+) -> None:
     """Push built images to a registry: the content-hash tag and the version tag."""
     selected = select_variants(_load(settings), variants)
     ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
@@ -465,14 +631,19 @@ def push_cmd(settings: Settings, variants: Sequence[str], registry_prefix: str, 
     missing = [p for p in plans if build.existing(client, p) is None]
     if missing:
         names = " ".join(dict.fromkeys(p.variant for p in missing))
-        raise BuildError(f"not built yet: {', '.join(p.hash_tag for p in missing)}; "
-                         f"run 'tools/matrix build {names}' first")
+        raise BuildError(
+            f"not built yet: {', '.join(p.hash_tag for p in missing)}; run 'tools/matrix build {names}' first"
+        )
     pushes = [publish.plan_push(p, registry=registry_prefix) for p in plans]
     results = [publish.execute_push(p, keep_tags=keep_tags) for p in pushes]
     if as_json:
-        doc = {"schema_version": report.JSON_SCHEMA_VERSION,
-               "pushed": [{"variant": r.variant, "platform": r.platform, "refs": list(r.refs),
-                           "digest": r.digest} for r in results]}
+        doc = {
+            "schema_version": report.JSON_SCHEMA_VERSION,
+            "pushed": [
+                {"variant": r.variant, "platform": r.platform, "refs": list(r.refs), "digest": r.digest}
+                for r in results
+            ],
+        }
         click.echo(json.dumps(doc, indent=2))
         return
     for r in results:

@@ -54,9 +54,12 @@ def pull_if_missing(client: docker.DockerClient, ref: str) -> bool:
         client.images.pull(ref)
     except docker.errors.APIError as exc:
         host = parse_ref(ref).registry
-        raise RegistryError(f"{ref} is not on the engine and pulling it from {host} failed "
-                            f"({exc.explanation or exc}); build it, push it, or check the ref", registry=host,
-                            ref=ref) from exc
+        raise RegistryError(
+            f"{ref} is not on the engine and pulling it from {host} failed "
+            f"({exc.explanation or exc}); build it, push it, or check the ref",
+            registry=host,
+            ref=ref,
+        ) from exc
     return True
 
 
@@ -89,33 +92,59 @@ def doctor(registry: str = "registry-1.docker.io") -> list[Finding]:
         client = docker.from_env(timeout=30)
         version = client.version()
         findings.append(
-            Finding(name="engine", status=Status.OK, detail=f"server {version.get('Version')} "
-                    f"(API {version.get('ApiVersion')}, {version.get('Os')}/{version.get('Arch')})")
+            Finding(
+                name="engine",
+                status=Status.OK,
+                detail=f"server {version.get('Version')} "
+                f"(API {version.get('ApiVersion')}, {version.get('Os')}/{version.get('Arch')})",
+            )
         )
     except docker.errors.DockerException as exc:
         findings.append(Finding(name="engine", status=Status.FAIL, detail=str(exc), fix=SETUP_HINT))
         client = None
     if shutil.which("docker") is None:
-        findings.append(Finding(name="buildx", status=Status.FAIL, detail="no docker CLI on PATH",
-                                fix="install the docker CLI and the buildx plugin ('make engine')"))
+        findings.append(
+            Finding(
+                name="buildx",
+                status=Status.FAIL,
+                detail="no docker CLI on PATH",
+                fix="install the docker CLI and the buildx plugin ('make engine')",
+            )
+        )
     else:
         proc = _run(["docker", "buildx", "version"])
         if proc.returncode == 0:
             findings.append(Finding(name="buildx", status=Status.OK, detail=proc.stdout.strip()))
         else:
-            findings.append(Finding(name="buildx", status=Status.FAIL, detail=proc.stderr.strip()[:200],
-                                    fix="install the buildx CLI plugin (Debian: docker-buildx; 'make engine')"))
+            findings.append(
+                Finding(
+                    name="buildx",
+                    status=Status.FAIL,
+                    detail=proc.stderr.strip()[:200],
+                    fix="install the buildx CLI plugin (Debian: docker-buildx; 'make engine')",
+                )
+            )
     if client is not None:
         proc = _run(["docker", "buildx", "inspect", "--bootstrap"])
-        platforms = next((line.split(":", 1)[1].strip() for line in proc.stdout.splitlines()
-                          if line.strip().startswith("Platforms:")), "")
+        platforms = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in proc.stdout.splitlines()
+                if line.strip().startswith("Platforms:")
+            ),
+            "",
+        )
         if "linux/arm64" in platforms:
             findings.append(Finding(name="arm64-emulation", status=Status.OK, detail=f"builder platforms: {platforms}"))
         else:
-            findings.append(Finding(
-                name="arm64-emulation", status=Status.WARN, detail=f"builder platforms: {platforms or 'unknown'}",
-                fix="install qemu-user-static and binfmt-support ('make engine') to build linux/arm64 variants",
-            ))
+            findings.append(
+                Finding(
+                    name="arm64-emulation",
+                    status=Status.WARN,
+                    detail=f"builder platforms: {platforms or 'unknown'}",
+                    fix="install qemu-user-static and binfmt-support ('make engine') to build linux/arm64 variants",
+                )
+            )
     findings.append(_registry_finding(registry))
     return findings
 
@@ -126,15 +155,21 @@ def _registry_finding(registry: str) -> Finding:
 
     url = f"https://{registry}/v2/"
     try:
-        urllib.request.urlopen(url, timeout=10)  # noqa: S310 (fixed https URL)
+        urllib.request.urlopen(url, timeout=10)
     except urllib.error.HTTPError as exc:
         # 401 is the normal answer of a registry to an anonymous /v2/ probe.
         ok = exc.code in (200, 401)
-        return Finding(name="registry", status=Status.OK if ok else Status.WARN, detail=f"{url} answered {exc.code}",
-                       fix="" if ok else "check the registry address or your proxy")
+        return Finding(
+            name="registry",
+            status=Status.OK if ok else Status.WARN,
+            detail=f"{url} answered {exc.code}",
+            fix="" if ok else "check the registry address or your proxy",
+        )
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         return Finding(
-            name="registry", status=Status.WARN, detail=f"{url} unreachable ({getattr(exc, 'reason', exc)})",
+            name="registry",
+            status=Status.WARN,
+            detail=f"{url} unreachable ({getattr(exc, 'reason', exc)})",
             fix="air-gapped: 'tools/matrix base <variant>' makes stand-in base images with debootstrap",
         )
     return Finding(name="registry", status=Status.OK, detail=f"{url} answered 200")

@@ -20,7 +20,7 @@ def probe(url: str, *, ca_cert: Path | None, timeout: float = PROBE_TIMEOUT) -> 
     context = ssl.create_default_context(cafile=str(ca_cert) if ca_cert else None)
     request = urllib.request.Request(url.rstrip("/") + "/", method="GET", headers={"User-Agent": "vllm-image-matrix"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout, context=context):  # noqa: S310 (http/https only)
+        with urllib.request.urlopen(request, timeout=timeout, context=context):
             return None
     except urllib.error.HTTPError as exc:
         exc.close()

@@ -184,10 +184,11 @@ def _describe(error: jsonschema.ValidationError, schema: dict[str, Any]) -> list
     if error.validator == "required":
         return [f"{where}: {error.message}"]
     if error.validator == "enum":
-        allowed = ", ".join(repr(v) for v in error.validator_value)
-        close = difflib.get_close_matches(str(error.instance), [str(v) for v in error.validator_value], n=1)
+        choices = [str(v) for v in error.validator_value]  # type: ignore[union-attr]
+        close = difflib.get_close_matches(str(error.instance), choices, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
-        return [f"{where}: {error.instance!r} is not one of {allowed}{hint}"]
+        listed = ", ".join(repr(v) for v in choices)
+        return [f"{where}: {error.instance!r} is not one of {listed}{hint}"]
     return [f"{where}: {error.message}"]
 
 

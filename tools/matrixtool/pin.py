@@ -48,9 +48,7 @@ def parse_lock(text: str, source: str) -> Lock:
     try:
         data: Any = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(
-            source, [f"line {exc.lineno}: not valid JSON ({exc.msg}); run 'tools/matrix pin'"]
-        ) from exc
+        raise ConfigError(source, [f"line {exc.lineno}: not valid JSON ({exc.msg}); run 'tools/matrix pin'"]) from exc
     problems = []
     if not isinstance(data, dict) or data.get("schema_version") != LOCK_SCHEMA_VERSION:
         problems.append(f"schema_version: expected {LOCK_SCHEMA_VERSION}")
@@ -118,8 +116,7 @@ def pin(refs: Iterable[str], *, lock: Lock, resolve: Callable[[str], str | None]
         if digest is None:
             host = parse_ref(ref).api_host
             raise RegistryError(
-                f"registry {host} has no {ref}; check the base_image in matrix.yaml "
-                "(lock file left unchanged)",
+                f"registry {host} has no {ref}; check the base_image in matrix.yaml (lock file left unchanged)",
                 registry=host,
                 ref=ref,
             )

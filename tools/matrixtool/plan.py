@@ -154,7 +154,10 @@ def plan_build(
     """The build of ``variant`` for ``platform``; ``base_image_id`` is the local ID of its base image,
     ``base_digest`` its pinned manifest digest from the lock file (None: unpinned)."""
     digest = content_hash(
-        files=files, platform=platform, base_image_id=base_image_id, wheelhouse_rows=wheelhouse_rows,
+        files=files,
+        platform=platform,
+        base_image_id=base_image_id,
+        wheelhouse_rows=wheelhouse_rows,
         base_digest=base_digest,
     )
     name = image_repository(repository, variant, platform)

@@ -56,10 +56,8 @@ class ImageRef:
     @property
     def scheme(self) -> str:
         """``http`` for loopback registries, else ``https``."""
-        if self.registry.startswith("["):
-            host = self.registry.split("]", 1)[0] + "]"
-        else:
-            host = self.registry.split(":", 1)[0]
+        bracketed = self.registry.startswith("[")  # an IPv6 literal, e.g. [::1]:5000
+        host = self.registry.split("]", 1)[0] + "]" if bracketed else self.registry.split(":", 1)[0]
         return "http" if host in LOOPBACK_HOSTS else "https"
 
 

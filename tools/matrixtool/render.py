@@ -64,8 +64,10 @@ def dist_alias_files(alias: PackagePin) -> dict[str, str]:
     RECORD lists every file, so an uninstall of the alias removes exactly these.
     """
     folder = f"{alias.package.replace('-', '_')}-{alias.version}.dist-info"
-    metadata = (f"Metadata-Version: 2.1\nName: {alias.package}\nVersion: {alias.version}\n"
-                "Summary: metadata-only alias written by vllm-image-matrix (see matrix.yaml dist_alias)\n")
+    metadata = (
+        f"Metadata-Version: 2.1\nName: {alias.package}\nVersion: {alias.version}\n"
+        "Summary: metadata-only alias written by vllm-image-matrix (see matrix.yaml dist_alias)\n"
+    )
     files = {f"{folder}/METADATA": metadata, f"{folder}/INSTALLER": "vllm-image-matrix\n"}
     files[f"{folder}/RECORD"] = "".join(f"{name},,\n" for name in [*files, f"{folder}/RECORD"])
     return files
@@ -168,9 +170,7 @@ def write(files: list[RenderedFile], root: Path = REPO_ROOT) -> list[Path]:
 def drift(files: list[RenderedFile], root: Path = REPO_ROOT) -> list[Path]:
     """Paths (relative to ``root``) whose checked-in content differs from ``files``, or are missing/extra."""
     stale = [
-        f.path
-        for f in files
-        if not (root / f.path).is_file() or (root / f.path).read_text(encoding="utf-8") != f.text
+        f.path for f in files if not (root / f.path).is_file() or (root / f.path).read_text(encoding="utf-8") != f.text
     ]
     wanted = {root / f.path for f in files}
     for directory in {(root / f.path).parent for f in files}:

@@ -48,21 +48,34 @@ def table(report: RunReport) -> str:
     parts = []
     if report.builds:
         rows = [
-            [b.variant, b.platform, b.image, human_size(b.size_bytes), "cached" if b.cached else f"{b.seconds:.0f} s"]
+            [
+                b.variant,
+                b.platform,
+                b.image,
+                human_size(b.size_bytes),
+                "cached" if b.cached else f"{b.seconds:.0f} s",
+            ]
             for b in report.builds
         ]
         parts.append(tabulate(rows, headers=["variant", "platform", "image", "size", "build"]))
     if report.checks:
         rows = [
-            [c.variant, c.check, c.status.value.upper() if not c.status.ok else c.status.value,
-             f"{c.seconds:.1f} s", _shorten(c.diagnosis)]
+            [
+                c.variant,
+                c.check,
+                c.status.value.upper() if not c.status.ok else c.status.value,
+                f"{c.seconds:.1f} s",
+                _shorten(c.diagnosis),
+            ]
             for c in report.checks
         ]
         parts.append(tabulate(rows, headers=["variant", "check", "status", "time", "diagnosis"]))
         failed = [c for c in report.checks if not c.status.ok]
         for c in failed:
-            parts.append(f"{c.variant}/{c.check}: {c.status.value}\n  diagnosis: {c.diagnosis}\n  fix: {c.hint}"
-                         + (f"\n  log: {c.log}" if c.log else ""))
+            parts.append(
+                f"{c.variant}/{c.check}: {c.status.value}\n  diagnosis: {c.diagnosis}\n  fix: {c.hint}"
+                + (f"\n  log: {c.log}" if c.log else "")
+            )
     for variant, message in report.errors.items():
         parts.append(f"{variant}: error: {message}")
     total = sum(c.seconds for c in report.checks)
@@ -82,15 +95,30 @@ def to_json(report: RunReport) -> dict[str, Any]:
         "schema_version": JSON_SCHEMA_VERSION,
         "ok": report.ok,
         "builds": [
-            {"variant": b.variant, "platform": b.platform, "image": b.image, "image_id": b.image_id,
-             "size_bytes": b.size_bytes, "build_seconds": round(b.seconds, 1), "cached": b.cached,
-             "log": str(b.log_path) if b.log_path else None}
+            {
+                "variant": b.variant,
+                "platform": b.platform,
+                "image": b.image,
+                "image_id": b.image_id,
+                "size_bytes": b.size_bytes,
+                "build_seconds": round(b.seconds, 1),
+                "cached": b.cached,
+                "log": str(b.log_path) if b.log_path else None,
+            }
             for b in report.builds
         ],
         "checks": [
-            {"variant": c.variant, "image": c.image, "check": c.check, "status": c.status.value,
-             "diagnosis": c.diagnosis, "hint": c.hint, "seconds": round(c.seconds, 1),
-             "facts": c.facts, "log": str(c.log) if c.log else None}
+            {
+                "variant": c.variant,
+                "image": c.image,
+                "check": c.check,
+                "status": c.status.value,
+                "diagnosis": c.diagnosis,
+                "hint": c.hint,
+                "seconds": round(c.seconds, 1),
+                "facts": c.facts,
+                "log": str(c.log) if c.log else None,
+            }
             for c in report.checks
         ],
         "errors": dict(report.errors),
@@ -127,8 +155,11 @@ def step_summary(report: RunReport) -> str:
     lines = ["## vLLM image smoke checks", ""]
     if report.builds:
         lines += ["| variant | platform | image | size | build |", "|---|---|---|---|---|"]
-        lines += [f"| {b.variant} | {b.platform} | `{b.image}` | {human_size(b.size_bytes)} | "
-                  f"{'cached' if b.cached else f'{b.seconds:.0f} s'} |" for b in report.builds]
+        lines += [
+            f"| {b.variant} | {b.platform} | `{b.image}` | {human_size(b.size_bytes)} | "
+            f"{'cached' if b.cached else f'{b.seconds:.0f} s'} |"
+            for b in report.builds
+        ]
         lines.append("")
     if report.checks:
         icon = {Status.PASSED: "✅", Status.FAILED: "❌", Status.TIMEOUT: "⏱️", Status.SKIPPED: "⏭️"}
@@ -137,8 +168,9 @@ def step_summary(report: RunReport) -> str:
             diagnosis = c.diagnosis.replace("|", "\\|")
             if not c.status.ok:
                 diagnosis += f"<br>**fix:** {c.hint.replace('|', '/')}"
-            lines.append(f"| {c.variant} | {c.check} | {icon[c.status]} {c.status.value} | {c.seconds:.1f} s | "
-                         f"{diagnosis} |")
+            lines.append(
+                f"| {c.variant} | {c.check} | {icon[c.status]} {c.status.value} | {c.seconds:.1f} s | {diagnosis} |"
+            )
         lines.append("")
     for variant, message in report.errors.items():
         lines.append(f"**{variant}**: {message}")
@@ -150,11 +182,10 @@ def _escape_annotation(text: str) -> str:
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
-def annotations(report: RunReport) -> list[str]:
+def error_annotations(report: RunReport) -> list[str]:
     """``::error::`` workflow commands, one per failed or timed-out check and per variant error."""
     out = [
-        f"::error title={c.variant}/{c.check} {c.status.value}::"
-        + _escape_annotation(f"{c.diagnosis}\nfix: {c.hint}")
+        f"::error title={c.variant}/{c.check} {c.status.value}::" + _escape_annotation(f"{c.diagnosis}\nfix: {c.hint}")
         for c in report.checks
         if not c.status.ok
     ]
@@ -169,7 +200,7 @@ def publish_to_github(report: RunReport, env: Mapping[str, str]) -> list[str]:
     if summary:
         with open(summary, "a", encoding="utf-8") as f:
             f.write(step_summary(report))
-    return annotations(report) if env.get("GITHUB_ACTIONS") == "true" else []
+    return error_annotations(report) if env.get("GITHUB_ACTIONS") == "true" else []
 
 
 def to_json_text(report: RunReport) -> str:

@@ -7,6 +7,7 @@ remaining checks start clean. Containers carry a session label and are always re
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import subprocess
@@ -104,7 +105,11 @@ def container_kwargs(image: str, session: str, *, gpu: bool = False) -> dict[str
 
 
 def exec_argv(
-    check: CheckSpec, params: Mapping[str, Any], *, python: str = "python3", script: str = f"{IN_IMAGE_DIR}/smoke_checks.py"
+    check: CheckSpec,
+    params: Mapping[str, Any],
+    *,
+    python: str = "python3",
+    script: str = f"{IN_IMAGE_DIR}/smoke_checks.py",
 ) -> list[str]:
     """The command that runs ``check`` (in the container, or on the host), bounded by its timeout (seconds)."""
     return [
@@ -135,7 +140,12 @@ def verdict(check: str, exit_code: int | None, output: str, timeout: int) -> tup
         tail = " | ".join(output.strip().splitlines()[-3:])
         return Status.FAILED, f"the check printed no result (exit {exit_code}): {tail}", hint, {}
     status = Status(parsed["status"])
-    return status, str(parsed.get("diagnosis", "")), str(parsed.get("hint") or hint), dict(parsed.get("facts", {}))
+    return (
+        status,
+        str(parsed.get("diagnosis", "")),
+        str(parsed.get("hint") or hint),
+        dict(parsed.get("facts", {})),
+    )
 
 
 def _tar_of(path: Path) -> bytes:
@@ -162,7 +172,7 @@ class CheckContainer:
     def start(self) -> Container:
         """Start (or restart after a timeout) the container and copy the check script into it."""
         self.remove()
-        container = self.client.containers.run(**container_kwargs(self.image, self.session, gpu=self.gpu))
+        container: Container = self.client.containers.run(**container_kwargs(self.image, self.session, gpu=self.gpu))
         container.exec_run(["mkdir", "-p", IN_IMAGE_DIR], user="root")
         container.put_archive(IN_IMAGE_DIR, _tar_of(CHECKS_SCRIPT))
         self.container = container
@@ -171,10 +181,8 @@ class CheckContainer:
     def remove(self) -> None:
         """Remove the container if one runs; errors are ignored (it may already be gone)."""
         if self.container is not None:
-            try:
+            with contextlib.suppress(docker.errors.APIError):
                 self.container.remove(force=True)
-            except docker.errors.APIError:
-                pass
             self.container = None
 
     def argv(self, check: CheckSpec, params: Mapping[str, Any]) -> list[str]:
@@ -233,8 +241,15 @@ class HostRunner:
     def exec(self, argv: list[str], env: Mapping[str, str], deadline: float) -> tuple[int | None, str]:
         """Run ``argv`` here; (exit code, output), or (None, partial output) past ``deadline`` seconds."""
         try:
-            proc = subprocess.run(argv, env={**self.env, **env}, capture_output=True, text=True, errors="replace",
-                                  timeout=deadline, check=False)
+            proc = subprocess.run(
+                argv,
+                env={**self.env, **env},
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=deadline,
+                check=False,
+            )
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
             return None, out
@@ -276,9 +291,17 @@ def _run_checks(
         status, diagnosis, hint, facts = verdict(check.name, exit_code, output, check.timeout)
         if status is Status.TIMEOUT:
             runner.start()  # a hung check may leave processes behind: the next check starts clean
-        result = CheckResult(variant=variant.name, image=image, check=check.name, status=status,
-                             diagnosis=diagnosis, hint="" if status.ok else hint, seconds=seconds,
-                             facts=facts, log=log)
+        result = CheckResult(
+            variant=variant.name,
+            image=image,
+            check=check.name,
+            status=status,
+            diagnosis=diagnosis,
+            hint="" if status.ok else hint,
+            seconds=seconds,
+            facts=facts,
+            log=log,
+        )
         results.append(result)
         on_result(result)
     return results

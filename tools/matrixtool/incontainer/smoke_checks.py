@@ -36,10 +36,12 @@ def needs_vllm(check):
 
     Bare-metal GPU runners may check torch/triton before vLLM is installed (issue: GPU proof in host mode).
     """
+
     def wrapped(params):
         if params.get("host") and importlib.util.find_spec("vllm") is None:
             return result("skipped", "vLLM is not installed in this Python environment (host mode)")
         return check(params)
+
     return wrapped
 
 
@@ -82,8 +84,9 @@ def specifier_matches(requirement, version):
 def run_python(code, env_overrides=None, timeout=None):
     env = dict(os.environ)
     env.update(env_overrides or {})
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def last_error_line(text):
@@ -100,42 +103,63 @@ def check_triton_import(params):
     expected_dist = params.get("triton_distribution", "triton")
     providers = providers_of("triton")
     pin = torch_triton_pin()
-    facts = {"expected": expected, "providers": providers, "torch_pin": pin,
-             "torch": dist_version("torch")}
+    facts = {"expected": expected, "providers": providers, "torch_pin": pin, "torch": dist_version("torch")}
     try:
         spec = importlib.util.find_spec("triton")
     except ValueError:  # a module object without __spec__ sits in sys.modules (class 2)
         module = sys.modules.get("triton")
-        return result("failed", f"sys.modules['triton'] is a placeholder {type(module).__name__} without a "
-                      f"spec (distributions providing triton: {providers or 'none'}); see no-fake-triton",
-                      "remove whatever plants a module object named 'triton' (a .pth file, sitecustomize)", **facts)
+        return result(
+            "failed",
+            f"sys.modules['triton'] is a placeholder {type(module).__name__} without a "
+            f"spec (distributions providing triton: {providers or 'none'}); see no-fake-triton",
+            "remove whatever plants a module object named 'triton' (a .pth file, sitecustomize)",
+            **facts,
+        )
     if spec is None:
         if expected == "absent":
             return result("passed", "no triton installed, as the variant promises", **facts)
-        return result("failed", "`import triton` finds no module, but the variant needs Triton "
-                      f"({pin or 'any version'})", None, **facts)
+        return result(
+            "failed",
+            f"`import triton` finds no module, but the variant needs Triton ({pin or 'any version'})",
+            None,
+            **facts,
+        )
     try:
         import triton
-    except Exception as exc:  # noqa: BLE001 - report any import failure
+    except Exception:
         facts["error"] = last_error_line(traceback.format_exc())
         if expected == "absent":
-            return result("failed", f"a `triton` module is importable from {spec.origin} "
-                          f"(distributions: {providers or 'none'}) although the variant promises none, "
-                          f"and it fails to import: {facts['error']}", None, **facts)
-        return result("failed", f"`import triton` fails: {facts['error']} "
-                      f"(module at {spec.origin}, distributions {providers or 'none'}, torch pins {pin})",
-                      None, **facts)
+            return result(
+                "failed",
+                f"a `triton` module is importable from {spec.origin} "
+                f"(distributions: {providers or 'none'}) although the variant promises none, "
+                f"and it fails to import: {facts['error']}",
+                None,
+                **facts,
+            )
+        return result(
+            "failed",
+            f"`import triton` fails: {facts['error']} "
+            f"(module at {spec.origin}, distributions {providers or 'none'}, torch pins {pin})",
+            None,
+            **facts,
+        )
     version = getattr(triton, "__version__", None)
     facts.update(version=version, file=getattr(triton, "__file__", None))
     described = f"triton {version} from {', '.join(providers) or 'no distribution'}"
     if expected == "absent":
-        return result("failed", f"{described} is installed although the variant promises no Triton; "
-                      "something pulled it in (e.g. xgrammar on a CPU image)",
-                      "uninstall it, or list it under index.exclude in matrix.yaml", **facts)
+        return result(
+            "failed",
+            f"{described} is installed although the variant promises no Triton; "
+            "something pulled it in (e.g. xgrammar on a CPU image)",
+            "uninstall it, or list it under index.exclude in matrix.yaml",
+            **facts,
+        )
     problems = []
     if providers != [expected_dist]:
-        problems.append(f"`triton` must come from exactly one distribution, {expected_dist}; found "
-                        f"{providers or 'none'}")
+        problems.append(
+            f"`triton` must come from exactly one distribution, {expected_dist}; found {providers or 'none'}"
+        )
     if pin and version and not specifier_matches(pin, version):
         problems.append(f"torch {facts['torch']} pins {pin} but triton {version} is installed")
     if problems:
@@ -187,9 +211,9 @@ def check_no_fake_triton(params):
     before = sys.modules.get("triton")
     vllm_error = None
     try:
-        import vllm  # noqa: F401
+        import vllm
         import vllm.triton_utils  # noqa: F401
-    except Exception:  # noqa: BLE001
+    except Exception:
         vllm_error = last_error_line(traceback.format_exc())
     module = sys.modules.get("triton")
     facts = {"vllm": getattr(sys.modules.get("vllm"), "__version__", None), "vllm_error": vllm_error}
@@ -200,18 +224,22 @@ def check_no_fake_triton(params):
         if diagnosis:
             return result("failed", diagnosis, None, **facts)
     if vllm_error:
-        return result("failed", f"`import vllm` fails: {vllm_error}", "fix vLLM's import first (see vllm-cli)",
-                      **facts)
+        return result("failed", f"`import vllm` fails: {vllm_error}", "fix vLLM's import first (see vllm-cli)", **facts)
     spec_found = module is not None or importlib.util.find_spec("triton") is not None
     try:
         from torch.utils._triton import has_triton_package
+
         torch_says = bool(has_triton_package())
-    except Exception:  # noqa: BLE001
+    except Exception:
         torch_says = None
     facts.update(torch_has_triton_package=torch_says, find_spec=spec_found)
     if torch_says is not None and torch_says != spec_found:
-        return result("failed", f"torch's has_triton_package() says {torch_says} but importlib finds "
-                      f"triton: {spec_found}", None, **facts)
+        return result(
+            "failed",
+            f"torch's has_triton_package() says {torch_says} but importlib finds triton: {spec_found}",
+            None,
+            **facts,
+        )
     state = "a real module from " + ", ".join(providers_of("triton")) if module is not None else "absent"
     return result("passed", f"after `import vllm`, sys.modules['triton'] is {state}; torch agrees", **facts)
 
@@ -230,14 +258,18 @@ def check_torch_family(params):
         facts[name] = version
         proc = run_python(f"import {name}", timeout=300)
         if proc.returncode != 0:
-            failures.append(f"{name} {version} fails to import next to torch {facts['torch']}: "
-                            f"{last_error_line(proc.stderr)}")
+            failures.append(
+                f"{name} {version} fails to import next to torch {facts['torch']}: {last_error_line(proc.stderr)}"
+            )
     if failures:
         return result("failed", "; ".join(failures), None, **facts)
     present = [n for n in TORCH_FAMILY if n in facts]
-    return result("passed", f"torch {facts['torch']} imports" +
-                  (f" with {', '.join(present)}" if present else "; no torchvision/torchaudio/torchcodec installed"),
-                  **facts)
+    return result(
+        "passed",
+        f"torch {facts['torch']} imports"
+        + (f" with {', '.join(present)}" if present else "; no torchvision/torchaudio/torchcodec installed"),
+        **facts,
+    )
 
 
 # --- inductor-compile (class 8) ----------------------------------------------------------------------
@@ -254,7 +286,7 @@ def check_inductor_compile(params):
         started = time.monotonic()
         try:
             got = torch.compile(f, backend="inductor")(x)
-        except Exception:  # noqa: BLE001
+        except Exception:
             error = last_error_line(traceback.format_exc())
             facts["error"] = error
             return result("failed", f"torch.compile (inductor) fails on {device}: {error}", None, **facts)
@@ -265,7 +297,7 @@ def check_inductor_compile(params):
 
 
 # --- triton-drivers (class 4) ------------------------------------------------------------------------
-TRITON_STATE = r'''
+TRITON_STATE = r"""
 import json
 out = {}
 try:
@@ -292,7 +324,7 @@ try:
 except Exception:
     out["gpu_visible"] = False
 print("MATRIX-TRITON " + json.dumps(out))
-'''
+"""
 
 
 def triton_state(timeout=600):
@@ -300,7 +332,7 @@ def triton_state(timeout=600):
     proc = run_python(TRITON_STATE, timeout=timeout)
     for line in proc.stdout.splitlines():
         if line.startswith("MATRIX-TRITON "):
-            return json.loads(line[len("MATRIX-TRITON "):])
+            return json.loads(line[len("MATRIX-TRITON ") :])
     return {"error": last_error_line(proc.stderr) or f"exit {proc.returncode}"}
 
 
@@ -309,27 +341,39 @@ def check_triton_drivers(params):
     version = dist_version(params.get("triton_distribution", "triton")) or dist_version("triton")
     if importlib.util.find_spec("triton") is None:
         if expected == "required":
-            return result("failed", "no triton installed, so vLLM's HAS_TRITON is False; the variant requires it",
-                          None, triton=None)
-        return result("passed", "no triton installed: vLLM's HAS_TRITON is False, as the variant expects",
-                      triton=None)
+            return result(
+                "failed",
+                "no triton installed, so vLLM's HAS_TRITON is False; the variant requires it",
+                None,
+                triton=None,
+            )
+        return result("passed", "no triton installed: vLLM's HAS_TRITON is False, as the variant expects", triton=None)
     state = triton_state()
     facts = dict(state, triton=version, expected=expected)
     if "error" in state:
         return result("failed", f"inspecting triton's backends fails: {state['error']}", None, **facts)
     has = state.get("has_triton")
-    summary = (f"triton {version}: backends {', '.join(state.get('backends', [])) or 'none'}; "
-               f"{len(state.get('active_drivers', []))} active driver(s) {state.get('active_drivers', [])}; "
-               + (f"vLLM HAS_TRITON={has}" if has is not None else "vLLM not installed"))
+    summary = (
+        f"triton {version}: backends {', '.join(state.get('backends', [])) or 'none'}; "
+        f"{len(state.get('active_drivers', []))} active driver(s) {state.get('active_drivers', [])}; "
+        + (f"vLLM HAS_TRITON={has}" if has is not None else "vLLM not installed")
+    )
     if expected == "absent":
-        return result("failed", f"{summary}; the variant promises no Triton, and vLLM cannot use this one "
-                      "(dead weight, and a trap for torch.compile)",
-                      "uninstall triton, or list it under index.exclude in matrix.yaml (xgrammar pulls it)",
-                      **facts)
+        return result(
+            "failed",
+            f"{summary}; the variant promises no Triton, and vLLM cannot use this one "
+            "(dead weight, and a trap for torch.compile)",
+            "uninstall triton, or list it under index.exclude in matrix.yaml (xgrammar pulls it)",
+            **facts,
+        )
     if expected == "present-unused":
         if state.get("has_triton"):
-            return result("failed", f"{summary}; the variant declares Triton unused, yet vLLM would use it",
-                          None, **facts)
+            return result(
+                "failed",
+                f"{summary}; the variant declares Triton unused, yet vLLM would use it",
+                None,
+                **facts,
+            )
         return result("passed", f"{summary}, as the variant expects", **facts)
     if not state.get("gpu_visible"):
         return result("skipped", f"no GPU visible; {summary}", **facts)
@@ -339,14 +383,17 @@ def check_triton_drivers(params):
         usable = active == 1
         facts["rule"] = "vLLM absent; applied vLLM's rule: exactly one active non-cpu driver"
     if not usable or active != 1:
-        return result("failed", f"{summary}; vLLM needs exactly one active driver (vllm PR #53530: an extra "
-                      "backend makes two)", "install the triton build torch pins for this accelerator only "
-                      "(one distribution, no extra backends)", **facts)
+        return result(
+            "failed",
+            f"{summary}; vLLM needs exactly one active driver (vllm PR #53530: an extra backend makes two)",
+            "install the triton build torch pins for this accelerator only (one distribution, no extra backends)",
+            **facts,
+        )
     return result("passed", summary, **facts)
 
 
 # --- triton-kernel (GPU) -----------------------------------------------------------------------------
-TRITON_KERNEL = r'''
+TRITON_KERNEL = r"""
 import json, torch, triton, triton.language as tl
 
 @triton.jit
@@ -360,14 +407,15 @@ x = torch.randn(4096, device="cuda"); y = torch.randn(4096, device="cuda"); out 
 add[(triton.cdiv(4096, 1024),)](x, y, out, 4096, BLOCK=1024)
 torch.cuda.synchronize()
 print("MATRIX-KERNEL " + json.dumps({"ok": bool(torch.allclose(out, x + y)), "device": torch.cuda.get_device_name(0)}))
-'''
+"""
 
 
 def check_triton_kernel(params):
     try:
         import torch
+
         gpu = torch.cuda.is_available()
-    except Exception:  # noqa: BLE001
+    except Exception:
         gpu = False
     if not gpu:
         return result("skipped", "no GPU visible")
@@ -381,10 +429,9 @@ def check_triton_kernel(params):
     proc = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=600, check=False)
     for line in proc.stdout.splitlines():
         if line.startswith("MATRIX-KERNEL "):
-            data = json.loads(line[len("MATRIX-KERNEL "):])
+            data = json.loads(line[len("MATRIX-KERNEL ") :])
             if data["ok"]:
-                return result("passed", f"a triton kernel compiled and ran on {data['device']}; result correct",
-                              **data)
+                return result("passed", f"a triton kernel compiled and ran on {data['device']}; result correct", **data)
             return result("failed", f"a triton kernel ran on {data['device']} but its result is wrong", None, **data)
     return result("failed", f"compiling or launching a triton kernel fails: {last_error_line(proc.stderr)}", None)
 
@@ -408,8 +455,8 @@ def check_pip_check(params):
         if name:
             installed[_canonical(name)] = dist
     problems, waived = [], []
-    for key, dist in sorted(installed.items()):
-        env = dict(default_environment(), extra="")
+    env = dict(default_environment(), extra="")
+    for _, dist in sorted(installed.items()):
         for line in dist.requires or []:
             try:
                 req = Requirement(line)
@@ -430,9 +477,14 @@ def check_pip_check(params):
                 problems.append(f"{who} requires {req}, but {installed[dep].version} is installed")
     facts = {"distributions": len(installed), "waived": waived}
     if problems:
-        return result("failed", f"{len(problems)} dependency conflict(s): " + "; ".join(problems[:8]),
-                      "install the required versions, or exclude the package on purpose (matrix.yaml "
-                      "index.exclude) if the variant must not ship it", problems=problems, **facts)
+        return result(
+            "failed",
+            f"{len(problems)} dependency conflict(s): " + "; ".join(problems[:8]),
+            "install the required versions, or exclude the package on purpose (matrix.yaml "
+            "index.exclude) if the variant must not ship it",
+            problems=problems,
+            **facts,
+        )
     note = f"; waived (excluded by the variant): {len(waived)}" if waived else ""
     return result("passed", f"{len(installed)} distributions, no unmet requirement{note}", **facts)
 
@@ -477,9 +529,13 @@ def check_native_libs(params):
         first = ", ".join(f"{k} ({', '.join(v)})" for k, v in list(broken.items())[:3])
         problems.append(f"{len(broken)} shared object(s) miss {', '.join(libs)}: {first}")
     if problems:
-        return result("failed", "; ".join(problems), "install the system packages that provide the missing "
-                      "libraries (e.g. libnuma1 for libnuma.so.1), and point LD_PRELOAD only at files that exist",
-                      **facts)
+        return result(
+            "failed",
+            "; ".join(problems),
+            "install the system packages that provide the missing "
+            "libraries (e.g. libnuma1 for libnuma.so.1), and point LD_PRELOAD only at files that exist",
+            **facts,
+        )
     return result("passed", f"{count} shared objects of torch/vLLM resolve every library; LD_PRELOAD ok", **facts)
 
 
@@ -503,9 +559,13 @@ def _memory_limit_bytes():
 def check_cpu_engine_settings(params):
     limit, source = _memory_limit_bytes()
     raw = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
-    facts = {"VLLM_CPU_KVCACHE_SPACE": raw, "memory_limit_bytes": limit, "memory_limit_source": source,
-             "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
-             "cpus": os.cpu_count()}
+    facts = {
+        "VLLM_CPU_KVCACHE_SPACE": raw,
+        "memory_limit_bytes": limit,
+        "memory_limit_source": source,
+        "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+        "cpus": os.cpu_count(),
+    }
     problems = []
     if raw is not None:
         try:
@@ -514,22 +574,29 @@ def check_cpu_engine_settings(params):
             problems.append(f"VLLM_CPU_KVCACHE_SPACE={raw!r} is not a number of GiB")
         else:
             if limit is not None and space * 2**30 > 0.5 * limit:
-                problems.append(f"VLLM_CPU_KVCACHE_SPACE={raw} GiB exceeds half of the memory this container may "
-                                f"use ({limit / 2**30:.1f} GiB, from {source}); the engine would be killed or fail "
-                                "to allocate (vllm#29233)")
+                problems.append(
+                    f"VLLM_CPU_KVCACHE_SPACE={raw} GiB exceeds half of the memory this container may "
+                    f"use ({limit / 2**30:.1f} GiB, from {source}); the engine would be killed or fail "
+                    "to allocate (vllm#29233)"
+                )
     try:
         shm = os.statvfs("/dev/shm")
         facts["dev_shm_bytes"] = shm.f_blocks * shm.f_frsize
     except OSError:
         pass
     if problems:
-        return result("failed", "; ".join(problems), "set VLLM_CPU_KVCACHE_SPACE (GiB) well below the container's "
-                      "memory limit, or leave it unset so vLLM sizes the KV cache itself", **facts)
+        return result(
+            "failed",
+            "; ".join(problems),
+            "set VLLM_CPU_KVCACHE_SPACE (GiB) well below the container's "
+            "memory limit, or leave it unset so vLLM sizes the KV cache itself",
+            **facts,
+        )
     return result("passed", f"VLLM_CPU_KVCACHE_SPACE={raw} GiB fits {(limit or 0) / 2**30:.1f} GiB of memory", **facts)
 
 
 # --- tiny model shared by model-runner and offline-generate -----------------------------------------
-MAKE_MODEL = r'''
+MAKE_MODEL = r"""
 import os, sys, torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -553,7 +620,7 @@ cfg = LlamaConfig(vocab_size=len(hf), hidden_size=128, intermediate_size=256, nu
                   bos_token_id=hf.bos_token_id, eos_token_id=hf.eos_token_id, pad_token_id=hf.pad_token_id,
                   tie_word_embeddings=False, torch_dtype="float32")
 LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(out, safe_serialization=True)
-'''
+"""
 
 
 def ensure_model():
@@ -561,15 +628,14 @@ def ensure_model():
     if os.path.isfile(os.path.join(MODEL_DIR, "config.json")):
         return MODEL_DIR
     os.makedirs(WORK_DIR, exist_ok=True)
-    proc = subprocess.run([sys.executable, "-c", MAKE_MODEL, MODEL_DIR], capture_output=True, text=True,
-                          check=False)
+    proc = subprocess.run([sys.executable, "-c", MAKE_MODEL, MODEL_DIR], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"making the tiny model failed: {last_error_line(proc.stderr)}")
     return MODEL_DIR
 
 
 # --- model-runner (class 1) --------------------------------------------------------------------------
-VALIDATE = r'''
+VALIDATE = r"""
 import json, sys
 from vllm.engine.arg_utils import EngineArgs
 from vllm.triton_utils import HAS_TRITON
@@ -580,7 +646,7 @@ except ValueError as exc:
     out = {"ok": False, "error": str(exc) or repr(exc)}
 out["has_triton"] = bool(HAS_TRITON)
 print("MATRIX-VALIDATE " + json.dumps(out))
-'''
+"""
 
 
 def short_error(text):
@@ -595,15 +661,25 @@ def short_error(text):
 def _validate(env_overrides, timeout):
     env = dict(os.environ)
     env.update(env_overrides)
-    proc = subprocess.run([sys.executable, "-c", VALIDATE, ensure_model()], env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", VALIDATE, ensure_model()],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     for line in proc.stdout.splitlines():
         if line.startswith("MATRIX-VALIDATE "):
-            data = json.loads(line[len("MATRIX-VALIDATE "):])
+            data = json.loads(line[len("MATRIX-VALIDATE ") :])
             if not data["ok"]:
                 data["error"] = short_error(data["error"])
             return data
-    return {"ok": False, "error": last_error_line(proc.stderr) or f"exit {proc.returncode}", "has_triton": None}
+    return {
+        "ok": False,
+        "error": last_error_line(proc.stderr) or f"exit {proc.returncode}",
+        "has_triton": None,
+    }
 
 
 @needs_vllm
@@ -612,36 +688,67 @@ def check_model_runner(params):
     default_env = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
     default = _validate({}, 600)
     has_triton = default.pop("has_triton", None)
-    facts = {"image_VLLM_USE_V2_MODEL_RUNNER": default_env, "HAS_TRITON": has_triton,
-             "triton": dist_version(params.get("triton_distribution", "triton")), "default": default}
-    triton_desc = ("triton not installed" if facts["triton"] is None
-                   else f"triton {facts['triton']} installed but vLLM's HAS_TRITON is {has_triton}")
+    facts = {
+        "image_VLLM_USE_V2_MODEL_RUNNER": default_env,
+        "HAS_TRITON": has_triton,
+        "triton": dist_version(params.get("triton_distribution", "triton")),
+        "default": default,
+    }
+    triton_desc = (
+        "triton not installed"
+        if facts["triton"] is None
+        else f"triton {facts['triton']} installed but vLLM's HAS_TRITON is {has_triton}"
+    )
     if not default["ok"]:
-        forced = f"the image's default environment sets VLLM_USE_V2_MODEL_RUNNER={default_env}" \
-            if default_env is not None else "with the image's default environment"
-        return result("failed", f"vLLM's configuration does not validate {forced}: "
-                      f"ValueError: {default['error']} ({triton_desc})", None, **facts)
+        forced = (
+            f"the image's default environment sets VLLM_USE_V2_MODEL_RUNNER={default_env}"
+            if default_env is not None
+            else "with the image's default environment"
+        )
+        return result(
+            "failed",
+            f"vLLM's configuration does not validate {forced}: ValueError: {default['error']} ({triton_desc})",
+            None,
+            **facts,
+        )
     forced = _validate({"VLLM_USE_V2_MODEL_RUNNER": "1"}, 600)
     forced.pop("has_triton", None)
     facts["forced_v2"] = forced
     if expected == "required":
         if not forced["ok"]:
-            return result("failed", f"forcing VLLM_USE_V2_MODEL_RUNNER=1 fails: {forced['error']} "
-                          f"({triton_desc}); the variant requires a usable Triton", None, **facts)
+            return result(
+                "failed",
+                f"forcing VLLM_USE_V2_MODEL_RUNNER=1 fails: {forced['error']} "
+                f"({triton_desc}); the variant requires a usable Triton",
+                None,
+                **facts,
+            )
         return result("passed", f"default runner {'V2' if default['v2'] else 'V1'}; forced V2 validates", **facts)
     if forced["ok"]:
         # vLLM 0.33 moved the check from config validation into worker start-up (FAILURE-CLASSES.md #1).
-        return result("passed", f"default runner {'V2' if default['v2'] else 'V1'}; forced V2 validates at "
-                      f"config time ({triton_desc}); this vLLM checks Triton at worker start-up", **facts)
+        return result(
+            "passed",
+            f"default runner {'V2' if default['v2'] else 'V1'}; forced V2 validates at "
+            f"config time ({triton_desc}); this vLLM checks Triton at worker start-up",
+            **facts,
+        )
     if V2_ERROR in forced["error"]:
-        return result("passed", f"default runner {'V2' if default['v2'] else 'V1'}; forcing V2 raises "
-                      f"'{V2_ERROR}' as expected without a usable Triton ({triton_desc})", **facts)
-    return result("failed", f"forcing VLLM_USE_V2_MODEL_RUNNER=1 fails with an unexpected error: "
-                  f"{forced['error']}", None, **facts)
+        return result(
+            "passed",
+            f"default runner {'V2' if default['v2'] else 'V1'}; forcing V2 raises "
+            f"'{V2_ERROR}' as expected without a usable Triton ({triton_desc})",
+            **facts,
+        )
+    return result(
+        "failed",
+        f"forcing VLLM_USE_V2_MODEL_RUNNER=1 fails with an unexpected error: {forced['error']}",
+        None,
+        **facts,
+    )
 
 
 # --- offline-generate (class 9) ----------------------------------------------------------------------
-GENERATE = r'''
+GENERATE = r"""
 import json, sys
 def main():
     from vllm import LLM, SamplingParams
@@ -658,7 +765,7 @@ def main():
     print("MATRIX-GENERATE " + json.dumps({"tokens": tokens, "runner": runner}), flush=True)
 if __name__ == "__main__":  # vLLM spawns worker processes
     main()
-'''
+"""
 
 
 def _generate(mode, max_tokens, timeout):
@@ -667,19 +774,28 @@ def _generate(mode, max_tokens, timeout):
     with open(script, "w", encoding="utf-8") as f:
         f.write(GENERATE)
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, script, ensure_model(), mode, str(max_tokens)], capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    proc = subprocess.run(
+        [sys.executable, script, ensure_model(), mode, str(max_tokens)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     seconds = round(time.monotonic() - started, 1)
     for line in proc.stdout.splitlines():
         if line.startswith("MATRIX-GENERATE "):
-            data = json.loads(line[len("MATRIX-GENERATE "):])
+            data = json.loads(line[len("MATRIX-GENERATE ") :])
             data["seconds"] = seconds
             return data
     log = os.path.join(WORK_DIR, f"generate-{mode}.log")
     with open(log, "w", encoding="utf-8") as f:
         f.write(proc.stdout + proc.stderr)
     sys.stdout.write(proc.stderr[-4000:])
-    return {"error": last_error_line(proc.stderr) or f"exit {proc.returncode}", "seconds": seconds, "log": log}
+    return {
+        "error": last_error_line(proc.stderr) or f"exit {proc.returncode}",
+        "seconds": seconds,
+        "log": log,
+    }
 
 
 @needs_vllm
@@ -692,16 +808,27 @@ def check_offline_generate(params):
         if "error" in data:
             return result("failed", f"{mode} generate fails: {data['error']}", None, **facts)
         if any(len(t) != max_tokens for t in data["tokens"]):
-            return result("failed", f"{mode} generate returned {[len(t) for t in data['tokens']]} tokens, "
-                          f"expected {max_tokens} per prompt", None, **facts)
+            return result(
+                "failed",
+                f"{mode} generate returned {[len(t) for t in data['tokens']]} tokens, expected {max_tokens} per prompt",
+                None,
+                **facts,
+            )
     if facts["eager"]["tokens"] != facts["compiled"]["tokens"]:
-        return result("failed", "greedy tokens differ between eager and compiled runs: "
-                      f"{facts['eager']['tokens']} vs {facts['compiled']['tokens']}",
-                      "torch.compile changed numerics; see inductor-compile and run with enforce_eager=True",
-                      **facts)
-    return result("passed", f"{max_tokens} greedy tokens per prompt, eager == compiled "
-                  f"(eager {facts['eager']['seconds']} s, compiled {facts['compiled']['seconds']} s, "
-                  f"runner {facts['eager'].get('runner')})", **facts)
+        return result(
+            "failed",
+            "greedy tokens differ between eager and compiled runs: "
+            f"{facts['eager']['tokens']} vs {facts['compiled']['tokens']}",
+            "torch.compile changed numerics; see inductor-compile and run with enforce_eager=True",
+            **facts,
+        )
+    return result(
+        "passed",
+        f"{max_tokens} greedy tokens per prompt, eager == compiled "
+        f"(eager {facts['eager']['seconds']} s, compiled {facts['compiled']['seconds']} s, "
+        f"runner {facts['eager'].get('runner')})",
+        **facts,
+    )
 
 
 # --- vllm-cli (class 10) -----------------------------------------------------------------------------
@@ -711,8 +838,7 @@ def check_vllm_cli(params):
     exe = shutil.which("vllm")
     facts = {"vllm": exe, "expected": expected}
     if exe is None:
-        return result("failed", "no `vllm` executable on PATH "
-                      f"(PATH={os.environ.get('PATH')})", None, **facts)
+        return result("failed", f"no `vllm` executable on PATH (PATH={os.environ.get('PATH')})", None, **facts)
     proc = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=600, check=False)
     out = proc.stdout.strip().splitlines()
     version = out[-1].strip() if out else ""
@@ -723,10 +849,14 @@ def check_vllm_cli(params):
         renamed = [d for d in providers_of("vllm") if d.lower() != "vllm"]
         if "PackageNotFoundError" in error and renamed and dist_version("vllm") is None:
             # vLLM's CLI reads importlib.metadata.version("vllm"); forks ship under other names.
-            error += (f" (vLLM is installed as the distribution {', '.join(renamed)}, and the CLI asks "
-                      "importlib.metadata for 'vllm')")
-            hint = ("register a metadata-only 'vllm' distribution (matrix.yaml dist_alias), or install vLLM "
-                    "under its own name")
+            error += (
+                f" (vLLM is installed as the distribution {', '.join(renamed)}, and the CLI asks "
+                "importlib.metadata for 'vllm')"
+            )
+            hint = (
+                "register a metadata-only 'vllm' distribution (matrix.yaml dist_alias), or install vLLM "
+                "under its own name"
+            )
         return result("failed", f"`vllm --version` exits {proc.returncode}: {error}", hint, **facts)
     if expected and not version.startswith(expected):
         return result("failed", f"`vllm --version` prints {version!r}, the variant pins {expected}", None, **facts)
@@ -756,7 +886,7 @@ def main(argv):
     name, params = argv[1], json.loads(argv[2]) if len(argv) > 2 else {}
     try:
         outcome = CHECKS[name](params)
-    except Exception:  # noqa: BLE001 - a crashing check is a failed check, with its traceback shown
+    except Exception:
         text = traceback.format_exc()
         sys.stdout.write(text)
         outcome = result("failed", f"the check crashed: {last_error_line(text)}", None)
