@@ -29,8 +29,9 @@ test: setup  ## The whole test suite (unit + integration with the real engine)
 unit: venv  ## Unit tests only (no engine)
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
 
-images: setup  ## Build and smoke-test every variant this machine can build
-	$(MATRIX) run cpu
+JOBS ?= 2
+images: setup  ## Build and smoke-test every variant this machine can build, JOBS at once, past failures
+	$(MATRIX) run all --keep-going --jobs $(JOBS)
 
 render: venv
 	$(MATRIX) render

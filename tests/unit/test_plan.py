@@ -82,3 +82,46 @@ def test_wheelhouse_fingerprint(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     rows = plan.wheelhouse_fingerprint(tmp_path)
     assert [r.split()[:2] for r in rows] == [["a.whl", "1"], ["b.whl", "2"]]
+
+
+def test_platform_tag_keeps_each_platforms_base_apart() -> None:
+    from matrixtool.base import platform_tag
+
+    assert platform_tag("debian:bookworm-slim", "linux/arm64") == "debian:bookworm-slim-arm64"
+    assert platform_tag("nvidia/cuda:12.9.1-cudnn-runtime-ubuntu24.04", "linux/amd64") == (
+        "nvidia/cuda:12.9.1-cudnn-runtime-ubuntu24.04-amd64"
+    )
+    assert platform_tag("127.0.0.1:5000/debian", "linux/arm64") == "127.0.0.1:5000/debian:latest-arm64"
+
+
+def test_base_ref_prefers_pin_then_local_platform_tag() -> None:
+    p = _plan()
+    assert p.base_ref == "debian:bookworm-slim"
+    local = plan.plan_build(
+        _cpu(),
+        platform="linux/amd64",
+        files=p.files,
+        base_image_id="sha256:base",
+        wheelhouse=None,
+        wheelhouse_rows=[],
+        ca_cert=None,
+        revision="r",
+        source_url="s",
+        base_local="debian:bookworm-slim-amd64",
+    )
+    assert local.base_ref == "debian:bookworm-slim-amd64"
+    assert "BASE_IMAGE=debian:bookworm-slim-amd64" in local.argv(Path("/c"), Path("/i"))
+    assert (
+        local.content_hash
+        == plan.plan_build(
+            _cpu(),
+            platform="linux/amd64",
+            files=p.files,
+            base_image_id="sha256:base",
+            wheelhouse=None,
+            wheelhouse_rows=[],
+            ca_cert=None,
+            revision="r",
+            source_url="s",
+        ).content_hash
+    )  # the local tag is a name for the same base image: not an input

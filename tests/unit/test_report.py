@@ -99,3 +99,12 @@ def test_github_step_summary_and_annotations(tmp_path: Path) -> None:
 def test_nothing_is_published_outside_github(tmp_path: Path) -> None:
     assert report.publish_to_github(_report(), {}) == []
     assert list(tmp_path.iterdir()) == []
+
+
+def test_skipped_and_failed_variants_are_reported() -> None:
+    r = report.RunReport(errors={"rocm": "package index unreachable"}, skipped={"arm64": "no linux/arm64"})
+    assert not r.ok
+    text = report.table(r)
+    assert "rocm: error: package index unreachable" in text and "arm64: skipped: no linux/arm64" in text
+    doc = report.to_json(r)
+    assert doc["errors"] == {"rocm": "package index unreachable"} and doc["skipped"] == {"arm64": "no linux/arm64"}

@@ -25,6 +25,19 @@ STAND_IN_LABEL = "io.vllm-matrix.stand-in-for"
 DEBIAN_ARCH = {"linux/amd64": "amd64", "linux/arm64": "arm64"}
 
 
+def platform_tag(ref: str, platform: str) -> str:
+    """A local tag for ``ref``'s image of ``platform``: ``debian:bookworm-slim`` -> ``debian:bookworm-slim-arm64``.
+
+    The classic image store keeps one image per tag, so the amd64 and arm64 bases of one ref would replace
+    each other (and race under ``make images -j``); each platform's base is built from its own tag.
+    """
+    arch = platform.split("/")[-1]
+    name, _, tag = ref.rpartition(":")
+    if not name or "/" in tag:  # no tag (a ':' belongs to a registry port)
+        name, tag = ref, "latest"
+    return f"{name}:{tag}-{arch}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class BaseImage:
     """A base image present on the engine: ``ref`` as in matrix.yaml, its local ``image_id``,
@@ -34,6 +47,7 @@ class BaseImage:
     platform: str
     image_id: str
     origin: str
+    local_tag: str | None = None
 
 
 def _local(client: docker.DockerClient, ref: str, platform: str) -> Image | None:
@@ -124,9 +138,11 @@ def provide(
     """
     if digest:
         return _provide_pinned(client, f"{ref}@{digest}", platform=platform)
-    image = _local(client, ref, platform)
+    alias = platform_tag(ref, platform)
+    image = _local(client, alias, platform) or _local(client, ref, platform)
     if image is not None:
-        return BaseImage(ref=ref, platform=platform, image_id=str(image.id), origin="local")
+        image.tag(*alias.rsplit(":", 1))
+        return BaseImage(ref=ref, platform=platform, image_id=str(image.id), origin="local", local_tag=alias)
     echo(["docker", "pull", "--platform", platform, ref])
     try:
         client.images.pull(ref, platform=platform)
@@ -142,7 +158,8 @@ def provide(
     image = _local(client, ref, platform)
     if image is None:
         raise BuildError(f"{ref} for {platform} is still missing after {origin}; run 'tools/matrix doctor'")
-    return BaseImage(ref=ref, platform=platform, image_id=str(image.id), origin=origin)
+    image.tag(*alias.rsplit(":", 1))
+    return BaseImage(ref=ref, platform=platform, image_id=str(image.id), origin=origin, local_tag=alias)
 
 
 def _provide_pinned(client: docker.DockerClient, pinned: str, *, platform: str) -> BaseImage:

@@ -7,6 +7,7 @@ Errors print one ``error:`` message and exit with the code of their class (``err
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -273,6 +274,7 @@ def plan_variants(
                     source_url=source,
                     repository=repository,
                     base_digest=digest,
+                    base_local=got.local_tag,
                 )
             )
     return plans
@@ -387,6 +389,11 @@ def _finish(settings: Settings, result: report.RunReport, as_json: bool, junit: 
     click.echo(report.to_json_text(result) if as_json else "\n" + report.table(result))
     if result.checks or result.errors:
         click.echo(f"JUnit report: {junit_path}", err=True)
+    if result.errors:
+        raise BuildError(
+            f"{len(result.errors)} variant(s) failed before their smoke checks: {', '.join(result.errors)}; "
+            "see the summary above and the build logs it names"
+        )
     if not result.ok:
         raise SmokeFailure("smoke checks failed; see the table above, the logs it names, and the fix hints")
 
@@ -466,6 +473,13 @@ _select_options = [
 @main.command("run")
 @click.argument("variants", nargs=-1)
 @_with(_build_options + _select_options)
+@click.option(
+    "--keep-going",
+    is_flag=True,
+    help="Go on past a variant that fails (reported in the summary); skip variants whose platforms this "
+    "builder cannot build.",
+)
+@click.option("--jobs", "-j", type=click.IntRange(1, 16), default=1, show_default=True, help="Variants built at once.")
 @_report_options
 @click.pass_obj
 def run_cmd(
@@ -478,29 +492,62 @@ def run_cmd(
     registry_prefix: str | None,
     only: Sequence[str],
     skip: Sequence[str],
+    keep_going: bool,
+    jobs: int,
     as_json: bool,
     junit: Path | None,
 ) -> None:
     """Render-check, build and smoke-test variants; print a summary table."""
     selected = select_variants(_load(settings), variants)
-    ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
+    if not keep_going:
+        ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
+    else:
+        # Only a stale render stops everything; a variant's own inputs fail that variant alone.
+        render.check_fresh(render.render_matrix(_load(settings)), settings.matrix_path.parent)
+        ca, wheels = plan.resolve_ca_cert(ca_cert, settings.env), plan.resolve_wheelhouse(wheelhouse, settings.env)
     client = engine.connect()
-    results = build_variants(
-        settings,
-        client,
-        selected,
-        ca=ca,
-        wheels=wheels,
-        force=force,
-        repository=repository,
-        registry_prefix=registry_prefix,
-    )
+    skipped: dict[str, str] = {}
+    if keep_going:
+        can = engine.builder_platforms()
+        for v in selected:
+            missing = [p for p in v.platforms if p not in can]
+            if missing:
+                skipped[v.name] = f"this builder cannot build {', '.join(missing)} (see 'tools/matrix doctor')"
+        selected = [v for v in selected if v.name not in skipped]
+
+    def build_one(variant: Variant) -> list[build.BuildResult]:
+        if keep_going:
+            _check_inputs(variant, wheels, ca)
+            _check_index_reachable(variant, ca)
+        return build_variants(
+            settings,
+            client,
+            [variant],
+            ca=ca,
+            wheels=wheels,
+            force=force,
+            repository=repository,
+            registry_prefix=registry_prefix,
+        )
+
+    results: list[build.BuildResult] = []
+    errors: dict[str, str] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {v.name: pool.submit(build_one, v) for v in selected}
+        for name, future in futures.items():
+            try:
+                results += future.result()
+            except MatrixError as exc:
+                if not keep_going:
+                    raise
+                errors[name] = str(exc)
+                click.echo(f"[{name}] error: {exc}", err=True)
     by_name = {v.name: v for v in selected}
     checks: list[smoke.CheckResult] = []
     for built in results:
         engine.pull_if_missing(client, built.image)  # skipped because it is in the registry
         checks += _smoke(settings, client, built.image, by_name[built.variant], only, skip, as_json)
-    _finish(settings, report.RunReport(builds=results, checks=checks), as_json, junit)
+    _finish(settings, report.RunReport(builds=results, checks=checks, errors=errors, skipped=skipped), as_json, junit)
 
 
 @main.command("test")

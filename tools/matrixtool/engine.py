@@ -85,6 +85,14 @@ def _run(argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess[st
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+def builder_platforms() -> set[str]:
+    """The platforms the default BuildKit builder can build (``docker buildx inspect``), e.g.
+    {"linux/amd64", "linux/arm64"} once qemu-user-static registered its binfmt handlers."""
+    proc = _run(["docker", "buildx", "inspect", "--bootstrap"])
+    line = next((x for x in proc.stdout.splitlines() if x.strip().startswith("Platforms:")), "")
+    return {p.strip().rstrip("*") for p in line.split(":", 1)[-1].split(",") if p.strip()}
+
+
 def doctor(registry: str = "registry-1.docker.io") -> list[Finding]:
     """Probe engine, buildx, arm64 emulation and registry reachability (each probe ≤ 30 s)."""
     findings: list[Finding] = []
@@ -125,15 +133,7 @@ def doctor(registry: str = "registry-1.docker.io") -> list[Finding]:
                 )
             )
     if client is not None:
-        proc = _run(["docker", "buildx", "inspect", "--bootstrap"])
-        platforms = next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in proc.stdout.splitlines()
-                if line.strip().startswith("Platforms:")
-            ),
-            "",
-        )
+        platforms = ", ".join(sorted(builder_platforms()))
         if "linux/arm64" in platforms:
             findings.append(Finding(name="arm64-emulation", status=Status.OK, detail=f"builder platforms: {platforms}"))
         else:

@@ -43,6 +43,7 @@ class BuildPlan:
     tags: tuple[str, ...]
     labels: Mapping[str, str] = field(default_factory=dict)
     base_digest: str | None = None
+    base_local: str | None = None
 
     @property
     def hash_tag(self) -> str:
@@ -51,8 +52,11 @@ class BuildPlan:
 
     @property
     def base_ref(self) -> str:
-        """The ``BASE_IMAGE`` build arg: ``ref@sha256:…`` when pinned, else the plain ref of matrix.yaml."""
-        return pinned_ref(self.base_image, self.base_digest)
+        """The ``BASE_IMAGE`` build arg: ``ref@sha256:…`` when pinned, else the per-platform local tag of an
+        unpinned base (``base_local``, see ``base.platform_tag``), else the plain ref of matrix.yaml."""
+        if self.base_digest:
+            return pinned_ref(self.base_image, self.base_digest)
+        return self.base_local or self.base_image
 
     @property
     def arch(self) -> str:
@@ -150,6 +154,7 @@ def plan_build(
     source_url: str,
     repository: str = DEFAULT_REPOSITORY,
     base_digest: str | None = None,
+    base_local: str | None = None,
 ) -> BuildPlan:
     """The build of ``variant`` for ``platform``; ``base_image_id`` is the local ID of its base image,
     ``base_digest`` its pinned manifest digest from the lock file (None: unpinned)."""
@@ -182,6 +187,7 @@ def plan_build(
         tags=tags,
         labels=labels,
         base_digest=base_digest,
+        base_local=base_local,
     )
 
 

@@ -24,6 +24,7 @@ class RunReport:
     builds: Sequence[BuildResult] = ()
     checks: Sequence[CheckResult] = ()
     errors: Mapping[str, str] = field(default_factory=dict)
+    skipped: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -78,6 +79,8 @@ def table(report: RunReport) -> str:
             )
     for variant, message in report.errors.items():
         parts.append(f"{variant}: error: {message}")
+    for variant, reason in report.skipped.items():
+        parts.append(f"{variant}: skipped: {reason}")
     total = sum(c.seconds for c in report.checks)
     counts = {s: sum(1 for c in report.checks if c.status is s) for s in Status}
     parts.append(
@@ -122,6 +125,7 @@ def to_json(report: RunReport) -> dict[str, Any]:
             for c in report.checks
         ],
         "errors": dict(report.errors),
+        "skipped": dict(report.skipped),
     }
 
 

@@ -1,0 +1,50 @@
+"""`make images` path: `run --keep-going` reports a failed variant and goes on with the others (issue 3)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+import yaml
+
+from matrixtool.errors import ExitCode
+from tests.conftest import REPO_ROOT
+from tests.integration.conftest import json_of, matrix_cli
+
+pytestmark = [pytest.mark.engine]
+
+
+def test_keep_going_past_an_unreachable_index(cpu_image: str, out_dir: Path, tmp_path: Path) -> None:
+    with socket.socket() as s:  # a loopback port nothing listens on: the ROCm index "cannot be reached"
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/whl/rocm6.4"
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    data["variants"]["rocm"]["index"]["url"] = url
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
+    shutil.copytree(REPO_ROOT / "images", tmp_path / "images")
+    assert matrix_cli("--matrix", str(matrix), "render", out=out_dir).returncode == 0
+    proc = matrix_cli(
+        "--matrix",
+        str(matrix),
+        "run",
+        "rocm",
+        "cpu",
+        "--keep-going",
+        "--jobs",
+        "2",
+        "--only",
+        "vllm-cli",
+        "--json",
+        out=out_dir,
+        timeout=900,
+    )
+    assert proc.returncode == ExitCode.BUILD, proc.stderr[-3000:]
+    doc = json_of(proc)
+    assert list(doc["errors"]) == ["rocm"]
+    assert f"package index {url} is unreachable" in doc["errors"]["rocm"]
+    (build,) = doc["builds"]
+    assert build["variant"] == "cpu" and build["image"] == cpu_image and build["cached"] is True
+    assert [(c["check"], c["status"]) for c in doc["checks"]] == [("vllm-cli", "passed")]
