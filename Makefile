@@ -20,18 +20,20 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+# The CPU variant's torch wheel is not on PyPI: PIP_FIND_LINKS names a folder holding it, else
+# tools/wheelhouse.sh downloads it once into build/wheelhouse (see README).
 run: setup  ## The main job: render-check, build and smoke-test the CPU image
-	$(MATRIX) run cpu
+	$(MATRIX) run cpu --wheelhouse "$$(tools/wheelhouse.sh)"
 
 test: setup  ## The whole test suite (unit + integration with the real engine)
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	PIP_FIND_LINKS="$$(tools/wheelhouse.sh)" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 unit: venv  ## Unit tests only (no engine)
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
 
 JOBS ?= 2
 images: setup  ## Build and smoke-test every variant this machine can build, JOBS at once, past failures
-	$(MATRIX) run all --keep-going --jobs $(JOBS)
+	$(MATRIX) run all --keep-going --jobs $(JOBS) --wheelhouse "$$(tools/wheelhouse.sh)"
 
 render: venv
 	$(MATRIX) render
@@ -51,8 +53,9 @@ lint: venv  ## ruff, mypy, hadolint, actionlint, zizmor, render drift
 bench: setup  ## Cold build time, image size, smoke wall time of the CPU image (writes build/bench.json)
 	$(PY) tools/bench.py
 
-clean:  ## Remove this project's images, containers and build cache
+clean:  ## Remove this project's images and containers, and prune the (whole) BuildKit cache
 	-docker ps -aq --filter label=io.vllm-matrix.session | xargs -r docker rm -f
 	-docker images -q 'vllm-matrix/*' | sort -u | xargs -r docker rmi -f
+	-docker images -q 'vllm-matrix-test/*' | sort -u | xargs -r docker rmi -f
 	-docker buildx prune -f
 	rm -rf build

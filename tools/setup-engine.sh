@@ -39,6 +39,8 @@ apt_install() {
 
 # Engine, base-image maker, emulation, registry server.
 apt_install docker.io debootstrap qemu-user-static binfmt-support docker-registry ca-certificates
+# The project's own venv (`make venv`) needs these on a bare Debian.
+command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3 python3-venv python3-pip
 
 # buildx: from the default suite on 13, from trixie (pinned low) on 12.
 if ! have_pkg docker-buildx; then
@@ -73,7 +75,7 @@ fi
 # Start the daemon if none answers.
 if ! docker info >/dev/null 2>&1; then
   log "starting dockerd (log: /var/log/dockerd.log)"
-  if command -v systemctl >/dev/null && systemctl is-system-running >/dev/null 2>&1; then
+  if [ -d /run/systemd/system ]; then  # booted with systemd (also when it reports "degraded")
     systemctl start docker
   else
     nohup dockerd >/var/log/dockerd.log 2>&1 &

@@ -111,7 +111,7 @@ def wheel_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
                 check=False,
             )
             if proc.returncode != 0:
-                pytest.skip(f"cannot download {requirement} here: {proc.stderr.strip().splitlines()[-1:]}")
+                pytest.fail(f"cannot download {requirement} with the host's pip: {proc.stderr.strip()[-500:]}")
         (wheel,) = target.glob("*.whl")
         return wheel
 

@@ -105,3 +105,14 @@ def test_workflow_passes_linter(tool: str) -> None:
     argv = [exe, str(WORKFLOW)] if tool == "actionlint" else [exe, "--offline", str(WORKFLOW)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_fork_pull_requests_get_no_self_hosted_runners() -> None:
+    from matrixtool import ci
+    from matrixtool.matrix import load_matrix
+
+    variants = load_matrix().variants
+    assert {e["variant"] for e in ci.ci_matrix(variants)["include"]} == {"cpu", "arm64", "cuda", "rocm"}
+    hosted = ci.ci_matrix(variants, hosted_only=True)["include"]
+    assert {e["variant"] for e in hosted} == {"cpu", "arm64"}
+    assert all("self-hosted" not in e["runner"] for e in hosted)

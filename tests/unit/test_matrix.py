@@ -85,3 +85,12 @@ def test_cli_config_error_exit_code_and_no_traceback(tmp_path: Path) -> None:
     assert result.exit_code == ExitCode.CONFIG
     assert "variants.cpu.pythn: unknown key; did you mean 'python'?" in result.output
     assert "Traceback" not in result.output
+
+
+def test_stand_in_suite_must_ship_the_variants_python() -> None:
+    data = _data()
+    data["variants"]["cpu"]["stand_in"] = {"suite": "trixie"}
+    assert validate(data) == [
+        "variants.cpu.stand_in.suite: Debian trixie ships Python 3.13, the variant needs 3.11; pick the suite "
+        "that matches, or drop stand_in (the base then has to come from a registry)"
+    ]

@@ -34,3 +34,28 @@ def test_cli_engine_unreachable_exit_code() -> None:
     assert "no Docker engine answers" in result.output
     assert "make engine" in result.output
     assert "Traceback" not in result.output
+
+
+def test_test_as_takes_one_variant() -> None:
+    result = CliRunner().invoke(main, ["test", "--host", "--as", "all"], catch_exceptions=False)
+    assert result.exit_code == ExitCode.USAGE and "one variant name" in result.output
+
+
+def test_an_empty_check_selection_is_a_config_error() -> None:
+    args = ["test", "--host", "--as", "cpu"]
+    for name in (
+        "triton-import",
+        "no-fake-triton",
+        "torch-family",
+        "inductor-compile",
+        "model-runner",
+        "offline-generate",
+        "vllm-cli",
+        "triton-drivers",
+        "pip-check",
+        "native-libs",
+        "cpu-engine-settings",
+    ):
+        args += ["--skip", name]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == ExitCode.CONFIG and "leaves no check" in result.output

@@ -101,3 +101,27 @@ def test_short_error_reads_pydantic_value_errors() -> None:
     )
     assert mod.short_error(text) == "Model Runner V2 requires Triton."
     assert mod.short_error("plain message\nmore") == "plain message"
+
+
+def test_early_sigkill_is_not_a_timeout() -> None:
+    status, diagnosis, hint, _ = smoke.verdict("offline-generate", 137, "Killed", 900, seconds=40.0)
+    assert status is smoke.Status.FAILED and "before its 900 s timeout (out of memory?)" in diagnosis
+    assert "memory" in hint
+    assert smoke.verdict("offline-generate", 137, "", 900, seconds=905.0)[0] is smoke.Status.TIMEOUT
+
+
+def test_unreadable_result_is_a_failure_not_a_crash() -> None:
+    out = 'MATRIX-RESULT {"status": "exploded", "diagnosis": "x"}'
+    status, diagnosis, _, _ = smoke.verdict("vllm-cli", 0, out, 10)
+    assert status is smoke.Status.FAILED and "unreadable result" in diagnosis
+    status, diagnosis, _, _ = smoke.verdict("vllm-cli", 0, "MATRIX-RESULT {truncated", 10)
+    assert status is smoke.Status.FAILED and "unreadable result" in diagnosis
+
+
+def test_every_failure_class_has_a_check_and_the_readme_names_gpu_only_ones() -> None:
+    covered = {n for info in CHECKS.values() for n in info.classes}
+    assert covered == set(range(1, 13))
+    readme = (smoke.CHECKS_SCRIPT.parents[3] / "README.md").read_text()
+    assert "needs a GPU" in readme
+    for name in CHECKS:
+        assert f"| `{name}` |" in readme, f"README's check table lacks {name}"

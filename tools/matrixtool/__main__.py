@@ -2,4 +2,4 @@
 
 from matrixtool.cli import main
 
-main()
+main(prog_name="tools/matrix")

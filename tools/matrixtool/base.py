@@ -124,7 +124,7 @@ def provide(
     ref: str,
     *,
     platform: str,
-    suite: str,
+    suite: str | None,
     mirror: str = DEFAULT_MIRROR,
     digest: str | None = None,
 ) -> BaseImage:
@@ -148,6 +148,12 @@ def provide(
         client.images.pull(ref, platform=platform)
         origin = "pulled"
     except docker.errors.APIError as exc:
+        if suite is None:
+            raise BuildError(
+                f"{ref} ({platform}) is not on the engine, pulling it failed ({exc.explanation or exc}), and the "
+                "variant declares no stand_in (no Debian suite ships its Python); reach the registry, or load the "
+                "image with 'docker load'"
+            ) from exc
         print(
             f"  pull failed ({exc.explanation or exc}); making a Debian {suite} stand-in",
             file=sys.stderr,

@@ -1,7 +1,7 @@
 """The catalogue of smoke checks: what each proves, the failure classes it covers, its fix hint.
 
 The checks themselves run *inside* the image (``incontainer/smoke_checks.py``); this module holds the
-host-side facts the reports need. Failure classes are numbered as in ``../shared/FAILURE-CLASSES.md``.
+host-side facts the reports need. Failure classes are numbered as in ``docs/failure-classes.md``.
 """
 
 from __future__ import annotations

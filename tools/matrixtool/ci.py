@@ -54,8 +54,11 @@ def ci_entry(variant: Variant, platform: str) -> dict[str, Any]:
     }
 
 
-def ci_matrix(variants: Sequence[Variant]) -> dict[str, list[dict[str, Any]]]:
+def ci_matrix(variants: Sequence[Variant], *, hosted_only: bool = False) -> dict[str, list[dict[str, Any]]]:
     """``{"include": [...]}`` over every variant x platform, in matrix order.
+
+    ``hosted_only`` leaves out variants whose runner labels include ``self-hosted``: pull requests from
+    forks must not run their code on the project's own (GPU) machines.
 
     Raises:
         ConfigError: a variant has no runner labels (only reachable with a hand-made ``Variant``: the
@@ -64,9 +67,10 @@ def ci_matrix(variants: Sequence[Variant]) -> dict[str, list[dict[str, Any]]]:
     missing = [v.name for v in variants if not v.runner]
     if missing:
         raise ConfigError("matrix.yaml", [f"variants.{name}.runner: no runner label; CI needs one" for name in missing])
-    return {"include": [ci_entry(v, p) for v in variants for p in v.platforms]}
+    kept = [v for v in variants if not (hosted_only and "self-hosted" in v.runner)]
+    return {"include": [ci_entry(v, p) for v in kept for p in v.platforms]}
 
 
-def ci_matrix_json(variants: Sequence[Variant]) -> str:
+def ci_matrix_json(variants: Sequence[Variant], *, hosted_only: bool = False) -> str:
     """``ci_matrix`` as compact one-line JSON, ready for ``echo "matrix=…" >> "$GITHUB_OUTPUT"``."""
-    return json.dumps(ci_matrix(variants), separators=(",", ":"))
+    return json.dumps(ci_matrix(variants, hosted_only=hosted_only), separators=(",", ":"))

@@ -64,6 +64,12 @@ class MatrixGroup(click.Group):
                 traceback.print_exc()
             click.echo(f"error: {exc}", err=True)
             ctx.exit(int(exc.exit_code))
+        except docker.errors.APIError as exc:
+            # The engine answered, and refused: not an unreachable engine.
+            if ctx.obj is not None and ctx.obj.debug:
+                traceback.print_exc()
+            click.echo(f"error: the Docker engine refused a request: {exc.explanation or exc}", err=True)
+            ctx.exit(int(ExitCode.UNEXPECTED))
         except docker.errors.DockerException as exc:
             if ctx.obj is not None and ctx.obj.debug:
                 traceback.print_exc()
@@ -82,7 +88,7 @@ class MatrixGroup(click.Group):
             ctx.exit(int(ExitCode.UNEXPECTED))
 
 
-@click.group(cls=MatrixGroup)
+@click.group(cls=MatrixGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--matrix",
     "matrix_path",
@@ -299,8 +305,26 @@ def build_variants(
     Raises:
         ConfigError, BuildError, RegistryError (the registry did not answer).
     """
+    plans = plan_variants(settings, client, variants, ca=ca, wheels=wheels, repository=repository)
+    return execute_plans(settings, client, plans, force=force, registry_prefix=registry_prefix)
+
+
+def execute_plans(
+    settings: Settings,
+    client: docker.DockerClient,
+    plans: Sequence[plan.BuildPlan],
+    *,
+    force: bool,
+    registry_prefix: str | None = None,
+) -> list[build.BuildResult]:
+    """Build ``plans`` in order, skipping (unless ``force``) those whose content-hash tag is on the engine or,
+    with ``registry_prefix``, in that registry.
+
+    Raises:
+        BuildError, RegistryError (the registry did not answer).
+    """
     results = []
-    for the_plan in plan_variants(settings, client, variants, ca=ca, wheels=wheels, repository=repository):
+    for the_plan in plans:
         done = None if force else build.existing(client, the_plan)
         if done is not None:
             click.echo(
@@ -439,7 +463,10 @@ def _checks_for(variant: Variant, only: Sequence[str], skip: Sequence[str]) -> l
             "--only/--skip",
             [f"{n!r} is not a check of variant {variant.name}; its checks: {', '.join(names)}" for n in unknown],
         )
-    return [c for c in variant.checks if (not only or c.name in only) and c.name not in skip]
+    chosen = [c for c in variant.checks if (not only or c.name in only) and c.name not in skip]
+    if not chosen:
+        raise ConfigError("--only/--skip", [f"the selection leaves no check of variant {variant.name} to run"])
+    return chosen
 
 
 def _shower(quiet: bool) -> Any:
@@ -515,25 +542,29 @@ def run_cmd(
                 skipped[v.name] = f"this builder cannot build {', '.join(missing)} (see 'tools/matrix doctor')"
         selected = [v for v in selected if v.name not in skipped]
 
-    def build_one(variant: Variant) -> list[build.BuildResult]:
-        if keep_going:
-            _check_inputs(variant, wheels, ca)
-            _check_index_reachable(variant, ca)
-        return build_variants(
-            settings,
-            client,
-            [variant],
-            ca=ca,
-            wheels=wheels,
-            force=force,
-            repository=repository,
-            registry_prefix=registry_prefix,
-        )
+    # Bases and plans one variant at a time (variants may share a base ref); then the builds, `jobs` at once.
+    errors: dict[str, str] = {}
+    planned: dict[str, list[plan.BuildPlan]] = {}
+    for variant in selected:
+        try:
+            if keep_going:
+                _check_inputs(variant, wheels, ca)
+                _check_index_reachable(variant, ca)
+            planned[variant.name] = plan_variants(
+                settings, client, [variant], ca=ca, wheels=wheels, repository=repository
+            )
+        except MatrixError as exc:
+            if not keep_going:
+                raise
+            errors[variant.name] = str(exc)
+            click.echo(f"[{variant.name}] error: {exc}", err=True)
 
     results: list[build.BuildResult] = []
-    errors: dict[str, str] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {v.name: pool.submit(build_one, v) for v in selected}
+        futures = {
+            name: pool.submit(execute_plans, settings, client, plans, force=force, registry_prefix=registry_prefix)
+            for name, plans in planned.items()
+        }
         for name, future in futures.items():
             try:
                 results += future.result()
@@ -583,6 +614,8 @@ def test_cmd(
     """Run the smoke suite against any image (--image) or this machine's Python (--host)."""
     if (image is None) == (not host):
         raise click.UsageError("give exactly one of --image REF and --host")
+    if as_variant == "all":
+        raise click.UsageError("--as takes one variant name, not 'all'")
     (variant,) = select_variants(_load(settings), [as_variant])
     checks_ = _checks_for(variant, only, skip)
     if host:
@@ -610,10 +643,11 @@ def test_cmd(
 # --- ci-matrix ---------------------------------------------------------------------------------------
 @main.command("ci-matrix")
 @click.argument("variants", nargs=-1)
-def ci_matrix_cmd(variants: Sequence[str]) -> None:
+@click.option("--hosted-only", is_flag=True, help="Leave out variants on self-hosted runners (fork pull requests).")
+def ci_matrix_cmd(variants: Sequence[str], hosted_only: bool) -> None:
     """Print the GitHub Actions matrix (JSON, one line): one entry per variant x platform."""
     settings: Settings = click.get_current_context().obj
-    click.echo(ci.ci_matrix_json(select_variants(_load(settings), variants)))
+    click.echo(ci.ci_matrix_json(select_variants(_load(settings), variants), hosted_only=hosted_only))
 
 
 # --- bake --------------------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from matrixtool.checks import CHECKS
 from matrixtool.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# The Python each Debian suite a stand-in base can be made from ships (Debian's python3 package).
+SUITE_PYTHON = {"bookworm": "3.11", "trixie": "3.13"}
 SCHEMA_PATH = REPO_ROOT / "matrix.schema.json"
 DEFAULT_MATRIX = REPO_ROOT / "matrix.yaml"
 
@@ -32,7 +34,7 @@ class TritonState(str, Enum):
     ``absent``: no distribution provides ``triton`` (CPU and Arm: vllm#14888 says vLLM must work).
     ``present-unused``: installed, but vLLM cannot use it on this accelerator (``HAS_TRITON`` False).
     ``required``: installed at the version torch pins, the only distribution providing ``triton``.
-    Source: ../shared/FAILURE-CLASSES.md classes 1-5.
+    Source: docs/failure-classes.md classes 1-5.
     """
 
     ABSENT = "absent"
@@ -89,7 +91,7 @@ class Variant:
     accelerator: Accelerator
     platforms: tuple[str, ...]
     base_image: str
-    stand_in_suite: str
+    stand_in_suite: str | None
     python: str
     torch: PackagePin
     vllm: PackagePin
@@ -197,6 +199,13 @@ def _semantic_problems(data: Mapping[str, Any]) -> list[str]:
     problems: list[str] = []
     known = sorted(CHECKS)
     for name, variant in data["variants"].items():
+        suite = variant.get("stand_in", {}).get("suite")
+        if suite and SUITE_PYTHON.get(suite) != variant["python"]:
+            problems.append(
+                f"variants.{name}.stand_in.suite: Debian {suite} ships Python {SUITE_PYTHON.get(suite)}, the variant "
+                f"needs {variant['python']}; pick the suite that matches, or drop stand_in (the base then has to "
+                "come from a registry)"
+            )
         for check in variant["smoke"]["checks"]:
             if check not in CHECKS:
                 close = difflib.get_close_matches(check, known, n=1)
@@ -217,7 +226,7 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 accelerator=Accelerator(v["accelerator"]),
                 platforms=tuple(v["platforms"]),
                 base_image=v["base_image"],
-                stand_in_suite=v.get("stand_in", {}).get("suite", "bookworm"),
+                stand_in_suite=v.get("stand_in", {}).get("suite"),
                 python=v["python"],
                 torch=PackagePin(**v["torch"]),
                 vllm=PackagePin(**v["vllm"]),

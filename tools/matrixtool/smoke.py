@@ -127,19 +127,33 @@ def parse_output(output: str) -> dict[str, Any] | None:
     return None
 
 
-def verdict(check: str, exit_code: int | None, output: str, timeout: int) -> tuple[Status, str, str, dict[str, Any]]:
-    """Status, diagnosis, hint and facts of one check from its exit code and output.
+def verdict(
+    check: str, exit_code: int | None, output: str, timeout: int, seconds: float | None = None
+) -> tuple[Status, str, str, dict[str, Any]]:
+    """Status, diagnosis, hint and facts of one check from its exit code, output and wall time (seconds).
 
-    ``exit_code`` None means the host deadline passed; 124/137 is coreutils ``timeout`` firing.
+    ``exit_code`` None means the host deadline passed; 124 is coreutils ``timeout`` firing, and 137
+    (SIGKILL) is its ``-k`` follow-up only once ``timeout`` seconds have passed: earlier it is another
+    SIGKILL, most often the kernel's OOM killer.
     """
     hint = CHECKS[check].hint
+    tail = " | ".join(output.strip().splitlines()[-3:])
+    if exit_code == 137 and seconds is not None and seconds < timeout:
+        return (
+            Status.FAILED,
+            f"killed by SIGKILL after {seconds:.0f} s, before its {timeout} s timeout (out of memory?): {tail}",
+            "give the container more memory, or lower VLLM_CPU_KVCACHE_SPACE",
+            {},
+        )
     if exit_code is None or exit_code in (124, 137):
         return Status.TIMEOUT, f"no result within {timeout} s; the check was killed", hint, {}
-    parsed = parse_output(output)
-    if parsed is None:
-        tail = " | ".join(output.strip().splitlines()[-3:])
+    try:
+        parsed = parse_output(output)
+        status = Status(parsed["status"]) if parsed is not None else None
+    except (ValueError, KeyError, TypeError) as exc:
+        return Status.FAILED, f"the check printed an unreadable result ({exc}): {tail}", hint, {}
+    if parsed is None or status is None:
         return Status.FAILED, f"the check printed no result (exit {exit_code}): {tail}", hint, {}
-    status = Status(parsed["status"])
     return (
         status,
         str(parsed.get("diagnosis", "")),
@@ -173,9 +187,9 @@ class CheckContainer:
         """Start (or restart after a timeout) the container and copy the check script into it."""
         self.remove()
         container: Container = self.client.containers.run(**container_kwargs(self.image, self.session, gpu=self.gpu))
+        self.container = container  # from here on remove() can clean it up, even if the copy below fails
         container.exec_run(["mkdir", "-p", IN_IMAGE_DIR], user="root")
         container.put_archive(IN_IMAGE_DIR, _tar_of(CHECKS_SCRIPT))
-        self.container = container
         return container
 
     def remove(self) -> None:
@@ -186,10 +200,15 @@ class CheckContainer:
             self.container = None
 
     def argv(self, check: CheckSpec, params: Mapping[str, Any]) -> list[str]:
+        """The in-container command for ``check`` (see ``exec_argv``)."""
         return exec_argv(check, params)
 
     def __enter__(self) -> CheckContainer:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.remove()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -236,6 +255,7 @@ class HostRunner:
         """Nothing to restart: a timed-out check was killed with its process group by ``timeout``."""
 
     def argv(self, check: CheckSpec, params: Mapping[str, Any]) -> list[str]:
+        """The host command for ``check``: this repository's check script under ``self.python``."""
         return exec_argv(check, params, python=self.python, script=str(CHECKS_SCRIPT))
 
     def exec(self, argv: list[str], env: Mapping[str, str], deadline: float) -> tuple[int | None, str]:
@@ -288,7 +308,7 @@ def _run_checks(
         seconds = time.monotonic() - started
         log = log_dir / f"{variant.name}.{check.name}.log"
         log.write_text(output, encoding="utf-8")
-        status, diagnosis, hint, facts = verdict(check.name, exit_code, output, check.timeout)
+        status, diagnosis, hint, facts = verdict(check.name, exit_code, output, check.timeout, seconds)
         if status is Status.TIMEOUT:
             runner.start()  # a hung check may leave processes behind: the next check starts clean
         result = CheckResult(

@@ -3,7 +3,7 @@
 Standard library only (plus what the image itself ships: torch, vllm, transformers) and Python >= 3.9,
 so it runs in images this project did not build. Each check prints its progress, then one line
 ``MATRIX-RESULT {"status": ..., "diagnosis": ..., "hint": ..., "facts": {...}}`` that the host parses.
-Statuses: passed, failed, skipped. Failure classes: ../shared/FAILURE-CLASSES.md.
+Statuses: passed, failed, skipped. Failure classes: docs/failure-classes.md.
 """
 
 from __future__ import annotations
@@ -274,6 +274,17 @@ def check_torch_family(params):
 
 # --- inductor-compile (class 8) ----------------------------------------------------------------------
 def check_inductor_compile(params):
+    """torch.compile (inductor) of a small function equals eager, on CPU and on CUDA when visible.
+
+    vLLM is imported first when installed: a placeholder `triton` it plants (vllm#17309) must not break
+    inductor, which is how class 2 failed in the field (FAILURE-CLASSES.md: "prove it with an inductor compile").
+    """
+    if importlib.util.find_spec("vllm") is not None:
+        try:
+            import vllm
+            import vllm.triton_utils  # noqa: F401
+        except Exception:
+            pass
     import torch
 
     def f(x):
