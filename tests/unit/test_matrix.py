@@ -94,3 +94,9 @@ def test_stand_in_suite_must_ship_the_variants_python() -> None:
         "variants.cpu.stand_in.suite: Debian trixie ships Python 3.13, the variant needs 3.11; pick the suite "
         "that matches, or drop stand_in (the base then has to come from a registry)"
     ]
+
+
+def test_variant_names_that_collide_with_selection_words_are_rejected() -> None:
+    data = _data()
+    data["variants"]["all"] = data["variants"]["cpu"]
+    assert validate(data) == ["variants.all: 'all' is reserved (it selects variants); rename the variant"]

@@ -183,6 +183,8 @@ def _describe(error: jsonschema.ValidationError, schema: dict[str, Any]) -> list
             hint = f"; did you mean '{close[0]}'?" if close else f"; allowed keys: {', '.join(allowed)}"
             out.append(f"{_key_path([*error.absolute_path, key])}: unknown key{hint}")
         return out
+    if error.validator == "not" and where == "variants":
+        return [f"variants.{error.instance}: '{error.instance}' is reserved (it selects variants); rename the variant"]
     if error.validator == "required":
         return [f"{where}: {error.message}"]
     if error.validator == "enum":

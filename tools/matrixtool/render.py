@@ -6,6 +6,7 @@ Jinja runs with ``StrictUndefined`` so a missing value fails the render instead 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,7 +121,9 @@ def template_context(variant: Variant) -> dict[str, Any]:
         ]
         if variant.dist_alias
         else [],
-        "env": sorted(variant.env.items()),
+        # Double-quoted, escaped Dockerfile strings: a space or quote in matrix.yaml cannot break the line.
+        "env": [(key, json.dumps(value, ensure_ascii=False)) for key, value in sorted(variant.env.items())],
+        "description_quoted": json.dumps(variant.description, ensure_ascii=False),
     }
 
 
