@@ -20,10 +20,13 @@ import docker
 import pytest
 
 from matrixtool import engine
+from matrixtool.matrix import load_matrix
 from matrixtool.smoke import SESSION_LABEL
 from tests.conftest import REPO_ROOT
 
 MATRIX = str(REPO_ROOT / "tools" / "matrix")
+# The CPU variant's smoke checks, in matrix.yaml order.
+CPU_CHECKS = [c.name for c in next(v for v in load_matrix().variants if v.name == "cpu").checks]
 TEST_REPOSITORY = "vllm-matrix-test"
 
 

@@ -10,19 +10,10 @@ import docker
 import junitparser
 import pytest
 
+from tests.integration.conftest import CPU_CHECKS as ALL_CHECKS
 from tests.integration.conftest import json_of, matrix_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
-
-ALL_CHECKS = [
-    "triton-import",
-    "no-fake-triton",
-    "torch-family",
-    "inductor-compile",
-    "model-runner",
-    "offline-generate",
-    "vllm-cli",
-]
 
 
 def test_run_cpu_passes_every_check(cpu_image: str, out_dir: Path, tmp_path: Path) -> None:

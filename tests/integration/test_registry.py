@@ -24,19 +24,10 @@ import yaml
 
 from matrixtool import registry
 from tests.conftest import REPO_ROOT
+from tests.integration.conftest import CPU_CHECKS as ALL_CHECKS
 from tests.integration.conftest import json_of, matrix_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
-
-ALL_CHECKS = [
-    "triton-import",
-    "no-fake-triton",
-    "torch-family",
-    "inductor-compile",
-    "model-runner",
-    "offline-generate",
-    "vllm-cli",
-]
 
 
 def _free_port() -> int:
