@@ -24,10 +24,12 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, check=False)
 
 
-def make_cold(variant: str, base_image: str) -> None:
-    """Remove the variant's images, its base image and the whole BuildKit cache."""
+def make_cold(variant: str, base_image: str, platforms: list[str]) -> None:
+    """Remove the variant's images, its base image (and its per-platform tags) and the whole BuildKit cache."""
+    from matrixtool.base import platform_tag
+
     images = _run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", f"vllm-matrix/{variant}"]).stdout.split()
-    for ref in [*images, base_image]:
+    for ref in [*images, base_image, *(platform_tag(base_image, p) for p in platforms)]:
         _run(["docker", "rmi", "-f", ref])
     _run(["docker", "buildx", "prune", "--all", "--force"])
 
@@ -40,17 +42,23 @@ def main(argv: list[str]) -> int:
 
     (spec,) = [v for v in load_matrix().variants if v.name == variant]
     if not warm:
-        make_cold(variant, spec.base_image)
+        make_cold(variant, spec.base_image, list(spec.platforms))
     out = REPO / "build" / "bench"
     started = time.monotonic()
+    report_file = out / f"{variant}.report.json"
     proc = subprocess.run(
-        [MATRIX, "--out", str(out), "run", variant, "--json"], capture_output=True, text=True, check=False
+        [MATRIX, "--out", str(out), "run", variant, "--json-file", str(report_file)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     wall = time.monotonic() - started
     (out / f"{variant}.run.log").write_text(proc.stderr, encoding="utf-8")
+    (out / f"{variant}.table.txt").write_text(proc.stdout, encoding="utf-8")
+    print(proc.stdout)  # the summary table as `tools/matrix run` printed it
     try:
-        doc = json.loads(proc.stdout)
-    except json.JSONDecodeError:
+        doc = json.loads(report_file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
         print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
         return 1
     build = doc["builds"][0]

@@ -24,6 +24,8 @@ def test_host_mode_on_this_interpreter(tmp_path) -> None:  # type: ignore[no-unt
         "--as",
         "cuda",
         "--json",
+        "--json-file",
+        str(tmp_path / "report.json"),
         "--only",
         "triton-import",
         "--only",
@@ -34,6 +36,7 @@ def test_host_mode_on_this_interpreter(tmp_path) -> None:  # type: ignore[no-unt
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == ExitCode.SMOKE
     doc = json.loads(result.stdout)
+    assert json.loads((tmp_path / "report.json").read_text()) == doc
     status = {c["check"]: (c["status"], c["diagnosis"]) for c in doc["checks"]}
     assert status["triton-import"][0] == "failed" and "finds no module" in status["triton-import"][1]
     assert status["no-fake-triton"] == (

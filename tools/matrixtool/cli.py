@@ -385,6 +385,9 @@ _build_options = [
 
 
 def _report_options(f: Any) -> Any:
+    f = click.option(
+        "--json-file", type=click.Path(path_type=Path), default=None, help="Also write the JSON report to this file."
+    )(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print the JSON report instead of the table.")(f)
     f = click.option(
         "--junit",
@@ -404,12 +407,17 @@ def _with(options: list[Any]) -> Callable[[Callable[..., Any]], Callable[..., An
     return wrap
 
 
-def _finish(settings: Settings, result: report.RunReport, as_json: bool, junit: Path | None) -> None:
+def _finish(
+    settings: Settings, result: report.RunReport, as_json: bool, junit: Path | None, json_file: Path | None = None
+) -> None:
     junit_path = junit or settings.out_dir / "reports" / "junit.xml"
     if result.checks or result.errors:
         report.write_junit(result, junit_path)
     for line in report.publish_to_github(result, settings.env):
         click.echo(line, err=True)
+    if json_file is not None:
+        json_file.parent.mkdir(parents=True, exist_ok=True)
+        json_file.write_text(report.to_json_text(result), encoding="utf-8")
     click.echo(report.to_json_text(result) if as_json else "\n" + report.table(result))
     if result.checks or result.errors:
         click.echo(f"JUnit report: {junit_path}", err=True)
@@ -436,6 +444,7 @@ def build_cmd(
     repository: str,
     registry_prefix: str | None,
     as_json: bool,
+    json_file: Path | None,
     junit: Path | None,
 ) -> None:
     """Build variants with BuildKit (no smoke checks)."""
@@ -452,7 +461,7 @@ def build_cmd(
         repository=repository,
         registry_prefix=registry_prefix,
     )
-    _finish(settings, report.RunReport(builds=results), as_json, junit)
+    _finish(settings, report.RunReport(builds=results), as_json, junit, json_file)
 
 
 def _checks_for(variant: Variant, only: Sequence[str], skip: Sequence[str]) -> list[Any]:
@@ -522,6 +531,7 @@ def run_cmd(
     keep_going: bool,
     jobs: int,
     as_json: bool,
+    json_file: Path | None,
     junit: Path | None,
 ) -> None:
     """Render-check, build and smoke-test variants; print a summary table."""
@@ -578,7 +588,13 @@ def run_cmd(
     for built in results:
         engine.pull_if_missing(client, built.image)  # skipped because it is in the registry
         checks += _smoke(settings, client, built.image, by_name[built.variant], only, skip, as_json)
-    _finish(settings, report.RunReport(builds=results, checks=checks, errors=errors, skipped=skipped), as_json, junit)
+    _finish(
+        settings,
+        report.RunReport(builds=results, checks=checks, errors=errors, skipped=skipped),
+        as_json,
+        junit,
+        json_file,
+    )
 
 
 @main.command("test")
@@ -609,6 +625,7 @@ def test_cmd(
     only: Sequence[str],
     skip: Sequence[str],
     as_json: bool,
+    json_file: Path | None,
     junit: Path | None,
 ) -> None:
     """Run the smoke suite against any image (--image) or this machine's Python (--host)."""
@@ -631,13 +648,13 @@ def test_cmd(
             log_dir=settings.out_dir / "logs",
             on_result=_shower(as_json),
         )
-        _finish(settings, report.RunReport(checks=results), as_json, junit)
+        _finish(settings, report.RunReport(checks=results), as_json, junit, json_file)
         return
     assert image is not None
     client = engine.connect()
     engine.pull_if_missing(client, image)
     checks = _smoke(settings, client, image, variant, only, skip, as_json)
-    _finish(settings, report.RunReport(checks=checks), as_json, junit)
+    _finish(settings, report.RunReport(checks=checks), as_json, junit, json_file)
 
 
 # --- ci-matrix ---------------------------------------------------------------------------------------
