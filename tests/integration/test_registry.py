@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from matrixtool import registry
+from matrixtool.base import platform_tag
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import CPU_CHECKS as ALL_CHECKS
 from tests.integration.conftest import json_of, matrix_cli
@@ -177,7 +178,7 @@ def test_pin_records_the_registry_digest_and_builds_use_it(
 ) -> None:
     base = f"{local_registry}/matrix-test/debian:bookworm-slim"
     client.images.get("debian:bookworm-slim").tag(base)
-    tags.append(base)
+    tags += [base, platform_tag(base, "linux/amd64")]  # the unpinned bake tags the per-platform base too
     push = subprocess.run(["docker", "push", base], capture_output=True, text=True, timeout=600, check=False)
     assert push.returncode == 0, push.stderr
     digest = registry.manifest_digest(base)
