@@ -177,7 +177,7 @@ def test_pin_records_the_registry_digest_and_builds_use_it(
     client: docker.DockerClient, cpu_image: str, local_registry: str, tmp_path: Path, tags: list[str]
 ) -> None:
     base = f"{local_registry}/matrix-test/debian:bookworm-slim"
-    client.images.get("debian:bookworm-slim").tag(base)
+    client.images.get(platform_tag("debian:bookworm-slim", "linux/amd64")).tag(base)
     tags += [base, platform_tag(base, "linux/amd64")]  # the unpinned bake tags the per-platform base too
     push = subprocess.run(["docker", "push", base], capture_output=True, text=True, timeout=600, check=False)
     assert push.returncode == 0, push.stderr
