@@ -99,3 +99,13 @@ def test_generated_dockerfiles_are_hadolint_clean() -> None:
     files = sorted(str(p) for p in (REPO_ROOT / "images").glob("*/Dockerfile"))
     proc = subprocess.run([hadolint, "--no-color", *files], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_rocm_renders_with_its_index_and_expects_pytorch_triton_rocm() -> None:
+    rocm = next(v for v in load_matrix().variants if v.name == "rocm")
+    assert rocm.triton_distribution == "pytorch-triton-rocm" and rocm.triton.value == "required"
+    text = render.render_variant(rocm)[0].text
+    assert "ARG BASE_IMAGE=rocm/dev-ubuntu-24.04:6.4.1" in text
+    assert "--index-url https://download.pytorch.org/whl/rocm6.4" in text
+    assert "--extra-index-url https://pypi.org/simple" in text
+    assert "torch==2.14.0+rocm6.4" in text and "--find-links /wheelhouse" not in text
