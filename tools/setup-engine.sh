@@ -78,6 +78,14 @@ if ! docker info >/dev/null 2>&1; then
   if [ -d /run/systemd/system ]; then  # booted with systemd (also when it reports "degraded")
     systemctl start docker
   else
+    # A dockerd killed without a clean shutdown (a session or a machine that stopped) leaves its pid file
+    # behind, and a new dockerd then refuses to start: remove pid files whose process is gone.
+    for pidfile in /var/run/docker.pid /var/run/docker/containerd/containerd.pid; do
+      if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null; then
+        log "removing stale $pidfile"
+        rm -f "$pidfile"
+      fi
+    done
     nohup dockerd >/var/log/dockerd.log 2>&1 &
   fi
   for _ in $(seq 1 60); do
