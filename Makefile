@@ -4,6 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 MATRIX := tools/matrix
 PYTEST_ARGS ?=
+# The CA bundle for TLS-intercepting proxies comes from SSL_CERT_FILE, PIP_CERT or REQUESTS_CA_BUNDLE; where none
+# is set, from the `cert` pip itself is configured with (pip.conf), passed on as PIP_CERT.
+PIP_CONFIG_CERT := $(shell python3 -m pip config list 2>/dev/null | sed -n "s/^global\.cert='\(.*\)'$$/\1/p" | head -n1)
+CA_ENV := $(if $(SSL_CERT_FILE)$(PIP_CERT)$(REQUESTS_CA_BUNDLE),,$(if $(PIP_CONFIG_CERT),PIP_CERT=$(PIP_CONFIG_CERT)))
 
 .PHONY: setup engine venv run test unit images render render-check lint bench clean
 
@@ -23,17 +27,17 @@ venv: $(VENV)/.installed
 # The CPU variant's torch wheel is not on PyPI: PIP_FIND_LINKS names a folder holding it, else
 # tools/wheelhouse.sh downloads it once into build/wheelhouse (see README).
 run: setup  ## The main job: render-check, build and smoke-test the CPU image
-	$(MATRIX) run cpu --wheelhouse "$$(tools/wheelhouse.sh)"
+	$(CA_ENV) $(MATRIX) run cpu --wheelhouse "$$(tools/wheelhouse.sh)"
 
 test: setup  ## The whole test suite (unit + integration with the real engine)
-	PIP_FIND_LINKS="$$(tools/wheelhouse.sh)" $(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh)" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 unit: venv  ## Unit tests only (no engine)
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
 
 JOBS ?= 2
 images: setup  ## Build and smoke-test every variant this machine can build, JOBS at once, past failures
-	$(MATRIX) run all --keep-going --jobs $(JOBS) --wheelhouse "$$(tools/wheelhouse.sh)"
+	$(CA_ENV) $(MATRIX) run all --keep-going --jobs $(JOBS) --wheelhouse "$$(tools/wheelhouse.sh)"
 
 render: venv
 	$(MATRIX) render
