@@ -92,7 +92,18 @@ def test_stand_in_suite_must_ship_the_variants_python() -> None:
     data["variants"]["cpu"]["stand_in"] = {"suite": "trixie"}
     assert validate(data) == [
         "variants.cpu.stand_in.suite: Debian trixie ships Python 3.13, the variant needs 3.11; pick the suite "
-        "that matches, or drop stand_in (the base then has to come from a registry)"
+        'that matches, or accept that builds on the stand-in use Python 3.13 by adding python: "3.13" to stand_in'
+    ]
+
+
+def test_stand_in_python_accepts_the_suites_python_and_only_that() -> None:
+    data = _data()
+    data["variants"]["cpu"]["stand_in"] = {"suite": "trixie", "python": "3.13"}
+    assert validate(data) == []
+    data["variants"]["cpu"]["stand_in"] = {"suite": "trixie", "python": "3.12"}
+    assert validate(data) == [
+        'variants.cpu.stand_in.python: Debian trixie ships Python 3.13, not 3.12; write python: "3.13" or pick '
+        "another suite"
     ]
 
 

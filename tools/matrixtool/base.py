@@ -21,6 +21,7 @@ from matrixtool.errors import BuildError
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 STAND_IN_LABEL = "io.vllm-matrix.stand-in-for"
+SUITE_LABEL = "io.vllm-matrix.debian-suite"
 # debootstrap's name for each OCI platform's architecture.
 DEBIAN_ARCH = {"linux/amd64": "amd64", "linux/arm64": "arm64"}
 
@@ -41,13 +42,21 @@ def platform_tag(ref: str, platform: str) -> str:
 @dataclass(frozen=True, kw_only=True)
 class BaseImage:
     """A base image present on the engine: ``ref`` as in matrix.yaml, its local ``image_id``,
-    and how it got there (``local``, ``pulled`` or ``stand-in``)."""
+    and how it got there (``local``, ``pulled`` or ``stand-in``). ``stand_in_suite``: the Debian suite
+    when the image is a stand-in made by ``make_stand_in`` (read from its label, so a stand-in made by an
+    earlier run is recognised too), else None."""
 
     ref: str
     platform: str
     image_id: str
     origin: str
     local_tag: str | None = None
+    stand_in_suite: str | None = None
+
+
+def _suite_of(image: Image) -> str | None:
+    labels = (image.attrs.get("Config") or {}).get("Labels") or {}
+    return labels.get(SUITE_LABEL) if STAND_IN_LABEL in labels else None
 
 
 def _local(client: docker.DockerClient, ref: str, platform: str) -> Image | None:
@@ -66,12 +75,7 @@ def stand_in_argv(*, suite: str, arch: str, rootfs: Path, mirror: str) -> list[s
 
 def stand_in_dockerfile(ref: str, suite: str) -> str:
     """The Dockerfile that turns ``rootfs.tar`` into an image standing in for ``ref``."""
-    return (
-        "FROM scratch\n"
-        "ADD rootfs.tar /\n"
-        f'LABEL {STAND_IN_LABEL}="{ref}" io.vllm-matrix.debian-suite="{suite}"\n'
-        'CMD ["bash"]\n'
-    )
+    return f'FROM scratch\nADD rootfs.tar /\nLABEL {STAND_IN_LABEL}="{ref}" {SUITE_LABEL}="{suite}"\nCMD ["bash"]\n'
 
 
 def make_stand_in(ref: str, *, platform: str, suite: str, mirror: str = DEFAULT_MIRROR, native: bool = True) -> None:
@@ -145,7 +149,14 @@ def provide(
     image = _local(client, alias, platform) or _local(client, ref, platform)
     if image is not None:
         image.tag(*alias.rsplit(":", 1))
-        return BaseImage(ref=ref, platform=platform, image_id=str(image.id), origin="local", local_tag=alias)
+        return BaseImage(
+            ref=ref,
+            platform=platform,
+            image_id=str(image.id),
+            origin="local",
+            local_tag=alias,
+            stand_in_suite=_suite_of(image),
+        )
     echo(["docker", "pull", "--platform", platform, ref])
     try:
         client.images.pull(ref, platform=platform)
@@ -169,7 +180,14 @@ def provide(
     if image is None:
         raise BuildError(f"{ref} for {platform} is still missing after {origin}; run 'tools/matrix doctor'")
     image.tag(*alias.rsplit(":", 1))
-    return BaseImage(ref=ref, platform=platform, image_id=str(image.id), origin=origin, local_tag=alias)
+    return BaseImage(
+        ref=ref,
+        platform=platform,
+        image_id=str(image.id),
+        origin=origin,
+        local_tag=alias,
+        stand_in_suite=_suite_of(image),
+    )
 
 
 def _provide_pinned(client: docker.DockerClient, pinned: str, *, platform: str) -> BaseImage:

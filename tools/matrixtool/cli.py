@@ -281,8 +281,15 @@ def plan_variants(
                     repository=repository,
                     base_digest=digest,
                     base_local=got.local_tag,
+                    stand_in_suite=got.stand_in_suite,
                 )
             )
+            if plans[-1].python_version:
+                click.echo(
+                    f"{variant.name} ({platform}): base {variant.base_image} is a Debian {got.stand_in_suite} "
+                    f"stand-in: building with Python {plans[-1].python_version} (upstream: {variant.python})",
+                    err=True,
+                )
     return plans
 
 

@@ -93,11 +93,15 @@ class Variant:
     base_image: str
     stand_in_suite: str | None
     python: str
+    # The Python of the stand-in suite when it differs from ``python`` (matrix.yaml stand_in.python).
+    stand_in_python: str | None
     torch: PackagePin
     vllm: PackagePin
     dist_alias: PackagePin | None
     triton: TritonState
     triton_distribution: str
+    # Which torch build the image carries: "cpu", "cuda" or "rocm" (default: the accelerator's).
+    torch_build: str
     env: Mapping[str, str]
     index: IndexSettings
     runner: tuple[str, ...]
@@ -202,11 +206,18 @@ def _semantic_problems(data: Mapping[str, Any]) -> list[str]:
     known = sorted(CHECKS)
     for name, variant in data["variants"].items():
         suite = variant.get("stand_in", {}).get("suite")
-        if suite and SUITE_PYTHON.get(suite) != variant["python"]:
+        stated = variant.get("stand_in", {}).get("python")
+        ships = SUITE_PYTHON.get(suite) if suite else None
+        if suite and stated is not None and stated != ships:
             problems.append(
-                f"variants.{name}.stand_in.suite: Debian {suite} ships Python {SUITE_PYTHON.get(suite)}, the variant "
-                f"needs {variant['python']}; pick the suite that matches, or drop stand_in (the base then has to "
-                "come from a registry)"
+                f"variants.{name}.stand_in.python: Debian {suite} ships Python {ships}, not {stated}; "
+                f'write python: "{ships}" or pick another suite'
+            )
+        elif suite and ships != variant["python"] and stated is None:
+            problems.append(
+                f"variants.{name}.stand_in.suite: Debian {suite} ships Python {ships}, the variant "
+                f"needs {variant['python']}; pick the suite that matches, or accept that builds on the "
+                f'stand-in use Python {ships} by adding python: "{ships}" to stand_in'
             )
         for check in variant["smoke"]["checks"]:
             if check not in CHECKS:
@@ -230,6 +241,7 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 base_image=v["base_image"],
                 stand_in_suite=v.get("stand_in", {}).get("suite"),
                 python=v["python"],
+                stand_in_python=v.get("stand_in", {}).get("python"),
                 torch=PackagePin(**v["torch"]),
                 vllm=PackagePin(**v["vllm"]),
                 dist_alias=PackagePin(package=v["dist_alias"]["name"], version=v["dist_alias"]["version"])
@@ -237,6 +249,7 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 else None,
                 triton=TritonState(v["triton"]),
                 triton_distribution=v.get("triton_distribution", "triton"),
+                torch_build=v.get("torch_build", v["accelerator"]),
                 env=dict(v.get("env", {})),
                 index=IndexSettings(
                     url=index["url"],

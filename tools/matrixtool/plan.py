@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from matrixtool.matrix import Variant
+from matrixtool.errors import ConfigError
+from matrixtool.matrix import SUITE_PYTHON, Variant
 from matrixtool.render import RenderedFile
 
 DEFAULT_REPOSITORY = "vllm-matrix"
@@ -44,6 +45,9 @@ class BuildPlan:
     labels: Mapping[str, str] = field(default_factory=dict)
     base_digest: str | None = None
     base_local: str | None = None
+    # The PYTHON_VERSION build arg: set only when the base is a stand-in whose suite ships another Python
+    # than the variant's (matrix.yaml stand_in.python); None keeps the Dockerfile's default.
+    python_version: str | None = None
 
     @property
     def hash_tag(self) -> str:
@@ -66,7 +70,10 @@ class BuildPlan:
     @property
     def build_args(self) -> dict[str, str]:
         """The build args passed to BuildKit (``docker buildx build --build-arg`` and bake's ``args``)."""
-        return {"BASE_IMAGE": self.base_ref}
+        args = {"BASE_IMAGE": self.base_ref}
+        if self.python_version:
+            args["PYTHON_VERSION"] = self.python_version
+        return args
 
     def argv(self, context_dir: Path, iidfile: Path) -> list[str]:
         """The ``docker buildx build`` command for a build context staged at ``context_dir``."""
@@ -155,9 +162,11 @@ def plan_build(
     repository: str = DEFAULT_REPOSITORY,
     base_digest: str | None = None,
     base_local: str | None = None,
+    stand_in_suite: str | None = None,
 ) -> BuildPlan:
     """The build of ``variant`` for ``platform``; ``base_image_id`` is the local ID of its base image,
-    ``base_digest`` its pinned manifest digest from the lock file (None: unpinned)."""
+    ``base_digest`` its pinned manifest digest from the lock file (None: unpinned), ``stand_in_suite`` the
+    Debian suite when that base is a stand-in (its Python may differ: ``stand_in_python``)."""
     digest = content_hash(
         files=files,
         platform=platform,
@@ -188,7 +197,30 @@ def plan_build(
         labels=labels,
         base_digest=base_digest,
         base_local=base_local,
+        python_version=stand_in_python(variant, stand_in_suite),
     )
+
+
+def stand_in_python(variant: Variant, suite: str | None) -> str | None:
+    """The Python a stand-in of Debian ``suite`` ships when it is not ``variant.python``, else None.
+
+    Raises:
+        ConfigError: the suite's Python differs and matrix.yaml does not accept it (stand_in.python unset),
+            e.g. a stand-in from an older run whose suite no longer matches the variant.
+    """
+    if suite is None or SUITE_PYTHON.get(suite) in (None, variant.python):
+        return None
+    ships = SUITE_PYTHON[suite]
+    if variant.stand_in_python != ships:
+        raise ConfigError(
+            f"variant {variant.name}",
+            [
+                f"variants.{variant.name}.stand_in: the local base {variant.base_image} is a Debian {suite} stand-in "
+                f'with Python {ships}, the variant needs {variant.python}; add python: "{ships}" to stand_in '
+                f"to accept that, or remove the stand-in image (docker rmi {variant.base_image})"
+            ],
+        )
+    return ships
 
 
 def resolve_ca_cert(flag: Path | None, env: Mapping[str, str]) -> Path | None:

@@ -100,9 +100,11 @@ def template_context(variant: Variant) -> dict[str, Any]:
         "python": python,
         "apt_packages": sorted(
             {
-                f"python{python}",
-                f"python{python}-venv",
-                f"python{python}-dev",
+                # ${PYTHON_VERSION}: a build arg (default ``python``) so a stand-in base whose suite ships
+                # another Python can build the same Dockerfile (matrix.yaml stand_in.python).
+                "python${PYTHON_VERSION}",
+                "python${PYTHON_VERSION}-venv",
+                "python${PYTHON_VERSION}-dev",
                 *_COMMON_PACKAGES,
                 *_ACCELERATOR_PACKAGES[variant.accelerator],
             }
