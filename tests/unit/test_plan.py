@@ -125,3 +125,35 @@ def test_base_ref_prefers_pin_then_local_platform_tag() -> None:
             source_url="s",
         ).content_hash
     )  # the local tag is a name for the same base image: not an input
+
+
+def test_stand_in_with_another_python_passes_it_as_a_build_arg(tmp_path: Path) -> None:
+    cuda = next(v for v in load_matrix().variants if v.name == "cuda")
+    assert (cuda.python, cuda.stand_in_suite, cuda.stand_in_python) == ("3.12", "bookworm", "3.11")
+    kwargs = dict(
+        platform="linux/amd64",
+        files=tuple(render.render_variant(cuda)),
+        base_image_id="sha256:base",
+        wheelhouse=None,
+        wheelhouse_rows=[],
+        ca_cert=None,
+        revision="r",
+        source_url="u",
+    )
+    on_stand_in = plan.plan_build(cuda, stand_in_suite="bookworm", **kwargs)
+    assert on_stand_in.build_args["PYTHON_VERSION"] == "3.11"
+    argv = on_stand_in.argv(tmp_path, tmp_path / "iid")
+    assert "PYTHON_VERSION=3.11" in argv
+    upstream = plan.plan_build(cuda, **kwargs)
+    assert "PYTHON_VERSION" not in upstream.build_args  # the Dockerfile's default (3.12) applies
+    # cpu's suite ships its Python: nothing to override.
+    assert "PYTHON_VERSION" not in _plan(stand_in_suite="bookworm").build_args
+
+
+def test_a_stand_in_whose_python_the_matrix_does_not_accept_is_a_config_error() -> None:
+    import pytest
+
+    from matrixtool.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r'add python: "3.13" to stand_in'):
+        plan.stand_in_python(_cpu(), "trixie")

@@ -109,3 +109,11 @@ def test_rocm_renders_with_its_index_and_expects_pytorch_triton_rocm() -> None:
     assert "--index-url https://download.pytorch.org/whl/rocm6.4" in text
     assert "--extra-index-url https://pypi.org/simple" in text
     assert "torch==2.14.0+rocm6.4" in text and "--find-links /wheelhouse" not in text
+
+
+def test_python_comes_from_a_build_arg_whose_default_is_the_variants() -> None:
+    for variant in load_matrix().variants:
+        text = next(f.text for f in render.render_variant(variant) if f.path.name == "Dockerfile")
+        assert f"ARG PYTHON_VERSION={variant.python}\n" in text
+        assert "python${PYTHON_VERSION}-dev" in text  # so a stand-in with another Python builds the same file
+        assert f"python{variant.python}" not in text.replace(f"Python {variant.python}", "")

@@ -125,3 +125,35 @@ def test_every_failure_class_has_a_check_and_the_readme_names_gpu_only_ones() ->
     assert "needs a GPU" in readme
     for name in CHECKS:
         assert f"| `{name}` |" in readme, f"README's check table lacks {name}"
+
+
+def test_gpu_variant_checks_skip_without_a_gpu_and_cpu_variants_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = _incontainer()
+    calls = []
+    check = mod.needs_gpu(lambda params: calls.append(params) or mod.result("passed", "ran"))
+    monkeypatch.setattr(mod, "gpu_visible", lambda: False)
+    skipped = check({"accelerator": "cuda"})
+    assert skipped["status"] == "skipped" and skipped["diagnosis"].startswith("no GPU visible")
+    assert calls == []
+    assert check({"accelerator": "cpu"})["status"] == "passed"
+    monkeypatch.setattr(mod, "gpu_visible", lambda: True)
+    assert check({"accelerator": "rocm"})["status"] == "passed"
+
+
+def test_torch_build_and_driver_libraries() -> None:
+    mod = _incontainer()
+    assert mod._torch_build({"cuda": "13.0", "hip": None}) == "cuda"
+    assert mod._torch_build({"cuda": None, "hip": "6.4.43482"}) == "rocm"
+    assert mod._torch_build({"cuda": None, "hip": None}) == "cpu"
+    # Mounted from the host by the NVIDIA container toolkit; an image must not ship them.
+    assert all(mod.DRIVER_LIBS.match(n) for n in ("libcuda.so.1", "libnvidia-ml.so.1", "libcuda.so"))
+    # Shipped by pip wheels (nvidia-*) or Debian: their absence is a real defect.
+    assert not any(mod.DRIVER_LIBS.match(n) for n in ("libcudart.so.13", "libcublas.so.13", "libnuma.so.1"))
+
+
+def test_check_params_carry_the_torch_build() -> None:
+    variants = {v.name: v for v in load_matrix().variants}
+    assert smoke.check_params(variants["cpu"])["torch_build"] == "cpu"
+    # PyPI's aarch64 torch 2.13.0 is a CUDA build (matrix.yaml says why); the check must expect it.
+    assert smoke.check_params(variants["arm64"])["torch_build"] == "cuda"
+    assert smoke.check_params(variants["cuda"])["accelerator"] == "cuda"

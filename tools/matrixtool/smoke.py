@@ -74,6 +74,8 @@ def check_params(variant: Variant, entrypoint: Sequence[str] = ()) -> dict[str, 
     """The JSON parameters every in-image check receives (the variant's expectations)."""
     return {
         "variant": variant.name,
+        "accelerator": variant.accelerator.value,
+        "torch_build": variant.torch_build,
         "triton": variant.triton.value,
         "triton_distribution": variant.triton_distribution,
         "vllm_version": variant.vllm.version,

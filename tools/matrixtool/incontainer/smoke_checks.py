@@ -45,6 +45,33 @@ def needs_vllm(check):
     return wrapped
 
 
+def gpu_visible():
+    """True when torch sees a GPU (CUDA or ROCm: torch.cuda covers both); False without torch."""
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def needs_gpu(check):
+    """Decorator: on a GPU variant (params["accelerator"] is not "cpu") with no GPU visible, the check
+    reports ``skipped: no GPU visible``: never a silent pass, never a failure (issue 3). On CPU variants
+    the check always runs."""
+
+    def wrapped(params):
+        accelerator = params.get("accelerator", "cpu")
+        if accelerator != "cpu" and not gpu_visible():
+            return result(
+                "skipped",
+                f"no GPU visible (a {accelerator} variant: run on a host with a GPU, which then gets `--gpus all`)",
+            )
+        return check(params)
+
+    return wrapped
+
+
 def dist_version(name):
     try:
         return metadata.version(name)
@@ -245,11 +272,46 @@ def check_no_fake_triton(params):
 
 
 # --- torch-family (class 6) --------------------------------------------------------------------------
+TORCH_BUILD = r"""
+import json, torch
+print("MATRIX-TORCH " + json.dumps({"version": torch.__version__, "cuda": torch.version.cuda,
+                                    "hip": getattr(torch.version, "hip", None)}))
+"""
+
+
+def _torch_build(info):
+    """ "cuda", "rocm" or "cpu" from torch.version.cuda / torch.version.hip."""
+    if info.get("hip"):
+        return "rocm"
+    return "cuda" if info.get("cuda") else "cpu"
+
+
 def check_torch_family(params):
     facts = {"torch": dist_version("torch")}
-    proc = run_python("import torch; print(torch.__version__)", timeout=300)
+    proc = run_python(TORCH_BUILD, timeout=300)
     if proc.returncode != 0:
         return result("failed", f"`import torch` fails: {last_error_line(proc.stderr)}", None, **facts)
+    info = next(
+        (
+            json.loads(line[len("MATRIX-TORCH ") :])
+            for line in proc.stdout.splitlines()
+            if line.startswith("MATRIX-TORCH ")
+        ),
+        {},
+    )
+    build = _torch_build(info)
+    expected_build = params.get("torch_build") or params.get("accelerator") or build
+    facts.update(torch_cuda=info.get("cuda"), torch_hip=info.get("hip"), torch_build=build)
+    described = {"cuda": f"CUDA {info.get('cuda')}", "rocm": f"ROCm/HIP {info.get('hip')}", "cpu": "CPU"}[build]
+    if build != expected_build:
+        return result(
+            "failed",
+            f"torch {info.get('version')} is a {described} build (torch.version.cuda={info.get('cuda')!r}, "
+            f"torch.version.hip={info.get('hip')!r}); the variant needs a {expected_build} build",
+            "install torch from the index of the wanted build (e.g. PyTorch's cpu / cu130 / rocm index), "
+            "or declare torch_build in matrix.yaml when this build is intended",
+            **facts,
+        )
     failures = []
     for name in TORCH_FAMILY:
         version = dist_version(name)
@@ -266,7 +328,7 @@ def check_torch_family(params):
     present = [n for n in TORCH_FAMILY if n in facts]
     return result(
         "passed",
-        f"torch {facts['torch']} imports"
+        f"torch {facts['torch']} ({described} build) imports"
         + (f" with {', '.join(present)}" if present else "; no torchvision/torchaudio/torchcodec installed"),
         **facts,
     )
@@ -304,7 +366,11 @@ def check_inductor_compile(params):
         facts[f"{device}_compile_seconds"] = round(time.monotonic() - started, 2)
         if not torch.allclose(got, f(x), atol=1e-5):
             return result("failed", f"inductor's result on {device} differs from eager", None, **facts)
-    return result("passed", f"inductor compiles and matches eager on {', '.join(devices)}", **facts)
+    note = ""
+    if params.get("accelerator", "cpu") != "cpu" and "cuda" not in devices:
+        note = f" (no GPU visible: the {params['accelerator']} device part was not run)"
+        facts["gpu_part"] = "skipped: no GPU visible"
+    return result("passed", f"inductor compiles and matches eager on {', '.join(devices)}{note}", **facts)
 
 
 # --- triton-drivers (class 4) ------------------------------------------------------------------------
@@ -506,6 +572,11 @@ def _package_dir(name):
     return os.path.dirname(spec.origin) if spec and spec.origin else None
 
 
+# Libraries of the NVIDIA driver: the container toolkit mounts them from the host when a GPU is passed
+# through (`--gpus`); an image must not ship them, so ldd may rightly report them missing without a GPU.
+DRIVER_LIBS = re.compile(r"^lib(cuda|cudadebugger|nvidia-[A-Za-z0-9_-]+)\.so(\.[0-9]+)*$")
+
+
 def check_native_libs(params):
     facts = {}
     missing_preload = [p for p in os.environ.get("LD_PRELOAD", "").replace(":", " ").split() if not os.path.exists(p)]
@@ -519,6 +590,7 @@ def check_native_libs(params):
     if torch_lib:
         env["LD_LIBRARY_PATH"] = ":".join(filter(None, [torch_lib, env.get("LD_LIBRARY_PATH")]))
     broken = {}
+    driver_provided = set()
     count = 0
     for top in dirs:
         for root, _, files in os.walk(top):
@@ -529,9 +601,15 @@ def check_native_libs(params):
                 count += 1
                 proc = subprocess.run(["ldd", path], capture_output=True, text=True, env=env, check=False)
                 gone = sorted({line.split("=>")[0].strip() for line in proc.stdout.splitlines() if "not found" in line})
+                from_driver = [lib for lib in gone if DRIVER_LIBS.match(lib)]
+                if from_driver:
+                    driver_provided.update(from_driver)
+                    gone = [lib for lib in gone if lib not in from_driver]
                 if gone:
                     broken[os.path.relpath(path, os.path.dirname(top))] = gone
-    facts.update(shared_objects=count, broken=broken, missing_preload=missing_preload)
+    facts.update(
+        shared_objects=count, broken=broken, missing_preload=missing_preload, driver_provided=sorted(driver_provided)
+    )
     problems = []
     if missing_preload:
         problems.append(f"LD_PRELOAD names missing file(s): {', '.join(missing_preload)}")
@@ -547,7 +625,14 @@ def check_native_libs(params):
             "libraries (e.g. libnuma1 for libnuma.so.1), and point LD_PRELOAD only at files that exist",
             **facts,
         )
-    return result("passed", f"{count} shared objects of torch/vLLM resolve every library; LD_PRELOAD ok", **facts)
+    driver = (
+        f"; {', '.join(sorted(driver_provided))} come(s) from the GPU driver at run time, not the image"
+        if driver_provided
+        else ""
+    )
+    return result(
+        "passed", f"{count} shared objects of torch/vLLM resolve every library{driver}; LD_PRELOAD ok", **facts
+    )
 
 
 # --- cpu-engine-settings (class 12) ------------------------------------------------------------------
@@ -694,6 +779,7 @@ def _validate(env_overrides, timeout):
 
 
 @needs_vllm
+@needs_gpu
 def check_model_runner(params):
     expected = params["triton"]
     default_env = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
@@ -810,6 +896,7 @@ def _generate(mode, max_tokens, timeout):
 
 
 @needs_vllm
+@needs_gpu
 def check_offline_generate(params):
     max_tokens = int(params.get("max_tokens", 8))
     facts = {"max_tokens": max_tokens}
