@@ -112,7 +112,7 @@ def test_fork_pull_requests_get_no_self_hosted_runners() -> None:
     from matrixtool.matrix import load_matrix
 
     variants = load_matrix().variants
-    assert {e["variant"] for e in ci.ci_matrix(variants)["include"]} == {"cpu", "arm64", "cuda", "rocm"}
+    assert {e["variant"] for e in ci.ci_matrix(variants)["include"]} == {"cpu", "arm64", "cuda", "cuda-arm64", "rocm"}
     hosted = ci.ci_matrix(variants, hosted_only=True)["include"]
     assert {e["variant"] for e in hosted} == {"cpu", "arm64"}
     assert all("self-hosted" not in e["runner"] for e in hosted)

@@ -15,9 +15,9 @@ def _data() -> dict:
     return yaml.safe_load(DEFAULT_MATRIX.read_text())
 
 
-def test_default_matrix_has_the_four_variants() -> None:
+def test_default_matrix_has_the_five_variants() -> None:
     matrix = load_matrix()
-    assert matrix.names() == ["cpu", "arm64", "cuda", "rocm"]
+    assert matrix.names() == ["cpu", "arm64", "cuda", "cuda-arm64", "rocm"]
     cpu = matrix.variants[0]
     assert cpu.triton is TritonState.ABSENT
     assert cpu.torch.requirement == "torch==2.13.0+cpu"
@@ -111,3 +111,16 @@ def test_variant_names_that_collide_with_selection_words_are_rejected() -> None:
     data = _data()
     data["variants"]["all"] = data["variants"]["cpu"]
     assert validate(data) == ["variants.all: 'all' is reserved (it selects variants); rename the variant"]
+
+
+def test_cuda_on_arm64_is_rendered_like_cuda() -> None:
+    variants = {v.name: v for v in load_matrix().variants}
+    gh200, cuda = variants["cuda-arm64"], variants["cuda"]
+    assert gh200.platforms == ("linux/arm64",) and gh200.accelerator is cuda.accelerator
+    assert (gh200.base_image, gh200.torch, gh200.vllm, gh200.triton) == (
+        cuda.base_image,
+        cuda.torch,
+        cuda.vllm,
+        cuda.triton,
+    )
+    assert [c.name for c in gh200.checks] == [c.name for c in cuda.checks]

@@ -108,3 +108,21 @@ def test_skipped_and_failed_variants_are_reported() -> None:
     assert "rocm: error: package index unreachable" in text and "arm64: skipped: no linux/arm64" in text
     doc = report.to_json(r)
     assert doc["errors"] == {"rocm": "package index unreachable"} and doc["skipped"] == {"arm64": "no linux/arm64"}
+
+
+def test_table_lists_skipped_checks_with_their_reason() -> None:
+    skipped = [
+        CheckResult(
+            variant="cuda",
+            image="i",
+            check=name,
+            status=Status.SKIPPED,
+            diagnosis="no GPU visible (a cuda variant: run on a host with a GPU, which then gets `--gpus all`)",
+            hint="",
+            seconds=0.1,
+        )
+        for name in ("model-runner", "offline-generate")
+    ]
+    text = report.table(report.RunReport(builds=[], checks=skipped))
+    assert "skipped (no GPU visible): cuda/model-runner, cuda/offline-generate" in text
+    assert text.endswith("0 passed, 0 failed, 0 timeout, 2 skipped; smoke 0 s")

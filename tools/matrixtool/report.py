@@ -77,6 +77,12 @@ def table(report: RunReport) -> str:
                 f"{c.variant}/{c.check}: {c.status.value}\n  diagnosis: {c.diagnosis}\n  fix: {c.hint}"
                 + (f"\n  log: {c.log}" if c.log else "")
             )
+    skipped_checks: dict[str, list[str]] = {}
+    for c in report.checks:
+        if c.status is Status.SKIPPED:
+            skipped_checks.setdefault(c.diagnosis.split(" (")[0].split(";")[0], []).append(f"{c.variant}/{c.check}")
+    for reason, names in skipped_checks.items():
+        parts.append(f"skipped ({reason}): {', '.join(names)}")
     for variant, message in report.errors.items():
         parts.append(f"{variant}: error: {message}")
     for variant, reason in report.skipped.items():
