@@ -5,6 +5,8 @@ Cold means: no image of the variant, no base image and no BuildKit cache on the 
 ``build/bench/<variant>.json``. Speed and size are measured here, never asserted in tests.
 
 Usage: python tools/bench.py [VARIANT] [--warm]   (--warm keeps images and cache: a rebuild-from-cache figure)
+       python tools/bench.py --compare A B        (B against A from build/bench/{A,B}.json, e.g. cpu arm64:
+                                                    the arm64 image under QEMU against the x86-64 run)
 """
 
 from __future__ import annotations
@@ -34,7 +36,40 @@ def make_cold(variant: str, base_image: str, platforms: list[str]) -> None:
     _run(["docker", "buildx", "prune", "--all", "--force"])
 
 
+def compare(first: str, second: str) -> int:
+    """Print ``second``'s figures against ``first``'s (both from earlier runs) and write
+    ``build/bench/<first>-vs-<second>.txt``; the ratio column is second / first."""
+    out = REPO / "build" / "bench"
+    try:
+        a, b = (json.loads((out / f"{v}.json").read_text(encoding="utf-8")) for v in (first, second))
+    except OSError as exc:
+        print(f"no figures yet ({exc}); run 'python tools/bench.py {first}' and '... {second}' first", file=sys.stderr)
+        return 2
+    rows = [
+        ("wall (s)", a["wall_seconds"], b["wall_seconds"]),
+        ("build (s)", a["build_seconds"], b["build_seconds"]),
+        ("image size (GB)", round(a["image_size_bytes"] / 1e9, 2), round(b["image_size_bytes"] / 1e9, 2)),
+        ("smoke (s)", a["smoke_seconds"], b["smoke_seconds"]),
+    ]
+    rows += [
+        (f"  {name} (s)", a["checks"][name]["seconds"], b["checks"][name]["seconds"])
+        for name in a["checks"]
+        if name in b["checks"]
+    ]
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'':{width}}  {first:>9}  {second:>9}  {'ratio':>6}"]
+    for label, x, y in rows:
+        ratio = f"{y / x:5.1f}x" if x else "     -"
+        lines.append(f"{label:{width}}  {x:>9}  {y:>9}  {ratio:>6}")
+    text = "\n".join(lines)
+    (out / f"{first}-vs-{second}.txt").write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--compare"] and len(argv) == 3:
+        return compare(argv[1], argv[2])
     variant = next((a for a in argv if not a.startswith("--")), "cpu")
     warm = "--warm" in argv
     sys.path.insert(0, str(REPO / "tools"))

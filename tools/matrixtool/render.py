@@ -88,6 +88,9 @@ def template_context(variant: Variant) -> dict[str, Any]:
         torch_flags.append("--find-links /wheelhouse")
     vllm_flags = [*_index_flags(variant), f"--constraints {REQUIREMENTS_DIR}/constraints.txt"]
     if "excludes.txt" in files:
+        # Both steps: torch's own requirements may name an excluded package (PyPI's aarch64 torch 2.13.0
+        # requires triton==3.7.1, which the arm64 variant excludes).
+        torch_flags.append(f"--excludes {REQUIREMENTS_DIR}/excludes.txt")
         vllm_flags.append(f"--excludes {REQUIREMENTS_DIR}/excludes.txt")
     if "overrides.txt" in files:
         vllm_flags.append(f"--overrides {REQUIREMENTS_DIR}/overrides.txt")
@@ -115,7 +118,10 @@ def template_context(variant: Variant) -> dict[str, Any]:
         "vllm_requirement": variant.vllm.requirement,
         "torch_install_flags": torch_flags,
         "vllm_install_flags": vllm_flags,
-        "requirement_files": sorted(files),
+        # excludes.txt is copied before the torch step (both steps read it); the others after it, so a vLLM
+        # bump does not invalidate the torch layer.
+        "early_requirement_files": sorted(n for n in files if n == "excludes.txt"),
+        "requirement_files": sorted(n for n in files if n != "excludes.txt"),
         "triton": variant.triton.value,
         # (path under site-packages, printf format string) pairs; printf keeps the \n escapes.
         "dist_alias_files": [
