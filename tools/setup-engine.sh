@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Install and start what `tools/matrix` needs on Debian 12 (bookworm) or 13 (trixie), as root:
 # a Docker engine, the buildx CLI plugin (BuildKit), debootstrap (stand-in base images),
-# qemu-user-static (linux/arm64 emulation) and Debian's docker-registry (tests of push/pull).
+# QEMU user mode >= 10 (linux/arm64 emulation) and Debian's docker-registry (tests of push/pull).
 # Idempotent: installs only what is missing and starts dockerd only when no engine answers.
 #
-# Why trixie on bookworm: Debian 12 ships engine 20.10 without the buildx plugin; the single
-# `docker-buildx` package of Debian 13 depends only on libc6, so it is taken from trixie with an
+# Why trixie on bookworm: Debian 12 ships engine 20.10 without the buildx plugin, and QEMU 7.2, under
+# which `import torch` (PyPI's aarch64 torch 2.13.0) dies with a segmentation fault while QEMU 10.0 runs
+# it (both seen here, 2026-11-30). Debian 13's `docker-buildx` depends only on libc6, its `qemu-user` is
+# static and depends on nothing, `qemu-user-binfmt` only on it: these few are taken from trixie with an
 # apt pin that keeps every other package on bookworm.
 set -euo pipefail
 
@@ -37,39 +39,60 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# Engine, base-image maker, emulation, registry server.
-apt_install docker.io debootstrap qemu-user-static binfmt-support docker-registry ca-certificates
+# Engine, base-image maker, binfmt tools, registry server.
+apt_install docker.io debootstrap binfmt-support docker-registry ca-certificates
 # The project's own venv (`make venv`) needs these on a bare Debian.
 command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3 python3-venv python3-pip
 
-# buildx: from the default suite on 13, from trixie (pinned low) on 12.
-if ! have_pkg docker-buildx; then
-  if [ "$debian_major" -eq 12 ]; then
-    # The mirror bookworm already uses (deb822 `URIs:` or one-line `deb` entries), never a comment.
-    mirror=$( { sed -n 's/^URIs:[[:space:]]*//p' /etc/apt/sources.list.d/*.sources 2>/dev/null
-                sed -n 's/^deb[[:space:]]\+\([^[]\S*\)[[:space:]].*/\1/p' /etc/apt/sources.list 2>/dev/null; } \
-              | tr ' ' '\n' | grep -E '/debian/?$' | head -n1 || true)
-    mirror=${mirror:-http://deb.debian.org/debian}
-    cat > /etc/apt/sources.list.d/trixie-buildx.sources <<SRC
+# On 12: the trixie suite, pinned low, with high pins for only the packages named above.
+if [ "$debian_major" -eq 12 ]; then
+  # The mirror bookworm already uses (deb822 `URIs:` or one-line `deb` entries), never a comment.
+  mirror=$( { sed -n 's/^URIs:[[:space:]]*//p' /etc/apt/sources.list.d/*.sources 2>/dev/null
+              sed -n 's/^deb[[:space:]]\+\([^[]\S*\)[[:space:]].*/\1/p' /etc/apt/sources.list 2>/dev/null; } \
+            | tr ' ' '\n' | grep -E '/debian/?$' | head -n1 || true)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  sources=$(cat <<SRC
 Types: deb
 URIs: ${mirror%/}
 Suites: trixie
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
-    cat > /etc/apt/preferences.d/trixie-buildx <<'PIN'
-# Only docker-buildx comes from trixie; see tools/setup-engine.sh.
+)
+  pins=$(cat <<'PIN'
+# Only these packages come from trixie; see tools/setup-engine.sh.
 Package: *
 Pin: release n=trixie
 Pin-Priority: 100
 
-Package: docker-buildx
+Package: docker-buildx qemu-user qemu-user-binfmt qemu-user-static
 Pin: release n=trixie
 Pin-Priority: 990
 PIN
+)
+  if [ "$(cat /etc/apt/sources.list.d/trixie-buildx.sources 2>/dev/null)" != "$sources" ] \
+     || [ "$(cat /etc/apt/preferences.d/trixie-buildx 2>/dev/null)" != "$pins" ]; then
+    printf '%s\n' "$sources" > /etc/apt/sources.list.d/trixie-buildx.sources
+    printf '%s\n' "$pins" > /etc/apt/preferences.d/trixie-buildx
     apt_updated=0
   fi
-  apt_install docker-buildx
+fi
+
+apt_install docker-buildx
+
+# arm64 emulation: QEMU >= 10 (see the top of this file).
+qemu_changed=0
+qemu_version=$(dpkg-query -W -f='${Version}' qemu-user 2>/dev/null || true)
+if [ -z "$qemu_version" ] || dpkg --compare-versions "$qemu_version" lt 1:10; then
+  apt_update
+  log "apt-get install qemu-user qemu-user-binfmt (QEMU ${qemu_version:-absent} -> >= 10)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    qemu-user qemu-user-binfmt >/dev/null
+  # qemu-user-static 7.2 (bookworm) would keep the old binaries: take trixie's transitional package.
+  if have_pkg qemu-user-static; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-user-static >/dev/null
+  fi
+  qemu_changed=1
 fi
 
 # Start the daemon if none answers.
@@ -95,9 +118,12 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || die "dockerd did not answer within 60 s; see /var/log/dockerd.log"
 fi
 
-# arm64 emulation: qemu-user-static registers binfmt handlers; make sure they are loaded.
-if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
-  mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
+# arm64 emulation: the binfmt handler. Its F flag makes the kernel keep the interpreter it opened at
+# registration, so after a QEMU upgrade the handler is registered again (else the old QEMU keeps running).
+mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
+if [ "$qemu_changed" -eq 1 ] || [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+  if [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then echo -1 > /proc/sys/fs/binfmt_misc/qemu-aarch64; fi
+  log "registering the qemu-aarch64 binfmt handler ($(qemu-aarch64 --version | head -n1))"
   update-binfmts --enable qemu-aarch64 2>/dev/null || true
 fi
 

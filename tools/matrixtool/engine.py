@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -85,6 +86,32 @@ def _run(argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess[st
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+# QEMU 7.2 (Debian 12) dies with SIGSEGV in `import torch` of PyPI's aarch64 torch 2.13.0; 10.0 runs it
+# (both seen here on 2026-11-30; tools/setup-engine.sh installs 10 from trixie).
+QEMU_MIN_MAJOR = 10
+
+
+def qemu_major(version_text: str) -> int | None:
+    """The major version in ``qemu-aarch64 --version`` output ("qemu-aarch64 version 10.0.13 (Debian …)")."""
+    m = re.search(r"version (\d+)\.", version_text)
+    return int(m.group(1)) if m else None
+
+
+def qemu_finding(platforms: str) -> Finding:
+    """The arm64-emulation finding once the builder lists linux/arm64: OK with QEMU >= ``QEMU_MIN_MAJOR``."""
+    exe = shutil.which("qemu-aarch64") or shutil.which("qemu-aarch64-static")
+    text = _run([exe, "--version"]).stdout.splitlines()[0] if exe else ""
+    major = qemu_major(text)
+    if major is not None and major < QEMU_MIN_MAJOR:
+        return Finding(
+            name="arm64-emulation",
+            status=Status.WARN,
+            detail=f"{text}: `import torch` of aarch64 torch 2.13 segfaults under QEMU < {QEMU_MIN_MAJOR}",
+            fix="run 'make engine' (it installs QEMU 10 from Debian trixie and registers it again)",
+        )
+    return Finding(name="arm64-emulation", status=Status.OK, detail=f"{text or 'qemu'}; builder platforms: {platforms}")
+
+
 def builder_platforms() -> set[str]:
     """The platforms the default BuildKit builder can build (``docker buildx inspect``), e.g.
     {"linux/amd64", "linux/arm64"} once qemu-user-static registered its binfmt handlers."""
@@ -135,7 +162,7 @@ def doctor(registry: str = "registry-1.docker.io") -> list[Finding]:
     if client is not None:
         platforms = ", ".join(sorted(builder_platforms()))
         if "linux/arm64" in platforms:
-            findings.append(Finding(name="arm64-emulation", status=Status.OK, detail=f"builder platforms: {platforms}"))
+            findings.append(qemu_finding(platforms))
         else:
             findings.append(
                 Finding(

@@ -82,6 +82,7 @@ def check_params(variant: Variant, entrypoint: Sequence[str] = ()) -> dict[str, 
         "torch_version": variant.torch.version,
         "max_tokens": 8,
         "exclude": list(variant.index.exclude),
+        "overrides": list(variant.index.overrides),
         "entrypoint": list(entrypoint),
     }
 
