@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 PIP_CONFIG_CERT := $(shell python3 -m pip config list 2>/dev/null | sed -n "s/^global\.cert='\(.*\)'$$/\1/p" | head -n1)
 CA_ENV := $(if $(SSL_CERT_FILE)$(PIP_CERT)$(REQUESTS_CA_BUNDLE),,$(if $(PIP_CONFIG_CERT),PIP_CERT=$(PIP_CONFIG_CERT)))
 
-.PHONY: setup engine venv run test unit images render render-check lint bench bench-arm64 clean
+.PHONY: setup engine venv run test test-emulated unit images render render-check lint bench bench-arm64 clean
 
 setup: engine venv  ## Install and start the engine, create the venv
 
@@ -29,8 +29,11 @@ venv: $(VENV)/.installed
 run: setup  ## The main job: render-check, build and smoke-test the CPU image
 	$(CA_ENV) $(MATRIX) run cpu --wheelhouse "$$(tools/wheelhouse.sh)"
 
-test: setup  ## The whole test suite (unit + integration with the real engine)
-	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh)" $(VENV)/bin/pytest $(PYTEST_ARGS)
+test: setup  ## The test suite (unit + integration with the real engine), less the `emulated` full arm64 run
+	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh)" $(VENV)/bin/pytest -m 'not emulated' $(PYTEST_ARGS)
+
+test-emulated: setup  ## The full arm64 smoke suite under QEMU (about an hour on 2 cores; scheduled in CI)
+	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh)" $(VENV)/bin/pytest -m emulated tests/integration $(PYTEST_ARGS)
 
 unit: venv  ## Unit tests only (no engine)
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
