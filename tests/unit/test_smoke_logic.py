@@ -131,13 +131,17 @@ def test_gpu_variant_checks_skip_without_a_gpu_and_cpu_variants_run(monkeypatch:
     mod = _incontainer()
     calls = []
     check = mod.needs_gpu(lambda params: calls.append(params) or mod.result("passed", "ran"))
-    monkeypatch.setattr(mod, "gpu_visible", lambda: False)
+    monkeypatch.setattr(mod, "gpu_probe", lambda: (False, None))
     skipped = check({"accelerator": "cuda"})
     assert skipped["status"] == "skipped" and skipped["diagnosis"].startswith("no GPU visible")
     assert calls == []
     assert check({"accelerator": "cpu"})["status"] == "passed"
-    monkeypatch.setattr(mod, "gpu_visible", lambda: True)
+    monkeypatch.setattr(mod, "gpu_probe", lambda: (True, None))
     assert check({"accelerator": "rocm"})["status"] == "passed"
+    # A torch that does not import is a failure, never a skip for want of a GPU.
+    monkeypatch.setattr(mod, "gpu_probe", lambda: (None, "Segmentation fault"))
+    broken = check({"accelerator": "cuda"})
+    assert broken["status"] == "failed" and "Segmentation fault" in broken["diagnosis"]
 
 
 def test_torch_build_and_driver_libraries() -> None:

@@ -100,12 +100,14 @@ class Variant:
     dist_alias: PackagePin | None
     triton: TritonState
     triton_distribution: str
-    # Which torch build the image carries: "cpu", "cuda" or "rocm" (default: the accelerator's).
-    torch_build: str
+    # Which torch build the image carries (default: the accelerator's); torch-family checks it.
+    torch_build: Accelerator
     env: Mapping[str, str]
     index: IndexSettings
     runner: tuple[str, ...]
     checks: tuple[CheckSpec, ...]
+    # Files two distributions may both install (matrix.yaml smoke.accept_clashes; pip-check lists them).
+    accept_clashes: tuple[str, ...] = ()
 
     def check(self, name: str) -> CheckSpec | None:
         """The enabled check called ``name``, or None."""
@@ -249,7 +251,7 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 else None,
                 triton=TritonState(v["triton"]),
                 triton_distribution=v.get("triton_distribution", "triton"),
-                torch_build=v.get("torch_build", v["accelerator"]),
+                torch_build=Accelerator(v.get("torch_build", v["accelerator"])),
                 env=dict(v.get("env", {})),
                 index=IndexSettings(
                     url=index["url"],
@@ -260,6 +262,7 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 ),
                 runner=(runner,) if isinstance(runner, str) else tuple(runner),
                 checks=tuple(CheckSpec(name=c, timeout=s["timeout"]) for c, s in v["smoke"]["checks"].items()),
+                accept_clashes=tuple(v["smoke"].get("accept_clashes", ())),
             )
         )
     return Matrix(schema_version=data["schema_version"], variants=tuple(variants), source=source)

@@ -75,7 +75,7 @@ def check_params(variant: Variant, entrypoint: Sequence[str] = ()) -> dict[str, 
     return {
         "variant": variant.name,
         "accelerator": variant.accelerator.value,
-        "torch_build": variant.torch_build,
+        "torch_build": variant.torch_build.value,
         "triton": variant.triton.value,
         "triton_distribution": variant.triton_distribution,
         "vllm_version": variant.vllm.version,
@@ -83,6 +83,7 @@ def check_params(variant: Variant, entrypoint: Sequence[str] = ()) -> dict[str, 
         "max_tokens": 8,
         "exclude": list(variant.index.exclude),
         "overrides": list(variant.index.overrides),
+        "accept_clashes": list(variant.accept_clashes),
         "entrypoint": list(entrypoint),
     }
 

@@ -45,14 +45,20 @@ def needs_vllm(check):
     return wrapped
 
 
-def gpu_visible():
-    """True when torch sees a GPU (CUDA or ROCm: torch.cuda covers both); False without torch."""
-    try:
-        import torch
+def gpu_probe():
+    """(visible, error): whether torch sees a GPU (CUDA or ROCm: torch.cuda covers both), probed in a child
+    process so a crashing ``import torch`` (seen under QEMU 7.2: SIGSEGV) cannot take this check down.
+    ``visible`` is None, with ``error`` set, when torch does not import."""
+    proc = run_python("import torch; print('MATRIX-GPU', torch.cuda.is_available())", timeout=600)
+    for line in proc.stdout.splitlines():
+        if line.startswith("MATRIX-GPU "):
+            return line.split()[1] == "True", None
+    return None, last_error_line(proc.stderr) or f"exit {proc.returncode}"
 
-        return bool(torch.cuda.is_available())
-    except Exception:
-        return False
+
+def gpu_visible():
+    """True when torch sees a GPU; False when it sees none or does not import (see gpu_probe)."""
+    return bool(gpu_probe()[0])
 
 
 def needs_gpu(check):
@@ -62,7 +68,12 @@ def needs_gpu(check):
 
     def wrapped(params):
         accelerator = params.get("accelerator", "cpu")
-        if accelerator != "cpu" and not gpu_visible():
+        if accelerator == "cpu":
+            return check(params)
+        visible, error = gpu_probe()
+        if visible is None:
+            return result("failed", f"`import torch` fails, so no GPU can be looked for: {error}", None)
+        if not visible:
             return result(
                 "skipped",
                 f"no GPU visible (a {accelerator} variant: run on a host with a GPU, which then gets `--gpus all`)",
@@ -81,7 +92,15 @@ def dist_version(name):
 
 def providers_of(module):
     """Distributions whose files provide top-level ``module`` (e.g. triton, pytorch-triton-rocm)."""
-    return sorted(set(metadata.packages_distributions().get(module, [])))
+    if hasattr(metadata, "packages_distributions"):  # Python >= 3.10
+        return sorted(set(metadata.packages_distributions().get(module, [])))
+    found = set()
+    for dist in metadata.distributions():
+        for f in dist.files or []:
+            if f.parts and (f.parts[0] == module or f.parts[0] == module + ".py"):
+                found.add(dist.metadata["Name"])
+                break
+    return sorted(found)
 
 
 def torch_triton_pin():
@@ -299,6 +318,8 @@ def check_torch_family(params):
         ),
         {},
     )
+    if not info:
+        return result("failed", f"torch printed no build information: {last_error_line(proc.stderr)}", None, **facts)
     build = _torch_build(info)
     expected_build = params.get("torch_build") or params.get("accelerator") or build
     facts.update(torch_cuda=info.get("cuda"), torch_hip=info.get("hip"), torch_build=build)
@@ -309,7 +330,8 @@ def check_torch_family(params):
             f"torch {info.get('version')} is a {described} build (torch.version.cuda={info.get('cuda')!r}, "
             f"torch.version.hip={info.get('hip')!r}); the variant needs a {expected_build} build",
             "install torch from the index of the wanted build (e.g. PyTorch's cpu / cu130 / rocm index), "
-            "or declare torch_build in matrix.yaml when this build is intended",
+            f"or set variants.{params.get('variant', '<variant>')}.torch_build in matrix.yaml when this build "
+            "is intended",
             **facts,
         )
     failures = []
@@ -521,8 +543,11 @@ def _canonical(name):
 def file_clashes(dists):
     """Files that two distributions both list in RECORD with different hashes: one overwrote the other
     (seen here: cuda-python 12.6.2.post1 still ships cuda/bindings/*, which cuda-bindings 13.5.0 owns, and
-    torch's inductor then fails on ``cuda.bindings.runtime.cudaLibrary_t``). The winner is the distribution
-    whose hash matches the file on disk. Returns one dict per (loser, winner) pair."""
+    torch's inductor then fails on ``cuda.bindings.runtime.cudaLibrary_t``).
+
+    ``dists``: importlib.metadata Distribution objects. The winner is the distribution whose RECORD hash
+    matches the file on disk. Returns a list of dicts, one per (loser, winner) pair, with keys ``loser`` and
+    ``winner`` ("<name> <version>"), ``count`` (files) and ``paths`` (as RECORD writes them, sorted)."""
     owners = {}
     for dist in dists:
         try:
@@ -532,24 +557,28 @@ def file_clashes(dists):
         for f in files:
             if f.hash is None or f.suffix in (".pyc",) or "__pycache__" in f.parts:
                 continue
-            owners.setdefault(str(f), []).append((dist, f))
+            # The absolute location: the same relative path in two site folders is no clash.
+            owners.setdefault(os.path.normpath(str(f.locate())), []).append((dist, f))
     pairs = {}
-    for path, entries in owners.items():
+    for entries in owners.values():
         if len(entries) < 2 or len({f.hash.value for _, f in entries}) < 2:
             continue  # one owner, or identical contents (e.g. shared namespace __init__.py files)
         on_disk = _file_hash(entries[0][1])
         winners = [d for d, f in entries if f.hash.value == on_disk]
+        shown = str(entries[0][1])  # the path as RECORD writes it, relative to site-packages
         for dist, f in entries:
             if f.hash.value == on_disk:
                 continue
             winner = winners[0] if winners else None
             key = (
                 f"{dist.metadata['Name']} {dist.version}",
-                f"{winner.metadata['Name']} {winner.version}" if winner else "another distribution",
+                f"{winner.metadata['Name']} {winner.version}"
+                if winner
+                else ("nobody: the file is missing" if on_disk is None else "nobody: the file was modified"),
             )
-            pairs.setdefault(key, []).append(path)
+            pairs.setdefault(key, []).append(shown)
     return [
-        {"loser": loser, "winner": winner, "count": len(paths), "example": sorted(paths)[0]}
+        {"loser": loser, "winner": winner, "count": len(paths), "paths": sorted(paths)}
         for (loser, winner), paths in sorted(pairs.items())
     ]
 
@@ -614,16 +643,22 @@ def check_pip_check(params):
                     waived.append(f"{message} (overridden by the variant: {override})")
                 else:
                     problems.append(message)
-    clashes = file_clashes(installed.values())
-    # A clash on a lone top-level file (seen: build_backend.py, a build helper that torch_c_dlpack_ext and
-    # flashinfer-python both ship by mistake) breaks no package; it is reported, not failed.
-    stray = [c for c in clashes if "/" not in c["example"] and c["count"] == 1]
-    for clash in (c for c in clashes if c not in stray):
+    # matrix.yaml smoke.accept_clashes: files the variant accepts being shared (the reason is written there).
+    accepted_paths = set(params.get("accept_clashes", []))
+    clashes, accepted = [], []
+    for clash in file_clashes(installed.values()):
+        rest = [p for p in clash["paths"] if p not in accepted_paths]
+        if len(rest) < len(clash["paths"]):
+            accepted.append(dict(clash, paths=[p for p in clash["paths"] if p in accepted_paths]))
+        if rest:
+            clashes.append(dict(clash, paths=rest, count=len(rest)))
+    for clash in clashes:
         problems.append(
-            f"{clash['loser']} and {clash['winner']} both install {clash['count']} file(s) with different contents "
-            f"(e.g. {clash['example']}); {clash['winner']}'s copies won, so {clash['loser']} is broken"
+            f"{clash['loser']} and {clash['winner']} both install {clash['count']} file(s) with different "
+            f"contents (e.g. {clash['paths'][0]}); {clash['winner']}'s copies are on disk, so {clash['loser']} "
+            "is broken"
         )
-    facts = {"distributions": len(installed), "waived": waived, "clashes": clashes, "stray_clashes": stray}
+    facts = {"distributions": len(installed), "waived": waived, "clashes": clashes, "accepted_clashes": accepted}
     if problems:
         return result(
             "failed",
@@ -634,9 +669,9 @@ def check_pip_check(params):
             **facts,
         )
     note = f"; waived (excluded or overridden by the variant): {len(waived)}" if waived else ""
-    if stray:
-        note += "; stray top-level file(s) shipped by two distributions: " + ", ".join(
-            f"{c['example']} ({c['loser']}, {c['winner']})" for c in stray
+    if accepted:
+        note += "; shared file(s) the variant accepts: " + ", ".join(
+            f"{', '.join(c['paths'])} ({c['loser']}, {c['winner']})" for c in accepted
         )
     return result("passed", f"{len(installed)} distributions, no unmet requirement, no clashing files{note}", **facts)
 
@@ -675,6 +710,9 @@ def check_native_libs(params):
         env["LD_LIBRARY_PATH"] = ":".join(filter(None, [*preloaded, env.get("LD_LIBRARY_PATH")]))
     broken = {}
     driver_provided = set()
+    # Without a GPU the driver's libraries are rightly absent; with one, the container toolkit mounts them
+    # and their absence is a defect.
+    waive_driver = not gpu_visible()
     count = 0
     for top in dirs:
         for root, _, files in os.walk(top):
@@ -685,7 +723,7 @@ def check_native_libs(params):
                 count += 1
                 proc = subprocess.run(["ldd", path], capture_output=True, text=True, env=env, check=False)
                 gone = sorted({line.split("=>")[0].strip() for line in proc.stdout.splitlines() if "not found" in line})
-                from_driver = [lib for lib in gone if DRIVER_LIBS.match(lib)]
+                from_driver = [lib for lib in gone if DRIVER_LIBS.match(lib)] if waive_driver else []
                 if from_driver:
                     driver_provided.update(from_driver)
                     gone = [lib for lib in gone if lib not in from_driver]
@@ -1034,6 +1072,10 @@ def _vllm_cli_without_gpu(params, facts, accelerator):
     if data is None:
         return result("failed", f"the `vllm` CLI does not import: {last_error_line(proc.stderr)}", None, **facts)
     facts.update(version=data["version"], ran_version=False)
+    if not data["main"]:
+        return result(
+            "failed", "vllm.entrypoints.cli.main has no callable `main` for the console script", None, **facts
+        )
     if expected and not str(data["version"]).startswith(expected):
         return result("failed", f"vLLM reports {data['version']!r}, the variant pins {expected}", None, **facts)
     entrypoint = params.get("entrypoint") or []
