@@ -37,12 +37,13 @@ def make_cold(variant: str, base_image: str, platforms: list[str]) -> None:
 
 
 def compare(first: str, second: str) -> int:
-    """Print ``second``'s figures against ``first``'s (both from earlier runs) and write
-    ``build/bench/<first>-vs-<second>.txt``; the ratio column is second / first."""
+    """Print ``second``'s figures against ``first``'s (both from earlier runs: ``build/bench/<variant>.json``)
+    and write ``build/bench/<first>-vs-<second>.txt``. Times in seconds, sizes in GB (10^9 bytes); the ratio
+    column is second / first. Returns 0, or 2 when a figures file is missing or unreadable."""
     out = REPO / "build" / "bench"
     try:
         a, b = (json.loads((out / f"{v}.json").read_text(encoding="utf-8")) for v in (first, second))
-    except OSError as exc:
+    except (OSError, json.JSONDecodeError) as exc:
         print(f"no figures yet ({exc}); run 'python tools/bench.py {first}' and '... {second}' first", file=sys.stderr)
         return 2
     rows = [
@@ -68,7 +69,10 @@ def compare(first: str, second: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--compare"] and len(argv) == 3:
+    if argv[:1] == ["--compare"]:
+        if len(argv) != 3:
+            print("usage: python tools/bench.py --compare A B   (two variants benchmarked before)", file=sys.stderr)
+            return 2
         return compare(argv[1], argv[2])
     variant = next((a for a in argv if not a.startswith("--")), "cpu")
     warm = "--warm" in argv

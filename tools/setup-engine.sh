@@ -81,8 +81,7 @@ fi
 apt_install docker-buildx
 
 # arm64 emulation: QEMU >= 10 (see the top of this file).
-qemu_changed=0
-qemu_version=$(dpkg-query -W -f='${Version}' qemu-user 2>/dev/null || true)
+qemu_version=$(have_pkg qemu-user && dpkg-query -W -f='${Version}' qemu-user || true)
 if [ -z "$qemu_version" ] || dpkg --compare-versions "$qemu_version" lt 1:10; then
   apt_update
   log "apt-get install qemu-user qemu-user-binfmt (QEMU ${qemu_version:-absent} -> >= 10)"
@@ -92,7 +91,8 @@ if [ -z "$qemu_version" ] || dpkg --compare-versions "$qemu_version" lt 1:10; th
   if have_pkg qemu-user-static; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-user-static >/dev/null
   fi
-  qemu_changed=1
+  qemu_version=$(dpkg-query -W -f='${Version}' qemu-user)
+  dpkg --compare-versions "$qemu_version" ge 1:10 || die "QEMU $qemu_version installed; linux/arm64 needs >= 10"
 fi
 
 # Start the daemon if none answers.
@@ -118,14 +118,20 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || die "dockerd did not answer within 60 s; see /var/log/dockerd.log"
 fi
 
-# arm64 emulation: the binfmt handler. Its F flag makes the kernel keep the interpreter it opened at
-# registration, so after a QEMU upgrade the handler is registered again (else the old QEMU keeps running).
-mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
-if [ "$qemu_changed" -eq 1 ] || [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
-  if [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then echo -1 > /proc/sys/fs/binfmt_misc/qemu-aarch64; fi
-  log "registering the qemu-aarch64 binfmt handler ($(qemu-aarch64 --version | head -n1))"
-  update-binfmts --enable qemu-aarch64 2>/dev/null || true
+# arm64 emulation: the binfmt handler, from qemu-user-binfmt's /usr/lib/binfmt.d file (systemd-binfmt reads
+# it at boot; without systemd nobody does, so it is written to the kernel here). Its F flag makes the kernel
+# keep the interpreter it opened at registration: after a QEMU upgrade the handler is registered again, as
+# the stamp file (the QEMU version registered) tells.
+binfmt=/proc/sys/fs/binfmt_misc
+stamp=/var/lib/vllm-matrix/binfmt-qemu-aarch64
+mountpoint -q "$binfmt" || mount -t binfmt_misc binfmt_misc "$binfmt"
+if [ ! -e "$binfmt/qemu-aarch64" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$qemu_version" ]; then
+  if [ -e "$binfmt/qemu-aarch64" ]; then echo -1 > "$binfmt/qemu-aarch64"; fi
+  log "registering the qemu-aarch64 binfmt handler (QEMU $qemu_version)"
+  grep '^:qemu-aarch64:' /usr/lib/binfmt.d/qemu-aarch64.conf > "$binfmt/register"
+  mkdir -p "$(dirname "$stamp")" && printf '%s\n' "$qemu_version" > "$stamp"
 fi
+[ -e "$binfmt/qemu-aarch64" ] || die "the qemu-aarch64 binfmt handler did not register; see $binfmt"
 
 docker buildx version >/dev/null 2>&1 || die "docker buildx is not usable; see 'tools/matrix doctor'"
 log "engine ready: $(docker version --format 'server {{.Server.Version}}, client {{.Client.Version}}'), $(docker buildx version)"

@@ -161,3 +161,39 @@ def test_check_params_carry_the_torch_build() -> None:
     # PyPI's aarch64 torch 2.13.0 is a CUDA build (matrix.yaml says why); the check must expect it.
     assert smoke.check_params(variants["arm64"])["torch_build"] == "cuda"
     assert smoke.check_params(variants["cuda"])["accelerator"] == "cuda"
+
+
+def _fake_dist(site, name, files):  # type: ignore[no-untyped-def]
+    """A dist-info folder in ``site`` whose RECORD lists ``files`` (relative path -> content bytes)."""
+    import base64
+    import hashlib
+    from importlib.metadata import PathDistribution
+
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    rows = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        rows.append(f"{path},sha256={digest},{len(data)}")
+    (info / "RECORD").write_text("\n".join([*rows, f"{info.name}/RECORD,,"]) + "\n")
+    return PathDistribution(info)
+
+
+def test_file_clashes_name_the_overwritten_distribution(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    mod = _incontainer()
+    (tmp_path / "cuda" / "bindings").mkdir(parents=True)
+    (tmp_path / "cuda" / "bindings" / "runtime.py").write_bytes(b"old = 12\n")  # the later install won
+    (tmp_path / "ns").mkdir()
+    (tmp_path / "ns" / "__init__.py").write_bytes(b"")
+    new = _fake_dist(tmp_path, "cuda_bindings", {"cuda/bindings/runtime.py": b"new = 13\n", "ns/__init__.py": b""})
+    old = _fake_dist(tmp_path, "cuda_python", {"cuda/bindings/runtime.py": b"old = 12\n", "ns/__init__.py": b""})
+    (clash,) = mod.file_clashes([new, old])  # identical shared files (ns/__init__.py) are no clash
+    assert clash == {
+        "loser": "cuda_bindings 1.0",
+        "winner": "cuda_python 1.0",
+        "count": 1,
+        "paths": ["cuda/bindings/runtime.py"],
+    }
+    (tmp_path / "cuda" / "bindings" / "runtime.py").unlink()
+    assert {c["winner"] for c in mod.file_clashes([new, old])} == {"nobody: the file is missing"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -10,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 
 import docker
 import docker.errors
@@ -97,19 +99,30 @@ def qemu_major(version_text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+BINFMT_AARCH64 = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
+
+
 def qemu_finding(platforms: str) -> Finding:
-    """The arm64-emulation finding once the builder lists linux/arm64: OK with QEMU >= ``QEMU_MIN_MAJOR``."""
-    exe = shutil.which("qemu-aarch64") or shutil.which("qemu-aarch64-static")
-    text = _run([exe, "--version"]).stdout.splitlines()[0] if exe else ""
+    """The arm64-emulation finding once the builder lists linux/arm64: OK with QEMU >= ``QEMU_MIN_MAJOR``,
+    WARN when older or unknown. Reads the interpreter of the kernel's binfmt handler (``BINFMT_AARCH64``)
+    and runs it with ``--version`` (a subprocess, at most 30 s); never raises."""
+    try:
+        line = next(x for x in BINFMT_AARCH64.read_text().splitlines() if x.startswith("interpreter "))
+        # Resolved: Debian's .../aarch64-binfmt-P wrapper name makes QEMU take `--version` for a program.
+        interpreter = os.path.realpath(line.split(" ", 1)[1])
+        text = (_run([interpreter, "--version"]).stdout.splitlines() or [""])[0]
+    except (OSError, StopIteration, subprocess.SubprocessError):
+        interpreter, text = "", ""
     major = qemu_major(text)
-    if major is not None and major < QEMU_MIN_MAJOR:
+    if major is None or major < QEMU_MIN_MAJOR:
         return Finding(
             name="arm64-emulation",
             status=Status.WARN,
-            detail=f"{text}: `import torch` of aarch64 torch 2.13 segfaults under QEMU < {QEMU_MIN_MAJOR}",
+            detail=f"{text or 'QEMU version unknown'} ({interpreter or BINFMT_AARCH64}); `import torch` of aarch64 "
+            f"torch 2.13 segfaults under QEMU < {QEMU_MIN_MAJOR}",
             fix="run 'make engine' (it installs QEMU 10 from Debian trixie and registers it again)",
         )
-    return Finding(name="arm64-emulation", status=Status.OK, detail=f"{text or 'qemu'}; builder platforms: {platforms}")
+    return Finding(name="arm64-emulation", status=Status.OK, detail=f"{text}; builder platforms: {platforms}")
 
 
 def builder_platforms() -> set[str]:
