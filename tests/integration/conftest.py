@@ -21,13 +21,16 @@ import pytest
 
 from matrixtool import engine
 from matrixtool.matrix import load_matrix
-from matrixtool.smoke import SESSION_LABEL
+from matrixtool.smoke import OWNER_ENV_VAR, OWNER_LABEL
 from tests.conftest import REPO_ROOT
 
 MATRIX = str(REPO_ROOT / "tools" / "matrix")
 # The CPU variant's smoke checks, in matrix.yaml order.
 CPU_CHECKS = [c.name for c in next(v for v in load_matrix().variants if v.name == "cpu").checks]
 TEST_REPOSITORY = "vllm-matrix-test"
+# Labels the check containers of this test session (inherited by every `tools/matrix` it runs).
+OWNER = f"pytest-{uuid.uuid4().hex[:12]}"
+os.environ[OWNER_ENV_VAR] = OWNER
 
 
 def matrix_cli(
@@ -166,7 +169,7 @@ INSTALL_WHEELS = (
 
 @pytest.fixture(autouse=True)
 def no_leaked_containers(client: docker.DockerClient) -> Iterator[None]:
-    """Every test leaves no smoke-check container behind."""
+    """Every test leaves no smoke-check container behind (containers of other runs beside it are not ours)."""
     yield
-    left = client.containers.list(all=True, filters={"label": SESSION_LABEL})
+    left = client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={OWNER}"})
     assert not left, f"leaked containers: {[c.name for c in left]}"

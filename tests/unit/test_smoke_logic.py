@@ -21,7 +21,7 @@ def test_exec_argv_is_bounded_by_timeout() -> None:
 def test_container_kwargs() -> None:
     kwargs = smoke.container_kwargs("img:tag", "s1")
     assert kwargs["shm_size"] == "1g"  # vLLM's CPU backend needs more than Docker's 64 MB
-    assert kwargs["labels"] == {smoke.SESSION_LABEL: "s1"}
+    assert kwargs["labels"][smoke.SESSION_LABEL] == "s1" and smoke.OWNER_LABEL in kwargs["labels"]
     assert kwargs["entrypoint"] == ["sleep"] and kwargs["detach"] is True
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import subprocess
 import tarfile
 import threading
@@ -33,6 +34,10 @@ CHECKS_SCRIPT = Path(__file__).parent / "incontainer" / "smoke_checks.py"
 IN_IMAGE_DIR = "/tmp/matrix-checks"
 RESULT_MARK = "MATRIX-RESULT "
 SESSION_LABEL = "io.vllm-matrix.session"
+# Who started the check container: the value of MATRIX_OWNER in the environment (the test suite sets it,
+# so its leak check sees only its own containers, not those of a `tools/matrix run` beside it).
+OWNER_LABEL = "io.vllm-matrix.owner"
+OWNER_ENV_VAR = "MATRIX_OWNER"
 # vLLM's CPU backend asked for 160 MiB of /dev/shm; Docker's default is 64 MB.
 SHM_SIZE = "1g"
 # Seconds between the in-container `timeout` and the host's own deadline.
@@ -103,7 +108,7 @@ def container_kwargs(image: str, session: str, *, gpu: bool = False) -> dict[str
         "command": ["infinity"],
         "detach": True,
         "shm_size": SHM_SIZE,
-        "labels": {SESSION_LABEL: session},
+        "labels": {SESSION_LABEL: session, OWNER_LABEL: os.environ.get(OWNER_ENV_VAR, "")},
         "init": True,
     }
 
