@@ -197,3 +197,15 @@ def test_file_clashes_name_the_overwritten_distribution(tmp_path) -> None:  # ty
     }
     (tmp_path / "cuda" / "bindings" / "runtime.py").unlink()
     assert {c["winner"] for c in mod.file_clashes([new, old])} == {"nobody: the file is missing"}
+
+
+def test_root_cause_skips_vllms_wrapper_messages() -> None:
+    mod = _incontainer()
+    log = (
+        "(EngineCore pid=9) ERROR WorkerProc failed to start.\n"
+        "(Worker pid=12) ValueError: head_size 16 is not supported by the CPU attention backend\n"
+        "Exception: WorkerProc initialization failed due to an exception in a background process.\n"
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
+    )
+    assert mod.root_cause(log) == "ValueError: head_size 16 is not supported by the CPU attention backend"
+    assert mod.root_cause("RuntimeError: Engine core initialization failed.") is None

@@ -1009,12 +1009,29 @@ def _generate(mode, max_tokens, timeout):
     log = os.path.join(WORK_DIR, f"generate-{mode}.log")
     with open(log, "w", encoding="utf-8") as f:
         f.write(proc.stdout + proc.stderr)
-    sys.stdout.write(proc.stderr[-4000:])
+    text = proc.stderr
+    sys.stdout.write(text if len(text) <= 12000 else text[:4000] + "\n[...]\n" + text[-8000:])
+    error = last_error_line(text) or f"exit {proc.returncode}"
+    cause = root_cause(text)
     return {
-        "error": last_error_line(proc.stderr) or f"exit {proc.returncode}",
+        "error": error + (f" (root cause: {cause})" if cause and cause != error else ""),
         "seconds": seconds,
         "log": log,
     }
+
+
+# vLLM's wrappers around a failure in its engine or worker processes: the cause is logged before them.
+_WRAPPERS = ("Engine core initialization failed", "WorkerProc initialization failed", "WorkerProc failed to start")
+
+
+def root_cause(text):
+    """The first exception line of ``text`` that is not one of vLLM's wrapper messages (``_WRAPPERS``): the
+    worker's own error, which vLLM logs in its child process before the parent's RuntimeError. None if none."""
+    for line in text.splitlines():
+        m = re.search(r"\b([A-Za-z_.]*(Error|Exception)): (.+)$", line)
+        if m and not any(w in line for w in _WRAPPERS):
+            return f"{m.group(1)}: {m.group(3).strip()}"
+    return None
 
 
 @needs_vllm
