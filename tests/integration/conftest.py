@@ -77,8 +77,14 @@ def cpu_build(client: docker.DockerClient, out_dir: Path) -> Iterator[dict[str, 
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
     (record,) = json_of(proc)["builds"]
     yield record
-    if not record["cached"]:
-        for tag in client.images.get(record["image"]).tags:
+    remove_if_built(client, record)
+
+
+def remove_if_built(client: docker.DockerClient, build: dict[str, Any]) -> None:
+    """Remove every tag of a ``--json`` build record's image when this run built it (``cached`` false);
+    an image that was there before the tests stays."""
+    if not build["cached"]:
+        for tag in client.images.get(build["image"]).tags:
             client.images.remove(tag, noprune=False)
 
 

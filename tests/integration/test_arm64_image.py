@@ -18,7 +18,7 @@ import pytest
 
 from matrixtool import engine
 from matrixtool.matrix import load_matrix
-from tests.integration.conftest import json_of, matrix_cli
+from tests.integration.conftest import json_of, matrix_cli, remove_if_built
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -36,9 +36,7 @@ def arm64_build(client: docker.DockerClient, out_dir: Path) -> Iterator[dict[str
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     (record,) = json_of(proc)["builds"]
     yield record
-    if not record["cached"]:
-        for tag in client.images.get(record["image"]).tags:
-            client.images.remove(tag, noprune=False)
+    remove_if_built(client, record)
 
 
 def _run(out_dir: Path, checks: list[str]) -> dict[str, Any]:

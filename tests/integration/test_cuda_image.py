@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 
 from matrixtool.matrix import load_matrix
 from matrixtool.smoke import host_has_gpu
-from tests.integration.conftest import json_of, matrix_cli
+from tests.integration.conftest import json_of, matrix_cli, remove_if_built
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -37,9 +37,7 @@ def cuda_run(client: docker.DockerClient, out_dir: Path) -> Iterator[dict[str, A
     doc["stderr"] = proc.stderr
     yield doc
     for build in doc.get("builds", []):
-        if not build["cached"]:
-            for tag in client.images.get(build["image"]).tags:
-                client.images.remove(tag, noprune=False)
+        remove_if_built(client, build)
 
 
 def test_cuda_build_runs_its_no_gpu_checks_and_skips_the_rest(cuda_run: dict[str, Any]) -> None:

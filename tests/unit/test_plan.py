@@ -10,8 +10,8 @@ def _cpu():  # type: ignore[no-untyped-def]
     return next(v for v in load_matrix().variants if v.name == "cpu")
 
 
-def _plan(**overrides):  # type: ignore[no-untyped-def]
-    variant = _cpu()
+def _plan(variant_name: str = "cpu", **overrides):  # type: ignore[no-untyped-def]
+    variant = next(v for v in load_matrix().variants if v.name == variant_name)
     kwargs = dict(
         platform="linux/amd64",
         files=tuple(render.render_variant(variant)),
@@ -130,21 +130,12 @@ def test_base_ref_prefers_pin_then_local_platform_tag() -> None:
 def test_stand_in_with_another_python_passes_it_as_a_build_arg(tmp_path: Path) -> None:
     cuda = next(v for v in load_matrix().variants if v.name == "cuda")
     assert (cuda.python, cuda.stand_in_suite, cuda.stand_in_python) == ("3.12", "bookworm", "3.11")
-    kwargs = dict(
-        platform="linux/amd64",
-        files=tuple(render.render_variant(cuda)),
-        base_image_id="sha256:base",
-        wheelhouse=None,
-        wheelhouse_rows=[],
-        ca_cert=None,
-        revision="r",
-        source_url="u",
-    )
-    on_stand_in = plan.plan_build(cuda, stand_in_suite="bookworm", **kwargs)
+    no_inputs = dict(wheelhouse=None, wheelhouse_rows=[], ca_cert=None)
+    on_stand_in = _plan("cuda", stand_in_suite="bookworm", **no_inputs)
     assert on_stand_in.build_args["PYTHON_VERSION"] == "3.11"
     argv = on_stand_in.argv(tmp_path, tmp_path / "iid")
     assert "PYTHON_VERSION=3.11" in argv
-    upstream = plan.plan_build(cuda, **kwargs)
+    upstream = _plan("cuda", **no_inputs)
     assert "PYTHON_VERSION" not in upstream.build_args  # the Dockerfile's default (3.12) applies
     # cpu's suite ships its Python: nothing to override.
     assert "PYTHON_VERSION" not in _plan(stand_in_suite="bookworm").build_args
