@@ -4,14 +4,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import jinja2
 import pytest
 import yaml
 from click.testing import CliRunner
 
 from matrixtool import render
 from matrixtool.cli import main
-from matrixtool.errors import ExitCode, StaleRenderError
+from matrixtool.errors import ConfigError, ExitCode, StaleRenderError
 from matrixtool.matrix import REPO_ROOT, load_matrix
 
 
@@ -51,7 +50,7 @@ def test_arm64_overrides_the_cpu_torch_pin() -> None:
 def test_strict_undefined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / render.TEMPLATE_NAME).write_text("FROM {{ no_such_value }}\n")
     monkeypatch.setattr(render, "TEMPLATES_DIR", tmp_path)
-    with pytest.raises(jinja2.UndefinedError):
+    with pytest.raises(ConfigError, match="'no_such_value' is undefined"):
         render.render_variant(load_matrix().variants[0])
 
 

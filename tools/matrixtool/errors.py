@@ -91,3 +91,46 @@ class RegistryError(MatrixError):
         self.registry = registry
         self.ref = ref
         super().__init__(message)
+
+
+class IndexUnreachableError(MatrixError):
+    """A variant's package index (``index.url``/``extra_urls``) does not answer from this machine."""
+
+    exit_code = ExitCode.INDEX_UNREACHABLE
+
+
+class NotBuiltError(MatrixError):
+    """An image that must already be built (``push``) is not on the engine."""
+
+    exit_code = ExitCode.NOT_BUILT
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (CI cancellation, ``timeout``, Kubernetes): raised in the main thread by the CLI's
+    signal handler so every ``finally`` and context manager runs (smoke containers are removed); exit 143.
+
+    A KeyboardInterrupt subclass, so code that cleans up on Ctrl-C cleans up on SIGTERM alike.
+    """
+
+
+# Under --keep-going, the exit code is that of the most severe error any variant had: a problem of the
+# input first (it is the same for every rerun), then the machine (engine, registry, index), then the image
+# (base, build, platform), then the checks. Codes not listed rank below every listed one.
+SEVERITY: tuple[ExitCode, ...] = (
+    ExitCode.CONFIG,
+    ExitCode.ENGINE,
+    ExitCode.REGISTRY,
+    ExitCode.INDEX_UNREACHABLE,
+    ExitCode.NOT_BUILT,
+    ExitCode.WRONG_PLATFORM,
+    ExitCode.BUILD,
+    ExitCode.SMOKE,
+)
+
+
+def most_severe(codes: list[ExitCode]) -> ExitCode | None:
+    """The most severe of ``codes`` by ``SEVERITY`` (earlier is more severe), or None when empty."""
+    if not codes:
+        return None
+    rank = {code: i for i, code in enumerate(SEVERITY)}
+    return min(codes, key=lambda c: rank.get(c, len(SEVERITY)))

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
+import re
+import stat
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -17,15 +21,26 @@ from typing import Any
 
 import jsonschema
 import yaml
+import yaml.constructor
+import yaml.nodes
+from packaging.requirements import InvalidRequirement, Requirement
 
 from matrixtool.checks import CHECKS
 from matrixtool.errors import ConfigError
+from matrixtool.reference import image_problem
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The Python each Debian suite a stand-in base can be made from ships (Debian's python3 package).
 SUITE_PYTHON = {"bookworm": "3.11", "trixie": "3.13"}
 SCHEMA_PATH = REPO_ROOT / "matrix.schema.json"
 DEFAULT_MATRIX = REPO_ROOT / "matrix.yaml"
+# Bounds on what is read: a matrix file is a few KiB; a YAML alias bomb ("billion laughs") expands to
+# billions of nodes from a few hundred bytes, so the expanded node count is bounded before any value is built.
+MAX_FILE_BYTES = 1024 * 1024
+MAX_YAML_NODES = 100_000
+# Longest string value anywhere in matrix.yaml (a URL may be longer: MAX_URL_LENGTH).
+MAX_STRING_LENGTH = 512
+MAX_URL_LENGTH = 2048
 
 
 class TritonState(str, Enum):
@@ -134,23 +149,161 @@ def load_schema() -> dict[str, Any]:
     return schema
 
 
+def read_config_text(path: Path, *, limit: int = MAX_FILE_BYTES, what: str = "--matrix FILE") -> str:
+    """The UTF-8 text of the regular file ``path``, at most ``limit`` bytes (a leading BOM is dropped).
+
+    Only a regular file is read: a FIFO, a device (``/dev/zero``), a socket or a folder is refused
+    without reading it (opened non-blocking, so a FIFO with no writer cannot hang the tool).
+
+    Raises:
+        ConfigError: the file is missing or unreadable, not a regular file, over ``limit`` bytes, or not
+            UTF-8 (naming the byte offset); the message says to pass ``what``.
+    """
+    name = str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ConfigError(name, [f"cannot read the file ({exc.strerror}); pass {what}"]) from exc
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ConfigError(name, [f"is a folder, not a file; pass {what}"])
+        if not stat.S_ISREG(mode):
+            raise ConfigError(name, [f"is not a regular file (a FIFO, device or socket); pass {what}"])
+        try:
+            data = f.read(limit + 1)
+        except OSError as exc:
+            raise ConfigError(name, [f"cannot read the file ({exc.strerror}); pass {what}"]) from exc
+    if len(data) > limit:
+        raise ConfigError(name, [f"is larger than {limit} bytes; a matrix file is a few KiB: pass {what}"])
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            name, [f"is not UTF-8 (byte {exc.start}: {data[exc.start : exc.start + 1]!r}); save it as UTF-8"]
+        ) from exc
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses duplicate keys and keys that are not strings (``no:``, ``123:``, ``~:``)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if not isinstance(node, yaml.MappingNode):
+            return super().construct_mapping(node, deep=deep)
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base`: merged keys may be overridden, as YAML says
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            line = key_node.start_mark.line + 1
+            if not isinstance(key, str):
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"key {key_node.value!r} is read as {type(key).__name__} {key!r}, not as a name; "
+                    f'quote it ("{key_node.value}":)',
+                    key_node.start_mark,
+                )
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first on line {seen[key].start_mark.line + 1}, again on line {line}); "
+                    "keep one",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node
+        self.flatten_mapping(node)
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if not isinstance(key, str):
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"merged key {key!r} is not a name; quote it", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expanded_nodes(root: yaml.Node, limit: int) -> int:
+    """How many nodes ``root`` stands for once every alias is expanded; stops counting past ``limit``.
+
+    Raises:
+        ValueError: an alias refers to a node that holds it (a cycle).
+    """
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise ValueError(f"line {node.start_mark.line + 1}: an alias refers to a node that contains it")
+        active.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            for child in node.value:
+                total += size(child)
+                if total > limit:
+                    break
+        elif isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                total += size(k) + size(v)
+                if total > limit:
+                    break
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(root)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Parse one YAML document with ``_StrictLoader``, its alias expansion bounded by ``MAX_YAML_NODES``.
+
+    Raises:
+        ConfigError: not YAML, a duplicate or non-string key (both lines named), an alias cycle, or an
+            expansion past the bound (an alias bomb), each with its line.
+    """
+    loader = _StrictLoader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return None
+            try:
+                expanded = _expanded_nodes(node, MAX_YAML_NODES)
+            except ValueError as exc:
+                raise ConfigError(source, [f"{exc}; remove the alias"]) from exc
+            except RecursionError as exc:
+                raise ConfigError(source, ["nested too deeply to be a matrix file"]) from exc
+            if expanded > MAX_YAML_NODES:
+                raise ConfigError(
+                    source,
+                    [
+                        f"aliases expand to more than {MAX_YAML_NODES} YAML nodes (an alias bomb?); "
+                        "write the values out or use fewer aliases"
+                    ],
+                )
+            return loader.construct_document(node)  # type: ignore[no-untyped-call]
+        finally:
+            loader.dispose()  # type: ignore[no-untyped-call]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigError(source, [f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})"]) from exc
+    except RecursionError as exc:
+        raise ConfigError(source, ["nested too deeply to be a matrix file"]) from exc
+
+
 def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
     """Read, validate and convert ``path``.
 
     Raises:
-        ConfigError: the file is missing, is not YAML, or breaks the schema or a semantic rule;
+        ConfigError: the file is missing, not a regular file, too large, not UTF-8, is not YAML (duplicate
+            keys, non-string keys, alias bombs included), or breaks the schema or a semantic rule;
             ``problems`` holds one line per problem (``variants.cpu.tourch: unknown key; did you mean 'torch'?``).
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(str(path), [f"cannot read the file ({exc.strerror}); pass --matrix PATH"]) from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise ConfigError(str(path), [f"{where}not valid YAML ({getattr(exc, 'problem', exc)})"]) from exc
+    data = parse_yaml(read_config_text(path), str(path))
     problems = validate(data)
     if problems:
         raise ConfigError(str(path), problems)
@@ -161,12 +314,89 @@ def validate(data: Any) -> list[str]:
     """Every problem of a parsed matrix document, as ``key.path: message`` lines (empty: valid)."""
     schema = load_schema()
     validator = jsonschema.Draft202012Validator(schema)
-    problems: list[str] = []
+    problems: list[str] = _string_problems(data, [])
     for error in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
         problems.extend(_describe(error, schema))
     if not problems:
         problems.extend(_semantic_problems(data))
     return problems
+
+
+def _show(value: str, limit: int = 60) -> str:
+    return repr(value if len(value) <= limit else value[:limit] + "…")
+
+
+def _string_problems(data: Any, path: list[Any]) -> list[str]:
+    """Whole-document rules for every string, key or value: printable (no newline, tab, NUL, escape or
+    other control or format character) and at most ``MAX_STRING_LENGTH`` characters (URLs
+    ``MAX_URL_LENGTH``). A value that reaches a Dockerfile can therefore never start a new line there."""
+    problems: list[str] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(key, str):
+                problems += _one_string(key, [*path, key], is_key=True)
+            problems += _string_problems(value, [*path, key])
+    elif isinstance(data, list):
+        for i, item in enumerate(data):
+            problems += _string_problems(item, [*path, i])
+    elif isinstance(data, str):
+        problems += _one_string(data, path, is_key=False)
+    return problems
+
+
+def _one_string(value: str, path: list[Any], *, is_key: bool) -> list[str]:
+    where = _key_path(path[:-1] if is_key else path)
+    what = f"key {_show(value)}" if is_key else _show(value)
+    is_url = any(p in ("url", "extra_urls") for p in path[-2:]) and not is_key
+    limit = MAX_URL_LENGTH if is_url else MAX_STRING_LENGTH
+    bad = next((c for c in value if not c.isprintable()), None)
+    if bad is not None:
+        return [
+            f"{where}: {what} holds the control character {bad!r} at position {value.index(bad)}; "
+            "values are single lines of printable text (no newline, tab or escape)"
+        ]
+    if len(value) > limit:
+        return [f"{where}: {what} is {len(value)} characters long; at most {limit}"]
+    return []
+
+
+# Whole-value patterns (re.fullmatch: `$` would also accept a trailing newline) for the strings that reach
+# the Dockerfile; matrix.schema.json states the same patterns for editors.
+_NAME = re.compile(r"[a-z][a-z0-9-]*")
+_DIST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+_VERSION = re.compile(r"[0-9][A-Za-z0-9.+!-]*")
+_PYTHON = re.compile(r"3\.[0-9]+")
+_ENV_KEY = re.compile(r"[A-Z_][A-Z0-9_]*")
+# Characters a package index URL may hold: RFC 3986 unreserved and the delimiters an index URL uses, and
+# none that a shell or a Dockerfile gives meaning to (quotes, `$`, `&`, `;`, `|`, `<`, `>`, backticks,
+# parentheses, `*`, `!`, backslash, whitespace).
+_URL_CHARS = re.compile(r"[A-Za-z0-9._~:/?#@%=+,\[\]-]+")
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is not a package index URL this tool writes into a Dockerfile (None: it is one).
+
+    Parsed with ``urllib.parse``: scheme http or https, a host, an optional numeric port, no user
+    information (credentials would land in the image history: use a build secret), and only characters
+    of ``_URL_CHARS``.
+    """
+    if not _URL_CHARS.fullmatch(url):
+        bad = next((c for c in url if not _URL_CHARS.fullmatch(c)), "")
+        return f"holds {bad!r}; an index URL has no whitespace, quotes or shell characters"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return f"is not a URL ({exc})"
+    if parts.scheme not in ("http", "https"):
+        return f"has scheme {parts.scheme or '(none)'!r}; give an http:// or https:// URL"
+    if not parts.hostname:
+        return "has no host; give https://HOST/PATH"
+    if parts.username is not None or parts.password is not None:
+        return "holds user information (credentials); pass them at build time, never in matrix.yaml"
+    if port is not None and not 0 < port < 65536:
+        return f"has port {port}; give a port between 1 and 65535"
+    return None
 
 
 def _key_path(parts: Iterable[Any]) -> str:
@@ -221,11 +451,57 @@ def _semantic_problems(data: Mapping[str, Any]) -> list[str]:
                 f"needs {variant['python']}; pick the suite that matches, or accept that builds on the "
                 f'stand-in use Python {ships} by adding python: "{ships}" to stand_in'
             )
+        problems += _value_problems(name, variant)
         for check in variant["smoke"]["checks"]:
             if check not in CHECKS:
                 close = difflib.get_close_matches(check, known, n=1)
                 hint = f"did you mean '{close[0]}'?" if close else f"known checks: {', '.join(known)}"
                 problems.append(f"variants.{name}.smoke.checks.{check}: unknown smoke check; {hint}")
+    return problems
+
+
+def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
+    """Whole-value checks of one variant's strings that reach the Dockerfile or a requirement file."""
+    problems: list[str] = []
+    at = f"variants.{name}"
+    if not _NAME.fullmatch(name):
+        problems.append(f"{at}: the variant name must be lowercase letters, digits and '-', starting with a letter")
+    patterned = [
+        ("python", variant["python"], _PYTHON),
+        ("torch.package", variant["torch"]["package"], _DIST),
+        ("torch.version", variant["torch"]["version"], _VERSION),
+        ("vllm.package", variant["vllm"]["package"], _DIST),
+        ("vllm.version", variant["vllm"]["version"], _VERSION),
+        ("triton_distribution", variant.get("triton_distribution", "triton"), _DIST),
+    ]
+    if "dist_alias" in variant:
+        patterned += [
+            ("dist_alias.name", variant["dist_alias"]["name"], _DIST),
+            ("dist_alias.version", variant["dist_alias"]["version"], _VERSION),
+        ]
+    if "python" in variant.get("stand_in", {}):
+        patterned.append(("stand_in.python", variant["stand_in"]["python"], _PYTHON))
+    patterned += [(f"index.exclude.{i}", v, _DIST) for i, v in enumerate(variant["index"].get("exclude", []))]
+    patterned += [(f"env.{k}", k, _ENV_KEY) for k in variant.get("env", {})]
+    for key, value, pattern in patterned:
+        if not pattern.fullmatch(value):
+            problems.append(f"{at}.{key}: {_show(value)} must match {pattern.pattern} as a whole")
+    problem = image_problem(variant["base_image"])
+    if problem is not None:
+        problems.append(f"{at}.base_image: {_show(variant['base_image'])} {problem}")
+    urls = [("index.url", variant["index"]["url"])]
+    urls += [(f"index.extra_urls.{i}", u) for i, u in enumerate(variant["index"].get("extra_urls", []))]
+    for key, url in urls:
+        problem = url_problem(url)
+        if problem is not None:
+            problems.append(f"{at}.{key}: {_show(url)} {problem}")
+    for i, line in enumerate(variant["index"].get("overrides", [])):
+        try:
+            Requirement(line)
+        except InvalidRequirement as exc:
+            problems.append(
+                f"{at}.index.overrides.{i}: {_show(line)} is not a PEP 508 requirement ({str(exc).splitlines()[0]})"
+            )
     return problems
 
 

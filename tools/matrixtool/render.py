@@ -6,15 +6,23 @@ Jinja runs with ``StrictUndefined`` so a missing value fails the render instead 
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import io
 import json
+import os
+import shlex
+import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jinja2
+from dockerfile_parse import DockerfileParser
 
-from matrixtool.errors import StaleRenderError
-from matrixtool.matrix import REPO_ROOT, Accelerator, Matrix, PackagePin, Variant
+from matrixtool.errors import ConfigError, StaleRenderError
+from matrixtool.matrix import REPO_ROOT, Accelerator, IndexSettings, Matrix, PackagePin, Variant
 
 TEMPLATES_DIR = REPO_ROOT / "templates"
 IMAGES_DIR = REPO_ROOT / "images"
@@ -146,10 +154,119 @@ def _environment() -> jinja2.Environment:
     )
 
 
+def _render_dockerfile(variant: Variant) -> str:
+    """The template rendered with ``variant``'s values.
+
+    Raises:
+        ConfigError: the template is missing, has a syntax error, or reads a value that is not there.
+    """
+    where = f"{TEMPLATES_DIR.name}/{TEMPLATE_NAME}"
+    try:
+        return _environment().get_template(TEMPLATE_NAME).render(**template_context(variant))
+    except jinja2.TemplateSyntaxError as exc:
+        raise ConfigError(
+            where, [f"line {exc.lineno}: template syntax error: {exc.message}; fix the template"]
+        ) from exc
+    except jinja2.TemplateNotFound as exc:
+        raise ConfigError(where, [f"template not found in {TEMPLATES_DIR}"]) from exc
+    except jinja2.UndefinedError as exc:
+        raise ConfigError(
+            where, [f"variant {variant.name}: {exc.message}; the template reads a value render.py does not give"]
+        ) from exc
+    except jinja2.TemplateError as exc:
+        raise ConfigError(where, [f"variant {variant.name}: {exc}"]) from exc
+
+
+def sentinel_variant(variant: Variant) -> Variant:
+    """``variant`` with every free-form string replaced by a benign one-word sentinel, keeping its shape
+    (the lengths of its lists, which optional parts it has, its booleans and enums).
+
+    Rendering it gives the instructions the template produces for a variant of this shape; a real value
+    that changes them has injected something (``Dockerfile.j2`` is the only judge, whatever it holds).
+    """
+    pin = PackagePin(package="sentinel", version="1.0")
+    return dataclasses.replace(
+        variant,
+        name="sentinel",
+        description="sentinel",
+        base_image="sentinel/base:sentinel",
+        python="3.99",
+        torch=pin,
+        vllm=pin,
+        dist_alias=pin if variant.dist_alias else None,
+        triton_distribution="sentinel",
+        env={f"SENTINEL_{i}": "sentinel" for i in range(len(variant.env))},
+        index=IndexSettings(
+            url="https://sentinel.invalid/simple",
+            extra_urls=tuple("https://sentinel.invalid/extra" for _ in variant.index.extra_urls),
+            wheelhouse=variant.index.wheelhouse,
+            exclude=tuple(f"sentinel{i}" for i in range(len(variant.index.exclude))),
+            overrides=tuple("sentinel==1.0" for _ in variant.index.overrides),
+        ),
+    )
+
+
+def instruction_shape(dockerfile: str) -> list[tuple[str, int]]:
+    """Each instruction of ``dockerfile`` (``dockerfile_parse``, comments included) as (instruction, width):
+    width is the number of keys of LABEL/ENV, the number of words of any other instruction, 0 for a comment.
+
+    Raises:
+        ValueError: a LABEL or ENV value does not split as shell words (an unbalanced quote).
+    """
+    parser = DockerfileParser(fileobj=io.BytesIO(dockerfile.encode("utf-8")), env_replace=False)
+    shape = []
+    for item in parser.structure:
+        instruction = str(item["instruction"]).upper()
+        value = str(item["value"])
+        if instruction == "COMMENT":
+            width = 0
+        elif instruction in ("LABEL", "ENV"):
+            width = len(shlex.split(value))
+        else:
+            width = len(value.split())
+        shape.append((instruction, width))
+    return shape
+
+
+def check_instructions(variant: Variant, dockerfile: str) -> None:
+    """Compare the instructions of ``dockerfile`` (rendered from ``variant``) with those the template gives
+    a sentinel variant of the same shape: a value can add no instruction, word, flag or key.
+
+    Raises:
+        ConfigError: naming the variant and the first instruction that differs.
+    """
+    expected = instruction_shape(_render_dockerfile(sentinel_variant(variant)))
+    try:
+        got = instruction_shape(dockerfile)
+    except ValueError as exc:
+        raise ConfigError(
+            f"variants.{variant.name}", [f"a value breaks the quoting of the rendered Dockerfile ({exc})"]
+        ) from exc
+    if got == expected:
+        return
+    index = next(
+        (i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b), min(len(got), len(expected))
+    )
+    seen = f"{got[index][0]} with {got[index][1]} word(s)" if index < len(got) else "nothing"
+    wanted = f"{expected[index][0]} with {expected[index][1]} word(s)" if index < len(expected) else "nothing"
+    raise ConfigError(
+        f"variants.{variant.name}",
+        [
+            f"a value of matrix.yaml changes the rendered Dockerfile's instructions: instruction {index + 1} is "
+            f"{seen} where the template gives {wanted}; a value must be one word (no spaces, newlines or flags)"
+        ],
+    )
+
+
 def render_variant(variant: Variant) -> list[RenderedFile]:
-    """The files of ``images/<variant>/``: the Dockerfile and its requirement files."""
+    """The files of ``images/<variant>/``: the Dockerfile and its requirement files.
+
+    Raises:
+        ConfigError: a template error, or a value that changes the Dockerfile's instructions.
+    """
     directory = Path("images") / variant.name
-    dockerfile = _environment().get_template(TEMPLATE_NAME).render(**template_context(variant))
+    dockerfile = _render_dockerfile(variant)
+    check_instructions(variant, dockerfile)
     files = [RenderedFile(path=directory / "Dockerfile", text=dockerfile)]
     files += [RenderedFile(path=directory / name, text=text) for name, text in requirement_files(variant).items()]
     return files
@@ -160,42 +277,170 @@ def render_matrix(matrix: Matrix) -> list[RenderedFile]:
     return [f for v in matrix.variants for f in render_variant(v)]
 
 
+GENERATED_MARK = "# DO NOT EDIT: generated by `tools/matrix render`"
+
+
+def _variant_dirs(files: list[RenderedFile], root: Path) -> set[Path]:
+    return {(root / f.path).parent for f in files}
+
+
+def _extra_variant_dirs(files: list[RenderedFile], root: Path) -> list[Path]:
+    """Folders under ``root/images`` that no variant renders (a removed or renamed variant's)."""
+    images = root / "images"
+    if not images.is_dir():
+        return []
+    wanted = _variant_dirs(files, root)
+    return sorted(p for p in images.iterdir() if p.is_dir() and p not in wanted)
+
+
+def _is_generated_dir(folder: Path) -> bool:
+    dockerfile = folder / "Dockerfile"
+    if not all(p.is_file() and not p.is_symlink() for p in folder.iterdir()):
+        return False
+    try:
+        return dockerfile.is_file() and dockerfile.read_text(encoding="utf-8").startswith(GENERATED_MARK)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _preflight_write(files: list[RenderedFile], root: Path) -> None:
+    """Every reason ``write`` could not finish, found before it writes anything.
+
+    Raises:
+        ConfigError: ``images`` or ``images/<variant>`` is not a folder, a generated path is not a regular
+            file, or a folder of a removed variant holds files ``render`` did not write.
+    """
+    problems = []
+    for folder in sorted({root / "images", *_variant_dirs(files, root)}):
+        if folder.exists() and not folder.is_dir():
+            problems.append(f"{folder} is not a folder; move it away so render can write the variant's files")
+    for f in files:
+        target = root / f.path
+        if (target.exists() or target.is_symlink()) and (target.is_symlink() or not target.is_file()):
+            problems.append(f"{target} is not a regular file; move it away so render can write it")
+    for folder in _extra_variant_dirs(files, root):
+        if not _is_generated_dir(folder):
+            problems.append(
+                f"{folder} is no variant of the matrix and holds files render did not write; remove it by hand"
+            )
+    if problems:
+        raise ConfigError(str(root / "images"), problems)
+
+
+def _replace_atomically(target: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``target``, then ``os.replace`` it: a reader sees the old
+    file or the new one, never a truncated one."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write(files: list[RenderedFile], root: Path = REPO_ROOT) -> list[Path]:
-    """Write ``files`` under ``root``; remove stale files in the rendered variant dirs. Returns changed paths."""
+    """Write ``files`` under ``root``, all or nothing as far as a file system allows: every obstacle is found
+    first (``_preflight_write``), then each changed file is replaced atomically; files no variant renders
+    in the variant folders, and the folders of variants no longer in the matrix, are removed.
+
+    Returns the changed paths (relative to ``root``).
+
+    Raises:
+        ConfigError: an obstacle found before anything was written.
+        OSError: a write failed (the file it was writing keeps its old content).
+    """
+    _preflight_write(files, root)
     changed: list[Path] = []
     wanted = {root / f.path for f in files}
     for f in files:
         target = root / f.path
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists() or target.read_text(encoding="utf-8") != f.text:
-            target.write_text(f.text, encoding="utf-8")
+            _replace_atomically(target, f.text)
             changed.append(f.path)
-    for directory in {(root / f.path).parent for f in files}:
-        for extra in directory.iterdir():
+    for directory in sorted(_variant_dirs(files, root)):
+        for extra in sorted(directory.iterdir()):
             if extra.is_file() and extra not in wanted:
                 extra.unlink()
                 changed.append(extra.relative_to(root))
+    for folder in _extra_variant_dirs(files, root):
+        for extra in sorted(folder.iterdir()):
+            extra.unlink()
+            changed.append(extra.relative_to(root))
+        folder.rmdir()
     return changed
+
+
+def _read(path: Path) -> str | None:
+    try:
+        mode = path.lstat().st_mode
+        if not stat.S_ISREG(mode):
+            return None
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def drift_report(files: list[RenderedFile], root: Path = REPO_ROOT) -> tuple[list[Path], str]:
+    """(paths that differ from a fresh render, a unified diff of the changed files and a list of the
+    missing and extra ones). Paths are relative to ``root``; extra ones include every file in a folder of
+    ``images/`` that no variant renders (a removed variant's), and the folder itself when empty."""
+    stale: list[Path] = []
+    notes: list[str] = []
+    for f in files:
+        current = _read(root / f.path)
+        if current is None:
+            stale.append(f.path)
+            notes.append(f"missing: {f.path}")
+        elif current != f.text:
+            stale.append(f.path)
+            notes.extend(
+                difflib.unified_diff(
+                    current.splitlines(keepends=True),
+                    f.text.splitlines(keepends=True),
+                    fromfile=f"{f.path} (checked in)",
+                    tofile=f"{f.path} (fresh render)",
+                )
+            )
+    wanted = {root / f.path for f in files}
+    for directory in _variant_dirs(files, root):
+        if directory.is_dir():
+            for p in directory.iterdir():
+                if p not in wanted:
+                    stale.append(p.relative_to(root))
+                    notes.append(f"extra: {p.relative_to(root)}")
+    for folder in _extra_variant_dirs(files, root):
+        inside = sorted(folder.rglob("*"))
+        for p in inside or [folder]:
+            stale.append(p.relative_to(root))
+            notes.append(f"extra: {p.relative_to(root)} (no variant of the matrix renders {folder.name})")
+    diff = "".join(line if line.endswith("\n") else line + "\n" for line in notes)
+    return sorted(stale), diff
 
 
 def drift(files: list[RenderedFile], root: Path = REPO_ROOT) -> list[Path]:
     """Paths (relative to ``root``) whose checked-in content differs from ``files``, or are missing/extra."""
-    stale = [
-        f.path for f in files if not (root / f.path).is_file() or (root / f.path).read_text(encoding="utf-8") != f.text
-    ]
-    wanted = {root / f.path for f in files}
-    for directory in {(root / f.path).parent for f in files}:
-        if directory.is_dir():
-            stale += [p.relative_to(root) for p in directory.iterdir() if p.is_file() and p not in wanted]
-    return sorted(stale)
+    return drift_report(files, root)[0]
+
+
+MAX_DIFF_LINES = 200
 
 
 def check_fresh(files: list[RenderedFile], root: Path = REPO_ROOT) -> None:
-    """Raise ``StaleRenderError`` naming each drifted file when ``images/`` is not a fresh render."""
-    stale = drift(files, root)
+    """Raise ``StaleRenderError`` naming each drifted file, with a unified diff (at most ``MAX_DIFF_LINES``
+    lines), when ``images/`` is not a fresh render."""
+    stale, diff = drift_report(files, root)
     if stale:
         names = ", ".join(str(p) for p in stale)
+        lines = diff.splitlines()
+        if len(lines) > MAX_DIFF_LINES:
+            lines = [*lines[:MAX_DIFF_LINES], f"... {len(lines) - MAX_DIFF_LINES} more line(s)"]
         raise StaleRenderError(
             f"generated files differ from a fresh render of matrix.yaml: {names}; "
-            "run 'tools/matrix render' and commit the result (never edit images/ by hand)"
+            "run 'tools/matrix render' and commit the result (never edit images/ by hand)\n" + "\n".join(lines)
         )
