@@ -50,7 +50,7 @@ def test_build_fails_fast_naming_the_index(tmp_path: Path) -> None:
     runner = CliRunner()
     assert runner.invoke(main, ["--matrix", str(tmp_path / "matrix.yaml"), "render"]).exit_code == 0
     result = runner.invoke(main, ["--matrix", str(tmp_path / "matrix.yaml"), "build", "rocm"], catch_exceptions=False)
-    assert result.exit_code == ExitCode.BUILD
+    assert result.exit_code == ExitCode.INDEX_UNREACHABLE
     assert f"package index {url} is unreachable" in result.output
     assert "--wheelhouse" in result.output and "variants.rocm.index.url" in result.output
     assert "Traceback" not in result.output

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,43 @@ class BuildResult:
     cached: bool
 
 
+# The `docker buildx build` processes running now (any thread): ended by ``terminate_running`` on a signal.
+_running: set[subprocess.Popen[str]] = set()
+_running_lock = threading.Lock()
+TERMINATE_GRACE = 10.0  # seconds a terminated buildx gets to cancel its build before it is killed
+
+
+def terminate_running() -> None:
+    """Send SIGTERM to every running ``docker buildx build`` (BuildKit cancels a build whose client goes).
+
+    Called from the CLI's signal handler: builds may run in worker threads (``run --jobs``) that the
+    handler's exception does not reach.
+    """
+    with _running_lock:
+        procs = list(_running)
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.terminate()
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(TERMINATE_GRACE)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _tag_id(client: docker.DockerClient, ref: str) -> str | None:
+    try:
+        return str(client.images.get(ref).id)
+    except docker.errors.ImageNotFound:
+        return None
+
+
 def stage_context(plan: BuildPlan, context_dir: Path) -> None:
     """Write the rendered files into ``context_dir`` and link the wheelhouse in as ``wheelhouse/``.
 
@@ -58,6 +97,16 @@ def stage_context(plan: BuildPlan, context_dir: Path) -> None:
 def _image_size(client: docker.DockerClient, ref: str) -> tuple[str, int]:
     image = client.images.get(ref)
     return str(image.id), int(image.attrs.get("Size", 0))
+
+
+def _remove_partial_tag(client: docker.DockerClient, ref: str, before: str | None) -> None:
+    """Remove ``ref`` when a build that did not finish moved it (an interrupted ``--load``): no tag may
+    point at an image whose build was not reported as done. Errors are ignored (the engine may be gone)."""
+    try:
+        if _tag_id(client, ref) not in (None, before):
+            client.images.remove(ref, noprune=False)
+    except docker.errors.DockerException:
+        pass
 
 
 def existing(client: docker.DockerClient, plan: BuildPlan) -> BuildResult | None:
@@ -121,6 +170,8 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
     started = time.monotonic()
     tail: list[str] = []
     prefix = f"[{plan.variant}] "
+    before = _tag_id(client, plan.hash_tag)
+    returncode: int | None = None
     try:
         with (
             log_path.open("w", encoding="utf-8") as log,
@@ -128,14 +179,28 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
                 argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
             ) as proc,
         ):
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                log.write(line)
-                sys.stderr.write(prefix + line)
-                tail = [*tail, line.rstrip()][-20:]
-            returncode = proc.wait()
+            with _running_lock:
+                _running.add(proc)
+            try:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    log.write(line)
+                    sys.stderr.write(prefix + line)
+                    tail = [*tail, line.rstrip()][-20:]
+                returncode = proc.wait()
+            except BaseException:
+                _stop(proc)  # Ctrl-C or SIGTERM: BuildKit cancels the build when its client ends
+                raise
+            finally:
+                with _running_lock:
+                    _running.discard(proc)
+    except BaseException:
+        _remove_partial_tag(client, plan.hash_tag, before)
+        raise
     finally:
         shutil.rmtree(context_dir, ignore_errors=True)
+    if returncode != 0 and _tag_id(client, plan.hash_tag) != before:
+        _remove_partial_tag(client, plan.hash_tag, before)
     seconds = time.monotonic() - started
     if returncode != 0:
         last = "\n".join(tail)

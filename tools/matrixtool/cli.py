@@ -11,7 +11,6 @@ import concurrent.futures
 import json
 import os
 import subprocess
-import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,15 +27,29 @@ from matrixtool import (
     ci,
     engine,
     index,
+    inputs,
+    interrupts,
     pin,
     plan,
     publish,
+    reference,
     registry,
     render,
     report,
     smoke,
 )
-from matrixtool.errors import BuildError, ConfigError, ExitCode, MatrixError, RegistryError, SmokeFailure
+from matrixtool.errors import (
+    ConfigError,
+    EngineUnreachableError,
+    ExitCode,
+    IndexUnreachableError,
+    MatrixError,
+    NotBuiltError,
+    RegistryError,
+    SmokeFailure,
+    VariantsFailed,
+    most_severe,
+)
 from matrixtool.matrix import DEFAULT_MATRIX, REPO_ROOT, Matrix, Variant, load_matrix
 from matrixtool.select import select_variants
 
@@ -58,7 +71,18 @@ class MatrixGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with interrupts.handled(build.terminate_running):
+                return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            # Ctrl-C or SIGTERM: context managers have removed the smoke container, builds were ended.
+            if ctx.obj is not None and ctx.obj.debug:
+                traceback.print_exc()
+            code = interrupts.exit_code_of(exc)
+            signal_name = "SIGTERM" if code is ExitCode.TERMINATED else "SIGINT"
+            click.echo(
+                f"error: interrupted by {signal_name}; running builds and smoke containers were stopped", err=True
+            )
+            ctx.exit(int(code))
         except MatrixError as exc:
             if ctx.obj is not None and ctx.obj.debug:
                 traceback.print_exc()
@@ -75,7 +99,7 @@ class MatrixGroup(click.Group):
                 traceback.print_exc()
             click.echo(f"error: Docker engine: {exc}; run 'tools/matrix doctor'", err=True)
             ctx.exit(int(ExitCode.ENGINE))
-        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, KeyboardInterrupt):
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
         except Exception as exc:
             # A bug of this tool, not bad input: one line, and the traceback only with --debug.
@@ -139,13 +163,17 @@ def render_cmd(settings: Settings, check: bool) -> None:
 @click.option("--registry", default="registry-1.docker.io", show_default=True, help="Registry host to probe.")
 def doctor(registry: str) -> None:
     """Report engine, buildx, arm64 emulation and registry reachability, with the fix for each."""
+    problem = reference.registry_problem(registry)
+    if problem is not None:
+        raise ConfigError("flags", [f"--registry {registry!r} {problem}"])
     findings = engine.doctor(registry)
     for f in findings:
         click.echo(f"{f.status.value:4}  {f.name:16} {f.detail}")
         if f.fix:
             click.echo(f"      {'':16} fix: {f.fix}")
-    if any(f.status is engine.Status.FAIL for f in findings):
-        sys.exit(int(ExitCode.ENGINE))
+    failed = [f.name for f in findings if f.status is engine.Status.FAIL]
+    if failed:
+        raise EngineUnreachableError(f"doctor: {', '.join(failed)} failed; apply the fixes above")
 
 
 # --- base --------------------------------------------------------------------------------------------
@@ -226,12 +254,12 @@ def _check_index_reachable(variant: Variant, ca: Path | None) -> None:
     """Fail in seconds, not after a hung build, when the variant's package index does not answer.
 
     Raises:
-        BuildError: naming the index and the ways out (a wheelhouse, or another index in matrix.yaml).
+        IndexUnreachableError: naming the index and the ways out (a wheelhouse, or another index in matrix.yaml).
     """
     for url in (variant.index.url, *variant.index.extra_urls):
         problem = index.probe(url, ca_cert=ca, timeout=index.PROBE_TIMEOUT)
         if problem is not None:
-            raise BuildError(
+            raise IndexUnreachableError(
                 f"variant {variant.name}: package index {url} is unreachable from this machine ({problem}); "
                 f"the build would hang on it. Ways out: pass --wheelhouse DIR holding the wheels "
                 f"({variant.torch.requirement} and what it needs), or point variants.{variant.name}.index.url "
@@ -415,7 +443,12 @@ def _with(options: list[Any]) -> Callable[[Callable[..., Any]], Callable[..., An
 
 
 def _finish(
-    settings: Settings, result: report.RunReport, as_json: bool, junit: Path | None, json_file: Path | None = None
+    settings: Settings,
+    result: report.RunReport,
+    as_json: bool,
+    junit: Path | None,
+    json_file: Path | None = None,
+    codes: Mapping[str, ExitCode] | None = None,
 ) -> None:
     junit_path = junit or settings.out_dir / "reports" / "junit.xml"
     if result.checks or result.errors:
@@ -429,9 +462,12 @@ def _finish(
     if result.checks or result.errors:
         click.echo(f"JUnit report: {junit_path}", err=True)
     if result.errors:
-        raise BuildError(
+        failed_checks = [ExitCode.SMOKE] if not all(c.status.ok for c in result.checks) else []
+        code = most_severe([(codes or {}).get(n, ExitCode.BUILD) for n in result.errors] + failed_checks)
+        raise VariantsFailed(
             f"{len(result.errors)} variant(s) failed before their smoke checks: {', '.join(result.errors)}; "
-            "see the summary above and the build logs it names"
+            "see the summary above and the build logs it names",
+            code or ExitCode.BUILD,
         )
     if not result.ok:
         raise SmokeFailure("smoke checks failed; see the table above, the logs it names, and the fix hints")
@@ -456,6 +492,8 @@ def build_cmd(
 ) -> None:
     """Build variants with BuildKit (no smoke checks)."""
     selected = select_variants(_load(settings), variants)
+    _check_flags(settings, selected, repository=repository, registry=registry_prefix, wheelhouse=wheelhouse)
+    inputs.check_outputs(settings.out_dir, junit=junit, json_file=json_file)
     ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
     client = engine.connect()
     results = build_variants(
@@ -469,6 +507,20 @@ def build_cmd(
         registry_prefix=registry_prefix,
     )
     _finish(settings, report.RunReport(builds=results), as_json, junit, json_file)
+
+
+def _check_flags(
+    settings: Settings,
+    selected: Sequence[Variant],
+    *,
+    repository: str | None = None,
+    registry: str | None = None,
+    image: str | None = None,
+    wheelhouse: Path | None = None,
+) -> None:
+    """Reference flags (OCI grammar) and the wheelhouse, before the engine is touched (inputs.py)."""
+    reference.check_flags(image=image, registry=registry, repository=repository)
+    inputs.warn_unused_wheelhouse(selected, wheelhouse)
 
 
 def _checks_for(variant: Variant, only: Sequence[str], skip: Sequence[str]) -> list[Any]:
@@ -543,6 +595,9 @@ def run_cmd(
 ) -> None:
     """Render-check, build and smoke-test variants; print a summary table."""
     selected = select_variants(_load(settings), variants)
+    _check_flags(settings, selected, repository=repository, registry=registry_prefix, wheelhouse=wheelhouse)
+    inputs.check_outputs(settings.out_dir, junit=junit, json_file=json_file)
+    inputs.check_selection(selected, only, skip)
     if not keep_going:
         ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
     else:
@@ -561,6 +616,7 @@ def run_cmd(
 
     # Bases and plans one variant at a time (variants may share a base ref); then the builds, `jobs` at once.
     errors: dict[str, str] = {}
+    codes: dict[str, ExitCode] = {}
     planned: dict[str, list[plan.BuildPlan]] = {}
     for variant in selected:
         try:
@@ -574,6 +630,7 @@ def run_cmd(
             if not keep_going:
                 raise
             errors[variant.name] = str(exc)
+            codes[variant.name] = exc.exit_code
             click.echo(f"[{variant.name}] error: {exc}", err=True)
 
     results: list[build.BuildResult] = []
@@ -589,6 +646,7 @@ def run_cmd(
                 if not keep_going:
                     raise
                 errors[name] = str(exc)
+                codes[name] = exc.exit_code
                 click.echo(f"[{name}] error: {exc}", err=True)
     by_name = {v.name: v for v in selected}
     checks: list[smoke.CheckResult] = []
@@ -601,6 +659,7 @@ def run_cmd(
         as_json,
         junit,
         json_file,
+        codes,
     )
 
 
@@ -641,6 +700,9 @@ def test_cmd(
     if as_variant == "all":
         raise click.UsageError("--as takes one variant name, not 'all'")
     (variant,) = select_variants(_load(settings), [as_variant])
+    _check_flags(settings, [variant], image=image)
+    inputs.check_outputs(settings.out_dir, junit=junit, json_file=json_file)
+    inputs.check_selection([variant], only, skip)
     checks_ = _checks_for(variant, only, skip)
     if host:
         click.echo(
@@ -695,6 +757,8 @@ def bake_cmd(
 ) -> None:
     """Write <out>/docker-bake.json (one target per variant x platform) and stage each target's context."""
     selected = select_variants(_load(settings), variants)
+    _check_flags(settings, selected, repository=repository, registry=registry_prefix, wheelhouse=wheelhouse)
+    inputs.check_outputs(settings.out_dir)
     ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
     client = engine.connect()
     plans = plan_variants(settings, client, selected, ca=ca, wheels=wheels, repository=repository)
@@ -730,13 +794,14 @@ def push_cmd(
 ) -> None:
     """Push built images to a registry: the content-hash tag and the version tag."""
     selected = select_variants(_load(settings), variants)
+    _check_flags(settings, selected, repository=repository, registry=registry_prefix, wheelhouse=wheelhouse)
     ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
     client = engine.connect()
     plans = plan_variants(settings, client, selected, ca=ca, wheels=wheels, repository=repository)
     missing = [p for p in plans if build.existing(client, p) is None]
     if missing:
         names = " ".join(dict.fromkeys(p.variant for p in missing))
-        raise BuildError(
+        raise NotBuiltError(
             f"not built yet: {', '.join(p.hash_tag for p in missing)}; run 'tools/matrix build {names}' first"
         )
     pushes = [publish.plan_push(p, registry=registry_prefix) for p in plans]

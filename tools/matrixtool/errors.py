@@ -134,3 +134,12 @@ def most_severe(codes: list[ExitCode]) -> ExitCode | None:
         return None
     rank = {code: i for i, code in enumerate(SEVERITY)}
     return min(codes, key=lambda c: rank.get(c, len(SEVERITY)))
+
+
+class VariantsFailed(MatrixError):
+    """Under ``--keep-going``, one or more variants failed; ``exit_code`` is the most severe of their errors
+    (``most_severe``), so a config error of one variant is not hidden behind another's failed build."""
+
+    def __init__(self, message: str, exit_code: ExitCode) -> None:
+        self.exit_code = exit_code
+        super().__init__(message)

@@ -194,7 +194,7 @@ class _StrictLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue  # `<<: *base`: merged keys may be overridden, as YAML says
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=deep)
             line = key_node.start_mark.line + 1
             if not isinstance(key, str):
                 raise yaml.constructor.ConstructorError(
@@ -215,7 +215,7 @@ class _StrictLoader(yaml.SafeLoader):
             seen[key] = key_node
         self.flatten_mapping(node)
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=deep)
             if not isinstance(key, str):
                 raise yaml.constructor.ConstructorError(
                     None, None, f"merged key {key!r} is not a name; quote it", key_node.start_mark
@@ -284,9 +284,9 @@ def parse_yaml(text: str, source: str) -> Any:
                         "write the values out or use fewer aliases"
                     ],
                 )
-            return loader.construct_document(node)  # type: ignore[no-untyped-call]
+            return loader.construct_document(node)
         finally:
-            loader.dispose()  # type: ignore[no-untyped-call]
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""

@@ -213,7 +213,7 @@ def instruction_shape(dockerfile: str) -> list[tuple[str, int]]:
     Raises:
         ValueError: a LABEL or ENV value does not split as shell words (an unbalanced quote).
     """
-    parser = DockerfileParser(fileobj=io.BytesIO(dockerfile.encode("utf-8")), env_replace=False)
+    parser = DockerfileParser(fileobj=io.StringIO(dockerfile), env_replace=False)
     shape = []
     for item in parser.structure:
         instruction = str(item["instruction"]).upper()

@@ -215,13 +215,27 @@ class CheckContainer:
     def __enter__(self) -> CheckContainer:
         try:
             self.start()
-        except BaseException:
+        except BaseException as exc:
             self.remove()
+            if isinstance(exc, KeyboardInterrupt):
+                self.sweep()
             raise
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self.remove()
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            self.sweep()
+
+    def sweep(self) -> None:
+        """Remove every container of this session by its label: a signal (Ctrl-C, SIGTERM) may land between
+        the engine creating a container and ``start`` holding it. Errors are ignored (the engine may be gone)."""
+        with contextlib.suppress(docker.errors.DockerException):
+            for container in self.client.containers.list(
+                all=True, filters={"label": f"{SESSION_LABEL}={self.session}"}
+            ):
+                with contextlib.suppress(docker.errors.DockerException):
+                    container.remove(force=True)
 
     def exec(self, argv: list[str], env: Mapping[str, str], deadline: float) -> tuple[int | None, str]:
         """Run ``argv`` in the container; (exit code, output), or (None, partial output) past ``deadline`` s."""
