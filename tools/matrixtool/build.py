@@ -66,11 +66,30 @@ def _stop(proc: subprocess.Popen[str]) -> None:
             proc.wait()
 
 
-def _tag_id(client: docker.DockerClient, ref: str) -> str | None:
-    try:
-        return str(client.images.get(ref).id)
-    except docker.errors.ImageNotFound:
-        return None
+def untagged(argv: list[str]) -> list[str]:
+    """``argv`` of ``docker buildx build`` without its ``--tag``/``-t`` options.
+
+    The tags are set by ``tag_built`` once the build has succeeded: a build that is interrupted (its
+    client ended, while the engine may still finish and load the image) then never leaves a tag behind.
+    """
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--tag", "-t"):
+            skip = True
+        elif not arg.startswith("--tag="):
+            out.append(arg)
+    return out
+
+
+def tag_built(client: docker.DockerClient, image_id: str, tags: tuple[str, ...]) -> None:
+    """Tag the image ``image_id`` (from ``--iidfile``) with each full ref of ``tags`` (``repo:tag``)."""
+    image = client.images.get(image_id)
+    for ref in tags:
+        repository, _, tag = ref.rpartition(":")
+        image.tag(repository, tag)
 
 
 def stage_context(plan: BuildPlan, context_dir: Path) -> None:
@@ -97,16 +116,6 @@ def stage_context(plan: BuildPlan, context_dir: Path) -> None:
 def _image_size(client: docker.DockerClient, ref: str) -> tuple[str, int]:
     image = client.images.get(ref)
     return str(image.id), int(image.attrs.get("Size", 0))
-
-
-def _remove_partial_tag(client: docker.DockerClient, ref: str, before: str | None) -> None:
-    """Remove ``ref`` when a build that did not finish moved it (an interrupted ``--load``): no tag may
-    point at an image whose build was not reported as done. Errors are ignored (the engine may be gone)."""
-    try:
-        if _tag_id(client, ref) not in (None, before):
-            client.images.remove(ref, noprune=False)
-    except docker.errors.DockerException:
-        pass
 
 
 def existing(client: docker.DockerClient, plan: BuildPlan) -> BuildResult | None:
@@ -158,6 +167,7 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
 
     Raises:
         BuildError: BuildKit exited non-zero (the message names the log file and its last lines).
+        KeyboardInterrupt (``Terminated`` included): after ending ``docker buildx build``; no tag was set.
     """
     arch = plan.platform.split("/")[-1]
     context_dir = work_dir / f"{plan.variant}-{arch}"
@@ -165,16 +175,15 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
     log_path = log_dir / f"{plan.variant}-{arch}.build.log"
     iidfile = work_dir / f"{plan.variant}-{arch}.iid"
     stage_context(plan, context_dir)
-    argv = plan.argv(context_dir, iidfile)
+    argv = untagged(plan.argv(context_dir, iidfile))
     echo(argv)
     started = time.monotonic()
     tail: list[str] = []
     prefix = f"[{plan.variant}] "
-    before = _tag_id(client, plan.hash_tag)
     returncode: int | None = None
     try:
         with (
-            log_path.open("w", encoding="utf-8") as log,
+            log_path.open("w", encoding="utf-8", buffering=1) as log,  # line-buffered: tail -f shows it live
             subprocess.Popen(
                 argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
             ) as proc,
@@ -194,19 +203,15 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
             finally:
                 with _running_lock:
                     _running.discard(proc)
-    except BaseException:
-        _remove_partial_tag(client, plan.hash_tag, before)
-        raise
     finally:
         shutil.rmtree(context_dir, ignore_errors=True)
-    if returncode != 0 and _tag_id(client, plan.hash_tag) != before:
-        _remove_partial_tag(client, plan.hash_tag, before)
     seconds = time.monotonic() - started
     if returncode != 0:
         last = "\n".join(tail)
         raise BuildError(
             f"building {plan.variant} ({plan.platform}) failed after {seconds:.0f} s; full log: {log_path}\n{last}"
         )
+    tag_built(client, iidfile.read_text(encoding="utf-8").strip(), plan.tags)
     image_id, size = _image_size(client, plan.hash_tag)
     return BuildResult(
         variant=plan.variant,
