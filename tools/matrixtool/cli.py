@@ -154,7 +154,7 @@ def render_cmd(settings: Settings, check: bool) -> None:
         return
     changed = render.write(files, root)
     for path in changed:
-        click.echo(f"wrote {path}")
+        click.echo(f"{'wrote' if (root / path).exists() else 'removed'} {path}")
     click.echo(f"{len(changed)} file(s) changed, {len(files)} rendered")
 
 

