@@ -463,10 +463,14 @@ for _cmd in (["run", "cuda"], ["build", "cuda"], ["bake", "cuda"], ["test", "--a
         case(f"junit-is-a-folder-{_cmd[0]}", CONFIG, "--junit")(
             lambda root, c=_cmd: [*c, "--junit", str(root / "images")]
         )
-        case(f"json-file-missing-folder-{_cmd[0]}", CONFIG, "--json-file")(
-            lambda root, c=_cmd: [*c, "--json-file", str(root / "no" / "such" / "r.json")]
+        case(f"json-file-under-a-file-{_cmd[0]}", CONFIG, "--json-file")(
+            lambda root, c=_cmd: [*c, "--json-file", str(root / "matrix.yaml" / "no" / "r.json")]
+        )
+        case(f"junit-under-a-file-{_cmd[0]}", CONFIG, "--junit")(
+            lambda root, c=_cmd: [*c, "--junit", str(root / "matrix.yaml" / "no" / "junit.xml")]
         )
 case("json-file-is-a-folder", CONFIG, "--json-file")(lambda root: ["run", "cuda", "--json-file", str(root / "images")])
+case("json-file-unwritable-place", CONFIG, "--json-file")(lambda root: ["run", "cuda", "--json-file", "/proc/r.json"])
 case("junit-parent-is-a-file", CONFIG, "--junit")(
     lambda root: ["run", "cuda", "--junit", str(root / "matrix.yaml" / "junit.xml")]
 )

@@ -153,8 +153,9 @@ def test_doctor_fails_through_the_error_path() -> None:
 
 
 def test_unused_wheelhouse_is_a_warning(tmp_path: Path) -> None:
-    # --json-file in a missing folder stops the command right after the warning (no index probe, no engine).
+    # --json-file under a file stops the command right after the warning (no index probe, no engine).
+    (tmp_path / "file").write_text("x")
     args = ["--out", str(tmp_path / "out"), "build", "cuda", "--wheelhouse", str(tmp_path)]
-    result = CliRunner().invoke(main, [*args, "--json-file", str(tmp_path / "no" / "r.json")])
+    result = CliRunner().invoke(main, [*args, "--json-file", str(tmp_path / "file" / "r.json")])
     assert f"warning: --wheelhouse {tmp_path} is ignored" in result.output
     assert result.exit_code == ExitCode.CONFIG
