@@ -364,6 +364,24 @@ def _ca_fifo(root: Path) -> list[str]:
     return ["build", "cuda", "--ca-cert", str(root / "ca.pem")]
 
 
+@case("lock-file-fifo", CONFIG, "is a FIFO")
+def _lock_fifo(root: Path) -> list[str]:
+    os.mkfifo(root / "matrix.lock.json")
+    return ["pin", "cuda"]
+
+
+@case("lock-file-folder", CONFIG, "is a folder")
+def _lock_dir(root: Path) -> list[str]:
+    (root / "matrix.lock.json").mkdir()
+    return ["pin", "cuda"]
+
+
+@case("lock-file-not-utf8", CONFIG, "is not UTF-8")
+def _lock_latin(root: Path) -> list[str]:
+    (root / "matrix.lock.json").write_bytes(b'{"schema_version": 1, "base_images": {"caf\xe9": 1}}')
+    return ["pin", "cuda"]
+
+
 # --- templates ------------------------------------------------------------------------------------------
 TEMPLATE_CASES = {
     "template-syntax-error": ("FROM {{ base_image }\n", "template syntax error"),

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from matrixtool.errors import ConfigError, RegistryError
-from matrixtool.matrix import Variant
+from matrixtool.matrix import MAX_FILE_BYTES, Variant, read_config_text
 from matrixtool.registry import parse_ref
 
 LOCK_NAME = "matrix.lock.json"
@@ -72,10 +72,10 @@ def read_lock(path: Path) -> Lock:
     Raises:
         ConfigError: the file exists but is not a valid lock (see ``parse_lock``).
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         return Lock()
+    # Only a regular UTF-8 file of bounded size is read (a FIFO or device there must not hang the tool).
+    text = read_config_text(path, limit=MAX_FILE_BYTES, what=f"a regular file {path.name} beside matrix.yaml")
     return parse_lock(text, str(path))
 
 
