@@ -492,7 +492,7 @@ def build_cmd(
 ) -> None:
     """Build variants with BuildKit (no smoke checks)."""
     selected = select_variants(_load(settings), variants)
-    _check_flags(settings, selected, repository=repository, registry=registry_prefix, wheelhouse=wheelhouse)
+    _check_flags(selected, repository=repository, registry=registry_prefix, wheelhouse=wheelhouse)
     inputs.check_outputs(settings.out_dir, junit=junit, json_file=json_file)
     ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
     client = engine.connect()
@@ -510,7 +510,6 @@ def build_cmd(
 
 
 def _check_flags(
-    settings: Settings,
     selected: Sequence[Variant],
     *,
     repository: str | None = None,
@@ -595,7 +594,7 @@ def run_cmd(
 ) -> None:
     """Render-check, build and smoke-test variants; print a summary table."""
     selected = select_variants(_load(settings), variants)
-    _check_flags(settings, selected, repository=repository, registry=registry_prefix, wheelhouse=wheelhouse)
+    _check_flags(selected, repository=repository, registry=registry_prefix, wheelhouse=wheelhouse)
     inputs.check_outputs(settings.out_dir, junit=junit, json_file=json_file)
     inputs.check_selection(selected, only, skip)
     if not keep_going:
@@ -700,7 +699,7 @@ def test_cmd(
     if as_variant == "all":
         raise click.UsageError("--as takes one variant name, not 'all'")
     (variant,) = select_variants(_load(settings), [as_variant])
-    _check_flags(settings, [variant], image=image)
+    _check_flags([variant], image=image)
     inputs.check_outputs(settings.out_dir, junit=junit, json_file=json_file)
     inputs.check_selection([variant], only, skip)
     checks_ = _checks_for(variant, only, skip)
@@ -757,7 +756,7 @@ def bake_cmd(
 ) -> None:
     """Write <out>/docker-bake.json (one target per variant x platform) and stage each target's context."""
     selected = select_variants(_load(settings), variants)
-    _check_flags(settings, selected, repository=repository, registry=registry_prefix, wheelhouse=wheelhouse)
+    _check_flags(selected, repository=repository, registry=registry_prefix, wheelhouse=wheelhouse)
     inputs.check_outputs(settings.out_dir)
     ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
     client = engine.connect()
@@ -794,7 +793,7 @@ def push_cmd(
 ) -> None:
     """Push built images to a registry: the content-hash tag and the version tag."""
     selected = select_variants(_load(settings), variants)
-    _check_flags(settings, selected, repository=repository, registry=registry_prefix, wheelhouse=wheelhouse)
+    _check_flags(selected, repository=repository, registry=registry_prefix, wheelhouse=wheelhouse)
     ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
     client = engine.connect()
     plans = plan_variants(settings, client, selected, ca=ca, wheels=wheels, repository=repository)
