@@ -24,7 +24,7 @@ import yaml
 
 from matrixtool import registry
 from matrixtool.base import platform_tag
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, copy_checkout
 from tests.integration.conftest import CPU_CHECKS as ALL_CHECKS
 from tests.integration.conftest import json_of, matrix_cli
 
@@ -168,9 +168,7 @@ def _matrix_with_base(tmp_path: Path, base_image: str) -> Path:
     text = (
         (REPO_ROOT / "matrix.yaml").read_text().replace("base_image: debian:bookworm-slim", f"base_image: {base_image}")
     )
-    path = tmp_path / "matrix.yaml"
-    path.write_text(text)
-    return path
+    return copy_checkout(tmp_path, text)
 
 
 def test_pin_records_the_registry_digest_and_builds_use_it(

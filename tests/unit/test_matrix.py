@@ -6,9 +6,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+import matrixtool
 from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode
 from matrixtool.matrix import DEFAULT_MATRIX, TritonState, load_matrix, validate
+from tests.conftest import REPO_ROOT
 
 
 def _data() -> dict:
@@ -124,3 +126,12 @@ def test_cuda_on_arm64_is_rendered_like_cuda() -> None:
         cuda.triton,
     )
     assert [c.name for c in gh200.checks] == [c.name for c in cuda.checks]
+
+
+def test_packaged_schema_is_the_one_editors_use() -> None:
+    """The schema ships inside the package (an installed tool has no checkout to read it from); the copy at the
+    repository root, which matrix.yaml's ``yaml-language-server`` line points editors at, must not drift."""
+    packaged = Path(matrixtool.__file__).with_name("matrix.schema.json")
+    assert packaged.read_bytes() == (REPO_ROOT / "matrix.schema.json").read_bytes(), (
+        "tools/matrixtool/matrix.schema.json and matrix.schema.json differ; edit one and copy it over the other"
+    )

@@ -37,10 +37,11 @@ from matrixtool import (
     smoke,
 )
 from matrixtool.errors import BuildError, ConfigError, ExitCode, MatrixError, RegistryError, SmokeFailure
-from matrixtool.matrix import DEFAULT_MATRIX, REPO_ROOT, Matrix, Variant, load_matrix
+from matrixtool.matrix import DEFAULT_MATRIX, TEMPLATES_DIR_NAME, Matrix, Variant, load_matrix
 from matrixtool.select import select_variants
 
-DEFAULT_OUT = REPO_ROOT / "build"
+# --out's default: build/ next to the matrix file.
+DEFAULT_OUT_NAME = "build"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,15 +102,15 @@ class MatrixGroup(click.Group):
     "--out",
     "out_dir",
     type=click.Path(path_type=Path),
-    default=DEFAULT_OUT,
-    show_default=True,
-    help="Folder for logs, reports and staged build contexts.",
+    default=None,
+    help="Folder for logs, reports and staged build contexts.  [default: build/ next to the matrix file]",
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context
-def main(ctx: click.Context, matrix_path: Path, out_dir: Path, debug: bool) -> None:
+def main(ctx: click.Context, matrix_path: Path, out_dir: Path | None, debug: bool) -> None:
     """Build and smoke-test vLLM inference images from matrix.yaml."""
-    ctx.obj = Settings(matrix_path=matrix_path, out_dir=out_dir, env=dict(os.environ), debug=debug)
+    out = out_dir if out_dir is not None else matrix_path.parent / DEFAULT_OUT_NAME
+    ctx.obj = Settings(matrix_path=matrix_path, out_dir=out, env=dict(os.environ), debug=debug)
 
 
 def _load(settings: Settings) -> Matrix:
@@ -166,9 +167,9 @@ def base_cmd(settings: Settings, variants: Sequence[str], mirror: str) -> None:
 
 
 # --- build -------------------------------------------------------------------------------------------
-def _git(*args: str) -> str | None:
+def _git(root: Path, *args: str) -> str | None:
     try:
-        proc = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, check=False)
+        proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
     except OSError:
         return None
     return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
@@ -256,11 +257,12 @@ def plan_variants(
         ConfigError (lock file), BuildError (base image).
     """
     lock = pin.read_lock(pin.lock_path(settings.matrix_path))
-    revision = _git("rev-parse", "HEAD") or "unknown"
-    source = _git("remote", "get-url", "origin") or str(REPO_ROOT)
+    root = settings.matrix_path.resolve().parent
+    revision = _git(root, "rev-parse", "HEAD") or "unknown"
+    source = _git(root, "remote", "get-url", "origin") or str(root)
     plans = []
     for variant in variants:
-        files = tuple(render.render_variant(variant))
+        files = tuple(render.render_variant(variant, settings.matrix_path.parent / TEMPLATES_DIR_NAME))
         digest = lock.digest(variant.base_image)
         for platform in variant.platforms:
             got = base.provide(

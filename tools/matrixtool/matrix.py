@@ -1,13 +1,15 @@
 """Load and validate ``matrix.yaml`` into frozen values.
 
-The whole file is validated before anything touches Docker: the JSON Schema (``matrix.schema.json``
-at the repository root, also used by editors) and the semantic rules below; every problem is
-collected with its key path and, for unknown keys, the nearest valid key.
+The whole file is validated before anything touches Docker: the JSON Schema (``matrix.schema.json``,
+shipped inside this package; the copy at the repository root, which editors use, is kept identical by a
+unit test) and the semantic rules below; every problem is collected with its key path and, for unknown
+keys, the nearest valid key.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib.resources
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,11 +23,15 @@ import yaml
 from matrixtool.checks import CHECKS
 from matrixtool.errors import ConfigError
 
+# The checkout this package runs from (tools/matrixtool/ -> the repository root); meaningless once the
+# package is installed from a wheel, where DEFAULT_MATRIX falls back to ./matrix.yaml.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The Python each Debian suite a stand-in base can be made from ships (Debian's python3 package).
 SUITE_PYTHON = {"bookworm": "3.11", "trixie": "3.13"}
-SCHEMA_PATH = REPO_ROOT / "matrix.schema.json"
-DEFAULT_MATRIX = REPO_ROOT / "matrix.yaml"
+SCHEMA_NAME = "matrix.schema.json"
+# Templates are the checkout's, next to its matrix file (like images/, which is written there).
+TEMPLATES_DIR_NAME = "templates"
+DEFAULT_MATRIX = REPO_ROOT / "matrix.yaml" if (REPO_ROOT / "matrix.yaml").is_file() else Path("matrix.yaml")
 
 
 class TritonState(str, Enum):
@@ -126,11 +132,21 @@ class Matrix:
         """Variant names in file order."""
         return [v.name for v in self.variants]
 
+    @property
+    def root(self) -> Path:
+        """The folder of the matrix file: ``images/`` is written and ``templates/`` read there."""
+        return self.source.parent
+
+    @property
+    def templates_dir(self) -> Path:
+        """``templates/`` next to the matrix file."""
+        return self.root / TEMPLATES_DIR_NAME
+
 
 def load_schema() -> dict[str, Any]:
-    """The JSON Schema of matrix.yaml, read from ``matrix.schema.json``."""
-    with SCHEMA_PATH.open(encoding="utf-8") as f:
-        schema: dict[str, Any] = json.load(f)
+    """The JSON Schema of matrix.yaml: ``matrix.schema.json``, package data of ``matrixtool``."""
+    text = importlib.resources.files("matrixtool").joinpath(SCHEMA_NAME).read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
     return schema
 
 

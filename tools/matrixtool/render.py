@@ -14,10 +14,10 @@ from typing import Any
 import jinja2
 
 from matrixtool.errors import StaleRenderError
-from matrixtool.matrix import REPO_ROOT, Accelerator, Matrix, PackagePin, Variant
+from matrixtool.matrix import DEFAULT_MATRIX, REPO_ROOT, TEMPLATES_DIR_NAME, Accelerator, Matrix, PackagePin, Variant
 
-TEMPLATES_DIR = REPO_ROOT / "templates"
-IMAGES_DIR = REPO_ROOT / "images"
+# The checkout's templates; commands pass the folder next to their matrix file (``Matrix.templates_dir``).
+TEMPLATES_DIR = DEFAULT_MATRIX.resolve().parent / TEMPLATES_DIR_NAME
 TEMPLATE_NAME = "Dockerfile.j2"
 
 # The installer inside the build; pinned so a render is reproducible.
@@ -135,9 +135,9 @@ def template_context(variant: Variant) -> dict[str, Any]:
     }
 
 
-def _environment() -> jinja2.Environment:
+def _environment(templates_dir: Path) -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        loader=jinja2.FileSystemLoader(templates_dir),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
@@ -146,18 +146,23 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def render_variant(variant: Variant) -> list[RenderedFile]:
-    """The files of ``images/<variant>/``: the Dockerfile and its requirement files."""
+def render_variant(variant: Variant, templates_dir: Path | None = None) -> list[RenderedFile]:
+    """The files of ``images/<variant>/``: the Dockerfile and its requirement files.
+
+    ``templates_dir``: the folder holding ``Dockerfile.j2`` (``Matrix.templates_dir``; default: this checkout's).
+    """
     directory = Path("images") / variant.name
-    dockerfile = _environment().get_template(TEMPLATE_NAME).render(**template_context(variant))
+    dockerfile = (
+        _environment(templates_dir or TEMPLATES_DIR).get_template(TEMPLATE_NAME).render(**template_context(variant))
+    )
     files = [RenderedFile(path=directory / "Dockerfile", text=dockerfile)]
     files += [RenderedFile(path=directory / name, text=text) for name, text in requirement_files(variant).items()]
     return files
 
 
 def render_matrix(matrix: Matrix) -> list[RenderedFile]:
-    """Every generated file of every variant, in matrix order."""
-    return [f for v in matrix.variants for f in render_variant(v)]
+    """Every generated file of every variant, in matrix order, from the templates next to the matrix file."""
+    return [f for v in matrix.variants for f in render_variant(v, matrix.templates_dir)]
 
 
 def write(files: list[RenderedFile], root: Path = REPO_ROOT) -> list[Path]:
