@@ -140,7 +140,8 @@ def test_push_delete_pull_and_smoke_from_the_registry(
     hash_ref, version_ref = pushed["refs"]
     assert hash_ref == f"{local_registry}/{local}" and version_ref == f"{local_registry}/{repo}/cpu:0.32.0"
     assert "+ docker push " + hash_ref in proc.stderr
-    assert registry.manifest_digest(hash_ref) == registry.manifest_digest(version_ref) == pushed["digest"]
+    reg = registry.EngineRegistry(client)
+    assert reg.digest(hash_ref) == reg.digest(version_ref) == pushed["digest"]
     tags += [*pushed["refs"], f"{local_registry}/{repo}/cpu@{pushed['digest']}"]  # the pull's repo digest
     # Delete every local copy under these names: build must now find the hash tag in the registry.
     for ref in [local, *pushed["refs"]]:
@@ -179,7 +180,7 @@ def test_pin_records_the_registry_digest_and_builds_use_it(
     tags += [base, platform_tag(base, "linux/amd64")]  # the unpinned bake tags the per-platform base too
     push = subprocess.run(["docker", "push", base], capture_output=True, text=True, timeout=600, check=False)
     assert push.returncode == 0, push.stderr
-    digest = registry.manifest_digest(base)
+    digest = registry.EngineRegistry(client).digest(base)
     assert digest and digest in push.stdout
     tags.append(f"{local_registry}/matrix-test/debian@{digest}")  # the push's repo digest
     matrix = _matrix_with_base(tmp_path, base)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import docker
+import docker.errors
 import pytest
 from click.testing import CliRunner
 
-from matrixtool import bake, pin, plan, publish, registry, render
+from matrixtool import bake, engine, pin, plan, push, registry, render
 from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode, RegistryError
 from matrixtool.matrix import load_matrix
@@ -84,63 +86,119 @@ def test_pinned_base_is_the_build_arg_a_label_and_part_of_the_content_hash(tmp_p
 
 
 # --- registry refs ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("ref", "registry_host", "repository", "tag", "url"), [
-    ("debian:bookworm-slim", "docker.io", "library/debian", "bookworm-slim",
-     "https://registry-1.docker.io/v2/library/debian/manifests/bookworm-slim"),
-    ("nvidia/cuda:12.9.1-runtime", "docker.io", "nvidia/cuda", "12.9.1-runtime",
-     "https://registry-1.docker.io/v2/nvidia/cuda/manifests/12.9.1-runtime"),
-    ("127.0.0.1:5000/vllm-matrix/cpu:0.32.0", "127.0.0.1:5000", "vllm-matrix/cpu", "0.32.0",
-     "http://127.0.0.1:5000/v2/vllm-matrix/cpu/manifests/0.32.0"),
-    ("localhost/x", "localhost", "x", "latest", "http://localhost/v2/x/manifests/latest"),
-    ("ghcr.io/o/vllm-matrix/cpu:abc", "ghcr.io", "o/vllm-matrix/cpu", "abc",
-     "https://ghcr.io/v2/o/vllm-matrix/cpu/manifests/abc"),
-    (f"debian:bookworm-slim@{DIGEST}", "docker.io", "library/debian", "bookworm-slim",
-     f"https://registry-1.docker.io/v2/library/debian/manifests/{DIGEST}"),
+@pytest.mark.parametrize(("ref", "host"), [
+    ("debian:bookworm-slim", "docker.io"),
+    ("nvidia/cuda:12.9.1-runtime", "docker.io"),
+    ("127.0.0.1:5000/vllm-matrix/cpu:0.32.0", "127.0.0.1:5000"),
+    ("localhost/x", "localhost"),
+    ("ghcr.io/o/vllm-matrix/cpu:abc", "ghcr.io"),
+    (f"debian:bookworm-slim@{DIGEST}", "docker.io"),
 ])  # fmt: skip
-def test_parse_ref_normalises_like_docker(ref: str, registry_host: str, repository: str, tag: str, url: str) -> None:
-    parsed = registry.parse_ref(ref)
-    assert (parsed.registry, parsed.repository, parsed.tag) == (registry_host, repository, tag)
-    assert registry.manifest_url(parsed) == url
+def test_registry_host_resolves_like_docker(ref: str, host: str) -> None:
+    assert registry.registry_host(ref) == host
 
 
-def test_bad_refs_and_registry_prefixes_are_registry_errors() -> None:
-    with pytest.raises(RegistryError, match="digest"):
-        registry.parse_ref("debian@sha256:short")
+def test_registry_prefixes_and_push_stream_digests() -> None:
     with pytest.raises(RegistryError, match="without a scheme"):
         registry.remote_ref("http://127.0.0.1:5000", "vllm-matrix/cpu:1")
     assert registry.remote_ref("ghcr.io/owner/", "vllm-matrix/cpu:1") == "ghcr.io/owner/vllm-matrix/cpu:1"
-    header = 'Bearer realm="https://auth.docker.io/token",service="registry.docker.io"'
-    assert registry.bearer_challenge(header) == {
-        "realm": "https://auth.docker.io/token",
-        "service": "registry.docker.io",
-    }
-    assert registry.bearer_challenge('Basic realm="x"') is None
+    # The engine's push stream ends with an aux record carrying the digest (seen from engine 20.10).
+    aux = {"progressDetail": {}, "aux": {"Tag": "t1", "Digest": DIGEST, "Size": 528}}
+    assert registry.pushed_digest(aux) == DIGEST
+    assert registry.pushed_digest({"status": f"t1: digest: {DIGEST} size: 528"}) is None
+    assert registry.pushed_digest({"aux": {"Digest": "sha256:short"}}) is None
 
 
-def test_unreachable_registry_names_host_and_ref() -> None:
-    # Port 9 on loopback: nothing listens (connection refused), no network needed.
+class _ApiError(docker.errors.APIError):
+    def __init__(self, explanation: str) -> None:
+        super().__init__("500 Server Error")
+        self.explanation = explanation
+
+
+class _FakeImages:
+    """The slice of ``DockerClient.images`` that ``EngineRegistry`` uses, answering as engine 20.10 did."""
+
+    def __init__(self, digests: dict[str, str], push_records: list[dict[str, Any]]) -> None:
+        self.digests = digests
+        self.push_records = push_records
+        self.pushed: list[tuple[str, str]] = []
+
+    def get_registry_data(self, ref: str) -> Any:
+        if ref.startswith("127.0.0.1:9/"):
+            raise _ApiError('Get "http://127.0.0.1:9/v2/": dial tcp 127.0.0.1:9: connect: connection refused')
+        if ref not in self.digests:
+            raise docker.errors.NotFound("manifest unknown: manifest unknown")
+        return type("RegistryData", (), {"id": self.digests[ref]})()
+
+    def push(self, repository: str, tag: str, *, stream: bool, decode: bool) -> list[dict[str, Any]]:
+        assert stream and decode
+        self.pushed.append((repository, tag))
+        return self.push_records
+
+
+def _engine_registry(images: _FakeImages) -> registry.EngineRegistry:
+    client = type("Client", (), {"images": images})()
+    return registry.EngineRegistry(cast(docker.DockerClient, client))
+
+
+def test_engine_registry_digests_and_errors() -> None:
+    reg = _engine_registry(_FakeImages({"127.0.0.1:5000/a/b:1": DIGEST}, []))
+    assert reg.digest("127.0.0.1:5000/a/b:1") == DIGEST
+    assert reg.digest("127.0.0.1:5000/a/b:2") is None  # no such tag: not an error
     with pytest.raises(RegistryError) as info:
-        registry.manifest_digest("127.0.0.1:9/x/y:z", timeout=2)
+        reg.digest("127.0.0.1:9/x/y:z")
     assert info.value.exit_code == ExitCode.REGISTRY == 9
     assert "registry 127.0.0.1:9 is unreachable" in str(info.value) and "127.0.0.1:9/x/y:z" in str(info.value)
 
 
+def test_engine_registry_push_reads_the_aux_digest_and_reports_stream_errors() -> None:
+    images = _FakeImages({}, [{"status": "Pushed"}, {"aux": {"Tag": "1", "Digest": DIGEST, "Size": 1}}])
+    assert _engine_registry(images).push("127.0.0.1:5000/a/b:1") == DIGEST
+    assert images.pushed == [("127.0.0.1:5000/a/b", "1")]
+    denied = _FakeImages({}, [{"error": "denied: requested access to the resource is denied"}])
+    with pytest.raises(RegistryError, match=r"registry ghcr\.io refused pushing ghcr\.io/o/b:1 \(denied"):
+        _engine_registry(denied).push("ghcr.io/o/b:1")
+
+
 # --- push -----------------------------------------------------------------------------------------------
-def test_push_plan_tags_then_pushes_hash_and_version_tags() -> None:
+class _FakeRegistry:
+    """A ``registry.Registry`` that records calls: unit tests need no engine."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+
+    def digest(self, ref: str) -> str | None:
+        self.calls.append(("digest", ref))
+        return DIGEST if ref.endswith(":0.32.0") else None
+
+    def tag(self, source: str, target: str) -> None:
+        self.calls.append(("tag", source, target))
+
+    def push(self, ref: str) -> str:
+        self.calls.append(("push", ref))
+        return DIGEST
+
+    def untag(self, ref: str) -> None:
+        self.calls.append(("untag", ref))
+
+
+def test_push_tags_then_pushes_hash_and_version_tags() -> None:
     p = _plan()
-    push = publish.plan_push(p, registry="127.0.0.1:5000")
+    plan_ = push.plan_push(p, registry="127.0.0.1:5000")
     h = p.content_hash[:16]
-    assert push.targets == (f"127.0.0.1:5000/vllm-matrix/cpu:{h}", "127.0.0.1:5000/vllm-matrix/cpu:0.32.0")
-    assert push.steps() == [
-        ["docker", "tag", f"vllm-matrix/cpu:{h}", f"127.0.0.1:5000/vllm-matrix/cpu:{h}"],
-        ["docker", "tag", f"vllm-matrix/cpu:{h}", "127.0.0.1:5000/vllm-matrix/cpu:0.32.0"],
-        ["docker", "push", f"127.0.0.1:5000/vllm-matrix/cpu:{h}"],
-        ["docker", "push", "127.0.0.1:5000/vllm-matrix/cpu:0.32.0"],
+    hash_ref, version_ref = f"127.0.0.1:5000/vllm-matrix/cpu:{h}", "127.0.0.1:5000/vllm-matrix/cpu:0.32.0"
+    assert plan_.targets == (hash_ref, version_ref)
+    fake = _FakeRegistry()
+    result = push.execute_push(plan_, fake, keep_tags=False)
+    assert fake.calls == [
+        ("tag", f"vllm-matrix/cpu:{h}", hash_ref),
+        ("tag", f"vllm-matrix/cpu:{h}", version_ref),
+        ("push", hash_ref),
+        ("push", version_ref),
+        ("untag", hash_ref),
+        ("untag", version_ref),
     ]
-    assert push.untag_steps()[0] == ["docker", "rmi", f"127.0.0.1:5000/vllm-matrix/cpu:{h}"]
-    out = f"abc: Pushed\n0.32.0: digest: {DIGEST} size: 4321\n"
-    assert publish.pushed_digest(out) == DIGEST
-    assert publish.pushed_digest("nothing") is None
+    assert result.digest == DIGEST and result.refs == (hash_ref, version_ref)
 
 
 # --- the lock file --------------------------------------------------------------------------------------
@@ -158,7 +216,7 @@ def test_lock_round_trip_and_stable_text(tmp_path: Path) -> None:
 def test_invalid_lock_is_a_config_error(tmp_path: Path) -> None:
     path = tmp_path / "matrix.lock.json"
     path.write_text('{"schema_version": 1, "base_images": {"debian:12": "md5:x"}}')
-    with pytest.raises(ConfigError, match=r"base_images\.debian:12"):
+    with pytest.raises(ConfigError, match=r"base_images\.debian:12: digest 'md5:x'"):
         pin.read_lock(path)
     path.write_text("{")
     with pytest.raises(ConfigError, match="not valid JSON"):
@@ -169,7 +227,7 @@ def test_pin_resolves_every_ref_or_raises() -> None:
     old = pin.Lock(base_images={"keep:1": DIGEST})
     new = pin.pin(["debian:bookworm-slim"], lock=old, resolve=lambda ref: "sha256:" + "11" * 32)
     assert new.base_images == {"keep:1": DIGEST, "debian:bookworm-slim": "sha256:" + "11" * 32}
-    with pytest.raises(RegistryError, match=r"registry registry-1\.docker\.io has no debian:nope"):
+    with pytest.raises(RegistryError, match=r"registry docker\.io has no debian:nope"):
         pin.pin(["debian:nope"], lock=old, resolve=lambda ref: None)
 
 
@@ -189,14 +247,15 @@ def test_pin_cli_leaves_the_lock_unchanged_when_the_registry_is_unreachable(
             ref=ref,
         )
 
-    monkeypatch.setattr(registry, "manifest_digest", unreachable)
+    monkeypatch.setattr(registry.EngineRegistry, "digest", lambda self, ref: unreachable(ref))
+    monkeypatch.setattr(engine, "connect", lambda: cast(docker.DockerClient, None))
     result = CliRunner().invoke(main, ["--matrix", str(matrix), "pin", "cpu"], catch_exceptions=False)
     assert result.exit_code == ExitCode.REGISTRY
     assert "registry-1.docker.io" in result.output and "debian:bookworm-slim" in result.output
     assert f"{lock} left unchanged" in result.output
     assert lock.read_bytes() == before
 
-    monkeypatch.setattr(registry, "manifest_digest", lambda ref: "sha256:" + "22" * 32)
+    monkeypatch.setattr(registry.EngineRegistry, "digest", lambda self, ref: "sha256:" + "22" * 32)
     result = CliRunner().invoke(main, ["--matrix", str(matrix), "pin", "cpu"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert pin.read_lock(lock).digest("debian:bookworm-slim") == "sha256:" + "22" * 32

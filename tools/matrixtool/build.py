@@ -16,7 +16,7 @@ import docker.errors
 from matrixtool.engine import echo
 from matrixtool.errors import BuildError
 from matrixtool.plan import BuildPlan
-from matrixtool.registry import manifest_digest, remote_ref
+from matrixtool.registry import Registry, remote_ref
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,16 +78,16 @@ def existing(client: docker.DockerClient, plan: BuildPlan) -> BuildResult | None
     )
 
 
-def published(plan: BuildPlan, registry: str) -> BuildResult | None:
-    """The result of an earlier build with the same content hash that was pushed to ``registry``
-    (its content-hash tag is there), else None. ``image`` is the registry ref, ``image_id`` the manifest
-    digest, ``size_bytes`` 0 (unknown until pulled).
+def published(plan: BuildPlan, prefix: str, registry: Registry) -> BuildResult | None:
+    """The result of an earlier build with the same content hash that was pushed under ``prefix``
+    (``HOST[:PORT][/NAMESPACE]``; its content-hash tag is there, as ``registry`` reports), else None.
+    ``image`` is the registry ref, ``image_id`` the manifest digest, ``size_bytes`` 0 (unknown until pulled).
 
     Raises:
         RegistryError: the registry did not answer.
     """
-    ref = remote_ref(registry, plan.hash_tag)
-    digest = manifest_digest(ref)
+    ref = remote_ref(prefix, plan.hash_tag)
+    digest = registry.digest(ref)
     if digest is None:
         return None
     return BuildResult(

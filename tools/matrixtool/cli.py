@@ -30,7 +30,7 @@ from matrixtool import (
     index,
     pin,
     plan,
-    publish,
+    push,
     registry,
     render,
     report,
@@ -341,7 +341,7 @@ def execute_plans(
                 err=True,
             )
         elif not force and registry_prefix:
-            done = build.published(the_plan, registry_prefix)
+            done = build.published(the_plan, registry_prefix, registry.EngineRegistry(client))
             if done is not None:
                 click.echo(
                     f"{the_plan.variant}: {done.image} exists in the registry (content hash "
@@ -595,7 +595,7 @@ def run_cmd(
     by_name = {v.name: v for v in selected}
     checks: list[smoke.CheckResult] = []
     for built in results:
-        engine.pull_if_missing(client, built.image)  # skipped because it is in the registry
+        registry.pull_if_missing(client, built.image)  # skipped because it is in the registry
         checks += _smoke(settings, client, built.image, by_name[built.variant], only, skip, as_json)
     _finish(
         settings,
@@ -661,7 +661,7 @@ def test_cmd(
         return
     assert image is not None
     client = engine.connect()
-    engine.pull_if_missing(client, image)
+    registry.pull_if_missing(client, image)
     checks = _smoke(settings, client, image, variant, only, skip, as_json)
     _finish(settings, report.RunReport(checks=checks), as_json, junit, json_file)
 
@@ -741,8 +741,8 @@ def push_cmd(
         raise BuildError(
             f"not built yet: {', '.join(p.hash_tag for p in missing)}; run 'tools/matrix build {names}' first"
         )
-    pushes = [publish.plan_push(p, registry=registry_prefix) for p in plans]
-    results = [publish.execute_push(p, keep_tags=keep_tags) for p in pushes]
+    pushes = [push.plan_push(p, registry=registry_prefix) for p in plans]
+    results = [push.execute_push(p, registry.EngineRegistry(client), keep_tags=keep_tags) for p in pushes]
     if as_json:
         doc = {
             "schema_version": report.JSON_SCHEMA_VERSION,
@@ -768,7 +768,7 @@ def pin_cmd(settings: Settings, variants: Sequence[str]) -> None:
     lock = pin.read_lock(path)
     refs = pin.base_refs(selected)
     try:
-        pinned = pin.pin(refs, lock=lock, resolve=registry.manifest_digest)
+        pinned = pin.pin(refs, lock=lock, resolve=registry.EngineRegistry(engine.connect()).digest)
     except RegistryError as exc:
         raise RegistryError(f"{exc}; {path} left unchanged", registry=exc.registry, ref=exc.ref) from exc
     changed = pin.write_lock(pinned, path)

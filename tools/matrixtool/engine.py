@@ -16,8 +16,7 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from matrixtool.errors import EngineUnreachableError, RegistryError
-from matrixtool.registry import parse_ref
+from matrixtool.errors import EngineUnreachableError
 
 SETUP_HINT = "run 'make engine' (as root on Debian 12/13) or start your Docker engine"
 
@@ -36,34 +35,13 @@ def connect() -> docker.DockerClient:
     return client
 
 
-def echo(argv: Sequence[str]) -> None:
-    """Print an external command the way it is about to run (``+ docker buildx build …``) to stderr."""
-    print("+ " + shlex.join(argv), file=sys.stderr, flush=True)
+def echo(argv: Sequence[str], *, via: str | None = None) -> None:
+    """Print an external command the way it is about to run (``+ docker buildx build …``) to stderr.
 
-
-def pull_if_missing(client: docker.DockerClient, ref: str) -> bool:
-    """Pull ``ref`` unless the engine has it; True when it was pulled.
-
-    Raises:
-        RegistryError: pulling failed (the message names the registry, the ref and the engine's reason).
+    ``via``: what really runs it when it is not this command line but its equivalent through a library
+    (``echo(["docker", "push", ref], via="Docker SDK")`` prints ``+ docker push REF  # Docker SDK``).
     """
-    try:
-        client.images.get(ref)
-        return False
-    except docker.errors.ImageNotFound:
-        pass
-    echo(["docker", "pull", ref])
-    try:
-        client.images.pull(ref)
-    except docker.errors.APIError as exc:
-        host = parse_ref(ref).registry
-        raise RegistryError(
-            f"{ref} is not on the engine and pulling it from {host} failed "
-            f"({exc.explanation or exc}); build it, push it, or check the ref",
-            registry=host,
-            ref=ref,
-        ) from exc
-    return True
+    print("+ " + shlex.join(argv) + (f"  # {via}" if via else ""), file=sys.stderr, flush=True)
 
 
 class Status(str, Enum):
