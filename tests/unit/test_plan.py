@@ -26,12 +26,17 @@ def _plan(variant_name: str = "cpu", **overrides):  # type: ignore[no-untyped-de
     return plan.plan_build(variant, **kwargs)
 
 
+def _argv(p: plan.BuildPlan, context_dir: Path, iidfile: Path) -> list[str]:
+    return plan.buildx_argv(plan.build_spec(p, context_dir=context_dir), iidfile=iidfile)
+
+
 def test_argv_is_buildkit_with_secret_labels_and_tags(tmp_path: Path) -> None:
     p = _plan()
-    argv = p.argv(tmp_path / "ctx", tmp_path / "iid")
+    argv = _argv(p, tmp_path / "ctx", tmp_path / "iid")
     assert argv[:3] == ["docker", "buildx", "build"]
     assert argv[argv.index("--platform") : argv.index("--platform") + 2] == ["--platform", "linux/amd64"]
-    assert "--load" in argv
+    assert argv[argv.index("--output") + 1] == "type=docker"  # = --load
+    assert argv[argv.index("--cache-to") + 1] == "type=inline"
     assert argv[argv.index("--secret") : argv.index("--secret") + 2] == [
         "--secret",
         "id=ca,src=/etc/ssl/certs/ca.crt",
@@ -46,7 +51,7 @@ def test_argv_is_buildkit_with_secret_labels_and_tags(tmp_path: Path) -> None:
 
 
 def test_no_ca_means_no_secret(tmp_path: Path) -> None:
-    argv = _plan(ca_cert=None).argv(tmp_path, tmp_path / "iid")
+    argv = _argv(_plan(ca_cert=None), tmp_path, tmp_path / "iid")
     assert "--secret" not in argv
 
 
@@ -110,7 +115,7 @@ def test_base_ref_prefers_pin_then_local_platform_tag() -> None:
         base_local="debian:bookworm-slim-amd64",
     )
     assert local.base_ref == "debian:bookworm-slim-amd64"
-    assert "BASE_IMAGE=debian:bookworm-slim-amd64" in local.argv(Path("/c"), Path("/i"))
+    assert "BASE_IMAGE=debian:bookworm-slim-amd64" in _argv(local, Path("/c"), Path("/i"))
     assert (
         local.content_hash
         == plan.plan_build(
@@ -133,7 +138,7 @@ def test_stand_in_with_another_python_passes_it_as_a_build_arg(tmp_path: Path) -
     no_inputs = dict(wheelhouse=None, wheelhouse_rows=[], ca_cert=None)
     on_stand_in = _plan("cuda", stand_in_suite="bookworm", **no_inputs)
     assert on_stand_in.build_args["PYTHON_VERSION"] == "3.11"
-    argv = on_stand_in.argv(tmp_path, tmp_path / "iid")
+    argv = _argv(on_stand_in, tmp_path, tmp_path / "iid")
     assert "PYTHON_VERSION=3.11" in argv
     upstream = _plan("cuda", **no_inputs)
     assert "PYTHON_VERSION" not in upstream.build_args  # the Dockerfile's default (3.12) applies

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any, cast
 
 import docker
 import docker.errors
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from matrixtool import bake, engine, pin, plan, push, registry, render
 from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode, RegistryError
 from matrixtool.matrix import load_matrix
+from tests.conftest import REPO_ROOT, copy_checkout
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -42,8 +45,8 @@ def test_bake_target_mirrors_the_build_plan(tmp_path: Path) -> None:
         "labels": dict(p.labels), "tags": list(p.tags), "output": ["type=docker"],
         "cache-to": ["type=inline"], "secret": ["id=ca,src=/ca.crt"],
     }  # fmt: skip
-    # the same labels, args and tags as the `docker buildx build` argv of the same plan
-    argv = p.argv(tmp_path / "cpu-amd64", tmp_path / "iid")
+    # the same labels, args, tags, secrets and cache as the `docker buildx build` argv of the same plan
+    argv = _argv(p, tmp_path / "cpu-amd64", tmp_path / "iid")
 
     def values(flag: str) -> list[str]:
         return [argv[i + 1] for i, a in enumerate(argv) if a == flag]
@@ -51,14 +54,23 @@ def test_bake_target_mirrors_the_build_plan(tmp_path: Path) -> None:
     assert set(values("--label")) == {f"{k}={v}" for k, v in p.labels.items()}
     assert values("--tag") == target["tags"]
     assert values("--build-arg") == ["BASE_IMAGE=debian:bookworm-slim"]
+    assert values("--secret") == target["secret"] and values("--cache-to") == target["cache-to"]
+    assert values("--output") == target["output"] and values("--platform") == target["platforms"]
+
+
+def _argv(p: plan.BuildPlan, context_dir: Path, iidfile: Path) -> list[str]:
+    return plan.buildx_argv(plan.build_spec(p, context_dir=context_dir), iidfile=iidfile)
 
 
 def test_bake_with_registry_adds_remote_tags_and_cache_from(tmp_path: Path) -> None:
     p = _plan(ca_cert=None)
-    target = bake.bake_target(p, context_dir=tmp_path, registry="127.0.0.1:5000")
+    spec = plan.build_spec(p, context_dir=tmp_path, registry="127.0.0.1:5000")
+    target = bake.bake_target(spec)
     assert target["tags"][2:] == [f"127.0.0.1:5000/{t}" for t in p.tags]
     assert target["cache-from"] == [f"type=registry,ref=127.0.0.1:5000/{t}" for t in p.tags]
     assert "secret" not in target
+    argv = plan.buildx_argv(spec, iidfile=tmp_path / "iid")
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--cache-from"] == target["cache-from"]
 
 
 def test_write_bake_stages_contexts_under_out(tmp_path: Path) -> None:
@@ -79,7 +91,7 @@ def test_pinned_base_is_the_build_arg_a_label_and_part_of_the_content_hash(tmp_p
     unpinned, pinned = _plan(), _plan(base_digest=DIGEST)
     assert unpinned.build_args == {"BASE_IMAGE": "debian:bookworm-slim"}
     assert pinned.build_args == {"BASE_IMAGE": f"debian:bookworm-slim@{DIGEST}"}
-    assert f"BASE_IMAGE=debian:bookworm-slim@{DIGEST}" in pinned.argv(tmp_path, tmp_path / "iid")
+    assert f"BASE_IMAGE=debian:bookworm-slim@{DIGEST}" in _argv(pinned, tmp_path, tmp_path / "iid")
     assert pinned.labels["org.opencontainers.image.base.digest"] == DIGEST
     assert pinned.content_hash != unpinned.content_hash
     assert _plan(base_digest="sha256:" + "cd" * 32).content_hash != pinned.content_hash
@@ -100,8 +112,8 @@ def test_registry_host_resolves_like_docker(ref: str, host: str) -> None:
 
 def test_registry_prefixes_and_push_stream_digests() -> None:
     with pytest.raises(RegistryError, match="without a scheme"):
-        registry.remote_ref("http://127.0.0.1:5000", "vllm-matrix/cpu:1")
-    assert registry.remote_ref("ghcr.io/owner/", "vllm-matrix/cpu:1") == "ghcr.io/owner/vllm-matrix/cpu:1"
+        plan.remote_ref("http://127.0.0.1:5000", "vllm-matrix/cpu:1")
+    assert plan.remote_ref("ghcr.io/owner/", "vllm-matrix/cpu:1") == "ghcr.io/owner/vllm-matrix/cpu:1"
     # The engine's push stream ends with an aux record carrying the digest (seen from engine 20.10).
     aux = {"progressDetail": {}, "aux": {"Tag": "t1", "Digest": DIGEST, "Size": 528}}
     assert registry.pushed_digest(aux) == DIGEST
@@ -259,3 +271,32 @@ def test_pin_cli_leaves_the_lock_unchanged_when_the_registry_is_unreachable(
     result = CliRunner().invoke(main, ["--matrix", str(matrix), "pin", "cpu"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert pin.read_lock(lock).digest("debian:bookworm-slim") == "sha256:" + "22" * 32
+
+
+# --- bake without an engine or a reachable index ----------------------------------------------------------
+def test_bake_works_offline_and_warns_about_what_it_could_not_check(tmp_path: Path) -> None:
+    """The autouse guard makes the engine unreachable; the index is a closed loopback port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/simple"
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    data["variants"]["rocm"]["index"] = {"url": closed, "wheelhouse": False}
+    matrix = copy_checkout(tmp_path / "checkout", yaml.safe_dump(data, sort_keys=False))
+    runner = CliRunner()
+    assert runner.invoke(main, ["--matrix", str(matrix), "render"]).exit_code == 0
+    out = tmp_path / "out"
+    result = runner.invoke(main, ["--matrix", str(matrix), "--out", str(out), "bake", "rocm"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"warning: rocm: package index {closed} does not answer" in result.output
+    assert "warning: no Docker engine" in result.output and "base images were not checked" in result.output
+    doc = json.loads((out / "docker-bake.json").read_text())
+    target = doc["target"]["rocm-amd64"]
+    assert target["args"] == {"BASE_IMAGE": "rocm/dev-ubuntu-24.04:6.4.1"}  # the ref as named
+    assert target["cache-to"] == ["type=inline"]
+    assert (Path(target["context"]) / "Dockerfile").is_file()
+
+
+def test_content_hash_of_an_unchecked_base_is_stable_and_differs_from_a_looked_up_one() -> None:
+    unchecked = _plan(base_image_id=None)
+    assert unchecked.content_hash == _plan(base_image_id=None).content_hash
+    assert unchecked.content_hash != _plan().content_hash

@@ -190,6 +190,33 @@ def provide(
     )
 
 
+def lookup(client: docker.DockerClient, ref: str, *, platform: str, digest: str | None = None) -> BaseImage | None:
+    """The base image ``ref`` (``ref@digest`` when pinned) for ``platform`` if the engine has it, else None.
+
+    Looks only: nothing is pulled, made or tagged (``bake`` exports for other builders and changes nothing here).
+    ``local_tag`` is the per-platform tag (``platform_tag``) only when that tag exists.
+    """
+    if digest:
+        pinned = f"{ref}@{digest}"
+        image = _local(client, pinned, platform)
+        return (
+            None if image is None else BaseImage(ref=pinned, platform=platform, image_id=str(image.id), origin="local")
+        )
+    alias = platform_tag(ref, platform)
+    by_alias = _local(client, alias, platform)
+    image = by_alias or _local(client, ref, platform)
+    if image is None:
+        return None
+    return BaseImage(
+        ref=ref,
+        platform=platform,
+        image_id=str(image.id),
+        origin="local",
+        local_tag=alias if by_alias is not None else None,
+        stand_in_suite=_suite_of(image),
+    )
+
+
 def _provide_pinned(client: docker.DockerClient, pinned: str, *, platform: str) -> BaseImage:
     image = _local(client, pinned, platform)
     origin = "local"

@@ -15,8 +15,8 @@ import docker.errors
 
 from matrixtool.engine import echo
 from matrixtool.errors import BuildError
-from matrixtool.plan import BuildPlan
-from matrixtool.registry import Registry, remote_ref
+from matrixtool.plan import BuildPlan, build_spec, buildx_argv, remote_ref
+from matrixtool.registry import Registry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,7 +116,7 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
     log_path = log_dir / f"{plan.variant}-{arch}.build.log"
     iidfile = work_dir / f"{plan.variant}-{arch}.iid"
     stage_context(plan, context_dir)
-    argv = plan.argv(context_dir, iidfile)
+    argv = buildx_argv(build_spec(plan, context_dir=context_dir), iidfile=iidfile)
     echo(argv)
     started = time.monotonic()
     tail: list[str] = []

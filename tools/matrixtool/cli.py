@@ -36,7 +36,15 @@ from matrixtool import (
     report,
     smoke,
 )
-from matrixtool.errors import BuildError, ConfigError, ExitCode, MatrixError, RegistryError, SmokeFailure
+from matrixtool.errors import (
+    BuildError,
+    ConfigError,
+    EngineUnreachableError,
+    ExitCode,
+    MatrixError,
+    RegistryError,
+    SmokeFailure,
+)
 from matrixtool.matrix import DEFAULT_MATRIX, TEMPLATES_DIR_NAME, Matrix, Variant, load_matrix
 from matrixtool.select import select_variants
 
@@ -242,12 +250,14 @@ def _check_index_reachable(variant: Variant, ca: Path | None) -> None:
 
 def plan_variants(
     settings: Settings,
-    client: docker.DockerClient,
+    client: docker.DockerClient | None,
     variants: Sequence[Variant],
     *,
     ca: Path | None,
     wheels: Path | None,
     repository: str,
+    provide: bool = True,
+    warnings: list[str] | None = None,
 ) -> list[plan.BuildPlan]:
     """Provide bases and plan every (variant, platform), pinned bases from the lock file as ``ref@digest``.
 
@@ -265,16 +275,32 @@ def plan_variants(
         files = tuple(render.render_variant(variant, settings.matrix_path.parent / TEMPLATES_DIR_NAME))
         digest = lock.digest(variant.base_image)
         for platform in variant.platforms:
-            got = base.provide(
-                client, variant.base_image, platform=platform, suite=variant.stand_in_suite, digest=digest
-            )
+            got: base.BaseImage | None
+            if provide:
+                assert client is not None
+                got = base.provide(
+                    client, variant.base_image, platform=platform, suite=variant.stand_in_suite, digest=digest
+                )
+            else:
+                got = (
+                    None
+                    if client is None
+                    else base.lookup(client, variant.base_image, platform=platform, digest=digest)
+                )
+                if got is None and client is not None and warnings is not None:
+                    named = plan.pinned_ref(variant.base_image, digest)
+                    warnings.append(
+                        f"{variant.name} ({platform}): base image {named} is not on the engine; the bake file "
+                        "builds FROM it as named, and its content hash differs from a local build's "
+                        "('tools/matrix base' provides it)"
+                    )
             rows = plan.wheelhouse_fingerprint(wheels) if (wheels and variant.index.wheelhouse) else []
             plans.append(
                 plan.plan_build(
                     variant,
                     platform=platform,
                     files=files,
-                    base_image_id=got.image_id,
+                    base_image_id=got.image_id if got else None,
                     wheelhouse=wheels,
                     wheelhouse_rows=rows,
                     ca_cert=ca,
@@ -282,11 +308,11 @@ def plan_variants(
                     source_url=source,
                     repository=repository,
                     base_digest=digest,
-                    base_local=got.local_tag,
-                    stand_in_suite=got.stand_in_suite,
+                    base_local=got.local_tag if got else None,
+                    stand_in_suite=got.stand_in_suite if got else None,
                 )
             )
-            if plans[-1].python_version:
+            if plans[-1].python_version and got is not None:
                 click.echo(
                     f"{variant.name} ({platform}): base {variant.base_image} is a Debian {got.stand_in_suite} "
                     f"stand-in: building with Python {plans[-1].python_version} (upstream: {variant.python})",
@@ -695,14 +721,38 @@ def bake_cmd(
     repository: str,
     registry_prefix: str | None,
 ) -> None:
-    """Write <out>/docker-bake.json (one target per variant x platform) and stage each target's context."""
+    """Write <out>/docker-bake.json (one target per variant x platform) and stage each target's context.
+
+    Needs no engine and no network: what it cannot check (an index that does not answer, a base image the
+    engine lacks, no engine at all) is a warning, and the bake file names the base as matrix.yaml does.
+    """
     selected = select_variants(_load(settings), variants)
-    ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
-    client = engine.connect()
-    plans = plan_variants(settings, client, selected, ca=ca, wheels=wheels, repository=repository)
+    render.check_fresh(render.render_matrix(_load(settings)), settings.matrix_path.parent)
+    ca, wheels = plan.resolve_ca_cert(ca_cert, settings.env), plan.resolve_wheelhouse(wheelhouse, settings.env)
+    for variant in selected:
+        _check_inputs(variant, wheels, ca)
+    warnings: list[str] = []
+    for variant in selected:
+        for url in (variant.index.url, *variant.index.extra_urls):
+            problem = index.probe(url, ca_cert=ca, timeout=index.PROBE_TIMEOUT)
+            if problem is not None:
+                warnings.append(
+                    f"{variant.name}: package index {url} does not answer from this machine ({problem}); "
+                    "the bake file does not need it here, the builder that runs it does"
+                )
+    try:
+        client: docker.DockerClient | None = engine.connect()
+    except EngineUnreachableError as exc:
+        client = None
+        warnings.append(f"no Docker engine ({exc}); base images were not checked")
+    plans = plan_variants(
+        settings, client, selected, ca=ca, wheels=wheels, repository=repository, provide=False, warnings=warnings
+    )
     path = bake.write_bake(plans, out_dir=settings.out_dir, registry=registry_prefix)
     for p in plans:
         click.echo(f"{bake.target_name(p)}: {p.hash_tag}", err=True)
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
     click.echo(f"wrote {path}; build with: docker buildx bake -f {path} [TARGET|VARIANT...]", err=True)
     click.echo(str(path))
 

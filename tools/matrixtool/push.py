@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from matrixtool.plan import BuildPlan
-from matrixtool.registry import Registry, remote_ref
+from matrixtool.plan import BuildPlan, remote_ref
+from matrixtool.registry import Registry
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,7 +5,7 @@ CA and insecure-registry settings apply, as for ``docker pull``/``docker push``.
 (127.0.0.0/8) are plain HTTP: the engine treats them as insecure by default.
 
 ``Registry`` is the seam: the commands use ``EngineRegistry`` (one Docker client per command); unit tests
-pass a fake and need no engine. The pure helpers (``remote_ref``, ``registry_host``) stay here.
+pass a fake and need no engine. ``registry_host`` names a ref's registry for messages.
 """
 
 from __future__ import annotations
@@ -64,20 +64,6 @@ def registry_host(ref: str) -> str:
     except docker.errors.InvalidRepository:
         return repository.split("/", 1)[0]
     return str(host)
-
-
-def remote_ref(registry: str, local_ref: str) -> str:
-    """``local_ref`` (``vllm-matrix/cpu:0.32.0``) re-homed under ``registry`` (``HOST[:PORT][/NAMESPACE]``).
-
-    Raises:
-        RegistryError: ``registry`` is empty or has a scheme (``http://…``): give the host only.
-    """
-    prefix = registry.strip().rstrip("/")
-    if not prefix or "://" in prefix:
-        raise RegistryError(
-            f"--registry {registry!r}: give HOST[:PORT][/NAMESPACE], without a scheme", registry=registry
-        )
-    return f"{prefix}/{local_ref}"
 
 
 def _refused(ref: str, what: str, reason: str) -> RegistryError:
