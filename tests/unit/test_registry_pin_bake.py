@@ -16,16 +16,18 @@ from click.testing import CliRunner
 from matrixtool import bake, engine, pin, plan, push, registry, render
 from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode, RegistryError
-from matrixtool.matrix import load_matrix
+from matrixtool.matrix import Platform, load_matrix
 from tests.conftest import REPO_ROOT, copy_checkout
 
 DIGEST = "sha256:" + "ab" * 32
+
+AMD64, ARM64 = Platform("linux", "amd64"), Platform("linux", "arm64")
 
 
 def _plan(**overrides: Any) -> plan.BuildPlan:
     variant = next(v for v in load_matrix().variants if v.name == "cpu")
     kwargs: dict[str, Any] = dict(
-        platform="linux/amd64", files=tuple(render.render_variant(variant)), base_image_id="sha256:base",
+        platform=AMD64, files=tuple(render.render_variant(variant)), base_image_id="sha256:base",
         wheelhouse=Path("/opt/wheels"), wheelhouse_rows=["torch.whl 1 2"], ca_cert=Path("/ca.crt"),
         revision="abc", source_url="https://example.invalid/repo",
     )  # fmt: skip
@@ -42,7 +44,7 @@ def test_bake_target_mirrors_the_build_plan(tmp_path: Path) -> None:
     assert target == {
         "context": str(tmp_path / "cpu-amd64"), "dockerfile": "Dockerfile", "target": "runtime",
         "platforms": ["linux/amd64"], "args": {"BASE_IMAGE": "debian:bookworm-slim"},
-        "labels": dict(p.labels), "tags": list(p.tags), "output": ["type=docker"],
+        "labels": dict(p.labels), "tags": list(p.refs), "output": ["type=docker"],
         "cache-to": ["type=inline"], "secret": ["id=ca,src=/ca.crt"],
     }  # fmt: skip
     # the same labels, args, tags, secrets and cache as the `docker buildx build` argv of the same plan
@@ -66,8 +68,8 @@ def test_bake_with_registry_adds_remote_tags_and_cache_from(tmp_path: Path) -> N
     p = _plan(ca_cert=None)
     spec = plan.build_spec(p, context_dir=tmp_path, registry="127.0.0.1:5000")
     target = bake.bake_target(spec)
-    assert target["tags"][2:] == [f"127.0.0.1:5000/{t}" for t in p.tags]
-    assert target["cache-from"] == [f"type=registry,ref=127.0.0.1:5000/{t}" for t in p.tags]
+    assert target["tags"][2:] == [f"127.0.0.1:5000/{t}" for t in p.refs]
+    assert target["cache-from"] == [f"type=registry,ref=127.0.0.1:5000/{t}" for t in p.refs]
     assert "secret" not in target
     argv = plan.buildx_argv(spec, iidfile=tmp_path / "iid")
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--cache-from"] == target["cache-from"]

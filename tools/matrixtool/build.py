@@ -63,13 +63,13 @@ def _image_size(client: docker.DockerClient, ref: str) -> tuple[str, int]:
 def existing(client: docker.DockerClient, plan: BuildPlan) -> BuildResult | None:
     """The result of an earlier build with the same content hash, if its tag is on the engine."""
     try:
-        image_id, size = _image_size(client, plan.hash_tag)
+        image_id, size = _image_size(client, plan.hash_ref)
     except docker.errors.ImageNotFound:
         return None
     return BuildResult(
         variant=plan.variant,
-        platform=plan.platform,
-        image=plan.hash_tag,
+        platform=str(plan.platform),
+        image=plan.hash_ref,
         image_id=image_id,
         size_bytes=size,
         seconds=0.0,
@@ -86,13 +86,13 @@ def published(plan: BuildPlan, prefix: str, registry: Registry) -> BuildResult |
     Raises:
         RegistryError: the registry did not answer.
     """
-    ref = remote_ref(prefix, plan.hash_tag)
+    ref = remote_ref(prefix, plan.hash_ref)
     digest = registry.digest(ref)
     if digest is None:
         return None
     return BuildResult(
         variant=plan.variant,
-        platform=plan.platform,
+        platform=str(plan.platform),
         image=ref,
         image_id=digest,
         size_bytes=0,
@@ -110,7 +110,7 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
     Raises:
         BuildError: BuildKit exited non-zero (the message names the log file and its last lines).
     """
-    arch = plan.platform.split("/")[-1]
+    arch = plan.arch
     context_dir = work_dir / f"{plan.variant}-{arch}"
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{plan.variant}-{arch}.build.log"
@@ -142,11 +142,11 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
         raise BuildError(
             f"building {plan.variant} ({plan.platform}) failed after {seconds:.0f} s; full log: {log_path}\n{last}"
         )
-    image_id, size = _image_size(client, plan.hash_tag)
+    image_id, size = _image_size(client, plan.hash_ref)
     return BuildResult(
         variant=plan.variant,
-        platform=plan.platform,
-        image=plan.hash_tag,
+        platform=str(plan.platform),
+        image=plan.hash_ref,
         image_id=image_id,
         size_bytes=size,
         seconds=seconds,

@@ -143,7 +143,7 @@ def doctor(registry: str) -> None:
         click.echo(f"{f.status.value:4}  {f.name:16} {f.detail}")
         if f.fix:
             click.echo(f"      {'':16} fix: {f.fix}")
-    if any(f.status is engine.Status.FAIL for f in findings):
+    if any(f.status is engine.FindingStatus.FAIL for f in findings):
         sys.exit(int(ExitCode.ENGINE))
 
 
@@ -388,7 +388,7 @@ def bake_cmd(settings: Settings, /, variants: Sequence[str], **flags: Any) -> No
     matrix = _load(settings)
     result = pipeline.bake_variants(matrix, select_variants(matrix, variants), _options(settings, **flags))
     for p in result.plans:
-        click.echo(f"{bake.target_name(p)}: {p.hash_tag}", err=True)
+        click.echo(f"{bake.target_name(p)}: {p.hash_ref}", err=True)
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     click.echo(f"wrote {result.path}; build with: docker buildx bake -f {result.path} [TARGET|VARIANT...]", err=True)

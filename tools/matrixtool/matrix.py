@@ -56,6 +56,33 @@ class Accelerator(str, Enum):
     ROCM = "rocm"
 
 
+@dataclass(frozen=True, order=True)
+class Platform:
+    """An OCI platform: ``os``/``arch``[/``variant``] (``linux/amd64``, ``linux/arm64``, ``linux/arm/v7``).
+
+    ``str()`` gives the form BuildKit, the engine and matrix.yaml use; ``parse`` reads it back.
+    """
+
+    os: str
+    arch: str
+    variant: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Platform:
+        """``linux/arm64`` -> ``Platform("linux", "arm64")``.
+
+        Raises:
+            ValueError: not two or three non-empty ``/``-separated parts.
+        """
+        parts = text.split("/")
+        if len(parts) not in (2, 3) or not all(parts):
+            raise ValueError(f"{text!r} is not an OS/ARCH[/VARIANT] platform")
+        return cls(*parts)
+
+    def __str__(self) -> str:
+        return "/".join(p for p in (self.os, self.arch, self.variant) if p)
+
+
 @dataclass(frozen=True, kw_only=True)
 class PackagePin:
     """A distribution name and exact version, e.g. ``torch`` ``2.13.0+cpu``."""
@@ -95,7 +122,7 @@ class Variant:
     name: str
     description: str
     accelerator: Accelerator
-    platforms: tuple[str, ...]
+    platforms: tuple[Platform, ...]
     base_image: str
     stand_in_suite: str | None
     python: str
@@ -114,10 +141,6 @@ class Variant:
     checks: tuple[CheckSpec, ...]
     # Files two distributions may both install (matrix.yaml smoke.accept_clashes; pip-check lists them).
     accept_clashes: tuple[str, ...] = ()
-
-    def check(self, name: str) -> CheckSpec | None:
-        """The enabled check called ``name``, or None."""
-        return next((c for c in self.checks if c.name == name), None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,7 +278,7 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 name=name,
                 description=v.get("description", ""),
                 accelerator=Accelerator(v["accelerator"]),
-                platforms=tuple(v["platforms"]),
+                platforms=tuple(Platform.parse(p) for p in v["platforms"]),
                 base_image=v["base_image"],
                 stand_in_suite=v.get("stand_in", {}).get("suite"),
                 python=v["python"],

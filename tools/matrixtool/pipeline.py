@@ -23,7 +23,7 @@ import docker
 
 from matrixtool import bake, base, build, engine, index, pin, plan, push, registry, render, report, smoke
 from matrixtool.errors import BuildError, ConfigError, EngineUnreachableError, MatrixError, RegistryError
-from matrixtool.matrix import CheckSpec, Matrix, Variant
+from matrixtool.matrix import CheckSpec, Matrix, Platform, Variant
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,7 +187,7 @@ def preflight(matrix: Matrix, variants: Sequence[Variant], options: Options) -> 
 
 
 # --- base images, then plans ---------------------------------------------------------------------------
-BaseKey = tuple[str, str]  # (variant name, platform)
+BaseKey = tuple[str, Platform]  # (variant name, platform)
 
 
 def provide_bases(
@@ -442,7 +442,7 @@ def run_variants(matrix: Matrix, variants: Sequence[Variant], options: Options) 
     if options.keep_going:
         can = engine.builder_platforms()
         for v in variants:
-            missing = [p for p in v.platforms if p not in can]
+            missing = [str(p) for p in v.platforms if str(p) not in can]
             if missing:
                 skipped[v.name] = f"this builder cannot build {', '.join(missing)} (see 'tools/matrix doctor')"
         variants = [v for v in variants if v.name not in skipped]
@@ -530,7 +530,7 @@ def push_variants(matrix: Matrix, variants: Sequence[Variant], options: Options)
     if missing:
         names = " ".join(dict.fromkeys(p.variant for p in missing))
         raise BuildError(
-            f"not built yet: {', '.join(p.hash_tag for p in missing)}; run 'tools/matrix build {names}' first"
+            f"not built yet: {', '.join(p.hash_ref for p in missing)}; run 'tools/matrix build {names}' first"
         )
     engine_registry = registry.EngineRegistry(client)
     pushes = [push.plan_push(p, registry=options.registry) for p in plans]

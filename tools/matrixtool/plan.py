@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from matrixtool.errors import ConfigError, RegistryError
-from matrixtool.matrix import SUITE_PYTHON, Variant
+from matrixtool.matrix import SUITE_PYTHON, Platform, Variant
 from matrixtool.render import RenderedFile
 
 DEFAULT_REPOSITORY = "vllm-matrix"
@@ -29,19 +29,19 @@ class BuildPlan:
     ``files``: the rendered ``images/<variant>/`` files staged into the build context;
     ``wheelhouse``: a folder staged as ``wheelhouse/`` in the build context (bind-mounted by the
     Dockerfile, never copied into a layer); ``ca_cert``: the file passed as build secret ``ca``;
-    ``content_hash``: sha256 hex of every input (see ``content_hash``); ``tags``: full image refs,
+    ``content_hash``: sha256 hex of every input (see ``content_hash``); ``refs``: full image references,
     the content-hash tag first; ``base_digest``: the ``sha256:…`` manifest digest of ``base_image``
     recorded by ``tools/matrix pin`` in the lock file, or None when the base is not pinned.
     """
 
     variant: str
-    platform: str
+    platform: Platform
     files: tuple[RenderedFile, ...]
     wheelhouse: Path | None
     ca_cert: Path | None
     base_image: str
     content_hash: str
-    tags: tuple[str, ...]
+    refs: tuple[str, ...]
     labels: Mapping[str, str] = field(default_factory=dict)
     base_digest: str | None = None
     base_local: str | None = None
@@ -50,9 +50,9 @@ class BuildPlan:
     python_version: str | None = None
 
     @property
-    def hash_tag(self) -> str:
-        """The image ref whose tag is derived from the content hash."""
-        return self.tags[0]
+    def hash_ref(self) -> str:
+        """The image reference whose tag is derived from the content hash (``<repository>:<hash[:16]>``)."""
+        return self.refs[0]
 
     @property
     def base_ref(self) -> str:
@@ -65,7 +65,7 @@ class BuildPlan:
     @property
     def arch(self) -> str:
         """The architecture part of ``platform`` (``linux/amd64`` -> ``amd64``)."""
-        return self.platform.split("/")[-1]
+        return self.platform.arch
 
     @property
     def build_args(self) -> dict[str, str]:
@@ -108,19 +108,19 @@ CACHE_TO = ("type=inline",)
 def build_spec(plan: BuildPlan, *, context_dir: Path, registry: str | None = None) -> BuildSpec:
     """The build of ``plan`` from the context staged at ``context_dir``.
 
-    With ``registry`` (``HOST[:PORT][/NAMESPACE]``) the plan's tags are added under it too and its published
+    With ``registry`` (``HOST[:PORT][/NAMESPACE]``) the plan's refs are added re-homed under it too and its published
     images (content-hash tag, then version) are the cache source.
 
     Raises:
         RegistryError: ``registry`` is not ``HOST[:PORT][/NAMESPACE]``.
     """
-    remote = tuple(remote_ref(registry, tag) for tag in plan.tags) if registry else ()
+    remote = tuple(remote_ref(registry, ref) for ref in plan.refs) if registry else ()
     return BuildSpec(
         context=context_dir,
         dockerfile="Dockerfile",
-        platform=plan.platform,
+        platform=str(plan.platform),
         target=TARGET,
-        tags=(*plan.tags, *remote),
+        tags=(*plan.refs, *remote),
         labels=dict(sorted(plan.labels.items())),
         args=dict(sorted(plan.build_args.items())),
         secrets=(f"id=ca,src={plan.ca_cert}",) if plan.ca_cert is not None else (),
@@ -190,7 +190,7 @@ def wheelhouse_fingerprint(wheelhouse: Path) -> list[str]:
 def content_hash(
     *,
     files: tuple[RenderedFile, ...],
-    platform: str,
+    platform: Platform,
     base_image_id: str | None,
     wheelhouse_rows: list[str],
     base_digest: str | None = None,
@@ -219,18 +219,18 @@ def content_hash(
     return digest.hexdigest()
 
 
-def image_repository(repository: str, variant: Variant, platform: str) -> str:
+def image_repository(repository: str, variant: Variant, platform: Platform) -> str:
     """``<repository>/<variant>``, with the arch appended when the variant builds several platforms."""
     name = f"{repository}/{variant.name}"
     if len(variant.platforms) > 1:
-        name += "-" + platform.split("/")[-1]
+        name += "-" + platform.arch
     return name
 
 
 def plan_build(
     variant: Variant,
     *,
-    platform: str,
+    platform: Platform,
     files: tuple[RenderedFile, ...],
     base_image_id: str | None,
     wheelhouse: Path | None,
@@ -256,7 +256,7 @@ def plan_build(
         base_image=variant.base_image,
     )
     name = image_repository(repository, variant, platform)
-    tags = (f"{name}:{digest[:16]}", f"{name}:{variant.vllm.version}")
+    refs = (f"{name}:{digest[:16]}", f"{name}:{variant.vllm.version}")
     labels = {
         "org.opencontainers.image.source": source_url,
         "org.opencontainers.image.revision": revision,
@@ -264,7 +264,7 @@ def plan_build(
         "org.opencontainers.image.base.name": variant.base_image,
         **({"org.opencontainers.image.base.digest": base_digest} if base_digest else {}),
         "io.vllm-matrix.content-hash": digest,
-        "io.vllm-matrix.platform": platform,
+        "io.vllm-matrix.platform": str(platform),
     }
     return BuildPlan(
         variant=variant.name,
@@ -274,7 +274,7 @@ def plan_build(
         ca_cert=ca_cert,
         base_image=variant.base_image,
         content_hash=digest,
-        tags=tags,
+        refs=refs,
         labels=labels,
         base_digest=base_digest,
         base_local=base_local,

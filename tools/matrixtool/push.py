@@ -39,9 +39,9 @@ def plan_push(build_plan: BuildPlan, *, registry: str) -> PushPlan:
     Raises:
         RegistryError: ``registry`` is not ``HOST[:PORT][/NAMESPACE]``.
     """
-    targets = tuple(remote_ref(registry, tag) for tag in build_plan.tags)
+    targets = tuple(remote_ref(registry, ref) for ref in build_plan.refs)
     return PushPlan(
-        variant=build_plan.variant, platform=build_plan.platform, source=build_plan.hash_tag, targets=targets
+        variant=build_plan.variant, platform=str(build_plan.platform), source=build_plan.hash_ref, targets=targets
     )
 
 

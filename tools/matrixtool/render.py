@@ -98,7 +98,7 @@ def template_context(variant: Variant) -> dict[str, Any]:
     return {
         "variant": variant.name,
         "description": variant.description,
-        "platforms": list(variant.platforms),
+        "platforms": [str(p) for p in variant.platforms],
         "base_image": variant.base_image,
         "python": python,
         "apt_packages": sorted(
