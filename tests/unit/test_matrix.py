@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -9,7 +10,7 @@ from click.testing import CliRunner
 import matrixtool
 from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode
-from matrixtool.matrix import DEFAULT_MATRIX, Platform, TritonState, load_matrix, validate
+from matrixtool.matrix import DEFAULT_MATRIX, Platform, TritonState, load_matrix, resolve_extends, validate
 from tests.conftest import REPO_ROOT
 
 
@@ -146,3 +147,40 @@ def test_platform_round_trips(text: str) -> None:
 def test_platform_rejects_malformed_text(text: str) -> None:
     with pytest.raises(ValueError, match="OS/ARCH"):
         Platform.parse(text)
+
+
+def test_extends_cascades_mappings_and_replaces_the_rest() -> None:
+    data = _data()
+    data["variants"]["gh"] = {"extends": "cuda-arm64", "smoke": {"checks": {"pip-check": {"timeout": 7}}}}
+    assert validate(data) == []
+    resolved, problems = resolve_extends(data)
+    assert problems == [] and "extends" not in resolved["variants"]["gh"]
+    gh = resolved["variants"]["gh"]
+    assert gh["platforms"] == ["linux/arm64"]  # from cuda-arm64
+    assert gh["base_image"] == data["variants"]["cuda"]["base_image"]  # from cuda, two levels up
+    assert gh["smoke"]["checks"]["pip-check"] == {"timeout": 7}  # overridden
+    assert gh["smoke"]["checks"]["triton-kernel"] == {"timeout": 900}  # the rest of the mapping kept
+    assert gh["smoke"]["accept_clashes"] == ["build_backend.py"]
+
+
+@pytest.mark.parametrize(
+    ("variants", "message"),
+    [
+        ({"a": {"extends": "cdua"}}, "variants.a.extends: no variant 'cdua' to extend; did you mean 'cuda'?"),
+        ({"a": {"extends": "a"}}, "variants.a.extends: a cycle (a -> a)"),
+        ({"a": {"extends": "b"}, "b": {"extends": "a"}}, "variants.a.extends: a cycle (a -> b -> a)"),
+        ({"a": {"extends": 3}}, "variants.a.extends: 3 is not of type 'string'"),
+        ({"a": {"extends": "cuda", "tourch": {}}}, "variants.a.tourch: unknown key; did you mean 'torch'?"),
+    ],
+)
+def test_extends_errors_name_the_key_and_the_way_out(variants: dict[str, Any], message: str) -> None:
+    data = _data()
+    data["variants"].update(variants)
+    problems = validate(data)
+    assert any(p.startswith(message) for p in problems), problems
+
+
+def test_a_variant_without_extends_still_needs_every_required_key() -> None:
+    data = _data()
+    del data["variants"]["cuda"]["torch"]
+    assert any("variants.cuda: 'torch' is a required property" in p for p in validate(data))

@@ -193,19 +193,86 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
     problems = validate(data)
     if problems:
         raise ConfigError(str(path), problems)
-    return _convert(data, path)
+    resolved, _ = resolve_extends(data)
+    return _convert(resolved, path)
 
 
 def validate(data: Any) -> list[str]:
-    """Every problem of a parsed matrix document, as ``key.path: message`` lines (empty: valid)."""
+    """Every problem of a parsed matrix document, as ``key.path: message`` lines (empty: valid).
+
+    The file as written is checked against the schema first (an ``extends`` variant may leave keys out),
+    then ``extends`` is resolved (``resolve_extends``) and every resolved variant is checked whole.
+    """
     schema = load_schema()
     validator = jsonschema.Draft202012Validator(schema)
+
+    def schema_problems(doc: Any) -> list[str]:
+        problems: list[str] = []
+        for error in sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path]):
+            problems.extend(_describe(error, schema))
+        return problems
+
+    problems = schema_problems(data)
+    if problems:
+        return problems
+    resolved, problems = resolve_extends(data)
+    if problems:
+        return problems
+    return schema_problems(resolved) or _semantic_problems(resolved)
+
+
+def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``override`` on top: mappings merge key by key (recursively); any other value replaces."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def resolve_extends(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``data`` with every variant's ``extends: <other variant>`` resolved, and the problems found.
+
+    A variant that extends another starts from that variant's resolved keys; its own keys override them,
+    mappings key by key (``smoke: {checks: {...}}`` changes only the checks named), lists and scalars whole
+    (as cibuildwheel's overrides cascade). Chains are allowed; an unknown base or a cycle is a problem
+    (``variants.a.extends: ...``). ``extends`` itself is not in the result.
+    """
+    variants: Mapping[str, Any] = data.get("variants") or {}
     problems: list[str] = []
-    for error in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
-        problems.extend(_describe(error, schema))
-    if not problems:
-        problems.extend(_semantic_problems(data))
-    return problems
+    resolved: dict[str, dict[str, Any]] = {}
+
+    def resolve(name: str, chain: tuple[str, ...]) -> dict[str, Any] | None:
+        if name in resolved:
+            return resolved[name]
+        own = dict(variants[name])
+        base_name = own.pop("extends", None)
+        if base_name is None:
+            resolved[name] = own
+            return own
+        if base_name not in variants:
+            close = difflib.get_close_matches(str(base_name), [str(n) for n in variants], n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"variants: {', '.join(str(n) for n in variants)}"
+            problems.append(f"variants.{name}.extends: no variant '{base_name}' to extend; {hint}")
+            return None
+        if base_name in chain:
+            cycle = " -> ".join([*chain[chain.index(base_name) :], base_name])
+            problems.append(f"variants.{chain[0]}.extends: a cycle ({cycle}); one variant of it must not extend")
+            return None
+        base = resolve(base_name, (*chain, base_name))
+        if base is None:
+            return None
+        resolved[name] = _merge(base, own)
+        return resolved[name]
+
+    for name in variants:
+        if name not in resolved:
+            resolve(name, (name,))
+    if problems:
+        return dict(data), sorted(set(problems))
+    return {**data, "variants": {name: resolved[name] for name in variants}}, []
 
 
 def _key_path(parts: Iterable[Any]) -> str:
