@@ -24,6 +24,7 @@ import yaml
 
 from matrixtool import registry
 from matrixtool.base import platform_tag
+from matrixtool.matrix import Platform
 from tests.conftest import REPO_ROOT, copy_checkout
 from tests.integration.conftest import CPU_CHECKS as ALL_CHECKS
 from tests.integration.conftest import json_of, matrix_cli
@@ -176,8 +177,8 @@ def test_pin_records_the_registry_digest_and_builds_use_it(
     client: docker.DockerClient, cpu_image: str, local_registry: str, tmp_path: Path, tags: list[str]
 ) -> None:
     base = f"{local_registry}/matrix-test/debian:bookworm-slim"
-    client.images.get(platform_tag("debian:bookworm-slim", "linux/amd64")).tag(base)
-    tags += [base, platform_tag(base, "linux/amd64")]  # the unpinned bake tags the per-platform base too
+    client.images.get(platform_tag("debian:bookworm-slim", Platform("linux", "amd64"))).tag(base)
+    tags += [base, platform_tag(base, Platform("linux", "amd64"))]  # in case a build tagged the per-platform base
     push = subprocess.run(["docker", "push", base], capture_output=True, text=True, timeout=600, check=False)
     assert push.returncode == 0, push.stderr
     digest = registry.EngineRegistry(client).digest(base)

@@ -14,8 +14,9 @@ from matrixtool.matrix import DEFAULT_MATRIX, Platform, TritonState, load_matrix
 from tests.conftest import REPO_ROOT
 
 
-def _data() -> dict:
-    return yaml.safe_load(DEFAULT_MATRIX.read_text())
+def _data() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(DEFAULT_MATRIX.read_text())
+    return data
 
 
 def test_default_matrix_has_the_five_variants() -> None:

@@ -1,20 +1,21 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from matrixtool import plan, render
-from matrixtool.matrix import Platform, load_matrix
+from matrixtool.matrix import Platform, Variant, load_matrix
 
 AMD64, ARM64 = Platform("linux", "amd64"), Platform("linux", "arm64")
 
 
-def _cpu():  # type: ignore[no-untyped-def]
+def _cpu() -> Variant:
     return next(v for v in load_matrix().variants if v.name == "cpu")
 
 
-def _plan(variant_name: str = "cpu", **overrides):  # type: ignore[no-untyped-def]
+def _plan(variant_name: str = "cpu", **overrides: Any) -> plan.BuildPlan:
     variant = next(v for v in load_matrix().variants if v.name == variant_name)
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         platform=AMD64,
         files=tuple(render.render_variant(variant)),
         base_image_id="sha256:base",
@@ -137,7 +138,7 @@ def test_base_ref_prefers_pin_then_local_platform_tag() -> None:
 def test_stand_in_with_another_python_passes_it_as_a_build_arg(tmp_path: Path) -> None:
     cuda = next(v for v in load_matrix().variants if v.name == "cuda")
     assert (cuda.python, cuda.stand_in_suite, cuda.stand_in_python) == ("3.12", "bookworm", "3.11")
-    no_inputs = dict(wheelhouse=None, wheelhouse_rows=[], ca_cert=None)
+    no_inputs: dict[str, Any] = dict(wheelhouse=None, wheelhouse_rows=[], ca_cert=None)
     on_stand_in = _plan("cuda", stand_in_suite="bookworm", **no_inputs)
     assert on_stand_in.build_args["PYTHON_VERSION"] == "3.11"
     argv = _argv(on_stand_in, tmp_path, tmp_path / "iid")

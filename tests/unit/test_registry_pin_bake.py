@@ -161,7 +161,7 @@ def test_engine_registry_digests_and_errors() -> None:
     assert reg.digest("127.0.0.1:5000/a/b:2") is None  # no such tag: not an error
     with pytest.raises(RegistryError) as info:
         reg.digest("127.0.0.1:9/x/y:z")
-    assert info.value.exit_code == ExitCode.REGISTRY == 9
+    assert info.value.exit_code == ExitCode.REGISTRY and int(ExitCode.REGISTRY) == 9
     assert "registry 127.0.0.1:9 is unreachable" in str(info.value) and "127.0.0.1:9/x/y:z" in str(info.value)
 
 
