@@ -1,6 +1,7 @@
-"""``tools/matrix``: the click command line.
+"""``tools/matrix`` (installed: ``matrix``): the click command line.
 
-Every command loads and validates matrix.yaml first, then touches Docker only if it needs to.
+Commands are thin: each parses its flags into one ``pipeline.Options``, loads and validates matrix.yaml once,
+calls one ``pipeline`` function (which touches Docker only if it needs to) and renders the value it returns.
 Errors print one ``error:`` message and exit with the code of their class (``errors.ExitCode``);
 ``--debug`` shows the traceback instead.
 """
