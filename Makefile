@@ -48,7 +48,7 @@ render: venv
 render-check: venv
 	$(MATRIX) render --check
 
-lint: venv  ## ruff, mypy, hadolint, actionlint, zizmor, render drift
+lint: venv  ## ruff, mypy (tool and tests), hadolint, actionlint, zizmor, render drift
 	$(VENV)/bin/ruff check tools tests
 	$(VENV)/bin/ruff format --check tools tests
 	$(VENV)/bin/mypy

@@ -16,6 +16,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matrixtool.matrix import Platform
 
 REPO = Path(__file__).resolve().parents[1]
 MATRIX = str(REPO / "tools" / "matrix")
@@ -26,7 +30,7 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, check=False)
 
 
-def make_cold(variant: str, base_image: str, platforms: list[str]) -> None:
+def make_cold(variant: str, base_image: str, platforms: list[Platform]) -> None:
     """Remove the variant's images, its base image (and its per-platform tags) and the whole BuildKit cache."""
     from matrixtool.base import platform_tag
 

@@ -1,7 +1,7 @@
 """The arm64 variant: the CPU stack on linux/arm64, built and smoke-checked under QEMU emulation on an
 x86-64 host (issue 3).
 
-Under QEMU the whole suite takes about ten times as long as on x86-64 (README "Figures"), too long for
+Under QEMU the whole suite takes about ten times as long as on x86-64 (docs/figures.md), too long for
 `make test` within CI's limit: the build and the quick checks run in `make test`; the full suite,
 offline generate included, is marked `emulated` and runs in `make test-emulated` and the scheduled
 workflow `.github/workflows/emulated.yml`.

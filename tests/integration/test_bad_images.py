@@ -153,7 +153,7 @@ CASES = {
 
 def _check(doc: dict[str, Any], name: str) -> dict[str, Any]:
     (check,) = [c for c in doc["checks"] if c["check"] == name]
-    return check
+    return dict(check)
 
 
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))

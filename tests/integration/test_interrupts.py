@@ -66,7 +66,7 @@ def test_interrupted_smoke_run_removes_its_container(
     # offline-generate loads a model: minutes, so the signal lands while the check runs.
     proc = _start(["test", "--as", "cpu", "--image", cpu_image, "--only", "offline-generate"], tmp_path)
     deadline = time.monotonic() + WAIT
-    label = {"label": f"{OWNER_LABEL}={OWNER}"}
+    label: dict[str, str | list[str] | bool] = {"label": f"{OWNER_LABEL}={OWNER}"}
     while not client.containers.list(filters=label):
         assert proc.poll() is None, f"the tool ended before its container started:\n{_finish(proc)[-3000:]}"
         assert time.monotonic() < deadline, "no smoke container appeared"

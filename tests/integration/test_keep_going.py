@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import pytest
 import yaml
 
 from matrixtool.errors import ExitCode
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, copy_checkout
 from tests.integration.conftest import json_of, matrix_cli
 
 pytestmark = [pytest.mark.engine]
@@ -22,9 +21,7 @@ def test_keep_going_past_an_unreachable_index(cpu_image: str, out_dir: Path, tmp
         url = f"http://127.0.0.1:{s.getsockname()[1]}/whl/rocm6.4"
     data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
     data["variants"]["rocm"]["index"]["url"] = url
-    matrix = tmp_path / "matrix.yaml"
-    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
-    shutil.copytree(REPO_ROOT / "images", tmp_path / "images")
+    matrix = copy_checkout(tmp_path, yaml.safe_dump(data, sort_keys=False))
     assert matrix_cli("--matrix", str(matrix), "render", out=out_dir).returncode == 0
     proc = matrix_cli(
         "--matrix",

@@ -24,7 +24,8 @@ import yaml
 
 from matrixtool import registry
 from matrixtool.base import platform_tag
-from tests.conftest import REPO_ROOT
+from matrixtool.matrix import Platform
+from tests.conftest import REPO_ROOT, copy_checkout
 from tests.integration.conftest import CPU_CHECKS as ALL_CHECKS
 from tests.integration.conftest import json_of, matrix_cli
 
@@ -140,7 +141,8 @@ def test_push_delete_pull_and_smoke_from_the_registry(
     hash_ref, version_ref = pushed["refs"]
     assert hash_ref == f"{local_registry}/{local}" and version_ref == f"{local_registry}/{repo}/cpu:0.32.0"
     assert "+ docker push " + hash_ref in proc.stderr
-    assert registry.manifest_digest(hash_ref) == registry.manifest_digest(version_ref) == pushed["digest"]
+    reg = registry.EngineRegistry(client)
+    assert reg.digest(hash_ref) == reg.digest(version_ref) == pushed["digest"]
     tags += [*pushed["refs"], f"{local_registry}/{repo}/cpu@{pushed['digest']}"]  # the pull's repo digest
     # Delete every local copy under these names: build must now find the hash tag in the registry.
     for ref in [local, *pushed["refs"]]:
@@ -168,20 +170,18 @@ def _matrix_with_base(tmp_path: Path, base_image: str) -> Path:
     text = (
         (REPO_ROOT / "matrix.yaml").read_text().replace("base_image: debian:bookworm-slim", f"base_image: {base_image}")
     )
-    path = tmp_path / "matrix.yaml"
-    path.write_text(text)
-    return path
+    return copy_checkout(tmp_path, text)
 
 
 def test_pin_records_the_registry_digest_and_builds_use_it(
     client: docker.DockerClient, cpu_image: str, local_registry: str, tmp_path: Path, tags: list[str]
 ) -> None:
     base = f"{local_registry}/matrix-test/debian:bookworm-slim"
-    client.images.get(platform_tag("debian:bookworm-slim", "linux/amd64")).tag(base)
-    tags += [base, platform_tag(base, "linux/amd64")]  # the unpinned bake tags the per-platform base too
+    client.images.get(platform_tag("debian:bookworm-slim", Platform("linux", "amd64"))).tag(base)
+    tags += [base, platform_tag(base, Platform("linux", "amd64"))]  # in case a build tagged the per-platform base
     push = subprocess.run(["docker", "push", base], capture_output=True, text=True, timeout=600, check=False)
     assert push.returncode == 0, push.stderr
-    digest = registry.manifest_digest(base)
+    digest = registry.EngineRegistry(client).digest(base)
     assert digest and digest in push.stdout
     tags.append(f"{local_registry}/matrix-test/debian@{digest}")  # the push's repo digest
     matrix = _matrix_with_base(tmp_path, base)

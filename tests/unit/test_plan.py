@@ -1,19 +1,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from matrixtool import plan, render
-from matrixtool.matrix import load_matrix
+from matrixtool.matrix import Platform, Variant, load_matrix
+
+AMD64, ARM64 = Platform("linux", "amd64"), Platform("linux", "arm64")
 
 
-def _cpu():  # type: ignore[no-untyped-def]
+def _cpu() -> Variant:
     return next(v for v in load_matrix().variants if v.name == "cpu")
 
 
-def _plan(variant_name: str = "cpu", **overrides):  # type: ignore[no-untyped-def]
+def _plan(variant_name: str = "cpu", **overrides: Any) -> plan.BuildPlan:
     variant = next(v for v in load_matrix().variants if v.name == variant_name)
-    kwargs = dict(
-        platform="linux/amd64",
+    kwargs: dict[str, Any] = dict(
+        platform=AMD64,
         files=tuple(render.render_variant(variant)),
         base_image_id="sha256:base",
         wheelhouse=Path("/opt/wheels"),
@@ -26,12 +29,17 @@ def _plan(variant_name: str = "cpu", **overrides):  # type: ignore[no-untyped-de
     return plan.plan_build(variant, **kwargs)
 
 
+def _argv(p: plan.BuildPlan, context_dir: Path, iidfile: Path) -> list[str]:
+    return plan.buildx_argv(plan.build_spec(p, context_dir=context_dir), iidfile=iidfile)
+
+
 def test_argv_is_buildkit_with_secret_labels_and_tags(tmp_path: Path) -> None:
     p = _plan()
-    argv = p.argv(tmp_path / "ctx", tmp_path / "iid")
+    argv = _argv(p, tmp_path / "ctx", tmp_path / "iid")
     assert argv[:3] == ["docker", "buildx", "build"]
     assert argv[argv.index("--platform") : argv.index("--platform") + 2] == ["--platform", "linux/amd64"]
-    assert "--load" in argv
+    assert argv[argv.index("--output") + 1] == "type=docker"  # = --load
+    assert argv[argv.index("--cache-to") + 1] == "type=inline"
     assert argv[argv.index("--secret") : argv.index("--secret") + 2] == [
         "--secret",
         "id=ca,src=/etc/ssl/certs/ca.crt",
@@ -41,12 +49,12 @@ def test_argv_is_buildkit_with_secret_labels_and_tags(tmp_path: Path) -> None:
     assert "org.opencontainers.image.revision=abc123" in argv
     assert "org.opencontainers.image.source=https://example.invalid/repo" in argv
     assert argv[-1] == str(tmp_path / "ctx")
-    assert p.tags == (f"vllm-matrix/cpu:{p.content_hash[:16]}", "vllm-matrix/cpu:0.32.0")
-    assert p.hash_tag == p.tags[0]
+    assert p.refs == (f"vllm-matrix/cpu:{p.content_hash[:16]}", "vllm-matrix/cpu:0.32.0")
+    assert p.hash_ref == p.refs[0]
 
 
 def test_no_ca_means_no_secret(tmp_path: Path) -> None:
-    argv = _plan(ca_cert=None).argv(tmp_path, tmp_path / "iid")
+    argv = _argv(_plan(ca_cert=None), tmp_path, tmp_path / "iid")
     assert "--secret" not in argv
 
 
@@ -55,7 +63,7 @@ def test_content_hash_covers_inputs_but_not_the_ca_bundle() -> None:
     assert _plan(ca_cert=None).content_hash == base
     assert _plan(revision="other").content_hash == base
     assert _plan(base_image_id="sha256:other").content_hash != base
-    assert _plan(platform="linux/arm64").content_hash != base
+    assert _plan(platform=ARM64).content_hash != base
     assert _plan(wheelhouse_rows=["torch-2.13.0+cpu.whl 2 2"]).content_hash != base
     files = tuple(render.render_variant(_cpu()))
     edited = (type(files[0])(path=files[0].path, text=files[0].text + "\n"), *files[1:])
@@ -87,11 +95,11 @@ def test_wheelhouse_fingerprint(tmp_path: Path) -> None:
 def test_platform_tag_keeps_each_platforms_base_apart() -> None:
     from matrixtool.base import platform_tag
 
-    assert platform_tag("debian:bookworm-slim", "linux/arm64") == "debian:bookworm-slim-arm64"
-    assert platform_tag("nvidia/cuda:12.9.1-cudnn-runtime-ubuntu24.04", "linux/amd64") == (
+    assert platform_tag("debian:bookworm-slim", ARM64) == "debian:bookworm-slim-arm64"
+    assert platform_tag("nvidia/cuda:12.9.1-cudnn-runtime-ubuntu24.04", AMD64) == (
         "nvidia/cuda:12.9.1-cudnn-runtime-ubuntu24.04-amd64"
     )
-    assert platform_tag("127.0.0.1:5000/debian", "linux/arm64") == "127.0.0.1:5000/debian:latest-arm64"
+    assert platform_tag("127.0.0.1:5000/debian", ARM64) == "127.0.0.1:5000/debian:latest-arm64"
 
 
 def test_base_ref_prefers_pin_then_local_platform_tag() -> None:
@@ -99,7 +107,7 @@ def test_base_ref_prefers_pin_then_local_platform_tag() -> None:
     assert p.base_ref == "debian:bookworm-slim"
     local = plan.plan_build(
         _cpu(),
-        platform="linux/amd64",
+        platform=AMD64,
         files=p.files,
         base_image_id="sha256:base",
         wheelhouse=None,
@@ -110,12 +118,12 @@ def test_base_ref_prefers_pin_then_local_platform_tag() -> None:
         base_local="debian:bookworm-slim-amd64",
     )
     assert local.base_ref == "debian:bookworm-slim-amd64"
-    assert "BASE_IMAGE=debian:bookworm-slim-amd64" in local.argv(Path("/c"), Path("/i"))
+    assert "BASE_IMAGE=debian:bookworm-slim-amd64" in _argv(local, Path("/c"), Path("/i"))
     assert (
         local.content_hash
         == plan.plan_build(
             _cpu(),
-            platform="linux/amd64",
+            platform=AMD64,
             files=p.files,
             base_image_id="sha256:base",
             wheelhouse=None,
@@ -130,10 +138,10 @@ def test_base_ref_prefers_pin_then_local_platform_tag() -> None:
 def test_stand_in_with_another_python_passes_it_as_a_build_arg(tmp_path: Path) -> None:
     cuda = next(v for v in load_matrix().variants if v.name == "cuda")
     assert (cuda.python, cuda.stand_in_suite, cuda.stand_in_python) == ("3.12", "bookworm", "3.11")
-    no_inputs = dict(wheelhouse=None, wheelhouse_rows=[], ca_cert=None)
+    no_inputs: dict[str, Any] = dict(wheelhouse=None, wheelhouse_rows=[], ca_cert=None)
     on_stand_in = _plan("cuda", stand_in_suite="bookworm", **no_inputs)
     assert on_stand_in.build_args["PYTHON_VERSION"] == "3.11"
-    argv = on_stand_in.argv(tmp_path, tmp_path / "iid")
+    argv = _argv(on_stand_in, tmp_path, tmp_path / "iid")
     assert "PYTHON_VERSION=3.11" in argv
     upstream = _plan("cuda", **no_inputs)
     assert "PYTHON_VERSION" not in upstream.build_args  # the Dockerfile's default (3.12) applies

@@ -12,6 +12,7 @@ from matrixtool import render
 from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode, StaleRenderError
 from matrixtool.matrix import REPO_ROOT, load_matrix
+from tests.conftest import copy_checkout
 
 
 def test_images_are_a_fresh_render() -> None:
@@ -55,9 +56,7 @@ def test_strict_undefined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def _copy_project(tmp_path: Path) -> Path:
-    shutil.copy(REPO_ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
-    shutil.copytree(REPO_ROOT / "images", tmp_path / "images")
-    return tmp_path / "matrix.yaml"
+    return copy_checkout(tmp_path)
 
 
 def test_check_detects_drift_and_run_refuses_stale(tmp_path: Path) -> None:

@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib.util
 import json
 import sys
+from importlib.metadata import PathDistribution
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,7 +64,8 @@ def test_verdict_without_result_is_a_failure() -> None:
     assert status is smoke.Status.FAILED and "ImportError: boom" in diagnosis
 
 
-def _incontainer():  # type: ignore[no-untyped-def]
+def _incontainer() -> Any:
+    """The in-image script as a module (it is untyped: it runs on Python >= 3.9 inside images)."""
     spec = importlib.util.spec_from_file_location("smoke_checks", smoke.CHECKS_SCRIPT)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -85,10 +91,11 @@ def test_incontainer_triton_import_on_this_interpreter(capsys: pytest.CaptureFix
     assert importlib.util.find_spec("triton") is None
     assert mod.main(["x", "triton-import", json.dumps({"triton": "absent"})]) == 0
     out = capsys.readouterr().out
-    assert smoke.parse_output(out)["status"] == "passed"
+    passed = smoke.parse_output(out)
+    assert passed is not None and passed["status"] == "passed"
     mod.main(["x", "triton-import", json.dumps({"triton": "required"})])
     parsed = smoke.parse_output(capsys.readouterr().out)
-    assert parsed["status"] == "failed" and "finds no module" in parsed["diagnosis"]
+    assert parsed is not None and parsed["status"] == "failed" and "finds no module" in parsed["diagnosis"]
     assert sys.modules.get("triton") is None
 
 
@@ -129,8 +136,13 @@ def test_every_failure_class_has_a_check_and_the_readme_names_gpu_only_ones() ->
 
 def test_gpu_variant_checks_skip_without_a_gpu_and_cpu_variants_run(monkeypatch: pytest.MonkeyPatch) -> None:
     mod = _incontainer()
-    calls = []
-    check = mod.needs_gpu(lambda params: calls.append(params) or mod.result("passed", "ran"))
+    calls: list[dict[str, Any]] = []
+
+    def ran(params: dict[str, Any]) -> Any:
+        calls.append(params)
+        return mod.result("passed", "ran")
+
+    check = mod.needs_gpu(ran)
     monkeypatch.setattr(mod, "gpu_probe", lambda: (False, None))
     skipped = check({"accelerator": "cuda"})
     assert skipped["status"] == "skipped" and skipped["diagnosis"].startswith("no GPU visible")
@@ -163,12 +175,8 @@ def test_check_params_carry_the_torch_build() -> None:
     assert smoke.check_params(variants["cuda"])["accelerator"] == "cuda"
 
 
-def _fake_dist(site, name, files):  # type: ignore[no-untyped-def]
+def _fake_dist(site: Path, name: str, files: dict[str, bytes]) -> PathDistribution:
     """A dist-info folder in ``site`` whose RECORD lists ``files`` (relative path -> content bytes)."""
-    import base64
-    import hashlib
-    from importlib.metadata import PathDistribution
-
     info = site / f"{name}-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
@@ -180,7 +188,7 @@ def _fake_dist(site, name, files):  # type: ignore[no-untyped-def]
     return PathDistribution(info)
 
 
-def test_file_clashes_name_the_overwritten_distribution(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_file_clashes_name_the_overwritten_distribution(tmp_path: Path) -> None:
     mod = _incontainer()
     (tmp_path / "cuda" / "bindings").mkdir(parents=True)
     (tmp_path / "cuda" / "bindings" / "runtime.py").write_bytes(b"old = 12\n")  # the later install won

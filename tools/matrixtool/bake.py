@@ -1,9 +1,10 @@
 """Export the build matrix as a ``docker-bake.json`` so BuildKit's own ``docker buildx bake`` (and remote
 builders) build exactly what ``tools/matrix build`` builds.
 
-Each target comes from a ``plan.BuildPlan`` (same args, labels, tags and content hash) and its build
-context is staged by ``build.stage_context`` under the output folder: engine 20.10's BuildKit has no
-named build contexts, so the rendered files and the wheelhouse are laid out in one folder per target.
+Each target is ``plan.build_spec`` of a ``plan.BuildPlan`` — the same description ``tools/matrix build``
+renders as its ``docker buildx build`` argv (args, labels, tags, cache, secrets) — and its build context
+is staged by ``build.stage_context`` under the output folder: engine 20.10's BuildKit has no named build
+contexts, so the rendered files and the wheelhouse are laid out in one folder per target.
 Bake file format: https://docs.docker.com/build/bake/reference/ (JSON form).
 """
 
@@ -15,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from matrixtool.build import stage_context
-from matrixtool.plan import TARGET, BuildPlan
-from matrixtool.registry import remote_ref
+from matrixtool.plan import BuildPlan, BuildSpec, build_spec
 
 BAKE_FILE = "docker-bake.json"
 CONTEXTS_DIR = "bake"
@@ -27,36 +27,21 @@ def target_name(plan: BuildPlan) -> str:
     return f"{plan.variant}-{plan.arch}"
 
 
-def cache_settings(plan: BuildPlan, registry: str | None) -> dict[str, list[str]]:
-    """``cache-to`` inline (the cache travels inside the image, the one exporter every driver has) and,
-    with a registry, ``cache-from`` the published images of this variant (content-hash tag, then version)."""
-    settings: dict[str, list[str]] = {"cache-to": ["type=inline"]}
-    if registry:
-        settings["cache-from"] = [f"type=registry,ref={remote_ref(registry, tag)}" for tag in plan.tags]
-    return settings
-
-
-def bake_target(plan: BuildPlan, *, context_dir: Path, registry: str | None = None) -> dict[str, Any]:
-    """The bake target of ``plan`` whose context is staged at ``context_dir`` (an absolute path).
-
-    The tags are the plan's (content-hash tag first), plus the same tags under ``registry`` when given.
-    """
-    tags = list(plan.tags)
-    if registry:
-        tags += [remote_ref(registry, tag) for tag in plan.tags]
+def bake_target(spec: BuildSpec) -> dict[str, Any]:
+    """``spec`` as a bake target (the JSON form of https://docs.docker.com/build/bake/reference/); the same
+    description ``plan.buildx_argv`` renders for ``tools/matrix build``."""
     target: dict[str, Any] = {
-        "context": str(context_dir),
-        "dockerfile": "Dockerfile",
-        "target": TARGET,
-        "platforms": [plan.platform],
-        "args": dict(sorted(plan.build_args.items())),
-        "labels": dict(sorted(plan.labels.items())),
-        "tags": tags,
-        "output": ["type=docker"],
-        **cache_settings(plan, registry),
+        "context": str(spec.context),
+        "dockerfile": spec.dockerfile,
+        "target": spec.target,
+        "platforms": [spec.platform],
+        "args": dict(spec.args),
+        "labels": dict(spec.labels),
+        "tags": list(spec.tags),
+        "output": list(spec.outputs),
     }
-    if plan.ca_cert is not None:
-        target["secret"] = [f"id=ca,src={plan.ca_cert}"]
+    optional = {"cache-from": spec.cache_from, "cache-to": spec.cache_to, "secret": spec.secrets}
+    target.update({key: list(values) for key, values in optional.items() if values})
     return target
 
 
@@ -66,7 +51,8 @@ def bake_document(plans: Sequence[BuildPlan], *, contexts_dir: Path, registry: s
     ``contexts_dir``: absolute folder under which each target's context is ``<target name>/``.
     """
     targets = {
-        target_name(p): bake_target(p, context_dir=contexts_dir / target_name(p), registry=registry) for p in plans
+        target_name(p): bake_target(build_spec(p, context_dir=contexts_dir / target_name(p), registry=registry))
+        for p in plans
     }
     groups: dict[str, dict[str, list[str]]] = {"default": {"targets": list(targets)}}
     for p in plans:

@@ -18,21 +18,22 @@ from docker.models.images import Image
 
 from matrixtool.engine import echo
 from matrixtool.errors import BuildError
+from matrixtool.matrix import Platform
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 STAND_IN_LABEL = "io.vllm-matrix.stand-in-for"
 SUITE_LABEL = "io.vllm-matrix.debian-suite"
-# debootstrap's name for each OCI platform's architecture.
-DEBIAN_ARCH = {"linux/amd64": "amd64", "linux/arm64": "arm64"}
+# debootstrap's (and the engine's ``Architecture``) name for each OCI architecture a stand-in can be made for.
+DEBIAN_ARCH = {"amd64": "amd64", "arm64": "arm64"}
 
 
-def platform_tag(ref: str, platform: str) -> str:
+def platform_tag(ref: str, platform: Platform) -> str:
     """A local tag for ``ref``'s image of ``platform``: ``debian:bookworm-slim`` -> ``debian:bookworm-slim-arm64``.
 
     The classic image store keeps one image per tag, so the amd64 and arm64 bases of one ref would replace
     each other (and race under ``make images -j``); each platform's base is built from its own tag.
     """
-    arch = platform.split("/")[-1]
+    arch = platform.arch
     name, _, tag = ref.rpartition(":")
     if not name or "/" in tag:  # no tag (a ':' belongs to a registry port)
         name, tag = ref, "latest"
@@ -47,7 +48,7 @@ class BaseImage:
     earlier run is recognised too), else None."""
 
     ref: str
-    platform: str
+    platform: Platform
     image_id: str
     origin: str
     local_tag: str | None = None
@@ -59,12 +60,12 @@ def _suite_of(image: Image) -> str | None:
     return labels.get(SUITE_LABEL) if STAND_IN_LABEL in labels else None
 
 
-def _local(client: docker.DockerClient, ref: str, platform: str) -> Image | None:
+def _local(client: docker.DockerClient, ref: str, platform: Platform) -> Image | None:
     try:
         image = client.images.get(ref)
     except docker.errors.ImageNotFound:
         return None
-    arch = DEBIAN_ARCH.get(platform, platform.split("/")[-1])
+    arch = DEBIAN_ARCH.get(platform.arch, platform.arch)
     return image if image.attrs.get("Architecture") == arch else None
 
 
@@ -78,7 +79,9 @@ def stand_in_dockerfile(ref: str, suite: str) -> str:
     return f'FROM scratch\nADD rootfs.tar /\nLABEL {STAND_IN_LABEL}="{ref}" {SUITE_LABEL}="{suite}"\nCMD ["bash"]\n'
 
 
-def make_stand_in(ref: str, *, platform: str, suite: str, mirror: str = DEFAULT_MIRROR, native: bool = True) -> None:
+def make_stand_in(
+    ref: str, *, platform: Platform, suite: str, mirror: str = DEFAULT_MIRROR, native: bool = True
+) -> None:
     """debootstrap ``suite`` for ``platform`` and build it as ``platform_tag(ref, platform)`` and, when
     ``platform`` is the engine's own (``native``), as ``ref`` too: a foreign-arch stand-in must not take over
     the plain tag that ``docker run ref`` uses. About 30 s native, 1.5 min for arm64 under QEMU.
@@ -86,9 +89,9 @@ def make_stand_in(ref: str, *, platform: str, suite: str, mirror: str = DEFAULT_
     Raises:
         BuildError: debootstrap or the image build failed (the message has the command's last output).
     """
-    arch = DEBIAN_ARCH.get(platform)
+    arch = DEBIAN_ARCH.get(platform.arch) if platform.os == "linux" else None
     if arch is None:
-        raise BuildError(f"no stand-in for platform {platform}; supported: {', '.join(DEBIAN_ARCH)}")
+        raise BuildError(f"no stand-in for platform {platform}; supported: linux/{', linux/'.join(DEBIAN_ARCH)}")
     with tempfile.TemporaryDirectory(prefix="matrix-base-") as tmp:
         work = Path(tmp)
         rootfs = work / "rootfs"
@@ -108,7 +111,7 @@ def make_stand_in(ref: str, *, platform: str, suite: str, mirror: str = DEFAULT_
                 "--progress=plain",
                 "--load",
                 "--platform",
-                platform,
+                str(platform),
                 "--tag",
                 platform_tag(ref, platform),
                 *(["--tag", ref] if native else []),
@@ -130,7 +133,7 @@ def provide(
     client: docker.DockerClient,
     ref: str,
     *,
-    platform: str,
+    platform: Platform,
     suite: str | None,
     mirror: str = DEFAULT_MIRROR,
     digest: str | None = None,
@@ -157,9 +160,9 @@ def provide(
             local_tag=alias,
             stand_in_suite=_suite_of(image),
         )
-    echo(["docker", "pull", "--platform", platform, ref])
+    echo(["docker", "pull", "--platform", str(platform), ref])
     try:
-        client.images.pull(ref, platform=platform)
+        client.images.pull(ref, platform=str(platform))
         origin = "pulled"
     except docker.errors.APIError as exc:
         if suite is None:
@@ -173,7 +176,7 @@ def provide(
             file=sys.stderr,
             flush=True,
         )
-        native = f"linux/{client.version().get('Arch', '')}" == platform
+        native = platform == Platform("linux", str(client.version().get("Arch", "")))
         make_stand_in(ref, platform=platform, suite=suite, mirror=mirror, native=native)
         origin = "stand-in"
     image = _local(client, alias, platform) or _local(client, ref, platform)
@@ -190,13 +193,40 @@ def provide(
     )
 
 
-def _provide_pinned(client: docker.DockerClient, pinned: str, *, platform: str) -> BaseImage:
+def lookup(client: docker.DockerClient, ref: str, *, platform: Platform, digest: str | None = None) -> BaseImage | None:
+    """The base image ``ref`` (``ref@digest`` when pinned) for ``platform`` if the engine has it, else None.
+
+    Looks only: nothing is pulled, made or tagged (``bake`` exports for other builders and changes nothing here).
+    ``local_tag`` is the per-platform tag (``platform_tag``) only when that tag exists.
+    """
+    if digest:
+        pinned = f"{ref}@{digest}"
+        image = _local(client, pinned, platform)
+        return (
+            None if image is None else BaseImage(ref=pinned, platform=platform, image_id=str(image.id), origin="local")
+        )
+    alias = platform_tag(ref, platform)
+    by_alias = _local(client, alias, platform)
+    image = by_alias or _local(client, ref, platform)
+    if image is None:
+        return None
+    return BaseImage(
+        ref=ref,
+        platform=platform,
+        image_id=str(image.id),
+        origin="local",
+        local_tag=alias if by_alias is not None else None,
+        stand_in_suite=_suite_of(image),
+    )
+
+
+def _provide_pinned(client: docker.DockerClient, pinned: str, *, platform: Platform) -> BaseImage:
     image = _local(client, pinned, platform)
     origin = "local"
     if image is None:
-        echo(["docker", "pull", "--platform", platform, pinned])
+        echo(["docker", "pull", "--platform", str(platform), pinned])
         try:
-            client.images.pull(pinned, platform=platform)
+            client.images.pull(pinned, platform=str(platform))
         except docker.errors.APIError as exc:
             raise BuildError(
                 f"the pinned base {pinned} ({platform}) is not on the engine and pulling it failed "

@@ -17,8 +17,8 @@ import docker.errors
 
 from matrixtool.engine import echo
 from matrixtool.errors import BuildError
-from matrixtool.plan import BuildPlan
-from matrixtool.registry import manifest_digest, remote_ref
+from matrixtool.plan import BuildPlan, build_spec, buildx_argv, remote_ref
+from matrixtool.registry import Registry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,13 +121,13 @@ def _image_size(client: docker.DockerClient, ref: str) -> tuple[str, int]:
 def existing(client: docker.DockerClient, plan: BuildPlan) -> BuildResult | None:
     """The result of an earlier build with the same content hash, if its tag is on the engine."""
     try:
-        image_id, size = _image_size(client, plan.hash_tag)
+        image_id, size = _image_size(client, plan.hash_ref)
     except docker.errors.ImageNotFound:
         return None
     return BuildResult(
         variant=plan.variant,
-        platform=plan.platform,
-        image=plan.hash_tag,
+        platform=str(plan.platform),
+        image=plan.hash_ref,
         image_id=image_id,
         size_bytes=size,
         seconds=0.0,
@@ -136,21 +136,21 @@ def existing(client: docker.DockerClient, plan: BuildPlan) -> BuildResult | None
     )
 
 
-def published(plan: BuildPlan, registry: str) -> BuildResult | None:
-    """The result of an earlier build with the same content hash that was pushed to ``registry``
-    (its content-hash tag is there), else None. ``image`` is the registry ref, ``image_id`` the manifest
-    digest, ``size_bytes`` 0 (unknown until pulled).
+def published(plan: BuildPlan, prefix: str, registry: Registry) -> BuildResult | None:
+    """The result of an earlier build with the same content hash that was pushed under ``prefix``
+    (``HOST[:PORT][/NAMESPACE]``; its content-hash tag is there, as ``registry`` reports), else None.
+    ``image`` is the registry ref, ``image_id`` the manifest digest, ``size_bytes`` 0 (unknown until pulled).
 
     Raises:
         RegistryError: the registry did not answer.
     """
-    ref = remote_ref(registry, plan.hash_tag)
-    digest = manifest_digest(ref)
+    ref = remote_ref(prefix, plan.hash_ref)
+    digest = registry.digest(ref)
     if digest is None:
         return None
     return BuildResult(
         variant=plan.variant,
-        platform=plan.platform,
+        platform=str(plan.platform),
         image=ref,
         image_id=digest,
         size_bytes=0,
@@ -169,13 +169,13 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
         BuildError: BuildKit exited non-zero (the message names the log file and its last lines).
         KeyboardInterrupt (``Terminated`` included): after ending ``docker buildx build``; no tag was set.
     """
-    arch = plan.platform.split("/")[-1]
+    arch = plan.arch
     context_dir = work_dir / f"{plan.variant}-{arch}"
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{plan.variant}-{arch}.build.log"
     iidfile = work_dir / f"{plan.variant}-{arch}.iid"
     stage_context(plan, context_dir)
-    argv = untagged(plan.argv(context_dir, iidfile))
+    argv = untagged(buildx_argv(build_spec(plan, context_dir=context_dir), iidfile=iidfile))
     echo(argv)
     started = time.monotonic()
     tail: list[str] = []
@@ -211,12 +211,12 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
         raise BuildError(
             f"building {plan.variant} ({plan.platform}) failed after {seconds:.0f} s; full log: {log_path}\n{last}"
         )
-    tag_built(client, iidfile.read_text(encoding="utf-8").strip(), plan.tags)
-    image_id, size = _image_size(client, plan.hash_tag)
+    tag_built(client, iidfile.read_text(encoding="utf-8").strip(), plan.refs)
+    image_id, size = _image_size(client, plan.hash_ref)
     return BuildResult(
         variant=plan.variant,
-        platform=plan.platform,
-        image=plan.hash_tag,
+        platform=str(plan.platform),
+        image=plan.hash_ref,
         image_id=image_id,
         size_bytes=size,
         seconds=seconds,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from matrixtool.errors import ConfigError
-from matrixtool.matrix import Variant
+from matrixtool.matrix import Platform, Variant
 
 # PyTorch's wheel index per local version label: torch==2.13.0+cpu lives under .../whl/cpu.
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{label}"
@@ -37,14 +37,14 @@ def wheelhouse_index(variant: Variant) -> str:
     return PYTORCH_INDEX.format(label=label)
 
 
-def ci_entry(variant: Variant, platform: str) -> dict[str, Any]:
+def ci_entry(variant: Variant, platform: Platform) -> dict[str, Any]:
     """One ``include`` entry: ``variant``, ``platform``, ``arch``, ``runner`` (list of runs-on labels),
     ``python``, ``torch`` (``package==version``), ``wheelhouse`` (bool) and ``wheelhouse_index`` ("" unless
     the variant needs a wheelhouse)."""
     return {
         "variant": variant.name,
-        "platform": platform,
-        "arch": platform.split("/")[-1],
+        "platform": str(platform),
+        "arch": platform.arch,
         "runner": list(variant.runner),
         "accelerator": variant.accelerator.value,
         "python": variant.python,

@@ -1,16 +1,15 @@
-"""``tools/matrix``: the click command line.
+"""``tools/matrix`` (installed: ``matrix``): the click command line.
 
-Every command loads and validates matrix.yaml first, then touches Docker only if it needs to.
+Commands are thin: each parses its flags into one ``pipeline.Options``, loads and validates matrix.yaml once,
+calls one ``pipeline`` function (which touches Docker only if it needs to) and renders the value it returns.
 Errors print one ``error:`` message and exit with the code of their class (``errors.ExitCode``);
 ``--debug`` shows the traceback instead.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
-import subprocess
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,34 +25,28 @@ from matrixtool import (
     build,
     ci,
     engine,
-    index,
     inputs,
     interrupts,
-    pin,
+    pipeline,
     plan,
-    publish,
     reference,
-    registry,
     render,
     report,
-    smoke,
 )
 from matrixtool.errors import (
     ConfigError,
     EngineUnreachableError,
     ExitCode,
-    IndexUnreachableError,
     MatrixError,
-    NotBuiltError,
-    RegistryError,
     SmokeFailure,
     VariantsFailed,
     most_severe,
 )
-from matrixtool.matrix import DEFAULT_MATRIX, REPO_ROOT, Matrix, Variant, load_matrix
+from matrixtool.matrix import DEFAULT_MATRIX, Matrix, Variant, load_matrix
 from matrixtool.select import select_variants
 
-DEFAULT_OUT = REPO_ROOT / "build"
+# --out's default: build/ next to the matrix file.
+DEFAULT_OUT_NAME = "build"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,15 +118,15 @@ class MatrixGroup(click.Group):
     "--out",
     "out_dir",
     type=click.Path(path_type=Path),
-    default=DEFAULT_OUT,
-    show_default=True,
-    help="Folder for logs, reports and staged build contexts.",
+    default=None,
+    help="Folder for logs, reports and staged build contexts.  [default: build/ next to the matrix file]",
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context
-def main(ctx: click.Context, matrix_path: Path, out_dir: Path, debug: bool) -> None:
+def main(ctx: click.Context, matrix_path: Path, out_dir: Path | None, debug: bool) -> None:
     """Build and smoke-test vLLM inference images from matrix.yaml."""
-    ctx.obj = Settings(matrix_path=matrix_path, out_dir=out_dir, env=dict(os.environ), debug=debug)
+    out = out_dir if out_dir is not None else matrix_path.parent / DEFAULT_OUT_NAME
+    ctx.obj = Settings(matrix_path=matrix_path, out_dir=out, env=dict(os.environ), debug=debug)
 
 
 def _load(settings: Settings) -> Matrix:
@@ -144,7 +137,7 @@ def _load(settings: Settings) -> Matrix:
 @main.command("render")
 @click.option("--check", is_flag=True, help="Fail (exit 5) when images/ differs from a fresh render.")
 @click.pass_obj
-def render_cmd(settings: Settings, check: bool) -> None:
+def render_cmd(settings: Settings, /, check: bool) -> None:
     """Write images/<variant>/ from matrix.yaml and templates/."""
     files = render.render_matrix(_load(settings))
     root = settings.matrix_path.parent
@@ -171,7 +164,7 @@ def doctor(registry: str) -> None:
         click.echo(f"{f.status.value:4}  {f.name:16} {f.detail}")
         if f.fix:
             click.echo(f"      {'':16} fix: {f.fix}")
-    failed = [f.name for f in findings if f.status is engine.Status.FAIL]
+    failed = [f.name for f in findings if f.status is engine.FindingStatus.FAIL]
     if failed:
         raise EngineUnreachableError(f"doctor: {', '.join(failed)} failed; apply the fixes above")
 
@@ -181,7 +174,7 @@ def doctor(registry: str) -> None:
 @click.argument("variants", nargs=-1)
 @click.option("--mirror", default=base.DEFAULT_MIRROR, show_default=True, help="Debian mirror for stand-ins.")
 @click.pass_obj
-def base_cmd(settings: Settings, variants: Sequence[str], mirror: str) -> None:
+def base_cmd(settings: Settings, /, variants: Sequence[str], mirror: str) -> None:
     """Provide each variant's base image: local, pulled, or a debootstrap stand-in tagged with its ref."""
     selected = select_variants(_load(settings), variants)
     client = engine.connect()
@@ -193,195 +186,7 @@ def base_cmd(settings: Settings, variants: Sequence[str], mirror: str) -> None:
             click.echo(f"{variant.name}: {got.ref} ({platform}) {got.origin} {got.image_id[:19]}")
 
 
-# --- build -------------------------------------------------------------------------------------------
-def _git(*args: str) -> str | None:
-    try:
-        proc = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, check=False)
-    except OSError:
-        return None
-    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
-
-
-def _check_inputs(variant: Variant, wheelhouse: Path | None, ca_cert: Path | None) -> None:
-    problems = []
-    if ca_cert is not None and not ca_cert.is_file():
-        problems.append(
-            f"CA bundle {ca_cert} (from --ca-cert or {'/'.join(plan.CA_ENV_VARS)}) is not a file; "
-            "pass --ca-cert FILE or unset the variable"
-        )
-    if variant.index.wheelhouse:
-        wanted = f"{variant.torch.package}-{variant.torch.version}-"
-        if wheelhouse is None:
-            problems.append(
-                f"variants.{variant.name}.index.wheelhouse: this variant installs "
-                f"{variant.torch.requirement} from a wheelhouse; pass --wheelhouse DIR or set "
-                f"{plan.WHEELHOUSE_ENV_VAR}"
-            )
-        elif not wheelhouse.is_dir():
-            problems.append(f"wheelhouse {wheelhouse} is not a folder; pass --wheelhouse DIR")
-        elif not any(p.name.startswith(wanted) for p in wheelhouse.iterdir()):
-            problems.append(
-                f"wheelhouse {wheelhouse} has no {wanted}*.whl for variant {variant.name}; "
-                f"add the wheel or pass another --wheelhouse"
-            )
-    if problems:
-        raise ConfigError(f"inputs of variant {variant.name}", problems)
-
-
-def preflight(
-    settings: Settings, variants: Sequence[Variant], *, ca_cert: Path | None, wheelhouse: Path | None
-) -> tuple[Path | None, Path | None]:
-    """Everything checked before the engine is touched: a fresh render of images/ (next to the matrix
-    file) and each variant's inputs (wheelhouse, CA bundle).
-
-    Raises:
-        StaleRenderError: images/ drifted from matrix.yaml.
-        ConfigError: a wheelhouse or CA bundle is missing.
-
-    Returns the CA bundle and wheelhouse to use (flags, else the environment).
-    """
-    render.check_fresh(render.render_matrix(_load(settings)), settings.matrix_path.parent)
-    ca = plan.resolve_ca_cert(ca_cert, settings.env)
-    wheels = plan.resolve_wheelhouse(wheelhouse, settings.env)
-    for variant in variants:
-        _check_inputs(variant, wheels, ca)
-    for variant in variants:
-        _check_index_reachable(variant, ca)
-    return ca, wheels
-
-
-def _check_index_reachable(variant: Variant, ca: Path | None) -> None:
-    """Fail in seconds, not after a hung build, when the variant's package index does not answer.
-
-    Raises:
-        IndexUnreachableError: naming the index and the ways out (a wheelhouse, or another index in matrix.yaml).
-    """
-    for url in (variant.index.url, *variant.index.extra_urls):
-        problem = index.probe(url, ca_cert=ca, timeout=index.PROBE_TIMEOUT)
-        if problem is not None:
-            raise IndexUnreachableError(
-                f"variant {variant.name}: package index {url} is unreachable from this machine ({problem}); "
-                f"the build would hang on it. Ways out: pass --wheelhouse DIR holding the wheels "
-                f"({variant.torch.requirement} and what it needs), or point variants.{variant.name}.index.url "
-                "in matrix.yaml at a mirror you can reach, then 'tools/matrix render'"
-            )
-
-
-def plan_variants(
-    settings: Settings,
-    client: docker.DockerClient,
-    variants: Sequence[Variant],
-    *,
-    ca: Path | None,
-    wheels: Path | None,
-    repository: str,
-) -> list[plan.BuildPlan]:
-    """Provide bases and plan every (variant, platform), pinned bases from the lock file as ``ref@digest``.
-
-    ``build``, ``bake`` and ``push`` all go through here, so their tags, labels and content hashes agree.
-
-    Raises:
-        ConfigError (lock file), BuildError (base image).
-    """
-    lock = pin.read_lock(pin.lock_path(settings.matrix_path))
-    revision = _git("rev-parse", "HEAD") or "unknown"
-    source = _git("remote", "get-url", "origin") or str(REPO_ROOT)
-    plans = []
-    for variant in variants:
-        files = tuple(render.render_variant(variant))
-        digest = lock.digest(variant.base_image)
-        for platform in variant.platforms:
-            got = base.provide(
-                client, variant.base_image, platform=platform, suite=variant.stand_in_suite, digest=digest
-            )
-            rows = plan.wheelhouse_fingerprint(wheels) if (wheels and variant.index.wheelhouse) else []
-            plans.append(
-                plan.plan_build(
-                    variant,
-                    platform=platform,
-                    files=files,
-                    base_image_id=got.image_id,
-                    wheelhouse=wheels,
-                    wheelhouse_rows=rows,
-                    ca_cert=ca,
-                    revision=revision,
-                    source_url=source,
-                    repository=repository,
-                    base_digest=digest,
-                    base_local=got.local_tag,
-                    stand_in_suite=got.stand_in_suite,
-                )
-            )
-            if plans[-1].python_version:
-                click.echo(
-                    f"{variant.name} ({platform}): base {variant.base_image} is a Debian {got.stand_in_suite} "
-                    f"stand-in: building with Python {plans[-1].python_version} (upstream: {variant.python})",
-                    err=True,
-                )
-    return plans
-
-
-def build_variants(
-    settings: Settings,
-    client: docker.DockerClient,
-    variants: Sequence[Variant],
-    *,
-    ca: Path | None,
-    wheels: Path | None,
-    force: bool,
-    repository: str,
-    registry_prefix: str | None = None,
-) -> list[build.BuildResult]:
-    """Plan and build every (variant, platform); ``preflight`` must have passed.
-
-    A plan is skipped (unless ``force``) when its content-hash tag is on the engine, or in
-    ``registry_prefix`` when given.
-
-    Raises:
-        ConfigError, BuildError, RegistryError (the registry did not answer).
-    """
-    plans = plan_variants(settings, client, variants, ca=ca, wheels=wheels, repository=repository)
-    return execute_plans(settings, client, plans, force=force, registry_prefix=registry_prefix)
-
-
-def execute_plans(
-    settings: Settings,
-    client: docker.DockerClient,
-    plans: Sequence[plan.BuildPlan],
-    *,
-    force: bool,
-    registry_prefix: str | None = None,
-) -> list[build.BuildResult]:
-    """Build ``plans`` in order, skipping (unless ``force``) those whose content-hash tag is on the engine or,
-    with ``registry_prefix``, in that registry.
-
-    Raises:
-        BuildError, RegistryError (the registry did not answer).
-    """
-    results = []
-    for the_plan in plans:
-        done = None if force else build.existing(client, the_plan)
-        if done is not None:
-            click.echo(
-                f"{the_plan.variant}: {done.image} exists (content hash unchanged); --force rebuilds",
-                err=True,
-            )
-        elif not force and registry_prefix:
-            done = build.published(the_plan, registry_prefix)
-            if done is not None:
-                click.echo(
-                    f"{the_plan.variant}: {done.image} exists in the registry (content hash "
-                    "unchanged); --force rebuilds",
-                    err=True,
-                )
-        if done is None:
-            done = build.execute(
-                client, the_plan, work_dir=settings.out_dir / "context", log_dir=settings.out_dir / "logs"
-            )
-        results.append(done)
-    return results
-
-
+# --- build, run, test ---------------------------------------------------------------------------------
 _REGISTRY_HELP = "Registry prefix HOST[:PORT][/NAMESPACE]; images: <registry>/<repository>/<variant>:<tag>."
 _input_options = [
     click.option(
@@ -412,7 +217,7 @@ _build_options = [
     ),
     click.option(
         "--registry",
-        "registry_prefix",
+        "registry",
         default=None,
         help="Also skip a build whose content-hash tag is in this registry. " + _REGISTRY_HELP,
     ),
@@ -448,7 +253,6 @@ def _finish(
     as_json: bool,
     junit: Path | None,
     json_file: Path | None = None,
-    codes: Mapping[str, ExitCode] | None = None,
 ) -> None:
     junit_path = junit or settings.out_dir / "reports" / "junit.xml"
     if result.checks or result.errors:
@@ -463,7 +267,7 @@ def _finish(
         click.echo(f"JUnit report: {junit_path}", err=True)
     if result.errors:
         failed_checks = [ExitCode.SMOKE] if not all(c.status.ok for c in result.checks) else []
-        code = most_severe([(codes or {}).get(n, ExitCode.BUILD) for n in result.errors] + failed_checks)
+        code = most_severe([result.error_codes.get(n, ExitCode.BUILD) for n in result.errors] + failed_checks)
         raise VariantsFailed(
             f"{len(result.errors)} variant(s) failed before their smoke checks: {', '.join(result.errors)}; "
             "see the summary above and the build logs it names",
@@ -473,6 +277,40 @@ def _finish(
         raise SmokeFailure("smoke checks failed; see the table above, the logs it names, and the fix hints")
 
 
+def _check_flags(
+    settings: Settings,
+    selected: Sequence[Variant],
+    flags: Mapping[str, Any],
+    *,
+    image: str | None = None,
+    junit: Path | None = None,
+    json_file: Path | None = None,
+    writes_out: bool = True,
+) -> None:
+    """Every flag checked before the engine is touched: references by the OCI grammar (``reference.py``),
+    the output paths, ``--only``/``--skip`` against each selected variant, and an unused ``--wheelhouse``
+    (a warning; ``inputs.py``).
+
+    Raises:
+        ConfigError: naming each bad flag and its value (exit 3).
+    """
+    reference.check_flags(image=image, registry=flags.get("registry"), repository=flags.get("repository"))
+    inputs.warn_unused_wheelhouse(selected, flags.get("wheelhouse"))
+    if writes_out:
+        inputs.check_outputs(settings.out_dir, junit=junit, json_file=json_file)
+    if flags.get("only") or flags.get("skip"):
+        inputs.check_selection(selected, flags.get("only", ()), flags.get("skip", ()))
+
+
+def _options(settings: Settings, **flags: Any) -> pipeline.Options:
+    """The one options value of a pipeline command: the common options plus the command's flags (each flag's
+    parameter name is a field of ``pipeline.Options``: a flag added to a command needs that field too)."""
+    for name in ("only", "skip"):
+        if name in flags:
+            flags[name] = tuple(flags[name])
+    return pipeline.Options(matrix_path=settings.matrix_path, out_dir=settings.out_dir, env=settings.env, **flags)
+
+
 @main.command("build")
 @click.argument("variants", nargs=-1)
 @_with(_build_options)
@@ -480,82 +318,19 @@ def _finish(
 @click.pass_obj
 def build_cmd(
     settings: Settings,
+    /,
     variants: Sequence[str],
-    ca_cert: Path | None,
-    wheelhouse: Path | None,
-    force: bool,
-    repository: str,
-    registry_prefix: str | None,
     as_json: bool,
     json_file: Path | None,
     junit: Path | None,
+    **flags: Any,
 ) -> None:
     """Build variants with BuildKit (no smoke checks)."""
-    selected = select_variants(_load(settings), variants)
-    _check_flags(selected, repository=repository, registry=registry_prefix, wheelhouse=wheelhouse)
-    inputs.check_outputs(settings.out_dir, junit=junit, json_file=json_file)
-    ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
-    client = engine.connect()
-    results = build_variants(
-        settings,
-        client,
-        selected,
-        ca=ca,
-        wheels=wheels,
-        force=force,
-        repository=repository,
-        registry_prefix=registry_prefix,
-    )
-    _finish(settings, report.RunReport(builds=results), as_json, junit, json_file)
-
-
-def _check_flags(
-    selected: Sequence[Variant],
-    *,
-    repository: str | None = None,
-    registry: str | None = None,
-    image: str | None = None,
-    wheelhouse: Path | None = None,
-) -> None:
-    """Reference flags (OCI grammar) and the wheelhouse, before the engine is touched (inputs.py)."""
-    reference.check_flags(image=image, registry=registry, repository=repository)
-    inputs.warn_unused_wheelhouse(selected, wheelhouse)
-
-
-def _checks_for(variant: Variant, only: Sequence[str], skip: Sequence[str]) -> list[Any]:
-    names = [c.name for c in variant.checks]
-    unknown = [n for n in [*only, *skip] if n not in names]
-    if unknown:
-        raise ConfigError(
-            "--only/--skip",
-            [f"{n!r} is not a check of variant {variant.name}; its checks: {', '.join(names)}" for n in unknown],
-        )
-    chosen = [c for c in variant.checks if (not only or c.name in only) and c.name not in skip]
-    if not chosen:
-        raise ConfigError("--only/--skip", [f"the selection leaves no check of variant {variant.name} to run"])
-    return chosen
-
-
-def _shower(quiet: bool) -> Any:
-    def show(r: smoke.CheckResult) -> None:
-        if not quiet:
-            click.echo(f"[{r.variant}] {r.check}: {r.status.value} ({r.seconds:.1f} s) {r.diagnosis}", err=True)
-
-    return show
-
-
-def _smoke(
-    settings: Settings,
-    client: docker.DockerClient,
-    image: str,
-    variant: Variant,
-    only: Sequence[str],
-    skip: Sequence[str],
-    quiet: bool,
-) -> list[smoke.CheckResult]:
-    checks = _checks_for(variant, only, skip)
-    click.echo(f"[{variant.name}] smoke checks in {image}: {', '.join(c.name for c in checks)}", err=True)
-    return smoke.run_suite(client, image, variant, checks, log_dir=settings.out_dir / "logs", on_result=_shower(quiet))
+    matrix = _load(settings)
+    selected = select_variants(matrix, variants)
+    _check_flags(settings, selected, flags, junit=junit, json_file=json_file)
+    result = pipeline.build_variants(matrix, selected, _options(settings, **flags))
+    _finish(settings, result, as_json, junit, json_file)
 
 
 _select_options = [
@@ -578,88 +353,20 @@ _select_options = [
 @click.pass_obj
 def run_cmd(
     settings: Settings,
+    /,
     variants: Sequence[str],
-    ca_cert: Path | None,
-    wheelhouse: Path | None,
-    force: bool,
-    repository: str,
-    registry_prefix: str | None,
-    only: Sequence[str],
-    skip: Sequence[str],
-    keep_going: bool,
-    jobs: int,
     as_json: bool,
     json_file: Path | None,
     junit: Path | None,
+    **flags: Any,
 ) -> None:
     """Render-check, build and smoke-test variants; print a summary table."""
-    selected = select_variants(_load(settings), variants)
-    _check_flags(selected, repository=repository, registry=registry_prefix, wheelhouse=wheelhouse)
-    inputs.check_outputs(settings.out_dir, junit=junit, json_file=json_file)
-    inputs.check_selection(selected, only, skip)
-    if not keep_going:
-        ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
-    else:
-        # Only a stale render stops everything; a variant's own inputs fail that variant alone.
-        render.check_fresh(render.render_matrix(_load(settings)), settings.matrix_path.parent)
-        ca, wheels = plan.resolve_ca_cert(ca_cert, settings.env), plan.resolve_wheelhouse(wheelhouse, settings.env)
-    client = engine.connect()
-    skipped: dict[str, str] = {}
-    if keep_going:
-        can = engine.builder_platforms()
-        for v in selected:
-            missing = [p for p in v.platforms if p not in can]
-            if missing:
-                skipped[v.name] = f"this builder cannot build {', '.join(missing)} (see 'tools/matrix doctor')"
-        selected = [v for v in selected if v.name not in skipped]
-
-    # Bases and plans one variant at a time (variants may share a base ref); then the builds, `jobs` at once.
-    errors: dict[str, str] = {}
-    codes: dict[str, ExitCode] = {}
-    planned: dict[str, list[plan.BuildPlan]] = {}
-    for variant in selected:
-        try:
-            if keep_going:
-                _check_inputs(variant, wheels, ca)
-                _check_index_reachable(variant, ca)
-            planned[variant.name] = plan_variants(
-                settings, client, [variant], ca=ca, wheels=wheels, repository=repository
-            )
-        except MatrixError as exc:
-            if not keep_going:
-                raise
-            errors[variant.name] = str(exc)
-            codes[variant.name] = exc.exit_code
-            click.echo(f"[{variant.name}] error: {exc}", err=True)
-
-    results: list[build.BuildResult] = []
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {
-            name: pool.submit(execute_plans, settings, client, plans, force=force, registry_prefix=registry_prefix)
-            for name, plans in planned.items()
-        }
-        for name, future in futures.items():
-            try:
-                results += future.result()
-            except MatrixError as exc:
-                if not keep_going:
-                    raise
-                errors[name] = str(exc)
-                codes[name] = exc.exit_code
-                click.echo(f"[{name}] error: {exc}", err=True)
-    by_name = {v.name: v for v in selected}
-    checks: list[smoke.CheckResult] = []
-    for built in results:
-        engine.pull_if_missing(client, built.image)  # skipped because it is in the registry
-        checks += _smoke(settings, client, built.image, by_name[built.variant], only, skip, as_json)
-    _finish(
-        settings,
-        report.RunReport(builds=results, checks=checks, errors=errors, skipped=skipped),
-        as_json,
-        junit,
-        json_file,
-        codes,
-    )
+    matrix = _load(settings)
+    selected = select_variants(matrix, variants)
+    _check_flags(settings, selected, flags, junit=junit, json_file=json_file)
+    options = _options(settings, quiet=as_json, **flags)
+    result = pipeline.run_variants(matrix, selected, options)
+    _finish(settings, result, as_json, junit, json_file)
 
 
 @main.command("test")
@@ -683,55 +390,40 @@ def run_cmd(
 @click.pass_obj
 def test_cmd(
     settings: Settings,
+    /,
     image: str | None,
     host: bool,
     python: str,
     as_variant: str,
-    only: Sequence[str],
-    skip: Sequence[str],
     as_json: bool,
     json_file: Path | None,
     junit: Path | None,
+    **flags: Any,
 ) -> None:
     """Run the smoke suite against any image (--image) or this machine's Python (--host)."""
     if (image is None) == (not host):
         raise click.UsageError("give exactly one of --image REF and --host")
     if as_variant == "all":
         raise click.UsageError("--as takes one variant name, not 'all'")
-    (variant,) = select_variants(_load(settings), [as_variant])
-    _check_flags([variant], image=image)
-    inputs.check_outputs(settings.out_dir, junit=junit, json_file=json_file)
-    inputs.check_selection([variant], only, skip)
-    checks_ = _checks_for(variant, only, skip)
+    matrix = _load(settings)
+    (variant,) = select_variants(matrix, [as_variant])
+    _check_flags(settings, [variant], flags, image=image, junit=junit, json_file=json_file)
+    options = _options(settings, quiet=as_json, **flags)
     if host:
-        click.echo(
-            f"[{variant.name}] smoke checks on this host ({python}): {', '.join(c.name for c in checks_)}",
-            err=True,
-        )
-        results = smoke.run_host_suite(
-            python,
-            variant,
-            checks_,
-            env=settings.env,
-            log_dir=settings.out_dir / "logs",
-            on_result=_shower(as_json),
-        )
-        _finish(settings, report.RunReport(checks=results), as_json, junit, json_file)
-        return
-    assert image is not None
-    client = engine.connect()
-    engine.pull_if_missing(client, image)
-    checks = _smoke(settings, client, image, variant, only, skip, as_json)
-    _finish(settings, report.RunReport(checks=checks), as_json, junit, json_file)
+        result = pipeline.test_host(variant, python, options)
+    else:
+        assert image is not None
+        result = pipeline.test_image(matrix, variant, image, options)
+    _finish(settings, result, as_json, junit, json_file)
 
 
 # --- ci-matrix ---------------------------------------------------------------------------------------
 @main.command("ci-matrix")
 @click.argument("variants", nargs=-1)
 @click.option("--hosted-only", is_flag=True, help="Leave out variants on self-hosted runners (fork pull requests).")
-def ci_matrix_cmd(variants: Sequence[str], hosted_only: bool) -> None:
+@click.pass_obj
+def ci_matrix_cmd(settings: Settings, /, variants: Sequence[str], hosted_only: bool) -> None:
     """Print the GitHub Actions matrix (JSON, one line): one entry per variant x platform."""
-    settings: Settings = click.get_current_context().obj
     click.echo(ci.ci_matrix_json(select_variants(_load(settings), variants), hosted_only=hosted_only))
 
 
@@ -741,37 +433,33 @@ def ci_matrix_cmd(variants: Sequence[str], hosted_only: bool) -> None:
 @_with(_input_options)
 @click.option(
     "--registry",
-    "registry_prefix",
+    "registry",
     default=None,
     help="Add the same tags under this registry and use them as cache-from. " + _REGISTRY_HELP,
 )
 @click.pass_obj
-def bake_cmd(
-    settings: Settings,
-    variants: Sequence[str],
-    ca_cert: Path | None,
-    wheelhouse: Path | None,
-    repository: str,
-    registry_prefix: str | None,
-) -> None:
-    """Write <out>/docker-bake.json (one target per variant x platform) and stage each target's context."""
-    selected = select_variants(_load(settings), variants)
-    _check_flags(selected, repository=repository, registry=registry_prefix, wheelhouse=wheelhouse)
-    inputs.check_outputs(settings.out_dir)
-    ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
-    client = engine.connect()
-    plans = plan_variants(settings, client, selected, ca=ca, wheels=wheels, repository=repository)
-    path = bake.write_bake(plans, out_dir=settings.out_dir, registry=registry_prefix)
-    for p in plans:
-        click.echo(f"{bake.target_name(p)}: {p.hash_tag}", err=True)
-    click.echo(f"wrote {path}; build with: docker buildx bake -f {path} [TARGET|VARIANT...]", err=True)
-    click.echo(str(path))
+def bake_cmd(settings: Settings, /, variants: Sequence[str], **flags: Any) -> None:
+    """Write <out>/docker-bake.json (one target per variant x platform) and stage each target's context.
+
+    Needs no engine and no network: what it cannot check (an index that does not answer, a base image the
+    engine lacks, no engine at all) is a warning, and the bake file names the base as matrix.yaml does.
+    """
+    matrix = _load(settings)
+    selected = select_variants(matrix, variants)
+    _check_flags(settings, selected, flags)
+    result = pipeline.bake_variants(matrix, selected, _options(settings, **flags))
+    for p in result.plans:
+        click.echo(f"{bake.target_name(p)}: {p.hash_ref}", err=True)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(f"wrote {result.path}; build with: docker buildx bake -f {result.path} [TARGET|VARIANT...]", err=True)
+    click.echo(str(result.path))
 
 
 # --- push --------------------------------------------------------------------------------------------
 @main.command("push")
 @click.argument("variants", nargs=-1)
-@click.option("--registry", "registry_prefix", required=True, help=_REGISTRY_HELP)
+@click.option("--registry", "registry", required=True, help=_REGISTRY_HELP)
 @_with(_input_options)
 @click.option(
     "--keep-tags/--no-keep-tags",
@@ -781,41 +469,23 @@ def bake_cmd(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the pushed refs and digests as JSON.")
 @click.pass_obj
-def push_cmd(
-    settings: Settings,
-    variants: Sequence[str],
-    registry_prefix: str,
-    ca_cert: Path | None,
-    wheelhouse: Path | None,
-    repository: str,
-    keep_tags: bool,
-    as_json: bool,
-) -> None:
+def push_cmd(settings: Settings, /, variants: Sequence[str], as_json: bool, **flags: Any) -> None:
     """Push built images to a registry: the content-hash tag and the version tag."""
-    selected = select_variants(_load(settings), variants)
-    _check_flags(selected, repository=repository, registry=registry_prefix, wheelhouse=wheelhouse)
-    ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
-    client = engine.connect()
-    plans = plan_variants(settings, client, selected, ca=ca, wheels=wheels, repository=repository)
-    missing = [p for p in plans if build.existing(client, p) is None]
-    if missing:
-        names = " ".join(dict.fromkeys(p.variant for p in missing))
-        raise NotBuiltError(
-            f"not built yet: {', '.join(p.hash_tag for p in missing)}; run 'tools/matrix build {names}' first"
-        )
-    pushes = [publish.plan_push(p, registry=registry_prefix) for p in plans]
-    results = [publish.execute_push(p, keep_tags=keep_tags) for p in pushes]
+    matrix = _load(settings)
+    selected = select_variants(matrix, variants)
+    _check_flags(settings, selected, flags, writes_out=False)
+    result = pipeline.push_variants(matrix, selected, _options(settings, **flags))
     if as_json:
         doc = {
             "schema_version": report.JSON_SCHEMA_VERSION,
             "pushed": [
                 {"variant": r.variant, "platform": r.platform, "refs": list(r.refs), "digest": r.digest}
-                for r in results
+                for r in result.pushed
             ],
         }
         click.echo(json.dumps(doc, indent=2))
         return
-    for r in results:
+    for r in result.pushed:
         click.echo(f"{r.variant} ({r.platform}): pushed {', '.join(r.refs)} ({r.digest or 'digest unknown'})")
 
 
@@ -823,20 +493,12 @@ def push_cmd(
 @main.command("pin")
 @click.argument("variants", nargs=-1)
 @click.pass_obj
-def pin_cmd(settings: Settings, variants: Sequence[str]) -> None:
+def pin_cmd(settings: Settings, /, variants: Sequence[str]) -> None:
     """Record the registry digest of each variant's base image in matrix.lock.json (beside matrix.yaml)."""
-    selected = select_variants(_load(settings), variants)
-    path = pin.lock_path(settings.matrix_path)
-    lock = pin.read_lock(path)
-    refs = pin.base_refs(selected)
-    try:
-        pinned = pin.pin(refs, lock=lock, resolve=registry.manifest_digest)
-    except RegistryError as exc:
-        raise RegistryError(f"{exc}; {path} left unchanged", registry=exc.registry, ref=exc.ref) from exc
-    changed = pin.write_lock(pinned, path)
-    for ref in refs:
-        was = lock.digest(ref)
-        now = pinned.digest(ref)
+    matrix = _load(settings)
+    result = pipeline.pin_variants(matrix, select_variants(matrix, variants))
+    for ref in result.refs:
+        was, now = result.before.digest(ref), result.after.digest(ref)
         note = "unchanged" if was == now else (f"was {was}" if was else "new")
         click.echo(f"{ref}@{now} ({note})")
-    click.echo(f"{'wrote' if changed else 'unchanged:'} {path}", err=True)
+    click.echo(f"{'wrote' if result.changed else 'unchanged:'} {result.path}", err=True)

@@ -16,8 +16,7 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from matrixtool.errors import EngineUnreachableError, RegistryError
-from matrixtool.registry import parse_ref
+from matrixtool.errors import EngineUnreachableError
 
 SETUP_HINT = "run 'make engine' (as root on Debian 12/13) or start your Docker engine"
 
@@ -36,37 +35,16 @@ def connect() -> docker.DockerClient:
     return client
 
 
-def echo(argv: Sequence[str]) -> None:
-    """Print an external command the way it is about to run (``+ docker buildx build …``) to stderr."""
-    print("+ " + shlex.join(argv), file=sys.stderr, flush=True)
+def echo(argv: Sequence[str], *, via: str | None = None) -> None:
+    """Print an external command the way it is about to run (``+ docker buildx build …``) to stderr.
 
-
-def pull_if_missing(client: docker.DockerClient, ref: str) -> bool:
-    """Pull ``ref`` unless the engine has it; True when it was pulled.
-
-    Raises:
-        RegistryError: pulling failed (the message names the registry, the ref and the engine's reason).
+    ``via``: what really runs it when it is not this command line but its equivalent through a library
+    (``echo(["docker", "push", ref], via="Docker SDK")`` prints ``+ docker push REF  # Docker SDK``).
     """
-    try:
-        client.images.get(ref)
-        return False
-    except docker.errors.ImageNotFound:
-        pass
-    echo(["docker", "pull", ref])
-    try:
-        client.images.pull(ref)
-    except docker.errors.APIError as exc:
-        host = parse_ref(ref).registry
-        raise RegistryError(
-            f"{ref} is not on the engine and pulling it from {host} failed "
-            f"({exc.explanation or exc}); build it, push it, or check the ref",
-            registry=host,
-            ref=ref,
-        ) from exc
-    return True
+    print("+ " + shlex.join(argv) + (f"  # {via}" if via else ""), file=sys.stderr, flush=True)
 
 
-class Status(str, Enum):
+class FindingStatus(str, Enum):
     """Outcome of one doctor probe."""
 
     OK = "ok"
@@ -79,7 +57,7 @@ class Finding:
     """One line of ``tools/matrix doctor``: what was probed, what was seen, and the fix when not ok."""
 
     name: str
-    status: Status
+    status: FindingStatus
     detail: str
     fix: str = ""
 
@@ -117,12 +95,12 @@ def qemu_finding(platforms: str) -> Finding:
     if major is None or major < QEMU_MIN_MAJOR:
         return Finding(
             name="arm64-emulation",
-            status=Status.WARN,
+            status=FindingStatus.WARN,
             detail=f"{text or 'QEMU version unknown'} ({interpreter or BINFMT_AARCH64}); `import torch` of aarch64 "
             f"torch 2.13 segfaults under QEMU < {QEMU_MIN_MAJOR}",
             fix="run 'make engine' (it installs QEMU 10 from Debian trixie and registers it again)",
         )
-    return Finding(name="arm64-emulation", status=Status.OK, detail=f"{text}; builder platforms: {platforms}")
+    return Finding(name="arm64-emulation", status=FindingStatus.OK, detail=f"{text}; builder platforms: {platforms}")
 
 
 def builder_platforms() -> set[str]:
@@ -142,19 +120,19 @@ def doctor(registry: str = "registry-1.docker.io") -> list[Finding]:
         findings.append(
             Finding(
                 name="engine",
-                status=Status.OK,
+                status=FindingStatus.OK,
                 detail=f"server {version.get('Version')} "
                 f"(API {version.get('ApiVersion')}, {version.get('Os')}/{version.get('Arch')})",
             )
         )
     except docker.errors.DockerException as exc:
-        findings.append(Finding(name="engine", status=Status.FAIL, detail=str(exc), fix=SETUP_HINT))
+        findings.append(Finding(name="engine", status=FindingStatus.FAIL, detail=str(exc), fix=SETUP_HINT))
         client = None
     if shutil.which("docker") is None:
         findings.append(
             Finding(
                 name="buildx",
-                status=Status.FAIL,
+                status=FindingStatus.FAIL,
                 detail="no docker CLI on PATH",
                 fix="install the docker CLI and the buildx plugin ('make engine')",
             )
@@ -162,12 +140,12 @@ def doctor(registry: str = "registry-1.docker.io") -> list[Finding]:
     else:
         proc = _run(["docker", "buildx", "version"])
         if proc.returncode == 0:
-            findings.append(Finding(name="buildx", status=Status.OK, detail=proc.stdout.strip()))
+            findings.append(Finding(name="buildx", status=FindingStatus.OK, detail=proc.stdout.strip()))
         else:
             findings.append(
                 Finding(
                     name="buildx",
-                    status=Status.FAIL,
+                    status=FindingStatus.FAIL,
                     detail=proc.stderr.strip()[:200],
                     fix="install the buildx CLI plugin (Debian: docker-buildx; 'make engine')",
                 )
@@ -180,7 +158,7 @@ def doctor(registry: str = "registry-1.docker.io") -> list[Finding]:
             findings.append(
                 Finding(
                     name="arm64-emulation",
-                    status=Status.WARN,
+                    status=FindingStatus.WARN,
                     detail=f"builder platforms: {platforms or 'unknown'}",
                     fix="install qemu-user-static and binfmt-support ('make engine') to build linux/arm64 variants",
                 )
@@ -201,15 +179,15 @@ def _registry_finding(registry: str) -> Finding:
         ok = exc.code in (200, 401)
         return Finding(
             name="registry",
-            status=Status.OK if ok else Status.WARN,
+            status=FindingStatus.OK if ok else FindingStatus.WARN,
             detail=f"{url} answered {exc.code}",
             fix="" if ok else "check the registry address or your proxy",
         )
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         return Finding(
             name="registry",
-            status=Status.WARN,
+            status=FindingStatus.WARN,
             detail=f"{url} unreachable ({getattr(exc, 'reason', exc)})",
             fix="air-gapped: 'tools/matrix base <variant>' makes stand-in base images with debootstrap",
         )
-    return Finding(name="registry", status=Status.OK, detail=f"{url} answered 200")
+    return Finding(name="registry", status=FindingStatus.OK, detail=f"{url} answered 200")

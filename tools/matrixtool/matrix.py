@@ -1,13 +1,15 @@
 """Load and validate ``matrix.yaml`` into frozen values.
 
-The whole file is validated before anything touches Docker: the JSON Schema (``matrix.schema.json``
-at the repository root, also used by editors) and the semantic rules below; every problem is
-collected with its key path and, for unknown keys, the nearest valid key.
+The whole file is validated before anything touches Docker: the JSON Schema (``matrix.schema.json``,
+shipped inside this package; the copy at the repository root, which editors use, is kept identical by a
+unit test) and the semantic rules below; every problem is collected with its key path and, for unknown
+keys, the nearest valid key.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib.resources
 import json
 import os
 import re
@@ -29,11 +31,15 @@ from matrixtool.checks import CHECKS
 from matrixtool.errors import ConfigError
 from matrixtool.reference import image_problem
 
+# The checkout this package runs from (tools/matrixtool/ -> the repository root); meaningless once the
+# package is installed from a wheel, where DEFAULT_MATRIX falls back to ./matrix.yaml.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The Python each Debian suite a stand-in base can be made from ships (Debian's python3 package).
 SUITE_PYTHON = {"bookworm": "3.11", "trixie": "3.13"}
-SCHEMA_PATH = REPO_ROOT / "matrix.schema.json"
-DEFAULT_MATRIX = REPO_ROOT / "matrix.yaml"
+SCHEMA_NAME = "matrix.schema.json"
+# Templates are the checkout's, next to its matrix file (like images/, which is written there).
+TEMPLATES_DIR_NAME = "templates"
+DEFAULT_MATRIX = REPO_ROOT / "matrix.yaml" if (REPO_ROOT / "matrix.yaml").is_file() else Path("matrix.yaml")
 # Bounds on what is read: a matrix file is a few KiB; a YAML alias bomb ("billion laughs") expands to
 # billions of nodes from a few hundred bytes, so the expanded node count is bounded before any value is built.
 MAX_FILE_BYTES = 1024 * 1024
@@ -63,6 +69,33 @@ class Accelerator(str, Enum):
     CPU = "cpu"
     CUDA = "cuda"
     ROCM = "rocm"
+
+
+@dataclass(frozen=True, order=True)
+class Platform:
+    """An OCI platform: ``os``/``arch``[/``variant``] (``linux/amd64``, ``linux/arm64``, ``linux/arm/v7``).
+
+    ``str()`` gives the form BuildKit, the engine and matrix.yaml use; ``parse`` reads it back.
+    """
+
+    os: str
+    arch: str
+    variant: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Platform:
+        """``linux/arm64`` -> ``Platform("linux", "arm64")``.
+
+        Raises:
+            ValueError: not two or three non-empty ``/``-separated parts.
+        """
+        parts = text.split("/")
+        if len(parts) not in (2, 3) or not all(parts):
+            raise ValueError(f"{text!r} is not an OS/ARCH[/VARIANT] platform")
+        return cls(*parts)
+
+    def __str__(self) -> str:
+        return "/".join(p for p in (self.os, self.arch, self.variant) if p)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,7 +137,7 @@ class Variant:
     name: str
     description: str
     accelerator: Accelerator
-    platforms: tuple[str, ...]
+    platforms: tuple[Platform, ...]
     base_image: str
     stand_in_suite: str | None
     python: str
@@ -124,10 +157,6 @@ class Variant:
     # Files two distributions may both install (matrix.yaml smoke.accept_clashes; pip-check lists them).
     accept_clashes: tuple[str, ...] = ()
 
-    def check(self, name: str) -> CheckSpec | None:
-        """The enabled check called ``name``, or None."""
-        return next((c for c in self.checks if c.name == name), None)
-
 
 @dataclass(frozen=True, kw_only=True)
 class Matrix:
@@ -141,11 +170,21 @@ class Matrix:
         """Variant names in file order."""
         return [v.name for v in self.variants]
 
+    @property
+    def root(self) -> Path:
+        """The folder of the matrix file: ``images/`` is written and ``templates/`` read there."""
+        return self.source.parent
+
+    @property
+    def templates_dir(self) -> Path:
+        """``templates/`` next to the matrix file."""
+        return self.root / TEMPLATES_DIR_NAME
+
 
 def load_schema() -> dict[str, Any]:
-    """The JSON Schema of matrix.yaml, read from ``matrix.schema.json``."""
-    with SCHEMA_PATH.open(encoding="utf-8") as f:
-        schema: dict[str, Any] = json.load(f)
+    """The JSON Schema of matrix.yaml: ``matrix.schema.json``, package data of ``matrixtool``."""
+    text = importlib.resources.files("matrixtool").joinpath(SCHEMA_NAME).read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
     return schema
 
 
@@ -328,19 +367,86 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
         raise ConfigError(str(path), ["nested too deeply to be a matrix file"]) from exc
     if problems:
         raise ConfigError(str(path), problems)
-    return _convert(data, path)
+    resolved, _ = resolve_extends(data)
+    return _convert(resolved, path)
 
 
 def validate(data: Any) -> list[str]:
-    """Every problem of a parsed matrix document, as ``key.path: message`` lines (empty: valid)."""
+    """Every problem of a parsed matrix document, as ``key.path: message`` lines (empty: valid).
+
+    The file as written is checked against the schema first (an ``extends`` variant may leave keys out),
+    then ``extends`` is resolved (``resolve_extends``) and every resolved variant is checked whole.
+    """
     schema = load_schema()
     validator = jsonschema.Draft202012Validator(schema)
-    problems: list[str] = _string_problems(data, [])
-    for error in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
-        problems.extend(_describe(error, schema))
-    if not problems:
-        problems.extend(_semantic_problems(data))
-    return problems
+
+    def schema_problems(doc: Any) -> list[str]:
+        problems: list[str] = []
+        for error in sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path]):
+            problems.extend(_describe(error, schema))
+        return problems
+
+    problems = _string_problems(data, []) + schema_problems(data)
+    if problems:
+        return problems
+    resolved, problems = resolve_extends(data)
+    if problems:
+        return problems
+    return schema_problems(resolved) or _semantic_problems(resolved)
+
+
+def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``override`` on top: mappings merge key by key (recursively); any other value replaces."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def resolve_extends(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``data`` with every variant's ``extends: <other variant>`` resolved, and the problems found.
+
+    A variant that extends another starts from that variant's resolved keys; its own keys override them,
+    mappings key by key (``smoke: {checks: {...}}`` changes only the checks named), lists and scalars whole
+    (as cibuildwheel's overrides cascade). Chains are allowed; an unknown base or a cycle is a problem
+    (``variants.a.extends: ...``). ``extends`` itself is not in the result.
+    """
+    variants: Mapping[str, Any] = data.get("variants") or {}
+    problems: list[str] = []
+    resolved: dict[str, dict[str, Any]] = {}
+
+    def resolve(name: str, chain: tuple[str, ...]) -> dict[str, Any] | None:
+        if name in resolved:
+            return resolved[name]
+        own = dict(variants[name])
+        base_name = own.pop("extends", None)
+        if base_name is None:
+            resolved[name] = own
+            return own
+        if base_name not in variants:
+            close = difflib.get_close_matches(str(base_name), [str(n) for n in variants], n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"variants: {', '.join(str(n) for n in variants)}"
+            problems.append(f"variants.{name}.extends: no variant '{base_name}' to extend; {hint}")
+            return None
+        if base_name in chain:
+            cycle = " -> ".join([*chain[chain.index(base_name) :], base_name])
+            problems.append(f"variants.{chain[0]}.extends: a cycle ({cycle}); one variant of it must not extend")
+            return None
+        base = resolve(base_name, (*chain, base_name))
+        if base is None:
+            return None
+        resolved[name] = _merge(base, own)
+        return resolved[name]
+
+    for name in variants:
+        if name not in resolved:
+            resolve(name, (name,))
+    if problems:
+        return dict(data), sorted(set(problems))
+    return {**data, "variants": {name: resolved[name] for name in variants}}, []
 
 
 def _show(value: str, limit: int = 60) -> str:
@@ -536,7 +642,7 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 name=name,
                 description=v.get("description", ""),
                 accelerator=Accelerator(v["accelerator"]),
-                platforms=tuple(v["platforms"]),
+                platforms=tuple(Platform.parse(p) for p in v["platforms"]),
                 base_image=v["base_image"],
                 stand_in_suite=v.get("stand_in", {}).get("suite"),
                 python=v["python"],

@@ -17,7 +17,7 @@ from typing import Any
 
 from matrixtool.errors import ConfigError, RegistryError
 from matrixtool.matrix import MAX_FILE_BYTES, Variant, read_config_text
-from matrixtool.registry import parse_ref
+from matrixtool.registry import DIGEST, registry_host
 
 LOCK_NAME = "matrix.lock.json"
 LOCK_SCHEMA_VERSION = 1
@@ -57,10 +57,8 @@ def parse_lock(text: str, source: str) -> Lock:
         problems.append("base_images: expected an object of ref -> digest")
         images = {}
     for ref, digest in images.items():
-        try:
-            parse_ref(f"{ref}@{digest}")
-        except RegistryError as exc:
-            problems.append(f"base_images.{ref}: {exc}")
+        if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
+            problems.append(f"base_images.{ref}: digest {digest!r} is not sha256:<64 hex>; run 'tools/matrix pin'")
     if problems:
         raise ConfigError(source, problems)
     return Lock(base_images=dict(images))
@@ -104,7 +102,7 @@ def base_refs(variants: Iterable[Variant]) -> list[str]:
 def pin(refs: Iterable[str], *, lock: Lock, resolve: Callable[[str], str | None]) -> Lock:
     """``lock`` with every ref in ``refs`` pinned to the digest ``resolve(ref)`` returns (other entries kept).
 
-    ``resolve`` is ``registry.manifest_digest`` in the CLI and a fake in unit tests.
+    ``resolve`` is ``registry.EngineRegistry(client).digest`` in the CLI and a fake in unit tests.
 
     Raises:
         RegistryError: a registry is unreachable (raised by ``resolve``) or has no such tag; nothing is
@@ -114,7 +112,7 @@ def pin(refs: Iterable[str], *, lock: Lock, resolve: Callable[[str], str | None]
     for ref in refs:
         digest = resolve(ref)
         if digest is None:
-            host = parse_ref(ref).api_host
+            host = registry_host(ref)
             raise RegistryError(
                 f"registry {host} has no {ref}; check the base_image in matrix.yaml (lock file left unchanged)",
                 registry=host,

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from matrixtool.errors import ConfigError
-from matrixtool.matrix import SUITE_PYTHON, Variant
+from matrixtool.errors import ConfigError, RegistryError
+from matrixtool.matrix import SUITE_PYTHON, Platform, Variant
 from matrixtool.render import RenderedFile
 
 DEFAULT_REPOSITORY = "vllm-matrix"
@@ -29,19 +29,19 @@ class BuildPlan:
     ``files``: the rendered ``images/<variant>/`` files staged into the build context;
     ``wheelhouse``: a folder staged as ``wheelhouse/`` in the build context (bind-mounted by the
     Dockerfile, never copied into a layer); ``ca_cert``: the file passed as build secret ``ca``;
-    ``content_hash``: sha256 hex of every input (see ``content_hash``); ``tags``: full image refs,
+    ``content_hash``: sha256 hex of every input (see ``content_hash``); ``refs``: full image references,
     the content-hash tag first; ``base_digest``: the ``sha256:…`` manifest digest of ``base_image``
     recorded by ``tools/matrix pin`` in the lock file, or None when the base is not pinned.
     """
 
     variant: str
-    platform: str
+    platform: Platform
     files: tuple[RenderedFile, ...]
     wheelhouse: Path | None
     ca_cert: Path | None
     base_image: str
     content_hash: str
-    tags: tuple[str, ...]
+    refs: tuple[str, ...]
     labels: Mapping[str, str] = field(default_factory=dict)
     base_digest: str | None = None
     base_local: str | None = None
@@ -50,9 +50,9 @@ class BuildPlan:
     python_version: str | None = None
 
     @property
-    def hash_tag(self) -> str:
-        """The image ref whose tag is derived from the content hash."""
-        return self.tags[0]
+    def hash_ref(self) -> str:
+        """The image reference whose tag is derived from the content hash (``<repository>:<hash[:16]>``)."""
+        return self.refs[0]
 
     @property
     def base_ref(self) -> str:
@@ -65,7 +65,7 @@ class BuildPlan:
     @property
     def arch(self) -> str:
         """The architecture part of ``platform`` (``linux/amd64`` -> ``amd64``)."""
-        return self.platform.split("/")[-1]
+        return self.platform.arch
 
     @property
     def build_args(self) -> dict[str, str]:
@@ -75,27 +75,101 @@ class BuildPlan:
             args["PYTHON_VERSION"] = self.python_version
         return args
 
-    def argv(self, context_dir: Path, iidfile: Path) -> list[str]:
-        """The ``docker buildx build`` command for a build context staged at ``context_dir``."""
-        argv = [
-            "docker", "buildx", "build",
-            "--progress=plain",
-            "--load",
-            "--platform", self.platform,
-            "--target", TARGET,
-            "--file", str(context_dir / "Dockerfile"),
-            "--iidfile", str(iidfile),
-        ]  # fmt: skip
-        for key, value in sorted(self.build_args.items()):
-            argv += ["--build-arg", f"{key}={value}"]
-        if self.ca_cert is not None:
-            argv += ["--secret", f"id=ca,src={self.ca_cert}"]
-        for key, value in sorted(self.labels.items()):
-            argv += ["--label", f"{key}={value}"]
-        for tag in self.tags:
-            argv += ["--tag", tag]
-        argv.append(str(context_dir))
-        return argv
+
+@dataclass(frozen=True, kw_only=True)
+class BuildSpec:
+    """One BuildKit build, described once: ``buildx_argv`` renders it as a ``docker buildx build`` command and
+    ``bake.bake_target`` as a bake target, so the two cannot drift apart.
+
+    ``context``: the staged build context (absolute); ``dockerfile``: relative to it; ``tags``: full image
+    references; ``secrets``: ``id=…,src=…`` specs; ``cache_from``/``cache_to``/``outputs``: BuildKit's
+    ``type=…`` specs.
+    """
+
+    context: Path
+    dockerfile: str
+    platform: str
+    target: str
+    tags: tuple[str, ...]
+    labels: Mapping[str, str]
+    args: Mapping[str, str]
+    secrets: tuple[str, ...] = ()
+    cache_from: tuple[str, ...] = ()
+    cache_to: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+
+
+# Both renderers load the result into the engine ("--load") and export the cache inline (the one exporter
+# every driver has: the cache travels inside the image, so a pushed image is a cache source for the next build).
+OUTPUTS = ("type=docker",)
+CACHE_TO = ("type=inline",)
+
+
+def build_spec(plan: BuildPlan, *, context_dir: Path, registry: str | None = None) -> BuildSpec:
+    """The build of ``plan`` from the context staged at ``context_dir``.
+
+    With ``registry`` (``HOST[:PORT][/NAMESPACE]``) the plan's refs are added re-homed under it too and its published
+    images (content-hash tag, then version) are the cache source.
+
+    Raises:
+        RegistryError: ``registry`` is not ``HOST[:PORT][/NAMESPACE]``.
+    """
+    remote = tuple(remote_ref(registry, ref) for ref in plan.refs) if registry else ()
+    return BuildSpec(
+        context=context_dir,
+        dockerfile="Dockerfile",
+        platform=str(plan.platform),
+        target=TARGET,
+        tags=(*plan.refs, *remote),
+        labels=dict(sorted(plan.labels.items())),
+        args=dict(sorted(plan.build_args.items())),
+        secrets=(f"id=ca,src={plan.ca_cert}",) if plan.ca_cert is not None else (),
+        cache_from=tuple(f"type=registry,ref={ref}" for ref in remote),
+        cache_to=CACHE_TO,
+        outputs=OUTPUTS,
+    )
+
+
+def buildx_argv(spec: BuildSpec, *, iidfile: Path) -> list[str]:
+    """``spec`` as a ``docker buildx build`` command that writes the image ID to ``iidfile``."""
+    argv = [
+        "docker", "buildx", "build",
+        "--progress=plain",
+        "--platform", spec.platform,
+        "--target", spec.target,
+        "--file", str(spec.context / spec.dockerfile),
+        "--iidfile", str(iidfile),
+    ]  # fmt: skip
+    for output in spec.outputs:
+        argv += ["--output", output]
+    for key, value in spec.args.items():
+        argv += ["--build-arg", f"{key}={value}"]
+    for secret in spec.secrets:
+        argv += ["--secret", secret]
+    for key, value in spec.labels.items():
+        argv += ["--label", f"{key}={value}"]
+    for tag in spec.tags:
+        argv += ["--tag", tag]
+    for cache in spec.cache_from:
+        argv += ["--cache-from", cache]
+    for cache in spec.cache_to:
+        argv += ["--cache-to", cache]
+    argv.append(str(spec.context))
+    return argv
+
+
+def remote_ref(registry: str, local_ref: str) -> str:
+    """``local_ref`` (``vllm-matrix/cpu:0.32.0``) re-homed under ``registry`` (``HOST[:PORT][/NAMESPACE]``).
+
+    Raises:
+        RegistryError: ``registry`` is empty or has a scheme (``http://…``): give the host only.
+    """
+    prefix = registry.strip().rstrip("/")
+    if not prefix or "://" in prefix:
+        raise RegistryError(
+            f"--registry {registry!r}: give HOST[:PORT][/NAMESPACE], without a scheme", registry=registry
+        )
+    return f"{prefix}/{local_ref}"
 
 
 def pinned_ref(ref: str, digest: str | None) -> str:
@@ -116,13 +190,17 @@ def wheelhouse_fingerprint(wheelhouse: Path) -> list[str]:
 def content_hash(
     *,
     files: tuple[RenderedFile, ...],
-    platform: str,
-    base_image_id: str,
+    platform: Platform,
+    base_image_id: str | None,
     wheelhouse_rows: list[str],
     base_digest: str | None = None,
+    base_image: str = "",
 ) -> str:
     """sha256 hex over every build input: rendered files, platform, base image ID, wheelhouse listing,
     and the pinned base digest from the lock file (when there is one).
+
+    ``base_image_id`` None: the base was not looked up (``bake`` without an engine); the ref as named,
+    ``base_image``, stands in for its ID, so the hash differs from a build's on an engine that has the base.
 
     The CA bundle is deliberately left out: it changes how packages are fetched, not what the image holds.
     An unpinned base adds no digest line, so hashes of unpinned builds stay as they were before pinning
@@ -132,7 +210,8 @@ def content_hash(
     for f in sorted(files, key=lambda f: str(f.path)):
         digest.update(f"file {f.path}\n".encode())
         digest.update(f.text.encode())
-    digest.update(f"platform {platform}\nbase {base_image_id}\n".encode())
+    base = base_image_id if base_image_id is not None else f"unchecked {base_image}"
+    digest.update(f"platform {platform}\nbase {base}\n".encode())
     for row in wheelhouse_rows:
         digest.update(f"wheel {row}\n".encode())
     if base_digest:
@@ -140,20 +219,20 @@ def content_hash(
     return digest.hexdigest()
 
 
-def image_repository(repository: str, variant: Variant, platform: str) -> str:
+def image_repository(repository: str, variant: Variant, platform: Platform) -> str:
     """``<repository>/<variant>``, with the arch appended when the variant builds several platforms."""
     name = f"{repository}/{variant.name}"
     if len(variant.platforms) > 1:
-        name += "-" + platform.split("/")[-1]
+        name += "-" + platform.arch
     return name
 
 
 def plan_build(
     variant: Variant,
     *,
-    platform: str,
+    platform: Platform,
     files: tuple[RenderedFile, ...],
-    base_image_id: str,
+    base_image_id: str | None,
     wheelhouse: Path | None,
     wheelhouse_rows: list[str],
     ca_cert: Path | None,
@@ -164,18 +243,20 @@ def plan_build(
     base_local: str | None = None,
     stand_in_suite: str | None = None,
 ) -> BuildPlan:
-    """The build of ``variant`` for ``platform``; ``base_image_id`` is the local ID of its base image,
-    ``base_digest`` its pinned manifest digest from the lock file (None: unpinned), ``stand_in_suite`` the
-    Debian suite when that base is a stand-in (its Python may differ: ``stand_in_python``)."""
+    """The build of ``variant`` for ``platform``; ``base_image_id`` is the local ID of its base image (None: not
+    looked up, see ``content_hash``), ``base_digest`` its pinned manifest digest from the lock file (None:
+    unpinned), ``stand_in_suite`` the Debian suite when that base is a stand-in (its Python may differ:
+    ``stand_in_python``)."""
     digest = content_hash(
         files=files,
         platform=platform,
         base_image_id=base_image_id,
         wheelhouse_rows=wheelhouse_rows,
         base_digest=base_digest,
+        base_image=variant.base_image,
     )
     name = image_repository(repository, variant, platform)
-    tags = (f"{name}:{digest[:16]}", f"{name}:{variant.vllm.version}")
+    refs = (f"{name}:{digest[:16]}", f"{name}:{variant.vllm.version}")
     labels = {
         "org.opencontainers.image.source": source_url,
         "org.opencontainers.image.revision": revision,
@@ -183,7 +264,7 @@ def plan_build(
         "org.opencontainers.image.base.name": variant.base_image,
         **({"org.opencontainers.image.base.digest": base_digest} if base_digest else {}),
         "io.vllm-matrix.content-hash": digest,
-        "io.vllm-matrix.platform": platform,
+        "io.vllm-matrix.platform": str(platform),
     }
     return BuildPlan(
         variant=variant.name,
@@ -193,7 +274,7 @@ def plan_build(
         ca_cert=ca_cert,
         base_image=variant.base_image,
         content_hash=digest,
-        tags=tags,
+        refs=refs,
         labels=labels,
         base_digest=base_digest,
         base_local=base_local,

@@ -1,189 +1,155 @@
-"""Container registries: image refs, manifest digests over the Distribution HTTP API, re-homed refs.
+"""Container registries, spoken to through the Docker engine (the Docker SDK): manifest digests, tags, pushes.
 
-The pure half (``parse_ref``, ``manifest_url``, ``remote_ref``) turns refs into values and URLs; the
-thin executor ``manifest_digest`` asks a registry one ``HEAD /v2/<name>/manifests/<tag>`` question.
-The API is the OCI Distribution spec (https://github.com/opencontainers/distribution-spec, "Checking
-if content exists in the registry"); anonymous bearer tokens follow Docker's token spec
-(https://distribution.github.io/distribution/spec/auth/token/). Registries that need a login are
-answered with a ``RegistryError`` that says so (``docker login`` credentials are not read here).
+The engine does the talking, so ``docker login`` credentials (``~/.docker/config.json``), the engine's proxy,
+CA and insecure-registry settings apply, as for ``docker pull``/``docker push``. Loopback registries
+(127.0.0.0/8) are plain HTTP: the engine treats them as insecure by default.
+
+``Registry`` is the seam: the commands use ``EngineRegistry`` (one Docker client per command); unit tests
+pass a fake and need no engine. ``registry_host`` names a ref's registry for messages.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import re
-import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
+from typing import Any, Protocol
 
+import docker
+import docker.auth
+import docker.errors
+import docker.utils
+
+from matrixtool.engine import echo
 from matrixtool.errors import RegistryError
 
-# Docker's normalisation: a ref without a registry host means Docker Hub, whose API host is this one.
-DOCKER_HUB = "docker.io"
-DOCKER_HUB_API = "registry-1.docker.io"
-# Loopback registries are spoken to over plain HTTP, as dockerd and BuildKit do (no TLS needed).
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
-# Every manifest media type a tag can point to; the registry answers the digest of what it stores.
-MANIFEST_ACCEPT = ", ".join(
-    [
-        "application/vnd.oci.image.index.v1+json",
-        "application/vnd.docker.distribution.manifest.list.v2+json",
-        "application/vnd.oci.image.manifest.v1+json",
-        "application/vnd.docker.distribution.manifest.v2+json",
-    ]
-)
-TIMEOUT_S = 15.0
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+SDK = "Docker SDK"
 
 
-@dataclass(frozen=True, kw_only=True)
-class ImageRef:
-    """A parsed image ref: ``registry`` host[:port] as written (``docker.io`` when none), ``repository``
-    (``library/`` added for Docker Hub's official images), ``tag`` (``latest`` when none) and ``digest``."""
+class Registry(Protocol):
+    """What the tool asks of registries (and of the engine's tags on their behalf)."""
 
-    registry: str
-    repository: str
-    tag: str
-    digest: str | None = None
+    def digest(self, ref: str) -> str | None:
+        """The ``sha256:…`` manifest digest the registry of ``ref`` stores for it, or None when it has none.
 
-    @property
-    def api_host(self) -> str:
-        """The host the HTTP API answers on (Docker Hub's API is not on ``docker.io``)."""
-        return DOCKER_HUB_API if self.registry == DOCKER_HUB else self.registry
+        Raises:
+            RegistryError: the registry is unreachable or refused the request.
+        """
+        ...
 
-    @property
-    def scheme(self) -> str:
-        """``http`` for loopback registries, else ``https``."""
-        bracketed = self.registry.startswith("[")  # an IPv6 literal, e.g. [::1]:5000
-        host = self.registry.split("]", 1)[0] + "]" if bracketed else self.registry.split(":", 1)[0]
-        return "http" if host in LOOPBACK_HOSTS else "https"
+    def tag(self, source: str, target: str) -> None:
+        """Tag the engine's image ``source`` as ``target`` (``docker tag``)."""
+        ...
 
+    def push(self, ref: str) -> str:
+        """Push ``ref`` (``docker push``); returns the manifest digest the registry stored.
 
-def parse_ref(ref: str) -> ImageRef:
-    """Split ``ref`` the way Docker does: the first path part is a registry when it holds ``.`` or ``:``
-    or is ``localhost``.
+        Raises:
+            RegistryError: the push failed (the message names the registry and the engine's reason).
+        """
+        ...
 
-    Raises:
-        RegistryError: ``ref`` is empty or its digest is not ``sha256:<64 hex>``.
-    """
-    if not ref or ref != ref.strip():
-        raise RegistryError(f"{ref!r} is not an image ref", ref=ref)
-    name, _, digest = ref.partition("@")
-    if digest and not _DIGEST.match(digest):
-        raise RegistryError(f"{ref}: digest {digest!r} is not sha256:<64 hex>", ref=ref)
-    last = name.rsplit("/", 1)[-1]
-    tag = "latest"
-    if ":" in last:
-        name, tag = name.rsplit(":", 1)
-    first, _, rest = name.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        registry, repository = first, rest
-    else:
-        registry, repository = DOCKER_HUB, name
-    if registry == DOCKER_HUB and "/" not in repository:
-        repository = f"library/{repository}"
-    return ImageRef(registry=registry, repository=repository, tag=tag, digest=digest or None)
+    def untag(self, ref: str) -> None:
+        """Remove the tag ``ref`` from the engine (the image stays under its other tags)."""
+        ...
 
 
-def manifest_url(ref: ImageRef) -> str:
-    """``<scheme>://<api host>/v2/<repository>/manifests/<digest or tag>``."""
-    return f"{ref.scheme}://{ref.api_host}/v2/{ref.repository}/manifests/{ref.digest or ref.tag}"
+def registry_host(ref: str) -> str:
+    """The registry part of ``ref`` as Docker resolves it: ``docker.io`` for ``debian:12``,
+    ``127.0.0.1:5000`` for ``127.0.0.1:5000/x/y:z`` (``docker.auth.resolve_repository_name``)."""
+    repository, _ = docker.utils.parse_repository_tag(ref)
+    try:
+        host, _ = docker.auth.resolve_repository_name(repository)
+    except docker.errors.InvalidRepository:
+        return repository.split("/", 1)[0]
+    return str(host)
 
 
-def remote_ref(registry: str, local_ref: str) -> str:
-    """``local_ref`` (``vllm-matrix/cpu:0.32.0``) re-homed under ``registry`` (``HOST[:PORT][/NAMESPACE]``).
-
-    Raises:
-        RegistryError: ``registry`` is empty or has a scheme (``http://…``): give the host only.
-    """
-    prefix = registry.strip().rstrip("/")
-    if not prefix or "://" in prefix:
-        raise RegistryError(
-            f"--registry {registry!r}: give HOST[:PORT][/NAMESPACE], without a scheme", registry=registry
-        )
-    return f"{prefix}/{local_ref}"
+def _refused(ref: str, what: str, reason: str) -> RegistryError:
+    host = registry_host(ref)
+    unreachable = any(s in reason for s in ("connection refused", "no such host", "i/o timeout", "dial tcp"))
+    detail = (
+        f"registry {host} is unreachable ({reason}) while {what} {ref}; check the network, a proxy, or the "
+        "--registry address"
+        if unreachable
+        else f"registry {host} refused {what} {ref} ({reason}); are you logged in ('docker login {host}')?"
+    )
+    return RegistryError(detail, registry=host, ref=ref)
 
 
-def bearer_challenge(header: str) -> dict[str, str] | None:
-    """The parameters of a ``WWW-Authenticate: Bearer realm=…,service=…,scope=…`` header, or None."""
-    scheme, _, params = header.partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return dict(re.findall(r'(\w+)="([^"]*)"', params))
+@dataclass(frozen=True)
+class EngineRegistry:
+    """``Registry`` through ``client`` (Docker SDK): ``images.get_registry_data`` for digests (the engine's
+    ``GET /distribution/<ref>/json``), ``images.push(stream=True, decode=True)`` for pushes, whose digest is
+    the ``aux`` record's ``Digest``."""
 
+    client: docker.DockerClient
 
-def _request(url: str, *, method: str, headers: dict[str, str]) -> urllib.request.Request:
-    return urllib.request.Request(url, method=method, headers=headers)
-
-
-def _anonymous_token(challenge: dict[str, str], ref: ImageRef) -> str:
-    query = {
-        "service": challenge.get("service", ""),
-        "scope": challenge.get("scope", f"repository:{ref.repository}:pull"),
-    }
-    url = challenge["realm"] + "?" + urllib.parse.urlencode(query)
-    with urllib.request.urlopen(_request(url, method="GET", headers={}), timeout=TIMEOUT_S) as resp:
-        body = json.load(resp)
-    return str(body.get("token") or body.get("access_token") or "")
-
-
-def manifest_digest(ref: str, *, timeout: float = TIMEOUT_S) -> str | None:
-    """The ``sha256:…`` digest the registry of ``ref`` stores for its tag, or None when it has no such tag.
-
-    One ``HEAD`` request (plus an anonymous token request when the registry asks for one), each at most
-    ``timeout`` seconds; printed as ``+ HEAD <url>`` first.
-
-    Raises:
-        RegistryError: the registry is unreachable, needs credentials, or answered something else
-            (the message names the registry host and the ref).
-    """
-    parsed = parse_ref(ref)
-    url = manifest_url(parsed)
-    print(f"+ HEAD {url}", file=sys.stderr, flush=True)
-    headers = {"Accept": MANIFEST_ACCEPT}
-    for attempt in range(2):
+    def digest(self, ref: str) -> str | None:
+        echo(["docker", "buildx", "imagetools", "inspect", ref], via=SDK + ": images.get_registry_data")
         try:
-            request = _request(url, method="HEAD", headers=headers)
-            with urllib.request.urlopen(request, timeout=timeout) as resp:
-                digest = resp.headers.get("Docker-Content-Digest", "")
-                if not _DIGEST.match(digest):
-                    raise RegistryError(
-                        f"registry {parsed.api_host} answered {ref} without a Docker-Content-Digest header",
-                        registry=parsed.api_host,
-                        ref=ref,
-                    )
-                return str(digest)
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return None
-            challenge = bearer_challenge(exc.headers.get("WWW-Authenticate", "")) if exc.code == 401 else None
-            if challenge and "realm" in challenge and attempt == 0:
-                try:
-                    token = _anonymous_token(challenge, parsed)
-                except (urllib.error.URLError, OSError, ValueError) as token_exc:
-                    raise _unreachable(parsed, ref, token_exc) from token_exc
-                headers["Authorization"] = f"Bearer {token}"
-                continue
-            raise RegistryError(
-                f"registry {parsed.api_host} answered HTTP {exc.code} for {ref}"
-                + ("; it needs credentials this tool does not send" if exc.code in (401, 403) else ""),
-                registry=parsed.api_host,
-                ref=ref,
-            ) from exc
-        except (urllib.error.URLError, OSError) as exc:
-            raise _unreachable(parsed, ref, exc) from exc
-    raise RegistryError(
-        f"registry {parsed.api_host} refused an anonymous token for {ref}", registry=parsed.api_host, ref=ref
-    )
+            data = self.client.images.get_registry_data(ref)
+        except docker.errors.NotFound:
+            return None
+        except docker.errors.APIError as exc:
+            raise _refused(ref, "looking up", str(exc.explanation or exc)) from exc
+        return str(data.id)
+
+    def tag(self, source: str, target: str) -> None:
+        echo(["docker", "tag", source, target], via=SDK)
+        repository, tag = docker.utils.parse_repository_tag(target)
+        self.client.images.get(source).tag(repository, tag)
+
+    def push(self, ref: str) -> str:
+        echo(["docker", "push", ref], via=SDK)
+        repository, tag = docker.utils.parse_repository_tag(ref)
+        digest = ""
+        try:
+            for record in self.client.images.push(repository, tag, stream=True, decode=True):
+                digest = pushed_digest(record) or digest
+                if "error" in record:
+                    raise _refused(ref, "pushing", str(record.get("error")))
+        except docker.errors.APIError as exc:
+            raise _refused(ref, "pushing", str(exc.explanation or exc)) from exc
+        if not digest:
+            raise RegistryError(f"pushing {ref} reported no digest", registry=registry_host(ref), ref=ref)
+        return digest
+
+    def untag(self, ref: str) -> None:
+        echo(["docker", "rmi", ref], via=SDK)
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            self.client.images.remove(ref, noprune=True)
 
 
-def _unreachable(parsed: ImageRef, ref: str, exc: BaseException) -> RegistryError:
-    reason = getattr(exc, "reason", None) or exc
-    return RegistryError(
-        f"registry {parsed.api_host} is unreachable ({reason}) while looking up {ref}; "
-        "check the network, a proxy, or the --registry address",
-        registry=parsed.api_host,
-        ref=ref,
-    )
+def pushed_digest(record: dict[str, Any]) -> str | None:
+    """The digest in one decoded record of the engine's push stream: the ``aux`` record
+    (``{"aux": {"Tag": …, "Digest": "sha256:…", "Size": …}}``), else None."""
+    aux = record.get("aux")
+    digest = aux.get("Digest") if isinstance(aux, dict) else None
+    return str(digest) if isinstance(digest, str) and DIGEST.fullmatch(digest) else None
+
+
+def pull_if_missing(client: docker.DockerClient, ref: str) -> bool:
+    """Pull ``ref`` unless the engine has it; True when it was pulled.
+
+    Raises:
+        RegistryError: pulling failed (the message names the registry, the ref and the engine's reason).
+    """
+    try:
+        client.images.get(ref)
+        return False
+    except docker.errors.ImageNotFound:
+        pass
+    echo(["docker", "pull", ref], via=SDK)
+    try:
+        client.images.pull(ref)
+    except docker.errors.APIError as exc:
+        host = registry_host(ref)
+        raise RegistryError(
+            f"{ref} is not on the engine and pulling it from {host} failed "
+            f"({exc.explanation or exc}); build it, push it, or check the ref",
+            registry=host,
+            ref=ref,
+        ) from exc
+    return True

@@ -12,6 +12,7 @@ import junitparser
 from tabulate import tabulate
 
 from matrixtool.build import BuildResult
+from matrixtool.errors import ExitCode
 from matrixtool.smoke import CheckResult, Status
 
 JSON_SCHEMA_VERSION = 1
@@ -24,6 +25,8 @@ class RunReport:
     builds: Sequence[BuildResult] = ()
     checks: Sequence[CheckResult] = ()
     errors: Mapping[str, str] = field(default_factory=dict)
+    # The exit code of each variant's error (variant -> code); ``--keep-going`` exits with the most severe.
+    error_codes: Mapping[str, ExitCode] = field(default_factory=dict)
     skipped: Mapping[str, str] = field(default_factory=dict)
 
     @property

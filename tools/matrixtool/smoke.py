@@ -268,12 +268,6 @@ class HostRunner:
         self.python = python
         self.env = dict(env)
 
-    def __enter__(self) -> HostRunner:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
     def start(self) -> None:
         """Nothing to restart: a timed-out check was killed with its process group by ``timeout``."""
 

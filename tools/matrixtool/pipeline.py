@@ -1,0 +1,567 @@
+"""The pipeline behind the commands: input checks, base images, planning, builds, smoke checks, pushes.
+
+``matrix.yaml → Matrix → select → render (check) → inputs → bases → plan → build → smoke → report``.
+Each command of ``cli.py`` parses its flags into one ``Options`` value, loads the matrix once, calls one
+function here and renders the value it returns (``report.RunReport``, ``BakeReport``, ``PushReport``,
+``PinReport``). Progress lines go to stderr as they happen; nothing here decides an exit code except by
+raising a ``MatrixError``.
+
+Engines: ``build``, ``run``, ``test --image``, ``push`` and ``pin`` take a Docker client made once per command
+(``engine.connect``); ``bake`` takes one when an engine answers and works without one.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+
+from matrixtool import bake, base, build, engine, index, pin, plan, push, registry, render, report, smoke
+from matrixtool.errors import (
+    ConfigError,
+    EngineUnreachableError,
+    ExitCode,
+    IndexUnreachableError,
+    MatrixError,
+    NotBuiltError,
+    RegistryError,
+)
+from matrixtool.matrix import CheckSpec, Matrix, Platform, Variant
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    """Every option a pipeline run takes, as parsed from the command line (defaults: the flags' defaults).
+
+    ``matrix_path``/``out_dir``: the matrix file and the folder for logs, reports and staged contexts;
+    ``env``: the environment (CA bundle and wheelhouse variables, ``GITHUB_*``); ``ca_cert``/``wheelhouse``:
+    the flags (None: from ``env``); ``registry``: ``HOST[:PORT][/NAMESPACE]`` or None; ``only``/``skip``: check
+    names; ``jobs``: variants built at once; ``quiet``: no per-check progress lines (``--json``).
+    """
+
+    matrix_path: Path
+    out_dir: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    ca_cert: Path | None = None
+    wheelhouse: Path | None = None
+    repository: str = plan.DEFAULT_REPOSITORY
+    registry: str | None = None
+    force: bool = False
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    keep_going: bool = False
+    jobs: int = 1
+    quiet: bool = False
+    keep_tags: bool = True
+
+    @property
+    def log_dir(self) -> Path:
+        """``<out>/logs``: build logs and one log per check."""
+        return self.out_dir / "logs"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Inputs:
+    """The resolved inputs shared by every variant: CA bundle and wheelhouse (flag, else environment)."""
+
+    ca_cert: Path | None
+    wheelhouse: Path | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BakeReport:
+    """``bake``'s result: the bake file, the plans it holds, and what could not be checked (one line each)."""
+
+    path: Path
+    plans: Sequence[plan.BuildPlan]
+    warnings: Sequence[str] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PushReport:
+    """``push``'s result: one ``PushResult`` per pushed plan."""
+
+    pushed: Sequence[push.PushResult]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PinReport:
+    """``pin``'s result: the lock file, each ref's digest before (None: new) and now, and whether it changed."""
+
+    path: Path
+    before: pin.Lock
+    after: pin.Lock
+    refs: Sequence[str]
+    changed: bool
+
+
+def note(message: str) -> None:
+    """A progress line on stderr."""
+    print(message, file=sys.stderr, flush=True)
+
+
+# --- inputs ------------------------------------------------------------------------------------------
+def resolve_inputs(options: Options) -> Inputs:
+    """The CA bundle and wheelhouse to use: the flags, else ``options.env`` (``plan.resolve_*``)."""
+    return Inputs(
+        ca_cert=plan.resolve_ca_cert(options.ca_cert, options.env),
+        wheelhouse=plan.resolve_wheelhouse(options.wheelhouse, options.env),
+    )
+
+
+def check_fresh(matrix: Matrix) -> None:
+    """Raise ``StaleRenderError`` when ``images/`` next to the matrix file is not a fresh render of it."""
+    render.check_fresh(render.render_matrix(matrix), matrix.root)
+
+
+def check_inputs(variant: Variant, inputs: Inputs) -> None:
+    """Check ``variant``'s local inputs: the CA bundle is a file; a wheelhouse variant has a wheelhouse
+    holding its torch wheel.
+
+    Raises:
+        ConfigError: every problem found, each with what to pass instead.
+    """
+    wheelhouse, ca_cert = inputs.wheelhouse, inputs.ca_cert
+    problems = []
+    if ca_cert is not None and not ca_cert.is_file():
+        problems.append(
+            f"CA bundle {ca_cert} (from --ca-cert or {'/'.join(plan.CA_ENV_VARS)}) is not a file; "
+            "pass --ca-cert FILE or unset the variable"
+        )
+    if variant.index.wheelhouse:
+        wanted = f"{variant.torch.package}-{variant.torch.version}-"
+        if wheelhouse is None:
+            problems.append(
+                f"variants.{variant.name}.index.wheelhouse: this variant installs "
+                f"{variant.torch.requirement} from a wheelhouse; pass --wheelhouse DIR or set "
+                f"{plan.WHEELHOUSE_ENV_VAR}"
+            )
+        elif not wheelhouse.is_dir():
+            problems.append(f"wheelhouse {wheelhouse} is not a folder; pass --wheelhouse DIR")
+        elif not any(p.name.startswith(wanted) for p in wheelhouse.iterdir()):
+            problems.append(
+                f"wheelhouse {wheelhouse} has no {wanted}*.whl for variant {variant.name}; "
+                f"add the wheel or pass another --wheelhouse"
+            )
+    if problems:
+        raise ConfigError(f"inputs of variant {variant.name}", problems)
+
+
+def unreachable_indexes(variant: Variant, inputs: Inputs) -> list[tuple[str, str]]:
+    """``(url, reason)`` for each of ``variant``'s package indexes that does not answer a probe
+    (``index.probe``, at most ``index.PROBE_TIMEOUT`` seconds each)."""
+    found = []
+    for url in (variant.index.url, *variant.index.extra_urls):
+        problem = index.probe(url, ca_cert=inputs.ca_cert, timeout=index.PROBE_TIMEOUT)
+        if problem is not None:
+            found.append((url, problem))
+    return found
+
+
+def check_index_reachable(variant: Variant, inputs: Inputs) -> None:
+    """Fail in seconds, not after a hung build, when the variant's package index does not answer.
+
+    Raises:
+        IndexUnreachableError: naming the index and the ways out (a wheelhouse, or another index in matrix.yaml).
+    """
+    for url, problem in unreachable_indexes(variant, inputs)[:1]:
+        raise IndexUnreachableError(
+            f"variant {variant.name}: package index {url} is unreachable from this machine ({problem}); "
+            f"the build would hang on it. Ways out: pass --wheelhouse DIR holding the wheels "
+            f"({variant.torch.requirement} and what it needs), or point variants.{variant.name}.index.url "
+            "in matrix.yaml at a mirror you can reach, then 'tools/matrix render'"
+        )
+
+
+def preflight(matrix: Matrix, variants: Sequence[Variant], options: Options) -> Inputs:
+    """Everything checked before the engine is touched: a fresh render of ``images/``, each variant's
+    inputs (wheelhouse, CA bundle), then each variant's package index.
+
+    Raises:
+        StaleRenderError, ConfigError, IndexUnreachableError (an index does not answer).
+    """
+    check_fresh(matrix)
+    inputs = resolve_inputs(options)
+    for variant in variants:
+        check_inputs(variant, inputs)
+    for variant in variants:
+        check_index_reachable(variant, inputs)
+    return inputs
+
+
+# --- base images, then plans ---------------------------------------------------------------------------
+BaseKey = tuple[str, Platform]  # (variant name, platform)
+
+
+def provide_bases(
+    client: docker.DockerClient, variants: Sequence[Variant], lock: pin.Lock
+) -> dict[BaseKey, base.BaseImage]:
+    """Make every (variant, platform)'s base image present (``base.provide``: local, pulled or a stand-in;
+    ``ref@digest`` when pinned in ``lock``).
+
+    Raises:
+        BuildError: a base could not be provided.
+    """
+    return {
+        (v.name, p): base.provide(
+            client, v.base_image, platform=p, suite=v.stand_in_suite, digest=lock.digest(v.base_image)
+        )
+        for v in variants
+        for p in v.platforms
+    }
+
+
+def look_up_bases(
+    client: docker.DockerClient | None, variants: Sequence[Variant], lock: pin.Lock
+) -> tuple[dict[BaseKey, base.BaseImage], list[str]]:
+    """The bases the engine already has (``base.lookup``; nothing pulled or made), and a warning for each
+    one it lacks, or one warning when there is no engine (``client`` None)."""
+    if client is None:
+        return {}, ["no Docker engine: base images were not checked; the bake file names them as matrix.yaml does"]
+    found: dict[BaseKey, base.BaseImage] = {}
+    warnings = []
+    for v in variants:
+        digest = lock.digest(v.base_image)
+        for p in v.platforms:
+            got = base.lookup(client, v.base_image, platform=p, digest=digest)
+            if got is not None:
+                found[(v.name, p)] = got
+            else:
+                warnings.append(
+                    f"{v.name} ({p}): base image {plan.pinned_ref(v.base_image, digest)} is not on the engine; "
+                    "the bake file builds FROM it as named, and its content hash differs from a local build's "
+                    "('tools/matrix base' provides it)"
+                )
+    return found, warnings
+
+
+@dataclass(frozen=True, kw_only=True)
+class Provenance:
+    """Where the build inputs come from: the checkout's ``revision`` and ``source`` URL (image labels)."""
+
+    revision: str
+    source: str
+
+
+def provenance(root: Path) -> Provenance:
+    """The git revision and origin URL of the checkout at ``root`` (``unknown``/the folder outside git)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
+        except OSError:
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
+
+    return Provenance(
+        revision=git("rev-parse", "HEAD") or "unknown", source=git("remote", "get-url", "origin") or str(root)
+    )
+
+
+def plan_variants(
+    matrix: Matrix,
+    variants: Sequence[Variant],
+    bases: dict[BaseKey, base.BaseImage],
+    *,
+    lock: pin.Lock,
+    inputs: Inputs,
+    options: Options,
+    origin: Provenance,
+) -> list[plan.BuildPlan]:
+    """Plan every (variant, platform), pure: ``bases`` are what providing or looking up found (a key missing:
+    the base is unchecked, named as in matrix.yaml, or ``ref@digest`` when pinned in ``lock``).
+
+    ``build``, ``run``, ``bake`` and ``push`` all plan here, so their tags, labels and content hashes agree.
+
+    Raises:
+        ConfigError: a stand-in base ships another Python than the variant accepts (``plan.stand_in_python``).
+    """
+    plans = []
+    for variant in variants:
+        files = tuple(render.render_variant(variant, matrix.templates_dir))
+        digest = lock.digest(variant.base_image)
+        for platform in variant.platforms:
+            got = bases.get((variant.name, platform))
+            wheels = inputs.wheelhouse if variant.index.wheelhouse else None
+            plans.append(
+                plan.plan_build(
+                    variant,
+                    platform=platform,
+                    files=files,
+                    base_image_id=got.image_id if got else None,
+                    wheelhouse=wheels,
+                    wheelhouse_rows=plan.wheelhouse_fingerprint(wheels) if wheels else [],
+                    ca_cert=inputs.ca_cert,
+                    revision=origin.revision,
+                    source_url=origin.source,
+                    repository=options.repository,
+                    base_digest=digest,
+                    base_local=got.local_tag if got else None,
+                    stand_in_suite=got.stand_in_suite if got else None,
+                )
+            )
+    return plans
+
+
+def provide_and_plan(
+    client: docker.DockerClient, matrix: Matrix, variants: Sequence[Variant], inputs: Inputs, options: Options
+) -> list[plan.BuildPlan]:
+    """``provide_bases`` then ``plan_variants``, saying when a stand-in base changes the build's Python.
+
+    Raises:
+        ConfigError (lock file, stand-in Python), BuildError (base image).
+    """
+    lock = pin.read_lock(pin.lock_path(matrix.source))
+    bases = provide_bases(client, variants, lock)
+    plans = plan_variants(
+        matrix, variants, bases, lock=lock, inputs=inputs, options=options, origin=provenance(matrix.root)
+    )
+    for p in plans:
+        got = bases[(p.variant, p.platform)]
+        if p.python_version:
+            variant = next(v for v in variants if v.name == p.variant)
+            note(
+                f"{p.variant} ({p.platform}): base {p.base_image} is a Debian {got.stand_in_suite} stand-in: "
+                f"building with Python {p.python_version} (upstream: {variant.python})"
+            )
+    return plans
+
+
+# --- builds --------------------------------------------------------------------------------------------
+def execute_plans(
+    client: docker.DockerClient, plans: Sequence[plan.BuildPlan], options: Options
+) -> list[build.BuildResult]:
+    """Build ``plans`` in order, skipping (unless ``options.force``) those whose content-hash tag is on the
+    engine or, with ``options.registry``, in that registry.
+
+    Raises:
+        BuildError, RegistryError (the registry did not answer).
+    """
+    results = []
+    for the_plan in plans:
+        done = None if options.force else build.existing(client, the_plan)
+        if done is not None:
+            note(f"{the_plan.variant}: {done.image} exists (content hash unchanged); --force rebuilds")
+        elif not options.force and options.registry:
+            done = build.published(the_plan, options.registry, registry.EngineRegistry(client))
+            if done is not None:
+                note(
+                    f"{the_plan.variant}: {done.image} exists in the registry (content hash unchanged); "
+                    "--force rebuilds"
+                )
+        if done is None:
+            done = build.execute(client, the_plan, work_dir=options.out_dir / "context", log_dir=options.log_dir)
+        results.append(done)
+    return results
+
+
+def build_variants(matrix: Matrix, variants: Sequence[Variant], options: Options) -> report.RunReport:
+    """``tools/matrix build``: preflight, bases, plans and builds of ``variants``; no smoke checks.
+
+    Raises:
+        StaleRenderError, ConfigError, BuildError, RegistryError, EngineUnreachableError.
+    """
+    inputs = preflight(matrix, variants, options)
+    client = engine.connect()
+    plans = provide_and_plan(client, matrix, variants, inputs, options)
+    return report.RunReport(builds=execute_plans(client, plans, options))
+
+
+# --- smoke checks --------------------------------------------------------------------------------------
+def select_checks(variant: Variant, only: Sequence[str], skip: Sequence[str]) -> list[CheckSpec]:
+    """``variant``'s checks, narrowed by ``--only`` (when given) and ``--skip``.
+
+    Raises:
+        ConfigError: a name is not a check of the variant, or nothing is left to run.
+    """
+    names = [c.name for c in variant.checks]
+    unknown = [n for n in [*only, *skip] if n not in names]
+    if unknown:
+        raise ConfigError(
+            "--only/--skip",
+            [f"{n!r} is not a check of variant {variant.name}; its checks: {', '.join(names)}" for n in unknown],
+        )
+    chosen = [c for c in variant.checks if (not only or c.name in only) and c.name not in skip]
+    if not chosen:
+        raise ConfigError("--only/--skip", [f"the selection leaves no check of variant {variant.name} to run"])
+    return chosen
+
+
+def _progress(options: Options) -> Callable[[smoke.CheckResult], None]:
+    def show(r: smoke.CheckResult) -> None:
+        if not options.quiet:
+            note(f"[{r.variant}] {r.check}: {r.status.value} ({r.seconds:.1f} s) {r.diagnosis}")
+
+    return show
+
+
+def smoke_image(client: docker.DockerClient, image: str, variant: Variant, options: Options) -> list[smoke.CheckResult]:
+    """Run ``variant``'s selected checks (``options.only``/``skip``) inside ``image``."""
+    checks = select_checks(variant, options.only, options.skip)
+    note(f"[{variant.name}] smoke checks in {image}: {', '.join(c.name for c in checks)}")
+    return smoke.run_suite(client, image, variant, checks, log_dir=options.log_dir, on_result=_progress(options))
+
+
+def test_image(matrix: Matrix, variant: Variant, image: str, options: Options) -> report.RunReport:
+    """``tools/matrix test --image``: pull ``image`` when the engine lacks it, then run the checks in it.
+
+    Raises:
+        ConfigError (check selection), RegistryError (the pull failed), EngineUnreachableError.
+    """
+    select_checks(variant, options.only, options.skip)
+    client = engine.connect()
+    registry.pull_if_missing(client, image)
+    return report.RunReport(checks=smoke_image(client, image, variant, options))
+
+
+def test_host(variant: Variant, python: str, options: Options) -> report.RunReport:
+    """``tools/matrix test --host``: the checks in ``python``'s environment on this machine, no Docker."""
+    checks = select_checks(variant, options.only, options.skip)
+    note(f"[{variant.name}] smoke checks on this host ({python}): {', '.join(c.name for c in checks)}")
+    results = smoke.run_host_suite(
+        python, variant, checks, env=options.env, log_dir=options.log_dir, on_result=_progress(options)
+    )
+    return report.RunReport(checks=results)
+
+
+# --- run: everything, optionally past failures ---------------------------------------------------------
+def run_variants(matrix: Matrix, variants: Sequence[Variant], options: Options) -> report.RunReport:
+    """``tools/matrix run``: render check, inputs, bases, plans, builds (``options.jobs`` at once), smoke.
+
+    Without ``keep_going`` the first error is raised. With it, only a stale render stops everything; a
+    variant's own failure (inputs, index, base, build) is recorded in ``RunReport.errors`` and the others
+    go on, and variants whose platforms the builder cannot build are recorded in ``RunReport.skipped``.
+
+    Raises:
+        StaleRenderError, and without ``keep_going`` every ``MatrixError`` of a variant.
+    """
+    if options.keep_going:
+        check_fresh(matrix)
+        inputs = resolve_inputs(options)
+    else:
+        inputs = preflight(matrix, variants, options)
+    client = engine.connect()
+    skipped: dict[str, str] = {}
+    if options.keep_going:
+        can = engine.builder_platforms()
+        for v in variants:
+            missing = [str(p) for p in v.platforms if str(p) not in can]
+            if missing:
+                skipped[v.name] = f"this builder cannot build {', '.join(missing)} (see 'tools/matrix doctor')"
+        variants = [v for v in variants if v.name not in skipped]
+
+    # Bases and plans one variant at a time (variants may share a base ref); then the builds, `jobs` at once.
+    errors: dict[str, str] = {}
+    codes: dict[str, ExitCode] = {}
+    planned: dict[str, list[plan.BuildPlan]] = {}
+
+    def fail(name: str, exc: MatrixError) -> None:
+        if not options.keep_going:
+            raise exc
+        errors[name] = str(exc)
+        codes[name] = exc.exit_code
+        note(f"[{name}] error: {exc}")
+
+    for variant in variants:
+        try:
+            if options.keep_going:
+                check_inputs(variant, inputs)
+                check_index_reachable(variant, inputs)
+            planned[variant.name] = provide_and_plan(client, matrix, [variant], inputs, options)
+        except MatrixError as exc:
+            fail(variant.name, exc)
+
+    results: list[build.BuildResult] = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=options.jobs) as pool:
+        futures = {name: pool.submit(execute_plans, client, plans, options) for name, plans in planned.items()}
+        for name, future in futures.items():
+            try:
+                results += future.result()
+            except MatrixError as exc:
+                fail(name, exc)
+    by_name = {v.name: v for v in variants}
+    checks: list[smoke.CheckResult] = []
+    for built in results:
+        registry.pull_if_missing(client, built.image)  # skipped because it is in the registry
+        checks += smoke_image(client, built.image, by_name[built.variant], options)
+    return report.RunReport(builds=results, checks=checks, errors=errors, error_codes=codes, skipped=skipped)
+
+
+# --- bake, push, pin -----------------------------------------------------------------------------------
+def bake_variants(matrix: Matrix, variants: Sequence[Variant], options: Options) -> BakeReport:
+    """``tools/matrix bake``: write ``<out>/docker-bake.json`` and stage each target's context.
+
+    Needs no engine and no network: an index that does not answer, a base the engine lacks, or no engine
+    at all become ``BakeReport.warnings``; local inputs (render, wheelhouse, CA bundle) are still checked.
+
+    Raises:
+        StaleRenderError, ConfigError.
+    """
+    check_fresh(matrix)
+    inputs = resolve_inputs(options)
+    for variant in variants:
+        check_inputs(variant, inputs)
+    warnings = [
+        f"{variant.name}: package index {url} does not answer from this machine ({problem}); "
+        "the bake file does not need it here, the builder that runs it does"
+        for variant in variants
+        for url, problem in unreachable_indexes(variant, inputs)
+    ]
+    try:
+        client: docker.DockerClient | None = engine.connect()
+    except EngineUnreachableError:
+        client = None
+    lock = pin.read_lock(pin.lock_path(matrix.source))
+    bases, missing = look_up_bases(client, variants, lock)
+    plans = plan_variants(
+        matrix, variants, bases, lock=lock, inputs=inputs, options=options, origin=provenance(matrix.root)
+    )
+    path = bake.write_bake(plans, out_dir=options.out_dir, registry=options.registry)
+    return BakeReport(path=path, plans=plans, warnings=[*warnings, *missing])
+
+
+def push_variants(matrix: Matrix, variants: Sequence[Variant], options: Options) -> PushReport:
+    """``tools/matrix push``: tag and push each built plan's refs under ``options.registry``.
+
+    Raises:
+        NotBuiltError: an image is not built yet (the message names the ``build`` to run).
+        RegistryError: a push failed.
+    """
+    assert options.registry is not None, "push needs --registry"
+    inputs = preflight(matrix, variants, options)
+    client = engine.connect()
+    plans = provide_and_plan(client, matrix, variants, inputs, options)
+    missing = [p for p in plans if build.existing(client, p) is None]
+    if missing:
+        names = " ".join(dict.fromkeys(p.variant for p in missing))
+        raise NotBuiltError(
+            f"not built yet: {', '.join(p.hash_ref for p in missing)}; run 'tools/matrix build {names}' first"
+        )
+    engine_registry = registry.EngineRegistry(client)
+    pushes = [push.plan_push(p, registry=options.registry) for p in plans]
+    return PushReport(pushed=[push.execute_push(p, engine_registry, keep_tags=options.keep_tags) for p in pushes])
+
+
+def pin_variants(matrix: Matrix, variants: Sequence[Variant], resolve: registry.Registry | None = None) -> PinReport:
+    """``tools/matrix pin``: record each base image's registry digest in the lock file beside the matrix.
+
+    ``resolve``: the registry seam (default: ``EngineRegistry`` on a new engine client).
+
+    Raises:
+        RegistryError: a registry did not answer or lacks a ref; the lock file is left unchanged.
+    """
+    path = pin.lock_path(matrix.source)
+    before = pin.read_lock(path)
+    refs = pin.base_refs(variants)
+    reg = resolve if resolve is not None else registry.EngineRegistry(engine.connect())
+    try:
+        after = pin.pin(refs, lock=before, resolve=reg.digest)
+    except RegistryError as exc:
+        raise RegistryError(f"{exc}; {path} left unchanged", registry=exc.registry, ref=exc.ref) from exc
+    changed = pin.write_lock(after, path)
+    return PinReport(path=path, before=before, after=after, refs=refs, changed=changed)

@@ -1,0 +1,64 @@
+"""Push built images to a registry: the content-hash tag and the version tag, re-homed under
+``--registry HOST[:PORT][/NAMESPACE]``.
+
+``plan_push`` says what is pushed as a value; ``execute_push`` does it through a ``registry.Registry``
+(``EngineRegistry``: the Docker SDK, so ``docker login`` credentials and the engine's registry settings apply).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from matrixtool.plan import BuildPlan, remote_ref
+from matrixtool.registry import Registry
+
+
+@dataclass(frozen=True, kw_only=True)
+class PushPlan:
+    """Push ``source`` (the local content-hash ref) as each of ``targets`` (content-hash tag first)."""
+
+    variant: str
+    platform: str
+    source: str
+    targets: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PushResult:
+    """A published image: ``refs`` in the registry and the manifest ``digest`` the registry stored."""
+
+    variant: str
+    platform: str
+    refs: tuple[str, ...]
+    digest: str
+
+
+def plan_push(build_plan: BuildPlan, *, registry: str) -> PushPlan:
+    """Publish the image of ``build_plan``: its refs (content hash, version) re-homed under ``registry``.
+
+    Raises:
+        RegistryError: ``registry`` is not ``HOST[:PORT][/NAMESPACE]``.
+    """
+    targets = tuple(remote_ref(registry, ref) for ref in build_plan.refs)
+    return PushPlan(
+        variant=build_plan.variant, platform=str(build_plan.platform), source=build_plan.hash_ref, targets=targets
+    )
+
+
+def execute_push(plan: PushPlan, registry: Registry, *, keep_tags: bool = True) -> PushResult:
+    """Tag ``plan.source`` as every target, push each, and with ``keep_tags=False`` remove those tags afterwards.
+
+    ``digest``: what the registry stored (the last push's; every target names the same image).
+
+    Raises:
+        RegistryError: a push failed (the message names the registry, the ref and the engine's reason).
+    """
+    for target in plan.targets:
+        registry.tag(plan.source, target)
+    digest = ""
+    for target in plan.targets:
+        digest = registry.push(target)
+    if not keep_tags:
+        for target in plan.targets:
+            registry.untag(target)
+    return PushResult(variant=plan.variant, platform=plan.platform, refs=plan.targets, digest=digest)
