@@ -8,6 +8,7 @@ Errors print one ``error:`` message and exit with the code of their class (``err
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import os
 import subprocess
@@ -30,6 +31,7 @@ from matrixtool import (
     index,
     pin,
     plan,
+    profiles,
     publish,
     registry,
     render,
@@ -501,10 +503,75 @@ def _smoke(
     only: Sequence[str],
     skip: Sequence[str],
     quiet: bool,
+    choice: profiles.ProfileChoice,
 ) -> list[smoke.CheckResult]:
     checks = _checks_for(variant, only, skip)
+    chosen = choice.resolve(variant.name, variant.profiles)
     click.echo(f"[{variant.name}] smoke checks in {image}: {', '.join(c.name for c in checks)}", err=True)
-    return smoke.run_suite(client, image, variant, checks, log_dir=settings.out_dir / "logs", on_result=_shower(quiet))
+    return smoke.run_profiles(
+        client,
+        image,
+        variant,
+        checks,
+        chosen,
+        log_dir=settings.out_dir / "logs",
+        on_result=_shower(quiet),
+        announce=lambda line: click.echo(line, err=True),
+    )
+
+
+def _profile_options(default_names: tuple[str, ...]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--profile and the flags that override one condition (README "Deployment profiles"), as one
+    ``choice: profiles.ProfileChoice`` argument."""
+
+    def wrap(f: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kw: Any) -> Any:
+            try:
+                overrides = profiles.Overrides(
+                    user=kw.pop("user"),
+                    read_only=kw.pop("read_only"),
+                    tmpfs=profiles.parse_tmpfs(kw.pop("tmpfs")),
+                    memory=kw.pop("memory"),
+                    cpus=kw.pop("cpus"),
+                    network=kw.pop("network"),
+                    env=profiles.parse_env(kw.pop("env")),
+                )
+            except ValueError as exc:
+                raise click.BadParameter(str(exc)) from exc
+            names = tuple(kw.pop("profile_names")) or default_names
+            return f(*args, choice=profiles.ProfileChoice(names=names, overrides=overrides), **kw)
+
+        default = ", ".join(default_names) if default_names else "every profile of the variant"
+        for option in reversed(
+            [
+                click.option(
+                    "--profile",
+                    "profile_names",
+                    multiple=True,
+                    help=f"Deployment profile (repeatable; default: {default}).",
+                ),
+                click.option(
+                    "--user", default=None, help="Run as UID[:GID], e.g. 1000770000:0 (overrides the profile)."
+                ),
+                click.option(
+                    "--read-only/--no-read-only", "read_only", default=None, help="Read-only root filesystem or not."
+                ),
+                click.option(
+                    "--tmpfs", multiple=True, help="Mount a tmpfs: PATH[:OPTS], e.g. /tmp:rw,exec (repeatable)."
+                ),
+                click.option("--memory", default=None, help="Memory limit in Docker's units, e.g. 4g."),
+                click.option(
+                    "--cpus", type=click.FloatRange(min=0.01), default=None, help="CPU quota in CPUs, e.g. 1.5."
+                ),
+                click.option("--network", default=None, help="Docker network mode, e.g. none."),
+                click.option("--env", multiple=True, help="Extra environment variable KEY=VALUE (repeatable)."),
+            ]
+        ):
+            wrapper = option(wrapper)
+        return wrapper
+
+    return wrap
 
 
 _select_options = [
@@ -524,6 +591,7 @@ _select_options = [
 )
 @click.option("--jobs", "-j", type=click.IntRange(1, 16), default=1, show_default=True, help="Variants built at once.")
 @_report_options
+@_profile_options(())
 @click.pass_obj
 def run_cmd(
     settings: Settings,
@@ -540,8 +608,9 @@ def run_cmd(
     as_json: bool,
     json_file: Path | None,
     junit: Path | None,
+    choice: profiles.ProfileChoice,
 ) -> None:
-    """Render-check, build and smoke-test variants; print a summary table."""
+    """Render-check, build and smoke-test variants under every deployment profile; print a summary table."""
     selected = select_variants(_load(settings), variants)
     if not keep_going:
         ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
@@ -594,7 +663,7 @@ def run_cmd(
     checks: list[smoke.CheckResult] = []
     for built in results:
         engine.pull_if_missing(client, built.image)  # skipped because it is in the registry
-        checks += _smoke(settings, client, built.image, by_name[built.variant], only, skip, as_json)
+        checks += _smoke(settings, client, built.image, by_name[built.variant], only, skip, as_json, choice)
     _finish(
         settings,
         report.RunReport(builds=results, checks=checks, errors=errors, skipped=skipped),
@@ -622,6 +691,7 @@ def run_cmd(
 @click.option("--as", "as_variant", required=True, help="Variant whose expectations apply.")
 @_with(_select_options)
 @_report_options
+@_profile_options((profiles.DEFAULT,))
 @click.pass_obj
 def test_cmd(
     settings: Settings,
@@ -634,6 +704,7 @@ def test_cmd(
     as_json: bool,
     json_file: Path | None,
     junit: Path | None,
+    choice: profiles.ProfileChoice,
 ) -> None:
     """Run the smoke suite against any image (--image) or this machine's Python (--host)."""
     if (image is None) == (not host):
@@ -660,7 +731,7 @@ def test_cmd(
     assert image is not None
     client = engine.connect()
     engine.pull_if_missing(client, image)
-    checks = _smoke(settings, client, image, variant, only, skip, as_json)
+    checks = _smoke(settings, client, image, variant, only, skip, as_json, choice)
     _finish(settings, report.RunReport(checks=checks), as_json, junit, json_file)
 
 

@@ -20,6 +20,7 @@ import yaml
 
 from matrixtool.checks import CHECKS
 from matrixtool.errors import ConfigError
+from matrixtool.profiles import Profile, merge_profiles
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The Python each Debian suite a stand-in base can be made from ships (Debian's python3 package).
@@ -108,6 +109,12 @@ class Variant:
     checks: tuple[CheckSpec, ...]
     # Files two distributions may both install (matrix.yaml smoke.accept_clashes; pip-check lists them).
     accept_clashes: tuple[str, ...] = ()
+    # Deployment profiles (top-level `profiles` merged with the variant's own); `default` first.
+    profiles: tuple[Profile, ...] = (Profile(name="default"),)
+
+    def profile(self, name: str) -> Profile | None:
+        """The deployment profile called ``name``, or None."""
+        return next((p for p in self.profiles if p.name == name), None)
 
     def check(self, name: str) -> CheckSpec | None:
         """The enabled check called ``name``, or None."""
@@ -231,6 +238,7 @@ def _semantic_problems(data: Mapping[str, Any]) -> list[str]:
 
 def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
     variants = []
+    shared_profiles = data.get("profiles") or {}
     for name, v in data["variants"].items():
         index = v["index"]
         runner = v["runner"]
@@ -263,6 +271,7 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 runner=(runner,) if isinstance(runner, str) else tuple(runner),
                 checks=tuple(CheckSpec(name=c, timeout=s["timeout"]) for c, s in v["smoke"]["checks"].items()),
                 accept_clashes=tuple(v["smoke"].get("accept_clashes", ())),
+                profiles=merge_profiles(shared_profiles, v.get("profiles") or {}),
             )
         )
     return Matrix(schema_version=data["schema_version"], variants=tuple(variants), source=source)
