@@ -507,7 +507,6 @@ def _smoke(
 ) -> list[smoke.CheckResult]:
     checks = _checks_for(variant, only, skip)
     chosen = choice.resolve(variant.name, variant.profiles)
-    click.echo(f"[{variant.name}] smoke checks in {image}: {', '.join(c.name for c in checks)}", err=True)
     return smoke.run_profiles(
         client,
         image,

@@ -459,6 +459,8 @@ def run_profiles(
     condition it changes can change (``checks.CheckInfo.affected_by``); the others are left out of the report,
     and ``announce`` names them and why. Raises as ``run_suite``.
     """
+    check_platform(image, client.images.get(image).attrs, variant)  # before anything runs (exit 12)
+    announce(f"[{variant.name}] smoke checks in {image}: {', '.join(c.name for c in checks)}")
     reference = next((p for p in chosen if p.name == profiles.DEFAULT), None)
     affects = {name: info.affected_by for name, info in CHECKS.items()}
     results: list[CheckResult] = []
