@@ -136,7 +136,7 @@ def test_bad_profile_keys_are_config_errors(tmp_path: Path) -> None:
 
 def test_unknown_profile_is_a_usage_error_naming_the_known_ones() -> None:
     choice = profiles.ProfileChoice(names=("restrcted",))
-    with pytest.raises(ConfigError, match="unknown profile.*restrcted.*known: default, restricted"):
+    with pytest.raises(ConfigError, match=r"unknown profile.*restrcted.*known: default, restricted"):
         choice.resolve("cpu", load_matrix().variants[0].profiles)
 
 
@@ -151,7 +151,7 @@ def test_report_has_a_profile_column(tmp_path: Path) -> None:
             hint="",
             seconds=1.0,
             profile=p,
-        )  # fmt: skip
+        )
         for p in ("default", "restricted")
     ]
     run = report.RunReport(checks=results)
@@ -193,7 +193,7 @@ def test_wrong_platform_is_rejected_before_any_container_starts(tmp_path: Path) 
     with pytest.raises(WrongPlatformError, match="is linux/amd64, but variant arm64 is built for linux/arm64"):
         smoke.run_profiles(client, "img", arm64, checks, [Profile(name="default")], log_dir=tmp_path)  # type: ignore[arg-type]
     assert client.started == []
-    assert WrongPlatformError.exit_code is ExitCode.WRONG_PLATFORM == 12
+    assert WrongPlatformError.exit_code is ExitCode.WRONG_PLATFORM and int(ExitCode.WRONG_PLATFORM) == 12
     assert smoke.platform_matches("linux/arm64/v8", ["linux/arm64"])
 
 
