@@ -268,3 +268,8 @@ def test_a_failed_check_names_the_condition_it_met(capsys: pytest.CaptureFixture
     parsed = smoke.parse_output(capsys.readouterr().out)
     assert parsed is not None and "[run condition: read-only root filesystem" in parsed["diagnosis"]
     assert "tmpfs on /tmp" in parsed["hint"]
+
+
+def test_host_mode_refuses_profiles() -> None:
+    result = CliRunner().invoke(main, ["test", "--host", "--as", "cpu", "--read-only"], catch_exceptions=False)
+    assert result.exit_code == ExitCode.USAGE and "need --image" in result.output

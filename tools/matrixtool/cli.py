@@ -710,6 +710,10 @@ def test_cmd(
         raise click.UsageError("give exactly one of --image REF and --host")
     if as_variant == "all":
         raise click.UsageError("--as takes one variant name, not 'all'")
+    if host and choice != profiles.ProfileChoice(names=(profiles.DEFAULT,)):
+        raise click.UsageError(
+            "deployment profiles (--profile, --user, --read-only ...) need --image: they are container conditions"
+        )
     (variant,) = select_variants(_load(settings), [as_variant])
     checks_ = _checks_for(variant, only, skip)
     if host:
