@@ -8,7 +8,6 @@ Errors print one ``error:`` message and exit with the code of their class (``err
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import json
 import os
 import subprocess
@@ -31,6 +30,7 @@ from matrixtool import (
     index,
     pin,
     plan,
+    profile_flags,
     profiles,
     publish,
     registry,
@@ -519,60 +519,6 @@ def _smoke(
     )
 
 
-def _profile_options(default_names: tuple[str, ...]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """--profile and the flags that override one condition (README "Deployment profiles"), as one
-    ``choice: profiles.ProfileChoice`` argument."""
-
-    def wrap(f: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(f)
-        def wrapper(*args: Any, **kw: Any) -> Any:
-            try:
-                overrides = profiles.Overrides(
-                    user=kw.pop("user"),
-                    read_only=kw.pop("read_only"),
-                    tmpfs=profiles.parse_tmpfs(kw.pop("tmpfs")),
-                    memory=kw.pop("memory"),
-                    cpus=kw.pop("cpus"),
-                    network=kw.pop("network"),
-                    env=profiles.parse_env(kw.pop("env")),
-                )
-            except ValueError as exc:
-                raise click.BadParameter(str(exc)) from exc
-            names = tuple(kw.pop("profile_names")) or default_names
-            return f(*args, choice=profiles.ProfileChoice(names=names, overrides=overrides), **kw)
-
-        default = ", ".join(default_names) if default_names else "every profile of the variant"
-        for option in reversed(
-            [
-                click.option(
-                    "--profile",
-                    "profile_names",
-                    multiple=True,
-                    help=f"Deployment profile (repeatable; default: {default}).",
-                ),
-                click.option(
-                    "--user", default=None, help="Run as UID[:GID], e.g. 1000770000:0 (overrides the profile)."
-                ),
-                click.option(
-                    "--read-only/--no-read-only", "read_only", default=None, help="Read-only root filesystem or not."
-                ),
-                click.option(
-                    "--tmpfs", multiple=True, help="Mount a tmpfs: PATH[:OPTS], e.g. /tmp:rw,exec (repeatable)."
-                ),
-                click.option("--memory", default=None, help="Memory limit in Docker's units, e.g. 4g."),
-                click.option(
-                    "--cpus", type=click.FloatRange(min=0.01), default=None, help="CPU quota in CPUs, e.g. 1.5."
-                ),
-                click.option("--network", default=None, help="Docker network mode, e.g. none."),
-                click.option("--env", multiple=True, help="Extra environment variable KEY=VALUE (repeatable)."),
-            ]
-        ):
-            wrapper = option(wrapper)
-        return wrapper
-
-    return wrap
-
-
 _select_options = [
     click.option("--only", multiple=True, help="Run only this check (repeatable)."),
     click.option("--skip", multiple=True, help="Skip this check (repeatable)."),
@@ -590,7 +536,7 @@ _select_options = [
 )
 @click.option("--jobs", "-j", type=click.IntRange(1, 16), default=1, show_default=True, help="Variants built at once.")
 @_report_options
-@_profile_options(())
+@profile_flags.options(())
 @click.pass_obj
 def run_cmd(
     settings: Settings,
@@ -690,7 +636,7 @@ def run_cmd(
 @click.option("--as", "as_variant", required=True, help="Variant whose expectations apply.")
 @_with(_select_options)
 @_report_options
-@_profile_options((profiles.DEFAULT,))
+@profile_flags.options((profiles.DEFAULT,))
 @click.pass_obj
 def test_cmd(
     settings: Settings,
