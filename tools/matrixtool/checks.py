@@ -30,7 +30,9 @@ class CheckInfo:
     affected_by: frozenset[C] = frozenset({C.ENV})
 
 
-# Conditions of the file system and identity: where caches, compiled kernels and the tiny model are written.
+# Conditions of the file system and identity: where caches and compiled kernels are written. model-runner and
+# vllm-cli are not affected beyond run-conditions' proof: they import vLLM and read the tiny model from the
+# tool's own tmpfs; offline-generate starts the whole engine (workers, IPC, compile cache) under them.
 _FILES = frozenset({C.USER, C.READ_ONLY, C.TMPFS, C.ENV})
 
 
@@ -96,7 +98,6 @@ CHECKS: dict[str, CheckInfo] = {
             reports=(f"{_VLLM}/issues/57684", f"{_VLLM}/pull/55847"),
             hint="install the triton that torch pins, or set VLLM_USE_V2_MODEL_RUNNER=0 (or leave it unset); "
             "check with: python -c 'import triton'",
-            affected_by=_FILES | {C.NETWORK},
         ),
         CheckInfo(
             name="offline-generate",
@@ -114,7 +115,6 @@ CHECKS: dict[str, CheckInfo] = {
             classes=(10,),
             reports=(f"{_VLLM}/issues/15007",),
             hint="make sure the vllm console script is on PATH and its environment imports",
-            affected_by=_FILES | {C.NETWORK},
         ),
         CheckInfo(
             name="triton-drivers",

@@ -424,18 +424,20 @@ def run_suite(
     log_dir: Path,
     on_result: Callable[[CheckResult], None] = lambda r: None,
     profile: Profile | None = None,
+    rerun: bool = False,
 ) -> list[CheckResult]:
     """Run ``checks`` (in order) inside ``image`` with ``variant``'s expectations, under ``profile``'s conditions.
 
     Full outputs go to ``log_dir/<variant>.<check>.log`` (``<variant>.<profile>.<check>.log`` for a profile other
-    than ``default``); ``on_result`` sees each result as it lands.
+    than ``default``); ``on_result`` sees each result as it lands. ``rerun``: the checks ran under ``default`` in
+    this command already (params["rerun"]: offline-generate then runs its compiled half only).
     Raises docker.errors.ImageNotFound when ``image`` is not on the engine, WrongPlatformError when its platform
     is not one of ``variant``'s (before any container starts).
     """
     attrs = client.images.get(image).attrs
     check_platform(image, attrs, variant)
     entrypoint = attrs.get("Config", {}).get("Entrypoint") or []
-    params = check_params(variant, entrypoint)
+    params = {**check_params(variant, entrypoint), "rerun": rerun}
     gpu = variant.accelerator is not Accelerator.CPU and host_has_gpu()
     profile = profile or Profile(name=profiles.DEFAULT)
     with CheckContainer(client, image, uuid.uuid4().hex[:12], gpu=gpu, profile=profile) as box:
@@ -472,5 +474,14 @@ def run_profiles(
             line += f"; left out, as no condition of this profile can change them: {', '.join(c.name for c in left)}"
         announce(line)
         if run:
-            results += run_suite(client, image, variant, run, log_dir=log_dir, on_result=on_result, profile=profile)
+            results += run_suite(
+                client,
+                image,
+                variant,
+                run,
+                log_dir=log_dir,
+                on_result=on_result,
+                profile=profile,
+                rerun=reference is not None and profile is not reference,
+            )
     return results
