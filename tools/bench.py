@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from matrixtool.matrix import Platform
@@ -72,6 +72,20 @@ def compare(first: str, second: str) -> int:
     return 0
 
 
+def _profile_figures(checks: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per deployment profile: its smoke seconds (sum of its checks' wall times), its checks, and the ratio of
+    its smoke seconds to the ``default`` profile's in the same run (README "Deployment profiles")."""
+    out: dict[str, dict[str, Any]] = {}
+    for c in checks:
+        entry = out.setdefault(c.get("profile", "default"), {"smoke_seconds": 0.0, "checks": {}})
+        entry["smoke_seconds"] = round(entry["smoke_seconds"] + c["seconds"], 1)
+        entry["checks"][c["check"]] = {"status": c["status"], "seconds": c["seconds"]}
+    reference = out.get("default", {}).get("smoke_seconds")
+    for entry in out.values():
+        entry["vs_default"] = round(entry["smoke_seconds"] / reference, 2) if reference else None
+    return out
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--compare"]:
         if len(argv) != 3:
@@ -113,7 +127,13 @@ def main(argv: list[str]) -> int:
         "build_seconds": build["build_seconds"],
         "image_size_bytes": build["size_bytes"],
         "smoke_seconds": round(sum(c["seconds"] for c in doc["checks"]), 1),
-        "checks": {c["check"]: {"status": c["status"], "seconds": c["seconds"]} for c in doc["checks"]},
+        # The `default` profile's checks (every check); other profiles' under "profiles".
+        "checks": {
+            c["check"]: {"status": c["status"], "seconds": c["seconds"]}
+            for c in doc["checks"]
+            if c.get("profile", "default") == "default"
+        },
+        "profiles": _profile_figures(doc["checks"]),
     }
     (out / f"{variant}.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     print(json.dumps(result, indent=2))

@@ -40,7 +40,7 @@ def arm64_build(client: docker.DockerClient, out_dir: Path) -> Iterator[dict[str
 
 
 def _run(out_dir: Path, checks: list[str]) -> dict[str, Any]:
-    args = ["run", "arm64", "--json"]
+    args = ["run", "arm64", "--json", "--profile", "default"]  # restricted: tests/integration/test_profiles.py
     for name in checks:
         args += ["--only", name]
     proc = matrix_cli(*args, out=out_dir, timeout=5400)

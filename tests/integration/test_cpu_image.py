@@ -14,6 +14,7 @@ from tests.integration.conftest import CPU_CHECKS as ALL_CHECKS
 from tests.integration.conftest import json_of, matrix_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
+RESTRICTED_CHECKS = ["run-conditions", "inductor-compile", "offline-generate"]
 
 
 def test_run_cpu_passes_every_check(cpu_image: str, out_dir: Path, tmp_path: Path) -> None:
@@ -25,7 +26,7 @@ def test_run_cpu_passes_every_check(cpu_image: str, out_dir: Path, tmp_path: Pat
     (build,) = doc["builds"]
     assert build["image"] == cpu_image and build["cached"] is True  # the content hash is unchanged
     assert build["size_bytes"] > 10**9
-    checks = {c["check"]: c for c in doc["checks"]}
+    checks = {c["check"]: c for c in doc["checks"] if c["profile"] == "default"}
     assert list(checks) == ALL_CHECKS
     assert {c["status"] for c in checks.values()} == {"passed"}, doc["checks"]
     # Triton: absent, as the CPU variant promises; forcing V2 raises vLLM's own error.
@@ -38,8 +39,16 @@ def test_run_cpu_passes_every_check(cpu_image: str, out_dir: Path, tmp_path: Pat
     assert gen["eager"]["tokens"] == gen["compiled"]["tokens"]
     assert all(len(t) == 8 for t in gen["eager"]["tokens"])
     assert checks["vllm-cli"]["facts"]["version"].startswith("0.32.0")
+    # The restricted profile (arbitrary UID, read-only root, tmpfs /tmp, no network) reruns the checks its
+    # conditions can change, and the image passes them (README "Deployment profiles").
+    restricted = {c["check"]: c for c in doc["checks"] if c["profile"] == "restricted"}
+    assert list(restricted) == RESTRICTED_CHECKS
+    assert {c["status"] for c in restricted.values()} == {"passed"}, restricted
+    assert restricted["run-conditions"]["facts"]["passwd_user"] is None
+    assert restricted["run-conditions"]["facts"]["read_only_root"] is True
+    assert restricted["offline-generate"]["facts"]["modes"] == ["compiled"]  # eager == compiled: proven above
     cases = [c for suite in junitparser.JUnitXml.fromfile(str(junit)) for c in suite]
-    assert [c.name for c in cases] == ALL_CHECKS and all(c.is_passed for c in cases)
+    assert [c.name for c in cases] == ALL_CHECKS + RESTRICTED_CHECKS and all(c.is_passed for c in cases)
 
 
 def test_image_metadata_user_and_secrets(
@@ -53,7 +62,7 @@ def test_image_metadata_user_and_secrets(
     assert cpu_image.endswith(":" + labels["io.vllm-matrix.content-hash"][:16])
     for key in ("source", "revision", "version"):
         assert labels[f"org.opencontainers.image.{key}"]
-    assert image.attrs["Config"]["User"] == "1000:1000"
+    assert image.attrs["Config"]["User"] == "1000:0"  # GID 0, as OpenShift runs it
     # Neither the CA bundle (a build secret) nor the wheelhouse (a bind mount) is in any layer.
     # (BuildKit leaves the mount points /wheelhouse and /run/secrets behind as empty folders.)
     script = (

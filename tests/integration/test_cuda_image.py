@@ -31,7 +31,7 @@ def cuda_run(client: docker.DockerClient, out_dir: Path) -> Iterator[dict[str, A
 
     The image is removed afterwards when this test built it (disk: it is the largest image of the matrix).
     """
-    proc = matrix_cli("run", "cuda", "--json", out=out_dir, timeout=3600)
+    proc = matrix_cli("run", "cuda", "--json", "--profile", "default", out=out_dir, timeout=3600)
     doc = json_of(proc)
     doc["exit_code"] = proc.returncode
     doc["stderr"] = proc.stderr

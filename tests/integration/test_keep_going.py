@@ -34,6 +34,8 @@ def test_keep_going_past_an_unreachable_index(cpu_image: str, out_dir: Path, tmp
         "2",
         "--only",
         "vllm-cli",
+        "--profile",
+        "default",
         "--json",
         out=out_dir,
         timeout=900,

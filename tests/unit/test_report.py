@@ -86,7 +86,7 @@ def test_github_step_summary_and_annotations(tmp_path: Path) -> None:
     summary = tmp_path / "summary.md"
     lines = report.publish_to_github(_report(), {"GITHUB_STEP_SUMMARY": str(summary), "GITHUB_ACTIONS": "true"})
     text = summary.read_text()
-    assert "| cpu | model-runner | ❌ failed |" in text
+    assert "| cpu | default | model-runner | ❌ failed |" in text
     assert "**fix:** set VLLM_USE_V2_MODEL_RUNNER=0" in text
     assert "`vllm-matrix/cpu:abc`" in text and "4.19 GB" in text
     assert lines == [

@@ -19,8 +19,12 @@ from matrixtool.matrix import CheckSpec, load_matrix
 def test_exec_argv_is_bounded_by_timeout() -> None:
     argv = smoke.exec_argv(CheckSpec(name="model-runner", timeout=42), {"triton": "absent"})
     assert argv[:4] == ["timeout", "-k", str(smoke.KILL_GRACE), "42"]
-    assert argv[4:7] == ["python3", "/tmp/matrix-checks/smoke_checks.py", "model-runner"]
-    assert json.loads(argv[7]) == {"triton": "absent"}
+    # The script travels as `python3 -c SOURCE`: nothing is copied into a root a profile may make read-only.
+    assert argv[4:6] == ["python3", "-c"] and argv[6] == smoke.CHECKS_SCRIPT.read_text() and argv[7] == "model-runner"
+    assert len(argv[6].encode()) < 128 * 1024, "Linux's MAX_ARG_STRLEN: one argument must stay below 128 kB"
+    assert json.loads(argv[8]) == {"triton": "absent"}
+    host = smoke.exec_argv(CheckSpec(name="model-runner", timeout=42), {}, python="py", script="/x/smoke_checks.py")
+    assert host[4:7] == ["py", "/x/smoke_checks.py", "model-runner"]
 
 
 def test_container_kwargs() -> None:
@@ -127,7 +131,7 @@ def test_unreadable_result_is_a_failure_not_a_crash() -> None:
 
 def test_every_failure_class_has_a_check_and_the_readme_names_gpu_only_ones() -> None:
     covered = {n for info in CHECKS.values() for n in info.classes}
-    assert covered == set(range(1, 13))
+    assert covered == set(range(1, 14))
     readme = (smoke.CHECKS_SCRIPT.parents[3] / "README.md").read_text()
     assert "needs a GPU" in readme
     for name in CHECKS:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from matrixtool.profiles import Condition as C
+
 
 @dataclass(frozen=True, kw_only=True)
 class CheckInfo:
@@ -15,6 +17,9 @@ class CheckInfo:
 
     ``classes``: failure-class numbers it covers; ``reports``: public reports behind it (URLs);
     ``hint``: what to do when it fails (the in-image script may add a more specific one).
+    ``affected_by``: the run conditions (deployment profiles) that can change its verdict beyond what
+    ``run-conditions`` proves for every check (a usable temp dir, writable caches, a passwd entry or none);
+    a profile other than ``default`` runs the check again only when it sets one of them differently.
     """
 
     name: str
@@ -22,6 +27,13 @@ class CheckInfo:
     classes: tuple[int, ...]
     reports: tuple[str, ...]
     hint: str
+    affected_by: frozenset[C] = frozenset({C.ENV})
+
+
+# Conditions of the file system and identity: where caches and compiled kernels are written. model-runner and
+# vllm-cli are not affected beyond run-conditions' proof: they import vLLM and read the tiny model from the
+# tool's own tmpfs; offline-generate starts the whole engine (workers, IPC, compile cache) under them.
+_FILES = frozenset({C.USER, C.READ_ONLY, C.TMPFS, C.ENV})
 
 
 _VLLM = "https://github.com/vllm-project/vllm"
@@ -29,6 +41,20 @@ _VLLM = "https://github.com/vllm-project/vllm"
 CHECKS: dict[str, CheckInfo] = {
     c.name: c
     for c in (
+        CheckInfo(
+            name="run-conditions",
+            proves="the image works under the container's run conditions: a passwd entry or a cache dir that needs "
+            "none, a usable temp dir, writable caches, an exec mount for inductor's kernels, the memory and CPU "
+            "quota it sees, no hub access without a network",
+            classes=(13,),
+            reports=(
+                "https://github.com/pytorch/pytorch/issues/140765",
+                "https://github.com/pytorch/pytorch/issues/91005",
+                f"{_VLLM}/issues/29233",
+            ),
+            hint='see the condition named in the diagnosis; README "Deployment profiles" lists each fix',
+            affected_by=frozenset(C),
+        ),
         CheckInfo(
             name="triton-import",
             proves="`import triton` behaves as the variant's Triton state promises (absent / present / "
@@ -62,6 +88,7 @@ CHECKS: dict[str, CheckInfo] = {
             reports=("https://github.com/pytorch/pytorch/issues/116696", f"{_VLLM}/issues/27890"),
             hint="install a C++ compiler and the Python headers (g++, python3-dev) for the CPU backend, and "
             "the triton torch pins for GPUs",
+            affected_by=_FILES,
         ),
         CheckInfo(
             name="model-runner",
@@ -80,6 +107,7 @@ CHECKS: dict[str, CheckInfo] = {
             reports=(f"{_VLLM}/issues/14888",),
             hint="read the engine log in the check output; on CPU check libnuma1, /dev/shm size "
             "(--shm-size) and VLLM_CPU_KVCACHE_SPACE",
+            affected_by=_FILES | {C.NETWORK, C.MEMORY, C.CPUS},
         ),
         CheckInfo(
             name="vllm-cli",
@@ -126,6 +154,7 @@ CHECKS: dict[str, CheckInfo] = {
             classes=(12,),
             reports=(f"{_VLLM}/issues/29233",),
             hint="set VLLM_CPU_KVCACHE_SPACE (GiB) well below the container's memory limit, or leave it unset",
+            affected_by=frozenset({C.MEMORY, C.CPUS, C.ENV}),
         ),
     )
 }

@@ -29,6 +29,8 @@ from matrixtool import (
     interrupts,
     pipeline,
     plan,
+    profile_flags,
+    profiles,
     reference,
     render,
     report,
@@ -288,8 +290,8 @@ def _check_flags(
     writes_out: bool = True,
 ) -> None:
     """Every flag checked before the engine is touched: references by the OCI grammar (``reference.py``),
-    the output paths, ``--only``/``--skip`` against each selected variant, and an unused ``--wheelhouse``
-    (a warning; ``inputs.py``).
+    the output paths, ``--only``/``--skip`` and ``--profile`` against each selected variant, and an unused
+    ``--wheelhouse`` (a warning; ``inputs.py``).
 
     Raises:
         ConfigError: naming each bad flag and its value (exit 3).
@@ -300,6 +302,10 @@ def _check_flags(
         inputs.check_outputs(settings.out_dir, junit=junit, json_file=json_file)
     if flags.get("only") or flags.get("skip"):
         inputs.check_selection(selected, flags.get("only", ()), flags.get("skip", ()))
+    choice = flags.get("choice")
+    if choice is not None:  # an unknown --profile fails now, not after the build
+        for variant in selected:
+            choice.resolve(variant.name, variant.profiles)
 
 
 def _options(settings: Settings, **flags: Any) -> pipeline.Options:
@@ -350,6 +356,7 @@ _select_options = [
 )
 @click.option("--jobs", "-j", type=click.IntRange(1, 16), default=1, show_default=True, help="Variants built at once.")
 @_report_options
+@profile_flags.options(())
 @click.pass_obj
 def run_cmd(
     settings: Settings,
@@ -360,7 +367,7 @@ def run_cmd(
     junit: Path | None,
     **flags: Any,
 ) -> None:
-    """Render-check, build and smoke-test variants; print a summary table."""
+    """Render-check, build and smoke-test variants under every deployment profile; print a summary table."""
     matrix = _load(settings)
     selected = select_variants(matrix, variants)
     _check_flags(settings, selected, flags, junit=junit, json_file=json_file)
@@ -387,6 +394,7 @@ def run_cmd(
 @click.option("--as", "as_variant", required=True, help="Variant whose expectations apply.")
 @_with(_select_options)
 @_report_options
+@profile_flags.options((profiles.DEFAULT,))
 @click.pass_obj
 def test_cmd(
     settings: Settings,
@@ -405,6 +413,10 @@ def test_cmd(
         raise click.UsageError("give exactly one of --image REF and --host")
     if as_variant == "all":
         raise click.UsageError("--as takes one variant name, not 'all'")
+    if host and flags["choice"] != profiles.ProfileChoice(names=(profiles.DEFAULT,)):
+        raise click.UsageError(
+            "deployment profiles (--profile, --user, --read-only ...) need --image: they are container conditions"
+        )
     matrix = _load(settings)
     (variant,) = select_variants(matrix, [as_variant])
     _check_flags(settings, [variant], flags, image=image, junit=junit, json_file=json_file)

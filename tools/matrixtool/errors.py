@@ -72,6 +72,12 @@ class SmokeFailure(MatrixError):
     exit_code = ExitCode.SMOKE
 
 
+class WrongPlatformError(MatrixError):
+    """The image's platform (os/architecture) is not the variant's; found before any check runs (issue 9)."""
+
+    exit_code = ExitCode.WRONG_PLATFORM
+
+
 class EngineUnreachableError(MatrixError):
     """No Docker engine answers, or buildx is missing."""
 

@@ -29,6 +29,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from matrixtool.checks import CHECKS
 from matrixtool.errors import ConfigError
+from matrixtool.profiles import Profile, merge_profiles
 from matrixtool.reference import image_problem
 
 # The checkout this package runs from (tools/matrixtool/ -> the repository root); meaningless once the
@@ -156,6 +157,12 @@ class Variant:
     checks: tuple[CheckSpec, ...]
     # Files two distributions may both install (matrix.yaml smoke.accept_clashes; pip-check lists them).
     accept_clashes: tuple[str, ...] = ()
+    # Deployment profiles (top-level `profiles` merged with the variant's own); `default` first.
+    profiles: tuple[Profile, ...] = (Profile(name="default"),)
+
+    def profile(self, name: str) -> Profile | None:
+        """The deployment profile called ``name``, or None."""
+        return next((p for p in self.profiles if p.name == name), None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -634,6 +641,7 @@ def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
 
 def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
     variants = []
+    shared_profiles = data.get("profiles") or {}
     for name, v in data["variants"].items():
         index = v["index"]
         runner = v["runner"]
@@ -666,6 +674,7 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 runner=(runner,) if isinstance(runner, str) else tuple(runner),
                 checks=tuple(CheckSpec(name=c, timeout=s["timeout"]) for c, s in v["smoke"]["checks"].items()),
                 accept_clashes=tuple(v["smoke"].get("accept_clashes", ())),
+                profiles=merge_profiles(shared_profiles, v.get("profiles") or {}),
             )
         )
     return Matrix(schema_version=data["schema_version"], variants=tuple(variants), source=source)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import docker
 
-from matrixtool import bake, base, build, engine, index, pin, plan, push, registry, render, report, smoke
+from matrixtool import bake, base, build, engine, index, pin, plan, profiles, push, registry, render, report, smoke
 from matrixtool.errors import (
     ConfigError,
     EngineUnreachableError,
@@ -58,6 +58,9 @@ class Options:
     jobs: int = 1
     quiet: bool = False
     keep_tags: bool = True
+    # Deployment profiles and ad-hoc run conditions (``--profile``, ``--user`` ...; README "Deployment profiles");
+    # no names: every profile of the variant.
+    choice: profiles.ProfileChoice = field(default_factory=profiles.ProfileChoice)
 
     @property
     def log_dir(self) -> Path:
@@ -401,10 +404,17 @@ def _progress(options: Options) -> Callable[[smoke.CheckResult], None]:
 
 
 def smoke_image(client: docker.DockerClient, image: str, variant: Variant, options: Options) -> list[smoke.CheckResult]:
-    """Run ``variant``'s selected checks (``options.only``/``skip``) inside ``image``."""
+    """Run ``variant``'s selected checks (``options.only``/``skip``) inside ``image``, under each chosen
+    deployment profile (``options.choice``; ``smoke.run_profiles``).
+
+    Raises:
+        ConfigError (an unknown profile), WrongPlatformError (the image's platform is not the variant's).
+    """
     checks = select_checks(variant, options.only, options.skip)
-    note(f"[{variant.name}] smoke checks in {image}: {', '.join(c.name for c in checks)}")
-    return smoke.run_suite(client, image, variant, checks, log_dir=options.log_dir, on_result=_progress(options))
+    chosen = options.choice.resolve(variant.name, variant.profiles)
+    return smoke.run_profiles(
+        client, image, variant, checks, chosen, log_dir=options.log_dir, on_result=_progress(options), announce=note
+    )
 
 
 def test_image(matrix: Matrix, variant: Variant, image: str, options: Options) -> report.RunReport:

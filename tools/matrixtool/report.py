@@ -13,6 +13,7 @@ from tabulate import tabulate
 
 from matrixtool.build import BuildResult
 from matrixtool.errors import ExitCode
+from matrixtool.profiles import DEFAULT as DEFAULT_PROFILE
 from matrixtool.smoke import CheckResult, Status
 
 JSON_SCHEMA_VERSION = 1
@@ -47,6 +48,11 @@ def _shorten(text: str, width: int = 100) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _name(c: CheckResult) -> str:
+    """``variant/check``, or ``variant/check[profile]`` under a profile other than ``default``."""
+    return f"{c.variant}/{c.check}" + ("" if c.profile == DEFAULT_PROFILE else f"[{c.profile}]")
+
+
 def table(report: RunReport) -> str:
     """The summary printed at the end of ``run``/``build``/``test``."""
     parts = []
@@ -66,6 +72,7 @@ def table(report: RunReport) -> str:
         rows = [
             [
                 c.variant,
+                c.profile,
                 c.check,
                 c.status.value.upper() if not c.status.ok else c.status.value,
                 f"{c.seconds:.1f} s",
@@ -73,17 +80,17 @@ def table(report: RunReport) -> str:
             ]
             for c in report.checks
         ]
-        parts.append(tabulate(rows, headers=["variant", "check", "status", "time", "diagnosis"]))
+        parts.append(tabulate(rows, headers=["variant", "profile", "check", "status", "time", "diagnosis"]))
         failed = [c for c in report.checks if not c.status.ok]
         for c in failed:
             parts.append(
-                f"{c.variant}/{c.check}: {c.status.value}\n  diagnosis: {c.diagnosis}\n  fix: {c.hint}"
+                f"{_name(c)}: {c.status.value}\n  diagnosis: {c.diagnosis}\n  fix: {c.hint}"
                 + (f"\n  log: {c.log}" if c.log else "")
             )
     skipped_checks: dict[str, list[str]] = {}
     for c in report.checks:
         if c.status is Status.SKIPPED:
-            skipped_checks.setdefault(c.diagnosis.split(" (")[0].split(";")[0], []).append(f"{c.variant}/{c.check}")
+            skipped_checks.setdefault(c.diagnosis.split(" (")[0].split(";")[0], []).append(_name(c))
     for reason, names in skipped_checks.items():
         parts.append(f"skipped ({reason}): {', '.join(names)}")
     for variant, message in report.errors.items():
@@ -122,6 +129,7 @@ def to_json(report: RunReport) -> dict[str, Any]:
         "checks": [
             {
                 "variant": c.variant,
+                "profile": c.profile,
                 "image": c.image,
                 "check": c.check,
                 "status": c.status.value,
@@ -139,16 +147,18 @@ def to_json(report: RunReport) -> dict[str, Any]:
 
 
 def write_junit(report: RunReport, path: Path) -> None:
-    """One ``testsuite`` per variant, one ``testcase`` per check; failure message = diagnosis."""
+    """One ``testsuite`` per variant, one ``testcase`` per check and profile (classname ``smoke.<variant>`` under
+    ``default``, ``smoke.<variant>.<profile>`` under another); failure message = diagnosis."""
     xml = junitparser.JUnitXml(name="vllm-image-matrix")
     variants = list(dict.fromkeys([c.variant for c in report.checks] + list(report.errors)))
     for variant in variants:
         suite = junitparser.TestSuite(variant)
         for c in (c for c in report.checks if c.variant == variant):
-            case = junitparser.TestCase(c.check, classname=f"smoke.{variant}", time=round(c.seconds, 3))
+            classname = f"smoke.{variant}" + ("" if c.profile == DEFAULT_PROFILE else f".{c.profile}")
+            case = junitparser.TestCase(c.check, classname=classname, time=round(c.seconds, 3))
             if c.status is Status.FAILED:
                 case.result = [junitparser.Failure(c.diagnosis, type_="failed")]
-                case.system_out = f"fix: {c.hint}\nimage: {c.image}\nlog: {c.log}"
+                case.system_out = f"fix: {c.hint}\nimage: {c.image}\nprofile: {c.profile}\nlog: {c.log}"
             elif c.status is Status.TIMEOUT:
                 case.result = [junitparser.Error(c.diagnosis, type_="timeout")]
             elif c.status is Status.SKIPPED:
@@ -176,13 +186,14 @@ def step_summary(report: RunReport) -> str:
         lines.append("")
     if report.checks:
         icon = {Status.PASSED: "✅", Status.FAILED: "❌", Status.TIMEOUT: "⏱️", Status.SKIPPED: "⏭️"}
-        lines += ["| variant | check | status | time | diagnosis |", "|---|---|---|---|---|"]
+        lines += ["| variant | profile | check | status | time | diagnosis |", "|---|---|---|---|---|---|"]
         for c in report.checks:
             diagnosis = c.diagnosis.replace("|", "\\|")
             if not c.status.ok:
                 diagnosis += f"<br>**fix:** {c.hint.replace('|', '/')}"
             lines.append(
-                f"| {c.variant} | {c.check} | {icon[c.status]} {c.status.value} | {c.seconds:.1f} s | {diagnosis} |"
+                f"| {c.variant} | {c.profile} | {c.check} | {icon[c.status]} {c.status.value} | {c.seconds:.1f} s "
+                f"| {diagnosis} |"
             )
         lines.append("")
     for variant, message in report.errors.items():
@@ -198,7 +209,7 @@ def _escape_annotation(text: str) -> str:
 def error_annotations(report: RunReport) -> list[str]:
     """``::error::`` workflow commands, one per failed or timed-out check and per variant error."""
     out = [
-        f"::error title={c.variant}/{c.check} {c.status.value}::" + _escape_annotation(f"{c.diagnosis}\nfix: {c.hint}")
+        f"::error title={_name(c)} {c.status.value}::" + _escape_annotation(f"{c.diagnosis}\nfix: {c.hint}")
         for c in report.checks
         if not c.status.ok
     ]

@@ -1,18 +1,20 @@
-"""Run the smoke checks inside an image: one container per suite, one ``docker exec`` per check.
+"""Run the smoke checks inside an image: one container per suite and profile, one ``docker exec`` per check.
 
 Each check runs under coreutils ``timeout`` inside the container, with a host-side deadline as a
 backstop; a check that times out is reported as ``timeout`` and its container is replaced, so the
 remaining checks start clean. Containers carry a session label and are always removed.
+
+The container runs under a deployment profile's conditions (``profiles.py``). The check script travels as
+``python3 -c SOURCE`` (nothing is copied into the container, so a read-only root or a tmpfs ``/tmp`` cannot
+get in the way), and the checks' own work (the tiny model) goes to a dedicated tmpfs, ``SMOKE_DIR``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import subprocess
-import tarfile
 import threading
 import time
 import uuid
@@ -27,11 +29,18 @@ import docker.errors
 import docker.types
 from docker.models.containers import Container
 
+from matrixtool import profiles
 from matrixtool.checks import CHECKS
+from matrixtool.errors import WrongPlatformError
 from matrixtool.matrix import Accelerator, CheckSpec, Variant
+from matrixtool.profiles import Profile
 
 CHECKS_SCRIPT = Path(__file__).parent / "incontainer" / "smoke_checks.py"
-IN_IMAGE_DIR = "/tmp/matrix-checks"
+# The checks' work dir (tiny model, generate script): a tmpfs of the tool's own, writable by any UID under
+# every profile, and not on tempfile's search path (/tmp, /var/tmp, /usr/tmp), so it hides no condition.
+SMOKE_DIR = "/run/matrix-smoke"
+SMOKE_TMPFS = "rw,nosuid,nodev,size=1g,mode=1777"
+EXEC_FORMAT_ERROR = "exec format error"
 RESULT_MARK = "MATRIX-RESULT "
 SESSION_LABEL = "io.vllm-matrix.session"
 # Who started the check container: the value of MATRIX_OWNER in the environment (the test suite sets it,
@@ -73,6 +82,7 @@ class CheckResult:
     seconds: float
     facts: Mapping[str, Any] = field(default_factory=dict)
     log: Path | None = None
+    profile: str = profiles.DEFAULT
 
 
 def check_params(variant: Variant, entrypoint: Sequence[str] = ()) -> dict[str, Any]:
@@ -93,12 +103,16 @@ def check_params(variant: Variant, entrypoint: Sequence[str] = ()) -> dict[str, 
     }
 
 
-def container_kwargs(image: str, session: str, *, gpu: bool = False) -> dict[str, Any]:
+def container_kwargs(image: str, session: str, *, gpu: bool = False, profile: Profile | None = None) -> dict[str, Any]:
     """Keyword arguments of ``client.containers.run`` for the long-lived check container.
 
-    ``gpu``: pass every GPU through (Docker device request, like ``--gpus all``).
+    ``gpu``: pass every GPU through (Docker device request, like ``--gpus all``); ``profile``: the run
+    conditions (user, read-only root, tmpfs mounts, memory, CPUs, network, env; ``profiles.container_kwargs``).
+    The tool's own tmpfs ``SMOKE_DIR`` is added under every profile.
     """
-    extra: dict[str, Any] = {}
+    extra = profiles.container_kwargs(profile or Profile(name=profiles.DEFAULT))
+    extra["tmpfs"] = {**extra.get("tmpfs", {}), SMOKE_DIR: SMOKE_TMPFS}
+    extra["environment"] = {**extra.get("environment", {}), "MATRIX_SMOKE_DIR": SMOKE_DIR}
     if gpu:
         extra["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
     return {
@@ -118,12 +132,17 @@ def exec_argv(
     params: Mapping[str, Any],
     *,
     python: str = "python3",
-    script: str = f"{IN_IMAGE_DIR}/smoke_checks.py",
+    script: str | None = None,
 ) -> list[str]:
-    """The command that runs ``check`` (in the container, or on the host), bounded by its timeout (seconds)."""
+    """The command that runs ``check`` (in the container, or on the host), bounded by its timeout (seconds).
+
+    ``script``: the path of the check script; None passes its source with ``python -c`` (in containers: no
+    copy into a file system that a profile may make read-only; about 50 kB, below Linux's 128 kB per argument).
+    """
+    program = ["-c", CHECKS_SCRIPT.read_text(encoding="utf-8")] if script is None else [script]
     return [
         "timeout", "-k", str(KILL_GRACE), str(check.timeout),
-        python, script, check.name, json.dumps(params, sort_keys=True),
+        python, *program, check.name, json.dumps(params, sort_keys=True),
     ]  # fmt: skip
 
 
@@ -147,6 +166,14 @@ def verdict(
     """
     hint = CHECKS[check].hint
     tail = " | ".join(output.strip().splitlines()[-3:])
+    if EXEC_FORMAT_ERROR in output.lower():
+        return (
+            Status.FAILED,
+            f"{EXEC_FORMAT_ERROR}: the image's binaries are for another architecture than this host's: {tail}",
+            "test the image on a host of its platform, or install QEMU's binfmt handlers "
+            "(docker run --privileged --rm tonistiigi/binfmt --install all)",
+            {},
+        )
     if exit_code == 137 and seconds is not None and seconds < timeout:
         return (
             Status.FAILED,
@@ -171,34 +198,76 @@ def verdict(
     )
 
 
-def _tar_of(path: Path) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        info = tarfile.TarInfo(name=path.name)
-        data = path.read_bytes()
-        info.size = len(data)
-        info.mode = 0o644
-        tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+def image_platform(attrs: Mapping[str, Any]) -> str:
+    """``os/architecture[/variant]`` of an image from its ``docker image inspect`` attributes."""
+    parts = [str(attrs.get("Os") or "linux"), str(attrs.get("Architecture") or "unknown")]
+    if attrs.get("Variant"):
+        parts.append(str(attrs["Variant"]))
+    return "/".join(parts)
+
+
+def platform_matches(image_platform_: str, platforms: Sequence[str]) -> bool:
+    """True when ``image_platform_`` is one of ``platforms``; arm64's ``v8`` and amd64's ``v1`` are implied."""
+
+    def norm(p: str) -> str:
+        return p.removesuffix("/v8") if p.startswith("linux/arm64") else p.removesuffix("/v1")
+
+    return norm(image_platform_) in {norm(p) for p in platforms}
+
+
+def check_platform(image: str, attrs: Mapping[str, Any], variant: Variant) -> None:
+    """Raise WrongPlatformError (exit 12) when ``image``'s platform is not one of ``variant``'s platforms.
+
+    Runs before any container starts: under QEMU a wrong-architecture image would otherwise pass checks
+    that prove nothing about the variant's platform (issue 9: an amd64 image passed every check ``--as arm64``).
+    """
+    got = image_platform(attrs)
+    platforms = [str(p) for p in variant.platforms]
+    if not platform_matches(got, platforms):
+        raise WrongPlatformError(
+            f"image {image} is {got}, but variant {variant.name} is built for {', '.join(platforms)}; "
+            f"test it --as a variant of platform {got}, or build {variant.name} "
+            f"(tools/matrix build {variant.name}) and test that image"
+        )
 
 
 class CheckContainer:
     """A long-lived container the checks exec into; a context manager that always removes it."""
 
-    def __init__(self, client: docker.DockerClient, image: str, session: str, *, gpu: bool = False) -> None:
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        image: str,
+        session: str,
+        *,
+        gpu: bool = False,
+        profile: Profile | None = None,
+    ) -> None:
         self.client = client
         self.image = image
         self.session = session
         self.gpu = gpu
+        self.profile = profile
         self.container: Container | None = None
 
     def start(self) -> Container:
-        """Start (or restart after a timeout) the container and copy the check script into it."""
+        """Start (or restart after a timeout) the container.
+
+        Raises WrongPlatformError when the engine cannot run the image's binaries (``exec format error``).
+        """
         self.remove()
-        container: Container = self.client.containers.run(**container_kwargs(self.image, self.session, gpu=self.gpu))
-        self.container = container  # from here on remove() can clean it up, even if the copy below fails
-        container.exec_run(["mkdir", "-p", IN_IMAGE_DIR], user="root")
-        container.put_archive(IN_IMAGE_DIR, _tar_of(CHECKS_SCRIPT))
+        kwargs = container_kwargs(self.image, self.session, gpu=self.gpu, profile=self.profile)
+        try:
+            container: Container = self.client.containers.run(**kwargs)
+        except docker.errors.APIError as exc:
+            if EXEC_FORMAT_ERROR in str(exc).lower():
+                raise WrongPlatformError(
+                    f"{EXEC_FORMAT_ERROR} starting {self.image}: this engine cannot run the image's architecture; "
+                    "test it on a host of its platform or install QEMU's binfmt handlers "
+                    "(docker run --privileged --rm tonistiigi/binfmt --install all)"
+                ) from exc
+            raise
+        self.container = container
         return container
 
     def remove(self) -> None:
@@ -316,6 +385,7 @@ def _run_checks(
     params: Mapping[str, Any],
     log_dir: Path,
     on_result: Callable[[CheckResult], None],
+    profile: str = profiles.DEFAULT,
 ) -> list[CheckResult]:
     log_dir.mkdir(parents=True, exist_ok=True)
     results: list[CheckResult] = []
@@ -323,7 +393,8 @@ def _run_checks(
         started = time.monotonic()
         exit_code, output = runner.exec(runner.argv(check, params), {}, check.timeout + KILL_GRACE + HOST_SLACK)
         seconds = time.monotonic() - started
-        log = log_dir / f"{variant.name}.{check.name}.log"
+        stem = variant.name if profile == profiles.DEFAULT else f"{variant.name}.{profile}"
+        log = log_dir / f"{stem}.{check.name}.log"
         log.write_text(output, encoding="utf-8")
         status, diagnosis, hint, facts = verdict(check.name, exit_code, output, check.timeout, seconds)
         if status is Status.TIMEOUT:
@@ -338,6 +409,7 @@ def _run_checks(
             seconds=seconds,
             facts=facts,
             log=log,
+            profile=profile,
         )
         results.append(result)
         on_result(result)
@@ -360,14 +432,65 @@ def run_suite(
     *,
     log_dir: Path,
     on_result: Callable[[CheckResult], None] = lambda r: None,
+    profile: Profile | None = None,
+    rerun: bool = False,
 ) -> list[CheckResult]:
-    """Run ``checks`` (in order) inside ``image`` with ``variant``'s expectations.
+    """Run ``checks`` (in order) inside ``image`` with ``variant``'s expectations, under ``profile``'s conditions.
 
-    Full outputs go to ``log_dir/<variant>.<check>.log``; ``on_result`` sees each result as it lands.
-    Raises docker.errors.ImageNotFound when ``image`` is not on the engine.
+    Full outputs go to ``log_dir/<variant>.<check>.log`` (``<variant>.<profile>.<check>.log`` for a profile other
+    than ``default``); ``on_result`` sees each result as it lands. ``rerun``: the checks ran under ``default`` in
+    this command already (params["rerun"]: offline-generate then runs its compiled half only).
+    Raises docker.errors.ImageNotFound when ``image`` is not on the engine, WrongPlatformError when its platform
+    is not one of ``variant``'s (before any container starts).
     """
-    entrypoint = client.images.get(image).attrs.get("Config", {}).get("Entrypoint") or []
-    params = check_params(variant, entrypoint)
+    attrs = client.images.get(image).attrs
+    check_platform(image, attrs, variant)
+    entrypoint = attrs.get("Config", {}).get("Entrypoint") or []
+    params = {**check_params(variant, entrypoint), "rerun": rerun}
     gpu = variant.accelerator is not Accelerator.CPU and host_has_gpu()
-    with CheckContainer(client, image, uuid.uuid4().hex[:12], gpu=gpu) as box:
-        return _run_checks(box, image, variant, checks, params, log_dir, on_result)
+    profile = profile or Profile(name=profiles.DEFAULT)
+    with CheckContainer(client, image, uuid.uuid4().hex[:12], gpu=gpu, profile=profile) as box:
+        return _run_checks(box, image, variant, checks, params, log_dir, on_result, profile.name)
+
+
+def run_profiles(
+    client: docker.DockerClient,
+    image: str,
+    variant: Variant,
+    checks: Sequence[CheckSpec],
+    chosen: Sequence[Profile],
+    *,
+    log_dir: Path,
+    on_result: Callable[[CheckResult], None] = lambda r: None,
+    announce: Callable[[str], None] = lambda line: None,
+) -> list[CheckResult]:
+    """Run ``checks`` in ``image`` under each profile of ``chosen``, one container per profile, in order.
+
+    With ``default`` among ``chosen`` it runs every check; another profile runs only the checks whose verdict a
+    condition it changes can change (``checks.CheckInfo.affected_by``); the others are left out of the report,
+    and ``announce`` names them and why. Raises as ``run_suite``.
+    """
+    check_platform(image, client.images.get(image).attrs, variant)  # before anything runs (exit 12)
+    announce(f"[{variant.name}] smoke checks in {image}: {', '.join(c.name for c in checks)}")
+    reference = next((p for p in chosen if p.name == profiles.DEFAULT), None)
+    affects = {name: info.affected_by for name, info in CHECKS.items()}
+    results: list[CheckResult] = []
+    for profile in chosen:
+        run, left = profiles.checks_to_run(profile, reference, checks, affects)
+        line = f"[{variant.name}] profile {profile.name} ({profile.describe()}): "
+        line += ", ".join(c.name for c in run) if run else "no check"
+        if left:
+            line += f"; left out, as no condition of this profile can change them: {', '.join(c.name for c in left)}"
+        announce(line)
+        if run:
+            results += run_suite(
+                client,
+                image,
+                variant,
+                run,
+                log_dir=log_dir,
+                on_result=on_result,
+                profile=profile,
+                rerun=reference is not None and profile is not reference,
+            )
+    return results
