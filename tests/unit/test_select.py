@@ -3,8 +3,9 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+from matrixtool import pipeline
 from matrixtool.cli import main
-from matrixtool.errors import ExitCode, NothingSelectedError
+from matrixtool.errors import ConfigError, ExitCode, NothingSelectedError
 from matrixtool.matrix import load_matrix
 from matrixtool.select import select_variants
 
@@ -47,3 +48,16 @@ def test_an_empty_check_selection_is_a_config_error() -> None:
         args += ["--skip", name]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == ExitCode.CONFIG and "leaves no check" in result.output
+
+
+def test_pipeline_select_checks_validates_as_the_flag_check_does() -> None:
+    """One validation of --only/--skip (inputs.check_selection), used by the CLI and by the pipeline alike."""
+    cpu = next(v for v in load_matrix().variants if v.name == "cpu")
+    assert [c.name for c in pipeline.select_checks(cpu, ["pip-check"], [])] == ["pip-check"]
+    assert "pip-check" not in [c.name for c in pipeline.select_checks(cpu, [], ["pip-check"])]
+    with pytest.raises(ConfigError, match="'triton-kernel' is not a check of variant cpu"):
+        pipeline.select_checks(cpu, ["triton-kernel"], [])
+    with pytest.raises(ConfigError, match="'nope' is no smoke check"):
+        pipeline.select_checks(cpu, [], ["nope"])
+    with pytest.raises(ConfigError, match="leaves no check"):
+        pipeline.select_checks(cpu, [], [c.name for c in cpu.checks])

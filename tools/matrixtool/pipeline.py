@@ -31,6 +31,7 @@ from matrixtool.errors import (
     NotBuiltError,
     RegistryError,
 )
+from matrixtool.inputs import check_selection
 from matrixtool.matrix import CheckSpec, Matrix, Platform, Variant
 
 
@@ -377,19 +378,11 @@ def select_checks(variant: Variant, only: Sequence[str], skip: Sequence[str]) ->
     """``variant``'s checks, narrowed by ``--only`` (when given) and ``--skip``.
 
     Raises:
-        ConfigError: a name is not a check of the variant, or nothing is left to run.
+        ConfigError: a name is not a check of the variant, or nothing is left to run
+            (``inputs.check_selection``, the one place that validates a selection).
     """
-    names = [c.name for c in variant.checks]
-    unknown = [n for n in [*only, *skip] if n not in names]
-    if unknown:
-        raise ConfigError(
-            "--only/--skip",
-            [f"{n!r} is not a check of variant {variant.name}; its checks: {', '.join(names)}" for n in unknown],
-        )
-    chosen = [c for c in variant.checks if (not only or c.name in only) and c.name not in skip]
-    if not chosen:
-        raise ConfigError("--only/--skip", [f"the selection leaves no check of variant {variant.name} to run"])
-    return chosen
+    check_selection([variant], only, skip)
+    return [c for c in variant.checks if (not only or c.name in only) and c.name not in skip]
 
 
 def _progress(options: Options) -> Callable[[smoke.CheckResult], None]:
