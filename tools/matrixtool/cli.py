@@ -254,6 +254,13 @@ def _finish(
     junit: Path | None,
     json_file: Path | None = None,
 ) -> None:
+    """Write the reports (JUnit, JSON file, GitHub summary), print the table or JSON, then exit by the result.
+
+    Raises:
+        VariantsFailed: a variant failed before its checks (``--keep-going``); its exit code is the most
+            severe of the variants' ``RunReport.error_codes`` and of a failed check (``errors.most_severe``).
+        SmokeFailure: a check failed or timed out (exit 7).
+    """
     junit_path = junit or settings.out_dir / "reports" / "junit.xml"
     if result.checks or result.errors:
         report.write_junit(result, junit_path)

@@ -4,7 +4,8 @@
 Each command of ``cli.py`` parses its flags into one ``Options`` value, loads the matrix once, calls one
 function here and renders the value it returns (``report.RunReport``, ``BakeReport``, ``PushReport``,
 ``PinReport``). Progress lines go to stderr as they happen; nothing here decides an exit code except by
-raising a ``MatrixError``.
+raising a ``MatrixError`` or, under ``--keep-going``, recording each failed variant's error code in
+``RunReport.error_codes`` (``cli`` exits with the most severe, ``errors.most_severe``).
 
 Engines: ``build``, ``run``, ``test --image``, ``push`` and ``pin`` take a Docker client made once per command
 (``engine.connect``); ``bake`` takes one when an engine answers and works without one.
