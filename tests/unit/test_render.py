@@ -137,3 +137,16 @@ def test_a_symlinked_images_folder_is_refused_and_nothing_outside_is_touched(tmp
     result = runner.invoke(main, ["--matrix", str(matrix_path), "render", "--check"], catch_exceptions=False)
     assert result.exit_code == ExitCode.STALE_RENDER, result.output
     assert f"not a folder: {link} is a symbolic link" in result.output
+
+
+def test_dollar_in_env_and_description_stays_literal(tmp_path: Path) -> None:
+    """Docker expands $X in ENV and LABEL values; matrix.yaml values are literal, so `$` is escaped (a real
+    build of the same quoting read back `a$(id)${X}` and `cost $5`)."""
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    data["variants"]["cpu"]["env"]["VLLM_TEST_VALUE"] = "a$(id)${X}"
+    data["variants"]["cpu"]["description"] = "cost $5"
+    matrix_path = copy_checkout(tmp_path, yaml.safe_dump(data))
+    files = {str(f.path): f.text for f in render.render_matrix(load_matrix(matrix_path))}
+    dockerfile = files["images/cpu/Dockerfile"]
+    assert 'VLLM_TEST_VALUE="a\\$(id)\\${X}"' in dockerfile
+    assert 'org.opencontainers.image.description="cost \\$5"' in dockerfile

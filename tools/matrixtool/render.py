@@ -98,6 +98,13 @@ def _index_flags(variant: Variant) -> list[str]:
     return flags
 
 
+def _dockerfile_string(value: str) -> str:
+    """``value`` as a double-quoted ENV/LABEL word that Docker reads back literally: JSON quoting (``"``
+    and ``\\`` escaped) plus ``\\$`` for ``$``, which Docker would otherwise expand (Dockerfile reference,
+    "Environment replacement")."""
+    return json.dumps(value, ensure_ascii=False).replace("$", "\\$")
+
+
 def template_context(variant: Variant) -> dict[str, Any]:
     """Every value the template reads, prepared for plain ``if``/``for`` use."""
     files = requirement_files(variant)
@@ -147,9 +154,10 @@ def template_context(variant: Variant) -> dict[str, Any]:
         ]
         if variant.dist_alias
         else [],
-        # Double-quoted, escaped Dockerfile strings: a space or quote in matrix.yaml cannot break the line.
-        "env": [(key, json.dumps(value, ensure_ascii=False)) for key, value in sorted(variant.env.items())],
-        "description_quoted": json.dumps(variant.description, ensure_ascii=False),
+        # Double-quoted, escaped Dockerfile strings: a space or quote in matrix.yaml cannot break the line,
+        # and a `$` stays a `$` (Docker substitutes variables in ENV and LABEL values).
+        "env": [(key, _dockerfile_string(value)) for key, value in sorted(variant.env.items())],
+        "description_quoted": _dockerfile_string(variant.description),
     }
 
 
