@@ -156,3 +156,35 @@ def test_unused_wheelhouse_is_a_warning(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, [*args, "--json-file", str(tmp_path / "file" / "r.json")])
     assert f"warning: --wheelhouse {tmp_path} is ignored" in result.output
     assert result.exit_code == ExitCode.CONFIG
+
+
+@pytest.mark.parametrize("flag", ["--out", "--junit", "--json-file"])
+@pytest.mark.parametrize("kind", ["loop", "dangling"])
+def test_an_output_path_through_a_broken_link_is_a_flag_error(tmp_path: Path, flag: str, kind: str) -> None:
+    """A symlink loop passed the output checks and failed later: --out in bake with an unexpected
+    RuntimeError from Path.resolve (exit 1), --junit only after the checks ran."""
+    matrix_path = copy_checkout(tmp_path / "checkout")
+    link = tmp_path / "link"
+    link.symlink_to(link if kind == "loop" else tmp_path / "missing" / "x")
+    path = str(link) if flag == "--out" else str(link / "report.xml")
+    args = ["--matrix", str(matrix_path)]
+    if flag == "--out":
+        args += ["--out", path, "bake", "cpu"]
+    else:
+        args += ["run", "cpu", flag, path]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert f"{flag}: {link} is a symbolic link that leads nowhere" in result.output
+    assert not (tmp_path / "missing").exists()
+
+
+def test_an_unreadable_matrix_file_is_a_config_error(tmp_path: Path) -> None:
+    """click's own readability check gave exit 2 ("Error: ... is not readable"); the matrix file's problems
+    are exit 3, like a missing or non-regular file. Root reads any file, so the read itself is made to fail."""
+    matrix_path = copy_checkout(tmp_path)
+    matrix_path.chmod(0)
+    if os.access(matrix_path, os.R_OK):
+        pytest.skip("running as root: a mode-0 file is still readable")
+    result = CliRunner().invoke(main, ["--matrix", str(matrix_path), "ci-matrix"])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert "Permission denied" in result.output

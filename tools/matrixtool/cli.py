@@ -109,7 +109,8 @@ class MatrixGroup(click.Group):
 @click.option(
     "--matrix",
     "matrix_path",
-    type=click.Path(path_type=Path),
+    # readable=False: load_matrix reports an unreadable file as a config error (exit 3), like every other.
+    type=click.Path(path_type=Path, readable=False),
     default=DEFAULT_MATRIX,
     show_default=True,
     help="The matrix file.",
