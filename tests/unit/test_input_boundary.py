@@ -188,3 +188,39 @@ def test_an_unreadable_matrix_file_is_a_config_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["--matrix", str(matrix_path), "ci-matrix"])
     assert result.exit_code == ExitCode.CONFIG, result.output
     assert "Permission denied" in result.output
+
+
+@pytest.mark.parametrize(
+    ("codes", "check_failed", "expected"),
+    [
+        ({"a": ExitCode.BUILD, "b": ExitCode.CONFIG}, False, ExitCode.CONFIG),
+        ({"a": ExitCode.INDEX_UNREACHABLE}, True, ExitCode.INDEX_UNREACHABLE),
+        ({"a": ExitCode.BUILD}, True, ExitCode.BUILD),
+        ({}, False, ExitCode.BUILD),  # an error recorded without a code counts as a failed build
+    ],
+)
+def test_keep_going_exits_with_the_most_severe_code(
+    tmp_path: Path, codes: dict[str, ExitCode], check_failed: bool, expected: ExitCode
+) -> None:
+    """cli._finish turns RunReport.error_codes (recorded by pipeline.run_variants) and a failed check into
+    one exit code, the most severe (README "Exit codes"), after writing the reports."""
+    from matrixtool import cli, report
+    from matrixtool.errors import VariantsFailed
+    from matrixtool.smoke import CheckResult, Status
+
+    errors = {name: f"{name} failed" for name in codes} or {"a": "a failed"}
+    check = CheckResult(
+        variant="c",
+        image="i",
+        check="pip-check",
+        status=Status.FAILED if check_failed else Status.PASSED,
+        diagnosis="",
+        hint="",
+        seconds=1.0,
+    )
+    result = report.RunReport(checks=[check], errors=errors, error_codes=codes)
+    settings = cli.Settings(matrix_path=tmp_path / "matrix.yaml", out_dir=tmp_path / "out", env={}, debug=False)
+    with pytest.raises(VariantsFailed) as info:
+        cli._finish(settings, result, as_json=False, junit=None)
+    assert info.value.exit_code == expected
+    assert (tmp_path / "out" / "reports" / "junit.xml").is_file()
