@@ -61,3 +61,19 @@ def test_pipeline_select_checks_validates_as_the_flag_check_does() -> None:
         pipeline.select_checks(cpu, [], ["nope"])
     with pytest.raises(ConfigError, match="leaves no check"):
         pipeline.select_checks(cpu, [], [c.name for c in cpu.checks])
+
+
+@pytest.mark.parametrize(
+    ("args", "part"),
+    [
+        (["test", "--image", "x", "--host", "--as", "cpu"], "give exactly one of --image REF and --host"),
+        (["run", "cpu", "--jobs", "0"], "0 is not in the range"),
+        (["nosuchcmd"], "No such command 'nosuchcmd'"),
+        (["--bogus", "ci-matrix"], "No such option '--bogus'"),
+    ],
+)
+def test_a_usage_error_is_one_error_line_and_exit_2(args: list[str], part: str) -> None:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == ExitCode.USAGE
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and part in lines[0] and "--help'" in lines[0]

@@ -59,8 +59,38 @@ class Settings:
     debug: bool
 
 
+class _UsageLine(click.ClickException):
+    """A usage error shown as one ``error:`` line (click's own shows the usage text and ``Error:``), exit 2."""
+
+    exit_code = int(ExitCode.USAGE)
+
+    def __init__(self, exc: click.UsageError) -> None:
+        command = exc.ctx.command_path if exc.ctx is not None else "tools/matrix"
+        super().__init__(f"{exc.format_message().rstrip('.')}; see '{command} --help'")
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+# click >= 8.2 raises this (a UsageError whose message is the help text) for a bare ``tools/matrix``.
+_NO_ARGS_IS_HELP: tuple[type[Exception], ...] = tuple(
+    e for e in [getattr(click.exceptions, "NoArgsIsHelpError", None)] if isinstance(e, type)
+)
+
+
 class MatrixGroup(click.Group):
-    """A click group that turns ``MatrixError`` into one message and its exit code."""
+    """A click group that turns ``MatrixError`` into one message and its exit code, and a usage error into
+    one ``error:`` line (exit 2)."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except _NO_ARGS_IS_HELP:
+            raise  # no command at all: click shows the help
+        except click.UsageError as exc:
+            raise _UsageLine(exc) from exc
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -92,6 +122,8 @@ class MatrixGroup(click.Group):
                 traceback.print_exc()
             click.echo(f"error: Docker engine: {exc}; run 'tools/matrix doctor'", err=True)
             ctx.exit(int(ExitCode.ENGINE))
+        except click.UsageError as exc:
+            raise _UsageLine(exc) from exc
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
         except Exception as exc:
