@@ -77,3 +77,12 @@ def test_a_usage_error_is_one_error_line_and_exit_2(args: list[str], part: str) 
     assert result.exit_code == ExitCode.USAGE
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and part in lines[0] and "--help'" in lines[0]
+
+
+@pytest.mark.parametrize("mirror", ["not a url", "ftp://deb.debian.org/debian", "http://deb.debian.org/debian;id"])
+def test_a_bad_mirror_is_a_flag_error_before_the_engine(mirror: str) -> None:
+    """--mirror reaches debootstrap's argv; it is checked like an index URL, before the engine (the unit tests'
+    guard would make an engine call exit 8)."""
+    result = CliRunner().invoke(main, ["base", "cpu", "--mirror", mirror])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert f"--mirror {mirror!r}" in result.output

@@ -42,7 +42,7 @@ from matrixtool.errors import (
     VariantsFailed,
     most_severe,
 )
-from matrixtool.matrix import DEFAULT_MATRIX, Matrix, Variant, load_matrix
+from matrixtool.matrix import DEFAULT_MATRIX, Matrix, Variant, load_matrix, url_problem
 from matrixtool.select import select_variants
 
 # --out's default: build/ next to the matrix file.
@@ -210,6 +210,9 @@ def doctor(registry: str) -> None:
 def base_cmd(settings: Settings, /, variants: Sequence[str], mirror: str) -> None:
     """Provide each variant's base image: local, pulled, or a debootstrap stand-in tagged with its ref."""
     selected = select_variants(_load(settings), variants)
+    problem = url_problem(mirror)
+    if problem is not None:
+        raise ConfigError("flags", [f"--mirror {mirror!r} {problem.replace('an index URL', 'a mirror URL')}"])
     client = engine.connect()
     for variant in selected:
         for platform in variant.platforms:
