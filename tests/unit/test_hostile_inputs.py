@@ -420,6 +420,9 @@ BAD_REGISTRIES = {
     "semicolon": "registry.example.com;id",
     "empty": "",
     "dotdot": "registry.example.com/../ns",
+    "port-out-of-range": "registry.example.com:99999",
+    "port-zero": "127.0.0.1:0",
+    "overlong": "registry.example.com/" + "a" * 300,
 }
 for _name, _value in BAD_REGISTRIES.items():
     case(f"registry-{_name}-build", CONFIG, "--registry")(_args(["build", "cuda", "--registry", _value]))
@@ -442,6 +445,8 @@ BAD_REPOSITORIES = {
     "empty": "",
     "newline": "vllm-matrix\n",
     "leading-dash": "-vllm",
+    "overlong": "a" * 300,
+    "port-out-of-range": "localhost:70000/vllm",
 }
 for _name, _value in BAD_REPOSITORIES.items():
     case(f"repository-{_name}", CONFIG, "--repository")(_args(["build", "cuda", "--repository", _value]))

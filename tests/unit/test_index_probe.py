@@ -53,3 +53,18 @@ def test_build_fails_fast_naming_the_index(tmp_path: Path) -> None:
     assert f"package index {url} is unreachable" in result.output
     assert "--wheelhouse" in result.output and "variants.rocm.index.url" in result.output
     assert "Traceback" not in result.output
+
+
+def test_push_does_not_probe_the_index(tmp_path: Path) -> None:
+    """A push installs nothing: an index that does not answer must not stop it (exit 10); here the guard's
+    unreachable engine is the first thing it meets (exit 8)."""
+    url = f"http://127.0.0.1:{_closed_port()}/whl/rocm6.4"
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    data["variants"]["rocm"]["index"]["url"] = url
+    copy_checkout(tmp_path, yaml.safe_dump(data))
+    runner = CliRunner()
+    matrix = str(tmp_path / "matrix.yaml")
+    assert runner.invoke(main, ["--matrix", matrix, "render"]).exit_code == 0
+    result = runner.invoke(main, ["--matrix", matrix, "push", "rocm", "--registry", "127.0.0.1:5000"])
+    assert result.exit_code == ExitCode.ENGINE, result.output
+    assert "package index" not in result.output

@@ -156,3 +156,71 @@ def test_unused_wheelhouse_is_a_warning(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, [*args, "--json-file", str(tmp_path / "file" / "r.json")])
     assert f"warning: --wheelhouse {tmp_path} is ignored" in result.output
     assert result.exit_code == ExitCode.CONFIG
+
+
+@pytest.mark.parametrize("flag", ["--out", "--junit", "--json-file"])
+@pytest.mark.parametrize("kind", ["loop", "dangling"])
+def test_an_output_path_through_a_broken_link_is_a_flag_error(tmp_path: Path, flag: str, kind: str) -> None:
+    """A symlink loop passed the output checks and failed later: --out in bake with an unexpected
+    RuntimeError from Path.resolve (exit 1), --junit only after the checks ran."""
+    matrix_path = copy_checkout(tmp_path / "checkout")
+    link = tmp_path / "link"
+    link.symlink_to(link if kind == "loop" else tmp_path / "missing" / "x")
+    path = str(link) if flag == "--out" else str(link / "report.xml")
+    args = ["--matrix", str(matrix_path)]
+    if flag == "--out":
+        args += ["--out", path, "bake", "cpu"]
+    else:
+        args += ["run", "cpu", flag, path]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert f"{flag}: {link} is a symbolic link that leads nowhere" in result.output
+    assert not (tmp_path / "missing").exists()
+
+
+def test_an_unreadable_matrix_file_is_a_config_error(tmp_path: Path) -> None:
+    """click's own readability check gave exit 2 ("Error: ... is not readable"); the matrix file's problems
+    are exit 3, like a missing or non-regular file. Root reads any file, so the read itself is made to fail."""
+    matrix_path = copy_checkout(tmp_path)
+    matrix_path.chmod(0)
+    if os.access(matrix_path, os.R_OK):
+        pytest.skip("running as root: a mode-0 file is still readable")
+    result = CliRunner().invoke(main, ["--matrix", str(matrix_path), "ci-matrix"])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert "Permission denied" in result.output
+
+
+@pytest.mark.parametrize(
+    ("codes", "check_failed", "expected"),
+    [
+        ({"a": ExitCode.BUILD, "b": ExitCode.CONFIG}, False, ExitCode.CONFIG),
+        ({"a": ExitCode.INDEX_UNREACHABLE}, True, ExitCode.INDEX_UNREACHABLE),
+        ({"a": ExitCode.BUILD}, True, ExitCode.BUILD),
+        ({}, False, ExitCode.BUILD),  # an error recorded without a code counts as a failed build
+    ],
+)
+def test_keep_going_exits_with_the_most_severe_code(
+    tmp_path: Path, codes: dict[str, ExitCode], check_failed: bool, expected: ExitCode
+) -> None:
+    """cli._finish turns RunReport.error_codes (recorded by pipeline.run_variants) and a failed check into
+    one exit code, the most severe (README "Exit codes"), after writing the reports."""
+    from matrixtool import cli, report
+    from matrixtool.errors import VariantsFailed
+    from matrixtool.smoke import CheckResult, Status
+
+    errors = {name: f"{name} failed" for name in codes} or {"a": "a failed"}
+    check = CheckResult(
+        variant="c",
+        image="i",
+        check="pip-check",
+        status=Status.FAILED if check_failed else Status.PASSED,
+        diagnosis="",
+        hint="",
+        seconds=1.0,
+    )
+    result = report.RunReport(checks=[check], errors=errors, error_codes=codes)
+    settings = cli.Settings(matrix_path=tmp_path / "matrix.yaml", out_dir=tmp_path / "out", env={}, debug=False)
+    with pytest.raises(VariantsFailed) as info:
+        cli._finish(settings, result, as_json=False, junit=None)
+    assert info.value.exit_code == expected
+    assert (tmp_path / "out" / "reports" / "junit.xml").is_file()

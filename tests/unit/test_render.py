@@ -115,3 +115,38 @@ def test_python_comes_from_a_build_arg_whose_default_is_the_variants() -> None:
         assert f"ARG PYTHON_VERSION={variant.python}\n" in text
         assert "python${PYTHON_VERSION}-dev" in text  # so a stand-in with another Python builds the same file
         assert f"python{variant.python}" not in text.replace(f"Python {variant.python}", "")
+
+
+@pytest.mark.parametrize("link", ["images/cpu", "images"])
+def test_a_symlinked_images_folder_is_refused_and_nothing_outside_is_touched(tmp_path: Path, link: str) -> None:
+    """render must not follow images/ or images/<variant> out of the checkout: through a link to /etc it
+    wrote the variant's files there and removed every other file it found (seen in review)."""
+    matrix_path = _copy_project(tmp_path / "checkout")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.conf").write_text("keep me\n")
+    target = tmp_path / "checkout" / link
+    shutil.rmtree(target)
+    target.symlink_to(outside, target_is_directory=True)
+    runner = CliRunner()
+    result = runner.invoke(main, ["--matrix", str(matrix_path), "render"], catch_exceptions=False)
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert "symbolic link" in result.output and str(target) in result.output
+    assert sorted(p.name for p in outside.iterdir()) == ["precious.conf"]
+    assert (outside / "precious.conf").read_text() == "keep me\n"
+    result = runner.invoke(main, ["--matrix", str(matrix_path), "render", "--check"], catch_exceptions=False)
+    assert result.exit_code == ExitCode.STALE_RENDER, result.output
+    assert f"not a folder: {link} is a symbolic link" in result.output
+
+
+def test_dollar_in_env_and_description_stays_literal(tmp_path: Path) -> None:
+    """Docker expands $X in ENV and LABEL values; matrix.yaml values are literal, so `$` is escaped (a real
+    build of the same quoting read back `a$(id)${X}` and `cost $5`)."""
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    data["variants"]["cpu"]["env"]["VLLM_TEST_VALUE"] = "a$(id)${X}"
+    data["variants"]["cpu"]["description"] = "cost $5"
+    matrix_path = copy_checkout(tmp_path, yaml.safe_dump(data))
+    files = {str(f.path): f.text for f in render.render_matrix(load_matrix(matrix_path))}
+    dockerfile = files["images/cpu/Dockerfile"]
+    assert 'VLLM_TEST_VALUE="a\\$(id)\\${X}"' in dockerfile
+    assert 'org.opencontainers.image.description="cost \\$5"' in dockerfile

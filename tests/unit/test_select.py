@@ -3,8 +3,9 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+from matrixtool import pipeline
 from matrixtool.cli import main
-from matrixtool.errors import ExitCode, NothingSelectedError
+from matrixtool.errors import ConfigError, ExitCode, NothingSelectedError
 from matrixtool.matrix import load_matrix
 from matrixtool.select import select_variants
 
@@ -47,3 +48,41 @@ def test_an_empty_check_selection_is_a_config_error() -> None:
         args += ["--skip", name]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == ExitCode.CONFIG and "leaves no check" in result.output
+
+
+def test_pipeline_select_checks_validates_as_the_flag_check_does() -> None:
+    """One validation of --only/--skip (inputs.check_selection), used by the CLI and by the pipeline alike."""
+    cpu = next(v for v in load_matrix().variants if v.name == "cpu")
+    assert [c.name for c in pipeline.select_checks(cpu, ["pip-check"], [])] == ["pip-check"]
+    assert "pip-check" not in [c.name for c in pipeline.select_checks(cpu, [], ["pip-check"])]
+    with pytest.raises(ConfigError, match="'triton-kernel' is not a check of variant cpu"):
+        pipeline.select_checks(cpu, ["triton-kernel"], [])
+    with pytest.raises(ConfigError, match="'nope' is no smoke check"):
+        pipeline.select_checks(cpu, [], ["nope"])
+    with pytest.raises(ConfigError, match="leaves no check"):
+        pipeline.select_checks(cpu, [], [c.name for c in cpu.checks])
+
+
+@pytest.mark.parametrize(
+    ("args", "part"),
+    [
+        (["test", "--image", "x", "--host", "--as", "cpu"], "give exactly one of --image REF and --host"),
+        (["run", "cpu", "--jobs", "0"], "0 is not in the range"),
+        (["nosuchcmd"], "No such command 'nosuchcmd'"),
+        (["--bogus", "ci-matrix"], "No such option '--bogus'"),
+    ],
+)
+def test_a_usage_error_is_one_error_line_and_exit_2(args: list[str], part: str) -> None:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == ExitCode.USAGE
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and part in lines[0] and "--help'" in lines[0]
+
+
+@pytest.mark.parametrize("mirror", ["not a url", "ftp://deb.debian.org/debian", "http://deb.debian.org/debian;id"])
+def test_a_bad_mirror_is_a_flag_error_before_the_engine(mirror: str) -> None:
+    """--mirror reaches debootstrap's argv; it is checked like an index URL, before the engine (the unit tests'
+    guard would make an engine call exit 8)."""
+    result = CliRunner().invoke(main, ["base", "cpu", "--mirror", mirror])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert f"--mirror {mirror!r}" in result.output

@@ -44,7 +44,7 @@ from matrixtool.errors import (
     VariantsFailed,
     most_severe,
 )
-from matrixtool.matrix import DEFAULT_MATRIX, Matrix, Variant, load_matrix
+from matrixtool.matrix import DEFAULT_MATRIX, Matrix, Variant, load_matrix, url_problem
 from matrixtool.select import select_variants
 
 # --out's default: build/ next to the matrix file.
@@ -61,8 +61,38 @@ class Settings:
     debug: bool
 
 
+class _UsageLine(click.ClickException):
+    """A usage error shown as one ``error:`` line (click's own shows the usage text and ``Error:``), exit 2."""
+
+    exit_code = int(ExitCode.USAGE)
+
+    def __init__(self, exc: click.UsageError) -> None:
+        command = exc.ctx.command_path if exc.ctx is not None else "tools/matrix"
+        super().__init__(f"{exc.format_message().rstrip('.')}; see '{command} --help'")
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+# click >= 8.2 raises this (a UsageError whose message is the help text) for a bare ``tools/matrix``.
+_NO_ARGS_IS_HELP: tuple[type[Exception], ...] = tuple(
+    e for e in [getattr(click.exceptions, "NoArgsIsHelpError", None)] if isinstance(e, type)
+)
+
+
 class MatrixGroup(click.Group):
-    """A click group that turns ``MatrixError`` into one message and its exit code."""
+    """A click group that turns ``MatrixError`` into one message and its exit code, and a usage error into
+    one ``error:`` line (exit 2)."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except _NO_ARGS_IS_HELP:
+            raise  # no command at all: click shows the help
+        except click.UsageError as exc:
+            raise _UsageLine(exc) from exc
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -94,6 +124,8 @@ class MatrixGroup(click.Group):
                 traceback.print_exc()
             click.echo(f"error: Docker engine: {exc}; run 'tools/matrix doctor'", err=True)
             ctx.exit(int(ExitCode.ENGINE))
+        except click.UsageError as exc:
+            raise _UsageLine(exc) from exc
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
         except Exception as exc:
@@ -111,7 +143,8 @@ class MatrixGroup(click.Group):
 @click.option(
     "--matrix",
     "matrix_path",
-    type=click.Path(path_type=Path),
+    # readable=False: load_matrix reports an unreadable file as a config error (exit 3), like every other.
+    type=click.Path(path_type=Path, readable=False),
     default=DEFAULT_MATRIX,
     show_default=True,
     help="The matrix file.",
@@ -179,6 +212,9 @@ def doctor(registry: str) -> None:
 def base_cmd(settings: Settings, /, variants: Sequence[str], mirror: str) -> None:
     """Provide each variant's base image: local, pulled, or a debootstrap stand-in tagged with its ref."""
     selected = select_variants(_load(settings), variants)
+    problem = url_problem(mirror)
+    if problem is not None:
+        raise ConfigError("flags", [f"--mirror {mirror!r} {problem.replace('an index URL', 'a mirror URL')}"])
     client = engine.connect()
     for variant in selected:
         for platform in variant.platforms:
@@ -256,6 +292,13 @@ def _finish(
     junit: Path | None,
     json_file: Path | None = None,
 ) -> None:
+    """Write the reports (JUnit, JSON file, GitHub summary), print the table or JSON, then exit by the result.
+
+    Raises:
+        VariantsFailed: a variant failed before its checks (``--keep-going``); its exit code is the most
+            severe of the variants' ``RunReport.error_codes`` and of a failed check (``errors.most_severe``).
+        SmokeFailure: a check failed or timed out (exit 7).
+    """
     junit_path = junit or settings.out_dir / "reports" / "junit.xml"
     if result.checks or result.errors:
         report.write_junit(result, junit_path)

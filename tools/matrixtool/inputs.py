@@ -36,8 +36,23 @@ def _writable(folder: Path) -> bool:
         return False
 
 
+def _broken_link(flag: str, path: Path) -> str | None:
+    """A symbolic link at ``path`` or above it that leads nowhere (dangling, or a loop): ``exists()`` says
+    False, yet nothing can be made there."""
+    for p in (path, *path.parents):
+        if p.is_symlink() and not p.exists():
+            return (
+                f"{flag}: {p} is a symbolic link that leads nowhere (dangling or a loop); "
+                "remove it or pass another path"
+            )
+    return None
+
+
 def _folder_problem(flag: str, folder: Path, *, must_exist: bool) -> str | None:
     """Why files cannot be written in ``folder`` (created with its parents when missing, unless ``must_exist``)."""
+    broken = _broken_link(flag, folder)
+    if broken:
+        return broken
     if folder.exists():
         if not folder.is_dir():
             return f"{flag}: {folder} is not a folder"
@@ -56,6 +71,9 @@ def _folder_problem(flag: str, folder: Path, *, must_exist: bool) -> str | None:
 
 def _file_problem(flag: str, path: Path, *, must_exist_parent: bool) -> str | None:
     """Why ``path`` cannot be written as a file."""
+    broken = _broken_link(flag, path)
+    if broken:
+        return broken
     if path.is_dir():
         return f"{flag}: {path} is a folder; give a file path"
     if path.exists() and not path.is_file():

@@ -4,7 +4,8 @@
 Each command of ``cli.py`` parses its flags into one ``Options`` value, loads the matrix once, calls one
 function here and renders the value it returns (``report.RunReport``, ``BakeReport``, ``PushReport``,
 ``PinReport``). Progress lines go to stderr as they happen; nothing here decides an exit code except by
-raising a ``MatrixError``.
+raising a ``MatrixError`` or, under ``--keep-going``, recording each failed variant's error code in
+``RunReport.error_codes`` (``cli`` exits with the most severe, ``errors.most_severe``).
 
 Engines: ``build``, ``run``, ``test --image``, ``push`` and ``pin`` take a Docker client made once per command
 (``engine.connect``); ``bake`` takes one when an engine answers and works without one.
@@ -31,6 +32,7 @@ from matrixtool.errors import (
     NotBuiltError,
     RegistryError,
 )
+from matrixtool.inputs import check_selection
 from matrixtool.matrix import CheckSpec, Matrix, Platform, Variant
 
 
@@ -380,19 +382,11 @@ def select_checks(variant: Variant, only: Sequence[str], skip: Sequence[str]) ->
     """``variant``'s checks, narrowed by ``--only`` (when given) and ``--skip``.
 
     Raises:
-        ConfigError: a name is not a check of the variant, or nothing is left to run.
+        ConfigError: a name is not a check of the variant, or nothing is left to run
+            (``inputs.check_selection``, the one place that validates a selection).
     """
-    names = [c.name for c in variant.checks]
-    unknown = [n for n in [*only, *skip] if n not in names]
-    if unknown:
-        raise ConfigError(
-            "--only/--skip",
-            [f"{n!r} is not a check of variant {variant.name}; its checks: {', '.join(names)}" for n in unknown],
-        )
-    chosen = [c for c in variant.checks if (not only or c.name in only) and c.name not in skip]
-    if not chosen:
-        raise ConfigError("--only/--skip", [f"the selection leaves no check of variant {variant.name} to run"])
-    return chosen
+    check_selection([variant], only, skip)
+    return [c for c in variant.checks if (not only or c.name in only) and c.name not in skip]
 
 
 def _progress(options: Options) -> Callable[[smoke.CheckResult], None]:
@@ -543,7 +537,11 @@ def push_variants(matrix: Matrix, variants: Sequence[Variant], options: Options)
         RegistryError: a push failed.
     """
     assert options.registry is not None, "push needs --registry"
-    inputs = preflight(matrix, variants, options)
+    # No index probe: a push installs nothing, so an index this machine cannot reach does not matter.
+    check_fresh(matrix)
+    inputs = resolve_inputs(options)
+    for variant in variants:
+        check_inputs(variant, inputs)
     client = engine.connect()
     plans = provide_and_plan(client, matrix, variants, inputs, options)
     missing = [p for p in plans if build.existing(client, p) is None]

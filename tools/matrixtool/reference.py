@@ -16,6 +16,8 @@ from matrixtool.errors import ConfigError
 
 # distribution/reference: NameTotalLengthMax; a tag is at most 128 characters by its own pattern.
 MAX_LENGTH = 255 + 1 + 128 + 1 + 71 + 64
+# distribution/reference: NameTotalLengthMax, the whole name (registry host and path) of an image.
+MAX_NAME_LENGTH = 255
 _NAME = regex.compile(REMOTE_NAME, regex.ASCII)
 _DOMAIN = regex.compile(DOMAIN_AND_PORT, regex.ASCII)
 
@@ -28,6 +30,25 @@ def _printable_problem(value: str) -> str | None:
     bad = next((c for c in value if c.isspace() or not c.isprintable()), None)
     if bad is not None:
         return f"holds {bad!r} (no whitespace or control characters in a reference)"
+    return None
+
+
+def _host_problem(host: str) -> str | None:
+    """Why ``host`` is not a registry ``HOST[:PORT]`` (the grammar allows any digits as a port)."""
+    if not _DOMAIN.fullmatch(host):
+        return f"starts with {host!r}, which is not a registry HOST[:PORT]"
+    _, colon, port = host.rpartition(":")
+    if colon and port.isdigit() and not 1 <= int(port) <= 65535:
+        return f"has port {port}, outside 1-65535"
+    return None
+
+
+def _name_length_problem(value: str) -> str | None:
+    if len(value) > MAX_NAME_LENGTH - len("/cuda-arm64"):
+        return (
+            f"is {len(value)} characters long; with '/<variant>' an image name must stay within "
+            f"{MAX_NAME_LENGTH} characters"
+        )
     return None
 
 
@@ -55,10 +76,14 @@ def repository_problem(value: str) -> str | None:
     problem = _printable_problem(value)
     if problem is not None:
         return problem
+    problem = _name_length_problem(value)
+    if problem is not None:
+        return problem
     host, slash, rest = value.partition("/")
     if slash and ("." in host or ":" in host or host == "localhost"):
-        if not _DOMAIN.fullmatch(host):
-            return f"starts with {host!r}, which is not a registry HOST[:PORT]"
+        problem = _host_problem(host)
+        if problem is not None:
+            return problem
         value = rest
     if not _NAME.fullmatch(value):
         return (
@@ -79,9 +104,13 @@ def registry_problem(value: str) -> str | None:
         return problem
     if "://" in value:
         return "has a scheme; give HOST[:PORT][/NAMESPACE] only"
+    problem = _name_length_problem(value)
+    if problem is not None:
+        return problem
     host, _, namespace = value.partition("/")
-    if not _DOMAIN.fullmatch(host):
-        return f"starts with {host!r}, which is not a registry HOST[:PORT]"
+    problem = _host_problem(host)
+    if problem is not None:
+        return problem
     if not ("." in host or ":" in host or host == "localhost"):
         return (
             f"host {host!r} holds no '.' or ':' and is not 'localhost': Docker would read it as a Docker Hub "

@@ -98,6 +98,13 @@ def _index_flags(variant: Variant) -> list[str]:
     return flags
 
 
+def _dockerfile_string(value: str) -> str:
+    """``value`` as a double-quoted ENV/LABEL word that Docker reads back literally: JSON quoting (``"``
+    and ``\\`` escaped) plus ``\\$`` for ``$``, which Docker would otherwise expand (Dockerfile reference,
+    "Environment replacement")."""
+    return json.dumps(value, ensure_ascii=False).replace("$", "\\$")
+
+
 def template_context(variant: Variant) -> dict[str, Any]:
     """Every value the template reads, prepared for plain ``if``/``for`` use."""
     files = requirement_files(variant)
@@ -147,9 +154,10 @@ def template_context(variant: Variant) -> dict[str, Any]:
         ]
         if variant.dist_alias
         else [],
-        # Double-quoted, escaped Dockerfile strings: a space or quote in matrix.yaml cannot break the line.
-        "env": [(key, json.dumps(value, ensure_ascii=False)) for key, value in sorted(variant.env.items())],
-        "description_quoted": json.dumps(variant.description, ensure_ascii=False),
+        # Double-quoted, escaped Dockerfile strings: a space or quote in matrix.yaml cannot break the line,
+        # and a `$` stays a `$` (Docker substitutes variables in ENV and LABEL values).
+        "env": [(key, _dockerfile_string(value)) for key, value in sorted(variant.env.items())],
+        "description_quoted": _dockerfile_string(variant.description),
     }
 
 
@@ -322,19 +330,29 @@ def _preflight_write(files: list[RenderedFile], root: Path) -> None:
     """Every reason ``write`` could not finish, found before it writes anything.
 
     Raises:
-        ConfigError: ``images`` or ``images/<variant>`` is not a folder, a generated path is not a regular
+        ConfigError: ``images`` or ``images/<variant>`` is not a folder or is a symbolic link (render would
+            write, and remove files, where it points), a generated path is not a regular
             file, or a folder of a removed variant holds files ``render`` did not write.
     """
     problems = []
     for folder in sorted({root / "images", *_variant_dirs(files, root)}):
-        if folder.exists() and not folder.is_dir():
+        if folder.is_symlink():
+            # Followed, it would make render write (and remove unrendered files) in the folder it names.
+            problems.append(
+                f"{folder} is a symbolic link to {os.readlink(folder)}; replace it with a folder so render "
+                "writes inside the checkout"
+            )
+        elif folder.exists() and not folder.is_dir():
             problems.append(f"{folder} is not a folder; move it away so render can write the variant's files")
+    for folder in _extra_variant_dirs(files, root):
+        if folder.is_symlink():
+            problems.append(f"{folder} is a symbolic link and no variant of the matrix; remove it by hand")
     for f in files:
         target = root / f.path
         if (target.exists() or target.is_symlink()) and (target.is_symlink() or not target.is_file()):
             problems.append(f"{target} is not a regular file; move it away so render can write it")
     for folder in _extra_variant_dirs(files, root):
-        if not _is_generated_dir(folder):
+        if not folder.is_symlink() and not _is_generated_dir(folder):
             problems.append(
                 f"{folder} is no variant of the matrix and holds files render did not write; remove it by hand"
             )
@@ -407,7 +425,13 @@ def drift_report(files: list[RenderedFile], root: Path = REPO_ROOT) -> tuple[lis
     ``images/`` that no variant renders (a removed variant's), and the folder itself when empty."""
     stale: list[Path] = []
     notes: list[str] = []
+    linked = {d for d in _variant_dirs(files, root) | {root / "images"} if d.is_symlink()}
+    for folder in sorted(linked):
+        stale.append(folder.relative_to(root))
+        notes.append(f"not a folder: {folder.relative_to(root)} is a symbolic link to {os.readlink(folder)}")
     for f in files:
+        if any(d in linked for d in (root / f.path).parents):
+            continue
         current = _read(root / f.path)
         if current is None:
             stale.append(f.path)
@@ -423,8 +447,8 @@ def drift_report(files: list[RenderedFile], root: Path = REPO_ROOT) -> tuple[lis
                 )
             )
     wanted = {root / f.path for f in files}
-    for directory in _variant_dirs(files, root):
-        if directory.is_dir():
+    for directory in _variant_dirs(files, root) - linked:
+        if directory.is_dir() and root / "images" not in linked:
             for p in directory.iterdir():
                 if p not in wanted:
                     stale.append(p.relative_to(root))
