@@ -33,6 +33,14 @@ SIGNALS = [(signal.SIGINT, ExitCode.INTERRUPTED), (signal.SIGTERM, ExitCode.TERM
 WAIT = 300.0  # seconds to wait for the build or the smoke container to start
 
 
+def _default_signals() -> None:
+    """In the child, before exec: SIGINT and SIGTERM as a terminal gives them. A test run started as a
+    background job of a non-interactive shell (CI runners, ``make test &``) inherits SIGINT ignored, and the
+    tool rightly keeps ignoring a signal it started ignoring (``interrupts.handled``)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _start(args: list[str], out: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [MATRIX, "--out", str(out), *args],
@@ -41,6 +49,7 @@ def _start(args: list[str], out: Path) -> subprocess.Popen[str]:
         text=True,
         start_new_session=True,
         env=dict(os.environ),
+        preexec_fn=_default_signals,
     )
 
 
@@ -50,6 +59,10 @@ def _finish(proc: subprocess.Popen[str]) -> str:
     except subprocess.TimeoutExpired:
         proc.kill()
         output, _ = proc.communicate()
+        # The tool was killed, so nothing removed its container: remove it here, so this failure is reported
+        # once and does not fail every later test's leak check.
+        for container in docker.from_env().containers.list(all=True, filters={"label": f"{OWNER_LABEL}={OWNER}"}):
+            container.remove(force=True)
         pytest.fail(f"the tool did not exit within 120 s of the signal:\n{output[-3000:]}")
     return output
 
@@ -89,6 +102,7 @@ def _cpu_project(tmp_path: Path, change: Callable[[dict[str, Any]], None]) -> Pa
     project.mkdir()
     (project / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     shutil.copytree(REPO_ROOT / "images" / "cpu", project / "images" / "cpu")
+    shutil.copytree(REPO_ROOT / "templates", project / "templates")  # read next to the matrix file
     render = subprocess.run(
         [MATRIX, "--matrix", str(project / "matrix.yaml"), "render"], capture_output=True, text=True, check=False
     )
