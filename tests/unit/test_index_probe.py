@@ -51,8 +51,25 @@ def test_build_fails_fast_naming_the_index(tmp_path: Path) -> None:
     result = runner.invoke(main, ["--matrix", str(tmp_path / "matrix.yaml"), "build", "rocm"], catch_exceptions=False)
     assert result.exit_code == ExitCode.INDEX_UNREACHABLE
     assert f"package index {url} is unreachable" in result.output
-    assert "--wheelhouse" in result.output and "variants.rocm.index.url" in result.output
+    # rocm takes no wheelhouse (matrix.yaml index.wheelhouse), so --wheelhouse is no way out for it.
+    assert "--wheelhouse" not in result.output and "variants.rocm.index.url" in result.output
     assert "Traceback" not in result.output
+
+
+def test_unreachable_index_of_a_wheelhouse_variant_offers_the_wheelhouse(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/simple"
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    data["variants"]["cpu"]["index"]["url"] = url
+    copy_checkout(tmp_path, yaml.safe_dump(data))
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    runner = CliRunner()
+    assert runner.invoke(main, ["--matrix", str(tmp_path / "matrix.yaml"), "render"]).exit_code == 0
+    args = ["--matrix", str(tmp_path / "matrix.yaml"), "build", "cpu", "--wheelhouse", str(wheels)]
+    result = runner.invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == ExitCode.INDEX_UNREACHABLE, result.output
+    assert "pass --wheelhouse DIR holding the wheels (torch==2.13.0+cpu" in result.output
 
 
 def test_push_does_not_probe_the_index(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ class ExitCode(IntEnum):
     REGISTRY = 9
     # Reserved for the issues in flight (README "Exit codes"); each class gets its own code.
     INDEX_UNREACHABLE = 10  # a package index does not answer (was 6)
-    NOT_BUILT = 11  # push/test of an image this engine has not built (was 6)
+    NOT_BUILT = 11  # push of an image this engine has not built (was 6)
     WRONG_PLATFORM = 12  # the image's platform is not the variant's (issue 9)
     INTERRUPTED = 130  # SIGINT (128 + 2)
     TERMINATED = 143  # SIGTERM (128 + 15)

@@ -175,10 +175,15 @@ def check_index_reachable(variant: Variant, inputs: Inputs) -> None:
         IndexUnreachableError: naming the index and the ways out (a wheelhouse, or another index in matrix.yaml).
     """
     for url, problem in unreachable_indexes(variant, inputs)[:1]:
+        # --wheelhouse is a way out only where the variant takes one (matrix.yaml index.wheelhouse).
+        wheelhouse = (
+            f"pass --wheelhouse DIR holding the wheels ({variant.torch.requirement} and what it needs), or "
+            if variant.index.wheelhouse
+            else ""
+        )
         raise IndexUnreachableError(
             f"variant {variant.name}: package index {url} is unreachable from this machine ({problem}); "
-            f"the build would hang on it. Ways out: pass --wheelhouse DIR holding the wheels "
-            f"({variant.torch.requirement} and what it needs), or point variants.{variant.name}.index.url "
+            f"the build would hang on it. Ways out: {wheelhouse}point variants.{variant.name}.index.url "
             "in matrix.yaml at a mirror you can reach, then 'tools/matrix render'"
         )
 
