@@ -80,6 +80,12 @@ _NO_ARGS_IS_HELP: tuple[type[Exception], ...] = tuple(
 )
 
 
+def _traceback_if_debug(ctx: click.Context) -> None:
+    """Print the current exception's traceback to stderr when ``--debug`` was given."""
+    if ctx.obj is not None and ctx.obj.debug:
+        traceback.print_exc()
+
+
 class MatrixGroup(click.Group):
     """A click group that turns ``MatrixError`` into one message and its exit code, and a usage error into
     one ``error:`` line (exit 2)."""
@@ -100,8 +106,7 @@ class MatrixGroup(click.Group):
                 return super().invoke(ctx)
         except KeyboardInterrupt as exc:
             # Ctrl-C or SIGTERM: context managers have removed the smoke container, builds were ended.
-            if ctx.obj is not None and ctx.obj.debug:
-                traceback.print_exc()
+            _traceback_if_debug(ctx)
             code = interrupts.exit_code_of(exc)
             signal_name = "SIGTERM" if code is ExitCode.TERMINATED else "SIGINT"
             click.echo(
@@ -109,19 +114,16 @@ class MatrixGroup(click.Group):
             )
             ctx.exit(int(code))
         except MatrixError as exc:
-            if ctx.obj is not None and ctx.obj.debug:
-                traceback.print_exc()
+            _traceback_if_debug(ctx)
             click.echo(f"error: {exc}", err=True)
             ctx.exit(int(exc.exit_code))
         except docker.errors.APIError as exc:
             # The engine answered, and refused: not an unreachable engine.
-            if ctx.obj is not None and ctx.obj.debug:
-                traceback.print_exc()
+            _traceback_if_debug(ctx)
             click.echo(f"error: the Docker engine refused a request: {exc.explanation or exc}", err=True)
             ctx.exit(int(ExitCode.UNEXPECTED))
         except docker.errors.DockerException as exc:
-            if ctx.obj is not None and ctx.obj.debug:
-                traceback.print_exc()
+            _traceback_if_debug(ctx)
             click.echo(f"error: Docker engine: {exc}; run 'tools/matrix doctor'", err=True)
             ctx.exit(int(ExitCode.ENGINE))
         except click.UsageError as exc:
@@ -130,8 +132,7 @@ class MatrixGroup(click.Group):
             raise
         except Exception as exc:
             # A bug of this tool, not bad input: one line, and the traceback only with --debug.
-            if ctx.obj is not None and ctx.obj.debug:
-                traceback.print_exc()
+            _traceback_if_debug(ctx)
             click.echo(
                 f"error: unexpected {type(exc).__name__}: {exc}; rerun with --debug for the traceback and report it",
                 err=True,
