@@ -124,3 +124,30 @@ def test_cuda_on_arm64_is_rendered_like_cuda() -> None:
         cuda.triton,
     )
     assert [c.name for c in gh200.checks] == [c.name for c in cuda.checks]
+
+
+def test_arm64_is_published_with_cpu() -> None:
+    variants = {v.name: v for v in load_matrix().variants}
+    assert variants["arm64"].publish_name == "cpu" and variants["cpu"].publish_name == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("variant", "value", "message"),
+    [
+        ("arm64", "cpuu", "variants.arm64.publish_as: 'cpuu' is not a variant; did you mean 'cpu'?"),
+        ("arm64", "cuda", "variants.arm64.publish_as: accelerator cpu differs from cuda's cuda"),
+        ("rocm", "cuda", "variants.rocm.publish_as: rocm and cuda both publish linux/amd64 as 'cuda'"),
+    ],
+)
+def test_publish_as_is_validated(variant: str, value: str, message: str) -> None:
+    data = yaml.safe_load(DEFAULT_MATRIX.read_text())
+    data["variants"][variant]["publish_as"] = value
+    problems = validate(data)
+    assert any(p.startswith(message) for p in problems), problems
+
+
+def test_publish_as_names_a_variant_published_under_its_own_name() -> None:
+    data = yaml.safe_load(DEFAULT_MATRIX.read_text())
+    data["variants"]["cpu"]["publish_as"] = "rocm"
+    data["variants"]["cpu"]["accelerator"] = "rocm"
+    assert any("'cpu' is itself published as 'rocm'" in p for p in validate(data))

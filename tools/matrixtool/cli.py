@@ -39,6 +39,7 @@ from matrixtool import (
 from matrixtool.errors import BuildError, ConfigError, ExitCode, MatrixError, RegistryError, SmokeFailure
 from matrixtool.matrix import DEFAULT_MATRIX, REPO_ROOT, Matrix, Variant, load_matrix
 from matrixtool.select import select_variants
+from matrixtool.wheelhouse import problems as wheelhouse_problems
 
 DEFAULT_OUT = REPO_ROOT / "build"
 
@@ -174,28 +175,14 @@ def _git(*args: str) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
 
 
-def _check_inputs(variant: Variant, wheelhouse: Path | None, ca_cert: Path | None) -> None:
+def _check_inputs(variant: Variant, wheels: Path | None, ca_cert: Path | None) -> None:
     problems = []
     if ca_cert is not None and not ca_cert.is_file():
         problems.append(
             f"CA bundle {ca_cert} (from --ca-cert or {'/'.join(plan.CA_ENV_VARS)}) is not a file; "
             "pass --ca-cert FILE or unset the variable"
         )
-    if variant.index.wheelhouse:
-        wanted = f"{variant.torch.package}-{variant.torch.version}-"
-        if wheelhouse is None:
-            problems.append(
-                f"variants.{variant.name}.index.wheelhouse: this variant installs "
-                f"{variant.torch.requirement} from a wheelhouse; pass --wheelhouse DIR or set "
-                f"{plan.WHEELHOUSE_ENV_VAR}"
-            )
-        elif not wheelhouse.is_dir():
-            problems.append(f"wheelhouse {wheelhouse} is not a folder; pass --wheelhouse DIR")
-        elif not any(p.name.startswith(wanted) for p in wheelhouse.iterdir()):
-            problems.append(
-                f"wheelhouse {wheelhouse} has no {wanted}*.whl for variant {variant.name}; "
-                f"add the wheel or pass another --wheelhouse"
-            )
+    problems += wheelhouse_problems(variant, wheels, env_var=plan.WHEELHOUSE_ENV_VAR)
     if problems:
         raise ConfigError(f"inputs of variant {variant.name}", problems)
 
