@@ -25,9 +25,11 @@ from matrixtool import (
     bake,
     base,
     build,
+    cache,
     ci,
     engine,
     index,
+    manifest,
     pin,
     plan,
     publish,
@@ -290,6 +292,7 @@ def build_variants(
     force: bool,
     repository: str,
     registry_prefix: str | None = None,
+    cache_settings: cache.CacheSettings | None = None,
 ) -> list[build.BuildResult]:
     """Plan and build every (variant, platform); ``preflight`` must have passed.
 
@@ -300,7 +303,9 @@ def build_variants(
         ConfigError, BuildError, RegistryError (the registry did not answer).
     """
     plans = plan_variants(settings, client, variants, ca=ca, wheels=wheels, repository=repository)
-    return execute_plans(settings, client, plans, force=force, registry_prefix=registry_prefix)
+    return execute_plans(
+        settings, client, plans, force=force, registry_prefix=registry_prefix, cache_settings=cache_settings
+    )
 
 
 def execute_plans(
@@ -310,9 +315,11 @@ def execute_plans(
     *,
     force: bool,
     registry_prefix: str | None = None,
+    cache_settings: cache.CacheSettings | None = None,
 ) -> list[build.BuildResult]:
     """Build ``plans`` in order, skipping (unless ``force``) those whose content-hash tag is on the engine or,
-    with ``registry_prefix``, in that registry.
+    with ``registry_prefix``, in that registry. With ``cache_settings`` a build reads (and writes) the BuildKit
+    cache in that registry (``cache.py``).
 
     Raises:
         BuildError, RegistryError (the registry did not answer).
@@ -334,9 +341,13 @@ def execute_plans(
                     err=True,
                 )
         if done is None:
+            if cache_settings is not None:
+                the_plan = cache.apply(the_plan, cache_settings)
             done = build.execute(
                 client, the_plan, work_dir=settings.out_dir / "context", log_dir=settings.out_dir / "logs"
             )
+            if cache_settings is not None:
+                cache.export_inline(the_plan, cache_settings)
         results.append(done)
     return results
 
@@ -375,7 +386,26 @@ _build_options = [
         default=None,
         help="Also skip a build whose content-hash tag is in this registry. " + _REGISTRY_HELP,
     ),
+    click.option(
+        "--cache-registry",
+        default=None,
+        help="Keep BuildKit's cache in this registry as <registry>/<repository>/<variant>:buildcache-<arch> "
+        "(read, and written after a build).",
+    ),
+    click.option(
+        "--cache-read-only",
+        is_flag=True,
+        help="With --cache-registry: read the cache, never write it (pull requests).",
+    ),
 ]
+
+
+def _cache_settings(cache_registry: str | None, read_only: bool) -> cache.CacheSettings | None:
+    if cache_registry is None:
+        if read_only:
+            raise click.UsageError("--cache-read-only needs --cache-registry")
+        return None
+    return cache.CacheSettings(registry=cache_registry, write=not read_only, driver=cache.builder_driver())
 
 
 def _report_options(f: Any) -> Any:
@@ -437,11 +467,14 @@ def build_cmd(
     force: bool,
     repository: str,
     registry_prefix: str | None,
+    cache_registry: str | None,
+    cache_read_only: bool,
     as_json: bool,
     json_file: Path | None,
     junit: Path | None,
 ) -> None:
     """Build variants with BuildKit (no smoke checks)."""
+    cache_settings = _cache_settings(cache_registry, cache_read_only)
     selected = select_variants(_load(settings), variants)
     ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
     client = engine.connect()
@@ -454,6 +487,7 @@ def build_cmd(
         force=force,
         repository=repository,
         registry_prefix=registry_prefix,
+        cache_settings=cache_settings,
     )
     _finish(settings, report.RunReport(builds=results), as_json, junit, json_file)
 
@@ -520,6 +554,8 @@ def run_cmd(
     force: bool,
     repository: str,
     registry_prefix: str | None,
+    cache_registry: str | None,
+    cache_read_only: bool,
     only: Sequence[str],
     skip: Sequence[str],
     keep_going: bool,
@@ -529,6 +565,7 @@ def run_cmd(
     junit: Path | None,
 ) -> None:
     """Render-check, build and smoke-test variants; print a summary table."""
+    cache_settings = _cache_settings(cache_registry, cache_read_only)
     selected = select_variants(_load(settings), variants)
     if not keep_going:
         ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
@@ -566,7 +603,15 @@ def run_cmd(
     results: list[build.BuildResult] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {
-            name: pool.submit(execute_plans, settings, client, plans, force=force, registry_prefix=registry_prefix)
+            name: pool.submit(
+                execute_plans,
+                settings,
+                client,
+                plans,
+                force=force,
+                registry_prefix=registry_prefix,
+                cache_settings=cache_settings,
+            )
             for name, plans in planned.items()
         }
         for name, future in futures.items():
@@ -580,7 +625,7 @@ def run_cmd(
     by_name = {v.name: v for v in selected}
     checks: list[smoke.CheckResult] = []
     for built in results:
-        engine.pull_if_missing(client, built.image)  # skipped because it is in the registry
+        engine.pull_if_missing(client, built.image, platform=built.platform)  # skipped: it is in the registry
         checks += _smoke(settings, client, built.image, by_name[built.variant], only, skip, as_json)
     _finish(
         settings,
@@ -646,7 +691,8 @@ def test_cmd(
         return
     assert image is not None
     client = engine.connect()
-    engine.pull_if_missing(client, image)
+    # A multi-arch tag holds an image per platform: the one of the variant's platform is tested.
+    engine.pull_if_missing(client, image, platform=variant.platforms[0])
     checks = _smoke(settings, client, image, variant, only, skip, as_json)
     _finish(settings, report.RunReport(checks=checks), as_json, junit, json_file)
 
@@ -720,14 +766,25 @@ def push_cmd(
     ca, wheels = preflight(settings, selected, ca_cert=ca_cert, wheelhouse=wheelhouse)
     client = engine.connect()
     plans = plan_variants(settings, client, selected, ca=ca, wheels=wheels, repository=repository)
-    missing = [p for p in plans if build.existing(client, p) is None]
+    local = [p for p in plans if build.existing(client, p) is not None]
+    # An image the engine did not build but found in the registry (`build --registry` skipped it) is there.
+    there = {p.hash_tag: build.published(p, registry_prefix) for p in plans if p not in local}
+    missing = [p for p in plans if p not in local and there[p.hash_tag] is None]
     if missing:
         names = " ".join(dict.fromkeys(p.variant for p in missing))
         raise BuildError(
             f"not built yet: {', '.join(p.hash_tag for p in missing)}; run 'tools/matrix build {names}' first"
         )
-    pushes = [publish.plan_push(p, registry=registry_prefix) for p in plans]
+    pushes = [publish.plan_push(p, registry=registry_prefix) for p in local]
     results = [publish.execute_push(p, keep_tags=keep_tags) for p in pushes]
+    for hash_tag, found in there.items():
+        assert found is not None
+        click.echo(f"{hash_tag}: already in the registry as {found.image}", err=True)
+        results.append(
+            publish.PushResult(
+                variant=found.variant, platform=found.platform, refs=(found.image,), digest=found.image_id
+            )
+        )
     if as_json:
         doc = {
             "schema_version": report.JSON_SCHEMA_VERSION,
@@ -740,6 +797,29 @@ def push_cmd(
         return
     for r in results:
         click.echo(f"{r.variant} ({r.platform}): pushed {', '.join(r.refs)} ({r.digest or 'digest unknown'})")
+
+
+# --- manifest ----------------------------------------------------------------------------------------
+@main.command("manifest")
+@click.argument("pushed", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--registry", "registry_prefix", required=True, help=_REGISTRY_HELP)
+@click.option(
+    "--repository",
+    default=plan.DEFAULT_REPOSITORY,
+    show_default=True,
+    help="Image repository prefix: lists are <registry>/<repository>/<name>:<version>.",
+)
+@click.pass_obj
+def manifest_cmd(settings: Settings, pushed: Sequence[Path], registry_prefix: str, repository: str) -> None:
+    """Publish variants that are one stack on several platforms (matrix.yaml publish_as) under one
+    multi-arch tag, from the records of 'tools/matrix push --json' (PUSHED files)."""
+    records = manifest.read_pushed(pushed)
+    plans = manifest.plan_manifests(_load(settings).variants, records, registry=registry_prefix, repository=repository)
+    if not plans:
+        click.echo("no published name spans several platforms in these records; nothing to do", err=True)
+    for the_plan in plans:
+        digest = manifest.execute(the_plan)
+        click.echo(f"{the_plan.tags[0]}: manifest list {digest} of {', '.join(the_plan.platforms)}")
 
 
 # --- pin ---------------------------------------------------------------------------------------------

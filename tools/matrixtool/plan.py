@@ -48,6 +48,10 @@ class BuildPlan:
     # The PYTHON_VERSION build arg: set only when the base is a stand-in whose suite ships another Python
     # than the variant's (matrix.yaml stand_in.python); None keeps the Dockerfile's default.
     python_version: str | None = None
+    # BuildKit cache sources and targets (``--cache-from``/``--cache-to`` values; ``cache.apply`` sets them).
+    # Not build inputs: they never enter the content hash.
+    cache_from: tuple[str, ...] = ()
+    cache_to: tuple[str, ...] = ()
 
     @property
     def hash_tag(self) -> str:
@@ -92,6 +96,10 @@ class BuildPlan:
             argv += ["--secret", f"id=ca,src={self.ca_cert}"]
         for key, value in sorted(self.labels.items()):
             argv += ["--label", f"{key}={value}"]
+        for source in self.cache_from:
+            argv += ["--cache-from", source]
+        for target in self.cache_to:
+            argv += ["--cache-to", target]
         for tag in self.tags:
             argv += ["--tag", tag]
         argv.append(str(context_dir))
