@@ -151,3 +151,11 @@ def test_publish_as_names_a_variant_published_under_its_own_name() -> None:
     data["variants"]["cpu"]["publish_as"] = "rocm"
     data["variants"]["cpu"]["accelerator"] = "rocm"
     assert any("'cpu' is itself published as 'rocm'" in p for p in validate(data))
+
+
+def test_the_emulation_matrix_joined_with_cpu_is_valid() -> None:
+    # tests/integration/conftest.py (emulation_matrix) joins it with matrix.yaml's cpu the same way.
+    emulation = yaml.safe_load((DEFAULT_MATRIX.parent / "tests" / "data" / "emulation-matrix.yaml").read_text())
+    emulation["variants"] = {"cpu": _data()["variants"]["cpu"], **emulation["variants"]}
+    assert validate(emulation) == []
+    assert emulation["variants"]["arm64-pypi"]["publish_as"] == "cpu"
