@@ -25,13 +25,15 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 
 @pytest.fixture
-def pulled(client: docker.DockerClient) -> Iterator[list[str]]:
-    """Refs this test pulls or tags; untagged afterwards (the image layers stay for their own tags)."""
-    made: list[str] = []
-    yield made
-    for ref in made:
-        with contextlib.suppress(docker.errors.ImageNotFound):
-            client.images.remove(ref, noprune=False)
+def registry_refs(client: docker.DockerClient, local_registry: str) -> Iterator[None]:  # noqa: F811
+    """Every tag and repo digest under the local registry is removed from the engine afterwards (an untag: the
+    images stay under their own tags). A pull through a manifest list records the list's digest."""
+    yield
+    for image in client.images.list():
+        for ref in [*image.tags, *image.attrs.get("RepoDigests", [])]:
+            if ref.startswith(f"{local_registry}/"):
+                with contextlib.suppress(docker.errors.ImageNotFound):
+                    client.images.remove(ref, noprune=False)
 
 
 def test_one_tag_lists_both_platforms_and_test_pulls_the_right_one(
@@ -41,7 +43,7 @@ def test_one_tag_lists_both_platforms_and_test_pulls_the_right_one(
     emulation_matrix: Path,
     local_registry: str,  # noqa: F811
     out_dir: Path,
-    pulled: list[str],
+    registry_refs: None,
 ) -> None:
     matrix = ["--matrix", str(emulation_matrix)]
     proc = matrix_cli(
@@ -71,8 +73,6 @@ def test_one_tag_lists_both_platforms_and_test_pulls_the_right_one(
     assert listed == digests  # each platform's entry is the image that was pushed (and checked) for it
 
     # Either architecture: the image of the variant's platform is pulled and tested.
-    pulled += [tag, f"{local_registry}/vllm-matrix/cpu@{digests['linux/arm64']}"]
-    pulled.append(f"{local_registry}/vllm-matrix/cpu@{digests['linux/amd64']}")
     for variant, platform, record_ in (
         (EMULATION_VARIANT, "linux/arm64", emulated_arm64),
         ("cpu", "linux/amd64", cpu_build),
