@@ -48,6 +48,10 @@ class BuildPlan:
     # The PYTHON_VERSION build arg: set only when the base is a stand-in whose suite ships another Python
     # than the variant's (matrix.yaml stand_in.python); None keeps the Dockerfile's default.
     python_version: str | None = None
+    # BuildKit cache sources and targets (``--cache-from``/``--cache-to`` values; ``cache.apply`` sets them).
+    # Not build inputs: they never enter the content hash.
+    cache_from: tuple[str, ...] = ()
+    cache_to: tuple[str, ...] = ()
 
     @property
     def hash_ref(self) -> str:
