@@ -152,7 +152,12 @@ def test_platform_rejects_malformed_text(text: str) -> None:
 
 def test_extends_cascades_mappings_and_replaces_the_rest() -> None:
     data = _data()
-    data["variants"]["gh"] = {"extends": "cuda-arm64", "smoke": {"checks": {"pip-check": {"timeout": 7}}}}
+    # gh would inherit cuda-arm64's publish_as: cuda, and two variants cannot publish linux/arm64 under one name.
+    data["variants"]["gh"] = {
+        "extends": "cuda-arm64",
+        "publish_as": "gh",
+        "smoke": {"checks": {"pip-check": {"timeout": 7}}},
+    }
     assert validate(data) == []
     resolved, problems = resolve_extends(data)
     assert problems == [] and "extends" not in resolved["variants"]["gh"]

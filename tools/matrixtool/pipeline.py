@@ -22,6 +22,7 @@ from pathlib import Path
 import docker
 
 from matrixtool import bake, base, build, engine, index, pin, plan, push, registry, render, report, smoke
+from matrixtool import wheelhouse as wheelhouses
 from matrixtool.errors import (
     ConfigError,
     EngineUnreachableError,
@@ -133,21 +134,8 @@ def check_inputs(variant: Variant, inputs: Inputs) -> None:
             f"CA bundle {ca_cert} (from --ca-cert or {'/'.join(plan.CA_ENV_VARS)}) is not a file; "
             "pass --ca-cert FILE or unset the variable"
         )
-    if variant.index.wheelhouse:
-        wanted = f"{variant.torch.package}-{variant.torch.version}-"
-        if wheelhouse is None:
-            problems.append(
-                f"variants.{variant.name}.index.wheelhouse: this variant installs "
-                f"{variant.torch.requirement} from a wheelhouse; pass --wheelhouse DIR or set "
-                f"{plan.WHEELHOUSE_ENV_VAR}"
-            )
-        elif not wheelhouse.is_dir():
-            problems.append(f"wheelhouse {wheelhouse} is not a folder; pass --wheelhouse DIR")
-        elif not any(p.name.startswith(wanted) for p in wheelhouse.iterdir()):
-            problems.append(
-                f"wheelhouse {wheelhouse} has no {wanted}*.whl for variant {variant.name}; "
-                f"add the wheel or pass another --wheelhouse"
-            )
+    # Each platform needs a wheel whose tags fit it and the variant's Python (wheelhouse.py), not any torch wheel.
+    problems += wheelhouses.problems(variant, wheelhouse, env_var=plan.WHEELHOUSE_ENV_VAR)
     if problems:
         raise ConfigError(f"inputs of variant {variant.name}", problems)
 

@@ -37,7 +37,7 @@ def wheel_fits(filename: str, *, package: str, version: str, python: str, platfo
         return False
     major, _, minor = python.partition(".")
     cp = f"cp{major}{minor}"
-    arch = WHEEL_ARCH.get(platform, platform.split("/")[-1])
+    arch = WHEEL_ARCH.get(str(platform), str(platform).split("/")[-1])
     for tag in tags:
         if tag.interpreter not in (cp, f"py{major}", f"py{major}{minor}"):
             continue
@@ -66,7 +66,7 @@ def wanted_wheel(variant: Variant, platform: str) -> str:
     """The file name pattern of the wheel ``variant`` needs on ``platform``, for messages:
     ``torch-2.13.0+cpu-cp313-cp313-manylinux_*_aarch64.whl``."""
     cp = "cp" + variant.python.replace(".", "")
-    arch = WHEEL_ARCH.get(platform, platform.split("/")[-1])
+    arch = WHEEL_ARCH.get(str(platform), str(platform).split("/")[-1])
     return f"{variant.torch.package}-{variant.torch.version}-{cp}-{cp}-manylinux_*_{arch}.whl"
 
 
@@ -83,13 +83,13 @@ def problems(variant: Variant, folder: Path | None, *, env_var: str) -> list[str
     index = wheelhouse_index(variant)
     found: list[str] = []
     for platform in variant.platforms:
-        if folder is not None and find_wheel(folder, variant, platform) is not None:
+        if folder is not None and find_wheel(folder, variant, str(platform)) is not None:
             continue
         where = f"wheelhouse {folder} has no wheel of" if folder is not None else "no wheelhouse given for"
-        tag = f"manylinux_2_28_{WHEEL_ARCH.get(platform, platform.split('/')[-1])}"
+        tag = f"manylinux_2_28_{WHEEL_ARCH.get(str(platform), str(platform).split('/')[-1])}"
         found.append(
             f"variants.{variant.name}.index.wheelhouse: {where} {variant.torch.requirement} for {platform} and "
-            f"Python {variant.python} ({wanted_wheel(variant, platform)}; PyPI does not carry it). Download it "
+            f"Python {variant.python} ({wanted_wheel(variant, str(platform))}; PyPI does not carry it). Download it "
             f"from PyTorch's index {index} (python -m pip download {variant.torch.requirement} --index-url "
             f"{index} --no-deps --only-binary=:all: --python-version {variant.python} --platform {tag} -d DIR) "
             f"and pass --wheelhouse DIR (or set {env_var})"
