@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from matrixtool import cache, manifest
 from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode, RegistryError
-from matrixtool.matrix import load_matrix
-from matrixtool.plan import BuildPlan
+from matrixtool.matrix import Platform, load_matrix
+from matrixtool.plan import BuildPlan, build_spec, buildx_argv
 from tests.unit.test_plan import _plan
 
 VARIANTS = load_matrix().variants
@@ -28,7 +28,7 @@ def _settings(driver: str, write: bool = True) -> cache.CacheSettings:
 def test_cache_ref_is_per_variant_and_platform() -> None:
     plan = _plan()
     assert cache.cache_ref(plan, "127.0.0.1:5000/team") == "127.0.0.1:5000/team/vllm-matrix/cpu:buildcache-amd64"
-    arm = replace(plan, platform="linux/arm64")
+    arm = replace(plan, platform=Platform.parse("linux/arm64"))
     assert cache.cache_ref(arm, "ghcr.io/o").endswith(":buildcache-arm64")
 
 
@@ -37,7 +37,7 @@ def test_an_exporting_builder_writes_mode_max_to_the_registry() -> None:
     ref = "127.0.0.1:5000/team/vllm-matrix/cpu:buildcache-amd64"
     assert plan.cache_from == (f"type=registry,ref={ref}",)
     assert plan.cache_to == (f"type=registry,ref={ref},mode=max",)
-    argv = plan.argv(Path("/ctx"), Path("/iid"))
+    argv = buildx_argv(build_spec(plan, context_dir=Path("/ctx")), iidfile=Path("/iid"))
     assert argv[argv.index("--cache-from") + 1] == f"type=registry,ref={ref}"
     assert argv[argv.index("--cache-to") + 1] == f"type=registry,ref={ref},mode=max"
     # That builder does not see the engine's local tags: the base is the matrix's registry ref.
@@ -54,7 +54,7 @@ def test_the_docker_driver_embeds_the_cache_and_pushes_it_as_the_cache_ref() -> 
     assert plan.cache_to == ("type=inline",) and plan.cache_from == (f"type=registry,ref={ref}",)
     assert plan.build_args["BASE_IMAGE"] == "debian:bookworm-slim-amd64"  # the engine's builder sees local tags
     assert cache.export_steps(plan, settings) == [
-        ["docker", "tag", plan.hash_tag, ref],
+        ["docker", "tag", plan.hash_ref, ref],
         ["docker", "push", ref],
         ["docker", "rmi", ref],
     ]
@@ -100,7 +100,8 @@ def test_a_list_needs_every_platform_pushed() -> None:
 
 
 def test_single_platform_names_need_no_list() -> None:
-    pushed = [_record("cuda", "linux/amd64", "vllm-matrix/cuda", DIGEST_A)]
+    # rocm publishes linux/amd64 alone (cuda now lists cuda-arm64 too: publish_as).
+    pushed = [_record("rocm", "linux/amd64", "vllm-matrix/rocm", DIGEST_A)]
     assert manifest.plan_manifests(VARIANTS, pushed, registry="r:5000", repository="vllm-matrix") == []
 
 
@@ -128,4 +129,4 @@ def test_manifest_command_rejects_a_file_that_is_no_push_record(tmp_path: Path) 
 
 def test_plan_argv_without_cache_has_no_cache_flags() -> None:
     plan: BuildPlan = _plan()
-    assert "--cache-from" not in plan.argv(Path("/c"), Path("/i"))
+    assert "--cache-from" not in buildx_argv(build_spec(plan, context_dir=Path("/c")), iidfile=Path("/i"))

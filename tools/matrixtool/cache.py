@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from matrixtool.engine import echo
 from matrixtool.errors import RegistryError
 from matrixtool.plan import BuildPlan
-from matrixtool.registry import parse_ref, remote_ref
+from matrixtool.plan import remote_ref
+from matrixtool.registry import registry_host
 
 CACHE_TAG = "buildcache-{arch}"
 # Drivers whose BuildKit can export a cache to a registry (all but the engine's own).
@@ -52,7 +53,7 @@ def cache_ref(plan: BuildPlan, registry: str) -> str:
     Raises:
         RegistryError: ``registry`` is not ``HOST[:PORT][/NAMESPACE]``.
     """
-    repository = plan.hash_tag.rpartition(":")[0]
+    repository = plan.hash_ref.rpartition(":")[0]
     return remote_ref(registry, f"{repository}:{CACHE_TAG.format(arch=plan.arch)}")
 
 
@@ -88,7 +89,7 @@ def export_steps(plan: BuildPlan, settings: CacheSettings) -> list[list[str]]:
     if settings.exports or not settings.write:
         return []
     ref = cache_ref(plan, settings.registry)
-    return [["docker", "tag", plan.hash_tag, ref], ["docker", "push", ref], ["docker", "rmi", ref]]
+    return [["docker", "tag", plan.hash_ref, ref], ["docker", "push", ref], ["docker", "rmi", ref]]
 
 
 def export_inline(plan: BuildPlan, settings: CacheSettings) -> None:
@@ -101,7 +102,7 @@ def export_inline(plan: BuildPlan, settings: CacheSettings) -> None:
         echo(argv)
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode != 0 and argv[1] != "rmi":
-            host = parse_ref(argv[-1]).api_host
+            host = registry_host(argv[-1])
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
             raise RegistryError(
                 f"writing the build cache {argv[-1]} failed (exit {proc.returncode}); is registry {host} running, "

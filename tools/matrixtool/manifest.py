@@ -19,7 +19,8 @@ from pathlib import Path
 from matrixtool.engine import echo
 from matrixtool.errors import ConfigError, RegistryError
 from matrixtool.matrix import Variant
-from matrixtool.registry import parse_ref, remote_ref
+from matrixtool.plan import remote_ref
+from matrixtool.registry import registry_host
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,7 +104,7 @@ def plan_manifests(
     plans = []
     for name in names:
         members = [v for v in variants if v.publish_name == name]
-        wanted = [(v, platform) for v in members for platform in v.platforms]
+        wanted = [(v, str(platform)) for v in members for platform in v.platforms]
         if len(wanted) < 2:
             continue  # one platform: push already made the tag
         versions = sorted({v.vllm.version for v in members})
@@ -149,7 +150,7 @@ def execute(plan: ManifestPlan) -> str:
         RegistryError: creating or inspecting failed (names the registry, the tag and the tool's output).
     """
     tag = plan.tags[0]
-    host = parse_ref(tag).api_host
+    host = registry_host(tag)
     for argv in (plan.argv(), ["docker", "buildx", "imagetools", "inspect", tag]):
         echo(argv)
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
