@@ -489,6 +489,28 @@ def push_cmd(settings: Settings, /, variants: Sequence[str], as_json: bool, **fl
         click.echo(f"{r.variant} ({r.platform}): pushed {', '.join(r.refs)} ({r.digest or 'digest unknown'})")
 
 
+# --- manifest ----------------------------------------------------------------------------------------
+@main.command("manifest")
+@click.argument("pushed", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--registry", "registry", required=True, help=_REGISTRY_HELP)
+@click.option(
+    "--repository",
+    default=plan.DEFAULT_REPOSITORY,
+    show_default=True,
+    help="Image repository prefix: lists are <registry>/<repository>/<name>:<version>.",
+)
+@click.pass_obj
+def manifest_cmd(settings: Settings, /, pushed: Sequence[Path], registry: str, repository: str) -> None:
+    """Publish variants that are one stack on several platforms (matrix.yaml publish_as) under one
+    multi-arch tag, from the records of 'tools/matrix push --json' (PUSHED files)."""
+    reference.check_flags(registry=registry, repository=repository)
+    published = pipeline.publish_manifests(_load(settings), pushed, registry=registry, repository=repository)
+    if not published:
+        click.echo("no published name spans several platforms in these records; nothing to do", err=True)
+    for the_plan, digest in published:
+        click.echo(f"{the_plan.tags[0]}: manifest list {digest} of {', '.join(the_plan.platforms)}")
+
+
 # --- pin ---------------------------------------------------------------------------------------------
 @main.command("pin")
 @click.argument("variants", nargs=-1)

@@ -23,6 +23,7 @@ import docker
 
 from matrixtool import bake, base, build, engine, index, pin, plan, push, registry, render, report, smoke
 from matrixtool import wheelhouse as wheelhouses
+from matrixtool import manifest
 from matrixtool.errors import (
     ConfigError,
     EngineUnreachableError,
@@ -553,3 +554,21 @@ def pin_variants(matrix: Matrix, variants: Sequence[Variant], resolve: registry.
         raise RegistryError(f"{exc}; {path} left unchanged", registry=exc.registry, ref=exc.ref) from exc
     changed = pin.write_lock(after, path)
     return PinReport(path=path, before=before, after=after, refs=refs, changed=changed)
+
+
+def publish_manifests(
+    matrix: Matrix, pushed: Sequence[Path], *, registry: str, repository: str
+) -> list[tuple[manifest.ManifestPlan, str]]:
+    """Publish each name that spans several platforms (matrix.yaml ``publish_as``) as one manifest list, from
+    the records of ``tools/matrix push --json`` (files ``pushed``).
+
+    Returns each list's plan and its digest (``sha256:…``); empty when no name in the records spans several
+    platforms.
+
+    Raises:
+        ConfigError: a file is no push record, or the records do not fit the matrix (``manifest.plan_manifests``).
+        RegistryError: a platform is not pushed, or creating the list failed.
+    """
+    records = manifest.read_pushed(pushed)
+    plans = manifest.plan_manifests(matrix.variants, records, registry=registry, repository=repository)
+    return [(the_plan, manifest.execute(the_plan)) for the_plan in plans]
