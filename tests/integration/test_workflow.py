@@ -86,7 +86,7 @@ def run_image_job(
     step run, by name, and the wall time (seconds) of the whole job. Fails the test at the first step that
     fails, with its output."""
     job = yaml.safe_load(WORKFLOW.read_text())["jobs"]["image"]
-    values = _expressions(entry | {"wheelhouse_index": index_url}, event)
+    values = _expressions({**entry, "wheelhouse_index": index_url}, event)
     github_env = work / f"github-env-{event}"
     github_env.write_text("")
     # A runner has no wheelhouse of its own: the Wheelhouse step must provide it.
@@ -144,7 +144,7 @@ def pytorch_index(tmp_path: Path) -> str:
 def made_here(client: docker.DockerClient) -> Iterator[None]:
     """Every image the test adds is removed afterwards, a `vllm-matrix/cpu` tag it moved (the version tag) is
     put back, and the workflow's folders (wheelhouse/, build/pushed/) are removed."""
-    before = {tag: i.id for i in client.images.list(name="vllm-matrix/cpu") for tag in i.tags}
+    before = {tag: i.id for i in client.images.list(name="vllm-matrix/cpu") if i.id for tag in i.tags}
     ids = set(before.values())
     shutil.rmtree(REPO_ROOT / "build" / "pushed", ignore_errors=True)
     yield

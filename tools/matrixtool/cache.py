@@ -22,8 +22,7 @@ from dataclasses import dataclass
 
 from matrixtool.engine import echo
 from matrixtool.errors import RegistryError
-from matrixtool.plan import BuildPlan
-from matrixtool.plan import remote_ref
+from matrixtool.plan import BuildPlan, remote_ref
 from matrixtool.registry import registry_host
 
 CACHE_TAG = "buildcache-{arch}"

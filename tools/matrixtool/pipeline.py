@@ -21,9 +21,8 @@ from pathlib import Path
 
 import docker
 
-from matrixtool import bake, base, build, engine, index, pin, plan, push, registry, render, report, smoke
+from matrixtool import bake, base, build, engine, index, manifest, pin, plan, push, registry, render, report, smoke
 from matrixtool import wheelhouse as wheelhouses
-from matrixtool import manifest
 from matrixtool.errors import (
     ConfigError,
     EngineUnreachableError,
