@@ -221,6 +221,17 @@ _build_options = [
         default=None,
         help="Also skip a build whose content-hash tag is in this registry. " + _REGISTRY_HELP,
     ),
+    click.option(
+        "--cache-registry",
+        default=None,
+        help="Keep BuildKit's cache in this registry as <registry>/<repository>/<variant>:buildcache-<arch> "
+        "(read, and written after a build). " + _REGISTRY_HELP,
+    ),
+    click.option(
+        "--cache-read-only",
+        is_flag=True,
+        help="With --cache-registry: read the cache, never write it (pull requests).",
+    ),
 ]
 
 
@@ -295,6 +306,12 @@ def _check_flags(
         ConfigError: naming each bad flag and its value (exit 3).
     """
     reference.check_flags(image=image, registry=flags.get("registry"), repository=flags.get("repository"))
+    cache_registry = flags.get("cache_registry")
+    cache_problem = reference.registry_problem(cache_registry) if cache_registry is not None else None
+    if cache_problem is not None:
+        raise ConfigError("flags", [f"--cache-registry {cache_registry!r} {cache_problem}"])
+    if flags.get("cache_read_only") and cache_registry is None:
+        raise ConfigError("flags", ["--cache-read-only needs --cache-registry"])
     inputs.warn_unused_wheelhouse(selected, flags.get("wheelhouse"))
     if writes_out:
         inputs.check_outputs(settings.out_dir, junit=junit, json_file=json_file)

@@ -21,7 +21,22 @@ from pathlib import Path
 
 import docker
 
-from matrixtool import bake, base, build, engine, index, manifest, pin, plan, push, registry, render, report, smoke
+from matrixtool import (
+    bake,
+    base,
+    build,
+    cache,
+    engine,
+    index,
+    manifest,
+    pin,
+    plan,
+    push,
+    registry,
+    render,
+    report,
+    smoke,
+)
 from matrixtool import wheelhouse as wheelhouses
 from matrixtool.errors import (
     ConfigError,
@@ -59,6 +74,10 @@ class Options:
     jobs: int = 1
     quiet: bool = False
     keep_tags: bool = True
+    # --cache-registry HOST[:PORT][/NAMESPACE]: BuildKit's cache per variant and platform in that registry
+    # (cache.py); --cache-read-only: read it, never write it (pull requests).
+    cache_registry: str | None = None
+    cache_read_only: bool = False
 
     @property
     def log_dir(self) -> Path:
@@ -331,7 +350,14 @@ def execute_plans(
         BuildError, RegistryError (the registry did not answer).
     """
     results = []
+    settings = None
+    if options.cache_registry is not None:
+        settings = cache.CacheSettings(
+            registry=options.cache_registry, write=not options.cache_read_only, driver=cache.builder_driver()
+        )
     for the_plan in plans:
+        if settings is not None:
+            the_plan = cache.apply(the_plan, settings)
         done = None if options.force else build.existing(client, the_plan)
         if done is not None:
             note(f"{the_plan.variant}: {done.image} exists (content hash unchanged); --force rebuilds")
@@ -344,6 +370,8 @@ def execute_plans(
                 )
         if done is None:
             done = build.execute(client, the_plan, work_dir=options.out_dir / "context", log_dir=options.log_dir)
+            if settings is not None:
+                cache.export_inline(the_plan, settings)
         results.append(done)
     return results
 
