@@ -431,7 +431,8 @@ def test_image(matrix: Matrix, variant: Variant, image: str, options: Options) -
     """
     select_checks(variant, options.only, options.skip)
     client = engine.connect()
-    registry.pull_if_missing(client, image)
+    # A multi-arch tag (matrix.yaml publish_as) holds several platforms: pull the variant's own.
+    registry.pull_if_missing(client, image, platform=str(variant.platforms[0]))
     return report.RunReport(checks=smoke_image(client, image, variant, options))
 
 
