@@ -567,15 +567,37 @@ def push_variants(matrix: Matrix, variants: Sequence[Variant], options: Options)
         check_inputs(variant, inputs)
     client = engine.connect()
     plans = provide_and_plan(client, matrix, variants, inputs, options)
-    missing = [p for p in plans if build.existing(client, p) is None]
+    engine_registry = registry.EngineRegistry(client)
+    local = [p for p in plans if build.existing(client, p) is not None]
+    # An image the engine lacks but the registry has under its content-hash tag (`build --registry` skipped
+    # it, as CI's image job does when nothing changed) is published already: push.ensure_published.
+    there = {p.hash_ref: build.published(p, options.registry, engine_registry) for p in plans if p not in local}
+    missing = [p for p in plans if p not in local and there[p.hash_ref] is None]
     if missing:
         names = " ".join(dict.fromkeys(p.variant for p in missing))
         raise NotBuiltError(
-            f"not built yet: {', '.join(p.hash_ref for p in missing)}; run 'tools/matrix build {names}' first"
+            f"not built yet: {', '.join(p.hash_ref for p in missing)}; run 'tools/matrix build {names}' first "
+            f"(it is not in {options.registry} either)"
         )
-    engine_registry = registry.EngineRegistry(client)
-    pushes = [push.plan_push(p, registry=options.registry) for p in plans]
-    return PushReport(pushed=[push.execute_push(p, engine_registry, keep_tags=options.keep_tags) for p in pushes])
+    results = []
+    for the_plan in plans:
+        the_push = push.plan_push(the_plan, registry=options.registry)
+        if the_plan in local:
+            results.append(push.execute_push(the_push, engine_registry, keep_tags=options.keep_tags))
+        else:
+            published = there[the_plan.hash_ref]
+            assert published is not None
+            note(f"{the_plan.variant}: {published.image} is in the registry already (content hash unchanged)")
+            results.append(
+                push.ensure_published(
+                    the_push,
+                    published.image_id,
+                    engine_registry,
+                    lambda ref, platform: registry.pull_if_missing(client, ref, platform=platform),
+                    keep_tags=options.keep_tags,
+                )
+            )
+    return PushReport(pushed=results)
 
 
 def pin_variants(matrix: Matrix, variants: Sequence[Variant], resolve: registry.Registry | None = None) -> PinReport:
