@@ -22,7 +22,7 @@ import pytest
 from matrixtool import engine
 from matrixtool.matrix import load_matrix
 from matrixtool.smoke import OWNER_ENV_VAR, OWNER_LABEL
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, copy_checkout
 
 MATRIX = str(REPO_ROOT / "tools" / "matrix")
 # The CPU variant's smoke checks, in matrix.yaml order.
@@ -197,8 +197,7 @@ def emulation_matrix(tmp_path_factory: pytest.TempPathFactory) -> Path:
     main = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
     data = yaml.safe_load((REPO_ROOT / "tests" / "data" / "emulation-matrix.yaml").read_text())
     data["variants"] = {"cpu": main["variants"]["cpu"], **data["variants"]}
-    path = tmp_path_factory.mktemp("emulation") / "matrix.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    path = copy_checkout(tmp_path_factory.mktemp("emulation"), yaml.safe_dump(data, sort_keys=False))
     proc = matrix_cli("--matrix", str(path), "render", out=path.parent / "out")
     assert proc.returncode == 0, proc.stderr
     return path

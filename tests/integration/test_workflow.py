@@ -8,9 +8,15 @@ fall back to an inline cache pushed as the cache ref, see cache.py), upload-arti
 for the loopback registry. PyTorch's index is not reachable here: a file:// index holding the CPU wheel of the
 host's wheelhouse stands in for it.
 
-Two runs, as a team sees them: a push to the default branch (build, every check, cache written, pushed), then a
-pull request that changes nothing, on an engine that lost the image (a fresh runner): it finds the image in the
-registry, rebuilds nothing, pulls it and runs the quick checks.
+Runs as a team sees them, in one module (the image is built once): a push to the default branch (build, the
+checks, the cache written, pushed, the push record written), then the same push again on an engine that lost
+the image (a fresh runner, nothing changed): it finds the image in the registry, builds nothing, pulls it, checks
+it and reports it for the manifest job; then a pull request that changes nothing (quick suite, `--suite quick`),
+skipped where `tools/matrix run` has no `--suite` yet.
+
+Cost: the image's layers come from BuildKit's local cache (the session's CPU image: only the layers that name
+the wheelhouse's fingerprint differ), and the checks are narrowed through the workflow's own input `only` (a
+manual run's `workflow_dispatch` input) to the ones below: the whole suite is test_cpu_image.py's.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +37,7 @@ import docker
 import pytest
 import yaml
 
+from matrixtool import cli
 from matrixtool.plan import resolve_wheelhouse
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import MATRIX
@@ -41,6 +49,11 @@ WORKFLOW = REPO_ROOT / ".github" / "workflows" / "images.yml"
 # Steps that cannot run off GitHub, by name, and why.
 NOT_HERE = {"Log in to the registry": "no login: the stand-in registry is on loopback"}
 _EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
+# The checks each run runs (the workflow's input `only`): a fast one, and pip-check, which reads every
+# distribution the wheelhouse step's torch brought.
+ONLY = ("torch-family", "pip-check")
+# `run --suite` is another issue's (PRs run the quick suite); the pull-request run waits for it.
+HAS_SUITE = any(p.name == "suite" for p in cli.main.commands["run"].params)
 PUBLISH_EXPR = (
     "github.event_name == 'push' && github.ref == format('refs/heads/{0}', github.event.repository.default_branch)"
 )
@@ -54,6 +67,7 @@ def _expressions(entry: Mapping[str, Any], event: str) -> dict[str, str]:
         "secrets.GITHUB_TOKEN": "",
         PUBLISH_EXPR: event == "push",
         "always()": True,
+        "inputs.only": " ".join(ONLY),
     }
     return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in values.items()}
 
@@ -126,23 +140,23 @@ def run_image_job(
     return ran, time.monotonic() - started
 
 
-@pytest.fixture
-def pytorch_index(tmp_path: Path) -> str:
+@pytest.fixture(scope="module")
+def pytorch_index(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A PEP 503 index (file://) holding the host wheelhouse's torch 2.13.0+cpu: PyTorch's CPU index here."""
     wheels = resolve_wheelhouse(None, os.environ)
     found = sorted(wheels.glob("torch-2.13.0+cpu-*.whl")) if wheels else []
     if not found:
         pytest.fail("no torch 2.13.0+cpu wheel in PIP_FIND_LINKS; 'make test' sets it (tools/wheelhouse.sh)")
-    project = tmp_path / "index" / "torch"
-    project.mkdir(parents=True)
+    root = tmp_path_factory.mktemp("index")
+    (root / "torch").mkdir()
     links = "".join(f'<a href="{w.resolve().as_uri()}">{w.name}</a>\n' for w in found)
-    (project / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
-    return (tmp_path / "index").as_uri()
+    (root / "torch" / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
+    return root.as_uri()
 
 
-@pytest.fixture
-def made_here(client: docker.DockerClient) -> Iterator[None]:
-    """Every image the test adds is removed afterwards, a `vllm-matrix/cpu` tag it moved (the version tag) is
+@pytest.fixture(scope="module")
+def made_here(client: docker.DockerClient, local_registry: str) -> Iterator[None]:  # noqa: F811
+    """Every image the module adds is removed afterwards, a `vllm-matrix/cpu` tag it moved (the version tag) is
     put back, and the workflow's folders (wheelhouse/, build/pushed/) are removed."""
     before = {tag: i.id for i in client.images.list(name="vllm-matrix/cpu") if i.id for tag in i.tags}
     ids = set(before.values())
@@ -151,59 +165,134 @@ def made_here(client: docker.DockerClient) -> Iterator[None]:
     shutil.rmtree(REPO_ROOT / "wheelhouse", ignore_errors=True)
     shutil.rmtree(REPO_ROOT / "build" / "pushed", ignore_errors=True)
     for image in client.images.list():
-        if image.id not in ids and any("vllm-matrix/cpu" in t for t in image.tags):
-            for tag in image.tags:
+        refs = [*image.tags, *image.attrs.get("RepoDigests", [])]
+        if image.id not in ids and any("vllm-matrix/cpu" in r for r in refs):
+            for ref in refs:
                 with contextlib.suppress(docker.errors.ImageNotFound):
-                    client.images.remove(tag, noprune=False)
+                    client.images.remove(ref, noprune=False)
     for tag, image_id in before.items():
         client.images.get(image_id).tag(tag)
 
 
-def test_the_image_jobs_steps_run_here(
-    client: docker.DockerClient,
+@dataclass(frozen=True)
+class Job:
+    """One run of the image job: each step's output by name, its wall time (seconds)."""
+
+    steps: dict[str, str]
+    seconds: float
+
+
+@pytest.fixture(scope="module")
+def entry() -> dict[str, Any]:
+    """The `cpu` entry of `tools/matrix ci-matrix`."""
+    (cpu,) = json.loads(subprocess.check_output([MATRIX, "ci-matrix", "cpu"], text=True))["include"]
+    return dict(cpu)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("workflow")
+
+
+@pytest.fixture(scope="module")
+def first_push(
     cpu_image: str,
+    entry: dict[str, Any],
     local_registry: str,  # noqa: F811
     pytorch_index: str,
     made_here: None,
-    tmp_path: Path,
-) -> None:
-    (entry,) = json.loads(subprocess.check_output([MATRIX, "ci-matrix", "cpu"], text=True))["include"]
-    prefix = f"{local_registry}/matrix-test"
+    work: Path,
+) -> Job:
+    """A push to the default branch; ``cpu_image`` (the session's) warms BuildKit's cache."""
+    ran, seconds = run_image_job(entry=entry, event="push", registry=local_registry, index_url=pytorch_index, work=work)
+    return Job(ran, seconds)
 
-    # A push to the default branch: build (the BuildKit cache is local), every check, the cache ref and the
-    # image pushed, and the push record written for the manifest job.
-    steps = ["Install tools/matrix", "Engine", "Registry", "Wheelhouse", "Build and smoke-test", "Push"]
-    ran, main_s = run_image_job(
-        entry=entry, event="push", registry=local_registry, index_url=pytorch_index, work=tmp_path
-    )
-    assert list(ran) == steps
-    assert "+ docker buildx build" in ran["Build and smoke-test"]
-    assert "--cache-to type=inline" in ran["Build and smoke-test"]  # the engine's own builder: inline cache
+
+STEPS = ["Install tools/matrix", "Engine", "Registry", "Wheelhouse", "Build and smoke-test", "Push"]
+
+
+def _pushed() -> dict[str, Any]:
+    (record,) = json.loads((REPO_ROOT / "build" / "pushed" / "cpu-amd64.json").read_text())["pushed"]
+    return dict(record)
+
+
+def _junit_checks() -> set[str]:
     junit = (REPO_ROOT / "build" / "reports" / "junit-cpu-amd64.xml").read_text()
-    assert 'name="offline-generate"' in junit
-    (pushed,) = json.loads((REPO_ROOT / "build" / "pushed" / "cpu-amd64.json").read_text())["pushed"]
+    return set(re.findall(r'<testcase [^>]*name="([a-z0-9-]+)', junit)) - {"build"}
+
+
+def _forget(client: docker.DockerClient, hash_ref: str, prefix: str) -> None:
+    """A fresh runner: the engine has no image of this content hash any more (every tag of it removed)."""
+    for ref in (hash_ref, hash_ref.replace(f"{prefix}/", "")):
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            for tag in client.images.get(ref).tags:
+                client.images.remove(tag, noprune=False)
+
+
+def test_a_push_to_the_default_branch_builds_checks_caches_and_pushes(first_push: Job, local_registry: str) -> None:  # noqa: F811
+    prefix = f"{local_registry}/matrix-test"
+    assert list(first_push.steps) == STEPS
+    build_step = first_push.steps["Build and smoke-test"]
+    assert "+ docker buildx build" in build_step
+    assert "--cache-to type=inline" in build_step  # the engine's own builder: inline cache
+    assert _junit_checks() == set(ONLY)
+    pushed = _pushed()
     hash_ref, version_ref = pushed["refs"]
     assert hash_ref.startswith(f"{prefix}/vllm-matrix/cpu:") and version_ref == f"{prefix}/vllm-matrix/cpu:0.32.0"
+    assert pushed["digest"].startswith("sha256:")
     cache_ref = f"{prefix}/vllm-matrix/cpu:buildcache-amd64"
     inspect = subprocess.run(
         ["docker", "buildx", "imagetools", "inspect", cache_ref], capture_output=True, text=True, check=False
     )
     assert inspect.returncode == 0, inspect.stderr  # the cache was written to the registry
+    print(f"\nimage job, push to the default branch (image built): {first_push.seconds:.0f} s")
 
-    # A fresh runner: the engine has no image of this content hash any more.
-    built = client.images.get(hash_ref.replace(f"{prefix}/", ""))
-    for tag in built.tags:
-        client.images.remove(tag, noprune=False)
 
-    # A pull request that changes nothing: no build, the published image is pulled and checked (quick run).
-    ran, pr_s = run_image_job(
-        entry=entry, event="pull_request", registry=local_registry, index_url=pytorch_index, work=tmp_path
-    )
-    assert list(ran) == steps
+def test_a_push_that_changes_nothing_builds_nothing_and_still_reports_the_image(
+    client: docker.DockerClient,
+    first_push: Job,
+    entry: dict[str, Any],
+    local_registry: str,  # noqa: F811
+    pytorch_index: str,
+    work: Path,
+) -> None:
+    prefix = f"{local_registry}/matrix-test"
+    before = _pushed()
+    hash_ref = before["refs"][0]
+    _forget(client, hash_ref, prefix)
+    ran, seconds = run_image_job(entry=entry, event="push", registry=local_registry, index_url=pytorch_index, work=work)
+    assert list(ran) == STEPS
     build_step = ran["Build and smoke-test"]
     assert "exists in the registry" in build_step and "+ docker buildx build" not in build_step
-    assert f"+ docker pull --platform linux/amd64 {hash_ref}" in build_step
-    junit = (REPO_ROOT / "build" / "reports" / "junit-cpu-amd64.xml").read_text()
-    assert 'name="offline-generate"' not in junit and 'name="model-runner"' in junit
-    assert "docker push" not in ran["Push"]  # a pull request publishes nothing
-    print(f"\nimage job wall time: push to the default branch {main_s:.0f} s, no-change pull request {pr_s:.0f} s")
+    assert f"+ docker pull {hash_ref}" in build_step
+    assert _junit_checks() == set(ONLY)
+    # push accepts the published image: the same record for the manifest job, nothing pushed again.
+    assert "is in the registry already" in ran["Push"] and "+ docker push" not in ran["Push"]
+    assert _pushed() == before
+    print(f"\nimage job, push to the default branch that changes nothing: {seconds:.0f} s")
+
+
+@pytest.mark.skipif(
+    not HAS_SUITE, reason="`tools/matrix run --suite` (the quick suite of pull requests) is not here yet"
+)
+def test_a_pull_request_that_changes_nothing_builds_nothing(
+    client: docker.DockerClient,
+    first_push: Job,
+    entry: dict[str, Any],
+    local_registry: str,  # noqa: F811
+    pytorch_index: str,
+    work: Path,
+) -> None:
+    prefix = f"{local_registry}/matrix-test"
+    hash_ref = _pushed()["refs"][0]
+    _forget(client, hash_ref, prefix)
+    shutil.rmtree(REPO_ROOT / "build" / "pushed")
+    ran, seconds = run_image_job(
+        entry=entry, event="pull_request", registry=local_registry, index_url=pytorch_index, work=work
+    )
+    assert list(ran) == STEPS
+    build_step = ran["Build and smoke-test"]
+    assert "exists in the registry" in build_step and "+ docker buildx build" not in build_step
+    assert _junit_checks() and _junit_checks() <= set(ONLY)  # the quick suite's part of `only`
+    assert "+ docker push" not in ran["Push"] and not (REPO_ROOT / "build" / "pushed" / "cpu-amd64.json").exists()
+    print(f"\nimage job, pull request that changes nothing: {seconds:.0f} s")
