@@ -110,7 +110,11 @@ def test_pull_requests_are_fast_and_the_default_branch_publishes() -> None:
     run = steps["Build and smoke-test"]["run"]
     # Published images are not rebuilt; builds read (and on the default branch write) the registry cache.
     assert '--registry "$REGISTRY"' in run and '--cache-registry "$REGISTRY"' in run
-    assert 'if [ "$PUBLISH" != true ]; then args+=(--cache-read-only --skip offline-generate); fi' in run
+    # Pull requests: the quick suite, the cache only read; the default branch: the full suite (no --suite).
+    assert 'if [ "$PUBLISH" != true ]; then args+=(--cache-read-only --suite quick); fi' in run
+    assert run.count("--suite") == 1 and "--skip" not in run
+    # A manual run may narrow the checks (input `only`), passed through the environment, never spliced in.
+    assert steps["Build and smoke-test"]["env"] == {"ONLY": "${{ inputs.only }}"} and "${{" not in run
     assert any("docker/setup-buildx-action@" in s.get("uses", "") for s in jobs["image"]["steps"])
     # The multi-arch tags are made from the push records, after every image job passed.
     assert jobs["manifest"]["needs"] == "image"
