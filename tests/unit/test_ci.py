@@ -95,7 +95,30 @@ def test_workflow_expands_the_printed_matrix_and_pins_actions_by_sha() -> None:
     steps = {s.get("name", ""): s for s in image["steps"]}
     assert "--index-url" in steps["Wheelhouse"]["run"] and "${{" not in steps["Wheelhouse"]["run"]
     assert steps["Wheelhouse"]["env"]["TORCH"] == "${{ matrix.torch }}"  # the pin comes from ci-matrix
-    assert "github.event.repository.default_branch" in steps["Push"]["if"]
+    # Publishing (cache export, push, multi-arch tags) only on the default branch.
+    assert "github.event.repository.default_branch" in image["env"]["PUBLISH"]
+    assert "github.event.repository.default_branch" in jobs["manifest"]["if"]
+
+
+def test_pull_requests_are_fast_and_the_default_branch_publishes() -> None:
+    jobs = yaml.safe_load(WORKFLOW.read_text())["jobs"]
+    # Lint and unit tests first, with no engine; the image jobs wait for them.
+    lint = " ".join(s.get("run", "") for s in jobs["lint"]["steps"])
+    assert "make lint" in lint and "make unit" in lint
+    assert jobs["matrix"]["needs"] == "lint" and jobs["image"]["needs"] == "matrix"
+    steps = {s.get("name", ""): s for s in jobs["image"]["steps"]}
+    run = steps["Build and smoke-test"]["run"]
+    # Published images are not rebuilt; builds read (and on the default branch write) the registry cache.
+    assert '--registry "$REGISTRY"' in run and '--cache-registry "$REGISTRY"' in run
+    # Pull requests: the quick suite, the cache only read; the default branch: the full suite (no --suite).
+    assert 'if [ "$PUBLISH" != true ]; then args+=(--cache-read-only --suite quick); fi' in run
+    assert run.count("--suite") == 1 and "--skip" not in run
+    # A manual run may narrow the checks (input `only`), passed through the environment, never spliced in.
+    assert steps["Build and smoke-test"]["env"] == {"ONLY": "${{ inputs.only }}"} and "${{" not in run
+    assert any("docker/setup-buildx-action@" in s.get("uses", "") for s in jobs["image"]["steps"])
+    # The multi-arch tags are made from the push records, after every image job passed.
+    assert jobs["manifest"]["needs"] == "image"
+    assert "tools/matrix manifest build/pushed/*.json" in json.dumps(jobs["manifest"])
 
 
 @pytest.mark.parametrize("tool", ["actionlint", "zizmor"])

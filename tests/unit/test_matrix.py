@@ -152,7 +152,12 @@ def test_platform_rejects_malformed_text(text: str) -> None:
 
 def test_extends_cascades_mappings_and_replaces_the_rest() -> None:
     data = _data()
-    data["variants"]["gh"] = {"extends": "cuda-arm64", "smoke": {"checks": {"pip-check": {"timeout": 7}}}}
+    # gh would inherit cuda-arm64's publish_as: cuda, and two variants cannot publish linux/arm64 under one name.
+    data["variants"]["gh"] = {
+        "extends": "cuda-arm64",
+        "publish_as": "gh",
+        "smoke": {"checks": {"pip-check": {"timeout": 7}}},
+    }
     assert validate(data) == []
     resolved, problems = resolve_extends(data)
     assert problems == [] and "extends" not in resolved["variants"]["gh"]
@@ -181,7 +186,42 @@ def test_extends_errors_name_the_key_and_the_way_out(variants: dict[str, Any], m
     assert any(p.startswith(message) for p in problems), problems
 
 
+def test_arm64_is_published_with_cpu() -> None:
+    variants = {v.name: v for v in load_matrix().variants}
+    assert variants["arm64"].publish_name == "cpu" and variants["cpu"].publish_name == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("variant", "value", "message"),
+    [
+        ("arm64", "cpuu", "variants.arm64.publish_as: 'cpuu' is not a variant; did you mean 'cpu'?"),
+        ("arm64", "cuda", "variants.arm64.publish_as: accelerator cpu differs from cuda's cuda"),
+        ("rocm", "cuda", "variants.rocm.publish_as: rocm and cuda both publish linux/amd64 as 'cuda'"),
+    ],
+)
+def test_publish_as_is_validated(variant: str, value: str, message: str) -> None:
+    data = yaml.safe_load(DEFAULT_MATRIX.read_text())
+    data["variants"][variant]["publish_as"] = value
+    problems = validate(data)
+    assert any(p.startswith(message) for p in problems), problems
+
+
 def test_a_variant_without_extends_still_needs_every_required_key() -> None:
     data = _data()
     del data["variants"]["cuda"]["torch"]
     assert any("variants.cuda: 'torch' is a required property" in p for p in validate(data))
+
+
+def test_publish_as_names_a_variant_published_under_its_own_name() -> None:
+    data = yaml.safe_load(DEFAULT_MATRIX.read_text())
+    data["variants"]["cpu"]["publish_as"] = "rocm"
+    data["variants"]["cpu"]["accelerator"] = "rocm"
+    assert any("'cpu' is itself published as 'rocm'" in p for p in validate(data))
+
+
+def test_the_emulation_matrix_joined_with_cpu_is_valid() -> None:
+    # tests/integration/conftest.py (emulation_matrix) joins it with matrix.yaml's cpu the same way.
+    emulation = yaml.safe_load((DEFAULT_MATRIX.parent / "tests" / "data" / "emulation-matrix.yaml").read_text())
+    emulation["variants"] = {"cpu": _data()["variants"]["cpu"], **emulation["variants"]}
+    assert validate(emulation) == []
+    assert emulation["variants"]["arm64-pypi"]["publish_as"] == "cpu"

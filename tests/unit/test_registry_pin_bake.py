@@ -302,3 +302,30 @@ def test_content_hash_of_an_unchecked_base_is_stable_and_differs_from_a_looked_u
     unchecked = _plan(base_image_id=None)
     assert unchecked.content_hash == _plan(base_image_id=None).content_hash
     assert unchecked.content_hash != _plan().content_hash
+
+
+def test_push_of_an_image_already_published_moves_only_a_stale_version_tag() -> None:
+    """CI's image job skipped the build (`build --registry` found the content-hash tag); push reports the image
+    for the manifest job, pulling and re-pushing it only where the version tag names another image."""
+    p = _plan()
+    plan_ = push.plan_push(p, registry="127.0.0.1:5000")
+    hash_ref, version_ref = plan_.targets
+    pulled: list[tuple[str, str]] = []
+    fake = _FakeRegistry()  # the version tag names DIGEST
+    result = push.ensure_published(plan_, DIGEST, fake, lambda ref, platform: pulled.append((ref, platform)))
+    assert fake.calls == [("digest", version_ref)] and pulled == []
+    assert result.refs == (hash_ref, version_ref) and result.digest == DIGEST and result.platform == "linux/amd64"
+
+    other = "sha256:" + "cd" * 32  # the hash tag's image; the version tag still names an older one
+    fake = _FakeRegistry()
+    result = push.ensure_published(
+        plan_, other, fake, lambda ref, platform: pulled.append((ref, platform)), keep_tags=False
+    )
+    assert pulled == [(hash_ref, "linux/amd64")]
+    assert fake.calls == [
+        ("digest", version_ref),
+        ("tag", hash_ref, version_ref),
+        ("push", version_ref),
+        ("untag", version_ref),
+    ]
+    assert result.digest == other

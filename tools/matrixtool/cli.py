@@ -260,6 +260,17 @@ _build_options = [
         default=None,
         help="Also skip a build whose content-hash tag is in this registry. " + _REGISTRY_HELP,
     ),
+    click.option(
+        "--cache-registry",
+        default=None,
+        help="Keep BuildKit's cache in this registry as <registry>/<repository>/<variant>:buildcache-<arch> "
+        "(read, and written after a build). " + _REGISTRY_HELP,
+    ),
+    click.option(
+        "--cache-read-only",
+        is_flag=True,
+        help="With --cache-registry: read the cache, never write it (pull requests).",
+    ),
 ]
 
 
@@ -341,6 +352,12 @@ def _check_flags(
         ConfigError: naming each bad flag and its value (exit 3).
     """
     reference.check_flags(image=image, registry=flags.get("registry"), repository=flags.get("repository"))
+    cache_registry = flags.get("cache_registry")
+    cache_problem = reference.registry_problem(cache_registry) if cache_registry is not None else None
+    if cache_problem is not None:
+        raise ConfigError("flags", [f"--cache-registry {cache_registry!r} {cache_problem}"])
+    if flags.get("cache_read_only") and cache_registry is None:
+        raise ConfigError("flags", ["--cache-read-only needs --cache-registry"])
     inputs.warn_unused_wheelhouse(selected, flags.get("wheelhouse"))
     if writes_out:
         inputs.check_outputs(settings.out_dir, junit=junit, json_file=json_file)
@@ -543,6 +560,28 @@ def push_cmd(settings: Settings, /, variants: Sequence[str], as_json: bool, **fl
         return
     for r in result.pushed:
         click.echo(f"{r.variant} ({r.platform}): pushed {', '.join(r.refs)} ({r.digest or 'digest unknown'})")
+
+
+# --- manifest ----------------------------------------------------------------------------------------
+@main.command("manifest")
+@click.argument("pushed", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--registry", "registry", required=True, help=_REGISTRY_HELP)
+@click.option(
+    "--repository",
+    default=plan.DEFAULT_REPOSITORY,
+    show_default=True,
+    help="Image repository prefix: lists are <registry>/<repository>/<name>:<version>.",
+)
+@click.pass_obj
+def manifest_cmd(settings: Settings, /, pushed: Sequence[Path], registry: str, repository: str) -> None:
+    """Publish variants that are one stack on several platforms (matrix.yaml publish_as) under one
+    multi-arch tag, from the records of 'tools/matrix push --json' (PUSHED files)."""
+    reference.check_flags(registry=registry, repository=repository)
+    published = pipeline.publish_manifests(_load(settings), pushed, registry=registry, repository=repository)
+    if not published:
+        click.echo("no published name spans several platforms in these records; nothing to do", err=True)
+    for the_plan, digest in published:
+        click.echo(f"{the_plan.tags[0]}: manifest list {digest} of {', '.join(the_plan.platforms)}")
 
 
 # --- pin ---------------------------------------------------------------------------------------------

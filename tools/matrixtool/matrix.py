@@ -160,9 +160,18 @@ class Variant:
     # Deployment profiles (top-level `profiles` merged with the variant's own); `default` first.
     profiles: tuple[Profile, ...] = (Profile(name="default"),)
 
+    # The variant whose name this one is published under, as one multi-arch manifest list (matrix.yaml
+    # publish_as); None: published under its own name.
+    publish_as: str | None = None
+
     def profile(self, name: str) -> Profile | None:
         """The deployment profile called ``name``, or None."""
         return next((p for p in self.profiles if p.name == name), None)
+
+    @property
+    def publish_name(self) -> str:
+        """The name of the published (multi-arch) image: ``publish_as``, else the variant's own name."""
+        return self.publish_as or self.name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -591,6 +600,42 @@ def _semantic_problems(data: Mapping[str, Any]) -> list[str]:
                 close = difflib.get_close_matches(check, known, n=1)
                 hint = f"did you mean '{close[0]}'?" if close else f"known checks: {', '.join(known)}"
                 problems.append(f"variants.{name}.smoke.checks.{check}: unknown smoke check; {hint}")
+    problems += _publish_as_problems(data["variants"])
+    return problems
+
+
+def _publish_as_problems(variants: Mapping[str, Any]) -> list[str]:
+    """``publish_as`` names another variant that publishes under its own name, with the same accelerator, and
+    no two variants publish one platform under one name (a manifest list holds one image per platform).
+    That the vLLM versions agree is checked when the manifest list is made (``manifest.plan_manifests``)."""
+    problems: list[str] = []
+    platforms: dict[str, dict[str, str]] = {}
+    for name, variant in variants.items():
+        target = variant.get("publish_as", name)
+        key = f"variants.{name}.publish_as"
+        if target != name:
+            other = variants.get(target)
+            if other is None:
+                close = difflib.get_close_matches(target, list(variants), n=1)
+                hint = f"did you mean '{close[0]}'?" if close else f"variants: {', '.join(variants)}"
+                problems.append(f"{key}: {target!r} is not a variant; {hint}")
+                continue
+            if "publish_as" in other and other["publish_as"] != target:
+                problems.append(f"{key}: {target!r} is itself published as {other['publish_as']!r}; name that one")
+                continue
+            if variant["accelerator"] != other["accelerator"]:
+                problems.append(
+                    f"{key}: accelerator {variant['accelerator']} differs from {target}'s {other['accelerator']}; "
+                    "one tag is one stack on several platforms"
+                )
+        for platform in variant["platforms"]:
+            seen = platforms.setdefault(target, {})
+            if platform in seen:
+                problems.append(
+                    f"{key}: {name} and {seen[platform]} both publish {platform} as {target!r}; a manifest list "
+                    "holds one image per platform"
+                )
+            seen[platform] = name
     return problems
 
 
@@ -675,6 +720,7 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 checks=tuple(CheckSpec(name=c, timeout=s["timeout"]) for c, s in v["smoke"]["checks"].items()),
                 accept_clashes=tuple(v["smoke"].get("accept_clashes", ())),
                 profiles=merge_profiles(shared_profiles, v.get("profiles") or {}),
+                publish_as=v.get("publish_as"),
             )
         )
     return Matrix(schema_version=data["schema_version"], variants=tuple(variants), source=source)

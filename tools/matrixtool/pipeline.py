@@ -22,7 +22,24 @@ from pathlib import Path
 
 import docker
 
-from matrixtool import bake, base, build, engine, index, pin, plan, profiles, push, registry, render, report, smoke
+from matrixtool import (
+    bake,
+    base,
+    build,
+    cache,
+    engine,
+    index,
+    manifest,
+    pin,
+    plan,
+    profiles,
+    push,
+    registry,
+    render,
+    report,
+    smoke,
+)
+from matrixtool import wheelhouse as wheelhouses
 from matrixtool.errors import (
     ConfigError,
     EngineUnreachableError,
@@ -63,6 +80,10 @@ class Options:
     # Deployment profiles and ad-hoc run conditions (``--profile``, ``--user`` ...; README "Deployment profiles");
     # no names: every profile of the variant.
     choice: profiles.ProfileChoice = field(default_factory=profiles.ProfileChoice)
+    # --cache-registry HOST[:PORT][/NAMESPACE]: BuildKit's cache per variant and platform in that registry
+    # (cache.py); --cache-read-only: read it, never write it (pull requests).
+    cache_registry: str | None = None
+    cache_read_only: bool = False
 
     @property
     def log_dir(self) -> Path:
@@ -138,21 +159,8 @@ def check_inputs(variant: Variant, inputs: Inputs) -> None:
             f"CA bundle {ca_cert} (from --ca-cert or {'/'.join(plan.CA_ENV_VARS)}) is not a file; "
             "pass --ca-cert FILE or unset the variable"
         )
-    if variant.index.wheelhouse:
-        wanted = f"{variant.torch.package}-{variant.torch.version}-"
-        if wheelhouse is None:
-            problems.append(
-                f"variants.{variant.name}.index.wheelhouse: this variant installs "
-                f"{variant.torch.requirement} from a wheelhouse; pass --wheelhouse DIR or set "
-                f"{plan.WHEELHOUSE_ENV_VAR}"
-            )
-        elif not wheelhouse.is_dir():
-            problems.append(f"wheelhouse {wheelhouse} is not a folder; pass --wheelhouse DIR")
-        elif not any(p.name.startswith(wanted) for p in wheelhouse.iterdir()):
-            problems.append(
-                f"wheelhouse {wheelhouse} has no {wanted}*.whl for variant {variant.name}; "
-                f"add the wheel or pass another --wheelhouse"
-            )
+    # Each platform needs a wheel whose tags fit it and the variant's Python (wheelhouse.py), not any torch wheel.
+    problems += wheelhouses.problems(variant, wheelhouse, env_var=plan.WHEELHOUSE_ENV_VAR)
     if problems:
         raise ConfigError(f"inputs of variant {variant.name}", problems)
 
@@ -353,7 +361,14 @@ def execute_plans(
         BuildError, RegistryError (the registry did not answer).
     """
     results = []
+    settings = None
+    if options.cache_registry is not None:
+        settings = cache.CacheSettings(
+            registry=options.cache_registry, write=not options.cache_read_only, driver=cache.builder_driver()
+        )
     for the_plan in plans:
+        if settings is not None:
+            the_plan = cache.apply(the_plan, settings)
         done = None if options.force else build.existing(client, the_plan)
         if done is not None:
             note(f"{the_plan.variant}: {done.image} exists (content hash unchanged); --force rebuilds")
@@ -366,6 +381,8 @@ def execute_plans(
                 )
         if done is None:
             done = build.execute(client, the_plan, work_dir=options.out_dir / "context", log_dir=options.log_dir)
+            if settings is not None:
+                cache.export_inline(the_plan, settings)
         results.append(done)
     return results
 
@@ -424,7 +441,8 @@ def test_image(matrix: Matrix, variant: Variant, image: str, options: Options) -
     """
     select_checks(variant, options.only, options.skip)
     client = engine.connect()
-    registry.pull_if_missing(client, image)
+    # A multi-arch tag (matrix.yaml publish_as) holds several platforms: pull the variant's own.
+    registry.pull_if_missing(client, image, platform=str(variant.platforms[0]))
     return report.RunReport(checks=smoke_image(client, image, variant, options))
 
 
@@ -549,15 +567,37 @@ def push_variants(matrix: Matrix, variants: Sequence[Variant], options: Options)
         check_inputs(variant, inputs)
     client = engine.connect()
     plans = provide_and_plan(client, matrix, variants, inputs, options)
-    missing = [p for p in plans if build.existing(client, p) is None]
+    engine_registry = registry.EngineRegistry(client)
+    local = [p for p in plans if build.existing(client, p) is not None]
+    # An image the engine lacks but the registry has under its content-hash tag (`build --registry` skipped
+    # it, as CI's image job does when nothing changed) is published already: push.ensure_published.
+    there = {p.hash_ref: build.published(p, options.registry, engine_registry) for p in plans if p not in local}
+    missing = [p for p in plans if p not in local and there[p.hash_ref] is None]
     if missing:
         names = " ".join(dict.fromkeys(p.variant for p in missing))
         raise NotBuiltError(
-            f"not built yet: {', '.join(p.hash_ref for p in missing)}; run 'tools/matrix build {names}' first"
+            f"not built yet: {', '.join(p.hash_ref for p in missing)}; run 'tools/matrix build {names}' first "
+            f"(it is not in {options.registry} either)"
         )
-    engine_registry = registry.EngineRegistry(client)
-    pushes = [push.plan_push(p, registry=options.registry) for p in plans]
-    return PushReport(pushed=[push.execute_push(p, engine_registry, keep_tags=options.keep_tags) for p in pushes])
+    results = []
+    for the_plan in plans:
+        the_push = push.plan_push(the_plan, registry=options.registry)
+        if the_plan in local:
+            results.append(push.execute_push(the_push, engine_registry, keep_tags=options.keep_tags))
+        else:
+            published = there[the_plan.hash_ref]
+            assert published is not None
+            note(f"{the_plan.variant}: {published.image} is in the registry already (content hash unchanged)")
+            results.append(
+                push.ensure_published(
+                    the_push,
+                    published.image_id,
+                    engine_registry,
+                    lambda ref, platform: registry.pull_if_missing(client, ref, platform=platform),
+                    keep_tags=options.keep_tags,
+                )
+            )
+    return PushReport(pushed=results)
 
 
 def pin_variants(matrix: Matrix, variants: Sequence[Variant], resolve: registry.Registry | None = None) -> PinReport:
@@ -578,3 +618,21 @@ def pin_variants(matrix: Matrix, variants: Sequence[Variant], resolve: registry.
         raise RegistryError(f"{exc}; {path} left unchanged", registry=exc.registry, ref=exc.ref) from exc
     changed = pin.write_lock(after, path)
     return PinReport(path=path, before=before, after=after, refs=refs, changed=changed)
+
+
+def publish_manifests(
+    matrix: Matrix, pushed: Sequence[Path], *, registry: str, repository: str
+) -> list[tuple[manifest.ManifestPlan, str]]:
+    """Publish each name that spans several platforms (matrix.yaml ``publish_as``) as one manifest list, from
+    the records of ``tools/matrix push --json`` (files ``pushed``).
+
+    Returns each list's plan and its digest (``sha256:…``); empty when no name in the records spans several
+    platforms.
+
+    Raises:
+        ConfigError: a file is no push record, or the records do not fit the matrix (``manifest.plan_manifests``).
+        RegistryError: a platform is not pushed, or creating the list failed.
+    """
+    records = manifest.read_pushed(pushed)
+    plans = manifest.plan_manifests(matrix.variants, records, registry=registry, repository=repository)
+    return [(the_plan, manifest.execute(the_plan)) for the_plan in plans]

@@ -48,6 +48,10 @@ class BuildPlan:
     # The PYTHON_VERSION build arg: set only when the base is a stand-in whose suite ships another Python
     # than the variant's (matrix.yaml stand_in.python); None keeps the Dockerfile's default.
     python_version: str | None = None
+    # BuildKit cache sources and targets (``--cache-from``/``--cache-to`` values; ``cache.apply`` sets them).
+    # Not build inputs: they never enter the content hash.
+    cache_from: tuple[str, ...] = ()
+    cache_to: tuple[str, ...] = ()
 
     @property
     def hash_ref(self) -> str:
@@ -124,8 +128,9 @@ def build_spec(plan: BuildPlan, *, context_dir: Path, registry: str | None = Non
         labels=dict(sorted(plan.labels.items())),
         args=dict(sorted(plan.build_args.items())),
         secrets=(f"id=ca,src={plan.ca_cert}",) if plan.ca_cert is not None else (),
-        cache_from=tuple(f"type=registry,ref={ref}" for ref in remote),
-        cache_to=CACHE_TO,
+        # The plan's own cache (cache.apply: --cache-registry) first, then the published images under --registry.
+        cache_from=(*plan.cache_from, *(f"type=registry,ref={ref}" for ref in remote)),
+        cache_to=plan.cache_to or CACHE_TO,
         outputs=OUTPUTS,
     )
 

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from matrixtool.plan import BuildPlan, remote_ref
@@ -61,4 +62,38 @@ def execute_push(plan: PushPlan, registry: Registry, *, keep_tags: bool = True) 
     if not keep_tags:
         for target in plan.targets:
             registry.untag(target)
+    return PushResult(variant=plan.variant, platform=plan.platform, refs=plan.targets, digest=digest)
+
+
+def ensure_published(
+    plan: PushPlan,
+    digest: str,
+    registry: Registry,
+    pull: Callable[[str, str], object],
+    *,
+    keep_tags: bool = True,
+) -> PushResult:
+    """Publish an image the registry has already under its content-hash tag (``plan.targets[0]``, manifest
+    ``digest``) but the engine did not build: CI's image job skips such a build (``build --registry``), and its
+    push step must still succeed and report the image, for the multi-arch ``manifest`` job.
+
+    Each other target (the version tag) that does not name ``digest`` in the registry is re-pointed: the image
+    is pulled (``pull(ref, platform)``; nothing is pulled when every tag is right), tagged and pushed; its
+    layers are in the registry already, so only the tag moves. With ``keep_tags=False`` the engine's tags
+    made here are removed afterwards.
+
+    Raises:
+        RegistryError: the registry did not answer, or a pull or push failed.
+    """
+    source = plan.targets[0]
+    stale = [t for t in plan.targets[1:] if registry.digest(t) != digest]
+    if stale:
+        pull(source, plan.platform)
+        for target in stale:
+            registry.tag(source, target)
+        for target in stale:
+            registry.push(target)
+        if not keep_tags:
+            for target in stale:
+                registry.untag(target)
     return PushResult(variant=plan.variant, platform=plan.platform, refs=plan.targets, digest=digest)

@@ -130,20 +130,22 @@ def pushed_digest(record: dict[str, Any]) -> str | None:
     return str(digest) if isinstance(digest, str) and DIGEST.fullmatch(digest) else None
 
 
-def pull_if_missing(client: docker.DockerClient, ref: str) -> bool:
-    """Pull ``ref`` unless the engine has it; True when it was pulled.
+def pull_if_missing(client: docker.DockerClient, ref: str, *, platform: str | None = None) -> bool:
+    """Pull ``ref`` unless the engine has it (of ``platform``, e.g. ``linux/arm64``, when given: from a
+    multi-arch manifest list the engine pulls that platform's image); True when it was pulled.
 
     Raises:
         RegistryError: pulling failed (the message names the registry, the ref and the engine's reason).
     """
     try:
-        client.images.get(ref)
-        return False
+        image = client.images.get(ref)
+        if platform is None or image.attrs.get("Architecture") == platform.split("/")[1]:
+            return False
     except docker.errors.ImageNotFound:
         pass
-    echo(["docker", "pull", ref], via=SDK)
+    echo(["docker", "pull", *(["--platform", platform] if platform else []), ref], via=SDK)
     try:
-        client.images.pull(ref)
+        client.images.pull(ref, platform=platform)
     except docker.errors.APIError as exc:
         host = registry_host(ref)
         raise RegistryError(
