@@ -27,6 +27,7 @@ import yaml.constructor
 import yaml.nodes
 from packaging.requirements import InvalidRequirement, Requirement
 
+from matrixtool import budget
 from matrixtool.checks import CHECKS
 from matrixtool.errors import ConfigError
 from matrixtool.profiles import Profile, merge_profiles
@@ -159,6 +160,11 @@ class Variant:
     accept_clashes: tuple[str, ...] = ()
     # Deployment profiles (top-level `profiles` merged with the variant's own); `default` first.
     profiles: tuple[Profile, ...] = (Profile(name="default"),)
+    # The largest image size allowed, in bytes, and as matrix.yaml writes it (size_budget; None: no budget).
+    size_budget: int | None = None
+    size_budget_text: str | None = None
+    # Why this CPU variant carries CUDA weight on purpose (matrix.yaml hygiene.cuda_weight; cuda-weight shows it).
+    cuda_weight_reason: str | None = None
 
     def profile(self, name: str) -> Profile | None:
         """The deployment profile called ``name``, or None."""
@@ -615,6 +621,11 @@ def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
         ]
     if "python" in variant.get("stand_in", {}):
         patterned.append(("stand_in.python", variant["stand_in"]["python"], _PYTHON))
+    if "size_budget" in variant:
+        try:
+            budget.parse_size(variant["size_budget"])
+        except ValueError as exc:
+            problems.append(f"{at}.size_budget: {exc}")
     patterned += [(f"index.exclude.{i}", v, _DIST) for i, v in enumerate(variant["index"].get("exclude", []))]
     patterned += [(f"env.{k}", k, _ENV_KEY) for k in variant.get("env", {})]
     for key, value, pattern in patterned:
@@ -675,6 +686,9 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 checks=tuple(CheckSpec(name=c, timeout=s["timeout"]) for c, s in v["smoke"]["checks"].items()),
                 accept_clashes=tuple(v["smoke"].get("accept_clashes", ())),
                 profiles=merge_profiles(shared_profiles, v.get("profiles") or {}),
+                size_budget=budget.parse_size(v["size_budget"]) if "size_budget" in v else None,
+                size_budget_text=v.get("size_budget"),
+                cuda_weight_reason=v.get("hygiene", {}).get("cuda_weight"),
             )
         )
     return Matrix(schema_version=data["schema_version"], variants=tuple(variants), source=source)
