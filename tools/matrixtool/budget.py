@@ -1,53 +1,27 @@
-"""The image-size budget (matrix.yaml ``size_budget``): parsing, and the verdict with its top contributors.
+"""The image-size budget (matrix.yaml ``size_budget``, parsed by ``matrix.parse_size``): the verdict and the
+top contributors of an image over budget.
 
-Pure functions: ``pipeline`` reads the image's size and history from the engine and the distribution sizes
-from the in-image ``cuda-weight`` listing, and turns ``judge``'s ``BudgetVerdict`` into a ``size-budget``
-result of the report.
+``judge`` and the ranking functions are pure; ``check_budget`` reads the image's size and layer history from
+the engine and the size of each installed distribution from the in-image ``cuda-weight`` listing (its
+``facts["largest"]``), and returns a ``size-budget`` result that the report renders as a check.
 """
 
 from __future__ import annotations
 
-import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-# Units as Docker and the SI/IEC standards write them: decimal kB/MB/GB/TB, binary KiB/MiB/GiB/TiB.
-UNITS: Mapping[str, int] = {
-    "B": 1,
-    "kB": 10**3,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KiB": 2**10,
-    "MiB": 2**20,
-    "GiB": 2**30,
-    "TiB": 2**40,
-}
-_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?) ?([A-Za-z]+)")
+import docker
+
+from matrixtool import smoke
+from matrixtool.matrix import CheckSpec, Variant
+
 TOP = 5  # layers and distributions listed when over budget
 CREATED_BY_WIDTH = 80  # characters of a layer's instruction shown
 CHECK = "size-budget"  # the name of the result in the table, JSON and JUnit
-
-
-def parse_size(text: str) -> int:
-    """Bytes of a size written as a number and a unit: ``"3GiB"`` -> 3221225472, ``"2500MB"`` -> 2500000000,
-    ``"2.5 GB"`` -> 2500000000 (units: ``UNITS``, case as written there; one optional space).
-
-    Raises:
-        ValueError: not such a size, or not above zero; the message says what to write instead.
-    """
-    match = _SIZE.fullmatch(text) if isinstance(text, str) else None
-    if match is None or match.group(2) not in UNITS:
-        raise ValueError(
-            f"{text!r} is not a size; write a number and a unit, e.g. \"3GiB\" or \"2500MB\" "
-            f"(units: {', '.join(UNITS)})"
-        )
-    size = round(float(match.group(1)) * UNITS[match.group(2)])
-    if size <= 0:
-        raise ValueError(f"{text!r} is not above zero; write the largest size the image may have, e.g. \"3GiB\"")
-    return size
 
 
 def mb(size_bytes: int) -> str:
@@ -105,9 +79,7 @@ def judge(
     pct = 100 * size_bytes / budget_bytes
     head = f"{image} is {mb(size_bytes)}, {pct:.0f} % of its size_budget {budget_text} ({mb(budget_bytes)})"
     if over <= 0:
-        return BudgetVerdict(
-            ok=True, size_bytes=size_bytes, budget_bytes=budget_bytes, diagnosis=head, hint=""
-        )
+        return BudgetVerdict(ok=True, size_bytes=size_bytes, budget_bytes=budget_bytes, diagnosis=head, hint="")
     layers = top_layers(history)
     dists = top_distributions(listing or [])
     parts = [f"{head}: {mb(over)} over"]
@@ -130,4 +102,69 @@ def judge(
         hint=hint,
         layers=tuple(layers),
         distributions=tuple(dists),
+    )
+
+
+LISTING_CHECK = "cuda-weight"  # the in-image check whose facts["largest"] lists the largest distributions
+LISTING_TIMEOUT = 300  # seconds
+
+
+def _listing(results: Sequence[smoke.CheckResult]) -> list[list[Any]] | None:
+    for r in results:
+        if r.check == LISTING_CHECK and isinstance(r.facts.get("largest"), list):
+            return list(r.facts["largest"])
+    return None
+
+
+def check_budget(
+    client: docker.DockerClient,
+    image: str,
+    variant: Variant,
+    results: Sequence[smoke.CheckResult],
+    *,
+    log_dir: Path,
+) -> smoke.CheckResult | None:
+    """The ``size-budget`` result of ``image`` against ``variant.size_budget`` (None: the variant declares none).
+
+    Over budget, the largest distributions come from ``results``' ``cuda-weight`` facts when that check ran,
+    else from one run of it in a container of its own (labelled and removed as every check container; its log
+    is ``log_dir/<variant>.cuda-weight.log``).
+    Raises docker.errors.ImageNotFound when ``image`` is not on the engine.
+    """
+    if variant.size_budget is None:
+        return None
+    started = time.monotonic()
+    got = client.images.get(image)
+    size = int(got.attrs.get("Size") or 0)
+    history: list[dict[str, Any]] = []
+    listing = None
+    if size > variant.size_budget:
+        history = list(got.history())
+        listing = _listing(results)
+        if listing is None:
+            spec = CheckSpec(name=LISTING_CHECK, timeout=LISTING_TIMEOUT)
+            listing = _listing(smoke.run_suite(client, image, variant, [spec], log_dir=log_dir))
+    verdict = judge(
+        image=image,
+        size_bytes=size,
+        budget_bytes=variant.size_budget,
+        budget_text=variant.size_budget_text or str(variant.size_budget),
+        history=history,
+        listing=listing,
+        variant=variant.name,
+    )
+    return smoke.CheckResult(
+        variant=variant.name,
+        image=image,
+        check=CHECK,
+        status=smoke.Status.PASSED if verdict.ok else smoke.Status.FAILED,
+        diagnosis=verdict.diagnosis,
+        hint=verdict.hint,
+        seconds=time.monotonic() - started,
+        facts={
+            "size_bytes": verdict.size_bytes,
+            "budget_bytes": verdict.budget_bytes,
+            "layers": [list(layer) for layer in verdict.layers],
+            "distributions": [list(d) for d in verdict.distributions],
+        },
     )

@@ -27,7 +27,6 @@ import yaml.constructor
 import yaml.nodes
 from packaging.requirements import InvalidRequirement, Requirement
 
-from matrixtool import budget
 from matrixtool.checks import CHECKS
 from matrixtool.errors import ConfigError
 from matrixtool.profiles import Profile, merge_profiles
@@ -513,6 +512,41 @@ _ENV_KEY = re.compile(r"[A-Z_][A-Z0-9_]*")
 _URL_CHARS = re.compile(r"[A-Za-z0-9._~:/?#@%=+,\[\]-]+")
 
 
+# Units as Docker and the SI/IEC standards write them: decimal kB/MB/GB/TB, binary KiB/MiB/GiB/TiB.
+SIZE_UNITS: Mapping[str, int] = {
+    "B": 1,
+    "kB": 10**3,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+}
+_SIZE_TEXT = re.compile(r"([0-9]+(?:\.[0-9]+)?) ?([A-Za-z]+)")
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size written as a number and a unit: ``"3GiB"`` -> 3221225472, ``"2500MB"`` -> 2500000000,
+    ``"2.5 GB"`` -> 2500000000 (units: ``SIZE_UNITS``, case as written there; one optional space).
+
+    Raises:
+        ValueError: not such a size, or not above zero; the message says what to write instead.
+    """
+    match = _SIZE_TEXT.fullmatch(text) if isinstance(text, str) else None
+    if match is None or match.group(2) not in SIZE_UNITS:
+        raise ValueError(
+            f'{text!r} is not a size; write a number and a unit, e.g. "3GiB" or "2500MB" '
+            f"(units: {', '.join(SIZE_UNITS)})"
+        )
+    size = round(float(match.group(1)) * SIZE_UNITS[match.group(2)])
+    if size <= 0:
+        raise ValueError(f'{text!r} is not above zero; write the largest size the image may have, e.g. "3GiB"')
+    return size
+
+
 def url_problem(url: str) -> str | None:
     """Why ``url`` is not a package index URL this tool writes into a Dockerfile (None: it is one).
 
@@ -623,7 +657,7 @@ def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
         patterned.append(("stand_in.python", variant["stand_in"]["python"], _PYTHON))
     if "size_budget" in variant:
         try:
-            budget.parse_size(variant["size_budget"])
+            parse_size(variant["size_budget"])
         except ValueError as exc:
             problems.append(f"{at}.size_budget: {exc}")
     patterned += [(f"index.exclude.{i}", v, _DIST) for i, v in enumerate(variant["index"].get("exclude", []))]
@@ -686,7 +720,7 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 checks=tuple(CheckSpec(name=c, timeout=s["timeout"]) for c, s in v["smoke"]["checks"].items()),
                 accept_clashes=tuple(v["smoke"].get("accept_clashes", ())),
                 profiles=merge_profiles(shared_profiles, v.get("profiles") or {}),
-                size_budget=budget.parse_size(v["size_budget"]) if "size_budget" in v else None,
+                size_budget=parse_size(v["size_budget"]) if "size_budget" in v else None,
                 size_budget_text=v.get("size_budget"),
                 cuda_weight_reason=v.get("hygiene", {}).get("cuda_weight"),
             )

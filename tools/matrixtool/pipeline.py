@@ -23,6 +23,7 @@ from pathlib import Path
 import docker
 
 from matrixtool import bake, base, build, engine, index, pin, plan, profiles, push, registry, render, report, smoke
+from matrixtool.budget import check_budget
 from matrixtool.errors import (
     ConfigError,
     EngineUnreachableError,
@@ -411,9 +412,13 @@ def smoke_image(client: docker.DockerClient, image: str, variant: Variant, optio
     """
     checks = select_checks(variant, options.only, options.skip)
     chosen = options.choice.resolve(variant.name, variant.profiles)
-    return smoke.run_profiles(
+    results = smoke.run_profiles(
         client, image, variant, checks, chosen, log_dir=options.log_dir, on_result=_progress(options), announce=note
     )
+    over = check_budget(client, image, variant, results, log_dir=options.log_dir)  # matrix.yaml size_budget
+    if over is not None:
+        _progress(options)(over)
+    return results + ([over] if over is not None else [])
 
 
 def test_image(matrix: Matrix, variant: Variant, image: str, options: Options) -> report.RunReport:

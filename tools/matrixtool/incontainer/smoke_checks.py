@@ -1527,10 +1527,8 @@ def cw_site_dirs():
     import sysconfig
 
     dirs = [sysconfig.get_paths().get(k) for k in ("purelib", "platlib")]
-    try:
+    if hasattr(site, "getsitepackages"):  # virtualenv's old site.py has none
         dirs += site.getsitepackages()
-    except AttributeError:  # virtualenv's old site.py
-        pass
     return [d for d in dict.fromkeys(dirs) if d and os.path.isdir(d)]
 
 
@@ -1561,7 +1559,7 @@ def cw_libcuda_files(roots):
 
 
 def cw_mb(size):
-    return f"{size / CW_MB:.0f} MB"
+    return f"{size / CW_MB:.1f} MB" if size < 10 * CW_MB else f"{size / CW_MB:.0f} MB"
 
 
 def check_cuda_weight(params):
@@ -1602,8 +1600,10 @@ def check_cuda_weight(params):
             "the library folders" + (" (the library walk stopped at its bound)" if truncated else ""),
             **facts,
         )
-    items = [f"{n} {v} {cw_mb(s)}" + (" (a CUDA torch: " + torch_why + ")" if n.lower() == "torch" else "")
-             for n, v, s in flagged]
+    items = [
+        f"{n} {v} {cw_mb(s)}" + (" (a CUDA torch: " + torch_why + ")" if n.lower() == "torch" else "")
+        for n, v, s in flagged
+    ]
     items += [f"{p} {cw_mb(s)}" for p, s in stray]
     listed = ", ".join(items[:12]) + (f", and {len(items) - 12} more" if len(items) > 12 else "")
     what = f"{len(flagged)} CUDA package(s) and {len(stray)} libcuda* file(s), {cw_mb(total)} in all: {listed}"
@@ -1618,8 +1618,11 @@ def check_cuda_weight(params):
         )
     extra = [n for n, _, _ in flagged if n.lower() != "torch"]
     if extra and not torch_why:
-        fixes.append(f"pip uninstall {' '.join(extra[:8])}" + (" ..." if len(extra) > 8 else "")
-                     + " (and keep them out: matrix.yaml index.exclude)")
+        fixes.append(
+            f"pip uninstall {' '.join(extra[:8])}"
+            + (" ..." if len(extra) > 8 else "")
+            + " (and keep them out: matrix.yaml index.exclude)"
+        )
     if stray:
         fixes.append("remove the libcuda* files named (or the package that copies them into the image)")
     fixes.append('or, if the variant needs them, declare why in matrix.yaml: hygiene: {cuda_weight: "<reason>"}')
