@@ -8,6 +8,7 @@ the engine and the size of each installed distribution from the in-image ``cuda-
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,17 +21,28 @@ from matrixtool import smoke
 from matrixtool.matrix import CheckSpec, Variant
 
 TOP = 5  # layers and distributions listed when over budget
-CREATED_BY_WIDTH = 80  # characters of a layer's instruction shown
+CREATED_BY_WIDTH = 100  # characters of a layer's instruction shown
 CHECK = "size-budget"  # the name of the result in the table, JSON and JUnit
 
 
 def mb(size_bytes: int) -> str:
-    """Bytes as decimal megabytes, as ``docker images`` prints them (704288 -> '0.7 MB', 2640000000 -> '2640 MB')."""
-    return f"{size_bytes / 10**6:.1f} MB" if size_bytes < 10**7 else f"{size_bytes / 10**6:.0f} MB"
+    """Bytes in decimal units, as ``docker images`` prints them: 5000 -> '5.0 kB', 704288 -> '0.7 MB',
+    74800000 -> '74.8 MB', 2640000000 -> '2640 MB'."""
+    if size_bytes < 10**6:
+        return f"{size_bytes / 10**3:.1f} kB"
+    return f"{size_bytes / 10**6:.1f} MB" if size_bytes < 10**8 else f"{size_bytes / 10**6:.0f} MB"
 
 
-def _shorten(text: str, width: int = CREATED_BY_WIDTH) -> str:
-    text = " ".join(text.replace("/bin/sh -c #(nop) ", "").replace("/bin/sh -c ", "RUN ").split())
+# How the engine writes a layer's instruction: BuildKit `RUN |1 ARG=v /bin/sh -c CMD # buildkit`, the classic
+# builder `/bin/sh -c CMD` (RUN) and `/bin/sh -c #(nop) ENV ...` (the other instructions).
+_BUILD_ARGS = re.compile(r"^RUN (\|[0-9]+ (?:[A-Za-z_][A-Za-z0-9_]*=\S* )*)?/bin/sh -c ")
+_NOP = re.compile(r"^/bin/sh -c #\(nop\)\s*")
+
+
+def shorten_instruction(text: str, width: int = CREATED_BY_WIDTH) -> str:
+    """A layer's ``CreatedBy`` as its Dockerfile instruction, whitespace collapsed, at most ``width`` characters."""
+    text = _NOP.sub("", _BUILD_ARGS.sub("RUN ", " ".join(text.split())))
+    text = re.sub(r"^/bin/sh -c ", "RUN ", text).removesuffix(" # buildkit")
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -38,7 +50,7 @@ def top_layers(history: Sequence[Mapping[str, Any]], n: int = TOP) -> list[tuple
     """The ``n`` largest layers of an image's history (``docker image history``: the Docker SDK's
     ``Image.history()``, items with ``Size`` in bytes and ``CreatedBy``), biggest first, as
     (bytes, shortened instruction); empty layers (ENV, LABEL ...) are left out."""
-    layers = [(int(h.get("Size") or 0), _shorten(str(h.get("CreatedBy") or "?"))) for h in history]
+    layers = [(int(h.get("Size") or 0), shorten_instruction(str(h.get("CreatedBy") or "?"))) for h in history]
     return sorted((layer for layer in layers if layer[0] > 0), key=lambda layer: -layer[0])[:n]
 
 

@@ -1463,7 +1463,7 @@ def check_run_conditions(params):
 # Sizes are bytes, from each distribution's installed files (importlib.metadata RECORD, then os.lstat of
 # each file; a file listed twice or missing counts once or not at all).
 CW_DIST = re.compile(r"^(nvidia|cuda)-[a-z0-9._-]+$")  # canonical names: nvidia-cublas-cu12, cuda-toolkit ...
-CW_LIBCUDA = re.compile(r"^libcuda[^/]*\.so(\.[0-9A-Za-z_]+)*$")  # libcuda.so.1, libcudart.so.12, libcudadebugger.so
+CW_LIBCUDA = re.compile(r"^libcuda[^/]*\.so(\.[0-9]+)*$")  # libcuda.so.1, libcudart.so.12, libcudadebugger.so
 CW_LIB_DIRS = ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/local/cuda", "/lib", "/lib64", "/opt")
 CW_WALK_LIMIT = 400000  # directory entries looked at, in all, before the walk stops (reported)
 CW_WALK_DEPTH = 8  # folders below each root
