@@ -197,7 +197,7 @@ def _fake_dists(mod: Any, monkeypatch: pytest.MonkeyPatch, dists: dict[str, Any]
 
 def test_cuda_weight_flags_a_cuda_torch_and_its_wheels_biggest_first(monkeypatch: pytest.MonkeyPatch) -> None:
     mod = _incontainer()
-    dists = {
+    dists: dict[str, Any] = {
         "torch": ("torch", "2.13.0", 1_500_000_000, set()),
         "nvidia-cudnn-cu13": ("nvidia-cudnn-cu13", "9.20.0.48", 1_000_000_000, set()),
         "nvidia-nvtx": ("nvidia-nvtx", "13.0.85", 300_000, set()),
@@ -226,7 +226,7 @@ def test_cuda_weight_names_a_cu_local_version_and_stray_wheels(monkeypatch: pyte
     mod = _incontainer()
     _fake_dists(mod, monkeypatch, {"torch": ("torch", "2.14.0+cu130", 9, set())}, [])
     assert "(a CUDA torch: its version 2.14.0+cu130 is a CUDA build (+cu130))" in mod.check_cuda_weight({})["diagnosis"]
-    cpu_torch = {
+    cpu_torch: dict[str, Any] = {
         "torch": ("torch", "2.13.0+cpu", 9, set()),
         "nvidia-cublas-cu12": ("nvidia-cublas-cu12", "12.9.1.4", 600_000_000, set()),
     }
