@@ -40,10 +40,14 @@ _NOP = re.compile(r"^/bin/sh -c #\(nop\)\s*")
 
 
 def shorten_instruction(text: str, width: int = CREATED_BY_WIDTH) -> str:
-    """A layer's ``CreatedBy`` as its Dockerfile instruction, whitespace collapsed, at most ``width`` characters."""
+    """A layer's ``CreatedBy`` as its Dockerfile instruction, whitespace collapsed, at most ``width`` characters:
+    a longer one keeps its start and its end (where an install names its packages), ``…`` between."""
     text = _NOP.sub("", _BUILD_ARGS.sub("RUN ", " ".join(text.split())))
     text = re.sub(r"^/bin/sh -c ", "RUN ", text).removesuffix(" # buildkit")
-    return text if len(text) <= width else text[: width - 1] + "…"
+    if len(text) <= width:
+        return text
+    head = width * 2 // 5
+    return text[:head] + "…" + text[len(text) - (width - head - 1) :]
 
 
 def top_layers(history: Sequence[Mapping[str, Any]], n: int = TOP) -> list[tuple[int, str]]:
