@@ -415,10 +415,14 @@ def smoke_image(client: docker.DockerClient, image: str, variant: Variant, optio
     results = smoke.run_profiles(
         client, image, variant, checks, chosen, log_dir=options.log_dir, on_result=_progress(options), announce=note
     )
-    over = check_budget(client, image, variant, results, log_dir=options.log_dir)  # matrix.yaml size_budget
-    if over is not None:
-        _progress(options)(over)
-    return results + ([over] if over is not None else [])
+    # matrix.yaml size_budget: within it one line on stderr (--json too); over it a failed result `size-budget`.
+    judged = check_budget(client, image, variant, results, log_dir=options.log_dir)
+    if judged is not None and judged.status.ok:
+        note(f"[{variant.name}] size-budget: {judged.status.value}: {judged.diagnosis}")
+    elif judged is not None:
+        _progress(options)(judged)
+        results.append(judged)
+    return results
 
 
 def test_image(matrix: Matrix, variant: Variant, image: str, options: Options) -> report.RunReport:
