@@ -37,6 +37,9 @@ class BadImage:
     as_variant: str = "cpu"
 
 
+CUDA_WHEEL = "nvidia-cuda-runtime-cu12==12.9.79"
+CUDART = f"{SITE}/nvidia/cuda_runtime/lib/libcudart.so.12"
+
 CASES = {
     "v2-runner-forced-without-triton": BadImage(
         failure_class=1,
@@ -148,6 +151,20 @@ CASES = {
         diagnosis=["VLLM_CPU_KVCACHE_SPACE=4096 GiB exceeds half of the memory"],
         hint="VLLM_CPU_KVCACHE_SPACE",
     ),
+    "cuda-wheel-and-libcudart-in-a-cpu-image": BadImage(
+        # A real NVIDIA wheel (3.5 MB, 9.6 MB installed), as `pip install torch` from PyPI pulls fifteen of them,
+        # plus a stray copy of its libcudart in a library folder (counted apart: no distribution owns it).
+        failure_class=14,
+        wheels=[CUDA_WHEEL],
+        lines=[ROOT, INSTALL_WHEELS, f"RUN cp {CUDART} /usr/local/lib/libcudart.so.12", USER],
+        check="cuda-weight",
+        diagnosis=[
+            "a CPU variant carries dead CUDA weight: 1 CUDA package(s) and 1 libcuda* file(s)",
+            "nvidia-cuda-runtime-cu12 12.9.79 9.6 MB",
+            "/usr/local/lib/libcudart.so.12 0.7 MB",
+        ],
+        hint="pip uninstall nvidia-cuda-runtime-cu12",
+    ),
 }
 
 
@@ -201,3 +218,24 @@ def test_hung_check_is_reported_as_timeout(cpu_image: str, out_dir: Path, tmp_pa
     assert _check(doc, "offline-generate")["status"] == "timeout"
     # The next check runs in a fresh container and still passes.
     assert _check(doc, "vllm-cli")["status"] == "passed"
+
+
+def test_cuda_weight_passes_with_the_reason_the_variant_declares(
+    derived_image: Any, wheel_cache: Any, out_dir: Path, tmp_path: Path
+) -> None:
+    """matrix.yaml hygiene.cuda_weight: the same CUDA wheel passes, the reason and the package shown."""
+    image = derived_image([ROOT, INSTALL_WHEELS, USER], [wheel_cache(CUDA_WHEEL)])
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    data["variants"]["cpu"]["hygiene"] = {"cuda_weight": "test: the runtime is loaded by a plug-in"}
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump(data))
+    proc = matrix_cli(
+        "--matrix", str(matrix), "test", "--image", image, "--as", "cpu", "--only", "cuda-weight", "--json",
+        out=out_dir,
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.OK, proc.stdout[-3000:] + proc.stderr[-3000:]
+    check = _check(json_of(proc), "cuda-weight")
+    assert check["status"] == "passed", check
+    assert "carries CUDA weight on purpose (test: the runtime is loaded by a plug-in)" in check["diagnosis"], check
+    assert "nvidia-cuda-runtime-cu12 12.9.79 9.6 MB" in check["diagnosis"], check
+    assert check["facts"]["flagged"] == [["nvidia-cuda-runtime-cu12", "12.9.79", check["facts"]["total_bytes"]]]

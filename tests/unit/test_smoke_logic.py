@@ -131,7 +131,7 @@ def test_unreadable_result_is_a_failure_not_a_crash() -> None:
 
 def test_every_failure_class_has_a_check_and_the_readme_names_gpu_only_ones() -> None:
     covered = {n for info in CHECKS.values() for n in info.classes}
-    assert covered == set(range(1, 14))
+    assert covered == set(range(1, 15))
     readme = (smoke.CHECKS_SCRIPT.parents[3] / "README.md").read_text()
     assert "needs a GPU" in readme
     for name in CHECKS:

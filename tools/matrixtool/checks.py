@@ -156,5 +156,18 @@ CHECKS: dict[str, CheckInfo] = {
             hint="set VLLM_CPU_KVCACHE_SPACE (GiB) well below the container's memory limit, or leave it unset",
             affected_by=frozenset({C.MEMORY, C.CPUS, C.ENV}),
         ),
+        CheckInfo(
+            name="cuda-weight",
+            proves="a CPU variant carries no CUDA wheels (nvidia-*, cuda-*), no CUDA torch and no libcuda*.so*, "
+            "or declares why (matrix.yaml hygiene.cuda_weight); lists each such package with its size",
+            classes=(14,),
+            reports=(
+                "https://github.com/kyutai-labs/pocket-tts/pull/219",
+                "https://github.com/data-apis/array-api-compat/issues/284",
+            ),
+            hint="install torch from PyTorch's CPU index (the +cpu wheel), pip uninstall the nvidia-*/cuda-* "
+            'packages (and keep them out with index.exclude), or declare why: hygiene: {cuda_weight: "<reason>"}',
+            affected_by=frozenset(),
+        ),
     )
 }

@@ -159,6 +159,11 @@ class Variant:
     accept_clashes: tuple[str, ...] = ()
     # Deployment profiles (top-level `profiles` merged with the variant's own); `default` first.
     profiles: tuple[Profile, ...] = (Profile(name="default"),)
+    # The largest image size allowed, in bytes, and as matrix.yaml writes it (size_budget; None: no budget).
+    size_budget: int | None = None
+    size_budget_text: str | None = None
+    # Why this CPU variant carries CUDA weight on purpose (matrix.yaml hygiene.cuda_weight; cuda-weight shows it).
+    cuda_weight_reason: str | None = None
 
     # The variant whose name this one is published under, as one multi-arch manifest list (matrix.yaml
     # publish_as); None: published under its own name.
@@ -516,6 +521,41 @@ _ENV_KEY = re.compile(r"[A-Z_][A-Z0-9_]*")
 _URL_CHARS = re.compile(r"[A-Za-z0-9._~:/?#@%=+,\[\]-]+")
 
 
+# Units as Docker and the SI/IEC standards write them: decimal kB/MB/GB/TB, binary KiB/MiB/GiB/TiB.
+SIZE_UNITS: Mapping[str, int] = {
+    "B": 1,
+    "kB": 10**3,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+}
+_SIZE_TEXT = re.compile(r"([0-9]+(?:\.[0-9]+)?) ?([A-Za-z]+)")
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size written as a number and a unit: ``"3GiB"`` -> 3221225472, ``"2500MB"`` -> 2500000000,
+    ``"2.5 GB"`` -> 2500000000 (units: ``SIZE_UNITS``, case as written there; one optional space).
+
+    Raises:
+        ValueError: not such a size, or not above zero; the message says what to write instead.
+    """
+    match = _SIZE_TEXT.fullmatch(text) if isinstance(text, str) else None
+    if match is None or match.group(2) not in SIZE_UNITS:
+        raise ValueError(
+            f'{text!r} is not a size; write a number and a unit, e.g. "3GiB" or "2500MB" '
+            f"(units: {', '.join(SIZE_UNITS)})"
+        )
+    size = round(float(match.group(1)) * SIZE_UNITS[match.group(2)])
+    if size <= 0:
+        raise ValueError(f'{text!r} is not above zero; write the largest size the image may have, e.g. "3GiB"')
+    return size
+
+
 def url_problem(url: str) -> str | None:
     """Why ``url`` is not a package index URL this tool writes into a Dockerfile (None: it is one).
 
@@ -660,6 +700,11 @@ def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
         ]
     if "python" in variant.get("stand_in", {}):
         patterned.append(("stand_in.python", variant["stand_in"]["python"], _PYTHON))
+    if "size_budget" in variant:
+        try:
+            parse_size(variant["size_budget"])
+        except ValueError as exc:
+            problems.append(f"{at}.size_budget: {exc}")
     patterned += [(f"index.exclude.{i}", v, _DIST) for i, v in enumerate(variant["index"].get("exclude", []))]
     patterned += [(f"env.{k}", k, _ENV_KEY) for k in variant.get("env", {})]
     for key, value, pattern in patterned:
@@ -721,6 +766,9 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 accept_clashes=tuple(v["smoke"].get("accept_clashes", ())),
                 profiles=merge_profiles(shared_profiles, v.get("profiles") or {}),
                 publish_as=v.get("publish_as"),
+                size_budget=parse_size(v["size_budget"]) if "size_budget" in v else None,
+                size_budget_text=v.get("size_budget"),
+                cuda_weight_reason=v.get("hygiene", {}).get("cuda_weight"),
             )
         )
     return Matrix(schema_version=data["schema_version"], variants=tuple(variants), source=source)

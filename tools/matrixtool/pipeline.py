@@ -40,6 +40,7 @@ from matrixtool import (
     smoke,
 )
 from matrixtool import wheelhouse as wheelhouses
+from matrixtool.budget import check_budget
 from matrixtool.errors import (
     ConfigError,
     EngineUnreachableError,
@@ -428,9 +429,17 @@ def smoke_image(client: docker.DockerClient, image: str, variant: Variant, optio
     """
     checks = select_checks(variant, options.only, options.skip)
     chosen = options.choice.resolve(variant.name, variant.profiles)
-    return smoke.run_profiles(
+    results = smoke.run_profiles(
         client, image, variant, checks, chosen, log_dir=options.log_dir, on_result=_progress(options), announce=note
     )
+    # matrix.yaml size_budget: within it one line on stderr (--json too); over it a failed result `size-budget`.
+    judged = check_budget(client, image, variant, results, log_dir=options.log_dir)
+    if judged is not None and judged.status.ok:
+        note(f"[{variant.name}] size-budget: {judged.status.value}: {judged.diagnosis}")
+    elif judged is not None:
+        _progress(options)(judged)
+        results.append(judged)
+    return results
 
 
 def test_image(matrix: Matrix, variant: Variant, image: str, options: Options) -> report.RunReport:

@@ -100,6 +100,7 @@ def check_params(variant: Variant, entrypoint: Sequence[str] = ()) -> dict[str, 
         "overrides": list(variant.index.overrides),
         "accept_clashes": list(variant.accept_clashes),
         "entrypoint": list(entrypoint),
+        "cuda_weight_reason": variant.cuda_weight_reason,
     }
 
 
