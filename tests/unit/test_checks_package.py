@@ -1,0 +1,196 @@
+"""The in-image checks as a package: declarations next to the code, the README table generated from them,
+prerequisites (one root cause, one failure), suites, and the groups that share an interpreter."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from matrixtool import checks, pipeline, smoke
+from matrixtool.cli import main
+from matrixtool.errors import ConfigError, ExitCode
+from matrixtool.matrix import CheckSpec, load_matrix
+from tests.conftest import REPO_ROOT
+from tests.unit._incontainer import incontainer
+
+sys.path.insert(0, str(REPO_ROOT / "tools"))
+import checks_table
+
+
+def test_readme_check_table_is_generated_from_the_declarations() -> None:
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    assert checks_table.rewritten(text) == text, "README's check table drifted: run tools/checks_table.py"
+    with pytest.raises(ValueError, match="markers"):
+        checks_table.rewritten("no markers here")
+
+
+def test_the_host_catalogue_is_the_packages_declarations() -> None:
+    mod = incontainer()
+    assert list(checks.CHECKS) == list(mod.DECLARATIONS) == list(mod.CHECKS)
+    for name, info in checks.CHECKS.items():
+        declared = mod.DECLARATIONS[name]
+        assert info.hint == declared.hint and info.timeout == declared.timeout and info.needs == declared.needs
+        assert all(n in checks.CHECKS for n in (*info.needs, *info.uses)), name
+        assert info.suites and set(info.suites) <= set(checks.SUITES)
+
+
+def test_the_package_is_standard_library_only_at_import() -> None:
+    """Every module of the package imports only the standard library (and its own modules) at top level: the
+    host imports it, and it runs in images whatever they hold. Programs import torch/vLLM inside functions or
+    as scripts run in a child Python."""
+    root = smoke.PACKAGE_DIR
+    for path in root.rglob("*.py"):
+        if path.parent.name == "programs" and path.name not in ("__init__.py", "make_model.py", "validate.py"):
+            continue  # scripts run as child Pythons
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            for name in names:
+                top = name.split(".")[0]
+                assert top == "__future__" or top in sys.stdlib_module_names, f"{path.name} imports {name}"
+
+
+def test_a_failed_prerequisite_skips_its_dependents(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    mod = incontainer()
+    calls: list[str] = []
+
+    def fails(params: dict[str, Any]) -> Any:
+        calls.append("vllm-import")
+        return mod.result("failed", "`import vllm` fails: ImportError: boom")
+
+    def own(params: dict[str, Any]) -> Any:
+        calls.append("own")
+        return mod.result("failed", "a cascade")
+
+    monkeypatch.setattr(mod.DECLARATIONS["torch-import"], "function", lambda p: mod.result("passed", "ok"))
+    monkeypatch.setattr(mod.DECLARATIONS["vllm-import"], "function", fails)
+    for name in ("model-runner", "vllm-cli", "offline-generate"):
+        monkeypatch.setattr(mod.DECLARATIONS[name], "function", own)
+    assert mod.main(["x", "run", "vllm-import,model-runner,vllm-cli,offline-generate", "{}"]) == 0
+    results = mod.parse_results(capsys.readouterr().out)
+    assert results["vllm-import"]["status"] == "failed"
+    for name in ("model-runner", "vllm-cli", "offline-generate"):
+        assert (results[name]["status"], results[name]["diagnosis"]) == ("skipped", "vllm-import failed"), name
+    assert calls == ["vllm-import"], "the prerequisite runs once per interpreter; its dependents never"
+
+
+def test_a_transitive_failure_names_the_check_that_failed(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    mod = incontainer()
+    monkeypatch.setattr(mod.DECLARATIONS["torch-import"], "function", lambda p: mod.result("failed", "no torch"))
+    mod.main(["x", "run", "model-runner", "{}"])
+    parsed = mod.parse_results(capsys.readouterr().out)["model-runner"]
+    assert (parsed["status"], parsed["diagnosis"]) == ("skipped", "torch-import failed")
+
+
+@pytest.mark.parametrize(
+    ("error", "wanted"),
+    [
+        ("ModuleNotFoundError: No module named 'transformers'", "install transformers"),
+        ("ModuleNotFoundError: No module named 'yaml.cyaml'", "install pyyaml"),
+        ("ImportError: cannot import name 'triton_key' from 'triton.compiler' (/x)", "triton"),
+    ],
+)
+def test_import_errors_name_the_package(error: str, wanted: str) -> None:
+    assert wanted in incontainer().import_hint(error)
+
+
+def test_compile_hints_follow_the_diagnosis() -> None:
+    mod = incontainer()
+    headers = "/tmp/torchinductor/x.cpp:1:10: fatal error: Python.h: No such file or directory"
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert f"python{version}-dev" in mod.compile_hint(headers)
+    compiler = "InvalidCxxCompiler: No working C++ compiler found in torch._inductor.config.cpp.cxx: (None, 'g++')"
+    assert "apt-get install g++" in mod.compile_hint(compiler)
+    assert mod.compile_hint("RuntimeError: something else") is None
+
+
+def test_triton_drivers_says_when_vllm_is_installed_but_fails_to_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = incontainer()
+    monkeypatch.setattr(mod.tritonchecks.importlib.util, "find_spec", lambda name: object())
+    said = mod.tritonchecks._no_has_triton({"vllm_error": "ImportError('boom')"})
+    assert "installed but" in said and "boom" in said and "not installed" not in said
+
+
+def test_quick_suite_leaves_out_compiled_generate_and_adds_prerequisites() -> None:
+    cpu = next(v for v in load_matrix().variants if v.name == "cpu")
+    quick = [c.name for c in pipeline.select_checks(cpu, [], [], "quick")]
+    full = [c.name for c in pipeline.select_checks(cpu, [], [], "full")]
+    assert "offline-generate" not in quick and "inductor-compile" not in quick and "model-runner" in quick
+    assert full == [c.name for c in cpu.checks]
+    # --only picks checks whatever their suite, and brings their prerequisites.
+    only = [c.name for c in pipeline.select_checks(cpu, ["offline-generate"], [], "quick")]
+    assert only == ["torch-import", "vllm-import", "tiny-model", "offline-generate"]
+    with pytest.raises(ConfigError, match="'slow' is no suite"):
+        pipeline.select_checks(cpu, [], [], "slow")
+
+
+def test_suite_flag_is_validated_with_exit_3() -> None:
+    result = CliRunner().invoke(main, ["test", "--host", "--as", "cpu", "--suite", "fast"], catch_exceptions=False)
+    assert result.exit_code == ExitCode.CONFIG and "'fast' is no suite" in result.output
+
+
+def test_groups_share_an_interpreter_as_declared() -> None:
+    specs = [CheckSpec(name=n, timeout=10) for n in checks.CHECKS]
+    found = smoke.groups(specs)
+    by_check = {c.name: i for i, group in enumerate(found) for c in group}
+    assert by_check["vllm-import"] == by_check["model-runner"] == by_check["vllm-cli"]
+    assert by_check["torch-import"] == by_check["inductor-compile"]
+    assert [c.name for c in found[by_check["no-fake-triton"]]] == ["no-fake-triton"], "declared fresh"
+    assert sorted(c.name for g in found for c in g) == sorted(checks.CHECKS)
+    assert smoke.group_timeout(found[0]) == 10 * len(found[0])
+
+
+def test_a_group_reports_each_check_and_timeout_for_the_unfinished(tmp_path: Path) -> None:
+    cpu = next(v for v in load_matrix().variants if v.name == "cpu")
+
+    class Runner:
+        restarted = 0
+
+        def argv(self, group: Any, params: Any) -> list[str]:
+            return [c.name for c in group]
+
+        def exec(self, argv: list[str], env: Any, deadline: float) -> tuple[int | None, str]:
+            if "offline-generate" in argv:
+                return 124, "MATRIX-BEGIN tiny-model\n"
+            lines = [f"MATRIX-BEGIN {n}\n" + incontainer().result_line(n, {"status": "passed"}) for n in argv]
+            return 0, "\n".join(lines) + "\n"
+
+        def start(self) -> None:
+            self.restarted += 1
+
+        def workers(self) -> int:
+            return 2
+
+    runner = Runner()
+    names = ["pip-check", "offline-generate", "triton-import", "vllm-cli"]
+    specs = [CheckSpec(name=n, timeout=5) for n in names]
+    results = smoke._run_checks(runner, "img", cpu, specs, {"suite": "quick"}, tmp_path, lambda r: None)  # type: ignore[arg-type]
+    assert [r.check for r in results] == names, "the declared order, whatever finished first"
+    status = {r.check: r.status for r in results}
+    assert status == {
+        "pip-check": smoke.Status.PASSED,
+        "offline-generate": smoke.Status.TIMEOUT,
+        "triton-import": smoke.Status.PASSED,
+        "vllm-cli": smoke.Status.PASSED,
+    }
+    assert runner.restarted == 1 and all(r.suite == "quick" for r in results)
+    assert (tmp_path / "cpu.pip-check.log").read_text().startswith("MATRIX-BEGIN pip-check\n")
+
+
+def test_catalogue_prints_the_declarations_as_json(capsys: Any) -> None:
+    mod = incontainer()
+    assert mod.main(["x", "catalogue"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["offline-generate"]["suites"] == ["full"] and "function" not in doc["offline-generate"]
+    assert importlib.util.find_spec("vllm_smoke") is None, "the package is importable only as matrixtool's"
