@@ -4,6 +4,7 @@ prerequisites (one root cause, one failure), suites, and the groups that share a
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -194,3 +195,16 @@ def test_catalogue_prints_the_declarations_as_json(capsys: Any) -> None:
     doc = json.loads(capsys.readouterr().out)
     assert doc["offline-generate"]["suites"] == ["full"] and "function" not in doc["offline-generate"]
     assert importlib.util.find_spec("vllm_smoke") is None, "the package is importable only as matrixtool's"
+
+
+def test_the_suite_shows_in_the_table_json_and_junit(tmp_path: Path) -> None:
+    from matrixtool import report
+
+    result = smoke.CheckResult(
+        variant="cpu", image="i", check="pip-check", status=smoke.Status.PASSED, diagnosis="ok", hint="", seconds=1.0
+    )
+    quick = report.RunReport(checks=[dataclasses.replace(result, suite="quick")])
+    assert "\nsuite: quick\n" in report.table(quick)
+    assert report.to_json(quick)["checks"][0]["suite"] == "quick"
+    report.write_junit(quick, tmp_path / "junit.xml")
+    assert '<property name="suite" value="quick"' in (tmp_path / "junit.xml").read_text()
