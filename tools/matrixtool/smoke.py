@@ -12,7 +12,6 @@ container is replaced. Containers carry a session label and are always removed.
 from __future__ import annotations
 
 import base64
-import concurrent.futures
 import contextlib
 import functools
 import io
@@ -27,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
@@ -65,6 +64,7 @@ SHM_SIZE = "1g"
 # Seconds between the in-container `timeout` and the host's own deadline.
 KILL_GRACE = 10
 HOST_SLACK = 30
+R = TypeVar("R")
 
 
 class Status(str, Enum):
@@ -495,11 +495,45 @@ def _run_checks(
         return done
 
     batches = sorted(groups(checks), key=group_timeout, reverse=True)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(batches), runner.workers()) or 1) as pool:
-        found = {r.check: r for future in [pool.submit(run_group, g) for g in batches] for r in future.result()}
+    found = {r.check: r for done in in_parallel(batches, runner.workers(), run_group) for r in done}
     if timed_out.is_set():
         runner.start()  # a hung check may leave processes behind: what runs next starts clean
     return [found[c.name] for c in checks]
+
+
+def in_parallel(jobs: Sequence[list[CheckSpec]], workers: int, run: Callable[[list[CheckSpec]], R]) -> list[R]:
+    """``run`` over ``jobs`` on up to ``workers`` daemon threads; the results in the order of ``jobs``.
+
+    Daemon threads, and a main thread that waits in short joins: Ctrl-C and SIGTERM reach the main thread at once
+    and its cleanup removes the container (which ends the execs), never waiting for a check to finish. The first
+    exception of a job is raised here once every thread is done."""
+    pending = list(enumerate(jobs))
+    results: dict[int, R] = {}
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not pending or errors:
+                    return
+                index, job = pending.pop(0)
+            try:
+                results[index] = run(job)
+            except BaseException as exc:  # re-raised in the caller's thread
+                with lock:
+                    errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(max(1, min(workers, len(jobs))))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.5)
+    if errors:
+        raise errors[0]
+    return [results[i] for i in range(len(jobs))]
 
 
 def parse_output_safe(output: str, check: str) -> dict[str, Any] | None:
