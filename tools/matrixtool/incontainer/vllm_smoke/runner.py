@@ -39,7 +39,7 @@ class Session:
                     root, diagnosis = need, f"{need} failed"
                 else:
                     diagnosis = f"{need} was {got['status']} ({got['diagnosis']})"
-                self.outcomes[name] = result("skipped", diagnosis, need=need, failed_need=root)
+                self.outcomes[name] = dict(result("skipped", diagnosis, need=need, failed_need=root), seconds=0.0)
                 return self.outcomes[name]
         started = time.monotonic()
         try:

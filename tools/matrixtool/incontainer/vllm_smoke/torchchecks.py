@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import time
 import traceback
 
@@ -146,6 +147,10 @@ def check_inductor_compile(params):
         except Exception:
             text = traceback.format_exc()
             error = last_error_line(text)
+            compiler_output = text[text.find("CppCompileError") :] if "CppCompileError" in text else ""
+            cause = re.search(r"(?:fatal )?error: (.+)", compiler_output)
+            if cause:  # the compiler's own first error (e.g. "Python.h: No such file or directory")
+                error += f" ({cause.group(0).strip()})"
             facts["error"] = error
             return result("failed", f"torch.compile (inductor) fails on {device}: {error}", compile_hint(text), **facts)
         facts[f"{device}_compile_seconds"] = round(time.monotonic() - started, 2)

@@ -20,6 +20,7 @@ from .common import (
     providers_of,
     result,
     run_program,
+    run_python,
 )
 
 
@@ -181,7 +182,7 @@ def _placeholder_diagnosis(module, when, vllm_error):
     hint="remove whatever plants a module object named 'triton' (a .pth file, sitecustomize, or "
     "vLLM < 0.9.0: upgrade vLLM)",
     timeout=180,
-    uses=("vllm-import",),
+    uses=("triton-import", "vllm-import"),
     fresh=True,  # it must see sys.modules as `import vllm` leaves it, from a clean interpreter
 )
 @needs_vllm
@@ -211,6 +212,8 @@ def check_no_fake_triton(params):
     except Exception:
         torch_says = None
     facts.update(torch_has_triton_package=torch_says, find_spec=spec_found)
+    if torch_says is False and spec_found and module is None and _import_fails("triton"):
+        return result("skipped", "triton-import failed", **facts)  # a broken triton: triton-import names it
     if torch_says is not None and torch_says != spec_found:
         return result(
             "failed",
@@ -343,6 +346,11 @@ def check_triton_kernel(params):
             return result("failed", f"a triton kernel ran on {data['device']} but its result is wrong", None, **data)
     error = last_error_line(proc.stderr)
     return result("failed", f"compiling or launching a triton kernel fails: {error}", compile_hint(proc.stderr))
+
+
+def _import_fails(name):
+    """True when ``import name`` raises (in a child Python: this interpreter's sys.modules stays as it is)."""
+    return run_python(f"import {name}", timeout=300).returncode != 0
 
 
 def _no_has_triton(state):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -177,7 +178,7 @@ def check_model_runner(params):
         "default": default,
     }
     triton_desc = (
-        "triton not installed"
+        ("triton not installed" if importlib.util.find_spec("triton") is None else "a triton of no distribution")
         if facts["triton"] is None
         else f"triton {facts['triton']} installed but vLLM's HAS_TRITON is {has_triton}"
     )
@@ -404,7 +405,9 @@ def check_vllm_cli(params):
                 "register a metadata-only 'vllm' distribution (matrix.yaml dist_alias), or install vLLM "
                 "under its own name"
             )
-        return result("failed", f"`vllm --version` exits {proc.returncode}: {error}", hint, **facts)
+        return result(
+            "failed", f"`vllm --version` exits {proc.returncode}: {error}", hint or import_hint(error), **facts
+        )
     if expected and not version.startswith(expected):
         return result("failed", f"`vllm --version` prints {version!r}, the variant pins {expected}", None, **facts)
     entrypoint = params.get("entrypoint") or []
