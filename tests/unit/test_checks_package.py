@@ -208,3 +208,27 @@ def test_the_suite_shows_in_the_table_json_and_junit(tmp_path: Path) -> None:
     assert report.to_json(quick)["checks"][0]["suite"] == "quick"
     report.write_junit(quick, tmp_path / "junit.xml")
     assert '<property name="suite" value="quick"' in (tmp_path / "junit.xml").read_text()
+
+
+def test_a_skip_never_hides_a_failure_left_out_of_the_report() -> None:
+    skipped = smoke.CheckResult(
+        variant="cpu",
+        image="i",
+        check="offline-generate",
+        status=smoke.Status.SKIPPED,
+        diagnosis="tiny-model failed",
+        hint="",
+        seconds=0.0,
+        facts={
+            "failed_need": "tiny-model",
+            "need_diagnosis": "making the tiny model fails: OSError: x",
+            "need_hint": None,
+        },
+    )
+    listed = [CheckSpec(name="tiny-model", timeout=1), CheckSpec(name="offline-generate", timeout=1)]
+    assert smoke.unhidden(skipped, listed) is skipped, "tiny-model's own failure is in the report"
+    rerun = smoke.unhidden(skipped, listed[1:])  # a profile's rerun, without the prerequisite
+    assert (
+        rerun.status is smoke.Status.FAILED and "tiny-model failed here: making the tiny model fails" in rerun.diagnosis
+    )
+    assert rerun.hint == checks.CHECKS["tiny-model"].hint

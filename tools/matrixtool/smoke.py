@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import functools
 import io
 import json
@@ -495,7 +496,7 @@ def _run_checks(
         return done
 
     batches = sorted(groups(checks), key=group_timeout, reverse=True)
-    found = {r.check: r for done in in_parallel(batches, runner.workers(), run_group) for r in done}
+    found = {r.check: unhidden(r, checks) for done in in_parallel(batches, runner.workers(), run_group) for r in done}
     if timed_out.is_set():
         runner.start()  # a hung check may leave processes behind: what runs next starts clean
     return [found[c.name] for c in checks]
@@ -534,6 +535,21 @@ def in_parallel(jobs: Sequence[list[CheckSpec]], workers: int, run: Callable[[li
     if errors:
         raise errors[0]
     return [results[i] for i in range(len(jobs))]
+
+
+def unhidden(result: CheckResult, checks: Sequence[CheckSpec]) -> CheckResult:
+    """``result``, or where it was skipped for a prerequisite that failed but is not among ``checks`` (a profile's
+    rerun leaves prerequisites out), a failure naming the prerequisite's diagnosis: a skip never hides a failure."""
+    need = result.facts.get("failed_need")
+    if result.status is not Status.SKIPPED or not need or need in {c.name for c in checks}:
+        return result
+    hint = result.facts.get("need_hint") or (CHECKS[need].hint if need in CHECKS else "")
+    return dataclasses.replace(
+        result,
+        status=Status.FAILED,
+        diagnosis=f"{need} failed here: {result.facts.get('need_diagnosis') or 'see the log'}",
+        hint=str(hint),
+    )
 
 
 def parse_output_safe(output: str, check: str) -> dict[str, Any] | None:

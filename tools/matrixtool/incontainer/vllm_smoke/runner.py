@@ -39,7 +39,11 @@ class Session:
                     root, diagnosis = need, f"{need} failed"
                 else:
                     diagnosis = f"{need} was {got['status']} ({got['diagnosis']})"
-                self.outcomes[name] = dict(result("skipped", diagnosis, need=need, failed_need=root), seconds=0.0)
+                facts = {"need": need, "failed_need": root}
+                if root:  # what the host reports where the failed check is not in its report (a profile's rerun)
+                    cause = self.outcomes.get(root) or {}
+                    facts.update(need_diagnosis=cause.get("diagnosis"), need_hint=cause.get("hint"))
+                self.outcomes[name] = dict(result("skipped", diagnosis, **facts), seconds=0.0)
                 return self.outcomes[name]
         started = time.monotonic()
         try:
