@@ -232,3 +232,9 @@ def test_a_skip_never_hides_a_failure_left_out_of_the_report() -> None:
         rerun.status is smoke.Status.FAILED and "tiny-model failed here: making the tiny model fails" in rerun.diagnosis
     )
     assert rerun.hint == checks.CHECKS["tiny-model"].hint
+
+
+def test_the_package_parses_as_python_3_9() -> None:
+    """Images this project did not build may have Python 3.9: the package's syntax must parse there."""
+    for path in smoke.PACKAGE_DIR.rglob("*.py"):
+        ast.parse(path.read_text(encoding="utf-8"), filename=str(path), feature_version=(3, 9))
