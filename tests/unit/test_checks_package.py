@@ -145,7 +145,7 @@ def test_groups_share_an_interpreter_as_declared() -> None:
     specs = [CheckSpec(name=n, timeout=10) for n in checks.CHECKS]
     found = smoke.groups(specs)
     by_check = {c.name: i for i, group in enumerate(found) for c in group}
-    assert by_check["vllm-import"] == by_check["model-runner"] == by_check["vllm-cli"]
+    assert by_check["vllm-import"] == by_check["model-runner"] != by_check["vllm-cli"]
     assert by_check["torch-import"] == by_check["inductor-compile"]
     assert [c.name for c in found[by_check["no-fake-triton"]]] == ["no-fake-triton"], "declared fresh"
     assert sorted(c.name for g in found for c in g) == sorted(checks.CHECKS)

@@ -375,7 +375,7 @@ def _vllm_cli_without_gpu(params, facts, accelerator):
     hint="make sure the vllm console script is on PATH and its environment imports",
     timeout=180,
     needs=("vllm-import",),
-    group="vllm",
+    group="cli",  # `vllm --version` is a child process: beside model-runner, not after it
 )
 @needs_vllm
 def check_vllm_cli(params):
