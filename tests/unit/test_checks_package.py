@@ -76,14 +76,70 @@ def test_a_failed_prerequisite_skips_its_dependents(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(mod.DECLARATIONS["torch-import"], "function", lambda p: mod.result("passed", "ok"))
     monkeypatch.setattr(mod.DECLARATIONS["vllm-import"], "function", fails)
-    for name in ("model-runner", "vllm-cli", "offline-generate"):
+    for name in ("model-runner", "offline-generate"):
         monkeypatch.setattr(mod.DECLARATIONS[name], "function", own)
-    assert mod.main(["x", "run", "vllm-import,model-runner,vllm-cli,offline-generate", "{}"]) == 0
+    assert mod.main(["x", "run", "vllm-import,model-runner,offline-generate", "{}"]) == 0
     results = mod.parse_results(capsys.readouterr().out)
     assert results["vllm-import"]["status"] == "failed"
-    for name in ("model-runner", "vllm-cli", "offline-generate"):
+    for name in ("model-runner", "offline-generate"):
         assert (results[name]["status"], results[name]["diagnosis"]) == ("skipped", "vllm-import failed"), name
     assert calls == ["vllm-import"], "the prerequisite runs once per interpreter; its dependents never"
+
+
+def test_vllm_cli_skips_when_the_failure_is_vllms_import(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # vllm-cli runs in a group of its own and imports vLLM only when the console script fails: then a vLLM that
+    # does not import is vllm-import's failure (reported in the vLLM group), not a second one.
+    mod = incontainer()
+    exe = tmp_path / "vllm"
+    exe.write_text("#!/bin/sh\necho 'ImportError: boom' >&2\nexit 1\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    params = {"vllm_version": "0.32.0", "accelerator": "cpu"}
+    monkeypatch.setattr(mod.vllmchecks, "_vllm_imports", lambda: False)
+    got = mod.DECLARATIONS["vllm-cli"].function(params)
+    assert (got["status"], got["diagnosis"]) == ("skipped", "vllm-import failed")
+    monkeypatch.setattr(mod.vllmchecks, "_vllm_imports", lambda: True)
+    got = mod.DECLARATIONS["vllm-cli"].function(params)
+    assert got["status"] == "failed" and "exits 1: ImportError: boom" in got["diagnosis"]
+
+
+@pytest.mark.parametrize(
+    ("params", "wanted"),
+    [
+        ({}, [("eager", True), ("compiled", True)]),
+        ({"suite": "quick"}, [("eager", True)]),
+        # A deployment profile's rerun: compiled only, with vLLM's own engine core and worker processes.
+        ({"rerun": True}, [("compiled", False)]),
+    ],
+)
+def test_generate_modes_follow_the_suite(monkeypatch: pytest.MonkeyPatch, params: dict[str, Any], wanted: Any) -> None:
+    mod = incontainer()
+    calls: list[tuple[str, bool]] = []
+
+    def fake(mode: str, max_tokens: int, timeout: Any, in_process: bool) -> dict[str, Any]:
+        calls.append((mode, in_process))
+        return {"tokens": [[1] * max_tokens, [2] * max_tokens], "runner": "V1", "seconds": 1.0}
+
+    monkeypatch.setattr(mod.vllmchecks, "_generate", fake)
+    got = mod.vllmchecks.check_offline_generate({"max_tokens": 8, **params})
+    assert got["status"] == "passed" and calls == wanted
+
+
+def test_another_environment_is_validated_in_process_until_vllm_caches_its_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    mod = incontainer()
+    envs = types.ModuleType("vllm.envs")
+    monkeypatch.setitem(sys.modules, "vllm.envs", envs)
+    assert not mod.vllmchecks._envs_cached()
+
+    def cached(name: str) -> Any:
+        return None
+
+    cached.cache_clear = lambda: None  # type: ignore[attr-defined]  # functools.cache's mark (vllm/envs.py)
+    envs.__getattr__ = cached  # type: ignore[attr-defined]
+    assert mod.vllmchecks._envs_cached()
 
 
 def test_a_transitive_failure_names_the_check_that_failed(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
@@ -127,7 +183,8 @@ def test_quick_suite_leaves_out_compiled_generate_and_adds_prerequisites() -> No
     cpu = next(v for v in load_matrix().variants if v.name == "cpu")
     quick = [c.name for c in pipeline.select_checks(cpu, [], [], "quick")]
     full = [c.name for c in pipeline.select_checks(cpu, [], [], "full")]
-    assert "offline-generate" not in quick and "inductor-compile" not in quick and "model-runner" in quick
+    # offline-generate is in both: the quick suite runs its eager half only (test_generate_modes_follow_the_suite).
+    assert "inductor-compile" not in quick and "model-runner" in quick and "offline-generate" in quick
     assert full == [c.name for c in cpu.checks]
     # --only picks checks whatever their suite, and brings their prerequisites.
     only = [c.name for c in pipeline.select_checks(cpu, ["offline-generate"], [], "quick")]
@@ -145,9 +202,11 @@ def test_groups_share_an_interpreter_as_declared() -> None:
     specs = [CheckSpec(name=n, timeout=10) for n in checks.CHECKS]
     found = smoke.groups(specs)
     by_check = {c.name: i for i, group in enumerate(found) for c in group}
-    assert by_check["vllm-import"] == by_check["model-runner"] != by_check["vllm-cli"]
-    assert by_check["torch-import"] == by_check["inductor-compile"]
-    assert [c.name for c in found[by_check["no-fake-triton"]]] == ["no-fake-triton"], "declared fresh"
+    # One `import vllm` and one model inspection for every check that uses vLLM in-process (issue 10's figures);
+    # the console script is a process of its own, so vllm-cli runs beside them.
+    shared = ("vllm-import", "no-fake-triton", "inductor-compile", "model-runner", "offline-generate")
+    assert len({by_check[name] for name in shared}) == 1
+    assert by_check["vllm-cli"] != by_check["vllm-import"]
     assert sorted(c.name for g in found for c in g) == sorted(checks.CHECKS)
     assert smoke.group_timeout(found[0]) == 10 * len(found[0])
 
@@ -193,7 +252,7 @@ def test_catalogue_prints_the_declarations_as_json(capsys: Any) -> None:
     mod = incontainer()
     assert mod.main(["x", "catalogue"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["offline-generate"]["suites"] == ["full"] and "function" not in doc["offline-generate"]
+    assert doc["inductor-compile"]["suites"] == ["full"] and "function" not in doc["offline-generate"]
     assert importlib.util.find_spec("vllm_smoke") is None, "the package is importable only as matrixtool's"
 
 

@@ -15,6 +15,9 @@ import re
 import subprocess
 import sys
 
+# sys.modules["triton"] when this package was imported, before any check ran: a module planted by a .pth file or
+# sitecustomize at start-up is there already (no-fake-triton tells it from one that `import vllm` plants).
+TRITON_AT_START = sys.modules.get("triton")
 RESULT_MARK = "MATRIX-RESULT "
 BEGIN_MARK = "MATRIX-BEGIN "
 WORK_DIR = os.environ.get("MATRIX_SMOKE_DIR", "/tmp/matrix-smoke")

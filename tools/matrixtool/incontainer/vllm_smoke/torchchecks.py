@@ -118,7 +118,7 @@ def check_torch_family(params):
     affected_by=("user", "read_only", "tmpfs", "env"),
     suites=("full",),
     needs=("torch-import",),
-    group="torch",
+    group="vllm",  # it imports vLLM first (below): the vLLM group's import serves it
 )
 def check_inductor_compile(params):
     """torch.compile (inductor) of a small function equals eager, on CPU and on CUDA when visible.

@@ -10,6 +10,7 @@ import sys
 import traceback
 
 from .common import (
+    TRITON_AT_START,
     check,
     compile_hint,
     dist_version,
@@ -183,11 +184,13 @@ def _placeholder_diagnosis(module, when, vllm_error):
     "vLLM < 0.9.0: upgrade vLLM)",
     timeout=180,
     uses=("triton-import", "vllm-import"),
-    fresh=True,  # it must see sys.modules as `import vllm` leaves it, from a clean interpreter
+    # It shares the vLLM group's `import vllm`: what was in sys.modules before that import is what the
+    # interpreter started with (common.TRITON_AT_START), and no check before it in the group imports triton.
+    group="vllm",
 )
 @needs_vllm
 def check_no_fake_triton(params):
-    before = sys.modules.get("triton")
+    before = TRITON_AT_START
     vllm_error = None
     try:
         import vllm

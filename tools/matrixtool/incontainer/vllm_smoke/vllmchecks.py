@@ -124,16 +124,33 @@ def short_error(text):
     return lines[0] if lines else text
 
 
+def _envs_cached():
+    """True when vLLM's environment variables are cached in this interpreter (vllm/envs.py enable_envs_cache, called
+    when an engine starts): a changed os.environ is then no longer read, so another environment needs a child."""
+    envs = sys.modules.get("vllm.envs")
+    return envs is not None and hasattr(getattr(envs, "__getattr__", None), "cache_clear")
+
+
 def _validate(env_overrides, timeout):
-    """vLLM's engine configuration for the tiny model: in this interpreter for the image's own environment
-    (``env_overrides`` empty: the group shares its ``import vllm``), else in a child Python with them."""
-    if not env_overrides:
+    """vLLM's engine configuration for the tiny model, with ``env_overrides`` on top of the image's environment.
+
+    In this interpreter (the group shares its ``import vllm``) while vLLM reads os.environ afresh
+    (vllm/envs.py: lazily, per access, until an engine caches them); else in a child Python with them."""
+    if not _envs_cached():
         from .programs import validate
 
+        saved = {key: os.environ.get(key) for key in env_overrides}
+        os.environ.update(env_overrides)
         try:
             data = validate.validate(ensure_model())
         except Exception:
             return {"ok": False, "error": last_error_line(traceback.format_exc()), "has_triton": None}
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
         if not data["ok"]:
             data["error"] = short_error(data["error"])
         return data
@@ -162,7 +179,7 @@ def _validate(env_overrides, timeout):
     "check with: python -c 'import triton'",
     timeout=300,
     needs=("vllm-import", "tiny-model"),
-    group="vllm",  # the forced-V2 half runs in a child Python of its own (another environment)
+    group="vllm",  # both halves in the group's interpreter, before any engine caches vLLM's environment
 )
 @needs_vllm
 @needs_gpu
@@ -230,15 +247,33 @@ def check_model_runner(params):
     )
 
 
-def _generate(mode, max_tokens, timeout):
+def _generate(mode, max_tokens, timeout, in_process):
+    """One greedy generation (``mode`` eager or compiled): {"tokens", "runner", "seconds", "process"} or
+    {"error", "seconds", "log"}. ``in_process``: vLLM's engine in this interpreter (``programs.generate``);
+    else a child Python with vLLM's own process layout, limited to ``timeout`` seconds (None: no limit)."""
     model = ensure_model()
     started = time.monotonic()
+    if in_process:
+        from .programs import generate
+
+        try:
+            data = generate.generate(model, mode == "eager", max_tokens, in_process=True)
+        except Exception:
+            text = traceback.format_exc()
+            sys.stdout.write(text)
+            error, cause = last_error_line(text), root_cause(text)
+            return {
+                "error": error + (f" (root cause: {cause})" if cause and cause != error else ""),
+                "seconds": round(time.monotonic() - started, 1),
+            }
+        return dict(data, seconds=round(time.monotonic() - started, 1), process="in-process")
     proc = run_program("generate.py", [model, mode, str(max_tokens)], timeout=timeout)
     seconds = round(time.monotonic() - started, 1)
     for line in proc.stdout.splitlines():
         if line.startswith("MATRIX-GENERATE "):
             data = json.loads(line[len("MATRIX-GENERATE ") :])
             data["seconds"] = seconds
+            data["process"] = "engine core and worker processes"
             return data
     log = os.path.join(WORK_DIR, f"generate-{mode}.log")
     with open(log, "w", encoding="utf-8") as f:
@@ -285,21 +320,29 @@ def root_cause(text):
     "(--shm-size) and VLLM_CPU_KVCACHE_SPACE",
     timeout=900,
     affected_by=("user", "read_only", "tmpfs", "env", "network", "memory", "cpus"),
-    suites=("full",),
     needs=("vllm-import", "tiny-model"),
-    group="generate",  # the long pole: an exec of its own, beside the others
+    group="vllm",  # eager and compiled engines in the group's interpreter: one import, one model inspection
 )
 @needs_vllm
 @needs_gpu
 def check_offline_generate(params):
-    """Greedy generation eager and compiled, equal tokens. Rerun under a deployment profile after ``default``
-    (params["rerun"]), only the compiled run: it meets every condition the eager one does, and inductor's
-    kernels and vLLM's compile cache besides; eager == compiled was proven under ``default``."""
+    """Greedy generation eager and compiled, equal tokens; the ``quick`` suite (params["suite"]) runs eager only.
+
+    Under ``default`` both engines run in this interpreter (``_generate`` in_process). Rerun under a deployment
+    profile after ``default`` (params["rerun"]), only the compiled run, in a child Python with vLLM's own process
+    layout (engine core and worker processes, their IPC and shared memory): it meets every condition the eager
+    one does, and inductor's kernels and vLLM's compile cache besides; eager == compiled was proven under
+    ``default``."""
     max_tokens = int(params.get("max_tokens", 8))
-    modes = ("compiled",) if params.get("rerun") else ("eager", "compiled")
+    if params.get("rerun"):
+        modes = ("compiled",)
+    elif params.get("suite") == "quick":
+        modes = ("eager",)
+    else:
+        modes = ("eager", "compiled")
     facts = {"max_tokens": max_tokens, "modes": list(modes)}
     for mode in modes:
-        data = _generate(mode, max_tokens, None)
+        data = _generate(mode, max_tokens, None, in_process=not params.get("rerun"))
         facts[mode] = data
         if "error" in data:
             return result("failed", f"{mode} generate fails: {data['error']}", None, **facts)
@@ -310,6 +353,13 @@ def check_offline_generate(params):
                 None,
                 **facts,
             )
+    if "compiled" not in facts:
+        return result(
+            "passed",
+            f"{max_tokens} greedy tokens per prompt eager ({facts['eager']['seconds']} s, runner "
+            f"{facts['eager'].get('runner')}); the quick suite leaves out the compiled run",
+            **facts,
+        )
     if "eager" not in facts:
         return result(
             "passed",
@@ -364,6 +414,15 @@ def _vllm_cli_without_gpu(params, facts, accelerator):
     )
 
 
+def _vllm_imports():
+    """True when ``import vllm`` succeeds in this interpreter (vllm-import reports why when it does not)."""
+    try:
+        import vllm  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
 @check(
     "vllm-cli",
     proves=(
@@ -374,8 +433,10 @@ def _vllm_cli_without_gpu(params, facts, accelerator):
     reports=(f"{_VLLM}/issues/15007",),
     hint="make sure the vllm console script is on PATH and its environment imports",
     timeout=180,
-    needs=("vllm-import",),
-    group="cli",  # `vllm --version` is a child process: beside model-runner, not after it
+    uses=("vllm-import",),
+    # The console script is a process of its own: this group needs no `import vllm` of its own unless it fails
+    # (then vllm-import, in the vLLM group, decides whether the cause is vLLM's import: _vllm_imports).
+    group="cli",
 )
 @needs_vllm
 def check_vllm_cli(params):
@@ -392,6 +453,8 @@ def check_vllm_cli(params):
     version = out[-1].strip() if out else ""
     facts["version"] = version
     if proc.returncode != 0:
+        if not _vllm_imports():
+            return result("skipped", "vllm-import failed", **facts)
         error = last_error_line(proc.stderr)
         hint = None
         renamed = [d for d in providers_of("vllm") if d.lower() != "vllm"]
