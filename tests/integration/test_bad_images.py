@@ -35,6 +35,10 @@ class BadImage:
     wheels: list[str] = field(default_factory=list)
     also: list[str] = field(default_factory=list)  # further checks to run, each expected to fail too
     as_variant: str = "cpu"
+    # One root cause, one failure: checks to run that must report `skipped: <diagnosis>` (a prerequisite failed),
+    # and then no check but ``check`` and ``also`` may fail.
+    skipped: dict[str, str] = field(default_factory=dict)
+    passed: list[str] = field(default_factory=list)  # further checks to run that must pass
 
 
 CUDA_WHEEL = "nvidia-cuda-runtime-cu12==12.9.79"
@@ -113,7 +117,43 @@ CASES = {
         ],
         check="inductor-compile",
         diagnosis=["torch.compile (inductor) fails on cpu"],
-        hint="g++",
+        hint="apt-get install g++",
+    ),
+    "python-headers-missing": BadImage(
+        failure_class=8,
+        lines=[ROOT, "RUN rm -f /usr/include/python3.11/Python.h", USER],
+        check="inductor-compile",
+        diagnosis=["torch.compile (inductor) fails on cpu", "Python.h: No such file or directory"],
+        hint="apt-get install python3.11-dev",
+    ),
+    "transformers-missing": BadImage(
+        # The first run: an import error got a Triton hint. Here the hint names the package that failed,
+        # and the checks that need the tiny model are skipped for it; vllm-cli, which needs no model, fails on
+        # its own (`vllm --version` imports transformers) with the same hint.
+        failure_class=9,
+        lines=[ROOT, f"RUN rm -rf {SITE}/transformers {SITE}/transformers-*.dist-info", USER],
+        check="tiny-model",
+        diagnosis=["making the tiny model fails", "No module named 'transformers'"],
+        hint="install transformers",
+        also=["vllm-cli"],
+        skipped={"model-runner": "tiny-model failed", "offline-generate": "tiny-model failed"},
+        passed=["vllm-import", "no-fake-triton"],
+    ),
+    "broken-triton-package": BadImage(
+        # A `triton` that fails to import (a half-removed or foreign build): triton-import names it; the checks
+        # that import vLLM or compile do not fail again for the same cause.
+        failure_class=3,
+        lines=[
+            ROOT,
+            f"RUN mkdir -p {SITE}/triton && echo 'raise ImportError(\"this triton build is broken\")' "
+            f"> {SITE}/triton/__init__.py",
+            USER,
+        ],
+        check="triton-import",
+        diagnosis=["fails to import", "this triton build is broken"],
+        hint="triton",
+        skipped={"triton-drivers": "triton-import failed", "no-fake-triton": "triton-import failed"},
+        passed=["vllm-import", "model-runner", "vllm-cli", "inductor-compile"],
     ),
     "libnuma-missing": BadImage(
         failure_class=9,
@@ -178,7 +218,7 @@ def test_bad_image_is_flagged(case: str, derived_image: Any, wheel_cache: Any, o
     bad = CASES[case]
     image = derived_image(bad.lines, [wheel_cache(w) for w in bad.wheels])
     args = ["test", "--image", image, "--as", bad.as_variant]
-    for name in [bad.check, *bad.also]:
+    for name in [bad.check, *bad.also, *bad.skipped, *bad.passed]:
         args += ["--only", name]
     proc = matrix_cli(*args, "--json", out=out_dir)
     assert proc.returncode == ExitCode.SMOKE, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -190,6 +230,15 @@ def test_bad_image_is_flagged(case: str, derived_image: Any, wheel_cache: Any, o
     assert bad.hint in check["hint"], check
     for name in bad.also:
         assert _check(doc, name)["status"] == "failed", _check(doc, name)
+    for name, diagnosis in bad.skipped.items():
+        assert (_check(doc, name)["status"], _check(doc, name)["diagnosis"]) == ("skipped", diagnosis), _check(
+            doc, name
+        )
+    for name in bad.passed:
+        assert _check(doc, name)["status"] == "passed", _check(doc, name)
+    if bad.skipped or bad.passed:  # one root cause, one failure
+        failed = sorted(c["check"] for c in doc["checks"] if c["status"] not in ("passed", "skipped"))
+        assert failed == sorted({bad.check, *bad.also}), failed
 
 
 def test_hung_check_is_reported_as_timeout(cpu_image: str, out_dir: Path, tmp_path: Path) -> None:

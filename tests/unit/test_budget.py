@@ -166,11 +166,7 @@ def test_over_budget_without_a_listing_says_so() -> None:
 
 # --- cuda-weight, inside the image (its pure parts, on this Python) ---------------------------------------
 def _incontainer() -> Any:
-    spec = importlib.util.spec_from_file_location("smoke_checks", smoke.CHECKS_SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("matrixtool.incontainer.vllm_smoke.hygiene")
 
 
 def test_cuda_distribution_and_library_names() -> None:

@@ -12,8 +12,9 @@ from matrixtool.errors import ExitCode
 
 
 def test_host_mode_on_this_interpreter(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    # The test venv has no torch, triton or vLLM: vLLM checks skip with the reason, GPU checks see no GPU,
-    # and the CUDA variant's required triton is reported missing.
+    # The test venv has no torch, triton or vLLM: vLLM checks skip with the reason, torch-import (pulled in as
+    # triton-kernel's prerequisite) fails naming torch and triton-kernel is skipped for it (one root cause, one
+    # failure), and the CUDA variant's required triton is reported missing.
     args = [
         "--out",
         str(tmp_path),
@@ -43,7 +44,10 @@ def test_host_mode_on_this_interpreter(tmp_path) -> None:  # type: ignore[no-unt
         "skipped",
         "vLLM is not installed in this Python environment (host mode)",
     )
-    assert status["triton-kernel"] == ("skipped", "no GPU visible")
+    assert status["torch-import"][0] == "failed" and "No module named 'torch'" in status["torch-import"][1]
+    (torch_import,) = [c for c in doc["checks"] if c["check"] == "torch-import"]
+    assert "install torch" in torch_import["hint"]
+    assert status["triton-kernel"] == ("skipped", "torch-import failed")
     assert all(c["image"] == f"host:{sys.executable}" for c in doc["checks"])
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from matrixtool.errors import ConfigError, ExitCode, WrongPlatformError
 from matrixtool.matrix import CheckSpec, load_matrix
 from matrixtool.profiles import Condition, Overrides, Profile
 from matrixtool.report import RunReport
+from tests.unit._incontainer import incontainer
 
 RESTRICTED = {
     "user": "1000770000:0",
@@ -229,12 +229,7 @@ def test_cli_profile_flags_reach_the_choice(monkeypatch: pytest.MonkeyPatch) -> 
     assert bad.exit_code == ExitCode.USAGE and "KEY=VALUE" in bad.output
 
 
-def _incontainer() -> Any:
-    spec = importlib.util.spec_from_file_location("smoke_checks", smoke.CHECKS_SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_incontainer = incontainer
 
 
 @pytest.mark.parametrize(
@@ -252,12 +247,18 @@ def test_condition_errors_are_explained_with_a_fix(text: str, names: str) -> Non
     assert found is not None and names in found[0] and found[1]
 
 
-def test_a_failed_check_names_the_condition_it_met(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failed_check_names_the_condition_it_met(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     mod = _incontainer()
-    mod.CHECKS["triton-import"] = lambda params: mod.result(
-        "failed", "import torch fails: FileNotFoundError: [Errno 2] No usable temporary directory found in ['/tmp']"
+    monkeypatch.setattr(
+        mod.DECLARATIONS["triton-import"],
+        "function",
+        lambda params: mod.result(
+            "failed", "import torch fails: FileNotFoundError: [Errno 2] No usable temporary directory found in ['/tmp']"
+        ),
     )
-    mod.main(["x", "triton-import", json.dumps({})])
+    mod.main(["x", "run", "triton-import", json.dumps({})])
     parsed = smoke.parse_output(capsys.readouterr().out)
     assert parsed is not None and "[run condition: read-only root filesystem" in parsed["diagnosis"]
     assert "tmpfs on /tmp" in parsed["hint"]

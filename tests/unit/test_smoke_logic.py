@@ -4,6 +4,7 @@ import base64
 import hashlib
 import importlib.util
 import json
+import subprocess
 import sys
 from importlib.metadata import PathDistribution
 from pathlib import Path
@@ -14,17 +15,44 @@ import pytest
 from matrixtool import smoke
 from matrixtool.checks import CHECKS
 from matrixtool.matrix import CheckSpec, load_matrix
+from tests.unit._incontainer import incontainer
 
 
-def test_exec_argv_is_bounded_by_timeout() -> None:
-    argv = smoke.exec_argv(CheckSpec(name="model-runner", timeout=42), {"triton": "absent"})
+def test_exec_argv_is_bounded_by_the_sum_of_the_timeouts() -> None:
+    group = [CheckSpec(name="vllm-import", timeout=40), CheckSpec(name="model-runner", timeout=2)]
+    argv = smoke.exec_argv(group, {"triton": "absent"})
     assert argv[:4] == ["timeout", "-k", str(smoke.KILL_GRACE), "42"]
-    # The script travels as `python3 -c SOURCE`: nothing is copied into a root a profile may make read-only.
-    assert argv[4:6] == ["python3", "-c"] and argv[6] == smoke.CHECKS_SCRIPT.read_text() and argv[7] == "model-runner"
-    assert len(argv[6].encode()) < 128 * 1024, "Linux's MAX_ARG_STRLEN: one argument must stay below 128 kB"
+    # The checks run from the zipapp on the tool's tmpfs: nothing is written to a root a profile may make read-only.
+    assert argv[4:8] == ["python3", smoke.ZIPAPP, "run", "vllm-import,model-runner"]
+    assert smoke.ZIPAPP.startswith(smoke.SMOKE_DIR + "/")
     assert json.loads(argv[8]) == {"triton": "absent"}
-    host = smoke.exec_argv(CheckSpec(name="model-runner", timeout=42), {}, python="py", script="/x/smoke_checks.py")
-    assert host[4:7] == ["py", "/x/smoke_checks.py", "model-runner"]
+    host = smoke.exec_argv(group[1:], {}, python="py", package_dir="/x/incontainer")
+    assert host[4:9] == ["py", "-c", smoke.HOST_BOOT, "/x/incontainer", "run"] and host[9] == "model-runner"
+
+
+def test_the_zipapp_is_written_with_one_exec_and_runs_the_package(tmp_path: Path) -> None:
+    install = smoke.install_argv()
+    assert install[:2] == ["python3", "-c"] and install[3] == smoke.ZIPAPP
+    assert len(install[4].encode()) < 128 * 1024, "Linux's MAX_ARG_STRLEN: one argument must stay below 128 kB"
+    pyz = tmp_path / "smoke.pyz"
+    subprocess.run([sys.executable, "-c", install[2], str(pyz), install[4]], check=True)
+    env = {"MATRIX_SMOKE_DIR": str(tmp_path / "work"), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, str(pyz), "run", "triton-import,cpu-engine-settings", json.dumps({"triton": "absent"})],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert smoke.parse_output(proc.stdout, "triton-import") == smoke.parse_output(proc.stdout, "triton-import")
+    for name in ("triton-import", "cpu-engine-settings"):
+        parsed = smoke.parse_output(proc.stdout, name)
+        assert parsed is not None and parsed["status"] == "passed" and parsed["check"] == name
+    # A program travels inside the zip and is extracted to the tool's work dir when a check runs it.
+    code = "import sys; sys.path.insert(0, sys.argv[1]); from vllm_smoke import common as c; "
+    code += "print(c.program_path('validate.py'))"
+    out = subprocess.run([sys.executable, "-c", code, str(pyz)], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == str(tmp_path / "work" / "programs" / "validate.py")
 
 
 def test_container_kwargs() -> None:
@@ -68,13 +96,7 @@ def test_verdict_without_result_is_a_failure() -> None:
     assert status is smoke.Status.FAILED and "ImportError: boom" in diagnosis
 
 
-def _incontainer() -> Any:
-    """The in-image script as a module (it is untyped: it runs on Python >= 3.9 inside images)."""
-    spec = importlib.util.spec_from_file_location("smoke_checks", smoke.CHECKS_SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_incontainer = incontainer
 
 
 def test_incontainer_helpers() -> None:
@@ -93,11 +115,11 @@ def test_incontainer_triton_import_on_this_interpreter(capsys: pytest.CaptureFix
     """The absent-triton verdict on the test venv, which has no triton: a real run of the check."""
     mod = _incontainer()
     assert importlib.util.find_spec("triton") is None
-    assert mod.main(["x", "triton-import", json.dumps({"triton": "absent"})]) == 0
+    assert mod.main(["x", "run", "triton-import", json.dumps({"triton": "absent"})]) == 0
     out = capsys.readouterr().out
     passed = smoke.parse_output(out)
     assert passed is not None and passed["status"] == "passed"
-    mod.main(["x", "triton-import", json.dumps({"triton": "required"})])
+    mod.main(["x", "triton-import", json.dumps({"triton": "required"})])  # one check, the older form
     parsed = smoke.parse_output(capsys.readouterr().out)
     assert parsed is not None and parsed["status"] == "failed" and "finds no module" in parsed["diagnosis"]
     assert sys.modules.get("triton") is None
@@ -132,7 +154,7 @@ def test_unreadable_result_is_a_failure_not_a_crash() -> None:
 def test_every_failure_class_has_a_check_and_the_readme_names_gpu_only_ones() -> None:
     covered = {n for info in CHECKS.values() for n in info.classes}
     assert covered == set(range(1, 15))
-    readme = (smoke.CHECKS_SCRIPT.parents[3] / "README.md").read_text()
+    readme = (smoke.CHECKS_DIR.parents[2] / "README.md").read_text()
     assert "needs a GPU" in readme
     for name in CHECKS:
         assert f"| `{name}` |" in readme, f"README's check table lacks {name}"
@@ -147,15 +169,15 @@ def test_gpu_variant_checks_skip_without_a_gpu_and_cpu_variants_run(monkeypatch:
         return mod.result("passed", "ran")
 
     check = mod.needs_gpu(ran)
-    monkeypatch.setattr(mod, "gpu_probe", lambda: (False, None))
+    monkeypatch.setattr(mod.common, "gpu_probe", lambda: (False, None))
     skipped = check({"accelerator": "cuda"})
     assert skipped["status"] == "skipped" and skipped["diagnosis"].startswith("no GPU visible")
     assert calls == []
     assert check({"accelerator": "cpu"})["status"] == "passed"
-    monkeypatch.setattr(mod, "gpu_probe", lambda: (True, None))
+    monkeypatch.setattr(mod.common, "gpu_probe", lambda: (True, None))
     assert check({"accelerator": "rocm"})["status"] == "passed"
     # A torch that does not import is a failure, never a skip for want of a GPU.
-    monkeypatch.setattr(mod, "gpu_probe", lambda: (None, "Segmentation fault"))
+    monkeypatch.setattr(mod.common, "gpu_probe", lambda: (None, "Segmentation fault"))
     broken = check({"accelerator": "cuda"})
     assert broken["status"] == "failed" and "Segmentation fault" in broken["diagnosis"]
 

@@ -1,25 +1,35 @@
-"""The catalogue of smoke checks: what each proves, the failure classes it covers, its fix hint.
+"""The catalogue of smoke checks, as the in-image package declares it next to each check's code.
 
-The checks themselves run *inside* the image (``incontainer/smoke_checks.py``); this module holds the
-host-side facts the reports need. Failure classes are numbered as in ``docs/failure-classes.md``.
+The checks run *inside* the image (``incontainer/vllm_smoke``, one module per family); each declares its name,
+what it proves, failure classes (``docs/failure-classes.md``), reports, fix hint, default timeout, the run
+conditions that can change its verdict, its suites, its prerequisites and whether it shares an interpreter
+(``vllm_smoke.common.check``). This module turns those declarations into typed values for the host.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from matrixtool.incontainer.vllm_smoke.catalogue import DECLARATIONS
 from matrixtool.profiles import Condition as C
+
+SUITES = ("quick", "full")
+DEFAULT_SUITE = "full"
 
 
 @dataclass(frozen=True, kw_only=True)
 class CheckInfo:
-    """Static facts about one smoke check.
+    """Static facts about one smoke check (declared in ``incontainer/vllm_smoke``).
 
     ``classes``: failure-class numbers it covers; ``reports``: public reports behind it (URLs);
-    ``hint``: what to do when it fails (the in-image script may add a more specific one).
+    ``hint``: what to do when it fails (the in-image check may give a more specific one);
+    ``timeout``: seconds, the default of matrix.yaml ``smoke.checks.<name>.timeout``;
     ``affected_by``: the run conditions (deployment profiles) that can change its verdict beyond what
-    ``run-conditions`` proves for every check (a usable temp dir, writable caches, a passwd entry or none);
-    a profile other than ``default`` runs the check again only when it sets one of them differently.
+    ``run-conditions`` proves for every check; a profile other than ``default`` runs the check again only when
+    it sets one of them differently. ``suites``: the suites that run it; ``needs``: prerequisite checks (when
+    one does not pass, this one is ``skipped``); ``uses``: checks whose verdict it refers to (run with it);
+    ``group``: the checks of one group share an interpreter, None for a check that needs a fresh one.
     """
 
     name: str
@@ -27,147 +37,60 @@ class CheckInfo:
     classes: tuple[int, ...]
     reports: tuple[str, ...]
     hint: str
+    timeout: int = 300
     affected_by: frozenset[C] = frozenset({C.ENV})
+    suites: tuple[str, ...] = SUITES
+    needs: tuple[str, ...] = ()
+    uses: tuple[str, ...] = ()
+    group: str | None = None
 
-
-# Conditions of the file system and identity: where caches and compiled kernels are written. model-runner and
-# vllm-cli are not affected beyond run-conditions' proof: they import vLLM and read the tiny model from the
-# tool's own tmpfs; offline-generate starts the whole engine (workers, IPC, compile cache) under them.
-_FILES = frozenset({C.USER, C.READ_ONLY, C.TMPFS, C.ENV})
-
-
-_VLLM = "https://github.com/vllm-project/vllm"
 
 CHECKS: dict[str, CheckInfo] = {
-    c.name: c
-    for c in (
-        CheckInfo(
-            name="run-conditions",
-            proves="the image works under the container's run conditions: a passwd entry or a cache dir that needs "
-            "none, a usable temp dir, writable caches, an exec mount for inductor's kernels, the memory and CPU "
-            "quota it sees, no hub access without a network",
-            classes=(13,),
-            reports=(
-                "https://github.com/pytorch/pytorch/issues/140765",
-                "https://github.com/pytorch/pytorch/issues/91005",
-                f"{_VLLM}/issues/29233",
-            ),
-            hint='see the condition named in the diagnosis; README "Deployment profiles" lists each fix',
-            affected_by=frozenset(C),
-        ),
-        CheckInfo(
-            name="triton-import",
-            proves="`import triton` behaves as the variant's Triton state promises (absent / present / "
-            "required at the version torch pins, from one distribution)",
-            classes=(3, 4, 5),
-            reports=(f"{_VLLM}/issues/14888", "https://github.com/coreweave/ml-containers/issues/64"),
-            hint="install exactly the triton that torch pins (see torch's Requires-Dist), or none on CPU/Arm; "
-            "check with: python -c 'import triton'",
-        ),
-        CheckInfo(
-            name="no-fake-triton",
-            proves="after `import vllm`, sys.modules has no placeholder `triton`, and torch's "
-            "'is triton available' agrees with importlib",
-            classes=(2,),
-            reports=(f"{_VLLM}/issues/17309", f"{_VLLM}/pull/17317"),
-            hint="remove whatever plants a module object named 'triton' (a .pth file, sitecustomize, or "
-            "vLLM < 0.9.0: upgrade vLLM)",
-        ),
-        CheckInfo(
-            name="torch-family",
-            proves="torch and every installed torchvision / torchaudio / torchcodec import together",
-            classes=(6,),
-            reports=("https://github.com/pytorch/vision/issues/8424",),
-            hint="install the torch-family wheels built for this torch (same index and local version, e.g. "
-            "+cpu), or uninstall the ones the image does not need",
-        ),
-        CheckInfo(
-            name="inductor-compile",
-            proves="torch.compile (inductor) compiles a small function and matches eager",
-            classes=(8,),
-            reports=("https://github.com/pytorch/pytorch/issues/116696", f"{_VLLM}/issues/27890"),
-            hint="install a C++ compiler and the Python headers (g++, python3-dev) for the CPU backend, and "
-            "the triton torch pins for GPUs",
-            affected_by=_FILES,
-        ),
-        CheckInfo(
-            name="model-runner",
-            proves="vLLM's engine configuration validates with the image's default env, and forcing "
-            "VLLM_USE_V2_MODEL_RUNNER=1 behaves as the Triton state predicts",
-            classes=(1,),
-            reports=(f"{_VLLM}/issues/57684", f"{_VLLM}/pull/55847"),
-            hint="install the triton that torch pins, or set VLLM_USE_V2_MODEL_RUNNER=0 (or leave it unset); "
-            "check with: python -c 'import triton'",
-        ),
-        CheckInfo(
-            name="offline-generate",
-            proves="offline greedy generation with a tiny model made in the container gives the same tokens "
-            "eager and compiled",
-            classes=(9,),
-            reports=(f"{_VLLM}/issues/14888",),
-            hint="read the engine log in the check output; on CPU check libnuma1, /dev/shm size "
-            "(--shm-size) and VLLM_CPU_KVCACHE_SPACE",
-            affected_by=_FILES | {C.NETWORK, C.MEMORY, C.CPUS},
-        ),
-        CheckInfo(
-            name="vllm-cli",
-            proves="`vllm --version` runs and prints the version the variant pins",
-            classes=(10,),
-            reports=(f"{_VLLM}/issues/15007",),
-            hint="make sure the vllm console script is on PATH and its environment imports",
-        ),
-        CheckInfo(
-            name="triton-drivers",
-            proves="Triton's backends and active drivers give vLLM's HAS_TRITON the value the variant expects "
-            "(exactly one active driver where Triton is required and a GPU is visible)",
-            classes=(4,),
-            reports=(f"{_VLLM}/pull/53530",),
-            hint="install the triton build torch pins for this accelerator only (one distribution, no extra "
-            "backends); on CPU/Arm images ship none",
-        ),
-        CheckInfo(
-            name="triton-kernel",
-            proves="a small Triton kernel compiles, launches on the GPU and computes the right result",
-            classes=(4, 5),
-            reports=("https://github.com/triton-lang/triton/issues/7594",),
-            hint="install the triton that torch pins and make sure the GPU driver is visible in the container",
-        ),
-        CheckInfo(
-            name="pip-check",
-            proves="every installed distribution's requirements are met (those the variant excludes on purpose "
-            "are listed, not failed)",
-            classes=(7,),
-            reports=(f"{_VLLM}/pull/16664",),
-            hint="install the required versions, or exclude the package on purpose in matrix.yaml index.exclude",
-        ),
-        CheckInfo(
-            name="native-libs",
-            proves="no `not found` from ldd on torch's and vLLM's shared objects; every LD_PRELOAD path exists",
-            classes=(11,),
-            reports=(f"{_VLLM}/issues/18743", f"{_VLLM}/pull/37561"),
-            hint="install the system packages providing the missing libraries (libnuma1 for libnuma.so.1); "
-            "point LD_PRELOAD only at files that exist",
-        ),
-        CheckInfo(
-            name="cpu-engine-settings",
-            proves="VLLM_CPU_KVCACHE_SPACE and friends fit the container's memory",
-            classes=(12,),
-            reports=(f"{_VLLM}/issues/29233",),
-            hint="set VLLM_CPU_KVCACHE_SPACE (GiB) well below the container's memory limit, or leave it unset",
-            affected_by=frozenset({C.MEMORY, C.CPUS, C.ENV}),
-        ),
-        CheckInfo(
-            name="cuda-weight",
-            proves="a CPU variant carries no CUDA wheels (nvidia-*, cuda-*), no CUDA torch and no libcuda*.so*, "
-            "or declares why (matrix.yaml hygiene.cuda_weight); lists each such package with its size",
-            classes=(14,),
-            reports=(
-                "https://github.com/kyutai-labs/pocket-tts/pull/219",
-                "https://github.com/data-apis/array-api-compat/issues/284",
-            ),
-            hint="install torch from PyTorch's CPU index (the +cpu wheel), pip uninstall the nvidia-*/cuda-* "
-            'packages (and keep them out with index.exclude), or declare why: hygiene: {cuda_weight: "<reason>"}',
-            affected_by=frozenset(),
-        ),
+    name: CheckInfo(
+        name=name,
+        proves=d.proves,
+        classes=tuple(d.classes),
+        reports=tuple(d.reports),
+        hint=d.hint,
+        timeout=d.timeout,
+        affected_by=frozenset(C(c) for c in d.affected_by),
+        suites=tuple(d.suites),
+        needs=tuple(d.needs),
+        uses=tuple(d.uses),
+        group=d.group,
     )
+    for name, d in DECLARATIONS.items()
 }
+
+
+def prerequisites(names: Iterable[str]) -> list[str]:
+    """``names`` with every check they need or use (transitively) added, in the catalogue's order."""
+    wanted: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in wanted or name not in CHECKS:
+            continue
+        wanted.add(name)
+        todo += [*CHECKS[name].needs, *CHECKS[name].uses]
+    return [n for n in CHECKS if n in wanted]
+
+
+def in_suite(names: Sequence[str], suite: str) -> list[str]:
+    """The checks of ``names`` that ``suite`` runs (``quick`` leaves out the slow ones, e.g. compiled generate)."""
+    return [n for n in names if suite in CHECKS[n].suites]
+
+
+def readme_table() -> str:
+    """The README's check table (between its ``checks-table`` markers), generated from the declarations."""
+    rows = [
+        "| check | proves | classes | suites | needs | shares an interpreter |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in CHECKS.values():
+        classes = ", ".join(str(n) for n in c.classes) or "—"
+        needs = ", ".join(f"`{n}`" for n in c.needs) or "—"
+        shares = f"group `{c.group}`" if c.group else "no: a fresh one"
+        proves = c.proves.replace("|", "\\|")
+        rows.append(f"| `{c.name}` | {proves} | {classes} | {', '.join(c.suites)} | {needs} | {shares} |")
+    return "\n".join(rows) + "\n"

@@ -361,6 +361,7 @@ def _check_flags(
     inputs.warn_unused_wheelhouse(selected, flags.get("wheelhouse"))
     if writes_out:
         inputs.check_outputs(settings.out_dir, junit=junit, json_file=json_file)
+    inputs.check_suite(flags.get("suite", "full"))
     if flags.get("only") or flags.get("skip"):
         inputs.check_selection(selected, flags.get("only", ()), flags.get("skip", ()))
     choice = flags.get("choice")
@@ -403,6 +404,12 @@ def build_cmd(
 _select_options = [
     click.option("--only", multiple=True, help="Run only this check (repeatable)."),
     click.option("--skip", multiple=True, help="Skip this check (repeatable)."),
+    click.option(
+        "--suite",
+        default="full",
+        show_default=True,
+        help="Suite of checks: quick (pull requests: no compiled generate, no inductor compile) or full.",
+    ),
 ]
 
 

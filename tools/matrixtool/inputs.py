@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from matrixtool.checks import CHECKS
+from matrixtool.checks import CHECKS, SUITES
 from matrixtool.errors import ConfigError
 from matrixtool.matrix import Variant
 
@@ -123,6 +123,16 @@ def check_selection(variants: Sequence[Variant], only: Sequence[str], skip: Sequ
             problems.append(f"the selection leaves no check of variant {variant.name} to run")
     if problems:
         raise ConfigError("--only/--skip", problems)
+
+
+def check_suite(suite: str) -> None:
+    """``--suite`` names a suite of checks (``checks.SUITES``).
+
+    Raises:
+        ConfigError: naming the value and the suites there are.
+    """
+    if suite not in SUITES:
+        raise ConfigError("--suite", [f"{suite!r} is no suite of checks; use one of: {', '.join(SUITES)}"])
 
 
 def warn_unused_wheelhouse(variants: Sequence[Variant], wheelhouse: Path | None) -> None:

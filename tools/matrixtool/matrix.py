@@ -762,7 +762,10 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                     overrides=tuple(index.get("overrides", ())),
                 ),
                 runner=(runner,) if isinstance(runner, str) else tuple(runner),
-                checks=tuple(CheckSpec(name=c, timeout=s["timeout"]) for c, s in v["smoke"]["checks"].items()),
+                checks=tuple(
+                    CheckSpec(name=c, timeout=(s or {}).get("timeout", CHECKS[c].timeout))
+                    for c, s in v["smoke"]["checks"].items()
+                ),
                 accept_clashes=tuple(v["smoke"].get("accept_clashes", ())),
                 profiles=merge_profiles(shared_profiles, v.get("profiles") or {}),
                 publish_as=v.get("publish_as"),

@@ -41,6 +41,7 @@ from matrixtool import (
 )
 from matrixtool import wheelhouse as wheelhouses
 from matrixtool.budget import check_budget
+from matrixtool.checks import CHECKS, DEFAULT_SUITE, in_suite, prerequisites
 from matrixtool.errors import (
     ConfigError,
     EngineUnreachableError,
@@ -50,7 +51,7 @@ from matrixtool.errors import (
     NotBuiltError,
     RegistryError,
 )
-from matrixtool.inputs import check_selection
+from matrixtool.inputs import check_selection, check_suite
 from matrixtool.matrix import CheckSpec, Matrix, Platform, Variant
 
 
@@ -74,6 +75,8 @@ class Options:
     force: bool = False
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
+    # The suite of checks (``checks.SUITES``): ``quick`` for pull requests, ``full`` for runs and publishing.
+    suite: str = DEFAULT_SUITE
     keep_going: bool = False
     jobs: int = 1
     quiet: bool = False
@@ -401,15 +404,27 @@ def build_variants(matrix: Matrix, variants: Sequence[Variant], options: Options
 
 
 # --- smoke checks --------------------------------------------------------------------------------------
-def select_checks(variant: Variant, only: Sequence[str], skip: Sequence[str]) -> list[CheckSpec]:
-    """``variant``'s checks, narrowed by ``--only`` (when given) and ``--skip``.
+def select_checks(
+    variant: Variant, only: Sequence[str], skip: Sequence[str], suite: str = DEFAULT_SUITE
+) -> list[CheckSpec]:
+    """``variant``'s checks of ``suite``, narrowed by ``--only`` (when given: those run whatever their suites)
+    and ``--skip``, plus every check they need or use (``checks.prerequisites``: a check whose prerequisite
+    failed reports ``skipped: <check> failed``, so the prerequisite's own failure must be in the report).
+    Prerequisites the variant does not list come first, with their declared timeouts.
 
     Raises:
-        ConfigError: a name is not a check of the variant, or nothing is left to run
-            (``inputs.check_selection``, the one place that validates a selection).
+        ConfigError: a name is not a check of the variant, nothing is left to run
+            (``inputs.check_selection``, the one place that validates a selection), or an unknown suite.
     """
     check_selection([variant], only, skip)
-    return [c for c in variant.checks if (not only or c.name in only) and c.name not in skip]
+    check_suite(suite)
+    names = [c.name for c in variant.checks if (not only or c.name in only) and c.name not in skip]
+    if not only:
+        names = in_suite(names, suite)
+    wanted = prerequisites(names)
+    listed = {c.name: c for c in variant.checks}
+    extra = [CheckSpec(name=n, timeout=CHECKS[n].timeout) for n in wanted if n not in listed]
+    return extra + [c for c in variant.checks if c.name in wanted]
 
 
 def _progress(options: Options) -> Callable[[smoke.CheckResult], None]:
@@ -427,10 +442,18 @@ def smoke_image(client: docker.DockerClient, image: str, variant: Variant, optio
     Raises:
         ConfigError (an unknown profile), WrongPlatformError (the image's platform is not the variant's).
     """
-    checks = select_checks(variant, options.only, options.skip)
+    selected = select_checks(variant, options.only, options.skip, options.suite)
     chosen = options.choice.resolve(variant.name, variant.profiles)
     results = smoke.run_profiles(
-        client, image, variant, checks, chosen, log_dir=options.log_dir, on_result=_progress(options), announce=note
+        client,
+        image,
+        variant,
+        selected,
+        chosen,
+        log_dir=options.log_dir,
+        on_result=_progress(options),
+        announce=note,
+        suite=options.suite,
     )
     # matrix.yaml size_budget: within it one line on stderr (--json too); over it a failed result `size-budget`.
     judged = check_budget(client, image, variant, results, log_dir=options.log_dir)
@@ -448,7 +471,7 @@ def test_image(matrix: Matrix, variant: Variant, image: str, options: Options) -
     Raises:
         ConfigError (check selection), RegistryError (the pull failed), EngineUnreachableError.
     """
-    select_checks(variant, options.only, options.skip)
+    select_checks(variant, options.only, options.skip, options.suite)
     client = engine.connect()
     # A multi-arch tag (matrix.yaml publish_as) holds several platforms: pull the variant's own.
     registry.pull_if_missing(client, image, platform=str(variant.platforms[0]))
@@ -457,10 +480,16 @@ def test_image(matrix: Matrix, variant: Variant, image: str, options: Options) -
 
 def test_host(variant: Variant, python: str, options: Options) -> report.RunReport:
     """``tools/matrix test --host``: the checks in ``python``'s environment on this machine, no Docker."""
-    checks = select_checks(variant, options.only, options.skip)
-    note(f"[{variant.name}] smoke checks on this host ({python}): {', '.join(c.name for c in checks)}")
+    selected = select_checks(variant, options.only, options.skip, options.suite)
+    note(f"[{variant.name}] smoke checks on this host ({python}): {', '.join(c.name for c in selected)}")
     results = smoke.run_host_suite(
-        python, variant, checks, env=options.env, log_dir=options.log_dir, on_result=_progress(options)
+        python,
+        variant,
+        selected,
+        env=options.env,
+        log_dir=options.log_dir,
+        on_result=_progress(options),
+        suite=options.suite,
     )
     return report.RunReport(checks=results)
 

@@ -97,6 +97,8 @@ def table(report: RunReport) -> str:
         parts.append(f"{variant}: error: {message}")
     for variant, reason in report.skipped.items():
         parts.append(f"{variant}: skipped: {reason}")
+    if report.checks:
+        parts.append(f"suite: {', '.join(dict.fromkeys(c.suite for c in report.checks))}")
     total = sum(c.seconds for c in report.checks)
     counts = {s: sum(1 for c in report.checks if c.status is s) for s in Status}
     parts.append(
@@ -138,6 +140,7 @@ def to_json(report: RunReport) -> dict[str, Any]:
                 "seconds": round(c.seconds, 1),
                 "facts": c.facts,
                 "log": str(c.log) if c.log else None,
+                "suite": c.suite,
             }
             for c in report.checks
         ],
@@ -153,6 +156,8 @@ def write_junit(report: RunReport, path: Path) -> None:
     variants = list(dict.fromkeys([c.variant for c in report.checks] + list(report.errors)))
     for variant in variants:
         suite = junitparser.TestSuite(variant)
+        for name in dict.fromkeys(c.suite for c in report.checks if c.variant == variant):
+            suite.add_property("suite", name)  # quick or full (README "Smoke checks")
         for c in (c for c in report.checks if c.variant == variant):
             classname = f"smoke.{variant}" + ("" if c.profile == DEFAULT_PROFILE else f".{c.profile}")
             case = junitparser.TestCase(c.check, classname=classname, time=round(c.seconds, 3))

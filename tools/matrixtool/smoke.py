@@ -1,28 +1,33 @@
-"""Run the smoke checks inside an image: one container per suite and profile, one ``docker exec`` per check.
+"""Run the smoke checks inside an image: one container per profile, one ``docker exec`` per group of checks.
 
-Each check runs under coreutils ``timeout`` inside the container, with a host-side deadline as a
-backstop; a check that times out is reported as ``timeout`` and its container is replaced, so the
-remaining checks start clean. Containers carry a session label and are always removed.
-
-The container runs under a deployment profile's conditions (``profiles.py``). The check script travels as
-``python3 -c SOURCE`` (nothing is copied into the container, so a read-only root or a tmpfs ``/tmp`` cannot
-get in the way), and the checks' own work (the tiny model) goes to a dedicated tmpfs, ``SMOKE_DIR``.
+The checks are the package ``incontainer/vllm_smoke``; it travels as a zipapp written once per container to the
+tool's own tmpfs ``SMOKE_DIR`` (one exec, the bytes as an argument: nothing is written to the image's root, so a
+read-only root or a tmpfs ``/tmp`` cannot get in the way), and the checks' own work (the tiny model) goes there
+too. Checks of one declared group share an interpreter (one ``import vllm``); groups run in parallel, up to the
+container's CPU count. Each exec runs under coreutils ``timeout`` (its checks' timeouts summed), with a host-side
+deadline as a backstop; the checks of a group that times out without their result are ``timeout``, and the
+container is replaced. Containers carry a session label and are always removed.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import dataclasses
+import functools
+import io
 import json
 import os
 import subprocess
 import threading
 import time
 import uuid
+import zipapp
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
@@ -30,18 +35,26 @@ import docker.types
 from docker.models.containers import Container
 
 from matrixtool import profiles
-from matrixtool.checks import CHECKS
+from matrixtool.checks import CHECKS, DEFAULT_SUITE
 from matrixtool.errors import WrongPlatformError
+from matrixtool.incontainer.vllm_smoke import common as incontainer
 from matrixtool.matrix import Accelerator, CheckSpec, Variant
 from matrixtool.profiles import Profile
 
-CHECKS_SCRIPT = Path(__file__).parent / "incontainer" / "smoke_checks.py"
+# The folder holding the in-image package ``vllm_smoke`` (host mode imports it from here).
+CHECKS_DIR = Path(__file__).parent / "incontainer"
+PACKAGE_DIR = CHECKS_DIR / "vllm_smoke"
 # The checks' work dir (tiny model, generate script): a tmpfs of the tool's own, writable by any UID under
 # every profile, and not on tempfile's search path (/tmp, /var/tmp, /usr/tmp), so it hides no condition.
 SMOKE_DIR = "/run/matrix-smoke"
 SMOKE_TMPFS = "rw,nosuid,nodev,size=1g,mode=1777"
 EXEC_FORMAT_ERROR = "exec format error"
-RESULT_MARK = "MATRIX-RESULT "
+RESULT_MARK = incontainer.RESULT_MARK
+ZIPAPP = f"{SMOKE_DIR}/smoke.pyz"
+# Writes argv[2] (base64) to the file argv[1]: how the zipapp gets into the container (Python >= 3.9, stdlib).
+WRITE_FILE = "import base64, sys; open(sys.argv[1], 'wb').write(base64.b64decode(sys.argv[2]))"
+# Host mode: import the package from the checkout (argv[1]) and run it.
+HOST_BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from vllm_smoke.runner import entry; sys.exit(entry())"
 SESSION_LABEL = "io.vllm-matrix.session"
 # Who started the check container: the value of MATRIX_OWNER in the environment (the test suite sets it,
 # so its leak check sees only its own containers, not those of a `tools/matrix run` beside it).
@@ -52,6 +65,7 @@ SHM_SIZE = "1g"
 # Seconds between the in-container `timeout` and the host's own deadline.
 KILL_GRACE = 10
 HOST_SLACK = 30
+R = TypeVar("R")
 
 
 class Status(str, Enum):
@@ -83,6 +97,39 @@ class CheckResult:
     facts: Mapping[str, Any] = field(default_factory=dict)
     log: Path | None = None
     profile: str = profiles.DEFAULT
+    suite: str = DEFAULT_SUITE
+
+
+@functools.cache
+def zipapp_bytes() -> bytes:
+    """The in-image package as a zipapp (``python3 smoke.pyz run CHECKS PARAMS``): bytes, compressed, about 30 kB."""
+    buffer = io.BytesIO()
+
+    def wanted(path: Path) -> bool:
+        return path.parts[0] == "vllm_smoke" and "__pycache__" not in path.parts and path.suffix in ("", ".py")
+
+    zipapp.create_archive(CHECKS_DIR, buffer, main="vllm_smoke.runner:entry", filter=wanted, compressed=True)
+    return buffer.getvalue()
+
+
+def install_argv() -> list[str]:
+    """The exec that writes the zipapp to ``ZIPAPP`` in the container (below Linux's 128 kB per argument)."""
+    return ["python3", "-c", WRITE_FILE, ZIPAPP, base64.b64encode(zipapp_bytes()).decode()]
+
+
+def groups(checks: Sequence[CheckSpec]) -> list[list[CheckSpec]]:
+    """``checks`` split into the execs that run them: the checks of one declared group (``CheckInfo.group``) share
+    an interpreter, in the given order; a check declared fresh gets one of its own. Ordered by the first check."""
+    found: dict[str, list[CheckSpec]] = {}
+    for check in checks:
+        key = CHECKS[check.name].group or f"fresh:{check.name}"
+        found.setdefault(key, []).append(check)
+    return list(found.values())
+
+
+def group_timeout(group: Sequence[CheckSpec]) -> int:
+    """Seconds a group may take: its checks' timeouts summed."""
+    return sum(c.timeout for c in group)
 
 
 def check_params(variant: Variant, entrypoint: Sequence[str] = ()) -> dict[str, Any]:
@@ -129,31 +176,32 @@ def container_kwargs(image: str, session: str, *, gpu: bool = False, profile: Pr
 
 
 def exec_argv(
-    check: CheckSpec,
+    checks: Sequence[CheckSpec],
     params: Mapping[str, Any],
     *,
     python: str = "python3",
-    script: str | None = None,
+    package_dir: str | None = None,
 ) -> list[str]:
-    """The command that runs ``check`` (in the container, or on the host), bounded by its timeout (seconds).
+    """The command that runs ``checks`` in one interpreter (in the container, or on the host), bounded by the sum
+    of their timeouts (seconds).
 
-    ``script``: the path of the check script; None passes its source with ``python -c`` (in containers: no
-    copy into a file system that a profile may make read-only; about 50 kB, below Linux's 128 kB per argument).
+    ``package_dir``: the folder holding ``vllm_smoke`` (host mode); None runs the zipapp ``ZIPAPP`` (containers).
     """
-    program = ["-c", CHECKS_SCRIPT.read_text(encoding="utf-8")] if script is None else [script]
+    program = [ZIPAPP] if package_dir is None else ["-c", HOST_BOOT, package_dir]
     return [
-        "timeout", "-k", str(KILL_GRACE), str(check.timeout),
-        python, *program, check.name, json.dumps(params, sort_keys=True),
+        "timeout", "-k", str(KILL_GRACE), str(group_timeout(checks)),
+        python, *program, "run", ",".join(c.name for c in checks), json.dumps(params, sort_keys=True),
     ]  # fmt: skip
 
 
-def parse_output(output: str) -> dict[str, Any] | None:
-    """The result object from the last ``MATRIX-RESULT`` line of a check's output, or None."""
-    for line in reversed(output.splitlines()):
-        if line.startswith(RESULT_MARK):
-            parsed: dict[str, Any] = json.loads(line[len(RESULT_MARK) :])
-            return parsed
-    return None
+def parse_output(output: str, check: str | None = None) -> dict[str, Any] | None:
+    """The result object of ``check`` (None: of any check) from the last of its ``MATRIX-RESULT`` lines, or None.
+
+    Raises ValueError when that line is not JSON."""
+    results: dict[str | None, dict[str, Any]] = incontainer.parse_results(output)
+    if check is None:
+        return list(results.values())[-1] if results else None
+    return results.get(check, results.get(None))
 
 
 def verdict(
@@ -185,7 +233,7 @@ def verdict(
     if exit_code is None or exit_code in (124, 137):
         return Status.TIMEOUT, f"no result within {timeout} s; the check was killed", hint, {}
     try:
-        parsed = parse_output(output)
+        parsed = parse_output(output, check)
         status = Status(parsed["status"]) if parsed is not None else None
     except (ValueError, KeyError, TypeError) as exc:
         return Status.FAILED, f"the check printed an unreadable result ({exc}): {tail}", hint, {}
@@ -269,6 +317,7 @@ class CheckContainer:
                 ) from exc
             raise
         self.container = container
+        self.install()
         return container
 
     def remove(self) -> None:
@@ -278,9 +327,19 @@ class CheckContainer:
                 self.container.remove(force=True)
             self.container = None
 
-    def argv(self, check: CheckSpec, params: Mapping[str, Any]) -> list[str]:
-        """The in-container command for ``check`` (see ``exec_argv``)."""
-        return exec_argv(check, params)
+    def argv(self, checks: Sequence[CheckSpec], params: Mapping[str, Any]) -> list[str]:
+        """The in-container command for ``checks`` (see ``exec_argv``)."""
+        return exec_argv(checks, params)
+
+    def install(self) -> None:
+        """Write the checks' zipapp to ``ZIPAPP`` (the tool's tmpfs) with one exec; a failure shows in each check's
+        output (the image has no python3, or the tmpfs is full)."""
+        self.exec(install_argv(), {}, 120)
+
+    def workers(self) -> int:
+        """How many groups may run at once: the CPUs of the container (its profile's quota, else the host's)."""
+        cpus = self.profile.cpus if self.profile is not None else None
+        return max(1, int(cpus or os.cpu_count() or 1))
 
     def __enter__(self) -> CheckContainer:
         try:
@@ -341,9 +400,13 @@ class HostRunner:
     def start(self) -> None:
         """Nothing to restart: a timed-out check was killed with its process group by ``timeout``."""
 
-    def argv(self, check: CheckSpec, params: Mapping[str, Any]) -> list[str]:
-        """The host command for ``check``: this repository's check script under ``self.python``."""
-        return exec_argv(check, params, python=self.python, script=str(CHECKS_SCRIPT))
+    def argv(self, checks: Sequence[CheckSpec], params: Mapping[str, Any]) -> list[str]:
+        """The host command for ``checks``: this checkout's package under ``self.python``."""
+        return exec_argv(checks, params, python=self.python, package_dir=str(CHECKS_DIR))
+
+    def workers(self) -> int:
+        """How many groups may run at once: this machine's CPUs."""
+        return os.cpu_count() or 1
 
     def exec(self, argv: list[str], env: Mapping[str, str], deadline: float) -> tuple[int | None, str]:
         """Run ``argv`` here; (exit code, output), or (None, partial output) past ``deadline`` seconds."""
@@ -371,10 +434,12 @@ def run_host_suite(
     env: Mapping[str, str],
     log_dir: Path,
     on_result: Callable[[CheckResult], None] = lambda r: None,
+    suite: str = DEFAULT_SUITE,
 ) -> list[CheckResult]:
-    """Run ``checks`` with ``python`` on this machine, no Docker (host mode), with ``variant``'s expectations."""
+    """Run ``checks`` with ``python`` on this machine, no Docker (host mode), with ``variant``'s expectations;
+    ``suite`` (quick / full) is recorded in each result and passed to the checks."""
     runner = HostRunner(python, env)
-    params = {**check_params(variant), "host": True}
+    params = {**check_params(variant), "host": True, "suite": suite}
     return _run_checks(runner, f"host:{python}", variant, checks, params, log_dir, on_result)
 
 
@@ -388,33 +453,112 @@ def _run_checks(
     on_result: Callable[[CheckResult], None],
     profile: str = profiles.DEFAULT,
 ) -> list[CheckResult]:
+    """Run ``checks`` in their groups (``groups``), up to ``runner.workers()`` execs at once, the largest first;
+    results in the order of ``checks``. A group that times out leaves its unfinished checks ``timeout`` and the
+    container is replaced once the others are done."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    results: list[CheckResult] = []
-    for check in checks:
+    lock = threading.Lock()
+    timed_out = threading.Event()
+    suite = str(params.get("suite", DEFAULT_SUITE))
+
+    def run_group(group: list[CheckSpec]) -> list[CheckResult]:
         started = time.monotonic()
-        exit_code, output = runner.exec(runner.argv(check, params), {}, check.timeout + KILL_GRACE + HOST_SLACK)
-        seconds = time.monotonic() - started
+        limit = group_timeout(group)
+        exit_code, output = runner.exec(runner.argv(group, params), {}, limit + KILL_GRACE + HOST_SLACK)
+        wall = time.monotonic() - started
+        parts = incontainer.split_logs(output)
         stem = variant.name if profile == profiles.DEFAULT else f"{variant.name}.{profile}"
-        log = log_dir / f"{stem}.{check.name}.log"
-        log.write_text(output, encoding="utf-8")
-        status, diagnosis, hint, facts = verdict(check.name, exit_code, output, check.timeout, seconds)
-        if status is Status.TIMEOUT:
-            runner.start()  # a hung check may leave processes behind: the next check starts clean
-        result = CheckResult(
-            variant=variant.name,
-            image=image,
-            check=check.name,
-            status=status,
-            diagnosis=diagnosis,
-            hint="" if status.ok else hint,
-            seconds=seconds,
-            facts=facts,
-            log=log,
-            profile=profile,
-        )
-        results.append(result)
-        on_result(result)
-    return results
+        done: list[CheckResult] = []
+        for check in group:
+            log = log_dir / f"{stem}.{check.name}.log"
+            log.write_text(parts.get(check.name, output), encoding="utf-8")
+            status, diagnosis, hint, facts = verdict(check.name, exit_code, output, limit, wall)
+            if status is Status.TIMEOUT:
+                timed_out.set()
+                diagnosis = f"no result within the {limit} s of its group ({', '.join(c.name for c in group)})"
+            parsed = parse_output_safe(output, check.name)
+            seconds = float(parsed.get("seconds", wall)) if parsed else wall
+            result = CheckResult(
+                variant=variant.name,
+                image=image,
+                check=check.name,
+                status=status,
+                diagnosis=diagnosis,
+                hint="" if status.ok else hint,
+                seconds=seconds,
+                facts=facts,
+                log=log,
+                profile=profile,
+                suite=suite,
+            )
+            done.append(result)
+            with lock:
+                on_result(result)
+        return done
+
+    batches = sorted(groups(checks), key=group_timeout, reverse=True)
+    found = {r.check: unhidden(r, checks) for done in in_parallel(batches, runner.workers(), run_group) for r in done}
+    if timed_out.is_set():
+        runner.start()  # a hung check may leave processes behind: what runs next starts clean
+    return [found[c.name] for c in checks]
+
+
+def in_parallel(jobs: Sequence[list[CheckSpec]], workers: int, run: Callable[[list[CheckSpec]], R]) -> list[R]:
+    """``run`` over ``jobs`` on up to ``workers`` daemon threads; the results in the order of ``jobs``.
+
+    Daemon threads, and a main thread that waits in short joins: Ctrl-C and SIGTERM reach the main thread at once
+    and its cleanup removes the container (which ends the execs), never waiting for a check to finish. The first
+    exception of a job is raised here once every thread is done."""
+    pending = list(enumerate(jobs))
+    results: dict[int, R] = {}
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not pending or errors:
+                    return
+                index, job = pending.pop(0)
+            try:
+                results[index] = run(job)
+            except BaseException as exc:  # re-raised in the caller's thread
+                with lock:
+                    errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(max(1, min(workers, len(jobs))))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.5)
+    if errors:
+        raise errors[0]
+    return [results[i] for i in range(len(jobs))]
+
+
+def unhidden(result: CheckResult, checks: Sequence[CheckSpec]) -> CheckResult:
+    """``result``, or where it was skipped for a prerequisite that failed but is not among ``checks`` (a profile's
+    rerun leaves prerequisites out), a failure naming the prerequisite's diagnosis: a skip never hides a failure."""
+    need = result.facts.get("failed_need")
+    if result.status is not Status.SKIPPED or not need or need in {c.name for c in checks}:
+        return result
+    hint = result.facts.get("need_hint") or (CHECKS[need].hint if need in CHECKS else "")
+    return dataclasses.replace(
+        result,
+        status=Status.FAILED,
+        diagnosis=f"{need} failed here: {result.facts.get('need_diagnosis') or 'see the log'}",
+        hint=str(hint),
+    )
+
+
+def parse_output_safe(output: str, check: str) -> dict[str, Any] | None:
+    """``parse_output`` for ``check``, None where the output holds no readable result for it."""
+    try:
+        return parse_output(output, check)
+    except ValueError:
+        return None
 
 
 def host_has_gpu() -> bool:
@@ -435,6 +579,7 @@ def run_suite(
     on_result: Callable[[CheckResult], None] = lambda r: None,
     profile: Profile | None = None,
     rerun: bool = False,
+    suite: str = DEFAULT_SUITE,
 ) -> list[CheckResult]:
     """Run ``checks`` (in order) inside ``image`` with ``variant``'s expectations, under ``profile``'s conditions.
 
@@ -447,7 +592,7 @@ def run_suite(
     attrs = client.images.get(image).attrs
     check_platform(image, attrs, variant)
     entrypoint = attrs.get("Config", {}).get("Entrypoint") or []
-    params = {**check_params(variant, entrypoint), "rerun": rerun}
+    params = {**check_params(variant, entrypoint), "rerun": rerun, "suite": suite}
     gpu = variant.accelerator is not Accelerator.CPU and host_has_gpu()
     profile = profile or Profile(name=profiles.DEFAULT)
     with CheckContainer(client, image, uuid.uuid4().hex[:12], gpu=gpu, profile=profile) as box:
@@ -464,6 +609,7 @@ def run_profiles(
     log_dir: Path,
     on_result: Callable[[CheckResult], None] = lambda r: None,
     announce: Callable[[str], None] = lambda line: None,
+    suite: str = DEFAULT_SUITE,
 ) -> list[CheckResult]:
     """Run ``checks`` in ``image`` under each profile of ``chosen``, one container per profile, in order.
 
@@ -493,5 +639,6 @@ def run_profiles(
                 on_result=on_result,
                 profile=profile,
                 rerun=reference is not None and profile is not reference,
+                suite=suite,
             )
     return results

@@ -1,0 +1,33 @@
+"""The in-image package ``vllm_smoke`` as one untyped namespace for the unit tests (it runs on Python >= 3.9 in
+images and is not typed)."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+MODULES: tuple[str, ...] = ("common", "runner", "catalogue", "conditions", "distributions", "nativelibs")
+MODULES += ("torchchecks", "tritonchecks", "vllmchecks")
+
+
+class _Flat:
+    """Attribute lookup across the package's modules, in ``MODULES`` order; ``.<module>`` gives the module."""
+
+    def __init__(self) -> None:
+        self.modules: dict[str, ModuleType] = {
+            name: importlib.import_module(f"matrixtool.incontainer.vllm_smoke.{name}") for name in MODULES
+        }
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.modules:
+            return self.modules[name]
+        for module in self.modules.values():
+            if hasattr(module, name):
+                return getattr(module, name)
+        raise AttributeError(name)
+
+
+def incontainer() -> Any:
+    """The package's modules as one namespace (see ``_Flat``)."""
+    return _Flat()

@@ -1,0 +1,33 @@
+"""Every check, in the declared order the reports keep: the family modules register them with ``common.check``.
+
+Stdlib only at import time (the checks import torch/vLLM inside their functions), so the host reads the same
+declarations (``matrixtool.checks``) that run inside the image.
+"""
+
+from __future__ import annotations
+
+from . import conditions, distributions, hygiene, nativelibs, torchchecks, tritonchecks, vllmchecks  # noqa: F401
+from .common import CATALOGUE
+
+# The order of the report tables, the README's check table and a variant's checks without another order.
+ORDER = (
+    "run-conditions",
+    "triton-import",
+    "torch-import",
+    "vllm-import",
+    "tiny-model",
+    "no-fake-triton",
+    "torch-family",
+    "inductor-compile",
+    "model-runner",
+    "offline-generate",
+    "vllm-cli",
+    "triton-drivers",
+    "triton-kernel",
+    "pip-check",
+    "native-libs",
+    "cpu-engine-settings",
+    "cuda-weight",
+)
+DECLARATIONS = {name: CATALOGUE[name] for name in ORDER} | {n: d for n, d in CATALOGUE.items() if n not in ORDER}
+CHECKS = {name: d.function for name, d in DECLARATIONS.items()}

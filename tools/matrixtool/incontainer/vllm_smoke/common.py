@@ -1,0 +1,321 @@
+"""What every family of checks shares: declarations, results and their marker lines, child Pythons, error lines.
+
+Standard library only, Python >= 3.9: this runs inside images this project did not build (as a zipapp written
+to the tool's tmpfs), and on the host, where ``matrixtool.checks`` reads the declarations (``CATALOGUE``).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import importlib.util
+import json
+import os
+import pkgutil
+import re
+import subprocess
+import sys
+
+# sys.modules["triton"] when this package was imported, before any check ran: a module planted by a .pth file or
+# sitecustomize at start-up is there already (no-fake-triton tells it from one that `import vllm` plants).
+TRITON_AT_START = sys.modules.get("triton")
+RESULT_MARK = "MATRIX-RESULT "
+BEGIN_MARK = "MATRIX-BEGIN "
+WORK_DIR = os.environ.get("MATRIX_SMOKE_DIR", "/tmp/matrix-smoke")
+MODEL_DIR = os.path.join(WORK_DIR, "tiny-llama")
+PACKAGE = __name__.rpartition(".")[0]
+SUITES = ("quick", "full")
+# Run conditions (matrixtool.profiles.Condition values) a profile may set.
+CONDITIONS = ("user", "read_only", "tmpfs", "memory", "cpus", "network", "env")
+
+
+class Declaration:
+    """One check's facts, declared next to its code with ``@check``.
+
+    ``timeout`` in seconds (matrix.yaml ``smoke.checks.<name>.timeout`` overrides it); ``classes``: failure-class
+    numbers (FAILURE-CLASSES.md); ``reports``: URLs; ``hint``: the fix when the check names none of its own;
+    ``affected_by``: run conditions (``CONDITIONS``) that can change its verdict beyond what run-conditions
+    proves; ``suites``: the suites that run it; ``needs``: checks that must pass first (else this one reports
+    ``skipped: <need> failed``); ``uses``: checks whose verdict it refers to (run with it, not gating);
+    ``group``: checks of one group share an interpreter (one ``import vllm``); ``fresh``: it needs an
+    interpreter of its own (a clean sys.modules, other environment variables).
+    """
+
+    __slots__ = (
+        "affected_by",
+        "classes",
+        "fresh",
+        "function",
+        "group",
+        "hint",
+        "name",
+        "needs",
+        "proves",
+        "reports",
+        "suites",
+        "timeout",
+        "uses",
+    )
+
+    def __init__(self, name, **facts):
+        self.name = name
+        for key in self.__slots__:
+            if key != "name":
+                setattr(self, key, facts[key])
+
+    def as_dict(self):
+        """The declaration as JSON-able data (no function)."""
+        return {key: getattr(self, key) for key in self.__slots__ if key != "function"}
+
+
+CATALOGUE = {}  # name -> Declaration, in the order the family modules declare them (see catalogue.py)
+
+
+def check(
+    name,
+    *,
+    proves,
+    classes,
+    reports,
+    hint,
+    timeout,
+    affected_by=("env",),
+    suites=SUITES,
+    needs=(),
+    uses=(),
+    group=None,
+    fresh=False,
+):
+    """Decorator declaring the check ``name`` (see ``Declaration``); the function takes the params dict and
+    returns ``result(...)``. Raises ValueError for a duplicate name, an unknown condition or suite."""
+    unknown = [c for c in affected_by if c not in CONDITIONS] + [s for s in suites if s not in SUITES]
+    if name in CATALOGUE or unknown:
+        raise ValueError(f"check {name!r}: duplicate, or unknown condition/suite {unknown}")
+
+    def register(function):
+        CATALOGUE[name] = Declaration(
+            name,
+            proves=proves,
+            classes=tuple(classes),
+            reports=tuple(reports),
+            hint=hint,
+            timeout=int(timeout),
+            affected_by=tuple(affected_by),
+            suites=tuple(suites),
+            needs=tuple(needs),
+            uses=tuple(uses),
+            group=None if fresh else (group or name),
+            fresh=bool(fresh),
+            function=function,
+        )
+        return function
+
+    return register
+
+
+def result(status, diagnosis="", hint=None, **facts):
+    """A check's outcome: status passed / failed / skipped, a diagnosis, a hint (None: the declared one), facts."""
+    return {"status": status, "diagnosis": diagnosis, "hint": hint, "facts": facts}
+
+
+def result_line(name, outcome):
+    """The marker line the host parses for check ``name`` (``parse_results`` reads it back)."""
+    return RESULT_MARK + json.dumps(dict(outcome, check=name), default=str)
+
+
+def parse_results(output: str) -> dict:  # annotated: the host calls it from typed code
+    """{check name: result dict} from the ``MATRIX-RESULT`` lines of ``output``, the last line per check winning;
+    a line without a check name (older scripts) is keyed None. Raises ValueError (json) for an unreadable line."""
+    found = {}
+    for line in output.splitlines():
+        if line.startswith(RESULT_MARK):
+            parsed = json.loads(line[len(RESULT_MARK) :])
+            if not isinstance(parsed, dict):
+                raise ValueError(f"a result is no object: {line[:200]}")
+            found[parsed.get("check")] = parsed
+    return found
+
+
+def split_logs(output: str) -> dict:
+    """{check name: its part of ``output``}: from its ``MATRIX-BEGIN`` line to its result line."""
+    parts, current = {}, None
+    for line in output.splitlines(keepends=True):
+        if line.startswith(BEGIN_MARK):
+            current = line[len(BEGIN_MARK) :].strip()
+        if current is not None:
+            parts[current] = parts.get(current, "") + line
+        if line.startswith(RESULT_MARK):
+            current = None
+    return parts
+
+
+def last_error_line(text):
+    """The last ``...Error``/``Exception``/``Exit`` line of ``text`` (a traceback), else its last line."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        if re.match(r"^[A-Za-z_.]*(Error|Exception|Exit)\b", line):
+            return line.strip()
+    return lines[-1].strip() if lines else ""
+
+
+# Import names whose distribution has another name (the fix installs the distribution).
+_DISTRIBUTION_OF = {"yaml": "pyyaml", "PIL": "pillow", "cv2": "opencv-python-headless", "google": "protobuf"}
+
+
+def import_hint(error):
+    """A fix hint for an ImportError line that names its module (``No module named 'transformers'``), or None.
+
+    The hint names the distribution to install; for ``cannot import name X from Y`` it names Y's version skew.
+    """
+    m = re.search(r"No module named '([^'.]+)", error or "")
+    if m:
+        module = m.group(1)
+        dist = _DISTRIBUTION_OF.get(module, module)
+        return f"install {dist} (the package that failed: `import {module}` finds no module), e.g. pip install {dist}"
+    m = re.search(r"cannot import name '([^']+)' from '([^'.]+)", error or "")
+    if m:
+        return (
+            f"{m.group(2)} {dist_version(m.group(2)) or ''} lacks {m.group(1)}: install the {m.group(2)} version "
+            "the importing package requires (see pip-check)"
+        )
+    return None
+
+
+def python_dev_package():
+    """Debian's headers package for this Python, e.g. ``python3.11-dev``."""
+    return f"python{sys.version_info[0]}.{sys.version_info[1]}-dev"
+
+
+def compile_hint(error):
+    """A fix hint for a C/C++ build error of inductor (or Triton's launcher) from ``error`` text, or None:
+    a missing Python.h names ``python3.X-dev`` (X from this Python), a missing compiler names g++."""
+    text = error or ""
+    if "Python.h" in text:
+        return (
+            f"install the Python headers of this Python: apt-get install {python_dev_package()} (Python.h is missing)"
+        )
+    if re.search(r"InvalidCxxCompiler|No working C\+\+ compiler|g\+\+: not found|'g\+\+'|\bc\+\+: not found", text):
+        return "install a C++ compiler: apt-get install g++ (inductor's CPU backend compiles its kernels with it)"
+    if re.search(r"\bgcc: not found|'gcc'|No such file or directory: 'cc'", text):
+        return "install a C compiler: apt-get install gcc (Triton builds its launcher with it)"
+    return None
+
+
+def dist_version(name):
+    """The installed version of distribution ``name``, or None."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def providers_of(module):
+    """Distributions whose files provide top-level ``module`` (e.g. triton, pytorch-triton-rocm)."""
+    if hasattr(metadata, "packages_distributions"):  # Python >= 3.10
+        return sorted(set(metadata.packages_distributions().get(module, [])))
+    found = set()
+    for dist in metadata.distributions():
+        for f in dist.files or []:
+            if f.parts and (f.parts[0] == module or f.parts[0] == module + ".py"):
+                found.add(dist.metadata["Name"])
+                break
+    return sorted(found)
+
+
+def program_path(name):
+    """The path of the program ``programs/<name>`` as a file: in the checkout itself (host mode), else extracted
+    once from the zipapp into WORK_DIR/programs (the tool's tmpfs: nothing is written to the image's root)."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", name)
+    if os.path.isfile(here):
+        return here
+    target = os.path.join(WORK_DIR, "programs", name)
+    if not os.path.isfile(target):
+        data = pkgutil.get_data(PACKAGE, "programs/" + name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        partial = f"{target}.{os.getpid()}"
+        with open(partial, "wb") as f:
+            f.write(data)
+        os.replace(partial, target)
+    return target
+
+
+def run_python(code, env_overrides=None, timeout=None):
+    """Run ``python -c code`` in a child process; the CompletedProcess (text output)."""
+    env = dict(os.environ)
+    env.update(env_overrides or {})
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def run_program(name, args=(), env_overrides=None, timeout=None):
+    """Run the program ``programs/<name>`` with ``args`` in a child Python; the CompletedProcess (text output)."""
+    env = dict(os.environ)
+    env.update(env_overrides or {})
+    return subprocess.run(
+        [sys.executable, program_path(name), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def marked(proc, mark):
+    """The JSON object a program printed after ``mark`` (e.g. ``MATRIX-TORCH``), or None."""
+    for line in proc.stdout.splitlines():
+        if line.startswith(mark + " "):
+            return json.loads(line[len(mark) + 1 :])
+    return None
+
+
+def gpu_probe():
+    """(visible, error): whether torch sees a GPU (CUDA or ROCm: torch.cuda covers both), probed in a child
+    process so a crashing ``import torch`` (seen under QEMU 7.2: SIGSEGV) cannot take this check down.
+    ``visible`` is None, with ``error`` set, when torch does not import."""
+    proc = run_python("import torch; print('MATRIX-GPU', torch.cuda.is_available())", timeout=600)
+    for line in proc.stdout.splitlines():
+        if line.startswith("MATRIX-GPU "):
+            return line.split()[1] == "True", None
+    return None, last_error_line(proc.stderr) or f"exit {proc.returncode}"
+
+
+def gpu_visible():
+    """True when torch sees a GPU; False when it sees none or does not import (see gpu_probe)."""
+    return bool(gpu_probe()[0])
+
+
+def needs_vllm(function):
+    """Decorator: in host mode (params["host"]) a missing vLLM skips the check instead of failing it.
+
+    Bare-metal GPU runners may check torch/triton before vLLM is installed (issue: GPU proof in host mode).
+    """
+
+    def wrapped(params):
+        if params.get("host") and importlib.util.find_spec("vllm") is None:
+            return result("skipped", "vLLM is not installed in this Python environment (host mode)")
+        return function(params)
+
+    return wrapped
+
+
+def needs_gpu(function):
+    """Decorator: on a GPU variant (params["accelerator"] is not "cpu") with no GPU visible, the check
+    reports ``skipped: no GPU visible``: never a silent pass, never a failure (issue 3). On CPU variants
+    the check always runs."""
+
+    def wrapped(params):
+        accelerator = params.get("accelerator", "cpu")
+        if accelerator == "cpu":
+            return function(params)
+        visible, error = gpu_probe()
+        if visible is None:
+            return result("failed", f"`import torch` fails, so no GPU can be looked for: {error}", None)
+        if not visible:
+            return result(
+                "skipped",
+                f"no GPU visible (a {accelerator} variant: run on a host with a GPU, which then gets `--gpus all`)",
+            )
+        return function(params)
+
+    return wrapped

@@ -1,0 +1,395 @@
+"""Run conditions and limits: identity, temp dir, caches, exec mounts, memory, CPU quota, network (12, 13)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import pwd
+import re
+import tempfile
+
+from .common import (
+    check,
+    last_error_line,
+    marked,
+    result,
+    run_program,
+)
+
+
+# --- cgroup limits (classes 12 and 13) ---------------------------------------------------------------
+def _cgroup_value(v2_name, v1_controller, v1_name):
+    """(text, path) of a cgroup file of this container: cgroup v2 ``/sys/fs/cgroup/<v2_name>`` or v1
+    ``/sys/fs/cgroup/<controller>/<v1_name>``, also under this process's own cgroup path (/proc/self/cgroup) where
+    the host's cgroup tree is mounted (cgroupns=host). (None, None) when none is readable."""
+    candidates = [f"/sys/fs/cgroup/{v2_name}", f"/sys/fs/cgroup/{v1_controller}/{v1_name}"]
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, controllers, path = line.strip().split(":", 2)
+                if controllers == "":
+                    candidates.append(f"/sys/fs/cgroup{path}/{v2_name}")
+                elif v1_controller in controllers.split(","):
+                    candidates.append(f"/sys/fs/cgroup/{v1_controller}{path}/{v1_name}")
+    except (OSError, ValueError):
+        pass
+    for path in candidates:
+        try:
+            with open(path) as f:
+                return f.read().strip(), path
+        except OSError:
+            continue
+    return None, None
+
+
+def _host_memory_bytes():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def _memory_limit_bytes():
+    """(bytes, source): the container's memory limit from its cgroup (v2 memory.max, v1 memory.limit_in_bytes);
+    without a limit, the host's RAM from /proc/meminfo (source names which)."""
+    value, path = _cgroup_value("memory.max", "memory", "memory.limit_in_bytes")
+    host = _host_memory_bytes()
+    if value is not None and value.isdigit() and (host is None or int(value) < host):
+        return int(value), f"cgroup {path}"
+    if host is not None:
+        return host, "/proc/meminfo MemTotal (no cgroup memory limit)"
+    return None, None
+
+
+def _cpu_quota():
+    """(CPUs, source): the CPU quota of this container's cgroup (v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us),
+    or (None, None) without one."""
+    value, path = _cgroup_value("cpu.max", "cpu", "cpu.cfs_quota_us")
+    if value is None:
+        return None, None
+    if path.endswith("cpu.max"):
+        quota, _, period = value.partition(" ")
+        if quota == "max" or not period:
+            return None, None
+        return int(quota) / int(period), f"cgroup {path}"
+    if int(value) <= 0:
+        return None, None
+    period, _ = _cgroup_value("cpu.max", "cpu", "cpu.cfs_period_us")
+    return int(value) / int(period or 100000), f"cgroup {path}"
+
+
+_VLLM = "https://github.com/vllm-project/vllm"
+
+
+@check(
+    "cpu-engine-settings",
+    proves=(
+        "`VLLM_CPU_KVCACHE_SPACE` fits the container's memory (cgroup limit: v2 `memory.max`, v1 "
+        "`memory.limit_in_bytes`; else MemTotal, and the diagnosis says which)"
+    ),
+    classes=(12,),
+    reports=(f"{_VLLM}/issues/29233",),
+    hint="set VLLM_CPU_KVCACHE_SPACE (GiB) well below the container's memory limit, or leave it unset",
+    timeout=60,
+    affected_by=("memory", "cpus", "env"),
+    group="light",
+)
+def check_cpu_engine_settings(params):
+    limit, source = _memory_limit_bytes()
+    raw = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    facts = {
+        "VLLM_CPU_KVCACHE_SPACE": raw,
+        "memory_limit_bytes": limit,
+        "memory_limit_source": source,
+        "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+        "cpus": os.cpu_count(),
+        "cpu_quota": _cpu_quota()[0],
+    }
+    problems = []
+    if raw is not None:
+        try:
+            space = float(raw)
+        except ValueError:
+            problems.append(f"VLLM_CPU_KVCACHE_SPACE={raw!r} is not a number of GiB")
+        else:
+            if limit is not None and space * 2**30 > 0.5 * limit:
+                problems.append(
+                    f"VLLM_CPU_KVCACHE_SPACE={raw} GiB exceeds half of the memory this container may "
+                    f"use ({limit / 2**30:.1f} GiB, from {source}); the engine would be killed or fail "
+                    "to allocate (vllm#29233)"
+                )
+    try:
+        shm = os.statvfs("/dev/shm")
+        facts["dev_shm_bytes"] = shm.f_blocks * shm.f_frsize
+    except OSError:
+        pass
+    if problems:
+        return result(
+            "failed",
+            "; ".join(problems),
+            "set VLLM_CPU_KVCACHE_SPACE (GiB) well below the container's "
+            "memory limit, or leave it unset so vLLM sizes the KV cache itself",
+            **facts,
+        )
+    return result(
+        "passed",
+        f"VLLM_CPU_KVCACHE_SPACE={raw} GiB fits {(limit or 0) / 2**30:.1f} GiB of memory (from {source})",
+        **facts,
+    )
+
+
+# --- run-conditions (class 13) -----------------------------------------------------------------------
+# Errors that run conditions cause, each with the condition and its fix (README "Deployment profiles").
+# main() appends the condition to a failed check's diagnosis when its output carries one of these.
+CONDITION_ERRORS = (
+    (
+        re.compile(r"getpwuid\(\): uid not found"),
+        "arbitrary UID without a passwd entry: torch inductor's default cache dir asks getpwuid() for a user "
+        "name (pytorch/pytorch#140765)",
+        "set TORCHINDUCTOR_CACHE_DIR to a writable directory in the image (ENV TORCHINDUCTOR_CACHE_DIR="
+        "/tmp/.cache/torchinductor)",
+    ),
+    (
+        re.compile(r"No usable temporary directory found"),
+        "read-only root filesystem with no writable /tmp",
+        "mount a tmpfs on /tmp (docker run --tmpfs /tmp:rw,exec; Kubernetes: an emptyDir volume at /tmp)",
+    ),
+    (
+        re.compile(r"failed to map segment from shared object"),
+        "inductor's compiled kernels sit on a noexec mount (/tmp mounted noexec; pytorch/pytorch#91005)",
+        "set TORCHINDUCTOR_CACHE_DIR to a directory on a mount without noexec, or mount /tmp with exec "
+        "(--tmpfs /tmp:rw,exec)",
+    ),
+    (
+        re.compile(r"Read-only file system"),
+        "a write to the read-only root filesystem",
+        "point HOME, XDG_CACHE_HOME, XDG_CONFIG_HOME and TORCHINDUCTOR_CACHE_DIR at a writable mount (a tmpfs /tmp)",
+    ),
+    (
+        re.compile(
+            r"Temporary failure in name resolution|Network is unreachable|Name or service not known|"
+            r"Failed to resolve|Max retries exceeded|Connection refused|We couldn't connect to"
+        ),
+        "a network access attempt (to a model hub?) where the container has no network",
+        "set HF_HUB_OFFLINE=1 in the image and load models from local paths",
+    ),
+    (
+        re.compile(r"exec format error", re.IGNORECASE),
+        "exec format error: binaries for another architecture than this host's",
+        "run the image on a host of its platform, or install QEMU's binfmt handlers",
+    ),
+)
+TRUE_VALUES = ("1", "true", "yes", "on")
+
+
+def explain(text):
+    """(condition, fix) for the first run-condition error in ``text``, or None."""
+    for pattern, condition, fix in CONDITION_ERRORS:
+        if pattern.search(text or ""):
+            return condition, fix
+    return None
+
+
+def _mounts():
+    """[(mount point, options)] from /proc/self/mountinfo, the longest mount point first."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            out.append((fields[4].replace("\\040", " "), set(fields[5].split(","))))
+    return sorted(out, key=lambda m: len(m[0]), reverse=True)
+
+
+def _mount_of(path, mounts):
+    path = os.path.abspath(path)
+    for point, options in mounts:
+        if path == point or path.startswith(point.rstrip("/") + "/"):
+            return point, options
+    return "/", set()
+
+
+def _writable(path):
+    """None when a file can be written in ``path`` (made if missing), else the error."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+TORCH_PROBE = "torch_probe.py"
+
+
+def _torch_probe():
+    """({threads, inductor_cache_dir}, None) from a child Python, or (None, its last error line)."""
+    proc = run_program(TORCH_PROBE, timeout=300)
+    probe = marked(proc, "MATRIX-TORCH")
+    if probe is not None:
+        return probe, None
+    return None, last_error_line(proc.stderr) or f"exit {proc.returncode}"
+
+
+_FIX_CACHES = (
+    "to a directory on a writable mount (e.g. under a tmpfs /tmp), or make it writable for group 0 "
+    "(chgrp 0, chmod g=u) as OpenShift recommends"
+)
+
+
+@check(
+    "run-conditions",
+    proves=(
+        "the image works under the container's run conditions (see \"Deployment profiles\"): inductor's cache "
+        "dir resolves for this UID, a usable temp dir, writable caches (XDG, HF, vLLM, inductor), inductor's "
+        "cache on an exec mount, no hub access without a network; reports the cgroup memory limit, and "
+        "torch's threads against the CPU quota (a warning)"
+    ),
+    classes=(13,),
+    reports=(
+        "https://github.com/pytorch/pytorch/issues/140765",
+        "https://github.com/pytorch/pytorch/issues/91005",
+        f"{_VLLM}/issues/29233",
+    ),
+    hint='see the condition named in the diagnosis; README "Deployment profiles" lists each fix',
+    timeout=120,
+    affected_by=("user", "read_only", "tmpfs", "memory", "cpus", "network", "env"),
+    group="light",
+)
+def check_run_conditions(params):
+    """The image under this container's run conditions (deployment profiles, README): identity, temp dir,
+    caches, exec mounts, memory, CPU quota, network. Each problem names its condition and its fix; a CPU
+    quota below torch's thread count is a warning (the image works, slowly)."""
+    env = os.environ
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = None
+    mounts = _mounts()
+    facts = {
+        "uid": uid,
+        "gid": gid,
+        "passwd_user": user,
+        "HOME": env.get("HOME"),
+        "read_only_root": "ro" in _mount_of("/", mounts)[1],
+    }
+    problems = []  # (condition, diagnosis, fix)
+    warnings = []
+
+    # Read-only root: tempfile (and so `import torch`) needs one writable temp dir.
+    try:
+        facts["tempdir"] = tempfile.gettempdir()
+    except OSError as exc:
+        problems.append(
+            (
+                "read-only root",
+                f"{exc}: the root filesystem is {'read-only' if facts['read_only_root'] else 'not writable'} and no "
+                "writable /tmp is mounted; `import torch` fails the same way",
+                "mount a tmpfs on /tmp (docker run --tmpfs /tmp:rw,exec; Kubernetes: an emptyDir volume at /tmp)",
+            )
+        )
+
+    # torch: its thread pool and where inductor puts its kernels (arbitrary UID: pytorch/pytorch#140765).
+    probe = None
+    if "tempdir" in facts and importlib.util.find_spec("torch") is not None:
+        probe, error = _torch_probe()
+        if probe is None:
+            found = explain(error)
+            condition = "arbitrary UID" if found and "getpwuid" in found[0] else "import torch"
+            problems.append((condition, f"{error}" + (f" ({found[0]})" if found else ""), found[1] if found else None))
+    facts["torch"] = probe
+
+    # Caches (Hugging Face, vLLM, inductor) under HOME or XDG dirs must be writable by this UID.
+    home = env.get("HOME") or "/"
+    cache_root = env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    config_root = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    dirs = [
+        ("XDG_CACHE_HOME", cache_root),
+        ("HF_HOME", env.get("HF_HOME") or os.path.join(cache_root, "huggingface")),
+        ("VLLM_CACHE_ROOT", env.get("VLLM_CACHE_ROOT") or os.path.join(cache_root, "vllm")),
+        ("VLLM_CONFIG_ROOT", env.get("VLLM_CONFIG_ROOT") or os.path.join(config_root, "vllm")),
+    ]
+    inductor = (probe or {}).get("inductor_cache_dir") or env.get("TORCHINDUCTOR_CACHE_DIR")
+    if inductor:
+        dirs.append(("TORCHINDUCTOR_CACHE_DIR", inductor))
+    facts["cache_dirs"] = dict(dirs)
+    unwritable = [(var, path, error) for var, path in dirs for error in [_writable(path)] if error]
+    if unwritable:
+        problems.append(
+            (
+                "caches not writable",
+                f"not writable by UID {uid} GID {gid}: "
+                + ", ".join(f"{path} ({var}: {error})" for var, path, error in unwritable),
+                f"set {', '.join(var for var, _, _ in unwritable)} {_FIX_CACHES}",
+            )
+        )
+
+    # noexec: inductor dlopens the .so files it compiles into its cache dir (pytorch/pytorch#91005).
+    if inductor:
+        point, options = _mount_of(inductor, mounts)
+        facts["inductor_mount"] = {"mount_point": point, "noexec": "noexec" in options}
+        if "noexec" in options:
+            problems.append(
+                (
+                    "noexec mount",
+                    f"inductor's cache dir {inductor} is on {point}, mounted noexec: its compiled .so files fail "
+                    "dlopen with 'failed to map segment from shared object' (pytorch/pytorch#91005)",
+                    f"set TORCHINDUCTOR_CACHE_DIR to a directory on a mount without noexec, or mount {point} with exec "
+                    f"(--tmpfs {point}:rw,exec)",
+                )
+            )
+
+    # Memory: what the engine may use is the cgroup limit, not the host's RAM (cpu-engine-settings judges it).
+    facts["memory_limit_bytes"], facts["memory_limit_source"] = _memory_limit_bytes()
+
+    # CPU quota: torch and vLLM size their thread pools from the host's cores.
+    quota, quota_source = _cpu_quota()
+    facts["cpu_quota"], facts["cpu_quota_source"], facts["cpus"] = quota, quota_source, os.cpu_count()
+    facts["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS")
+    threads = (probe or {}).get("threads")
+    if threads is not None and quota is not None and threads > math.ceil(quota):
+        warnings.append(
+            f"warning: torch uses {threads} threads on a quota of {quota:g} CPUs ({quota_source}): the image "
+            f"works, slowly (threads wait for CPU time); set OMP_NUM_THREADS={max(1, math.floor(quota))} "
+            "(vLLM CPU: VLLM_CPU_OMP_THREADS_BIND) to match the quota"
+        )
+
+    # No network: nothing may try to reach a hub.
+    try:
+        interfaces = sorted(n for n in os.listdir("/sys/class/net") if n != "lo")
+    except OSError:
+        interfaces = []
+    offline = str(env.get("HF_HUB_OFFLINE", "")).lower() in TRUE_VALUES
+    facts["network_interfaces"], facts["HF_HUB_OFFLINE"] = interfaces, env.get("HF_HUB_OFFLINE")
+    if not interfaces and not offline:
+        problems.append(
+            (
+                "no network",
+                "the container has no network and HF_HUB_OFFLINE is not set: huggingface_hub (transformers, vLLM) "
+                "tries to reach huggingface.co for every model name and fails on network access attempts",
+                "set HF_HUB_OFFLINE=1 in the image (ENV HF_HUB_OFFLINE=1) and load models from local paths",
+            )
+        )
+    if not interfaces and env.get("VLLM_NO_USAGE_STATS") != "1":
+        warnings.append("warning: VLLM_NO_USAGE_STATS is not 1: vLLM's usage-stats thread tries to reach its server")
+
+    if problems:
+        return result(
+            "failed",
+            "; ".join(f"{condition}: {diagnosis}" for condition, diagnosis, _ in problems),
+            "; ".join(dict.fromkeys(fix for _, _, fix in problems if fix)) or None,
+            **facts,
+        )
+    summary = (
+        f"UID {uid} GID {gid} ({user or 'no passwd entry'}), temp dir {facts.get('tempdir')}, caches writable"
+        + (f", inductor's cache {inductor} on an exec mount" if inductor else "")
+        + f", {len(interfaces)} network interface(s)"
+        + (f", HF_HUB_OFFLINE={env.get('HF_HUB_OFFLINE')}" if offline else "")
+        + (f", torch threads {threads}" if threads is not None else "")
+        + (f", CPU quota {quota:g}" if quota is not None else "")
+        + (f", memory {facts['memory_limit_bytes'] / 2**30:.1f} GiB" if facts["memory_limit_bytes"] else "")
+    )
+    return result("passed", "; ".join([summary, *warnings]), **facts)

