@@ -1,17 +1,27 @@
-"""`make bench`: cold build time, image size and smoke wall time of a variant, measured end to end.
+"""Benchmarks: speed and size are measured here, as ratios against a reference timed in the same run, never
+asserted in tests.
 
-Cold means: no image of the variant, no base image and no BuildKit cache on the engine before the run
-(everything is removed first; packages are downloaded again). Results: printed, and written to
-``build/bench/<variant>.json``. Speed and size are measured here, never asserted in tests.
+``python tools/bench.py suites [VARIANT]`` (``make bench``, issue 10): builds the variant's image or reuses it,
+then times, one after the other on the same machine, the naive pair (``tools/naive_generate.py`` in the image,
+eager then compiled, each its own ``docker run``: what a user writes to prove an image generates), the full
+smoke suite and the quick one (``tools/matrix test --image ... --suite full|quick``). Prints the table and
+writes ``build/bench/<variant>.suites.json`` with each wall time in seconds, per-check times and the ratios
+suite / naive pair.
 
-Usage: python tools/bench.py [VARIANT] [--warm]   (--warm keeps images and cache: a rebuild-from-cache figure)
-       python tools/bench.py --compare A B        (B against A from build/bench/{A,B}.json, e.g. cpu arm64:
-                                                    the arm64 image under QEMU against the x86-64 run)
+``python tools/bench.py build [VARIANT] [--warm]`` (``make bench-build``): cold build time, image size and
+smoke wall time of ``tools/matrix run``. Cold means: no image of the variant, no base image and no BuildKit
+cache on the engine before the run (everything is removed first; packages are downloaded again);
+``--warm`` keeps them (a rebuild-from-cache figure). Writes ``build/bench/<variant>.json``.
+
+``python tools/bench.py compare A B``: B against A from ``build/bench/{A,B}.json`` (e.g. ``cpu arm64``: the arm64
+image under QEMU against the x86-64 run).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -86,15 +96,9 @@ def _profile_figures(checks: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def main(argv: list[str]) -> int:
-    if argv[:1] == ["--compare"]:
-        if len(argv) != 3:
-            print("usage: python tools/bench.py --compare A B   (two variants benchmarked before)", file=sys.stderr)
-            return 2
-        return compare(argv[1], argv[2])
-    variant = next((a for a in argv if not a.startswith("--")), "cpu")
-    warm = "--warm" in argv
-    sys.path.insert(0, str(REPO / "tools"))
+def build_bench(variant: str, warm: bool) -> int:
+    """``build`` mode: a cold (or ``warm``) ``tools/matrix run VARIANT``; figures to ``build/bench/<variant>.json``.
+    Returns 0, or 1 when the run failed or wrote no report."""
     from matrixtool.matrix import load_matrix
 
     (spec,) = [v for v in load_matrix().variants if v.name == variant]
@@ -138,6 +142,167 @@ def main(argv: list[str]) -> int:
     (out / f"{variant}.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     print(json.dumps(result, indent=2))
     return 0 if doc["ok"] else 1
+
+
+NAIVE_SCRIPT = REPO / "tools" / "naive_generate.py"
+# The naive pair runs as a user would run the image: vLLM's CPU backend needs more than Docker's 64 MB of
+# /dev/shm (README "Findings"), the same size the smoke container gets (smoke.SHM_SIZE).
+NAIVE_SHM = "1g"
+
+
+def _timed(argv: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    started = time.monotonic()
+    proc = _run(argv)
+    return round(time.monotonic() - started, 1), proc
+
+
+def naive(image: str, mode: str) -> tuple[float, list[list[int]] | None, str]:
+    """Wall seconds of ``docker run --rm IMAGE python3 naive_generate.py MODE`` (``eager`` or ``compiled``), the
+    tokens it printed (None when it failed) and its output. The script travels as a read-only bind mount."""
+    argv = [
+        "docker", "run", "--rm", "--shm-size", NAIVE_SHM, "--label", "io.vllm-matrix.bench=naive",
+        "-v", f"{NAIVE_SCRIPT}:/bench/naive_generate.py:ro", "--entrypoint", "python3",
+        image, "/bench/naive_generate.py", mode,
+    ]  # fmt: skip
+    seconds, proc = _timed(argv)
+    for line in proc.stdout.splitlines():
+        if line.startswith("NAIVE "):
+            return seconds, json.loads(line[len("NAIVE ") :])["tokens"], proc.stdout + proc.stderr
+    return seconds, None, proc.stdout + proc.stderr
+
+
+def suite(image: str, variant: str, name: str, out: Path) -> tuple[float, dict[str, Any] | None, str]:
+    """Wall seconds of ``tools/matrix test --image IMAGE --as VARIANT --suite NAME`` (container start, copying
+    the checks in, every check, removal), its JSON report (None when it wrote none) and its table."""
+    report = out / f"{variant}.{name}.report.json"
+    report.unlink(missing_ok=True)
+    seconds, proc = _timed(
+        [
+            MATRIX,
+            "--out",
+            str(out),
+            "test",
+            "--image",
+            image,
+            "--as",
+            variant,
+            "--suite",
+            name,
+            "--json-file",
+            str(report),
+        ]
+    )
+    try:
+        doc = json.loads(report.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return seconds, None, proc.stdout + proc.stderr
+    return seconds, doc, proc.stdout
+
+
+def image_ref(variant: str, wheelhouse: str | None, out: Path) -> str | None:
+    """Build ``variant`` with ``tools/matrix build`` (a no-op when its content-hash tag exists) and return the
+    image reference from the JSON report, or None (the build's output is printed) when it failed."""
+    report = out / f"{variant}.build.json"
+    argv = [MATRIX, "--out", str(out), "build", variant, "--json-file", str(report)]
+    if wheelhouse:
+        argv += ["--wheelhouse", wheelhouse]
+    proc = _run(argv)
+    try:
+        doc = json.loads(report.read_text(encoding="utf-8"))
+        return str(doc["builds"][0]["image"]) if proc.returncode == 0 else None
+    except (OSError, json.JSONDecodeError, KeyError, IndexError):
+        print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
+        return None
+
+
+def suites_bench(variant: str, wheelhouse: str | None) -> int:
+    """``suites`` mode (``make bench``): the naive pair, the full suite and the quick suite on one image, timed
+    in one run; prints a table and writes ``build/bench/<variant>.suites.json``. Returns 0 when every part
+    passed (the ratios are figures, not verdicts), 1 otherwise."""
+    out = REPO / "build" / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    image = image_ref(variant, wheelhouse, out)
+    if image is None:
+        return 1
+    eager_s, eager_tokens, eager_log = naive(image, "eager")
+    compiled_s, compiled_tokens, compiled_log = naive(image, "compiled")
+    full_s, full, full_table = suite(image, variant, "full", out)
+    quick_s, quick, quick_table = suite(image, variant, "quick", out)
+    pair = round(eager_s + compiled_s, 1)
+    result: dict[str, Any] = {
+        "variant": variant,
+        "image": image,
+        "cpus": os.cpu_count(),
+        "naive": {"eager_seconds": eager_s, "compiled_seconds": compiled_s, "pair_seconds": pair},
+        "naive_tokens_equal": eager_tokens is not None and eager_tokens == compiled_tokens,
+        "full": {
+            "seconds": full_s,
+            "ok": bool(full and full["ok"]),
+            "vs_naive_pair": round(full_s / pair, 2),
+            "checks": {
+                c["check"]: {"status": c["status"], "seconds": c["seconds"]} for c in (full or {}).get("checks", [])
+            },
+        },
+        "quick": {
+            "seconds": quick_s,
+            "ok": bool(quick and quick["ok"]),
+            "vs_naive_pair": round(quick_s / pair, 2),
+            "checks": {
+                c["check"]: {"status": c["status"], "seconds": c["seconds"]} for c in (quick or {}).get("checks", [])
+            },
+        },
+    }
+    (out / f"{variant}.suites.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    rows = [
+        ("naive eager (docker run)", eager_s, ""),
+        ("naive compiled (docker run)", compiled_s, ""),
+        ("naive pair", pair, "1.00"),
+        ("full suite", full_s, f"{result['full']['vs_naive_pair']:.2f}"),
+        ("quick suite", quick_s, f"{result['quick']['vs_naive_pair']:.2f}"),
+    ]
+    text = "\n".join(
+        [f"{'':30} {'seconds':>8}  {'x naive pair':>12}"]
+        + [f"{label:30} {sec:8.1f}  {ratio:>12}" for label, sec, ratio in rows]
+    )
+    (out / f"{variant}.suites.txt").write_text(full_table + "\n" + quick_table + "\n" + text + "\n", encoding="utf-8")
+    print(full_table)
+    print(quick_table)
+    print(text)
+    parts = (
+        ("naive eager", eager_tokens is not None, eager_log),
+        ("naive compiled", compiled_tokens is not None, compiled_log),
+        ("full suite", result["full"]["ok"], full_table),
+        ("quick suite", result["quick"]["ok"], quick_table),
+    )
+    failed = [name for name, ok, _ in parts if not ok]
+    for name, ok, log in parts:
+        if not ok:
+            print(f"{name} failed:\n{log[-3000:]}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def main(argv: list[str]) -> int:
+    """Parse ``argv`` (without the program name), run one mode and return its exit status."""
+    parser = argparse.ArgumentParser(prog="tools/bench.py", description="Benchmarks of the matrix tool (make bench).")
+    modes = parser.add_subparsers(dest="mode", required=True)
+    suites = modes.add_parser("suites", help="the full and quick smoke suites against the naive pair (make bench)")
+    suites.add_argument("variant", nargs="?", default="cpu")
+    suites.add_argument("--wheelhouse", help="passed to tools/matrix build (the folder of the CPU torch wheel)")
+    build = modes.add_parser("build", help="cold build time, image size and smoke wall time (make bench-build)")
+    build.add_argument("variant", nargs="?", default="cpu")
+    build.add_argument(
+        "--warm", action="store_true", help="keep images and BuildKit's cache (a rebuild-from-cache figure)"
+    )
+    compare_ = modes.add_parser("compare", help="B against A from earlier build runs (build/bench/{A,B}.json)")
+    compare_.add_argument("first")
+    compare_.add_argument("second")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(REPO / "tools"))
+    if args.mode == "compare":
+        return compare(args.first, args.second)
+    if args.mode == "build":
+        return build_bench(args.variant, args.warm)
+    return suites_bench(args.variant, args.wheelhouse)
 
 
 if __name__ == "__main__":
