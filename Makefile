@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 PIP_CONFIG_CERT := $(shell python3 -m pip config list 2>/dev/null | sed -n "s/^global\.cert='\(.*\)'$$/\1/p" | head -n1)
 CA_ENV := $(if $(SSL_CERT_FILE)$(PIP_CERT)$(REQUESTS_CA_BUNDLE),,$(if $(PIP_CONFIG_CERT),PIP_CERT=$(PIP_CONFIG_CERT)))
 
-.PHONY: setup engine venv run test test-emulated unit images render render-check lint bench bench-arm64 clean
+.PHONY: setup engine venv run test test-emulated unit images render render-check lint bench bench-build bench-arm64 clean
 
 setup: engine venv  ## Install and start the engine, create the venv
 
@@ -57,13 +57,16 @@ lint: venv  ## ruff, mypy (tool and tests), hadolint, actionlint, zizmor, render
 	$(VENV)/bin/zizmor --offline .github/workflows/
 	$(MATRIX) render --check
 
-bench: setup  ## Cold build time, image size, smoke wall time of the CPU image (writes build/bench.json)
-	$(PY) tools/bench.py
+bench: setup  ## Full and quick smoke suites of the CPU image against the naive pair (writes build/bench/cpu.suites.json)
+	$(CA_ENV) $(PY) tools/bench.py suites cpu --wheelhouse "$$(tools/wheelhouse.sh)"
+
+bench-build: setup  ## Cold build time, image size, smoke wall time of the CPU image (writes build/bench/cpu.json)
+	$(CA_ENV) $(PY) tools/bench.py build cpu
 
 bench-arm64: setup  ## The arm64 variant under QEMU against the x86-64 CPU run (cold, both; tens of minutes)
-	$(PY) tools/bench.py cpu
-	$(PY) tools/bench.py arm64
-	$(PY) tools/bench.py --compare cpu arm64
+	$(PY) tools/bench.py build cpu
+	$(PY) tools/bench.py build arm64
+	$(PY) tools/bench.py compare cpu arm64
 
 clean:  ## Remove this project's images and containers, and prune the (whole) BuildKit cache
 	-docker ps -aq --filter label=io.vllm-matrix.session | xargs -r docker rm -f
