@@ -11,8 +11,7 @@ host's wheelhouse stands in for it.
 Runs as a team sees them, in one module (the image is built once): a push to the default branch (build, the
 checks, the cache written, pushed, the push record written), then the same push again on an engine that lost
 the image (a fresh runner, nothing changed): it finds the image in the registry, builds nothing, pulls it, checks
-it and reports it for the manifest job; then a pull request that changes nothing (quick suite, `--suite quick`),
-skipped where `tools/matrix run` has no `--suite` yet.
+it and reports it for the manifest job; then a pull request that changes nothing (quick suite, `--suite quick`).
 
 Cost: the image's layers come from BuildKit's local cache (the session's CPU image: only the layers that name
 the wheelhouse's fingerprint differ), and the checks are narrowed through the workflow's own input `only` (a
@@ -38,7 +37,6 @@ import docker
 import pytest
 import yaml
 
-from matrixtool import cli
 from matrixtool.plan import resolve_wheelhouse
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import MATRIX
@@ -53,8 +51,6 @@ _EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 # The checks each run runs (the workflow's input `only`): a fast one, and pip-check, which reads every
 # distribution the wheelhouse step's torch brought.
 ONLY = ("torch-family", "pip-check")
-# `run --suite` is another issue's (PRs run the quick suite); the pull-request run waits for it.
-HAS_SUITE = any(p.name == "suite" for p in cli.main.commands["run"].params)
 PUBLISH_EXPR = (
     "github.event_name == 'push' && github.ref == format('refs/heads/{0}', github.event.repository.default_branch)"
 )
@@ -274,9 +270,6 @@ def test_a_push_that_changes_nothing_builds_nothing_and_still_reports_the_image(
     print(f"\nimage job, push to the default branch that changes nothing: {seconds:.0f} s")
 
 
-@pytest.mark.skipif(
-    not HAS_SUITE, reason="`tools/matrix run --suite` (the quick suite of pull requests) is not here yet"
-)
 def test_a_pull_request_that_changes_nothing_builds_nothing(
     client: docker.DockerClient,
     first_push: Job,
