@@ -84,4 +84,8 @@ def test_one_tag_lists_both_platforms_and_test_pulls_the_right_one(
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert f"+ docker pull --platform {platform} {tag}" in proc.stderr
         assert client.images.get(tag).id == record_["image_id"]
-        assert [c["status"] for c in doc["checks"]] == ["passed"], doc["checks"]
+        # torch-family and its prerequisite torch-import, both passed on the pulled platform's image.
+        assert [(c["check"], c["status"]) for c in doc["checks"]] == [
+            ("torch-import", "passed"),
+            ("torch-family", "passed"),
+        ], doc["checks"]

@@ -37,6 +37,7 @@ import docker
 import pytest
 import yaml
 
+from matrixtool.checks import prerequisites
 from matrixtool.plan import resolve_wheelhouse
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import MATRIX
@@ -51,6 +52,8 @@ _EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 # The checks each run runs (the workflow's input `only`): a fast one, and pip-check, which reads every
 # distribution the wheelhouse step's torch brought.
 ONLY = ("torch-family", "pip-check")
+# What those runs report: the checks of `only` and the prerequisites they bring (torch-import).
+RUN = set(prerequisites(ONLY))
 PUBLISH_EXPR = (
     "github.event_name == 'push' && github.ref == format('refs/heads/{0}', github.event.repository.default_branch)"
 )
@@ -233,7 +236,7 @@ def test_a_push_to_the_default_branch_builds_checks_caches_and_pushes(first_push
     build_step = first_push.steps["Build and smoke-test"]
     assert "+ docker buildx build" in build_step
     assert "--cache-to type=inline" in build_step  # the engine's own builder: inline cache
-    assert _junit_checks() == set(ONLY)
+    assert _junit_checks() == RUN
     pushed = _pushed()
     hash_ref, version_ref = pushed["refs"]
     assert hash_ref.startswith(f"{prefix}/vllm-matrix/cpu:") and version_ref == f"{prefix}/vllm-matrix/cpu:0.32.0"
@@ -263,7 +266,7 @@ def test_a_push_that_changes_nothing_builds_nothing_and_still_reports_the_image(
     build_step = ran["Build and smoke-test"]
     assert "exists in the registry" in build_step and "+ docker buildx build" not in build_step
     assert f"+ docker pull {hash_ref}" in build_step
-    assert _junit_checks() == set(ONLY)
+    assert _junit_checks() == RUN
     # push accepts the published image: the same record for the manifest job, nothing pushed again.
     assert "is in the registry already" in ran["Push"] and "+ docker push" not in ran["Push"]
     assert _pushed() == before
@@ -288,6 +291,6 @@ def test_a_pull_request_that_changes_nothing_builds_nothing(
     assert list(ran) == STEPS
     build_step = ran["Build and smoke-test"]
     assert "exists in the registry" in build_step and "+ docker buildx build" not in build_step
-    assert _junit_checks() and _junit_checks() <= set(ONLY)  # the quick suite's part of `only`
+    assert _junit_checks() and _junit_checks() <= RUN  # the quick suite's part of `only`
     assert "+ docker push" not in ran["Push"] and not (REPO_ROOT / "build" / "pushed" / "cpu-amd64.json").exists()
     print(f"\nimage job, pull request that changes nothing: {seconds:.0f} s")
