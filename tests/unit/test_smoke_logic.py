@@ -18,6 +18,26 @@ from matrixtool.matrix import CheckSpec, load_matrix
 from tests.unit._incontainer import incontainer
 
 
+def test_a_check_past_its_own_timeout_in_a_shared_interpreter_is_timeout(capsys: Any) -> None:
+    import time
+
+    mod = incontainer()
+    decl = mod.DECLARATIONS["pip-check"]
+    original = decl.function
+    def slow(params: Any) -> Any:
+        time.sleep(5)
+        return mod.result("passed", "too late")
+
+    decl.function = slow
+    try:
+        mod.main(["x", "run", "pip-check,cpu-engine-settings", json.dumps({"timeouts": {"pip-check": 1}})])
+    finally:
+        decl.function = original
+    results = mod.parse_results(capsys.readouterr().out)
+    assert results["pip-check"]["status"] == "timeout" and "timeout of 1 s" in results["pip-check"]["diagnosis"]
+    assert results["cpu-engine-settings"]["status"] in ("passed", "failed"), "the next check of the group still runs"
+
+
 def test_exec_argv_is_bounded_by_the_sum_of_the_timeouts() -> None:
     group = [CheckSpec(name="vllm-import", timeout=40), CheckSpec(name="model-runner", timeout=2)]
     argv = smoke.exec_argv(group, {"triton": "absent"})
@@ -25,7 +45,8 @@ def test_exec_argv_is_bounded_by_the_sum_of_the_timeouts() -> None:
     # The checks run from the zipapp on the tool's tmpfs: nothing is written to a root a profile may make read-only.
     assert argv[4:8] == ["python3", smoke.ZIPAPP, "run", "vllm-import,model-runner"]
     assert smoke.ZIPAPP.startswith(smoke.SMOKE_DIR + "/")
-    assert json.loads(argv[8]) == {"triton": "absent"}
+    # Each check's own timeout travels with the parameters: the in-image runner enforces it per check.
+    assert json.loads(argv[8]) == {"triton": "absent", "timeouts": {"vllm-import": 40, "model-runner": 2}}
     host = smoke.exec_argv(group[1:], {}, python="py", package_dir="/x/incontainer")
     assert host[4:9] == ["py", "-c", smoke.HOST_BOOT, "/x/incontainer", "run"] and host[9] == "model-runner"
 

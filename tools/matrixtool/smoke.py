@@ -183,14 +183,16 @@ def exec_argv(
     package_dir: str | None = None,
 ) -> list[str]:
     """The command that runs ``checks`` in one interpreter (in the container, or on the host), bounded by the sum
-    of their timeouts (seconds).
+    of their timeouts (seconds); each check's own timeout travels in the parameters (``timeouts``), which the
+    in-image runner enforces per check (``vllm_smoke.runner``).
 
     ``package_dir``: the folder holding ``vllm_smoke`` (host mode); None runs the zipapp ``ZIPAPP`` (containers).
     """
     program = [ZIPAPP] if package_dir is None else ["-c", HOST_BOOT, package_dir]
     return [
         "timeout", "-k", str(KILL_GRACE), str(group_timeout(checks)),
-        python, *program, "run", ",".join(c.name for c in checks), json.dumps(params, sort_keys=True),
+        python, *program, "run", ",".join(c.name for c in checks),
+        json.dumps({**params, "timeouts": {c.name: c.timeout for c in checks}}, sort_keys=True),
     ]  # fmt: skip
 
 

@@ -8,13 +8,46 @@ output starts with a ``MATRIX-BEGIN <check>`` line and ends with its ``MATRIX-RE
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 import time
 import traceback
 
 from .catalogue import DECLARATIONS
 from .common import BEGIN_MARK, last_error_line, result, result_line
 from .conditions import explain
+
+
+class CheckTimeout(BaseException):
+    """Raised in the main thread when a check runs past its own timeout (a BaseException: checks catch Exception)."""
+
+
+class _deadline:
+    """``with _deadline(seconds)``: raise CheckTimeout in the main thread after ``seconds`` (SIGALRM; 0 or no
+    main thread: no limit). The checks of a group share an interpreter, so each keeps its own timeout here; the
+    host's ``timeout`` around the group (the sum) is the backstop for a check stuck where no signal reaches."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds if threading.current_thread() is threading.main_thread() else 0
+
+    def _fire(self, signum, frame):
+        # Raised where the check happens to be: inside a __del__ Python only prints it ("Exception ignored", seen
+        # in regex's Group.__del__ during vLLM's start-up), so the alarm fires again each second until it lands.
+        signal.alarm(1)
+        raise CheckTimeout()
+
+    def __enter__(self):
+        if self.seconds > 0:
+            self.previous = signal.signal(signal.SIGALRM, self._fire)
+            signal.alarm(self.seconds)
+        return self
+
+    def __exit__(self, *exc):
+        if self.seconds > 0:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, self.previous)
+        return False
 
 
 class Session:
@@ -46,8 +79,12 @@ class Session:
                 self.outcomes[name] = dict(result("skipped", diagnosis, **facts), seconds=0.0)
                 return self.outcomes[name]
         started = time.monotonic()
+        limit = int(self.params.get("timeouts", {}).get(name) or 0)
         try:
-            outcome = declaration.function(self.params)
+            with _deadline(limit):
+                outcome = declaration.function(self.params)
+        except CheckTimeout:
+            outcome = result("timeout", f"no result within its timeout of {limit} s", None)
         except Exception:
             text = traceback.format_exc()
             sys.stdout.write(text)
