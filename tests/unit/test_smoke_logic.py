@@ -24,6 +24,7 @@ def test_a_check_past_its_own_timeout_in_a_shared_interpreter_is_timeout(capsys:
     mod = incontainer()
     decl = mod.DECLARATIONS["pip-check"]
     original = decl.function
+
     def slow(params: Any) -> Any:
         time.sleep(5)
         return mod.result("passed", "too late")

@@ -132,13 +132,17 @@ def pushed_digest(record: dict[str, Any]) -> str | None:
 
 def pull_if_missing(client: docker.DockerClient, ref: str, *, platform: str | None = None) -> bool:
     """Pull ``ref`` unless the engine has it (of ``platform``, e.g. ``linux/arm64``, when given: from a
-    multi-arch manifest list the engine pulls that platform's image); True when it was pulled.
+    multi-arch manifest list the engine pulls that platform's image); True when it was pulled. An image the
+    engine has of another platform is kept when no registry has the wanted one (the caller's platform check
+    then reports the mismatch).
 
     Raises:
         RegistryError: pulling failed (the message names the registry, the ref and the engine's reason).
     """
+    local = False
     try:
         image = client.images.get(ref)
+        local = True
         if platform is None or image.attrs.get("Architecture") == platform.split("/")[1]:
             return False
     except docker.errors.ImageNotFound:
@@ -147,6 +151,8 @@ def pull_if_missing(client: docker.DockerClient, ref: str, *, platform: str | No
     try:
         client.images.pull(ref, platform=platform)
     except docker.errors.APIError as exc:
+        if local:  # the engine's own image, of another platform: the platform check names it (exit 12)
+            return False
         host = registry_host(ref)
         raise RegistryError(
             f"{ref} is not on the engine and pulling it from {host} failed "
