@@ -261,9 +261,8 @@ def _generate(mode, max_tokens, timeout, in_process):
         except Exception:
             text = traceback.format_exc()
             sys.stdout.write(text)
-            error, cause = last_error_line(text), root_cause(text)
             return {
-                "error": error + (f" (root cause: {cause})" if cause and cause != error else ""),
+                "error": _with_root_cause(last_error_line(text), text),
                 "seconds": round(time.monotonic() - started, 1),
             }
         return dict(data, seconds=round(time.monotonic() - started, 1), process="in-process")
@@ -280,13 +279,17 @@ def _generate(mode, max_tokens, timeout, in_process):
         f.write(proc.stdout + proc.stderr)
     text = proc.stderr
     sys.stdout.write(text if len(text) <= 12000 else text[:4000] + "\n[...]\n" + text[-8000:])
-    error = last_error_line(text) or f"exit {proc.returncode}"
-    cause = root_cause(text)
     return {
-        "error": error + (f" (root cause: {cause})" if cause and cause != error else ""),
+        "error": _with_root_cause(last_error_line(text) or f"exit {proc.returncode}", text),
         "seconds": seconds,
         "log": log,
     }
+
+
+def _with_root_cause(error, text):
+    """``error`` (the last error line of ``text``), followed by the worker's own error when it differs."""
+    cause = root_cause(text)
+    return error + (f" (root cause: {cause})" if cause and cause != error else "")
 
 
 # vLLM's wrappers around a failure in its engine or worker processes: the cause is logged before them.
