@@ -1,4 +1,4 @@
-"""The in-image checks as a package: declarations next to the code, the README table generated from them,
+"""The in-image checks as a package: declarations next to the code, the docs table generated from them,
 prerequisites (one root cause, one failure), suites, and the groups that share an interpreter."""
 
 from __future__ import annotations
@@ -22,14 +22,20 @@ from tests.conftest import REPO_ROOT
 from tests.unit._incontainer import incontainer
 
 sys.path.insert(0, str(REPO_ROOT / "tools"))
-import checks_table
+import docs_tables
 
 
-def test_readme_check_table_is_generated_from_the_declarations() -> None:
-    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    assert checks_table.rewritten(text) == text, "README's check table drifted: run tools/checks_table.py"
+def test_the_generated_tables_of_docs_match_the_code() -> None:
+    # The check table (declarations), the command table (click) and the exit-code table (errors.MEANING).
+    assert docs_tables.drifted() == [], "a table in docs/ drifted: run tools/docs_tables.py"
     with pytest.raises(ValueError, match="markers"):
-        checks_table.rewritten("no markers here")
+        docs_tables.rewritten("no markers here", "checks-table", "")
+
+
+def test_a_drifted_table_is_named() -> None:
+    text = (REPO_ROOT / "docs/checks.md").read_text(encoding="utf-8")
+    stale = docs_tables.rewritten(text, "checks-table", "| an old table |\n")
+    assert stale != text and "| an old table |" in stale
 
 
 def test_the_host_catalogue_is_the_packages_declarations() -> None:

@@ -203,7 +203,7 @@ def test_keep_going_exits_with_the_most_severe_code(
     tmp_path: Path, codes: dict[str, ExitCode], check_failed: bool, expected: ExitCode
 ) -> None:
     """cli._finish turns RunReport.error_codes (recorded by pipeline.run_variants) and a failed check into
-    one exit code, the most severe (README "Exit codes"), after writing the reports."""
+    one exit code, the most severe (docs/commands.md, "Exit codes"), after writing the reports."""
     from matrixtool import cli, report
     from matrixtool.errors import VariantsFailed
     from matrixtool.smoke import CheckResult, Status
