@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from matrixtool import checks, pipeline, smoke
+from matrixtool import checks, select, smoke
 from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode
 from matrixtool.matrix import CheckSpec, load_matrix
@@ -187,16 +187,16 @@ def test_triton_drivers_says_when_vllm_is_installed_but_fails_to_import(monkeypa
 
 def test_quick_suite_leaves_out_compiled_generate_and_adds_prerequisites() -> None:
     cpu = next(v for v in load_matrix().variants if v.name == "cpu")
-    quick = [c.name for c in pipeline.select_checks(cpu, [], [], "quick")]
-    full = [c.name for c in pipeline.select_checks(cpu, [], [], "full")]
+    quick = [c.name for c in select.select_checks(cpu, [], [], "quick")]
+    full = [c.name for c in select.select_checks(cpu, [], [], "full")]
     # offline-generate is in both: the quick suite runs its eager half only (test_generate_modes_follow_the_suite).
     assert "inductor-compile" not in quick and "model-runner" in quick and "offline-generate" in quick
     assert full == [c.name for c in cpu.checks]
     # --only picks checks whatever their suite, and brings their prerequisites.
-    only = [c.name for c in pipeline.select_checks(cpu, ["offline-generate"], [], "quick")]
+    only = [c.name for c in select.select_checks(cpu, ["offline-generate"], [], "quick")]
     assert only == ["torch-import", "vllm-import", "tiny-model", "offline-generate"]
     with pytest.raises(ConfigError, match="'slow' is no suite"):
-        pipeline.select_checks(cpu, [], [], "slow")
+        select.select_checks(cpu, [], [], "slow")
 
 
 def test_suite_flag_is_validated_with_exit_3() -> None:

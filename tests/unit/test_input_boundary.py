@@ -202,9 +202,11 @@ def test_an_unreadable_matrix_file_is_a_config_error(tmp_path: Path) -> None:
 def test_keep_going_exits_with_the_most_severe_code(
     tmp_path: Path, codes: dict[str, ExitCode], check_failed: bool, expected: ExitCode
 ) -> None:
-    """cli._finish turns RunReport.error_codes (recorded by pipeline.run_variants) and a failed check into
-    one exit code, the most severe (docs/commands.md, "Exit codes"), after writing the reports."""
-    from matrixtool import cli, report
+    """commands._shared.finish turns RunReport.error_codes (recorded by commands.run.run) and a failed check
+    into one exit code, the most severe (docs/commands.md, "Exit codes"), after writing the reports."""
+    from matrixtool import report
+    from matrixtool.commands._flags import ReportFlags
+    from matrixtool.commands._shared import finish
     from matrixtool.errors import VariantsFailed
     from matrixtool.smoke import CheckResult, Status
 
@@ -219,8 +221,7 @@ def test_keep_going_exits_with_the_most_severe_code(
         seconds=1.0,
     )
     result = report.RunReport(checks=[check], errors=errors, error_codes=codes)
-    settings = cli.Settings(matrix_path=tmp_path / "matrix.yaml", out_dir=tmp_path / "out", env={}, debug=False)
     with pytest.raises(VariantsFailed) as info:
-        cli._finish(settings, result, as_json=False, junit=None)
+        finish(result, ReportFlags(as_json=False, junit=None), out_dir=tmp_path / "out", env={})
     assert info.value.exit_code == expected
     assert (tmp_path / "out" / "reports" / "junit.xml").is_file()

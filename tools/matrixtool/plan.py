@@ -6,13 +6,15 @@ Nothing here touches Docker or the network; ``build.py`` executes a ``BuildPlan`
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from matrixtool.base import BaseImage, BaseKey
 from matrixtool.errors import ConfigError, RegistryError
 from matrixtool.matrix import SUITE_PYTHON, Platform, Variant
-from matrixtool.render import RenderedFile
+from matrixtool.pin import Lock
+from matrixtool.render import RenderedFile, render_variant
 
 DEFAULT_REPOSITORY = "vllm-matrix"
 TARGET = "runtime"
@@ -326,3 +328,56 @@ def resolve_wheelhouse(flag: Path | None, env: Mapping[str, str]) -> Path | None
     value = env.get(WHEELHOUSE_ENV_VAR, "").split()
     local = [v.removeprefix("file://") for v in value if not v.startswith(("http://", "https://"))]
     return Path(local[0]) if local else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanContext:
+    """What every plan of one command shares: the templates, the lock file's pins, the resolved CA bundle and
+    wheelhouse (None: none), the image repository prefix, and the checkout's ``revision`` and ``source`` URL
+    (image labels)."""
+
+    templates_dir: Path
+    lock: Lock
+    ca_cert: Path | None
+    wheelhouse: Path | None
+    repository: str = DEFAULT_REPOSITORY
+    revision: str = "unknown"
+    source: str = ""
+
+
+def plan_variants(
+    variants: Sequence[Variant], bases: Mapping[BaseKey, BaseImage], context: PlanContext
+) -> list[BuildPlan]:
+    """Plan every (variant, platform), pure: ``bases`` are what providing or looking up found (a key missing:
+    the base is unchecked, named as in matrix.yaml, or ``ref@digest`` when pinned in ``context.lock``).
+
+    ``build``, ``run``, ``bake`` and ``push`` all plan here, so their tags, labels and content hashes agree.
+
+    Raises:
+        ConfigError: a stand-in base ships another Python than the variant accepts (``stand_in_python``).
+    """
+    plans = []
+    for variant in variants:
+        files = tuple(render_variant(variant, context.templates_dir))
+        digest = context.lock.digest(variant.base_image)
+        wheels = context.wheelhouse if variant.index.wheelhouse else None
+        for platform in variant.platforms:
+            got = bases.get((variant.name, platform))
+            plans.append(
+                plan_build(
+                    variant,
+                    platform=platform,
+                    files=files,
+                    base_image_id=got.image_id if got else None,
+                    wheelhouse=wheels,
+                    wheelhouse_rows=wheelhouse_fingerprint(wheels) if wheels else [],
+                    ca_cert=context.ca_cert,
+                    revision=context.revision,
+                    source_url=context.source,
+                    repository=context.repository,
+                    base_digest=digest,
+                    base_local=got.local_tag if got else None,
+                    stand_in_suite=got.stand_in_suite if got else None,
+                )
+            )
+    return plans
