@@ -67,6 +67,7 @@ def test_the_cache_is_no_build_input() -> None:
     assert cache.apply(plain, _settings("docker")).content_hash == plain.content_hash
 
 
+@pytest.mark.subprocess
 def test_builder_driver_reads_buildx_inspect() -> None:
     script = ["sh", "-c", "printf 'Name: b\\nDriver:   docker-container\\nNodes:\\n'"]
     assert cache.builder_driver(script) == "docker-container"

@@ -92,6 +92,7 @@ def test_a_failed_prerequisite_skips_its_dependents(monkeypatch: pytest.MonkeyPa
     assert calls == ["vllm-import"], "the prerequisite runs once per interpreter; its dependents never"
 
 
+@pytest.mark.subprocess
 def test_vllm_cli_skips_when_the_failure_is_vllms_import(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # vllm-cli runs in a group of its own and imports vLLM only when the console script fails: then a vLLM that
     # does not import is vllm-import's failure (reported in the vLLM group), not a second one.

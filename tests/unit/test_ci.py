@@ -121,6 +121,7 @@ def test_pull_requests_are_fast_and_the_default_branch_publishes() -> None:
     assert "tools/matrix manifest build/pushed/*.json" in json.dumps(jobs["manifest"])
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("tool", ["actionlint", "zizmor"])
 def test_workflow_passes_linter(tool: str) -> None:
     exe = shutil.which(tool, path=str(VENV_BIN)) or shutil.which(tool)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -143,7 +144,14 @@ def test_render_replaces_files_atomically(tmp_path: Path, monkeypatch: pytest.Mo
     assert not [p for p in (tmp_path / "images" / "cpu").iterdir() if p.name.endswith(".tmp")]
 
 
-def test_doctor_fails_through_the_error_path() -> None:
+def test_doctor_fails_through_the_error_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The docker CLI probes (buildx) fail as on a machine without the plugin; the SDK is the guard's.
+    from matrixtool import engine
+
+    def no_cli(argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 1, "", f"{argv[0]}: not run in unit tests")
+
+    monkeypatch.setattr(engine, "_run", no_cli)
     result = CliRunner().invoke(main, ["doctor", "--registry", "127.0.0.1:9"], catch_exceptions=False)
     assert result.exit_code == ExitCode.ENGINE
     assert "error: doctor: engine" in result.output and "Traceback" not in result.output

@@ -276,6 +276,7 @@ def test_pin_cli_leaves_the_lock_unchanged_when_the_registry_is_unreachable(
 
 
 # --- bake without an engine or a reachable index ----------------------------------------------------------
+@pytest.mark.subprocess
 def test_bake_works_offline_and_warns_about_what_it_could_not_check(tmp_path: Path) -> None:
     """The autouse guard makes the engine unreachable; the index is a closed loopback port."""
     with socket.socket() as s:

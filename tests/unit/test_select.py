@@ -51,7 +51,7 @@ def test_an_empty_check_selection_is_a_config_error() -> None:
 
 
 def test_select_checks_validates_as_the_flag_check_does() -> None:
-    """One validation of --only/--skip (inputs.check_selection), used by the flag check and by the check selection alike."""
+    """One validation of --only/--skip (inputs.check_selection), used by the flag check and by select_checks."""
     cpu = next(v for v in load_matrix().variants if v.name == "cpu")
     assert [c.name for c in select.select_checks(cpu, ["pip-check"], [])] == ["pip-check"]
     assert "pip-check" not in [c.name for c in select.select_checks(cpu, [], ["pip-check"])]

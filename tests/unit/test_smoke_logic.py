@@ -52,6 +52,7 @@ def test_exec_argv_is_bounded_by_the_sum_of_the_timeouts() -> None:
     assert host[4:9] == ["py", "-c", smoke.HOST_BOOT, "/x/incontainer", "run"] and host[9] == "model-runner"
 
 
+@pytest.mark.subprocess
 def test_the_zipapp_is_written_with_one_exec_and_runs_the_package(tmp_path: Path) -> None:
     install = smoke.install_argv()
     assert install[:2] == ["python3", "-c"] and install[3] == smoke.ZIPAPP
