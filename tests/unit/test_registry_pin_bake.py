@@ -18,6 +18,7 @@ from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode, RegistryError
 from matrixtool.matrix import Platform, load_matrix
 from tests.conftest import REPO_ROOT, copy_checkout
+from tests.unit.test_plan import flat_plan
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -32,7 +33,7 @@ def _plan(**overrides: Any) -> plan.BuildPlan:
         revision="abc", source_url="https://example.invalid/repo",
     )  # fmt: skip
     kwargs.update(overrides)
-    return plan.plan_build(variant, **kwargs)
+    return flat_plan(variant, **kwargs)
 
 
 # --- bake ---------------------------------------------------------------------------------------------
