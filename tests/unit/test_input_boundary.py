@@ -213,8 +213,7 @@ def test_keep_going_exits_with_the_most_severe_code(
     """commands._shared.finish turns RunReport.error_codes (recorded by commands.run.run) and a failed check
     into one exit code, the most severe (docs/commands.md, "Exit codes"), after writing the reports."""
     from matrixtool import report
-    from matrixtool.commands._flags import ReportFlags
-    from matrixtool.commands._shared import finish
+    from matrixtool.commands._shared import ReportFlags, finish
     from matrixtool.errors import VariantsFailed
     from matrixtool.smoke import CheckResult, Status
 

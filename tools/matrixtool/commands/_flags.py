@@ -1,50 +1,24 @@
 """The flags several commands take. A group of flags reaches its command as one value (``BuildFlags``,
-``select.Selection``, ``ReportFlags``), packed by name here; the command's ``Args`` validates it after the
+``select.Selection``), packed by name (``_shared.packing``); the command's ``Args`` validates it after the
 matrix is loaded and the variants are selected."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import click
 
 from matrixtool import plan, reference
 from matrixtool.build import BuildPolicy
+from matrixtool.commands._shared import Decorator, F, apply_options, packing
 from matrixtool.errors import ConfigError
-from matrixtool.inputs import check_outputs
 from matrixtool.preflight import Inputs
 from matrixtool.select import Selection
 
-F = TypeVar("F", bound=Callable[..., Any])
-Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
-
 REGISTRY_HELP = "Registry prefix HOST[:PORT][/NAMESPACE]; images: <registry>/<repository>/<variant>:<tag>."
-
-
-def _apply(options: Sequence[Decorator], f: F) -> F:
-    g: Callable[..., Any] = f
-    for option in reversed(options):
-        g = option(g)
-    return cast(F, g)
-
-
-def _packing(name: str, pack: Callable[[dict[str, Any]], Any], options: Sequence[Decorator]) -> Decorator:
-    """Click ``options`` whose values reach the command as one keyword argument ``name``: ``pack`` pops each
-    of its parameters from the keyword arguments by name and returns the value."""
-
-    def wrap(f: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(f)
-        def wrapper(*args: Any, **kw: Any) -> Any:
-            value = pack(kw)
-            return f(*args, **{name: value}, **kw)
-
-        return _apply(options, wrapper)
-
-    return wrap
 
 
 INPUT_OPTIONS: Sequence[Decorator] = [
@@ -71,7 +45,7 @@ INPUT_OPTIONS: Sequence[Decorator] = [
 
 def input_options(f: F) -> F:
     """``--ca-cert``, ``--wheelhouse``, ``--repository``, as the parameters of those names."""
-    return _apply(INPUT_OPTIONS, f)
+    return apply_options(INPUT_OPTIONS, f)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,7 +101,7 @@ def _build_flags(kw: dict[str, Any]) -> BuildFlags:
     )
 
 
-build_flags = _packing(
+build_flags = packing(
     "flags",
     _build_flags,
     [
@@ -157,7 +131,7 @@ build_flags = _packing(
 """``--ca-cert``, ``--wheelhouse``, ``--repository``, ``--force``, ``--registry``, ``--cache-registry``,
 ``--cache-read-only`` as one argument ``flags: BuildFlags``."""
 
-selection_flags = _packing(
+selection_flags = packing(
     "selection",
     lambda kw: Selection(only=tuple(kw.pop("only")), skip=tuple(kw.pop("skip")), suite=kw.pop("suite")),
     [
@@ -172,43 +146,3 @@ selection_flags = _packing(
     ],
 )
 """``--only``, ``--skip``, ``--suite`` as one argument ``selection: select.Selection``."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReportFlags:
-    """``--json`` (the JSON report on stdout instead of the table), ``--json-file`` and ``--junit`` (None:
-    ``<out>/reports/junit.xml``)."""
-
-    as_json: bool = False
-    json_file: Path | None = None
-    junit: Path | None = None
-
-    def check(self, out_dir: Path) -> None:
-        """Every report (and ``out_dir``) can be written (``inputs.check_outputs``).
-
-        Raises:
-            ConfigError: one line per flag that cannot be honoured.
-        """
-        check_outputs(out_dir, junit=self.junit, json_file=self.json_file)
-
-
-report_flags = _packing(
-    "output",
-    lambda kw: ReportFlags(as_json=kw.pop("as_json"), json_file=kw.pop("json_file"), junit=kw.pop("junit")),
-    [
-        click.option(
-            "--junit",
-            type=click.Path(path_type=Path),
-            default=None,
-            help="JUnit XML path (default: <out>/reports/junit.xml).",
-        ),
-        click.option("--json", "as_json", is_flag=True, help="Print the JSON report instead of the table."),
-        click.option(
-            "--json-file",
-            type=click.Path(path_type=Path),
-            default=None,
-            help="Also write the JSON report to this file.",
-        ),
-    ],
-)
-"""``--junit``, ``--json``, ``--json-file`` as one argument ``output: ReportFlags``."""

@@ -1,16 +1,19 @@
-"""What every command module shares: the group's settings and the rendering of a ``report.RunReport``."""
+"""What every command module shares: the group's settings, the packing of flags into one value, the report
+flags and the rendering of a ``report.RunReport``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import click
 
 from matrixtool import report
-from matrixtool.commands._flags import ReportFlags
 from matrixtool.errors import ExitCode, SmokeFailure, VariantsFailed, most_severe
+from matrixtool.inputs import check_outputs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,6 +28,72 @@ class Settings:
 
 pass_settings = click.make_pass_decorator(Settings)
 """Pass the group's ``Settings`` as a command's first argument."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def apply_options(options: Sequence[Decorator], f: F) -> F:
+    """``f`` decorated with each of ``options``, the first outermost (as written above a function)."""
+    g: Callable[..., Any] = f
+    for option in reversed(options):
+        g = option(g)
+    return cast(F, g)
+
+
+def packing(name: str, pack: Callable[[dict[str, Any]], Any], options: Sequence[Decorator]) -> Decorator:
+    """Click ``options`` whose values reach the command as one keyword argument ``name``: ``pack`` pops each
+    of its parameters from the keyword arguments by name and returns the value."""
+
+    def wrap(f: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kw: Any) -> Any:
+            value = pack(kw)
+            return f(*args, **{name: value}, **kw)
+
+        return apply_options(options, wrapper)
+
+    return wrap
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportFlags:
+    """``--json`` (the JSON report on stdout instead of the table), ``--json-file`` and ``--junit`` (None:
+    ``<out>/reports/junit.xml``)."""
+
+    as_json: bool = False
+    json_file: Path | None = None
+    junit: Path | None = None
+
+    def check(self, out_dir: Path) -> None:
+        """Every report (and ``out_dir``) can be written (``inputs.check_outputs``).
+
+        Raises:
+            ConfigError: one line per flag that cannot be honoured.
+        """
+        check_outputs(out_dir, junit=self.junit, json_file=self.json_file)
+
+
+report_flags = packing(
+    "output",
+    lambda kw: ReportFlags(as_json=kw.pop("as_json"), json_file=kw.pop("json_file"), junit=kw.pop("junit")),
+    [
+        click.option(
+            "--junit",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="JUnit XML path (default: <out>/reports/junit.xml).",
+        ),
+        click.option("--json", "as_json", is_flag=True, help="Print the JSON report instead of the table."),
+        click.option(
+            "--json-file",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="Also write the JSON report to this file.",
+        ),
+    ],
+)
+"""``--junit``, ``--json``, ``--json-file`` as one argument ``output: ReportFlags``."""
 
 
 def finish(result: report.RunReport, flags: ReportFlags, *, out_dir: Path, env: Mapping[str, str]) -> None:

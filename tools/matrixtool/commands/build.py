@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from matrixtool import build, preflight, report
-from matrixtool.commands._flags import BuildFlags, ReportFlags, build_flags, report_flags
-from matrixtool.commands._shared import Settings, finish, pass_settings
+from matrixtool.commands._flags import BuildFlags, build_flags
+from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
 from matrixtool.commands._steps import provide_and_plan
 from matrixtool.inputs import warn_unused_wheelhouse
 from matrixtool.matrix import Matrix, Variant, load_matrix

@@ -10,8 +10,8 @@ from pathlib import Path
 import click
 
 from matrixtool import build, plan, preflight, profile_flags, registry, report, smoke
-from matrixtool.commands._flags import BuildFlags, ReportFlags, build_flags, report_flags, selection_flags
-from matrixtool.commands._shared import Settings, finish, pass_settings
+from matrixtool.commands._flags import BuildFlags, build_flags, selection_flags
+from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
 from matrixtool.commands._steps import SmokeRequest, provide_and_plan, smoke_image
 from matrixtool.engine import note
 from matrixtool.errors import MatrixError

@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from matrixtool import engine, profile_flags, profiles, reference, registry, report, smoke
-from matrixtool.commands._flags import ReportFlags, report_flags, selection_flags
-from matrixtool.commands._shared import Settings, finish, pass_settings
+from matrixtool.commands._flags import selection_flags
+from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
 from matrixtool.commands._steps import SmokeRequest, progress, smoke_image
 from matrixtool.matrix import Variant, load_matrix
 from matrixtool.select import Selection, select_variants
