@@ -559,7 +559,7 @@ def push_cmd(settings: Settings, /, variants: Sequence[str], as_json: bool, **fl
         doc = {
             "schema_version": report.JSON_SCHEMA_VERSION,
             "pushed": [
-                {"variant": r.variant, "platform": r.platform, "refs": list(r.refs), "digest": r.digest}
+                {"variant": r.variant, "platform": str(r.platform), "refs": list(r.refs), "digest": r.digest}
                 for r in result.pushed
             ],
         }
@@ -588,7 +588,7 @@ def manifest_cmd(settings: Settings, /, pushed: Sequence[Path], registry: str, r
     if not published:
         click.echo("no published name spans several platforms in these records; nothing to do", err=True)
     for the_plan, digest in published:
-        click.echo(f"{the_plan.tags[0]}: manifest list {digest} of {', '.join(the_plan.platforms)}")
+        click.echo(f"{the_plan.tags[0]}: manifest list {digest} of {', '.join(map(str, the_plan.platforms))}")
 
 
 # --- pin ---------------------------------------------------------------------------------------------

@@ -474,7 +474,7 @@ def test_image(matrix: Matrix, variant: Variant, image: str, options: Options) -
     select_checks(variant, options.only, options.skip, options.suite)
     client = engine.connect()
     # A multi-arch tag (matrix.yaml publish_as) holds several platforms: pull the variant's own.
-    registry.pull_if_missing(client, image, platform=str(variant.platforms[0]))
+    registry.pull_if_missing(client, image, platform=variant.platforms[0])
     return report.RunReport(checks=smoke_image(client, image, variant, options))
 
 
