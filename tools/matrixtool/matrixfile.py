@@ -116,7 +116,7 @@ def resolve_extends(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]
     """``data`` with every variant's ``extends: <other variant>`` resolved, and the problems found.
 
     A variant that extends another starts from that variant's resolved keys; its own keys override them,
-    mappings key by key (``smoke: {checks: {...}}`` changes only the checks named), lists and scalars whole
+    mappings key by key (``smoke: {timeouts: {...}}`` changes only the timeouts named), lists and scalars whole
     (as cibuildwheel's overrides cascade). Chains are allowed; an unknown base or a cycle is a problem
     (``variants.a.extends: ...``). ``extends`` itself is not in the result.
     """
