@@ -81,7 +81,7 @@ class Declaration:
     reports: tuple[str, ...]
     hint: str
     timeout: int
-    accelerators: tuple[str, ...] = ACCELERATORS
+    accelerators: tuple[Accelerator, ...] = tuple(Accelerator)
     affected_by: tuple[str, ...] = ("env",)
     suites: tuple[Suite, ...] = (Suite.QUICK, Suite.FULL)
     needs: tuple[str, ...] = ()
@@ -95,7 +95,8 @@ class Declaration:
         unknown += [c for c in self.affected_by if c not in CONDITIONS] + [s for s in self.suites if s not in SUITES]
         if unknown or not self.accelerators:
             raise ValueError(f"check {self.name!r}: unknown accelerator, condition or suite {unknown}")
-        fixed = {key: tuple(getattr(self, key)) for key in ("classes", "reports", "accelerators", "affected_by")}
+        fixed = {key: tuple(getattr(self, key)) for key in ("classes", "reports", "affected_by")}
+        fixed.update(accelerators=tuple(Accelerator(a) for a in self.accelerators))
         fixed.update(needs=tuple(self.needs), uses=tuple(self.uses), timeout=int(self.timeout))
         fixed.update(suites=tuple(Suite(s) for s in self.suites), group=None if self.fresh else self.group or self.name)
         for key, value in fixed.items():
