@@ -76,7 +76,7 @@ def test_builder_driver_reads_buildx_inspect() -> None:
 
 def _record(variant: str, platform: str, repo: str, digest: str) -> manifest.Pushed:
     return manifest.Pushed(
-        variant=variant, platform=platform, ref=f"127.0.0.1:5000/{repo}:0123456789abcdef", digest=digest
+        variant=variant, platform=Platform.parse(platform), ref=f"127.0.0.1:5000/{repo}:0123456789abcdef", digest=digest
     )
 
 
@@ -86,7 +86,7 @@ def test_cpu_and_arm64_make_one_list_under_cpu() -> None:
         _record("arm64", "linux/arm64", "vllm-matrix/arm64", DIGEST_B),
     ]
     (plan,) = manifest.plan_manifests(VARIANTS, pushed, registry="127.0.0.1:5000", repository="vllm-matrix")
-    assert plan.name == "cpu" and plan.platforms == ("linux/amd64", "linux/arm64")
+    assert plan.name == "cpu" and plan.platforms == (Platform("linux", "amd64"), Platform("linux", "arm64"))
     assert plan.argv() == [
         "docker", "buildx", "imagetools", "create",
         "--tag", "127.0.0.1:5000/vllm-matrix/cpu:0.32.0",
@@ -118,7 +118,9 @@ def test_members_must_pin_one_vllm_version() -> None:
 
 
 def test_by_digest_keeps_a_registry_port() -> None:
-    record = manifest.Pushed(variant="cpu", platform="linux/amd64", ref="127.0.0.1:5000/x", digest=DIGEST_A)
+    record = manifest.Pushed(
+        variant="cpu", platform=Platform("linux", "amd64"), ref="127.0.0.1:5000/x", digest=DIGEST_A
+    )
     assert record.by_digest == f"127.0.0.1:5000/x@{DIGEST_A}"
 
 
@@ -149,7 +151,7 @@ def test_plan_argv_without_cache_has_no_cache_flags() -> None:
 )
 def test_push_records_are_inputs_checked_before_imagetools(ref: str, digest: str, platform: str, says: str) -> None:
     pushed = [
-        manifest.Pushed(variant="cpu", platform=platform, ref=ref, digest=digest),
+        manifest.Pushed(variant="cpu", platform=Platform.parse(platform), ref=ref, digest=digest),
         _record("arm64", "linux/arm64", "vllm-matrix/arm64", DIGEST_B),
     ]
     with pytest.raises(ConfigError, match=re.escape(says)) as caught:

@@ -19,7 +19,7 @@ from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode
 from matrixtool.matrix import CheckSpec, load_matrix
 from tests.conftest import REPO_ROOT
-from tests.unit._incontainer import incontainer
+from tests.unit._incontainer import incontainer, stub_check
 
 sys.path.insert(0, str(REPO_ROOT / "tools"))
 import docs_tables
@@ -80,10 +80,10 @@ def test_a_failed_prerequisite_skips_its_dependents(monkeypatch: pytest.MonkeyPa
         calls.append("own")
         return mod.result("failed", "a cascade")
 
-    monkeypatch.setattr(mod.DECLARATIONS["torch-import"], "function", lambda p: mod.result("passed", "ok"))
-    monkeypatch.setattr(mod.DECLARATIONS["vllm-import"], "function", fails)
+    stub_check(monkeypatch, "torch-import", lambda p: mod.result("passed", "ok"))
+    stub_check(monkeypatch, "vllm-import", fails)
     for name in ("model-runner", "offline-generate"):
-        monkeypatch.setattr(mod.DECLARATIONS[name], "function", own)
+        stub_check(monkeypatch, name, own)
     assert mod.main(["x", "run", "vllm-import,model-runner,offline-generate", "{}"]) == 0
     results = mod.parse_results(capsys.readouterr().out)
     assert results["vllm-import"]["status"] == "failed"
@@ -151,7 +151,7 @@ def test_another_environment_is_validated_in_process_until_vllm_caches_its_env(m
 
 def test_a_transitive_failure_names_the_check_that_failed(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     mod = incontainer()
-    monkeypatch.setattr(mod.DECLARATIONS["torch-import"], "function", lambda p: mod.result("failed", "no torch"))
+    stub_check(monkeypatch, "torch-import", lambda p: mod.result("failed", "no torch"))
     mod.main(["x", "run", "model-runner", "{}"])
     parsed = mod.parse_results(capsys.readouterr().out)["model-runner"]
     assert (parsed["status"], parsed["diagnosis"]) == ("skipped", "torch-import failed")

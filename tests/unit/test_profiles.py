@@ -18,7 +18,7 @@ from matrixtool.errors import ConfigError, ExitCode, WrongPlatformError
 from matrixtool.matrix import CheckSpec, load_matrix
 from matrixtool.profiles import Condition, Overrides, Profile
 from matrixtool.report import RunReport
-from tests.unit._incontainer import incontainer
+from tests.unit._incontainer import incontainer, stub_check
 
 RESTRICTED = {
     "user": "1000770000:0",
@@ -87,7 +87,7 @@ def test_flag_values_are_parsed_or_rejected() -> None:
 
 def test_a_profile_runs_only_the_checks_its_conditions_can_change() -> None:
     checks = [CheckSpec(name=n, timeout=1) for n in CHECKS]
-    affects = {n: c.affected_by for n, c in CHECKS.items()}
+    affects = {n: frozenset(map(Condition, c.affected_by)) for n, c in CHECKS.items()}
     default = Profile(name="default")
     restricted = profiles.profile_from_mapping("restricted", RESTRICTED)
     assert restricted.differs(default) == {Condition.USER, Condition.READ_ONLY, Condition.TMPFS, Condition.NETWORK}
@@ -251,9 +251,9 @@ def test_a_failed_check_names_the_condition_it_met(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     mod = _incontainer()
-    monkeypatch.setattr(
-        mod.DECLARATIONS["triton-import"],
-        "function",
+    stub_check(
+        monkeypatch,
+        "triton-import",
         lambda params: mod.result(
             "failed", "import torch fails: FileNotFoundError: [Errno 2] No usable temporary directory found in ['/tmp']"
         ),

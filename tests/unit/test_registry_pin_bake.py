@@ -312,18 +312,18 @@ def test_push_of_an_image_already_published_moves_only_a_stale_version_tag() -> 
     p = _plan()
     plan_ = push.plan_push(p, registry="127.0.0.1:5000")
     hash_ref, version_ref = plan_.targets
-    pulled: list[tuple[str, str]] = []
+    pulled: list[tuple[str, Platform]] = []
     fake = _FakeRegistry()  # the version tag names DIGEST
     result = push.ensure_published(plan_, DIGEST, fake, lambda ref, platform: pulled.append((ref, platform)))
     assert fake.calls == [("digest", version_ref)] and pulled == []
-    assert result.refs == (hash_ref, version_ref) and result.digest == DIGEST and result.platform == "linux/amd64"
+    assert result.refs == (hash_ref, version_ref) and result.digest == DIGEST and str(result.platform) == "linux/amd64"
 
     other = "sha256:" + "cd" * 32  # the hash tag's image; the version tag still names an older one
     fake = _FakeRegistry()
     result = push.ensure_published(
         plan_, other, fake, lambda ref, platform: pulled.append((ref, platform)), keep_tags=False
     )
-    assert pulled == [(hash_ref, "linux/amd64")]
+    assert pulled == [(hash_ref, Platform.parse("linux/amd64"))]
     assert fake.calls == [
         ("digest", version_ref),
         ("tag", hash_ref, version_ref),

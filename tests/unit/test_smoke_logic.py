@@ -15,25 +15,22 @@ import pytest
 from matrixtool import smoke
 from matrixtool.checks import CHECKS
 from matrixtool.matrix import CheckSpec, load_matrix
-from tests.unit._incontainer import incontainer
+from tests.unit._incontainer import incontainer, stub_check
 
 
-def test_a_check_past_its_own_timeout_in_a_shared_interpreter_is_timeout(capsys: Any) -> None:
+def test_a_check_past_its_own_timeout_in_a_shared_interpreter_is_timeout(
+    capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import time
 
     mod = incontainer()
-    decl = mod.DECLARATIONS["pip-check"]
-    original = decl.function
 
     def slow(params: Any) -> Any:
         time.sleep(5)
         return mod.result("passed", "too late")
 
-    decl.function = slow
-    try:
-        mod.main(["x", "run", "pip-check,cpu-engine-settings", json.dumps({"timeouts": {"pip-check": 1}})])
-    finally:
-        decl.function = original
+    stub_check(monkeypatch, "pip-check", slow)
+    mod.main(["x", "run", "pip-check,cpu-engine-settings", json.dumps({"timeouts": {"pip-check": 1}})])
     results = mod.parse_results(capsys.readouterr().out)
     assert results["pip-check"]["status"] == "timeout" and "timeout of 1 s" in results["pip-check"]["diagnosis"]
     assert results["cpu-engine-settings"]["status"] in ("passed", "failed"), "the next check of the group still runs"

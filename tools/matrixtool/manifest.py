@@ -19,7 +19,7 @@ from pathlib import Path
 
 from matrixtool.engine import echo
 from matrixtool.errors import ConfigError, RegistryError
-from matrixtool.matrix import Variant
+from matrixtool.matrix import Platform, Variant
 from matrixtool.plan import remote_ref
 from matrixtool.reference import image_problem
 from matrixtool.registry import registry_host
@@ -37,7 +37,7 @@ class Pushed:
     digest the registry stored (``sha256:…``)."""
 
     variant: str
-    platform: str
+    platform: Platform
     ref: str
     digest: str
 
@@ -58,7 +58,7 @@ class ManifestPlan:
     name: str
     tags: tuple[str, ...]
     sources: tuple[str, ...]
-    platforms: tuple[str, ...]
+    platforms: tuple[Platform, ...]
 
     def argv(self) -> list[str]:
         """The ``docker buildx imagetools create`` command that makes (or replaces) the list."""
@@ -80,7 +80,9 @@ def read_pushed(paths: Sequence[Path]) -> list[Pushed]:
             doc = json.loads(path.read_text(encoding="utf-8"))
             records = doc["pushed"]
             found += [
-                Pushed(variant=r["variant"], platform=r["platform"], ref=r["refs"][0], digest=r["digest"])
+                Pushed(
+                    variant=r["variant"], platform=Platform.parse(r["platform"]), ref=r["refs"][0], digest=r["digest"]
+                )
                 for r in records
             ]
         except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
@@ -105,9 +107,10 @@ def record_problems(
     problems = []
     for r in pushed:
         where = f"record of {r.variant} ({r.platform})"
-        platforms = [str(p) for p in by_name[r.variant].platforms]
+        platforms = by_name[r.variant].platforms
         if r.platform not in platforms:
-            problems.append(f"{where}: platform {r.platform!r} is not one of {r.variant}'s ({', '.join(platforms)})")
+            known = ", ".join(map(str, platforms))
+            problems.append(f"{where}: platform {str(r.platform)!r} is not one of {r.variant}'s ({known})")
         repo = remote_ref(registry, f"{repository}/{r.variant}")
         name, colon, tag = r.ref.rpartition(":")
         if image_problem(r.ref) is not None or name != repo or not colon or not TAG.fullmatch(tag):
@@ -144,7 +147,7 @@ def plan_manifests(
     plans = []
     for name in names:
         members = [v for v in variants if v.publish_name == name]
-        wanted = [(v, str(platform)) for v in members for platform in v.platforms]
+        wanted = [(v, platform) for v in members for platform in v.platforms]
         if len(wanted) < 2:
             continue  # one platform: push already made the tag
         versions = sorted({v.vllm.version for v in members})

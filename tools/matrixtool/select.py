@@ -46,7 +46,7 @@ def select_checks(
             (``inputs.check_selection``, the one place that validates a selection), or an unknown suite.
     """
     check_selection([variant], only, skip)
-    check_suite(suite)
+    suite = check_suite(suite)
     names = [c.name for c in variant.checks if (not only or c.name in only) and c.name not in skip]
     if not only:
         names = in_suite(names, suite)

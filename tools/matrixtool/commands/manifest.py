@@ -61,4 +61,4 @@ def command(settings: Settings, /, pushed: Sequence[Path], registry: str, reposi
     if not published:
         click.echo("no published name spans several platforms in these records; nothing to do", err=True)
     for the_plan, digest in published:
-        click.echo(f"{the_plan.tags[0]}: manifest list {digest} of {', '.join(the_plan.platforms)}")
+        click.echo(f"{the_plan.tags[0]}: manifest list {digest} of {', '.join(map(str, the_plan.platforms))}")

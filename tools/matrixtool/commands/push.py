@@ -133,7 +133,7 @@ def command(
     result = run(args)
     if as_json:
         pushed = [
-            {"variant": r.variant, "platform": r.platform, "refs": list(r.refs), "digest": r.digest}
+            {"variant": r.variant, "platform": str(r.platform), "refs": list(r.refs), "digest": r.digest}
             for r in result.pushed
         ]
         click.echo(json.dumps({"schema_version": report.JSON_SCHEMA_VERSION, "pushed": pushed}, indent=2))

@@ -67,7 +67,7 @@ def run(args: Args) -> report.RunReport:
         return report.RunReport(checks=results)
     client = engine.connect()
     # A multi-arch tag (matrix.yaml publish_as) holds several platforms: pull the variant's own.
-    registry.pull_if_missing(client, args.image, platform=str(args.variant.platforms[0]))
+    registry.pull_if_missing(client, args.image, platform=args.variant.platforms[0])
     request = SmokeRequest(selection=args.selection, choice=args.choice, log_dir=log_dir, quiet=args.output.as_json)
     return report.RunReport(checks=smoke_image(client, args.image, args.variant, request))
 

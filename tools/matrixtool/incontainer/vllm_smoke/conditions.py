@@ -93,6 +93,7 @@ _VLLM = "https://github.com/vllm-project/vllm"
     reports=(f"{_VLLM}/issues/29233",),
     hint="set VLLM_CPU_KVCACHE_SPACE (GiB) well below the container's memory limit, or leave it unset",
     timeout=60,
+    accelerators=("cpu",),
     affected_by=("memory", "cpus", "env"),
     group="light",
 )
