@@ -35,6 +35,7 @@ from matrixtool import (
     render,
     report,
 )
+from matrixtool.commands import update as update_command
 from matrixtool.errors import (
     ConfigError,
     EngineUnreachableError,
@@ -604,3 +605,6 @@ def pin_cmd(settings: Settings, /, variants: Sequence[str]) -> None:
         note = "unchanged" if was == now else (f"was {was}" if was else "new")
         click.echo(f"{ref}@{now} ({note})")
     click.echo(f"{'wrote' if result.changed else 'unchanged:'} {result.path}", err=True)
+
+
+main.add_command(update_command.command)
