@@ -185,7 +185,7 @@ def parse_html_page(text: str, page_url: str) -> list[DistFile]:
             continue
         url = urllib.parse.urljoin(page_url, href)
         filename = label or urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
-        yanked: Any = attrs["data-yanked"] if "data-yanked" in attrs else False
+        yanked: Any = attrs.get("data-yanked", False)
         if yanked is None:
             yanked = True
         out.append(_dist_file(filename, url, yanked, None, attrs.get("data-requires-python")))
@@ -327,14 +327,15 @@ class IndexClient:
         """
         if urllib.parse.urlsplit(url).scheme in ("", "file"):
             path = urllib.parse.unquote(urllib.parse.urlsplit(url).path) if url.startswith("file:") else url
-            with zipfile.ZipFile(path) as archive:
-                yield archive
+            with zipfile.ZipFile(path) as local:
+                yield local
             return
         self._echo(f"GET {url}  # Range: the zip central directory")
+        archive: zipfile.ZipFile | None = None
         try:
-            archive: zipfile.ZipFile = remotezip.RemoteZip(url, session=self.session, timeout=self.timeout)
+            archive = remotezip.RemoteZip(url, session=self.session, timeout=self.timeout)
         except remotezip.RangeNotSupported:
-            archive = None  # type: ignore[assignment]
+            pass  # the server answered 200 with the whole file: download it below
         except (remotezip.RemoteZipError, requests.RequestException, zipfile.BadZipFile, OSError) as exc:
             raise IndexUnreachableError(f"{url}: cannot read the wheel ({type(exc).__name__}: {exc})") from exc
         if archive is not None:

@@ -674,7 +674,8 @@ def propose(
                     kind=Kind.WHEELHOUSE,
                     target=str(target),
                     breaks=local is None,
-                    message=f"{label} is not on {', '.join(_index_urls(variant))}: a wheelhouse is needed{fixes}; {held}",
+                    message=f"{label} is not on {', '.join(_index_urls(variant))}: a wheelhouse is needed"
+                    f"{fixes}; {held}",
                     line=str(torch_line),
                 )
             )
@@ -729,9 +730,9 @@ def propose(
         edits.append(ScalarEdit(path=("index", "wheelhouse"), value=True))
     for override in variant.index.overrides:
         req = Requirement(override)
-        if new_torch and canonicalize_name(req.name) == canonicalize_name(variant.torch.package):
-            if not req.specifier.contains(new_torch, prereleases=True):
-                notes.append(f"index.overrides {override!r} excludes torch {new_torch}: edit or drop it")
+        same = canonicalize_name(req.name) == canonicalize_name(variant.torch.package)
+        if new_torch and same and not req.specifier.contains(new_torch, prereleases=True):
+            notes.append(f"index.overrides {override!r} excludes torch {new_torch}: edit or drop it")
     owned = tuple(
         ScalarEdit(path=("variants", key_owner(raw, variant.name, e.path), *e.path), value=e.value, after=e.after)
         for e in edits
