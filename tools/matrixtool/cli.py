@@ -35,6 +35,7 @@ from matrixtool import (
     render,
     report,
 )
+from matrixtool.commands import diff as diff_command
 from matrixtool.commands import update as update_command
 from matrixtool.errors import (
     ConfigError,
@@ -608,3 +609,4 @@ def pin_cmd(settings: Settings, /, variants: Sequence[str]) -> None:
 
 
 main.add_command(update_command.command)
+main.add_command(diff_command.command)
