@@ -72,7 +72,7 @@ def run(args: Args, *, index: update.Index | None = None) -> UpdateReport:
     after writing nothing for it.
 
     Raises:
-        ConfigError: the matrix is invalid, or the edited matrix would be.
+        ConfigError: the matrix is invalid, or the edited matrix would be; the CA bundle is not a file.
         NothingSelectedError: a name matches no variant.
         VariantsFailed: one or more variants could not be proposed (exit code: the most severe).
     """
@@ -80,6 +80,9 @@ def run(args: Args, *, index: update.Index | None = None) -> UpdateReport:
     raw: Any = parse_yaml(read_config_text(args.matrix_path), str(args.matrix_path))
     selected = select_variants(matrix, args.variants)
     ca_cert = plan.resolve_ca_cert(args.ca_cert, args.env)
+    if ca_cert is not None and not ca_cert.is_file():
+        source = "--ca-cert" if args.ca_cert is not None else next(v for v in plan.CA_ENV_VARS if args.env.get(v))
+        raise ConfigError("flags", [f"{source} {str(ca_cert)!r} is not a file; give a PEM CA bundle or unset it"])
     client: update.Index = index if index is not None else IndexClient(ca_cert=ca_cert)
     options = update.Options(
         cooldown=timedelta(days=args.cooldown_days),
