@@ -34,7 +34,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from matrixtool.errors import ConfigError, IndexUnreachableError
+from matrixtool.errors import IndexUnreachableError
 
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 ACCEPT = f"{PEP691_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
@@ -409,9 +409,6 @@ def requires_dist(metadata: str) -> list[str]:
     return [str(v) for v in headers.get_all("Requires-Dist") or []]
 
 
-def project_or_error(client: IndexClient, index_url: str, name: str, key: str) -> Project:
-    """``client.project`` that raises ``ConfigError`` naming the matrix ``key`` when the index lacks ``name``."""
-    project = client.project(index_url, name)
-    if project is None:
-        raise ConfigError(key, [f"{name!r} is not on {index_url} (HTTP 404); check the package name and index.url"])
-    return project
+def local_wheel_files(path: Path, wanted: tuple[str, ...]) -> dict[str, str]:
+    """``IndexClient.wheel_files`` for a wheel on the local file system (a wheelhouse)."""
+    return IndexClient(ca_cert=None, log=None).wheel_files(str(path), wanted)

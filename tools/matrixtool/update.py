@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion, Version
 
 from matrixtool.errors import ConfigError, MatrixError
 from matrixtool.matrix import Platform, TritonState, Variant
-from matrixtool.pyindex import DistFile, LatestRelease, Project, requires_dist
+from matrixtool.pyindex import DistFile, LatestRelease, Project, local_wheel_files, requires_dist
 from matrixtool.yamltext import ScalarEdit
 
 # OCI architecture -> platform_machine (PEP 508) and the wheel platform tag's machine part.
@@ -138,14 +138,6 @@ def named(lines: Iterable[Line], names: Iterable[str]) -> list[Line]:
     """The lines that require one of ``names`` (canonical comparison)."""
     wanted = {canonicalize_name(n) for n in names}
     return [line for line in lines if canonicalize_name(line.requirement.name) in wanted]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Release:
-    """A version of a project with the files a target can install (not yanked)."""
-
-    version: Version
-    files: tuple[DistFile, ...]
 
 
 def select_release(
@@ -682,8 +674,7 @@ def propose(
             )
             wheelhouse = True
             if local is not None:
-                with_local = _LocalIndex().wheel_files(str(local), ())
-                torch_meta = with_local["METADATA"]
+                torch_meta = local_wheel_files(local, ())["METADATA"]
         if torch_meta is None:
             preds.append(
                 Prediction(
@@ -783,15 +774,6 @@ def _runner_prediction(variant: Variant, target: Target, contents: Mapping[str, 
         + (f" (env sets {V2_ENV}={pinned})" if handled else f': set env {V2_ENV}: "0" or ship Triton'),
         line=evidence.line,
     )
-
-
-class _LocalIndex:
-    """Reads a wheel from the local file system (the wheelhouse)."""
-
-    def wheel_files(self, url: str, wanted: tuple[str, ...]) -> dict[str, str]:
-        from matrixtool.pyindex import IndexClient
-
-        return IndexClient(ca_cert=None, log=None).wheel_files(url, wanted)
 
 
 def conflicts(proposals: Sequence[Proposal]) -> list[str]:
