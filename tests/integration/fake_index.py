@@ -1,6 +1,7 @@
 """A real HTTP package index on loopback for `tools/matrix update`: PEP 691 JSON and PEP 503 HTML project pages,
 the JSON API (``/pypi/NAME/json``) and wheel files with byte ranges (``Range: bytes=A-B`` and ``bytes=-N``),
-from wheels built here (``make_wheel``). ``ranges=False`` answers every Range request with the whole file."""
+from wheels built here (``make_wheel``). ``ranges=False`` answers every Range request with the whole file;
+``json_pages=False`` serves PEP 503 HTML whatever the ``Accept`` header asks for."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ class FakeIndex:
     entries: list[Entry] = field(default_factory=list)
     ranges: bool = True
     json_api_times: bool = True
-    page_times: bool = True
+    json_pages: bool = True
     served: dict[str, int] = field(default_factory=dict)
     url: str = ""
 
@@ -112,7 +113,7 @@ def _handler(index: FakeIndex) -> type[http.server.BaseHTTPRequestHandler]:
             entries = index.project(name)
             if not entries:
                 return self._send(404, b"no such project", "text/plain")
-            if "application/vnd.pypi.simple.v1+json" in self.headers.get("Accept", ""):
+            if index.json_pages and "application/vnd.pypi.simple.v1+json" in self.headers.get("Accept", ""):
                 files = []
                 for e in entries:
                     f: dict[str, Any] = {
@@ -121,7 +122,7 @@ def _handler(index: FakeIndex) -> type[http.server.BaseHTTPRequestHandler]:
                         "hashes": {},
                         "yanked": e.yanked,
                     }
-                    if index.page_times and e.upload_time:
+                    if e.upload_time:
                         f["upload-time"] = e.upload_time
                     files.append(f)
                 body = json.dumps({"meta": {"api-version": "1.1"}, "name": name, "files": files})

