@@ -211,11 +211,11 @@ def test_exec_format_error_is_named(tmp_path: Path) -> None:
 def test_cli_profile_flags_reach_the_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict[str, Any] = {}
 
-    def fake_test_image(matrix: Any, variant: Any, image: str, options: Any) -> RunReport:
-        seen["choice"] = options.choice
+    def fake_run(args: Any) -> RunReport:
+        seen["choice"] = args.choice
         return RunReport()
 
-    monkeypatch.setattr("matrixtool.pipeline.test_image", fake_test_image)
+    monkeypatch.setattr("matrixtool.commands.test.run", fake_run)
     args = ["test", "--image", "x", "--as", "cpu", "--profile", "restricted", "--no-read-only", "--memory", "2g"]
     args += ["--cpus", "1", "--tmpfs", "/tmp:rw", "--env", "A=1", "--user", "1:0", "--network", "bridge"]
     result = CliRunner().invoke(main, args, catch_exceptions=False)

@@ -18,6 +18,7 @@ from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode, RegistryError
 from matrixtool.matrix import Platform, load_matrix
 from tests.conftest import REPO_ROOT, copy_checkout
+from tests.unit.test_plan import flat_plan
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -32,7 +33,7 @@ def _plan(**overrides: Any) -> plan.BuildPlan:
         revision="abc", source_url="https://example.invalid/repo",
     )  # fmt: skip
     kwargs.update(overrides)
-    return plan.plan_build(variant, **kwargs)
+    return flat_plan(variant, **kwargs)
 
 
 # --- bake ---------------------------------------------------------------------------------------------
@@ -276,6 +277,7 @@ def test_pin_cli_leaves_the_lock_unchanged_when_the_registry_is_unreachable(
 
 
 # --- bake without an engine or a reachable index ----------------------------------------------------------
+@pytest.mark.subprocess
 def test_bake_works_offline_and_warns_about_what_it_could_not_check(tmp_path: Path) -> None:
     """The autouse guard makes the engine unreachable; the index is a closed loopback port."""
     with socket.socket() as s:

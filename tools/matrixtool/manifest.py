@@ -11,6 +11,7 @@ repositories of one registry and speaks to it with the docker CLI's credentials
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +21,14 @@ from matrixtool.engine import echo
 from matrixtool.errors import ConfigError, RegistryError
 from matrixtool.matrix import Variant
 from matrixtool.plan import remote_ref
+from matrixtool.reference import image_problem
 from matrixtool.registry import registry_host
+
+# The OCI image-spec digest grammar (descriptor.md, "Digests") for the registered algorithms: sha256 and sha512,
+# lowercase hex of 64 and 128 characters.
+DIGEST = re.compile(r"sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128}")
+# distribution/reference's tag grammar.
+TAG = re.compile(r"[\w][\w.-]{0,127}", re.ASCII)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +91,35 @@ def read_pushed(paths: Sequence[Path]) -> list[Pushed]:
     return found
 
 
+def record_problems(
+    variants: Sequence[Variant], pushed: Sequence[Pushed], *, registry: str, repository: str
+) -> list[str]:
+    """Why records of ``pushed`` cannot go into a manifest list of ``registry`` (empty: they can).
+
+    A record is an input like any other: each must name one of its variant's platforms, a ref that is exactly
+    ``<registry>/<repository>/<variant>:<tag>`` (what ``push`` writes; no other registry's or repository's image,
+    nothing an argv could read as a flag) and a digest by the OCI grammar (``DIGEST``). ``variants`` must hold
+    every record's variant.
+    """
+    by_name = {v.name: v for v in variants}
+    problems = []
+    for r in pushed:
+        where = f"record of {r.variant} ({r.platform})"
+        platforms = [str(p) for p in by_name[r.variant].platforms]
+        if r.platform not in platforms:
+            problems.append(f"{where}: platform {r.platform!r} is not one of {r.variant}'s ({', '.join(platforms)})")
+        repo = remote_ref(registry, f"{repository}/{r.variant}")
+        name, colon, tag = r.ref.rpartition(":")
+        if image_problem(r.ref) is not None or name != repo or not colon or not TAG.fullmatch(tag):
+            problems.append(
+                f"{where}: ref {r.ref!r} is not {repo}:<tag>; a manifest list of {registry} is made only from "
+                "images 'tools/matrix push --registry' put there: pass the records of that push"
+            )
+        if not DIGEST.fullmatch(r.digest):
+            problems.append(f"{where}: digest {r.digest!r} is not sha256:<64 lowercase hex> (the OCI digest grammar)")
+    return problems
+
+
 def plan_manifests(
     variants: Sequence[Variant], pushed: Sequence[Pushed], *, registry: str, repository: str
 ) -> list[ManifestPlan]:
@@ -91,8 +128,8 @@ def plan_manifests(
     ``variants``: every variant of the matrix (a name's members are all variants published under it).
 
     Raises:
-        ConfigError: a record names no variant of the matrix, or members of one name pin different vLLM
-            versions (the tag is the version).
+        ConfigError: a record names no variant of the matrix or fails ``record_problems``, or members of one
+            name pin different vLLM versions (the tag is the version).
         RegistryError: a member platform has no pushed record (push it, after its checks, first), or a record
             has no digest.
     """
@@ -100,6 +137,9 @@ def plan_manifests(
     unknown = sorted({p.variant for p in pushed} - set(by_name))
     if unknown:
         raise ConfigError("push records", [f"variant {name!r} is not in the matrix" for name in unknown])
+    problems = record_problems(variants, pushed, registry=registry, repository=repository)
+    if problems:
+        raise ConfigError("push records", problems)
     names = list(dict.fromkeys(by_name[p.variant].publish_name for p in pushed))
     plans = []
     for name in names:
@@ -126,10 +166,7 @@ def plan_manifests(
             )
         sources = []
         for v, platform in wanted:
-            record = records[(v.name, platform)]
-            if not record.digest:
-                raise RegistryError(f"push record of {v.name} ({platform}) has no digest", ref=record.ref)
-            sources.append(record.by_digest)
+            sources.append(records[(v.name, platform)].by_digest)
         plans.append(
             ManifestPlan(
                 name=name,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import click
 
 from matrixtool import engine, imagediff
+from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.errors import ConfigError
 
 
@@ -70,7 +71,8 @@ def format_report(report: DiffReport, limit: int = 0) -> str:
 @click.argument("b")
 @click.option("--for", "check", default=None, metavar="CHECK", help="Rank what matters to this check first.")
 @click.option("--limit", type=click.IntRange(min=0), default=0, show_default=True, help="Lines to print (0: all).")
-def command(a: str, b: str, check: str | None, limit: int) -> None:
+@pass_settings
+def command(settings: Settings, /, a: str, b: str, check: str | None, limit: int) -> None:
     """Compare two images: Python distributions, Debian packages, shared libraries, env, entrypoint, user,
     labels, layers."""
     args = Args(a=a, b=b, check=check, limit=limit)

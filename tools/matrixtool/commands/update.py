@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from matrixtool import plan, render, update, yamltext
+from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.errors import ConfigError, MatrixError, VariantsFailed, most_severe
 from matrixtool.matrix import load_matrix, parse_yaml, read_config_text
 from matrixtool.pyindex import IndexClient
@@ -23,7 +24,8 @@ from matrixtool.select import select_variants
 @dataclass(frozen=True, kw_only=True)
 class Args:
     """``update``'s flags: ``cooldown_days`` (0: none), ``same_minor``, ``write``; ``ca_cert``/``wheelhouse``
-    None take the environment's (``plan.resolve_ca_cert``, ``plan.resolve_wheelhouse``)."""
+    None take the environment's (``plan.resolve_ca_cert``, ``plan.resolve_wheelhouse``); ``now``: the clock of
+    the cooldown (None: now, UTC); ``index``: the package-index seam (None: ``IndexClient`` over HTTPS)."""
 
     matrix_path: Path
     variants: tuple[str, ...]
@@ -34,6 +36,7 @@ class Args:
     wheelhouse: Path | None = None
     env: Mapping[str, str]
     now: datetime | None = None
+    index: update.Index | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +68,7 @@ def _render_text(text: str, source: Path) -> list[render.RenderedFile]:
     return render.render_matrix(dataclasses.replace(matrix, source=source))
 
 
-def run(args: Args, *, index: update.Index | None = None) -> UpdateReport:
+def run(args: Args) -> UpdateReport:
     """Propose per selected variant; diff ``matrix.yaml`` and ``images/``; apply both under ``write``.
 
     A variant whose index does not answer keeps its error in its proposal (the others go on); ``run`` raises
@@ -83,7 +86,7 @@ def run(args: Args, *, index: update.Index | None = None) -> UpdateReport:
     if ca_cert is not None and not ca_cert.is_file():
         source = "--ca-cert" if args.ca_cert is not None else next(v for v in plan.CA_ENV_VARS if args.env.get(v))
         raise ConfigError("flags", [f"{source} {str(ca_cert)!r} is not a file; give a PEM CA bundle or unset it"])
-    client: update.Index = index if index is not None else IndexClient(ca_cert=ca_cert)
+    client: update.Index = args.index if args.index is not None else IndexClient(ca_cert=ca_cert)
     options = update.Options(
         cooldown=timedelta(days=args.cooldown_days),
         same_minor=args.same_minor,
@@ -186,9 +189,10 @@ def format_report(report: UpdateReport) -> str:
     default=None,
     help="Folder of local wheels, read for a torch the index lacks (default: PIP_FIND_LINKS).",
 )
-@click.pass_context
+@pass_settings
 def command(
-    ctx: click.Context,
+    settings: Settings,
+    /,
     variants: tuple[str, ...],
     cooldown_days: int,
     same_minor: bool,
@@ -197,7 +201,6 @@ def command(
     wheelhouse: Path | None,
 ) -> None:
     """Propose the newest vLLM release per variant with the torch and Triton it needs (a diff; --write applies)."""
-    settings = ctx.find_root().obj
     args = Args(
         matrix_path=settings.matrix_path,
         variants=variants,
