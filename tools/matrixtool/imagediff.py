@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.resources
 import json
-import os
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -111,15 +110,16 @@ def facts_program() -> str:
     return importlib.resources.files("matrixtool.incontainer").joinpath("imagefacts.py").read_text(encoding="utf-8")
 
 
-def container_kwargs(image: str, session: str) -> dict[str, Any]:
+def container_kwargs(image: str, session: str, owner: str = "") -> dict[str, Any]:
     """Keyword arguments of ``client.containers.create`` for the facts program: no network, labelled like the
-    smoke containers (``io.vllm-matrix.session``/``owner``), the image's entrypoint replaced."""
+    smoke containers (``io.vllm-matrix.session``, and ``owner``: the value of ``OWNER_ENV_VAR``), the image's
+    entrypoint replaced."""
     return {
         "image": image,
         "entrypoint": ["python3", "-c", facts_program()],
         "command": [],
         "network_disabled": True,
-        "labels": {SESSION_LABEL: session, OWNER_LABEL: os.environ.get(OWNER_ENV_VAR, "")},
+        "labels": {SESSION_LABEL: session, OWNER_LABEL: owner},
     }
 
 
@@ -127,37 +127,58 @@ def parse_output(text: str, ref: str) -> dict[str, Any]:
     """The facts document after ``MARK`` in the program's output.
 
     Raises:
-        SmokeFailure: no marker line (no python3 in the image, or it crashed): the message holds the output tail.
+        SmokeFailure: no marker line (no python3 in the image, or it crashed), or one that is not a JSON
+            object: the message holds the output tail.
     """
     for line in reversed(text.splitlines()):
         if line.startswith(MARK):
-            data = json.loads(line[len(MARK) :])
+            try:
+                data = json.loads(line[len(MARK) :])
+            except ValueError as exc:
+                raise SmokeFailure(
+                    f"{ref}: the facts program printed a malformed result ({exc}): {line[:200]}"
+                ) from exc
             if isinstance(data, dict):
                 return data
     raise SmokeFailure(f"{ref}: the facts program printed no result (needs python3 in the image): {text[-800:]}")
 
 
-def read_facts(client: docker.DockerClient, ref: str) -> ImageFacts:
-    """Inspect ``ref`` and run the facts program in it once (container removed in every case).
+def get_image(client: docker.DockerClient, ref: str) -> Any:
+    """The engine's image ``ref`` (``docker.models.images.Image``).
 
     Raises:
         NotBuiltError: the engine has no image ``ref``.
-        SmokeFailure: the program failed or timed out.
     """
     try:
-        image = client.images.get(ref)
+        return client.images.get(ref)
     except docker.errors.ImageNotFound as exc:
         raise NotBuiltError(f"no image {ref!r} on this engine; build or pull it first") from exc
+
+
+def read_facts(client: docker.DockerClient, ref: str, *, env: Mapping[str, str] | None = None) -> ImageFacts:
+    """Inspect ``ref`` and run the facts program in it once (container removed in every case); ``env``: the
+    environment whose ``OWNER_ENV_VAR`` labels the container.
+
+    Raises:
+        NotBuiltError: the engine has no image ``ref``.
+        SmokeFailure: the program could not start (no python3 in the image), failed or timed out.
+    """
+    image = get_image(client, ref)
     config = image.attrs.get("Config") or {}
     history = image.history()
-    kwargs = container_kwargs(ref, f"diff-{uuid.uuid4().hex[:12]}")
+    kwargs = container_kwargs(ref, f"diff-{uuid.uuid4().hex[:12]}", (env or {}).get(OWNER_ENV_VAR, ""))
     engine.echo(
         ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", ref, "-c", "<imagefacts.py>"],
         via="Docker SDK",
     )
     container = client.containers.create(**kwargs)
     try:
-        container.start()
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            raise SmokeFailure(
+                f"{ref}: the facts program did not start (it needs python3 in the image): {exc.explanation or exc}"
+            ) from exc
         try:
             status = container.wait(timeout=FACTS_TIMEOUT)
         except Exception as exc:  # requests' ReadTimeout through the SDK
@@ -291,15 +312,24 @@ def last_green(reports: Path, variant: str, *, exclude_image: str | None = None)
 
 
 def failure_context(
-    client: docker.DockerClient, reports: Path, variant: str, image: str, check: str, *, lines: int = 15
+    client: docker.DockerClient,
+    reports: Path,
+    variant: str,
+    image: str,
+    check: str,
+    *,
+    lines: int = 15,
+    env: Mapping[str, str] | None = None,
 ) -> str:
     """For a failed ``check`` of ``variant`` on ``image``: a line naming the last green image and the head of
-    the ``--for check`` diff against it, or one line saying why there is none (for ``run``/``test`` reports)."""
+    the ``--for check`` diff against it, or one line saying why there is none (for ``run``/``test`` reports);
+    ``env`` as for ``read_facts``."""
     green = last_green(reports, variant, exclude_image=image)
     if green is None:
         return f"no earlier green image of {variant} in {reports}"
     try:
-        diffs = rank(compare(read_facts(client, green.image), read_facts(client, image)), check)
+        get_image(client, green.image)
+        diffs = rank(compare(read_facts(client, green.image, env=env), read_facts(client, image, env=env)), check)
     except (NotBuiltError, SmokeFailure) as exc:
         return f"last green image of {variant}: {green.image} ({green.report.name}); no diff: {exc}"
     head = "\n".join(f"  {d}" for d in diffs[:lines])

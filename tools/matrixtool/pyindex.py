@@ -5,13 +5,17 @@ The wheel reader is ``remotezip`` (PyPI ``remotezip``: ``zipfile.ZipFile`` over 
 end of central directory first), so reading a 900 MB torch wheel's ``METADATA`` costs a few hundred KiB.
 Where the server answers a range request with the whole file, the wheel is downloaded to a temporary file
 (at most ``MAX_DOWNLOAD_BYTES``) and read there. One ``requests.Session`` carries the CA bundle
-(``plan.resolve_ca_cert``: ``--ca-cert``, ``PIP_CERT``, ``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE``).
+(``plan.resolve_ca_cert``: ``--ca-cert``, then ``plan.CA_ENV_VARS`` in order) and the proxies of the
+environment it is given (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``; never ``os.environ``).
+Only ``http``/``https`` URLs from a page are opened; a local wheel (a wheelhouse) has ``local_wheel_files``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import email.parser
 import html.parser
+import json
 import sys
 import tempfile
 import urllib.parse
@@ -34,7 +38,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from matrixtool.errors import IndexUnreachableError
+from matrixtool.errors import ConfigError, IndexUnreachableError
 
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 ACCEPT = f"{PEP691_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
@@ -202,19 +206,73 @@ def json_api_url(index_url: str, name: str) -> str | None:
     return urllib.parse.urlunsplit(parts._replace(path=f"{base}/pypi/{canonicalize_name(name)}/json", query=""))
 
 
+def env_proxies(url: str, env: Mapping[str, str]) -> dict[str, str]:
+    """The proxy ``requests`` should use for ``url`` by ``env`` (curl's and pip's variables: ``https_proxy``,
+    ``http_proxy``, ``all_proxy``, lower case first, then upper case; ``no_proxy`` hosts, domain suffixes or
+    ``*`` bypass them): ``{scheme: proxy}``, empty for a direct connection."""
+
+    def get(name: str) -> str:
+        return env.get(name) or env.get(name.upper()) or ""
+
+    parts = urllib.parse.urlsplit(url)
+    proxy = get(f"{parts.scheme}_proxy") or get("all_proxy")
+    if not proxy or not parts.hostname:
+        return {}
+    if _bypassed(parts.hostname.lower(), parts.port, get("no_proxy")):
+        return {}
+    return {parts.scheme: proxy}
+
+
+def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:
+    """``host`` is named by ``no_proxy`` (comma-separated: ``*``, a host, a domain with or without its
+    leading dot, each with an optional ``:port``)."""
+    for entry in (e.strip().lower() for e in no_proxy.split(",")):
+        name, _, entry_port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
+        if entry == "*":
+            return True
+        if not name or (entry_port and str(port) != entry_port):
+            continue
+        name = name.lstrip(".")
+        if host == name or host.endswith(f".{name}"):
+            return True
+    return False
+
+
+class _Session(requests.Session):
+    """A session whose proxies come from the given environment only (``env_proxies``), for every request,
+    the range reads of ``remotezip`` included; no netrc, no ``os.environ``."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        super().__init__()
+        self.trust_env = False
+        self.env = dict(env)
+
+    def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any) -> Any:
+        merged = dict(proxies or {})
+        for scheme, proxy in env_proxies(str(url), self.env).items():
+            merged.setdefault(scheme, proxy)
+        return super().merge_environment_settings(url, merged, stream, verify, cert)
+
+
 class IndexClient:
     """Reads project pages, the JSON API and remote wheels over one HTTP session.
 
     ``ca_cert``: the CA bundle every TLS connection verifies against (None: the system's, via certifi).
+    ``env``: the environment whose proxy variables apply (``env_proxies``; ``os.environ`` is never read).
     ``log``: where each request is echoed (``+ GET URL``); None keeps it quiet (tests).
     """
 
-    def __init__(self, *, ca_cert: Path | None, timeout: float = TIMEOUT, log: IO[str] | None = sys.stderr) -> None:
-        self.session = requests.Session()
+    def __init__(
+        self,
+        *,
+        ca_cert: Path | None,
+        env: Mapping[str, str] | None = None,
+        timeout: float = TIMEOUT,
+        log: IO[str] | None = sys.stderr,
+    ) -> None:
+        self.session = _Session(env or {})
         self.session.headers["User-Agent"] = USER_AGENT
         self.session.verify = str(ca_cert) if ca_cert else True
-        # Only what the caller passes: no proxy or CA from a netrc or the environment behind its back.
-        self.session.trust_env = False
         self.timeout = timeout
         self.log = log
         self._pages: dict[tuple[str, str], Project | None] = {}
@@ -303,8 +361,10 @@ class IndexClient:
         if isinstance(releases, dict):
             for files in releases.values():
                 for f in files if isinstance(files, list) else []:
+                    if not isinstance(f, dict):
+                        continue
                     when = _parse_time(f.get("upload_time_iso_8601") or f.get("upload_time"))
-                    if isinstance(f, dict) and isinstance(f.get("filename"), str) and when is not None:
+                    if isinstance(f.get("filename"), str) and when is not None:
                         out[f["filename"]] = when if when.tzinfo else when.replace(tzinfo=UTC)
         return out
 
@@ -315,21 +375,25 @@ class IndexClient:
         if not isinstance(info, dict) or not isinstance(info.get("version"), str):
             return None
         requires = info.get("requires_dist") or []
+        if not isinstance(requires, list):
+            requires = []
         return LatestRelease(version=info["version"], requires_dist=tuple(str(r) for r in requires))
 
     @contextlib.contextmanager
     def open_wheel(self, url: str) -> Iterator[zipfile.ZipFile]:
         """The wheel at ``url`` as a ``ZipFile``: read by range requests where the server honours them, else
-        downloaded whole to a temporary file (removed on exit). A local path or ``file:`` URL is opened directly.
+        downloaded whole to a temporary file (removed on exit). Only ``http``/``https`` URLs: a page cannot make
+        this open a local file.
 
         Raises:
-            IndexUnreachableError: no answer, an HTTP error, a file over ``MAX_DOWNLOAD_BYTES``, not a zip.
+            IndexUnreachableError: another URL scheme, no answer, an HTTP error, a file over
+                ``MAX_DOWNLOAD_BYTES``, not a zip.
         """
-        if urllib.parse.urlsplit(url).scheme in ("", "file"):
-            path = urllib.parse.unquote(urllib.parse.urlsplit(url).path) if url.startswith("file:") else url
-            with zipfile.ZipFile(path) as local:
-                yield local
-            return
+        scheme = urllib.parse.urlsplit(url).scheme.lower()
+        if scheme not in ("http", "https"):
+            raise IndexUnreachableError(
+                f"{url}: the index links a wheel by a {scheme or 'relative'!r} URL; only http(s) wheels are read"
+            )
         self._echo(f"GET {url}  # Range: the zip central directory")
         archive: zipfile.ZipFile | None = None
         try:
@@ -372,19 +436,30 @@ class IndexClient:
             IndexUnreachableError: as ``open_wheel``; also a wheel without ``*.dist-info/METADATA``.
         """
         with self.open_wheel(url) as archive:
-            infos = {i.filename: i for i in archive.infolist()}
-            metadata = [n for n in infos if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-            if not metadata:
-                raise IndexUnreachableError(f"{url}: the wheel has no *.dist-info/METADATA")
-            out: dict[str, str] = {}
             try:
-                for key, name in [("METADATA", metadata[0]), *((w, w) for w in wanted)]:
-                    info = infos.get(name)
-                    if info is not None and info.file_size <= MAX_MEMBER_BYTES:
-                        out[key] = archive.read(info).decode("utf-8", "replace")
+                return _members(archive, wanted)
             except (remotezip.RemoteZipError, requests.RequestException, zipfile.BadZipFile, OSError) as exc:
                 raise IndexUnreachableError(f"{url}: cannot read the wheel ({type(exc).__name__}: {exc})") from exc
-            return out
+            except KeyError as exc:
+                raise IndexUnreachableError(f"{url}: the wheel has no *.dist-info/METADATA") from exc
+
+
+def _members(archive: zipfile.ZipFile, wanted: tuple[str, ...]) -> dict[str, str]:
+    """``METADATA`` and each of ``wanted`` the archive holds (each at most ``MAX_MEMBER_BYTES``), as text.
+
+    Raises:
+        KeyError: no ``*.dist-info/METADATA`` at the top of the archive.
+    """
+    infos = {i.filename: i for i in archive.infolist()}
+    metadata = [n for n in infos if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+    if not metadata:
+        raise KeyError("METADATA")
+    out: dict[str, str] = {}
+    for key, name in [("METADATA", metadata[0]), *((w, w) for w in wanted)]:
+        info = infos.get(name)
+        if info is not None and info.file_size <= MAX_MEMBER_BYTES:
+            out[key] = archive.read(info).decode("utf-8", "replace")
+    return out
 
 
 def response_json(body: bytes, url: str) -> dict[str, Any]:
@@ -393,8 +468,6 @@ def response_json(body: bytes, url: str) -> dict[str, Any]:
     Raises:
         ValueError: not JSON, or not an object.
     """
-    import json
-
     data = json.loads(body)
     if not isinstance(data, dict):
         raise ValueError(f"{url}: not a JSON object")
@@ -403,12 +476,22 @@ def response_json(body: bytes, url: str) -> dict[str, Any]:
 
 def requires_dist(metadata: str) -> list[str]:
     """The ``Requires-Dist`` values of a core-metadata text (RFC 822 headers up to the first blank line)."""
-    import email.parser
-
     headers = email.parser.HeaderParser().parsestr(metadata, headersonly=True)
     return [str(v) for v in headers.get_all("Requires-Dist") or []]
 
 
 def local_wheel_files(path: Path, wanted: tuple[str, ...]) -> dict[str, str]:
-    """``IndexClient.wheel_files`` for a wheel on the local file system (a wheelhouse)."""
-    return IndexClient(ca_cert=None, log=None).wheel_files(str(path), wanted)
+    """``IndexClient.wheel_files`` for a wheel on the local file system (a wheelhouse).
+
+    Raises:
+        ConfigError: the file is not a readable wheel (not a zip, unreadable, no METADATA), naming it and
+            ``--wheelhouse``.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return _members(archive, wanted)
+    except (zipfile.BadZipFile, OSError, KeyError, ValueError) as exc:
+        problem = "has no *.dist-info/METADATA" if isinstance(exc, KeyError) else f"is not a readable wheel ({exc})"
+        raise ConfigError(
+            "--wheelhouse", [f"{path} {problem}; replace or remove it (--wheelhouse DIR or PIP_FIND_LINKS)"]
+        ) from exc

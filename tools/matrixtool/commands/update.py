@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +20,9 @@ from matrixtool.errors import ConfigError, MatrixError, VariantsFailed, most_sev
 from matrixtool.matrix import load_matrix, parse_yaml, read_config_text
 from matrixtool.pyindex import IndexClient
 from matrixtool.select import select_variants
+
+# The longest --cooldown: a century (a datetime cannot reach far beyond that from now).
+MAX_COOLDOWN_DAYS = 36500
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,14 +42,20 @@ class Args:
     now: datetime | None = None
     index: update.Index | None = None
 
+    def __post_init__(self) -> None:
+        if not 0 <= self.cooldown_days <= MAX_COOLDOWN_DAYS:
+            raise ConfigError("flags", [f"--cooldown {self.cooldown_days}: give 0 to {MAX_COOLDOWN_DAYS} days"])
+
 
 @dataclass(frozen=True, kw_only=True)
 class UpdateReport:
-    """The proposals in matrix order, key conflicts between them, the unified diffs of ``matrix.yaml`` and of
-    ``images/`` (empty: nothing changes), and the paths written under ``--write``."""
+    """The proposals in matrix order, key conflicts between them, comments of ``matrix.yaml`` naming a pin
+    the proposals replace (``update.stale_comments``), the unified diffs of ``matrix.yaml`` and of ``images/``
+    (empty: nothing changes), and the paths written under ``--write``."""
 
     proposals: tuple[update.Proposal, ...]
     conflicts: tuple[str, ...]
+    stale_comments: tuple[str, ...] = ()
     matrix_diff: str
     images_diff: str
     written: tuple[Path, ...]
@@ -86,7 +96,7 @@ def run(args: Args) -> UpdateReport:
     if ca_cert is not None and not ca_cert.is_file():
         source = "--ca-cert" if args.ca_cert is not None else next(v for v in plan.CA_ENV_VARS if args.env.get(v))
         raise ConfigError("flags", [f"{source} {str(ca_cert)!r} is not a file; give a PEM CA bundle or unset it"])
-    client: update.Index = args.index if args.index is not None else IndexClient(ca_cert=ca_cert)
+    client: update.Index = args.index if args.index is not None else IndexClient(ca_cert=ca_cert, env=args.env)
     options = update.Options(
         cooldown=timedelta(days=args.cooldown_days),
         same_minor=args.same_minor,
@@ -127,17 +137,51 @@ def run(args: Args) -> UpdateReport:
     written: list[Path] = []
     if args.write and matrix_diff:
         root = args.matrix_path.parent
-        render.write(list(_render_text(edited, args.matrix_path)), root)
-        args.matrix_path.write_text(edited, encoding="utf-8")
-        written = [args.matrix_path, *(root / p for p in new_files if new_files[p] != old_files.get(p))]
-    report = UpdateReport(
+        changed = _write_all(args.matrix_path, edited, _render_text(edited, args.matrix_path))
+        written = [args.matrix_path, *(root / p for p in changed)]
+    by_name = {v.name: v for v in selected}
+    old_pins = [
+        pin
+        for p in proposals
+        if p.edits
+        for pin in (
+            (p.vllm_package, p.current),
+            *([(by_name[p.variant].torch.package, by_name[p.variant].torch.version)] if p.torch else []),
+        )
+    ]
+    return UpdateReport(
         proposals=tuple(proposals),
         conflicts=tuple(update.conflicts(proposals)),
+        stale_comments=tuple(update.stale_comments(text, old_pins)) if matrix_diff else (),
         matrix_diff=matrix_diff,
         images_diff=images_diff,
         written=tuple(written),
     )
-    return report
+
+
+def _write_all(matrix_path: Path, text: str, files: list[render.RenderedFile]) -> list[Path]:
+    """Write the edited ``matrix.yaml`` and ``images/`` in one step that fails before changing either: the new
+    matrix is staged beside the old one first (same folder, same mode), ``render.write`` checks every
+    obstacle before it writes, and ``os.replace`` puts the matrix in place last. Returns the changed paths
+    of ``images/`` (relative to the matrix's folder).
+
+    Raises:
+        ConfigError: ``render.write`` found an obstacle; nothing was written.
+        OSError: the matrix cannot be staged (nothing written) or a write failed.
+    """
+    fd, staged = tempfile.mkstemp(dir=matrix_path.parent, prefix=f".{matrix_path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(staged, matrix_path.stat().st_mode & 0o7777)
+        changed = render.write(files, matrix_path.parent)
+        os.replace(staged, matrix_path)
+    except BaseException:
+        Path(staged).unlink(missing_ok=True)
+        raise
+    return changed
 
 
 def format_report(report: UpdateReport) -> str:
@@ -158,6 +202,7 @@ def format_report(report: UpdateReport) -> str:
             out.append(f"         from {pred.line}")
         out.extend(f"  note: {n}" for n in p.notes)
     out.extend(f"conflict: {c}" for c in report.conflicts)
+    out.extend(f"note: matrix.yaml {c}" for c in report.stale_comments)
     out.append(report.matrix_diff or "matrix.yaml: no change")
     out.append(report.images_diff or "images/: no change")
     out.extend(f"wrote {p}" for p in report.written)
@@ -169,7 +214,7 @@ def format_report(report: UpdateReport) -> str:
 @click.option(
     "--cooldown",
     "cooldown_days",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=MAX_COOLDOWN_DAYS),
     default=0,
     show_default=True,
     help="Skip releases uploaded less than DAYS ago.",
