@@ -257,7 +257,13 @@ def test_torch_triton_on_a_triton_less_variant_proposes_the_exclude_edit() -> No
     cpu = next(v for v in load_matrix().variants if v.name == "cpu")
     no_exclude = dataclasses.replace(cpu, index=dataclasses.replace(cpu.index, exclude=()))
     pin = [update.Line(source="torch 2.14.0+cpu METADATA", text="triton==3.9.0")]
-    preds, edits, dist = update._triton_predictions(no_exclude, AMD64, pin, _NoIndex(), "torch 2.14.0+cpu")
+    preds, edits, dist = update._triton_predictions(
+        no_exclude,
+        AMD64,
+        pin,
+        _NoIndex(),  # type: ignore[arg-type]
+        "torch 2.14.0+cpu",
+    )
     assert dist == "triton" and edits == [update.exclude_edit("triton")]
     assert preds[0].kind is update.Kind.TRITON_EXPECTATION and "adds triton to index.exclude" in preds[0].message
 

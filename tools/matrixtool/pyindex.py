@@ -369,11 +369,16 @@ class IndexClient:
         return out
 
     def latest(self, index_url: str, name: str) -> LatestRelease | None:
-        """The JSON API's newest release of ``name`` with its ``requires_dist``; None where not served."""
+        """The JSON API's newest release of ``name`` with its ``requires_dist``; None where not served or where
+        its version is not PEP 440."""
         data = self._json_api(index_url, name)
         info = data.get("info") if data else None
         if not isinstance(info, dict) or not isinstance(info.get("version"), str):
             return None
+        try:
+            Version(info["version"])
+        except InvalidVersion:
+            return None  # not a release an installer would pick: read the wheels instead
         requires = info.get("requires_dist") or []
         if not isinstance(requires, list):
             requires = []

@@ -391,6 +391,28 @@ def key_owner(raw: Mapping[str, Any], variant: str, path: tuple[str, ...]) -> st
     return variant
 
 
+# The keys whose owner decides which variants one proposal (and one pull request) covers.
+GROUP_KEYS = (("vllm", "version"), ("torch", "version"))
+
+
+def groups(raw: Mapping[str, Any], names: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """``names`` grouped by the variants that own their pins (``key_owner`` of ``GROUP_KEYS``): variants that
+    share an owner of either key are one group, named by the owner of its first member's ``vllm.version``
+    (``cuda-arm64`` extends ``cuda``: one group ``cuda``). Groups and members keep the order of ``names``."""
+    owners = {n: {key_owner(raw, n, k) for k in GROUP_KEYS} for n in names}
+    out: list[tuple[set[str], list[str]]] = []  # (owners, members)
+    for name in names:
+        joined = [g for g in out if g[0] & owners[name]]
+        merged = (set(owners[name]).union(*(g[0] for g in joined)), [m for g in joined for m in g[1]] + [name])
+        out = [g for g in out if g not in joined] + [merged]
+    order = {n: i for i, n in enumerate(names)}
+    result = []
+    for _, members in out:
+        members = sorted(members, key=order.__getitem__)
+        result.append((key_owner(raw, members[0], GROUP_KEYS[0]), members))
+    return sorted(result, key=lambda g: order[g[1][0]])
+
+
 def _index_urls(variant: Variant) -> list[str]:
     return [variant.index.url, *variant.index.extra_urls]
 

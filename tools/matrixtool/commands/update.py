@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import os
 import tempfile
 from collections.abc import Mapping
@@ -184,6 +185,20 @@ def _write_all(matrix_path: Path, text: str, files: list[render.RenderedFile]) -
     return changed
 
 
+def groups_json(matrix_path: Path, variants: tuple[str, ...]) -> str:
+    """``update.groups`` of the selected variants as one line of JSON: ``{"include": [{"group": owner,
+    "variants": "a b"}]}`` (a space-separated list: what ``tools/matrix update`` takes as arguments).
+
+    Raises:
+        ConfigError, NothingSelectedError: as ``load_matrix`` and ``select_variants``.
+    """
+    matrix = load_matrix(matrix_path)
+    raw: Any = parse_yaml(read_config_text(matrix_path), str(matrix_path))
+    names = [v.name for v in select_variants(matrix, variants)]
+    include = [{"group": owner, "variants": " ".join(members)} for owner, members in update.groups(raw, names)]
+    return json.dumps({"include": include}, separators=(",", ":"))
+
+
 def format_report(report: UpdateReport) -> str:
     """The report as text: per variant its proposal, predictions (``BREAKS``/``ok``) and notes, then the diffs."""
     out: list[str] = []
@@ -220,6 +235,13 @@ def format_report(report: UpdateReport) -> str:
     help="Skip releases uploaded less than DAYS ago.",
     metavar="DAYS",
 )
+@click.option(
+    "--groups",
+    "show_groups",
+    is_flag=True,
+    help="Print the variants grouped by the variant that owns their pins, as a GitHub Actions matrix (JSON, "
+    "one line: include[].group, include[].variants), and ask no index.",
+)
 @click.option("--same-minor", is_flag=True, help="Stay in the current vLLM major.minor series.")
 @click.option("--write", is_flag=True, help="Apply the change to matrix.yaml and render images/ (default: dry run).")
 @click.option(
@@ -240,12 +262,16 @@ def command(
     /,
     variants: tuple[str, ...],
     cooldown_days: int,
+    show_groups: bool,
     same_minor: bool,
     write: bool,
     ca_cert: Path | None,
     wheelhouse: Path | None,
 ) -> None:
     """Propose the newest vLLM release per variant with the torch and Triton it needs (a diff; --write applies)."""
+    if show_groups:
+        click.echo(groups_json(settings.matrix_path, variants))
+        return
     args = Args(
         matrix_path=settings.matrix_path,
         variants=variants,
