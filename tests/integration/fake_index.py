@@ -53,12 +53,14 @@ def make_wheel(
 
 @dataclass
 class Entry:
-    """One file the index lists: ``yanked`` (False, True or a reason), ``upload_time`` (ISO 8601 or None)."""
+    """One file the index lists: ``yanked`` (False, True or a reason), ``upload_time`` (ISO 8601 or None);
+    ``url``: the link the pages give instead of the file's own (a hostile page: ``file:///etc/passwd``)."""
 
     path: Path
     yanked: bool | str = False
     upload_time: str | None = None
     requires: tuple[str, ...] = ()
+    url: str | None = None
 
 
 @dataclass
@@ -71,11 +73,21 @@ class FakeIndex:
     json_pages: bool = True
     served: dict[str, int] = field(default_factory=dict)
     url: str = ""
+    # Project name -> the JSON API document served instead of the one made from the entries.
+    json_api: dict[str, Any] = field(default_factory=dict)
 
     def add(
-        self, path: Path, *, yanked: bool | str = False, upload_time: str | None = None, requires: Sequence[str] = ()
+        self,
+        path: Path,
+        *,
+        yanked: bool | str = False,
+        upload_time: str | None = None,
+        requires: Sequence[str] = (),
+        url: str | None = None,
     ) -> None:
-        self.entries.append(Entry(path=path, yanked=yanked, upload_time=upload_time, requires=tuple(requires)))
+        self.entries.append(
+            Entry(path=path, yanked=yanked, upload_time=upload_time, requires=tuple(requires), url=url)
+        )
 
     def project(self, name: str) -> list[Entry]:
         return [e for e in self.entries if canonicalize_name(parse_wheel_filename(e.path.name)[0]) == name]
@@ -118,7 +130,7 @@ def _handler(index: FakeIndex) -> type[http.server.BaseHTTPRequestHandler]:
                 for e in entries:
                     f: dict[str, Any] = {
                         "filename": e.path.name,
-                        "url": f"../../files/{e.path.name}",
+                        "url": e.url or f"../../files/{e.path.name}",
                         "hashes": {},
                         "yanked": e.yanked,
                     }
@@ -130,10 +142,13 @@ def _handler(index: FakeIndex) -> type[http.server.BaseHTTPRequestHandler]:
             links = []
             for e in entries:
                 yanked = "" if e.yanked is False else f' data-yanked="{html.escape(str(e.yanked))}"'
-                links.append(f'<a href="/files/{e.path.name}"{yanked}>{e.path.name}</a><br/>')
+                href = html.escape(e.url or f"/files/{e.path.name}")
+                links.append(f'<a href="{href}"{yanked}>{e.path.name}</a><br/>')
             self._send(200, ("<html><body>" + "".join(links) + "</body></html>").encode(), "text/html")
 
         def _json_api(self, name: str) -> None:
+            if name in index.json_api:
+                return self._send(200, json.dumps(index.json_api[name]).encode(), "application/json")
             entries = index.project(name)
             if not entries:
                 return self._send(404, b"{}", "application/json")

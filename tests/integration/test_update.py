@@ -59,8 +59,6 @@ def crafted(tmp_path: Path) -> Iterator[tuple[FakeIndex, Path, Path]]:
         ),
         upload_time=None,  # only the JSON API gives it
     )
-    for e in index.entries[-2:]:
-        e.upload_time = None
     make_wheel(wheelhouse, "torch", "2.14.0+cpu", tag="cp311-cp311-manylinux_2_28_x86_64", requires=["numpy"])
     with serving(index):
         text = (Path(MATRIX).parents[1] / "matrix.yaml").read_text()
@@ -114,7 +112,8 @@ def test_update_write_is_idempotent_and_keeps_comments(crafted: Any, tmp_path: P
     fresh = subprocess.run([MATRIX, "--matrix", str(matrix), "render", "--check"], capture_output=True, text=True)
     assert fresh.returncode == 0, fresh.stdout + fresh.stderr
     again = _update(matrix, tmp_path, "cuda", "--write")
-    assert again.returncode == 0 and "nothing newer" in again.stdout
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "nothing newer" in again.stdout
     assert "matrix.yaml: no change" in again.stdout and matrix.read_text() == after
 
 
@@ -147,6 +146,64 @@ def test_update_unknown_variant_and_unreachable_index(crafted: Any, tmp_path: Pa
     assert "Traceback" not in proc.stderr and "cuda: error: http://127.0.0.1:9/simple/vllm/: no answer" in proc.stdout
 
 
+def _no_traceback(proc: subprocess.CompletedProcess[str]) -> str:
+    assert "Traceback" not in proc.stderr and "unexpected" not in proc.stderr, proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def test_update_hostile_index_and_inputs(crafted: Any, tmp_path: Path) -> None:
+    index, matrix, wheelhouse = crafted
+    wheels = tmp_path / "wheels"
+    # A page linking a wheel by a file: URL: never opened (no local file is read).
+    index.add(make_wheel(wheels, "vllm", "0.37.0", tag=LINUX), url="file:///etc/passwd")
+    proc = _update(matrix, tmp_path, "cuda")
+    out = _no_traceback(proc)
+    assert proc.returncode == ExitCode.INDEX_UNREACHABLE and "only http(s) wheels are read" in out, out
+    # vLLM's METADATA pins torch by arbitrary equality to no version: a torch-unavailable prediction.
+    index.entries.pop()
+    index.add(make_wheel(wheels, "vllm", "0.37.0", tag=LINUX, requires=["torch===weird"]))
+    proc = _update(matrix, tmp_path, "cuda")
+    out = _no_traceback(proc)
+    assert proc.returncode == 0 and "cuda: vllm 0.33.0 -> 0.37.0" in out, out
+    assert "BREAKS torch-unavailable" in out and "not a PEP 440 version" in out
+    assert "from vllm 0.37.0 METADATA: Requires-Dist: torch===weird" in out
+    # A JSON API whose releases hold a string, read for --cooldown: ignored (the page's times decide).
+    index.json_api["vllm"] = {"info": {"version": "weird"}, "releases": {"0.37.0": ["a string", 7]}}
+    proc = _update(matrix, tmp_path, "cuda", "--cooldown", "7")
+    out = _no_traceback(proc)
+    assert proc.returncode == 0 and "passed over 0.37.0: upload time unknown" in out, out
+    # A corrupt wheel in the wheelhouse: a config error naming it and --wheelhouse.
+    for old in wheelhouse.iterdir():
+        old.write_bytes(b"not a zip")
+    proc = _update(matrix, tmp_path, "cpu", "--wheelhouse", str(wheelhouse))
+    out = _no_traceback(proc)
+    assert proc.returncode == ExitCode.CONFIG and "--wheelhouse" in out and "is not a readable wheel" in out, out
+    # A cooldown past any date, and an odd pin in matrix.yaml.
+    proc = _update(matrix, tmp_path, "cuda", "--cooldown", "99999999999")
+    assert proc.returncode == 2 and "'--cooldown'" in _no_traceback(proc)
+    matrix.write_text(matrix.read_text().replace("version: 0.32.0}", "version: 0.32.0.x}", 1))
+    proc = _update(matrix, tmp_path, "cpu")
+    out = _no_traceback(proc)
+    assert proc.returncode == ExitCode.CONFIG and "variants.cpu.vllm.version: '0.32.0.x' is not a PEP 440" in out
+
+
+def test_update_exact_pin_on_a_local_label_index(crafted: Any, tmp_path: Path) -> None:
+    index, matrix, _ = crafted
+    wheels = tmp_path / "wheels"
+    # An index of +rocm6.4 torch builds only: vLLM's torch==2.15.0 is pip's 2.15.0+rocm6.4, on the index.
+    matrix.write_text(
+        matrix.read_text().replace(
+            "torch: {package: torch, version: 2.14.0}", "torch: {package: torch, version: 2.14.0+rocm6.4}", 1
+        )
+    )
+    index.entries = [e for e in index.entries if not e.path.name.startswith("torch-")]
+    index.add(make_wheel(wheels, "torch", "2.15.0+rocm6.4", tag=LINUX, requires=["triton==3.8.0"]))
+    proc = _update(matrix, tmp_path, "cuda")
+    out = _no_traceback(proc)
+    assert proc.returncode == 0 and "cuda: vllm 0.33.0 -> 0.34.0; torch 2.15.0+rocm6.4" in out, out
+    assert "wheelhouse-needed" not in out and "triton (torch's METADATA) linux/amd64 cp312: triton==3.8.0" in out
+
+
 SITE = "/opt/venv/lib/python3.11/site-packages"
 
 
@@ -174,3 +231,20 @@ def test_diff_ranks_for_the_failing_check(derived_image: Any, cpu_image: str, tm
     assert "-> not found" in proc.stdout.splitlines()[3] and "more (--limit 0 shows all)" in proc.stdout
     proc = matrix_cli("diff", cpu_image, bad, "--for", "triton-imports", out=tmp_path)
     assert proc.returncode == ExitCode.CONFIG and "'triton-imports' is not a check" in proc.stderr
+
+
+@pytest.mark.engine
+def test_diff_bad_references_and_an_image_without_python3(cpu_image: str, tmp_path: Path) -> None:
+    for a, b, named in (
+        ("UPPER/Bad", cpu_image, "A 'UPPER/Bad'"),
+        (cpu_image, "a@@b", "B 'a@@b'"),
+        ("", cpu_image, "A ''"),
+    ):
+        proc = matrix_cli("diff", a, b, out=tmp_path)
+        assert proc.returncode == ExitCode.CONFIG and named in proc.stderr, proc.stderr
+    # The second image is missing: found before the first image's facts program runs.
+    proc = matrix_cli("diff", cpu_image, "vllm-matrix-test/absent:1", out=tmp_path)
+    assert proc.returncode == ExitCode.NOT_BUILT and "docker run" not in proc.stderr, proc.stderr
+    proc = matrix_cli("diff", cpu_image, "debian:bookworm-slim", out=tmp_path, timeout=600)
+    assert proc.returncode == ExitCode.SMOKE and "needs python3 in the image" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
