@@ -85,9 +85,7 @@ class FakeIndex:
         requires: Sequence[str] = (),
         url: str | None = None,
     ) -> None:
-        self.entries.append(
-            Entry(path=path, yanked=yanked, upload_time=upload_time, requires=tuple(requires), url=url)
-        )
+        self.entries.append(Entry(path=path, yanked=yanked, upload_time=upload_time, requires=tuple(requires), url=url))
 
     def project(self, name: str) -> list[Entry]:
         return [e for e in self.entries if canonicalize_name(parse_wheel_filename(e.path.name)[0]) == name]

@@ -248,3 +248,29 @@ def test_diff_bad_references_and_an_image_without_python3(cpu_image: str, tmp_pa
     proc = matrix_cli("diff", cpu_image, "debian:bookworm-slim", out=tmp_path, timeout=600)
     assert proc.returncode == ExitCode.SMOKE and "needs python3 in the image" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.engine
+def test_a_failing_check_names_the_last_green_image_and_the_diff(
+    derived_image: Any, cpu_image: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    green = matrix_cli("test", "--image", cpu_image, "--as", "cpu", "--only", "triton-import", out=out, timeout=600)
+    assert green.returncode == 0, green.stdout + green.stderr
+    assert (out / "reports" / "cpu.green.json").is_file() and "no earlier green" not in green.stderr
+    bad = derived_image(
+        [
+            "USER root",
+            f"RUN mkdir -p {SITE}/triton {SITE}/triton-3.7.1.dist-info && echo 'raise ImportError(\"broken\")' "
+            f"> {SITE}/triton/__init__.py && printf 'Metadata-Version: 2.1\\nName: triton\\nVersion: 3.7.1\\n' "
+            f"> {SITE}/triton-3.7.1.dist-info/METADATA && echo pip > {SITE}/triton-3.7.1.dist-info/INSTALLER",
+            "USER 1000:0",
+        ]
+    )
+    red = matrix_cli("test", "--image", bad, "--as", "cpu", "--only", "triton-import", out=out, timeout=600)
+    assert red.returncode == ExitCode.SMOKE, red.stdout + red.stderr
+    assert f"cpu (triton-import failed on {bad}): last green image of cpu: {cpu_image} (cpu.green.json)" in red.stderr
+    assert "differences for triton-import:\n  python     triton: (absent) -> 3.7.1" in red.stderr, red.stderr
+    # The red run keeps the green report; its own is cpu.json.
+    assert cpu_image in (out / "reports" / "cpu.green.json").read_text()
+    assert bad in (out / "reports" / "cpu.json").read_text()
