@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import http.server
 import json
+import os
 import re
 import threading
 import zipfile
@@ -40,8 +41,6 @@ def make_wheel(
     )
     with zipfile.ZipFile(path, "w") as archive:
         if padding:
-            import os
-
             archive.writestr(zipfile.ZipInfo(f"{dist}/blob.bin"), os.urandom(padding), zipfile.ZIP_STORED)
         for member, text in (files or {}).items():
             archive.writestr(member, text)

@@ -187,6 +187,16 @@ def test_update_hostile_index_and_inputs(crafted: Any, tmp_path: Path) -> None:
     assert proc.returncode == ExitCode.CONFIG and "variants.cpu.vllm.version: '0.32.0.x' is not a PEP 440" in out
 
 
+def test_update_takes_proxies_from_its_environment(crafted: Any, tmp_path: Path) -> None:
+    _, matrix, _ = crafted
+    dead = {"http_proxy": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "no_proxy": "", "NO_PROXY": ""}
+    proc = _update(matrix, tmp_path, "cuda", **dead)
+    assert proc.returncode == ExitCode.INDEX_UNREACHABLE, _no_traceback(proc)
+    assert "ProxyError" in proc.stdout, proc.stdout
+    proc = _update(matrix, tmp_path, "cuda", **{**dead, "no_proxy": "127.0.0.1"})
+    assert proc.returncode == 0 and "cuda: vllm 0.33.0 -> 0.34.0" in _no_traceback(proc)
+
+
 def test_update_exact_pin_on_a_local_label_index(crafted: Any, tmp_path: Path) -> None:
     index, matrix, _ = crafted
     wheels = tmp_path / "wheels"
