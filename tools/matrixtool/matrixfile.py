@@ -21,6 +21,7 @@ from typing import Any
 
 import jsonschema
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
 
 from matrixtool.checks import CHECKS, applicable
 from matrixtool.errors import ConfigError
@@ -403,6 +404,15 @@ def _publish_as_problems(variants: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def _is_pep440(value: str) -> bool:
+    """``value`` parses as a PEP 440 version (``packaging.version.Version``), as pip and ``update`` read pins."""
+    try:
+        Version(value)
+    except InvalidVersion:
+        return False
+    return True
+
+
 def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
     """Whole-value checks of one variant's strings that reach the Dockerfile or a requirement file."""
     problems: list[str] = []
@@ -434,6 +444,8 @@ def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
     for key, value, pattern in patterned:
         if not pattern.fullmatch(value):
             problems.append(f"{at}.{key}: {_show(value)} must match {pattern.pattern} as a whole")
+        elif pattern is _VERSION and not _is_pep440(value):
+            problems.append(f"{at}.{key}: {_show(value)} is not a PEP 440 version (such as 0.32.0 or 2.13.0+cpu)")
     problem = image_problem(variant["base_image"])
     if problem is not None:
         problems.append(f"{at}.base_image: {_show(variant['base_image'])} {problem}")

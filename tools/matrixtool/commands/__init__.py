@@ -25,6 +25,8 @@ MODULES = (
     "push",
     "manifest",
     "pin",
+    "update",
+    "diff",
 )
 
 

@@ -144,4 +144,4 @@ def command(
         jobs=jobs,
         output=output,
     )
-    finish(run(args), output, out_dir=settings.out_dir, env=settings.env)
+    finish(run(args), output, out_dir=settings.out_dir, env=settings.env, last_green=True)

@@ -121,4 +121,4 @@ def command(
         choice=choice,
         output=output,
     )
-    finish(run(args), output, out_dir=settings.out_dir, env=settings.env)
+    finish(run(args), output, out_dir=settings.out_dir, env=settings.env, last_green=not host)
