@@ -76,8 +76,8 @@ class FakeApi:
         self.engine.execs.append((container_id, argv, environment))
         return {"Id": "e1"}
 
-    def exec_start(self, exec_id: str, stream: bool) -> Iterator[bytes]:
-        yield from self.engine.stream()
+    def exec_start(self, exec_id: str, stream: bool) -> Any:
+        return self.engine.stream()
 
     def exec_inspect(self, exec_id: str) -> dict[str, Any]:
         return {"ExitCode": 3}
@@ -174,16 +174,32 @@ def test_exec_returns_the_exit_code_and_output() -> None:
 
 def test_exec_past_its_deadline_returns_none_and_the_output_so_far() -> None:
     engine = FakeEngine()
-    release = threading.Event()
 
-    def hung() -> Iterator[bytes]:
-        yield b"started\n"
-        release.wait(10)
+    class Hung:
+        """A stream that yields one chunk, then blocks until it is closed (as ``CancellableStream.close``)."""
 
-    engine.stream = hung
+        def __init__(self) -> None:
+            self.closed = threading.Event()
+            self.sent = False
+
+        def __iter__(self) -> Hung:
+            return self
+
+        def __next__(self) -> bytes:
+            if not self.sent:
+                self.sent = True
+                return b"started\n"
+            self.closed.wait(10)
+            raise StopIteration
+
+        def close(self) -> None:
+            self.closed.set()
+
+    stream = Hung()
+    engine.stream = lambda: stream
     with tracked(engine) as box:
         assert box.exec(["sleep", "1d"], {}, 0.2) == (None, "started\n")
-    release.set()
+    assert stream.closed.is_set(), "the reader is woken, not left blocked on the socket"
 
 
 def test_a_huge_stream_keeps_its_head_and_tail_and_says_what_it_left_out() -> None:

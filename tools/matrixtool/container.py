@@ -21,6 +21,7 @@ import docker.errors
 import docker.types
 import requests.exceptions
 from docker.models.containers import Container
+from docker.utils.socket import SocketError
 
 from matrixtool.bounded import DEFAULT_LIMIT, BoundedOutput, OutputLimit, read_bounded
 from matrixtool.errors import WrongPlatformError
@@ -94,6 +95,16 @@ class ContainerSpec:
         return {**out, "image": self.image, "detach": True}
 
 
+def _close(streams: list[Any]) -> None:
+    """Close the exec's stream, if it was opened: ``CancellableStream.close`` shuts its socket down (which wakes
+    a reader blocked on it) and its HTTP response is closed too, which frees the socket's file (without it, the
+    socket's buffered reader keeps the file open until the garbage collector finds it). Errors are ignored."""
+    for stream in streams:
+        for closable in (stream, getattr(stream, "_response", None)):
+            with contextlib.suppress(OSError, docker.errors.DockerException):
+                getattr(closable, "close", lambda: None)()
+
+
 def sweep(client: docker.DockerClient, session: str) -> None:
     """Remove every container labelled with ``session``: a signal (Ctrl-C, SIGTERM) may land between the engine
     creating a container and its tracker holding it. Errors are ignored (the engine may be gone)."""
@@ -160,16 +171,23 @@ class TrackedContainer:
         api = self.client.api
         exec_id = api.exec_create(self._running().id, list(argv), environment=dict(env))["Id"]
         sink = BoundedOutput(limit)
+        streams: list[Any] = []
 
         def pump() -> None:
-            with contextlib.suppress(docker.errors.APIError, requests.exceptions.RequestException):
-                for chunk in api.exec_start(exec_id, stream=True):
+            try:
+                streams.append(api.exec_start(exec_id, stream=True))
+                for chunk in streams[0]:
                     sink.feed(chunk)
+            except (docker.errors.APIError, requests.exceptions.RequestException, OSError, SocketError, ValueError):
+                pass  # the engine went away, or the stream was closed at the deadline (ValueError: closed file)
+            finally:
+                _close(streams)
 
         thread = threading.Thread(target=pump, daemon=True)
         thread.start()
         thread.join(deadline_s)
         if thread.is_alive():
+            _close(streams)  # wakes the reader; the exec itself ends with the container
             return None, sink.text()
         exit_code = api.exec_inspect(exec_id).get("ExitCode")
         return (int(exit_code) if exit_code is not None else None), sink.text()
