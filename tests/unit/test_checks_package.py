@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from matrixtool import checks, pipeline, smoke
+from matrixtool import checks, pipeline, smoke, smoke_plan
 from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode
 from matrixtool.matrix import CheckSpec, load_matrix
+from matrixtool.profiles import Profile
 from tests.conftest import REPO_ROOT
 from tests.unit._incontainer import incontainer
 
@@ -216,6 +217,7 @@ def test_a_group_reports_each_check_and_timeout_for_the_unfinished(tmp_path: Pat
 
     class Runner:
         restarted = 0
+        image = "img"
 
         def argv(self, group: Any, params: Any) -> list[str]:
             return [c.name for c in group]
@@ -226,7 +228,7 @@ def test_a_group_reports_each_check_and_timeout_for_the_unfinished(tmp_path: Pat
             lines = [f"MATRIX-BEGIN {n}\n" + incontainer().result_line(n, {"status": "passed"}) for n in argv]
             return 0, "\n".join(lines) + "\n"
 
-        def start(self) -> None:
+        def restart(self) -> None:
             self.restarted += 1
 
         def workers(self) -> int:
@@ -235,7 +237,8 @@ def test_a_group_reports_each_check_and_timeout_for_the_unfinished(tmp_path: Pat
     runner = Runner()
     names = ["pip-check", "offline-generate", "triton-import", "vllm-cli"]
     specs = [CheckSpec(name=n, timeout=5) for n in names]
-    results = smoke._run_checks(runner, "img", cpu, specs, {"suite": "quick"}, tmp_path, lambda r: None)  # type: ignore[arg-type]
+    run = smoke_plan.profile_run(cpu.name, Profile(name="default"), specs, suite="quick")
+    results = smoke.execute(run, runner, cpu.name, {"suite": "quick"}, tmp_path, lambda r: None)
     assert [r.check for r in results] == names, "the declared order, whatever finished first"
     status = {r.check: r.status for r in results}
     assert status == {
