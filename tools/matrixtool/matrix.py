@@ -162,6 +162,10 @@ class Variant:
     # The largest image size allowed, in bytes, and as matrix.yaml writes it (size_budget; None: no budget).
     size_budget: int | None = None
     size_budget_text: str | None = None
+    # The serve check: the longest time to ready allowed, in seconds (ready_budget; None: no budget), and the
+    # grace of `docker stop` (stop_grace, seconds; None: a Kubernetes pod's 30).
+    ready_budget_s: float | None = None
+    stop_grace_s: int | None = None
     # Why this CPU variant carries CUDA weight on purpose (matrix.yaml hygiene.cuda_weight; cuda-weight shows it).
     cuda_weight_reason: str | None = None
 
@@ -771,6 +775,8 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 publish_as=v.get("publish_as"),
                 size_budget=parse_size(v["size_budget"]) if "size_budget" in v else None,
                 size_budget_text=v.get("size_budget"),
+                ready_budget_s=float(v["ready_budget"]) if "ready_budget" in v else None,
+                stop_grace_s=int(v["stop_grace"]) if "stop_grace" in v else None,
                 cuda_weight_reason=v.get("hygiene", {}).get("cuda_weight"),
             )
         )

@@ -9,6 +9,8 @@ removed (``container.TrackedContainer``).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -17,7 +19,7 @@ from typing import Any, TypeVar
 
 import docker
 
-from matrixtool import profiles
+from matrixtool import profiles, serve
 from matrixtool.checks import DEFAULT_SUITE
 from matrixtool.container import EXEC_FORMAT_ERROR, OWNER_ENV_VAR, OWNER_LABEL, SESSION_LABEL
 from matrixtool.incontainer.vllm_smoke import common as incontainer
@@ -121,7 +123,7 @@ def execute(
     found = {r.check: unhidden(r, run.checks) for results in finished for r in results}
     if timed_out.is_set():
         runner.restart()  # a hung check may leave processes behind: what runs next starts clean
-    return [found[c.name] for c in run.checks]
+    return [found[c.name] for c in run.checks if c.name in found]  # a host-side check (serve) is not in a group
 
 
 def in_parallel(jobs: Sequence[J], workers: int, run: Callable[[J], R]) -> list[R]:
@@ -184,10 +186,28 @@ def _in_image(
     results: list[CheckResult] = []
     for run in runs:
         announce(run.describe(variant.name))
-        if run.checks:
-            with container_runner(client, image, gpu=gpu, profile=run.profile) as runner:
-                params = {**base, "rerun": run.rerun, "suite": run.suite}
-                results += execute(run, runner, variant.name, params, log_dir, on_result)
+        if not run.checks:
+            continue
+        served = next((c for c in run.checks if c.name == serve.CHECK), None)
+        with contextlib.ExitStack() as stack:
+            volume = stack.enter_context(serve.model_volume(client, {OWNER_LABEL: owner()})) if served else None
+            mounts = serve.check_mounts(volume) if volume else {}
+            env = serve.check_env() if volume else {}
+            runner = stack.enter_context(
+                container_runner(client, image, gpu=gpu, profile=run.profile, volumes=mounts, environment=env)
+            )
+            params = {**base, "rerun": run.rerun, "suite": run.suite}
+            server = None
+            if served is not None and volume is not None:
+                server = serve.ServeRun(client, image, variant, run, runner, volume, log_dir=log_dir, gpu=gpu)
+                stack.callback(server.sweep)
+                server.start()
+            done = execute(run, runner, variant.name, params, log_dir, on_result)
+            if server is not None and served is not None:
+                outcome = server.result(served.timeout, [*results, *done])
+                on_result(outcome)
+                done.insert([c.name for c in run.checks].index(serve.CHECK), outcome)
+            results += done
     return results
 
 
@@ -254,4 +274,13 @@ def run_host_suite(
     ``suite`` (quick / full) is recorded in each result and passed to the checks."""
     (run,) = plan_host(variant, checks, suite).runs
     params = {**check_params(variant), "host": True, "suite": suite}
-    return execute(run, HostRunner(python, env), variant.name, params, log_dir, on_result)
+    results = execute(run, HostRunner(python, env), variant.name, params, log_dir, on_result)
+    if any(c.name == serve.CHECK for c in run.checks):
+        results.append(serve.host_mode_result(variant.name, python, suite))
+        on_result(results[-1])
+    return results
+
+
+def owner() -> str:
+    """The owner label's value of this process's containers and volumes (MATRIX_OWNER, else empty)."""
+    return os.environ.get(OWNER_ENV_VAR, "")

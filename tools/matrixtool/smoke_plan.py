@@ -14,6 +14,7 @@ from typing import Any
 from matrixtool import profiles
 from matrixtool.checks import CHECKS, DEFAULT_SUITE
 from matrixtool.errors import WrongPlatformError
+from matrixtool.incontainer.vllm_smoke.common import HOST_GROUP
 from matrixtool.matrix import CheckSpec, Variant
 from matrixtool.profiles import Profile
 
@@ -21,13 +22,20 @@ from matrixtool.profiles import Profile
 KILL_GRACE = 10
 HOST_SLACK = 30
 LEFT_OUT_REASON = "no condition of this profile can change them"
+# A profile's rerun of offline-generate runs its compiled engine with vLLM's process layout: the server of the
+# serve check (compiled, engine core and worker processes, under the same conditions) stands for it.
+SERVE_STANDS_FOR = "offline-generate"
+SERVED_REASON = "the serve check's compiled server stands for it"
 
 
 def groups(checks: Sequence[CheckSpec]) -> list[list[CheckSpec]]:
     """``checks`` split into the execs that run them: the checks of one declared group (``CheckInfo.group``) share
-    an interpreter, in the given order; a check declared fresh gets one of its own. Ordered by the first check."""
+    an interpreter, in the given order; a check declared fresh gets one of its own; a check of ``HOST_GROUP`` runs
+    on the host and in no exec. Ordered by the first check."""
     found: dict[str, list[CheckSpec]] = {}
     for check in checks:
+        if CHECKS[check.name].group == HOST_GROUP:
+            continue  # run by the host (serve), in no exec
         key = CHECKS[check.name].group or f"fresh:{check.name}"
         found.setdefault(key, []).append(check)
     return list(found.values())
@@ -107,15 +115,17 @@ def profile_run(
     rerun: bool = False,
     suite: str = DEFAULT_SUITE,
     left_out: Sequence[CheckSpec] = (),
+    reason: str = LEFT_OUT_REASON,
 ) -> ProfileRun:
-    """The run of ``checks`` under ``profile``: grouped (``groups``), the longest group first (a stable sort)."""
+    """The run of ``checks`` under ``profile``: grouped (``groups``), the longest group first (a stable sort);
+    ``reason``: why ``left_out`` is left out."""
     ordered = sorted((Group.of(g) for g in groups(checks)), key=lambda g: g.timeout, reverse=True)
     return ProfileRun(
         profile=profile,
         checks=tuple(checks),
         groups=tuple(ordered),
         left_out=tuple(c.name for c in left_out),
-        left_out_reason=LEFT_OUT_REASON if left_out else "",
+        left_out_reason=reason if left_out else "",
         rerun=rerun,
         suite=suite,
         log_stem=variant if profile.name == profiles.DEFAULT else f"{variant}.{profile.name}",
@@ -136,7 +146,13 @@ def plan_profiles(
     for profile in chosen:
         run, left = profiles.checks_to_run(profile, reference, checks, affects)
         rerun = reference is not None and profile is not reference
-        runs.append(profile_run(variant.name, profile, run, rerun=rerun, suite=suite, left_out=left))
+        reason = LEFT_OUT_REASON
+        if rerun and {"serve", SERVE_STANDS_FOR} <= {c.name for c in run}:
+            served = [c for c in run if c.name == SERVE_STANDS_FOR]
+            run = [c for c in run if c.name != SERVE_STANDS_FOR]
+            reason = f"{LEFT_OUT_REASON}, or ({SERVE_STANDS_FOR}) {SERVED_REASON}" if left else SERVED_REASON
+            left = [*left, *served]
+        runs.append(profile_run(variant.name, profile, run, rerun=rerun, suite=suite, left_out=left, reason=reason))
     return SmokePlan(variant=variant.name, checks=tuple(checks), runs=tuple(runs))
 
 

@@ -48,6 +48,7 @@ HOST_BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from vllm_smoke.ru
 # vLLM's CPU backend asked for 160 MiB of /dev/shm; Docker's default is 64 MB.
 SHM_SIZE = "1g"
 INSTALL_DEADLINE = 120  # seconds
+NO_HEALTHCHECK = {"test": ["NONE"]}
 
 
 @functools.cache
@@ -88,21 +89,31 @@ def exec_argv(
     ]  # fmt: skip
 
 
-def container_spec(image: str, *, gpu: bool = False, profile: Profile | None = None) -> ContainerSpec:
+def container_spec(
+    image: str,
+    *,
+    gpu: bool = False,
+    profile: Profile | None = None,
+    volumes: Mapping[str, Mapping[str, str]] | None = None,
+    environment: Mapping[str, str] | None = None,
+) -> ContainerSpec:
     """The long-lived check container: ``sleep infinity`` under ``profile``'s run conditions
     (``profiles.container_kwargs``), with the tool's own tmpfs ``SMOKE_DIR``, ``SHM_SIZE`` of /dev/shm and an
-    init process; ``gpu``: every GPU passed through (a Docker device request, like ``--gpus all``)."""
+    init process; ``gpu``: every GPU passed through (a Docker device request, like ``--gpus all``); ``volumes``
+    and ``environment``: added (the serve check's model volume and its folder)."""
     gpus = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpu else []
     return ContainerSpec(
         image=image,
         entrypoint=["sleep"],
         command=["infinity"],
         tmpfs={SMOKE_DIR: SMOKE_TMPFS},
-        environment={"MATRIX_SMOKE_DIR": SMOKE_DIR},
+        environment={"MATRIX_SMOKE_DIR": SMOKE_DIR, **(environment or {})},
+        volumes=dict(volumes or {}),
         shm_size=SHM_SIZE,
         init=True,
         device_requests=gpus,
-        extra=profiles.container_kwargs(profile or Profile(name=profiles.DEFAULT)),
+        # The image's HEALTHCHECK asks a server's /health: a check container serves nothing.
+        extra={**profiles.container_kwargs(profile or Profile(name=profiles.DEFAULT)), "healthcheck": NO_HEALTHCHECK},
     )
 
 
@@ -162,12 +173,20 @@ class ContainerRunner:
 
 @contextlib.contextmanager
 def container_runner(
-    client: docker.DockerClient, image: str, *, gpu: bool, profile: Profile
+    client: docker.DockerClient,
+    image: str,
+    *,
+    gpu: bool,
+    profile: Profile,
+    volumes: Mapping[str, Mapping[str, str]] | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> Iterator[ContainerRunner]:
-    """A ``ContainerRunner`` in a fresh container of ``image`` (a session of its own), removed on the way out.
+    """A ``ContainerRunner`` in a fresh container of ``image`` (a session of its own), removed on the way out;
+    ``volumes``/``environment`` as ``container_spec``.
 
     Raises as ``TrackedContainer.start`` (WrongPlatformError on ``exec format error``)."""
-    with TrackedContainer(client, container_spec(image, gpu=gpu, profile=profile)) as box:
+    spec = container_spec(image, gpu=gpu, profile=profile, volumes=volumes, environment=environment)
+    with TrackedContainer(client, spec) as box:
         runner = ContainerRunner(box, profile)
         runner.install()
         yield runner

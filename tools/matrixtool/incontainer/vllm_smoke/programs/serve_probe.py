@@ -2,7 +2,8 @@
 
 Run on the host against a published port, or in a client container that shares the server's network namespace
 (a profile with no network): ``serve_probe.py health|probe|stream BASE_URL [JSON]`` prints one
-``MATRIX-PROBE {json}`` line (``stream`` prints ``MATRIX-STREAM-FIRST`` once its first chunk is in).
+``MATRIX-PROBE {json}`` line (``stream`` prints ``MATRIX-STREAM-FIRST`` once its first chunk is in, and creates
+the file the JSON's ``_first_file`` names, if any).
 The host judges what they return (``matrixtool.serve``).
 """
 
@@ -55,7 +56,7 @@ def stream(base, body, on_first=lambda: None, timeout=120.0):
 
     ``on_first`` runs once the first data chunk is in. Never raises: how the stream ended is the result."""
     req = urllib.request.Request(
-        base + body.pop("_path", "/v1/completions"),
+        base + "/v1/completions",
         data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},
     )
@@ -110,7 +111,14 @@ def main():
     elif command == "probe":
         data = probe(base, spec)
     else:
-        data = stream(base, spec, on_first=lambda: print(FIRST_MARK, flush=True), timeout=float(spec.pop("_timeout", 300)))
+        first_file = spec.pop("_first_file", None)
+
+        def first():
+            print(FIRST_MARK, flush=True)
+            if first_file:
+                open(first_file, "w").close()
+
+        data = stream(base, spec, on_first=first, timeout=300.0)
     print(PROBE_MARK + json.dumps(data), flush=True)
 
 
