@@ -119,7 +119,7 @@ def test_a_server_that_dies_at_start_up_names_the_shm_line_and_both_fixes() -> N
         "(EngineCore pid=27) ERROR ... RuntimeError: Insufficient space in /dev/shm for shared-memory allocation: "
         "160 MiB required, 64 MiB free\nRuntimeError: Engine core initialization failed. See root cause above.\n"
     )
-    status, diagnosis, hint, facts = _judge(serve.Observed(ready_s=None, exit_code=1, log=log))
+    status, diagnosis, hint, _ = _judge(serve.Observed(ready_s=None, exit_code=1, log=log))
     assert status is Status.FAILED and "exited (1) before it was ready" in diagnosis
     assert "RuntimeError: Insufficient space in /dev/shm" in diagnosis and "initialization failed" not in diagnosis
     assert "160 MiB asked, 64 MiB given" in hint and "--shm-size" in hint and "emptyDir" in hint

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import shlex
+import subprocess
 import threading
 import time
 import uuid
@@ -72,6 +75,10 @@ _stream: Callable[..., dict[str, Any]] = serve_probe.stream
 _completion_body: Callable[[Mapping[str, Any], bool], dict[str, Any]] = serve_probe.completion_body
 _root_cause: Callable[[str], str | None] = root_cause
 FIRST_FILE = "/run/matrix-probe/first"
+# A command run against each server with a published port once ready, before the check's own probes (its URL
+# appended); non-zero fails the check. The integration tests run the official openai client so.
+CLIENT_ENV = "MATRIX_SERVE_CLIENT"
+CLIENT_TIMEOUT_S = 300
 
 
 def serve_argv(model: str = MODEL_PATH, options: Sequence[str] = MODEL_OPTIONS) -> list[str]:
@@ -241,7 +248,7 @@ class Observed:
     """What one server run showed: ``ready_s`` seconds from ``docker run`` to /health 200 (None: never),
     ``phases`` seconds from start to each phase's first log line, ``exit_code`` when it exited before ready,
     ``probes`` the raw answers (``serve_probe.probe``), ``stop`` the stop contract's observations, ``log`` its
-    log (tail)."""
+    log (tail), ``client`` what the command of ``CLIENT_ENV`` did (empty: none ran)."""
 
     ready_s: float | None
     phases: Mapping[str, float] = field(default_factory=dict)
@@ -249,6 +256,7 @@ class Observed:
     probes: Mapping[str, Any] = field(default_factory=dict)
     stop: Mapping[str, Any] = field(default_factory=dict)
     log: str = ""
+    client: Mapping[str, Any] = field(default_factory=dict)
 
 
 def phases_seen(log: str, seconds: float, seen: dict[str, float]) -> None:
@@ -293,13 +301,11 @@ def observe(
     grace_s: int = STOP_GRACE_S,
     gpu: bool = False,
     ready_timeout_s: float = READY_TIMEOUT_S,
-    on_ready: Callable[[str | None], None] = lambda base: None,
 ) -> Observed:
     """Start the server of ``profile`` on ``volume``'s model, wait until ready, probe it, stop it during a stream.
 
-    ``on_ready`` gets the host URL of the published port (None where the profile has no network) once ready,
-    before the probes and the stop (the openai client's integration test uses it). Raises docker errors as
-    ``TrackedContainer.start`` does; every container is removed on the way out."""
+    Once ready and where the port is published, the command of ``CLIENT_ENV`` runs first (``run_client``).
+    Raises docker errors as ``TrackedContainer.start`` does; every container is removed on the way out."""
     spec = server_spec(image, profile, volume, gpu=gpu)
     started = time.monotonic()
     with TrackedContainer(client, spec, session=session) as server:
@@ -331,10 +337,25 @@ def observe(
                 time.sleep(1.0)
             if ready_s is None:
                 return Observed(ready_s=None, phases=seen, log=server.logs())
-            on_ready(base)
+            ran = run_client(base) if base is not None else {}
             probes = prober.call("probe", {"model": MODEL_PATH, "prompt": PROMPT, "max_tokens": MAX_TOKENS})
             stop = stop_contract(server, prober, grace_s)
-            return Observed(ready_s=ready_s, phases=seen, probes=probes, stop=stop, log=stop.pop("log", ""))
+            return Observed(ready_s=ready_s, phases=seen, probes=probes, stop=stop, log=stop.pop("log", ""), client=ran)
+
+
+def run_client(base: str) -> dict[str, Any]:
+    """Run the command of ``CLIENT_ENV`` (shell words) with ``base`` (the server's URL) as its last argument:
+    {"command", "exit_code", "output" (its last 2000 characters)}; {} when the variable is unset. A client of
+    one's own (the integration tests run the official ``openai`` client) against the server the check started."""
+    command = os.environ.get(CLIENT_ENV, "").strip()
+    if not command:
+        return {}
+    argv = [*shlex.split(command), base]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"command": command, "exit_code": None, "output": f"{type(exc).__name__}: {exc}"}
+    return {"command": command, "exit_code": proc.returncode, "output": (proc.stdout + proc.stderr)[-2000:]}
 
 
 def stop_contract(server: TrackedContainer, prober: Prober, grace_s: int) -> dict[str, Any]:
@@ -473,7 +494,8 @@ def judge(
     facts["chat"] = chat.get("content")
     if not chat.get("content"):
         problems.append("/v1/chat/completions gave no content")
-    counted = counted_requests(str(probes.get("metrics", {}).get("body", "")))
+    before = counted_requests(str(probes.get("metrics_before", {}).get("body", "")))
+    counted = counted_requests(str(probes.get("metrics", {}).get("body", ""))) - before
     facts["metrics_requests"] = counted
     if counted != GENERATION_REQUESTS:
         problems.append(f"/metrics counts {counted} finished requests, {GENERATION_REQUESTS} were sent")
@@ -483,6 +505,12 @@ def judge(
     facts["version"] = version
     if not version.startswith(vllm_version):
         problems.append(f"/version is {version!r}, the variant pins {vllm_version}")
+    if seen.client:
+        facts["client"] = dict(seen.client)
+        if seen.client.get("exit_code") != 0:
+            problems.append(
+                f"the {CLIENT_ENV} client exits {seen.client.get('exit_code')}: {seen.client.get('output')}"
+            )
     stop = dict(seen.stop)
     facts["stop"] = stop
     problems += stop_problems(stop)

@@ -86,9 +86,10 @@ def stream(base, body, on_first=lambda: None, timeout=120.0):
 
 
 def probe(base, spec):
-    """Every route a user calls, in order: models, a greedy completion, the same streamed, a chat, version,
-    metrics last (so it counts the requests before it). The raw answers, keyed by route."""
-    out = {"models": call(base, "/v1/models")}
+    """Every route a user calls, in order: metrics (the counts before), models, a greedy completion, the same
+    streamed, a chat, version, metrics again (the counts after). The raw answers, keyed by route."""
+    out = {"metrics_before": call(base, "/metrics")}
+    out["models"] = call(base, "/v1/models")
     out["completion"] = call(base, "/v1/completions", completion_body(spec, False))
     out["stream"] = stream(base, completion_body(spec, True))
     chat = {
