@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shlex
 import subprocess
 import threading
@@ -31,7 +30,7 @@ import docker
 import docker.errors
 import docker.types
 
-from matrixtool import profiles
+from matrixtool import profiles, serve_diagnosis
 from matrixtool.container import ContainerSpec, TrackedContainer
 from matrixtool.incontainer.vllm_smoke.programs import generate, serve_probe
 from matrixtool.incontainer.vllm_smoke.vllmchecks import root_cause
@@ -58,7 +57,6 @@ STREAM_TOKENS = 200  # the stop contract's in-flight stream (the tiny model's co
 FIRST_CHUNK_S = 120.0
 PROMPT = generate.PROMPTS[0]
 MAX_TOKENS = 8
-SHM_ERROR = "Insufficient space in /dev/shm"
 # Lines of vLLM's start-up log that open a phase (time to ready, per phase).
 PHASES = (
     ("cli", "non-default args"),
@@ -267,28 +265,13 @@ def phases_seen(log: str, seconds: float, seen: dict[str, float]) -> None:
 
 
 def startup_cause(log: str) -> str:
-    """The root-cause line of a server that exited before ready: the shm line, else the first exception that is
-    not one of vLLM's wrappers (``vllmchecks.root_cause``), else the log's last line."""
-    for line in log.splitlines():
-        if SHM_ERROR in line:
-            return line[line.find("RuntimeError") :] if "RuntimeError" in line else line.strip()
+    """The root-cause line of a log no diagnosis of ``serve_diagnosis`` knows: the first exception that is not
+    one of vLLM's wrappers (``vllmchecks.root_cause``), else the log's last line."""
     cause = _root_cause(log)
     if cause:
         return cause
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     return lines[-1] if lines else "no log"
-
-
-def startup_hint(log: str) -> str | None:
-    """The fix for a known start-up failure of ``log``, None for an unknown one."""
-    if SHM_ERROR in log:
-        m = re.search(r"(\d+) MiB required, (\d+) MiB free", log)
-        sizes = f" ({m.group(1)} MiB asked, {m.group(2)} MiB given)" if m else ""
-        return (
-            f"give the server more /dev/shm{sizes}: docker run --shm-size 1g, or in Kubernetes an emptyDir "
-            "{medium: Memory} mounted at /dev/shm"
-        )
-    return None
 
 
 def observe(
@@ -435,6 +418,16 @@ def _failed_route(probes: Mapping[str, Any]) -> str | None:
     return None
 
 
+# The routes of ``serve_probe.probe``'s keys, as serve_diagnosis names them.
+ROUTES = {
+    "metrics_before": "GET /metrics",
+    "models": "GET /v1/models",
+    "completion": "POST /v1/completions",
+    "stream": "POST /v1/completions",
+    "chat": "POST /v1/chat/completions",
+    "version": "GET /version",
+    "metrics": "GET /metrics",
+}
 # Requests of ``serve_probe.probe`` that the engine finishes (completion, stream, chat).
 GENERATION_REQUESTS = 3
 
@@ -455,10 +448,19 @@ def judge(
         cause = startup_cause(seen.log)
         if seen.exit_code is not None:
             facts["exit_code"] = seen.exit_code
+            found = serve_diagnosis.diagnose_log(seen.log, seen.exit_code)
+            if found is not None:
+                facts["failure_class"] = found.failure_class
+                return (
+                    Status.FAILED,
+                    f"the server exited ({seen.exit_code}) before it was ready: {found.diagnosis}: {found.cause}",
+                    found.fix,
+                    facts,
+                )
             return (
                 Status.FAILED,
                 f"the server exited ({seen.exit_code}) before it was ready: {cause}",
-                startup_hint(seen.log) or "read the server's log (the root cause is logged before vLLM's wrappers)",
+                "read the server's log (the root cause is logged before vLLM's wrappers)",
                 facts,
             )
         return (
@@ -471,9 +473,15 @@ def judge(
     if not probes:
         return Status.FAILED, "the server was ready but no request was sent", "", facts
     problems: list[str] = []
+    hints: list[str] = []
     failed = _failed_route(probes)
     if failed:
         problems.append(failed)
+        route, answer = next((ROUTES.get(k, k), a) for k, a in probes.items() if a.get("status") != 200)
+        found = serve_diagnosis.diagnose_route(route, answer.get("status"), str(answer.get("body", "")), log=seen.log)
+        if found is not None:
+            problems.append(found.diagnosis)
+            hints.append(found.fix)
     models = []
     with contextlib.suppress(ValueError, KeyError, TypeError):
         models = [m["id"] for m in json.loads(probes["models"]["body"])["data"]]
@@ -523,8 +531,11 @@ def judge(
         f"stream, chat, metrics ({counted}), version {version}; stop: exit {stop.get('exit_code')} in "
         f"{stop.get('seconds')} s, stream {stop.get('stream')}"
     )
+    stopped = _stop_diagnosis(stop)
+    if stopped is not None:
+        hints.append(stopped.fix)
     if problems:
-        return Status.FAILED, "; ".join(problems), stop_hint(stop) or "read the server's log", facts
+        return Status.FAILED, "; ".join(problems), "; ".join(hints) or "read the server's log", facts
     return Status.PASSED, summary, "", facts
 
 
@@ -549,14 +560,16 @@ def stop_problems(stop: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def stop_hint(stop: Mapping[str, Any]) -> str | None:
-    """The fix for a stop contract that failed with SIGKILL; None otherwise."""
-    if stop.get("exit_code") == 137:
-        return (
-            "vLLM's default --shutdown-timeout 0 aborts the engine but leaves in-flight streams open, and uvicorn "
-            "waits for them until SIGKILL: serve with --shutdown-timeout below the pod's grace"
-        )
-    return None
+def _stop_diagnosis(stop: Mapping[str, Any]) -> serve_diagnosis.Diagnosis | None:
+    """``serve_diagnosis.diagnose_stop`` of the stop contract's observations (None: kept, or not observed)."""
+    if stop.get("exit_code") is None or stop.get("seconds") is None:
+        return None
+    return serve_diagnosis.diagnose_stop(
+        exit_code=int(stop["exit_code"]),
+        seconds=float(stop["seconds"]),
+        grace=float(stop.get("grace_s", STOP_GRACE_S)),
+        pid1=str(stop.get("pid1", "")).split(),
+    )
 
 
 def reference_tokens(results: Sequence[CheckResult]) -> list[int] | None:
