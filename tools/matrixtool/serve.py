@@ -51,6 +51,10 @@ SHM_SIZE = "1g"
 # What the tiny model needs beyond a user's line: offline-generate's settings (float32: vLLM's "auto" would
 # serve a float32 checkpoint in bfloat16, and greedy tokens differ), a context for the stop contract's stream.
 MODEL_OPTIONS = ("--dtype", "float32", "--max-model-len", "256", "--seed", "0")
+# What every user's line needs: on SIGTERM vLLM's default (--shutdown-timeout 0) aborts the engine but leaves
+# in-flight streams open, and uvicorn waits for them until the grace ends in SIGKILL (exit 137, seen on the CPU
+# image); a drain of 15 s finishes them and the server exits 0 within a pod's 30 s grace.
+SERVE_OPTIONS = ("--shutdown-timeout", "15")
 STOP_GRACE_S = 30  # a Kubernetes pod's terminationGracePeriodSeconds
 READY_TIMEOUT_S = 1200
 STREAM_TOKENS = 200  # the stop contract's in-flight stream (the tiny model's context is 256)
@@ -80,8 +84,8 @@ CLIENT_TIMEOUT_S = 300
 
 
 def serve_argv(model: str = MODEL_PATH, options: Sequence[str] = MODEL_OPTIONS) -> list[str]:
-    """The arguments after the image name: ``serve MODEL [options]`` (the image's ENTRYPOINT is ``vllm``)."""
-    return ["serve", model, *options]
+    """The arguments after the image name: ``serve MODEL SERVE_OPTIONS [options]`` (the ENTRYPOINT is ``vllm``)."""
+    return ["serve", model, *SERVE_OPTIONS, *options]
 
 
 def docker_flags(model_source: str) -> list[str]:
@@ -91,7 +95,7 @@ def docker_flags(model_source: str) -> list[str]:
 
 def readme_block() -> str:
     """The README's serve section (between its ``serve-command`` markers): the user's line and the check's."""
-    user = ["docker", "run", "--rm", *docker_flags('"$PWD/models"'), "IMAGE", "serve", f"{MODEL_MOUNT}/MODEL"]
+    user = ["docker", "run", "--rm", *docker_flags('"$PWD/models"'), "IMAGE", *serve_argv(f"{MODEL_MOUNT}/MODEL", ())]
     check = ["docker", "run", "--rm", *docker_flags("MODEL_VOLUME"), "IMAGE", *serve_argv()]
     return (
         "```sh\n" + " ".join(user) + "\n```\n\n"
@@ -345,9 +349,6 @@ def stop_contract(server: TrackedContainer, prober: Prober, grace_s: int) -> dic
     """``docker stop`` with ``grace_s`` during a streaming request: PID 1's command, the exit code, the seconds
     the stop took, how the stream ended, and the server's log (key ``log``)."""
     assert server.container is not None
-    body = _completion_body({"model": MODEL_PATH, "prompt": PROMPT, "max_tokens": STREAM_TOKENS}, True)
-    first, outcome = prober.stream(body)
-    in_flight = first(FIRST_CHUNK_S)
     pid1 = ""
     with contextlib.suppress(docker.errors.DockerException, KeyError, ValueError):
         server.container.reload()
@@ -355,6 +356,9 @@ def stop_contract(server: TrackedContainer, prober: Prober, grace_s: int) -> dic
         top = server.container.top(ps_args="-eo pid,args")
         column = top["Titles"].index("PID")
         pid1 = next((" ".join(p[column + 1 :]) for p in top["Processes"] if p[column] == host_pid), "")
+    body = _completion_body({"model": MODEL_PATH, "prompt": PROMPT, "max_tokens": STREAM_TOKENS}, True)
+    first, outcome = prober.stream(body)
+    in_flight = first(FIRST_CHUNK_S)
     began = time.monotonic()
     code = server.stop(grace_s)
     seconds = round(time.monotonic() - began, 1)
