@@ -10,7 +10,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from tests.integration.conftest import OWNER, json_of, matrix_cli
+from tests.integration.conftest import OWNER, matrix_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 CLIENT = Path(__file__).with_name("openai_client.py")
@@ -18,11 +18,14 @@ CLIENT = Path(__file__).with_name("openai_client.py")
 
 def test_serve_under_both_profiles(cpu_image: str, out_dir: Path, client: docker.DockerClient) -> None:
     env = {"MATRIX_SERVE_CLIENT": f"{sys.executable} {CLIENT}"}
+    report = out_dir / "serve.json"
     proc = matrix_cli(
         "test", "--image", cpu_image, "--as", "cpu", "--only", "serve", "--profile", "default",
-        "--profile", "restricted", "--json", out=out_dir, env=env,
+        "--profile", "restricted", "--json-file", str(report), out=out_dir, env=env,
     )  # fmt: skip
-    doc = json_of(proc)
+    print(proc.stdout)  # the table, for the record (pytest -s)
+    assert report.is_file(), proc.stderr[-3000:]
+    doc = json.loads(report.read_text(encoding="utf-8"))
     served = {c["profile"]: c for c in doc["checks"] if c["check"] == "serve"}
     assert set(served) == {"default", "restricted"}, proc.stderr[-3000:]
     for profile, result in served.items():
