@@ -357,19 +357,23 @@ def stop_contract(server: TrackedContainer, prober: Prober, grace_s: int) -> dic
         column = top["Titles"].index("PID")
         pid1 = next((" ".join(p[column + 1 :]) for p in top["Processes"] if p[column] == host_pid), "")
     body = _completion_body({"model": MODEL_PATH, "prompt": PROMPT, "max_tokens": STREAM_TOKENS}, True)
+    streamed_at = time.monotonic()
     first, outcome = prober.stream(body)
     in_flight = first(FIRST_CHUNK_S)
     began = time.monotonic()
     code = server.stop(grace_s)
     seconds = round(time.monotonic() - began, 1)
     stream = outcome(30.0)
+    # The probe's own clock (its seconds from the request), on this host's: ended before the stop was sent?
+    ended_before = stream.get("seconds") is not None and streamed_at + float(stream["seconds"]) < began
     return {
         "grace_s": grace_s,
         "in_flight": in_flight,
         "pid1": pid1,
         "exit_code": code,
         "seconds": seconds,
-        "stream": stream_outcome(stream),
+        "stream": stream_outcome(stream) + (" before docker stop was sent" if ended_before else ""),
+        "stream_ended_before_stop": ended_before,
         "log": server.logs(),
     }
 
