@@ -492,7 +492,7 @@ def check_vllm_cli(params):
         "within the grace, PID 1 the server. Probed from outside: the host's published port, or a client "
         "container in its network namespace"
     ),
-    classes=(),
+    classes=(15, 16, 17, 18, 19, 20, 22),
     reports=(f"{_VLLM}/issues/14888",),
     hint="read the server's log (log file <variant>.serve.log)",
     timeout=1500,
