@@ -164,3 +164,12 @@ def test_under_restricted_the_server_stands_for_the_compiled_rerun() -> None:
     assert [c.name for c in rerun.checks] == ["serve", "run-conditions"]
     assert "offline-generate" in rerun.left_out and SERVED_REASON in rerun.left_out_reason
     assert all("serve" not in g.names for r in plan.runs for g in r.groups)  # the host runs it, in no exec
+
+
+def test_shutdown_errors_are_the_lines_after_shutdown_began() -> None:
+    log = (
+        "ERROR EngineDeadError at start-up\n(APIServer pid=1) INFO [shutdown] API server: shutdown triggered\n"
+        "(APIServer pid=1) ERROR [async_llm.py:906] AsyncLLM output_handler failed.\nINFO: Shutting down\n"
+    )
+    assert serve.shutdown_errors(log) == ["(APIServer pid=1) ERROR [async_llm.py:906] AsyncLLM output_handler failed."]
+    assert serve.shutdown_errors("no shutdown here: EngineDeadError") == []

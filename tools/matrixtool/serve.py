@@ -366,6 +366,7 @@ def stop_contract(server: TrackedContainer, prober: Prober, grace_s: int) -> dic
     stream = outcome(30.0)
     # The probe's own clock (its seconds from the request), on this host's: ended before the stop was sent?
     ended_before = stream.get("seconds") is not None and streamed_at + float(stream["seconds"]) < began
+    log = server.logs()
     return {
         "grace_s": grace_s,
         "in_flight": in_flight,
@@ -374,8 +375,21 @@ def stop_contract(server: TrackedContainer, prober: Prober, grace_s: int) -> dic
         "seconds": seconds,
         "stream": stream_outcome(stream) + (" before docker stop was sent" if ended_before else ""),
         "stream_ended_before_stop": ended_before,
-        "log": server.logs(),
+        "shutdown_errors": shutdown_errors(log),
+        "log": log,
     }
+
+
+# vLLM's error lines while it stops on SIGTERM (the engine core is torn down under the API server's output
+# handler): reported, not failed on, as the contract is the exit code and the time.
+SHUTDOWN_ERRORS = ("output_handler failed", "EngineDeadError", "leaked shared_memory")
+
+
+def shutdown_errors(log: str) -> list[str]:
+    """The lines of ``log`` after vLLM's "[shutdown]" start that name one of ``SHUTDOWN_ERRORS`` (first 3)."""
+    _, _, after = log.partition("[shutdown]")
+    found = [line.strip() for line in after.splitlines() if any(e in line for e in SHUTDOWN_ERRORS)]
+    return found[:3]
 
 
 def stream_outcome(stream: Mapping[str, Any]) -> str:
