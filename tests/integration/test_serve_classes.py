@@ -304,6 +304,27 @@ def test_shell_as_pid1_swallows_sigterm(served: Served) -> None:
 # --- probes ----------------------------------------------------------------------------------------------------------
 
 
+def test_liveness_kills_a_server_still_compiling(cpu_image: str, tiny_model: Path) -> None:
+    """Class 20: a compiled (default) start killed with SIGKILL, as the kubelet ends a container whose liveness
+    probe failed, once the log shows the compile warm-up (the probe came before the server was ready)."""
+    args = ("serve", "/model", "--max-model-len", "128")
+    compiling = re.compile(re.escape("Warming up model for the compilation"))
+    with server(cpu_image, tiny_model, args=args) as container:
+        started = time.monotonic()
+        LogMessageWaitStrategy(compiling).with_startup_timeout(START_TIMEOUT).wait_until_ready(container)
+        wrapped = container.get_wrapped_container()
+        wrapped.kill()
+        exit_code = int(wrapped.wait(timeout=60)["StatusCode"])
+        seconds = time.monotonic() - started
+        text = logs(container)
+    assert exit_code == 137, text[-3000:]
+    d = sd.diagnose_log(text, exit_code, seconds=seconds)
+    assert d is not None, text[-3000:]
+    assert (d.failure_class, d.name) == (20, "killed-while-starting")
+    assert "SIGKILL, exit 137" in d.diagnosis and "compiling the model" in d.diagnosis
+    assert "startupProbe" in d.fix
+
+
 def test_healthcheck_calls_a_binary_the_image_lacks(
     client: docker.DockerClient, cpu_image: str, tmp_path: Path
 ) -> None:

@@ -34,8 +34,10 @@ _PREFIX = re.compile(
     r"^(?:\([^()]*pid=\d+\)\s*)?"
     r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d\s+\[[^\]]*\]\s?)?"
 )
-# A Python exception line: "ValueError: ...", "prometheus_client.errors.X: ...", "Exception: ...".
-_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception):\s")
+# A Python exception line: "ValueError: ...", "vllm.x.EngineDeadError: ...", "Exception: ...", "struct.error: ...".
+_EXCEPTION = re.compile(
+    r"^(?:(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception)|(?:[a-z_]\w*\.)+error):\s"
+)
 # Lines vLLM prints because another process failed first: never the cause.
 _CONSEQUENCES = (
     re.compile(r"Engine core initialization failed"),
@@ -256,9 +258,14 @@ def root_exception(log: str) -> str | None:
 _PHASES = (
     ("importing vLLM and resolving the model", re.compile(r"non-default args:")),
     ("starting the engine core", re.compile(r"Initializing a V1 LLM engine")),
-    ("loading the weights", re.compile(r"Loading weights|Starting to load model")),
-    ("compiling the model (torch.compile)", re.compile(r"Dynamo bytecode transform|torch\.compile|Compiling a graph")),
-    ("allocating the KV cache and warming up", re.compile(r"KV cache|init engine|warm(?:ing)? ?up", re.IGNORECASE)),
+    ("loading the weights", re.compile(r"Starting to load model|Loading weights")),
+    (
+        "compiling the model (torch.compile warm-up)",
+        re.compile(
+            r"Warming up model for the compilation|compiled function|Dynamo bytecode transform|Compiling a graph"
+        ),
+    ),
+    ("allocating the KV cache", re.compile(r"Warming up done|KV cache size|init engine \(")),
     ("starting the HTTP server", re.compile(r"Starting vLLM (?:API )?server|Available routes are")),
 )
 
@@ -337,8 +344,9 @@ def _error_message(body: str) -> str:
 
 
 def _route_traceback(log: str, route: str) -> list[str]:
-    """The lines of the last "Exception in ASGI application" traceback that follows a 500 of ``route`` in
-    ``log`` (the whole log's last such traceback when the access line is missing)."""
+    """The lines of the last "Exception in ASGI application" traceback whose access line (uvicorn prints it just
+    before) names ``route``'s path, up to its exception line; the log's first such traceback when none names it,
+    and no lines when the log holds none."""
     lines = _lines(log)
     path = route.split()[-1]
     start = None
@@ -425,6 +433,30 @@ def diagnose_route(
 
 _MULTIPROC_FILES = ("mmap_dict.py", "multiprocess.py")
 _WEB_PACKAGES = ("fastapi", "starlette", "prometheus_fastapi_instrumentator", "prometheus_client", "uvicorn")
+
+
+_HANDLER = re.compile(r'^http_requests_total\{[^}]*handler="(?P<handler>[^"]*)"', re.MULTILINE)
+
+
+def diagnose_metrics(text: str) -> Diagnosis | None:
+    """The cause of a ``/metrics`` answer (``text``, Prometheus' text format) that counts HTTP requests but names no
+    route: prometheus-fastapi-instrumentator counted every request under ``handler="none"``, because it could not
+    resolve the app's routes (seen with fastapi 0.137.1 and the instrumentator 8.0.0 in vLLM 0.32, whose patch
+    skips the routes it cannot read instead of failing). None when a route is named or no request was counted."""
+    handlers = {m["handler"] for m in _HANDLER.finditer(text)}
+    if handlers != {"none"}:
+        return None
+    line = next(m.group(0) for m in _HANDLER.finditer(text))
+    return Diagnosis(
+        failure_class=WEB_STACK,
+        name="metrics-handler-none",
+        cause=line + "...",
+        diagnosis='/metrics counts every HTTP request under handler="none": prometheus-fastapi-instrumentator does '
+        "not resolve this fastapi's routes (fastapi >= 0.137 with the instrumentator <= 8.0.0), so per-route "
+        "metrics and the instrumentator's excluded handlers (/health, /metrics) are lost",
+        fix="install the web stack vLLM declares (fastapi<0.137 for vLLM 0.32; `pip check` names the conflict) or "
+        "prometheus-fastapi-instrumentator>=8.1.0",
+    )
 
 
 # --- stopping ----------------------------------------------------------------------------------------------------
