@@ -201,8 +201,8 @@ def _included_router(m: re.Match[str], _: list[str]) -> tuple[int, str, str, str
         "prometheus-fastapi-instrumentator < 8.1.0 reads `route.path` on every request: every route of the server "
         "answers 500, /health included, while the process stays up",
         "install the web stack vLLM declares (vLLM 0.32 requires fastapi<0.137: `pip check` names the conflict), "
-        "or prometheus-fastapi-instrumentator>=8.1.0, which resolves included routers; do not upgrade fastapi alone "
-        "in an image built on this one",
+        "or prometheus-fastapi-instrumentator>=8.1.0, which resolves included routers (vLLM >= 0.32 also patches "
+        "the route walk); do not upgrade fastapi alone in an image built on this one",
     )
 
 
@@ -440,9 +440,10 @@ _HANDLER = re.compile(r'^http_requests_total\{[^}]*handler="(?P<handler>[^"]*)"'
 
 def diagnose_metrics(text: str) -> Diagnosis | None:
     """The cause of a ``/metrics`` answer (``text``, Prometheus' text format) that counts HTTP requests but names no
-    route: prometheus-fastapi-instrumentator counted every request under ``handler="none"``, because it could not
-    resolve the app's routes (seen with fastapi 0.137.1 and the instrumentator 8.0.0 in vLLM 0.32, whose patch
-    skips the routes it cannot read instead of failing). None when a route is named or no request was counted."""
+    route: prometheus-fastapi-instrumentator counted every request under ``handler="none"``. Seen on images built on
+    ours with fastapi 0.163.2 (``pip install -U fastapi``) and with fastapi 0.137.1 plus the instrumentator 8.0.0:
+    vLLM 0.32 replaces the instrumentator's route walk with one that skips routes without a ``path``, and fastapi
+    >= 0.137 keeps included routers as such routes. None when a route is named or no request was counted."""
     handlers = {m["handler"] for m in _HANDLER.finditer(text)}
     if handlers != {"none"}:
         return None
@@ -451,11 +452,12 @@ def diagnose_metrics(text: str) -> Diagnosis | None:
         failure_class=WEB_STACK,
         name="metrics-handler-none",
         cause=line + "...",
-        diagnosis='/metrics counts every HTTP request under handler="none": prometheus-fastapi-instrumentator does '
-        "not resolve this fastapi's routes (fastapi >= 0.137 with the instrumentator <= 8.0.0), so per-route "
-        "metrics and the instrumentator's excluded handlers (/health, /metrics) are lost",
-        fix="install the web stack vLLM declares (fastapi<0.137 for vLLM 0.32; `pip check` names the conflict) or "
-        "prometheus-fastapi-instrumentator>=8.1.0",
+        diagnosis='/metrics counts every HTTP request under handler="none": the route names are not resolved, as '
+        "with a fastapi newer than vLLM declares (>= 0.137 keeps included routers as `_IncludedRouter` routes "
+        "without a path, which vLLM's patch of prometheus-fastapi-instrumentator skips), so per-route request "
+        "metrics are lost while every route answers",
+        fix="keep the web stack vLLM declares (vLLM 0.32: fastapi<0.137; `pip check` in the image names the "
+        "conflict); do not upgrade fastapi alone in an image built on this one",
     )
 
 
