@@ -344,16 +344,19 @@ def _error_message(body: str) -> str:
 
 
 def _route_traceback(log: str, route: str) -> list[str]:
-    """The lines of the last "Exception in ASGI application" traceback whose access line (uvicorn prints it just
-    before) names ``route``'s path, up to its exception line; the log's first such traceback when none names it,
-    and no lines when the log holds none."""
+    """The traceback behind a 5xx of ``route`` in ``log``, from its "Traceback (most recent call last):" line to its
+    exception line: the last traceback under an "Exception in ASGI application" line whose access line (uvicorn
+    prints it just before) names ``route``'s path, else the log's last traceback; no lines when it holds none."""
     lines = _lines(log)
     path = route.split()[-1]
-    start = None
-    for i, line in enumerate(lines):
-        if _ASGI in line and (start is None or any(f"{path} HTTP/" in x for x in lines[max(0, i - 3) : i + 1])):
-            start = i
-    if start is None:
+    headers = [i for i, line in enumerate(lines) if _ASGI in line]
+    named = [i for i in headers if any(f"{path} HTTP/" in x for x in lines[max(0, i - 3) : i + 1])]
+    tracebacks = [i for i, line in enumerate(lines) if line.strip().startswith("Traceback (most recent call last)")]
+    if named:
+        start = next((t for t in tracebacks if t > named[-1]), named[-1])
+    elif tracebacks:
+        start = tracebacks[-1]
+    else:
         return []
     end = next((j for j in range(start + 1, len(lines)) if _EXCEPTION.match(lines[j].strip())), len(lines) - 1)
     return lines[start : end + 1]
