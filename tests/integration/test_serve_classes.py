@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import time
@@ -23,6 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import docker
 import pytest
@@ -33,13 +35,14 @@ from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 from matrixtool import serve_diagnosis as sd
 from matrixtool.smoke import OWNER_LABEL
 from tests.conftest import REPO_ROOT
-from tests.integration.conftest import OWNER, TEST_REPOSITORY
+from tests.integration.conftest import INSTALL_WHEELS, OWNER, TEST_REPOSITORY
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 os.environ["TESTCONTAINERS_RYUK_DISABLED"] = "true"
 testcontainers_config.ryuk_disabled = True
 
+SITE = "/opt/venv/lib/python3.11/site-packages"
 PROGRAMS = REPO_ROOT / "tools" / "matrixtool" / "incontainer" / "vllm_smoke" / "programs"
 PORT = 8000
 # A cold eager start takes 70-100 s on 2 quiet cores; shared machines take several times that.
@@ -104,16 +107,21 @@ def server(
     env: Mapping[str, str] | None = None,
     args: Sequence[str] = SERVE_ARGS,
     volumes: Sequence[tuple[str, str, str]] = (),
+    shared: bool = False,
 ) -> Iterator[DockerContainer]:
-    """A started server container (the image's entrypoint with ``args``); removed on exit."""
+    """A started server container (the image's entrypoint with ``args``); removed on exit. A ``shared`` one
+    (module-scoped) lacks the owner label, which the per-test leak check looks for."""
+    labels = {"io.vllm-matrix.test": "serve-classes", **({} if shared else {OWNER_LABEL: OWNER})}
     container = (
         DockerContainer(image)
         .with_command(list(args))
         .with_volume_mapping(str(model), "/model", "ro")
-        .with_exposed_ports(PORT)
         .with_envs(**dict(env or {}))
-        .with_kwargs(shm_size=shm, labels={OWNER_LABEL: OWNER, "io.vllm-matrix.test": "serve-classes"})
+        .with_kwargs(shm_size=shm, labels=labels)
     )
+    # Published on loopback only: testcontainers' own mapping listens on every address. docker-py takes a
+    # (host IP, host port) pair where testcontainers types a port.
+    container.ports[f"{PORT}/tcp"] = cast("int", ("127.0.0.1", None))
     for host, path, mode in volumes:
         container.with_volume_mapping(host, path, mode)
     container.start()
@@ -135,7 +143,7 @@ def wait_started(container: DockerContainer, timeout: float = START_TIMEOUT) -> 
     seconds = round(time.monotonic() - started, 1)
     wrapped.reload()
     exit_code = None if wrapped.status == "running" else int(wrapped.wait(timeout=60)["StatusCode"])
-    url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(PORT)}" if ready else ""
+    url = f"http://127.0.0.1:{container.get_exposed_port(PORT)}" if ready else ""
     return Outcome(ready=ready, exit_code=exit_code, log=logs(container), seconds=seconds, url=url)
 
 
@@ -216,6 +224,7 @@ def test_metrics_dir_missing(cpu_image: str, tiny_model: Path) -> None:
 class Served:
     container: DockerContainer
     outcome: Outcome
+    metrics: Path  # the host folder mounted as PROMETHEUS_MULTIPROC_DIR
 
 
 @pytest.fixture(scope="module")
@@ -242,10 +251,11 @@ def served(
             env={"PROMETHEUS_MULTIPROC_DIR": "/prom"},
             args=(*SERVE_ARGS, "--served-model-name", "tiny"),
             volumes=[(str(metrics), "/prom", "rw")],
+            shared=True,
         ) as container:
             outcome = wait_started(container)
             assert outcome.ready, outcome.log[-3000:]
-            yield Served(container=container, outcome=outcome)
+            yield Served(container=container, outcome=outcome, metrics=metrics)
     finally:
         client.images.remove(image, force=True)
 
@@ -283,10 +293,23 @@ def test_metrics_500_from_a_corrupted_multiprocess_file(served: Served) -> None:
     assert "file is corrupted" in d.cause and "PROMETHEUS_MULTIPROC_DIR" in d.diagnosis
 
 
+def test_metrics_name_the_routes_once_the_file_is_gone(served: Served) -> None:
+    """The control of the two cases above: with the stack vLLM declares, /metrics names each route it counted
+    (a served completion was counted under its own path, not handler="none": class 16's diagnosis stays silent)."""
+    (served.metrics / "counter_4242.db").unlink()
+    assert http(f"{served.outcome.url}/v1/completions", {"model": "tiny", "prompt": "hi", "max_tokens": 2})[0] == 200
+    status, text = http(f"{served.outcome.url}/metrics")
+    assert status == 200, text[:500]
+    assert 'http_requests_total{handler="/v1/completions"' in text, text[:3000]
+    assert sd.diagnose_metrics(text) is None
+
+
 def test_shell_as_pid1_swallows_sigterm(served: Served) -> None:
     """Class 19, last in this module: it stops the shared server."""
     wrapped = served.container.get_wrapped_container()
-    pid1 = wrapped.top(ps_args="-o args")["Processes"][0][0].split()
+    cmdline = wrapped.exec_run(["cat", "/proc/1/cmdline"]).output
+    assert isinstance(cmdline, bytes)
+    pid1 = cmdline.decode().rstrip("\0").split("\0")
     grace = 10
     started = time.monotonic()
     wrapped.stop(timeout=grace)
@@ -301,7 +324,67 @@ def test_shell_as_pid1_swallows_sigterm(served: Served) -> None:
     assert "exec" in d.fix
 
 
+# --- a derived image with the web stack bumped -----------------------------------------------------------------------
+
+
+def test_fastapi_upgraded_in_a_derived_image(
+    client: docker.DockerClient, cpu_image: str, tiny_model: Path, wheel_cache: Any, tmp_path: Path
+) -> None:
+    """Class 16: `pip install -U fastapi` on top of ours (fastapi 0.163.2, outside vLLM's fastapi<0.137): every
+    route answers, and /metrics names no route."""
+    context = tmp_path / "ctx"
+    (context / "wheels").mkdir(parents=True)
+    wheel = wheel_cache("fastapi==0.163.2")
+    shutil.copy(wheel, context / "wheels" / wheel.name)
+    image = _build(
+        client,
+        context,
+        [
+            "USER root",
+            f"RUN rm -rf {SITE}/fastapi {SITE}/fastapi-*.dist-info",
+            INSTALL_WHEELS,
+            "USER 1000:0",
+        ],
+        cpu_image,
+    )
+    try:
+        with server(image, tiny_model) as container:
+            out = wait_started(container)
+            assert out.ready, out.log[-3000:]
+            body = {"model": "/model", "prompt": "hi", "max_tokens": 2}
+            assert http(f"{out.url}/v1/completions", body)[0] == 200
+            status, text = http(f"{out.url}/metrics")
+    finally:
+        client.images.remove(image, force=True)
+    assert status == 200, text[:500]
+    d = sd.diagnose_metrics(text)
+    assert d is not None, text[:3000]
+    assert (d.failure_class, d.name) == (16, "metrics-handler-none")
+    assert "fastapi<0.137" in d.fix
+
+
 # --- probes ----------------------------------------------------------------------------------------------------------
+
+
+def test_liveness_kills_a_server_still_compiling(cpu_image: str, tiny_model: Path) -> None:
+    """Class 20: a compiled (default) start killed with SIGKILL, as the kubelet ends a container whose liveness
+    probe failed, once the log shows the compile warm-up (the probe came before the server was ready)."""
+    args = ("serve", "/model", "--max-model-len", "128")
+    compiling = re.compile(re.escape("Warming up model for the compilation"))
+    with server(cpu_image, tiny_model, args=args) as container:
+        started = time.monotonic()
+        LogMessageWaitStrategy(compiling).with_startup_timeout(START_TIMEOUT).wait_until_ready(container)
+        wrapped = container.get_wrapped_container()
+        wrapped.kill()
+        exit_code = int(wrapped.wait(timeout=60)["StatusCode"])
+        seconds = time.monotonic() - started
+        text = logs(container)
+    assert exit_code == 137, text[-3000:]
+    d = sd.diagnose_log(text, exit_code, seconds=seconds)
+    assert d is not None, text[-3000:]
+    assert (d.failure_class, d.name) == (20, "killed-while-starting")
+    assert "SIGKILL, exit 137" in d.diagnosis and "compiling the model" in d.diagnosis
+    assert "startupProbe" in d.fix
 
 
 def test_healthcheck_calls_a_binary_the_image_lacks(

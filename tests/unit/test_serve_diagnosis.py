@@ -69,6 +69,34 @@ def test_unknown_failure_keeps_its_own_cause_line() -> None:
     assert (d.failure_class, d.name, d.cause) == (None, "server-exited", "ValueError: something new")
 
 
+def test_killed_while_compiling_names_the_phase() -> None:
+    # A compiled start's log up to the compile warm-up, then SIGKILL (what the kubelet sends after a failed
+    # liveness probe and its grace).
+    text = log("killed-while-compiling.log")
+    assert sd.start_phase(text) == "compiling the model (torch.compile warm-up)"
+    d = sd.diagnose_log(text, 137, seconds=192.4)
+    assert d is not None
+    assert (d.failure_class, d.name) == (20, "killed-while-starting")
+    assert "SIGKILL, exit 137) 192 s after it started, while still compiling the model" in d.diagnosis
+    assert "startupProbe" in d.fix and "--start-period" in d.fix
+    assert d.cause.endswith("Warming up model for the compilation...")
+
+
+def test_killed_after_start_is_not_a_probe_failure() -> None:
+    text = log("killed-while-compiling.log") + "INFO:     Application startup complete.\n"
+    d = sd.diagnose_log(text, 137)
+    assert d is not None and d.name == "server-exited" and d.failure_class is None
+
+
+def test_start_phase_of_an_eager_start_is_not_compiling() -> None:
+    # --enforce-eager logs "disabling torch.compile" before the engine starts: not a compile phase.
+    text = log("shm-64m.log").splitlines()[0] + (
+        "\n(APIServer pid=1) WARNING 12-01 09:33:43 [vllm.py:1703] Enforce eager set, disabling torch.compile, "
+        "CUDAGraphs, and JIT kernel warmup.\n"
+    )
+    assert sd.start_phase(text) == "importing vLLM and resolving the model"
+
+
 def test_running_or_clean_exit_without_known_cause_is_no_failure() -> None:
     assert sd.diagnose_log("INFO:     Application startup complete.\n", None) is None
     assert sd.diagnose_log("INFO:     Application shutdown complete.\n", 0) is None
@@ -125,6 +153,18 @@ def test_route_of_a_dead_server_is_a_consequence() -> None:
 
 def test_answers_below_400_are_no_failure() -> None:
     assert sd.diagnose_route("GET /health", 200, "") is None
+
+
+def test_metrics_without_route_names() -> None:
+    # /metrics of an image built on ours with fastapi 0.163.2 (`pip install -U fastapi`), after 4 requests.
+    d = sd.diagnose_metrics(log("metrics-handler-none.txt"))
+    assert d is not None
+    assert (d.failure_class, d.name) == (16, "metrics-handler-none")
+    assert d.cause.startswith('http_requests_total{handler="none"')
+    assert "fastapi<0.137" in d.fix and "pip check" in d.fix
+    named = 'http_requests_total{handler="/v1/completions",method="POST",status="2xx"} 1.0\n'
+    assert sd.diagnose_metrics(named) is None
+    assert sd.diagnose_metrics("# no requests counted\n") is None
 
 
 def test_shell_pid1_swallowing_sigterm() -> None:

@@ -34,8 +34,10 @@ _PREFIX = re.compile(
     r"^(?:\([^()]*pid=\d+\)\s*)?"
     r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d\s+\[[^\]]*\]\s?)?"
 )
-# A Python exception line: "ValueError: ...", "prometheus_client.errors.X: ...", "Exception: ...".
-_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception):\s")
+# A Python exception line: "ValueError: ...", "vllm.x.EngineDeadError: ...", "Exception: ...", "struct.error: ...".
+_EXCEPTION = re.compile(
+    r"^(?:(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception)|(?:[a-z_]\w*\.)+error):\s"
+)
 # Lines vLLM prints because another process failed first: never the cause.
 _CONSEQUENCES = (
     re.compile(r"Engine core initialization failed"),
@@ -199,8 +201,8 @@ def _included_router(m: re.Match[str], _: list[str]) -> tuple[int, str, str, str
         "prometheus-fastapi-instrumentator < 8.1.0 reads `route.path` on every request: every route of the server "
         "answers 500, /health included, while the process stays up",
         "install the web stack vLLM declares (vLLM 0.32 requires fastapi<0.137: `pip check` names the conflict), "
-        "or prometheus-fastapi-instrumentator>=8.1.0, which resolves included routers; do not upgrade fastapi alone "
-        "in an image built on this one",
+        "or prometheus-fastapi-instrumentator>=8.1.0, which resolves included routers (vLLM >= 0.32 also patches "
+        "the route walk); do not upgrade fastapi alone in an image built on this one",
     )
 
 
@@ -256,9 +258,14 @@ def root_exception(log: str) -> str | None:
 _PHASES = (
     ("importing vLLM and resolving the model", re.compile(r"non-default args:")),
     ("starting the engine core", re.compile(r"Initializing a V1 LLM engine")),
-    ("loading the weights", re.compile(r"Loading weights|Starting to load model")),
-    ("compiling the model (torch.compile)", re.compile(r"Dynamo bytecode transform|torch\.compile|Compiling a graph")),
-    ("allocating the KV cache and warming up", re.compile(r"KV cache|init engine|warm(?:ing)? ?up", re.IGNORECASE)),
+    ("loading the weights", re.compile(r"Starting to load model|Loading weights")),
+    (
+        "compiling the model (torch.compile warm-up)",
+        re.compile(
+            r"Warming up model for the compilation|compiled function|Dynamo bytecode transform|Compiling a graph"
+        ),
+    ),
+    ("allocating the KV cache", re.compile(r"Warming up done|KV cache size|init engine \(")),
     ("starting the HTTP server", re.compile(r"Starting vLLM (?:API )?server|Available routes are")),
 )
 
@@ -337,15 +344,19 @@ def _error_message(body: str) -> str:
 
 
 def _route_traceback(log: str, route: str) -> list[str]:
-    """The lines of the last "Exception in ASGI application" traceback that follows a 500 of ``route`` in
-    ``log`` (the whole log's last such traceback when the access line is missing)."""
+    """The traceback behind a 5xx of ``route`` in ``log``, from its "Traceback (most recent call last):" line to its
+    exception line: the last traceback under an "Exception in ASGI application" line whose access line (uvicorn
+    prints it just before) names ``route``'s path, else the log's last traceback; no lines when it holds none."""
     lines = _lines(log)
     path = route.split()[-1]
-    start = None
-    for i, line in enumerate(lines):
-        if _ASGI in line and (start is None or any(f"{path} HTTP/" in x for x in lines[max(0, i - 3) : i + 1])):
-            start = i
-    if start is None:
+    headers = [i for i, line in enumerate(lines) if _ASGI in line]
+    named = [i for i in headers if any(f"{path} HTTP/" in x for x in lines[max(0, i - 3) : i + 1])]
+    tracebacks = [i for i, line in enumerate(lines) if line.strip().startswith("Traceback (most recent call last)")]
+    if named:
+        start = next((t for t in tracebacks if t > named[-1]), named[-1])
+    elif tracebacks:
+        start = tracebacks[-1]
+    else:
         return []
     end = next((j for j in range(start + 1, len(lines)) if _EXCEPTION.match(lines[j].strip())), len(lines) - 1)
     return lines[start : end + 1]
@@ -425,6 +436,32 @@ def diagnose_route(
 
 _MULTIPROC_FILES = ("mmap_dict.py", "multiprocess.py")
 _WEB_PACKAGES = ("fastapi", "starlette", "prometheus_fastapi_instrumentator", "prometheus_client", "uvicorn")
+
+
+_HANDLER = re.compile(r'^http_requests_total\{[^}]*handler="(?P<handler>[^"]*)"', re.MULTILINE)
+
+
+def diagnose_metrics(text: str) -> Diagnosis | None:
+    """The cause of a ``/metrics`` answer (``text``, Prometheus' text format) that counts HTTP requests but names no
+    route: prometheus-fastapi-instrumentator counted every request under ``handler="none"``. Seen on images built on
+    ours with fastapi 0.163.2 (``pip install -U fastapi``) and with fastapi 0.137.1 plus the instrumentator 8.0.0:
+    vLLM 0.32 replaces the instrumentator's route walk with one that skips routes without a ``path``, and fastapi
+    >= 0.137 keeps included routers as such routes. None when a route is named or no request was counted."""
+    handlers = {m["handler"] for m in _HANDLER.finditer(text)}
+    if handlers != {"none"}:
+        return None
+    line = next(m.group(0) for m in _HANDLER.finditer(text))
+    return Diagnosis(
+        failure_class=WEB_STACK,
+        name="metrics-handler-none",
+        cause=line + "...",
+        diagnosis='/metrics counts every HTTP request under handler="none": the route names are not resolved, as '
+        "with a fastapi newer than vLLM declares (>= 0.137 keeps included routers as `_IncludedRouter` routes "
+        "without a path, which vLLM's patch of prometheus-fastapi-instrumentator skips), so per-route request "
+        "metrics are lost while every route answers",
+        fix="keep the web stack vLLM declares (vLLM 0.32: fastapi<0.137; `pip check` in the image names the "
+        "conflict); do not upgrade fastapi alone in an image built on this one",
+    )
 
 
 # --- stopping ----------------------------------------------------------------------------------------------------
