@@ -2,11 +2,13 @@
 asserted in tests.
 
 ``python tools/bench.py suites [VARIANT]`` (``make bench``, issue 10): builds the variant's image or reuses it,
-then times, one after the other on the same machine, the naive pair (``tools/naive_generate.py`` in the image,
-eager then compiled, each its own ``docker run``: what a user writes to prove an image generates), the full
-smoke suite and the quick one (``tools/matrix test --image ... --suite full|quick``). Prints the table and
-writes ``build/bench/<variant>.suites.json`` with each wall time in seconds, per-check times and the ratios
-suite / naive pair.
+then times, one after the other on the same machine, the naive trio: the naive pair (``tools/naive_generate.py``
+in the image, eager then compiled, each its own ``docker run``: what a user writes to prove an image generates)
+and the naive server (the same tiny model written by one ``docker run``, then ``docker run IMAGE serve /model``
+with vLLM's defaults, ``/health`` polled until 200, one completion: what a user writes to prove an image serves);
+then the full smoke suite and the quick one (``tools/matrix test --image ... --suite full|quick``). Prints the
+table and writes ``build/bench/<variant>.suites.json`` with each wall time in seconds, per-check times and the
+ratios suite / naive pair and suite / naive trio.
 
 ``python tools/bench.py build [VARIANT] [--warm]`` (``make bench-build``): cold build time, image size and
 smoke wall time of ``tools/matrix run``. Cold means: no image of the variant, no base image and no BuildKit
@@ -22,9 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -171,6 +177,92 @@ def naive(image: str, mode: str) -> tuple[float, list[list[int]] | None, str]:
     return seconds, None, proc.stdout + proc.stderr
 
 
+# The naive server: vLLM's default port, and how long it may take to answer /health (a compiled start on 2 busy
+# cores takes minutes).
+NAIVE_PORT = 8000
+NAIVE_READY_TIMEOUT = 900.0
+
+
+def _http(url: str, body: dict[str, Any] | None = None, timeout: float = 60) -> tuple[int | None, str]:
+    """Status and body of a GET (or, with ``body``, a JSON POST) to ``url``; status None when nothing answers."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode("utf-8", "replace")
+    except (OSError, TimeoutError):
+        return None, ""
+
+
+def naive_serve(image: str, out: Path) -> tuple[float, float | None, str | None, str]:
+    """The naive server check a user would write, timed whole: ``docker run`` of ``naive_generate.py model`` into a
+    host folder, ``docker run -d IMAGE serve /model`` (the image's entrypoint, vLLM's defaults, the folder mounted
+    read-only, the port published on loopback), ``/health`` polled once a second until 200, one greedy completion
+    of 8 tokens, the container removed. Returns the wall seconds, the seconds from ``docker run -d`` to the first
+    200 (None when it never came), the completion's text (None when it failed) and, on failure, the log."""
+    folder = out / "naive-model"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)  # the image's user writes the model
+    name = f"bench-naive-serve-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    removed = False
+    try:
+        made = _run(
+            [
+                "docker", "run", "--rm", "--label", "io.vllm-matrix.bench=naive",
+                "-v", f"{NAIVE_SCRIPT}:/bench/naive_generate.py:ro", "-v", f"{folder}:/model",
+                "--entrypoint", "python3", image, "/bench/naive_generate.py", "model", "/model",
+            ]
+        )  # fmt: skip
+        if made.returncode != 0:
+            return round(time.monotonic() - started, 1), None, None, made.stdout + made.stderr
+        run_started = time.monotonic()
+        proc = _run(
+            [
+                "docker", "run", "-d", "--name", name, "--label", "io.vllm-matrix.bench=naive",
+                "--shm-size", NAIVE_SHM, "-p", f"127.0.0.1::{NAIVE_PORT}", "-v", f"{folder}:/model:ro",
+                image, "serve", "/model",
+            ]
+        )  # fmt: skip
+        if proc.returncode != 0:
+            return round(time.monotonic() - started, 1), None, None, proc.stderr
+        address = _run(["docker", "port", name, f"{NAIVE_PORT}/tcp"]).stdout.split()[0]
+        ready = None
+        while time.monotonic() - run_started < NAIVE_READY_TIMEOUT:
+            if _http(f"http://{address}/health", timeout=5)[0] == 200:
+                ready = round(time.monotonic() - run_started, 1)
+                break
+            # Not what a naive loop does, but a dead server should not hold the bench for the whole timeout.
+            state = subprocess.run(
+                ["docker", "inspect", "-f", "{{.State.Running}}", name], capture_output=True, text=True, check=False
+            )
+            if state.stdout.strip() != "true":
+                break
+            time.sleep(1)
+        text = None
+        if ready is not None:
+            status, body = _http(
+                f"http://{address}/v1/completions",
+                {"model": "/model", "prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0},
+            )
+            if status == 200:
+                text = str(json.loads(body)["choices"][0]["text"])
+        logs = ""
+        if text is None:
+            tail = _run(["docker", "logs", "--tail", "200", name])
+            logs = tail.stdout + tail.stderr
+        _run(["docker", "rm", "-f", name])  # part of the timed check, as `--rm` is of the naive pair
+        removed = True
+        return round(time.monotonic() - started, 1), ready, text, logs
+    finally:
+        if not removed:
+            _run(["docker", "rm", "-f", name])
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def suite(image: str, variant: str, name: str, out: Path) -> tuple[float, dict[str, Any] | None, str]:
     """Wall seconds of ``tools/matrix test --image IMAGE --as VARIANT --suite NAME`` (container start, copying
     the checks in, every check, removal), its JSON report (None when it wrote none) and its table."""
@@ -216,9 +308,9 @@ def image_ref(variant: str, wheelhouse: str | None, out: Path) -> str | None:
 
 
 def suites_bench(variant: str, wheelhouse: str | None) -> int:
-    """``suites`` mode (``make bench``): the naive pair, the full suite and the quick suite on one image, timed
-    in one run; prints a table and writes ``build/bench/<variant>.suites.json``. Returns 0 when every part
-    passed (the ratios are figures, not verdicts), 1 otherwise."""
+    """``suites`` mode (``make bench``): the naive trio (pair and server), the full suite and the quick suite on
+    one image, timed in one run; prints a table and writes ``build/bench/<variant>.suites.json``. Returns 0 when
+    every part passed (the ratios are figures, not verdicts), 1 otherwise."""
     out = REPO / "build" / "bench"
     out.mkdir(parents=True, exist_ok=True)
     image = image_ref(variant, wheelhouse, out)
@@ -226,19 +318,29 @@ def suites_bench(variant: str, wheelhouse: str | None) -> int:
         return 1
     eager_s, eager_tokens, eager_log = naive(image, "eager")
     compiled_s, compiled_tokens, compiled_log = naive(image, "compiled")
+    server_s, server_ready_s, server_text, server_log = naive_serve(image, out)
     full_s, full, full_table = suite(image, variant, "full", out)
     quick_s, quick, quick_table = suite(image, variant, "quick", out)
     pair = round(eager_s + compiled_s, 1)
+    trio = round(pair + server_s, 1)
     result: dict[str, Any] = {
         "variant": variant,
         "image": image,
         "cpus": os.cpu_count(),
-        "naive": {"eager_seconds": eager_s, "compiled_seconds": compiled_s, "pair_seconds": pair},
+        "naive": {
+            "eager_seconds": eager_s,
+            "compiled_seconds": compiled_s,
+            "pair_seconds": pair,
+            "server_seconds": server_s,
+            "server_ready_seconds": server_ready_s,
+            "trio_seconds": trio,
+        },
         "naive_tokens_equal": eager_tokens is not None and eager_tokens == compiled_tokens,
         "full": {
             "seconds": full_s,
             "ok": bool(full and full["ok"]),
             "vs_naive_pair": round(full_s / pair, 2),
+            "vs_naive_trio": round(full_s / trio, 2),
             "checks": {
                 c["check"]: {"status": c["status"], "seconds": c["seconds"]} for c in (full or {}).get("checks", [])
             },
@@ -247,6 +349,7 @@ def suites_bench(variant: str, wheelhouse: str | None) -> int:
             "seconds": quick_s,
             "ok": bool(quick and quick["ok"]),
             "vs_naive_pair": round(quick_s / pair, 2),
+            "vs_naive_trio": round(quick_s / trio, 2),
             "checks": {
                 c["check"]: {"status": c["status"], "seconds": c["seconds"]} for c in (quick or {}).get("checks", [])
             },
@@ -254,15 +357,17 @@ def suites_bench(variant: str, wheelhouse: str | None) -> int:
     }
     (out / f"{variant}.suites.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     rows = [
-        ("naive eager (docker run)", eager_s, ""),
-        ("naive compiled (docker run)", compiled_s, ""),
-        ("naive pair", pair, "1.00"),
-        ("full suite", full_s, f"{result['full']['vs_naive_pair']:.2f}"),
-        ("quick suite", quick_s, f"{result['quick']['vs_naive_pair']:.2f}"),
+        ("naive eager (docker run)", eager_s, "", ""),
+        ("naive compiled (docker run)", compiled_s, "", ""),
+        ("naive pair", pair, "1.00", ""),
+        ("naive server (docker run serve)", server_s, "", ""),
+        ("naive trio", trio, "", "1.00"),
+        ("full suite", full_s, f"{result['full']['vs_naive_pair']:.2f}", f"{result['full']['vs_naive_trio']:.2f}"),
+        ("quick suite", quick_s, f"{result['quick']['vs_naive_pair']:.2f}", f"{result['quick']['vs_naive_trio']:.2f}"),
     ]
     text = "\n".join(
-        [f"{'':30} {'seconds':>8}  {'x naive pair':>12}"]
-        + [f"{label:30} {sec:8.1f}  {ratio:>12}" for label, sec, ratio in rows]
+        [f"{'':31} {'seconds':>8}  {'x naive pair':>12}  {'x naive trio':>12}"]
+        + [f"{label:31} {sec:8.1f}  {pair_ratio:>12}  {trio_ratio:>12}" for label, sec, pair_ratio, trio_ratio in rows]
     )
     (out / f"{variant}.suites.txt").write_text(full_table + "\n" + quick_table + "\n" + text + "\n", encoding="utf-8")
     print(full_table)
@@ -271,6 +376,7 @@ def suites_bench(variant: str, wheelhouse: str | None) -> int:
     parts = (
         ("naive eager", eager_tokens is not None, eager_log),
         ("naive compiled", compiled_tokens is not None, compiled_log),
+        ("naive server", server_text is not None, server_log),
         ("full suite", result["full"]["ok"], full_table),
         ("quick suite", result["quick"]["ok"], quick_table),
     )

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Rewrite the generated tables of ``docs/`` from the code: the check table from the checks' declarations
 (``docs/checks.md``), the command table from the click commands and the exit-code table from
-``errors.ExitCode`` (``docs/commands.md``).
+``errors.ExitCode`` (``docs/commands.md``), and the README's serve command line from the one the serve check
+runs (``matrixtool.serve.readme_block``).
 
 Each table sits between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` in its file. ``tools/docs_tables.py``
 rewrites them; ``--check`` only compares (exit 1 on drift, naming the file and table). A unit test
@@ -18,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from matrixtool.checks import readme_table
 from matrixtool.errors import exit_code_table
+from matrixtool.serve import readme_block
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,6 +50,7 @@ TABLES: tuple[tuple[str, str, Callable[[], str]], ...] = (
     ("docs/checks.md", "checks-table", readme_table),
     ("docs/commands.md", "commands-table", commands_table),
     ("docs/commands.md", "exit-codes-table", exit_code_table),
+    ("README.md", "serve-command", readme_block),
 )
 
 

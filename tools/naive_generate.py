@@ -4,6 +4,8 @@ One plain script, run as ``docker run --rm IMAGE python3 naive_generate.py eager
 tiny model as the smoke suite's ``tiny-model`` check (a random 2-layer Llama, hidden size 128, a byte-level BPE
 tokenizer trained on a few sentences) and generates 8 greedy tokens for two prompts with vLLM's defaults
 (engine core and worker in their own processes), printing ``NAIVE {"tokens": ..., "seconds": ...}``.
+``naive_generate.py model FOLDER`` only writes that model into ``FOLDER``: the naive server
+(``tools/bench.py``) serves it with ``docker run IMAGE serve /model``.
 It imports only what the image ships (torch, transformers, tokenizers, vLLM); the bench copies nothing else.
 """
 
@@ -64,6 +66,9 @@ def make_model(out):
 def main():
     started = time.monotonic()
     mode = sys.argv[1]
+    if mode == "model":
+        make_model(sys.argv[2])
+        return
     out = tempfile.mkdtemp(prefix="tiny-llama-")
     make_model(out)
     from vllm import LLM, SamplingParams

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from matrixtool import checks, select, smoke
+from matrixtool import checks, select, smoke, smoke_plan
 from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode
 from matrixtool.matrix import CheckSpec, load_matrix
+from matrixtool.profiles import Profile
 from tests.conftest import REPO_ROOT
 from tests.unit._incontainer import incontainer, stub_check
 
@@ -214,7 +215,9 @@ def test_groups_share_an_interpreter_as_declared() -> None:
     shared = ("vllm-import", "no-fake-triton", "inductor-compile", "model-runner", "offline-generate")
     assert len({by_check[name] for name in shared}) == 1
     assert by_check["vllm-cli"] != by_check["vllm-import"]
-    assert sorted(c.name for g in found for c in g) == sorted(checks.CHECKS)
+    host_side = {n for n, c in checks.CHECKS.items() if c.group == "host"}
+    assert host_side == {"serve"}  # run by the host, in no exec
+    assert sorted(c.name for g in found for c in g) == sorted(set(checks.CHECKS) - host_side)
     assert smoke.group_timeout(found[0]) == 10 * len(found[0])
 
 
@@ -223,6 +226,7 @@ def test_a_group_reports_each_check_and_timeout_for_the_unfinished(tmp_path: Pat
 
     class Runner:
         restarted = 0
+        image = "img"
 
         def argv(self, group: Any, params: Any) -> list[str]:
             return [c.name for c in group]
@@ -233,7 +237,7 @@ def test_a_group_reports_each_check_and_timeout_for_the_unfinished(tmp_path: Pat
             lines = [f"MATRIX-BEGIN {n}\n" + incontainer().result_line(n, {"status": "passed"}) for n in argv]
             return 0, "\n".join(lines) + "\n"
 
-        def start(self) -> None:
+        def restart(self) -> None:
             self.restarted += 1
 
         def workers(self) -> int:
@@ -242,7 +246,8 @@ def test_a_group_reports_each_check_and_timeout_for_the_unfinished(tmp_path: Pat
     runner = Runner()
     names = ["pip-check", "offline-generate", "triton-import", "vllm-cli"]
     specs = [CheckSpec(name=n, timeout=5) for n in names]
-    results = smoke._run_checks(runner, "img", cpu, specs, {"suite": "quick"}, tmp_path, lambda r: None)  # type: ignore[arg-type]
+    run = smoke_plan.profile_run(cpu.name, Profile(name="default"), specs, suite="quick")
+    results = smoke.execute(run, runner, cpu.name, {"suite": "quick"}, tmp_path, lambda r: None)
     assert [r.check for r in results] == names, "the declared order, whatever finished first"
     status = {r.check: r.status for r in results}
     assert status == {

@@ -92,12 +92,13 @@ def test_a_profile_runs_only_the_checks_its_conditions_can_change() -> None:
     restricted = profiles.profile_from_mapping("restricted", RESTRICTED)
     assert restricted.differs(default) == {Condition.USER, Condition.READ_ONLY, Condition.TMPFS, Condition.NETWORK}
     run, left = profiles.checks_to_run(restricted, default, checks, affects)
-    assert [c.name for c in run] == ["run-conditions", "inductor-compile", "offline-generate"]
+    assert [c.name for c in run] == ["run-conditions", "inductor-compile", "offline-generate", "serve"]
     assert {c.name for c in left} >= {"pip-check", "model-runner", "vllm-cli", "cpu-engine-settings"}
     memory = profiles.profile_from_mapping("small", {"memory": "2g"})
     assert [c.name for c in profiles.checks_to_run(memory, default, checks, affects)[0]] == [
         "run-conditions",
         "offline-generate",
+        "serve",
         "cpu-engine-settings",
     ]
     # Alone (no `default` in the same run) a profile runs every check, and `default` always does.

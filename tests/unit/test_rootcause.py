@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from matrixtool import rootcause
-from matrixtool.smoke import CheckResult, Status
+from matrixtool.smoke_result import CheckResult, Status
 
 UNWRITABLE = [{"var": "TORCHINDUCTOR_CACHE_DIR", "path": "/tmp/.cache/torchinductor", "blocker": "/tmp/.cache",
                "uid": 0, "gid": 0, "mode": "755"}]  # fmt: skip

@@ -143,8 +143,8 @@ def check_budget(
     """The ``size-budget`` result of ``image`` against ``variant.size_budget`` (None: the variant declares none).
 
     Over budget, the largest distributions come from ``results``' ``cuda-weight`` facts when that check ran,
-    else from one run of it in a container of its own (labelled and removed as every check container; its log
-    is ``log_dir/<variant>.cuda-weight.log``).
+    else from one run of it in a container of its own (``smoke.run_suite``: a ``container.TrackedContainer``,
+    labelled and removed as every check container; its log is ``log_dir/<variant>.cuda-weight.log``).
     Raises docker.errors.ImageNotFound when ``image`` is not on the engine.
     """
     if variant.size_budget is None:

@@ -505,6 +505,8 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 size_budget=parse_size(v["size_budget"]) if "size_budget" in v else None,
                 size_budget_text=v.get("size_budget"),
                 cuda_weight_reason=v.get("hygiene", {}).get("cuda_weight"),
+                ready_budget_s=float(v["ready_budget"]) if "ready_budget" in v else None,
+                stop_grace_s=int(v["stop_grace"]) if "stop_grace" in v else None,
             )
         )
     return Matrix(schema_version=data["schema_version"], variants=tuple(variants), source=source)

@@ -143,6 +143,10 @@ class Variant:
     size_budget_text: str | None = None
     # Why this CPU variant carries CUDA weight on purpose (matrix.yaml hygiene.cuda_weight; cuda-weight shows it).
     cuda_weight_reason: str | None = None
+    # The serve check: the longest time to ready allowed, in seconds (ready_budget; None: no budget), and the
+    # grace of `docker stop` (stop_grace, seconds; None: a Kubernetes pod's 30).
+    ready_budget_s: float | None = None
+    stop_grace_s: int | None = None
 
     # The variant whose name this one is published under, as one multi-arch manifest list (matrix.yaml
     # publish_as); None: published under its own name.

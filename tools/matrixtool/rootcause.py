@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from matrixtool.smoke import CheckResult, Status
+from matrixtool.smoke_result import CheckResult, Status
 
 # Checks whose failure names a cause that others fail by, in the order a cause is looked for.
 CAUSES = ("run-conditions", "native-libs", "triton-import")
@@ -27,6 +27,11 @@ OWN_CLASS = frozenset({"no-fake-triton", "triton-drivers", "triton-kernel", "pip
 _PERMISSION = re.compile(r"Permission denied|PermissionError|Errno 13")
 _TRITON = re.compile(r"\btriton\b", re.IGNORECASE)
 _USER = re.compile(r"^USER\s+(\S+)")
+
+
+def template_end(created_by: str) -> bool:
+    """True for the last step of this project's template (templates/Dockerfile.j2 ends with ``CMD ["--help"]``)."""
+    return 'CMD ["--help"]' in created_by
 
 
 def _text(result: CheckResult) -> str:
@@ -102,12 +107,13 @@ def root_build_steps(history: Sequence[Mapping[str, Any]], base_last: Callable[[
     """The ``RUN`` steps of an image that ran as root after the base image's own steps, oldest first.
 
     ``history``: ``Image.history()`` (newest first); ``base_last(created_by)``: True for the last step of the
-    image this one was built ``FROM`` (this project's template ends with ``CMD``); the user is tracked through
-    ``USER`` steps (a step with no ``USER`` before it in the derived part runs as the base's user).
+    image this one was built ``FROM`` (``template_end``: this project's template ends with ``CMD ["--help"]``);
+    the user is tracked through ``USER`` steps (before any, a derived image runs as the base's user, 1000:0).
     """
     steps = [str(h.get("CreatedBy") or "") for h in reversed(history)]
     start = max((i for i, s in enumerate(steps) if base_last(s)), default=-1) + 1
-    user, found = "1000:0", []
+    # After this project's template the user is its USER 1000:0; an image of another origin starts as root.
+    user, found = ("1000:0" if start else "root"), []
     for step in steps[start:]:
         text = " ".join(step.split())
         m = _USER.match(text)

@@ -22,6 +22,7 @@ ORDER = (
     "model-runner",
     "offline-generate",
     "vllm-cli",
+    "serve",
     "triton-drivers",
     "triton-kernel",
     "pip-check",

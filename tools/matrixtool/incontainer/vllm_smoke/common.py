@@ -24,7 +24,12 @@ TRITON_AT_START = sys.modules.get("triton")
 RESULT_MARK = "MATRIX-RESULT "
 BEGIN_MARK = "MATRIX-BEGIN "
 WORK_DIR = os.environ.get("MATRIX_SMOKE_DIR", "/tmp/matrix-smoke")
-MODEL_DIR = os.path.join(WORK_DIR, "tiny-llama")
+# The tiny model's folder: MATRIX_MODEL_DIR where the host mounts a volume for it (the serve check mounts the same
+# volume into the server), else in the work dir.
+MODEL_DIR = os.environ.get("MATRIX_MODEL_DIR") or os.path.join(WORK_DIR, "tiny-llama")
+# The group of a check that runs on the host, not in the image (``serve``: its own containers): the in-image
+# runner never calls its function; the host leaves it out of the execs and runs it itself.
+HOST_GROUP = "host"
 PACKAGE = __name__.rpartition(".")[0]
 # Run conditions (matrixtool.profiles.Condition values) a profile may set.
 CONDITIONS = ("user", "read_only", "tmpfs", "memory", "cpus", "network", "env")

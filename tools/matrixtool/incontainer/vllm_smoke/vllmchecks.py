@@ -13,6 +13,7 @@ import time
 import traceback
 
 from .common import (
+    HOST_GROUP,
     MODEL_DIR,
     WORK_DIR,
     check,
@@ -100,7 +101,7 @@ def ensure_model():
 
     if os.path.isfile(os.path.join(MODEL_DIR, "config.json")):
         return MODEL_DIR
-    os.makedirs(WORK_DIR, exist_ok=True)
+    os.makedirs(os.path.dirname(MODEL_DIR), exist_ok=True)
     with open(MODEL_DIR + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not os.path.isfile(os.path.join(MODEL_DIR, "config.json")):
@@ -480,3 +481,26 @@ def check_vllm_cli(params):
     if entrypoint and shutil.which(entrypoint[0]) is None and not os.path.isfile(entrypoint[0]):
         return result("failed", f"the image's ENTRYPOINT {entrypoint[0]!r} does not resolve", None, **facts)
     return result("passed", f"`vllm --version` prints {version}", **facts)
+
+
+@check(
+    "serve",
+    proves=(
+        "`vllm serve` through the image's own ENTRYPOINT (the README's line), the tiny model mounted read-only: "
+        "/health ready (time per phase), /v1/models, greedy /v1/completions == offline-generate's eager tokens, "
+        "stream == non-stream, chat, /metrics counts, /version; `docker stop` during a stream exits 0/143 "
+        "within the grace, PID 1 the server. Probed from outside: the host's published port, or a client "
+        "container in its network namespace"
+    ),
+    classes=(15, 16, 17, 18, 19, 20, 22),
+    reports=(f"{_VLLM}/issues/14888",),
+    hint="read the server's log (log file <variant>.serve.log)",
+    timeout=1500,
+    affected_by=("user", "read_only", "tmpfs", "env", "network", "memory", "cpus"),
+    needs=("tiny-model",),
+    uses=("offline-generate",),
+    group=HOST_GROUP,
+)
+def check_serve(params):
+    """Runs on the host (``matrixtool.serve``): its server and probes are containers of their own."""
+    return result("failed", "serve runs on the host (tools/matrix), not inside the image", None)

@@ -3,11 +3,20 @@
 Imported by the tiny-model check (``make(folder)``) in a shared interpreter, or run as a script.
 """
 
+import os
 import sys
+
+# A minimal chat template (Jinja, Hugging Face's `chat_template`): what `vllm serve` needs to answer
+# /v1/chat/completions; a model without one gets 400 from the chat route.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
 
 
 def make(out):
-    """Write config, safetensors weights and tokenizer files of a 2-layer Llama (hidden 128) into ``out``."""
+    """Write config, safetensors weights and tokenizer files (with ``CHAT_TEMPLATE``) of a 2-layer Llama (hidden 128)
+    into ``out``."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -38,6 +47,7 @@ def make(out):
         pad_token="<pad>",
         model_max_length=256,
     )
+    hf.chat_template = CHAT_TEMPLATE
     hf.save_pretrained(out)
     # head_dim 64 (128 / 2 heads): vLLM's CPU attention backend rejects head_dim 16.
     cfg = LlamaConfig(
@@ -55,6 +65,11 @@ def make(out):
         torch_dtype="float32",
     )
     LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(out, safe_serialization=True)
+    # safetensors writes its file mode 0600: a server of another UID (the model mounted read-only into it)
+    # would read "No such file or directory" for it. A model folder is for reading by any user.
+    for name in os.listdir(out):
+        os.chmod(os.path.join(out, name), 0o644)
+    os.chmod(out, 0o755)
 
 
 if __name__ == "__main__":

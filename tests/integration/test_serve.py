@@ -1,0 +1,51 @@
+"""The serve check on the real CPU image: one server per profile, probed, stopped; the official openai client
+on the host shares the `default` server (``MATRIX_SERVE_CLIENT``), no server of its own."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import docker
+import pytest
+
+from tests.integration.conftest import OWNER, matrix_cli
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+CLIENT = Path(__file__).with_name("openai_client.py")
+
+
+def test_serve_under_both_profiles(cpu_image: str, out_dir: Path, client: docker.DockerClient) -> None:
+    env = {"MATRIX_SERVE_CLIENT": f"{sys.executable} {CLIENT}"}
+    report = out_dir / "serve.json"
+    proc = matrix_cli(
+        "test", "--image", cpu_image, "--as", "cpu", "--only", "serve", "--profile", "default",
+        "--profile", "restricted", "--json-file", str(report), out=out_dir, env=env,
+    )  # fmt: skip
+    print(proc.stdout)  # the table, for the record (pytest -s)
+    assert report.is_file(), proc.stderr[-3000:]
+    doc = json.loads(report.read_text(encoding="utf-8"))
+    served = {c["profile"]: c for c in doc["checks"] if c["check"] == "serve"}
+    assert set(served) == {"default", "restricted"}, proc.stderr[-3000:]
+    for profile, result in served.items():
+        assert result["status"] == "passed", (profile, result["diagnosis"], proc.stderr[-3000:])
+        facts = result["facts"]
+        assert facts["ready_s"] > 0 and "engine core" in facts["phases"]
+        assert facts["tokens"] == facts["expected_tokens"] and len(facts["tokens"]) == 8
+        assert facts["metrics_requests"] == 3 and facts["version"].startswith("0.32.0")
+        stop = facts["stop"]
+        assert stop["exit_code"] in (0, 143) and stop["seconds"] <= stop["grace_s"] and stop["in_flight"]
+        assert "vllm serve" in stop["pid1"]
+    # The openai client ran against the default server only (restricted has no network to publish on).
+    ran = served["default"]["facts"]["client"]
+    assert ran["exit_code"] == 0 and "MATRIX-OPENAI " in ran["output"]
+    answers = json.loads(ran["output"].split("MATRIX-OPENAI ", 1)[1].splitlines()[0])
+    assert answers["streamed"] == answers["completion"] and answers["chat"]
+    assert "client" not in served["restricted"]["facts"]
+    # Under restricted the server stood for offline-generate's compiled rerun.
+    assert not [c for c in doc["checks"] if c["profile"] == "restricted" and c["check"] == "offline-generate"]
+    leaked = client.containers.list(all=True, filters={"label": f"io.vllm-matrix.owner={OWNER}"})
+    assert not leaked
+    volumes = client.volumes.list(filters={"label": f"io.vllm-matrix.owner={OWNER}"})
+    assert not volumes
