@@ -29,7 +29,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from matrixtool.checks import CHECKS
 from matrixtool.errors import ConfigError
-from matrixtool.profiles import Profile, merge_profiles
+from matrixtool.profiles import Profile, merge_profiles, profile_problems
 from matrixtool.reference import image_problem
 
 # The checkout this package runs from (tools/matrixtool/ -> the repository root); meaningless once the
@@ -407,7 +407,7 @@ def validate(data: Any) -> list[str]:
             problems.extend(_describe(error, schema))
         return problems
 
-    problems = _string_problems(data, []) + schema_problems(data)
+    problems = _string_problems(data, []) + schema_problems(data) + profile_problems(data)
     if problems:
         return problems
     resolved, problems = resolve_extends(data)

@@ -60,8 +60,6 @@ SESSION_LABEL = "io.vllm-matrix.session"
 # so its leak check sees only its own containers, not those of a `tools/matrix run` beside it).
 OWNER_LABEL = "io.vllm-matrix.owner"
 OWNER_ENV_VAR = "MATRIX_OWNER"
-# vLLM's CPU backend asked for 160 MiB of /dev/shm; Docker's default is 64 MB.
-SHM_SIZE = "1g"
 # Seconds between the in-container `timeout` and the host's own deadline.
 KILL_GRACE = 10
 HOST_SLACK = 30
@@ -169,7 +167,6 @@ def container_kwargs(image: str, session: str, *, gpu: bool = False, profile: Pr
         "entrypoint": ["sleep"],
         "command": ["infinity"],
         "detach": True,
-        "shm_size": SHM_SIZE,
         "labels": {SESSION_LABEL: session, OWNER_LABEL: os.environ.get(OWNER_ENV_VAR, "")},
         "init": True,
     }

@@ -10,6 +10,7 @@ import re
 import tempfile
 
 from .common import (
+    CONDITIONS,
     check,
     last_error_line,
     marked,
@@ -255,7 +256,7 @@ _FIX_CACHES = (
     ),
     hint='see the condition named in the diagnosis; README "Deployment profiles" lists each fix',
     timeout=120,
-    affected_by=("user", "read_only", "tmpfs", "memory", "cpus", "network", "env"),
+    affected_by=CONDITIONS,
     group="light",
 )
 def check_run_conditions(params):
