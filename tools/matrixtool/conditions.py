@@ -72,7 +72,7 @@ MAX_BYTES = 2**63 - 1
 MIN_MEMORY = 6 * 2**20
 _DOCKER_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30}
 _K8S_UNITS = {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}
-_SIZE = re.compile(r"([0-9]{1,20})([bkmg]?)")
+_SIZE = re.compile(r"([0-9]{1,20})([bkmgBKMG]?)")
 _ID = re.compile(r"([0-9]{1,10})(?::([0-9]{1,10}))?")
 _PATH_PART = re.compile(r"[A-Za-z0-9._@+-]+")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -102,12 +102,49 @@ _TMPFS_VALUES = {
 # Linux capabilities (include/uapi/linux/capability.h, CAP_CHOWN .. CAP_CHECKPOINT_RESTORE), as Kubernetes and
 # `docker run --cap-drop` name them (without CAP_), and ALL.
 CAPABILITIES = (
-    "ALL CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP LINUX_IMMUTABLE "
-    "NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER SYS_MODULE SYS_RAWIO SYS_CHROOT "
-    "SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG MKNOD LEASE "
-    "AUDIT_WRITE AUDIT_CONTROL SETFCAP MAC_OVERRIDE MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ "
-    "PERFMON BPF CHECKPOINT_RESTORE"
-).split()
+    "ALL",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
+)
 # Kubernetes' seccompProfile types this tool can put in place with Docker (Localhost needs a file on the node).
 SECCOMP_TYPES = ("RuntimeDefault", "Unconfined")
 
@@ -129,7 +166,7 @@ def parse_user(value: Any) -> str:
     return text
 
 
-def parse_size_bytes(value: Any, *, minimum: int = 1) -> int:
+def parse_size_bytes(value: Any, *, minimum: int = 1, minimum_text: str = "1b") -> int:
     """Bytes of a size in Docker's units (``4g``: digits and an optional ``b``, ``k``, ``m`` or ``g``, binary).
 
     Raises ValueError unless it is between ``minimum`` and ``MAX_BYTES``.
@@ -138,20 +175,20 @@ def parse_size_bytes(value: Any, *, minimum: int = 1) -> int:
     match = _SIZE.fullmatch(text)
     if match is None:
         raise ValueError('write digits and a unit b, k, m or g (binary, as Docker reads them), e.g. "4g" or "512m"')
-    size = int(match.group(1)) * _DOCKER_UNITS[match.group(2)]
+    size = int(match.group(1)) * _DOCKER_UNITS[match.group(2).lower()]
     if not minimum <= size <= MAX_BYTES:
-        raise ValueError(f"write a size from {minimum} bytes to {MAX_BYTES} bytes (the Engine API's int64), e.g. \"4g\"")
+        raise ValueError(f'write a size from {minimum_text} to 2^63 - 1 bytes (the Engine API\'s int64), e.g. "4g"')
     return size
 
 
 def _parse_memory(value: Any) -> str:
-    parse_size_bytes(value, minimum=MIN_MEMORY)
-    return str(value)
+    parse_size_bytes(value, minimum=MIN_MEMORY, minimum_text="6m (Docker's minimum)")
+    return str(value).lower()
 
 
 def _parse_shm(value: Any) -> str:
     parse_size_bytes(value)
-    return str(value)
+    return str(value).lower()
 
 
 def quantity(docker_size: str) -> str:
@@ -159,7 +196,7 @@ def quantity(docker_size: str) -> str:
     match = _SIZE.fullmatch(docker_size)
     if match is None:
         raise ValueError(f"{docker_size!r} is not a Docker size")
-    return match.group(1) + _K8S_UNITS[match.group(2)]
+    return match.group(1) + _K8S_UNITS[match.group(2).lower()]
 
 
 def parse_cpus(value: Any) -> float:
@@ -391,8 +428,10 @@ ROWS: tuple[Row, ...] = (
         docker_text="`read_only=True` (`docker run --read-only`)",
         kubernetes="`securityContext.readOnlyRootFilesystem: true`",
         describe=lambda on: ["read-only root"] if on else [],
-        schema={"type": "boolean", "description": "Read-only root filesystem (docker run --read-only; Kubernetes "
-                "readOnlyRootFilesystem)."},
+        schema={
+            "type": "boolean",
+            "description": "Read-only root filesystem (docker run --read-only; Kubernetes readOnlyRootFilesystem).",
+        },
     ),
     Row(
         condition=Condition.TMPFS,
@@ -439,8 +478,9 @@ ROWS: tuple[Row, ...] = (
         docker_text="`nano_cpus` = CPUs x 10^9 (`docker run --cpus`)",
         kubernetes="`resources.limits.cpu` in millicores (`1.5` -> `1500m`)",
         describe=lambda v: [f"cpus {v:g}"],
-        schema=_nullable("number", "CPU quota in CPUs (docker run --cpus), 0.01 to 8192, at most three decimals; "
-                         "null: none."),
+        schema=_nullable(
+            "number", "CPU quota in CPUs (docker run --cpus), 0.01 to 8192, at most three decimals; null: none."
+        ),
     ),
     Row(
         condition=Condition.NETWORK,
@@ -467,7 +507,7 @@ ROWS: tuple[Row, ...] = (
         docker_text="`shm_size` (`docker run --shm-size`)",
         kubernetes="an `emptyDir` volume (`medium: Memory`, `sizeLimit`) and a `volumeMount` at `/dev/shm`",
         describe=lambda v: [f"shm {v}"],
-        schema=_nullable("string", 'Size of /dev/shm in Docker\'s units ("1g"); null: the engine\'s (Docker: 64m).'),
+        schema=_nullable("string", "Size of /dev/shm in Docker's units (\"1g\"); null: the engine's (Docker: 64m)."),
     ),
     Row(
         condition=Condition.CAP_DROP,
@@ -494,11 +534,14 @@ ROWS: tuple[Row, ...] = (
         flag_off="--allow-new-privileges",
         help="Forbid privilege escalation (setuid, file capabilities) or not.",
         docker=_security_opt("no-new-privileges:true"),
-        docker_text="`security_opt=[\"no-new-privileges:true\"]`",
+        docker_text='`security_opt=["no-new-privileges:true"]`',
         kubernetes="`securityContext.allowPrivilegeEscalation: false`",
         describe=lambda on: ["no-new-privileges"] if on else [],
-        schema={"type": "boolean", "description": "No privilege escalation (docker run --security-opt "
-                "no-new-privileges; Kubernetes allowPrivilegeEscalation: false)."},
+        schema={
+            "type": "boolean",
+            "description": "No privilege escalation (docker run --security-opt "
+            "no-new-privileges; Kubernetes allowPrivilegeEscalation: false).",
+        },
     ),
     Row(
         condition=Condition.SECCOMP,
@@ -513,8 +556,11 @@ ROWS: tuple[Row, ...] = (
         kubernetes="`securityContext.seccompProfile.type` (a pod without it runs Unconfined unless the kubelet "
         "sets `seccompDefault`)",
         describe=lambda v: [f"seccomp {v}"],
-        schema=_nullable("string", "Seccomp profile type as Kubernetes names it; null: the engine's default.",
-                         enum=[*SECCOMP_TYPES, None]),
+        schema=_nullable(
+            "string",
+            "Seccomp profile type as Kubernetes names it; null: the engine's default.",
+            enum=[*SECCOMP_TYPES, None],
+        ),
     ),
     Row(
         condition=Condition.PIDS_LIMIT,
@@ -557,10 +603,16 @@ def parse_value(row: Row, value: Any) -> Any:
         if not isinstance(value, Mapping):
             raise ValueError("write a mapping")
         out: dict[str, str] = {}
+        problems = []
         for k, v in value.items():
-            key = _entry(row.parse_key, k, f"key {k!r}")
-            if v is not None:
-                out[key] = _entry(row.parse, v, f"{k}: {v!r}")
+            try:
+                key = _entry(row.parse_key, k, f"key {k!r}")
+                if v is not None:
+                    out[key] = _entry(row.parse, v, f"{k}: {v!r}")
+            except ValueError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise ValueError("; ".join(problems))
         return out
     if row.shape is Shape.LIST:
         if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from matrixtool import profiles
-from matrixtool.conditions import ROWS, Row, Shape, parse_value
+from matrixtool.conditions import ROWS, Row, Shape
 from matrixtool.errors import ConfigError
 
 
@@ -34,11 +34,14 @@ def _from_flag(row: Row, given: Any) -> Any:
         return bool(given)
     if row.shape is Shape.MAPPING:
         return profiles.parse_flag_entries(row, given)
-    try:
-        return parse_value(row, list(given) if row.shape is Shape.LIST else given)
-    except ValueError as exc:
-        shown = " ".join(f"{row.flag} {v!r}" for v in given) if row.shape is Shape.LIST else f"{row.flag} {given!r}"
-        raise ValueError(f"{shown}: {exc}") from None
+    items = list(given) if row.shape is Shape.LIST else [given]
+    parsed = []
+    for item in items:
+        try:
+            parsed.append(row.parse(item))
+        except ValueError as exc:
+            raise ValueError(f"{row.flag} {item!r}: {exc}") from None
+    return tuple(dict.fromkeys(parsed)) if row.shape is Shape.LIST else parsed[0]
 
 
 def overrides_from_flags(flags: dict[str, Any]) -> profiles.Overrides:

@@ -37,7 +37,9 @@ KEYS = tuple(row.key for row in ROWS)
 
 def _normal(values: Mapping[Condition, Any]) -> dict[Condition, Any]:
     """``values`` without the conditions left at the engine's default, in table order."""
-    return {row.condition: values[row.condition] for row in ROWS if values.get(row.condition, row.default) != row.default}
+    return {
+        row.condition: values[row.condition] for row in ROWS if values.get(row.condition, row.default) != row.default
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,13 +108,16 @@ def profile_problems(data: Any) -> list[str]:
     """Every profile value of a matrix.yaml document as written (``profiles`` and ``variants.*.profiles``) that
     ``conditions.ROWS`` refuses, as ``<key path>: <value>: <what to write>``. A value of a type the row's JSON
     Schema refuses is left to the schema's own message."""
+
     def mappings(doc: Any) -> dict[str, Any]:
         return {str(k): v for k, v in doc.items()} if isinstance(doc, Mapping) else {}
 
     data = mappings(data)
     found = [(f"profiles.{name}", p) for name, p in mappings(data.get("profiles")).items()]
     for variant, v in mappings(data.get("variants")).items():
-        found += [(f"variants.{variant}.profiles.{name}", p) for name, p in mappings(mappings(v).get("profiles")).items()]
+        found += [
+            (f"variants.{variant}.profiles.{name}", p) for name, p in mappings(mappings(v).get("profiles")).items()
+        ]
     problems = []
     for at, mapping in found:
         for row in ROWS:
@@ -122,7 +127,7 @@ def profile_problems(data: Any) -> list[str]:
             try:
                 parse_value(row, value)
             except ValueError as exc:
-                shown = "" if row.shape is Shape.MAPPING else f"{value!r}: "
+                shown = "" if row.shape in (Shape.MAPPING, Shape.LIST) else f"{value!r}: "
                 problems.append(f"{at}.{row.key}: {shown}{exc}")
     return problems
 

@@ -25,7 +25,20 @@ MODEL_DIR = os.path.join(WORK_DIR, "tiny-llama")
 PACKAGE = __name__.rpartition(".")[0]
 SUITES = ("quick", "full")
 # Run conditions (matrixtool.profiles.Condition values) a profile may set.
-CONDITIONS = ("user", "read_only", "tmpfs", "memory", "cpus", "network", "shm_size", "cap_drop", "no_new_privileges", "seccomp", "pids_limit", "env")
+CONDITIONS = (
+    "user",
+    "read_only",
+    "tmpfs",
+    "memory",
+    "cpus",
+    "network",
+    "shm_size",
+    "cap_drop",
+    "no_new_privileges",
+    "seccomp",
+    "pids_limit",
+    "env",
+)
 
 
 class Declaration:
