@@ -137,3 +137,22 @@ def test_the_markdown_table_has_a_line_per_row() -> None:
 )
 def test_bounds_that_are_accepted(condition: Condition, value: object, normal: object) -> None:
     assert conditions.parse_value(ROW[condition], value) == normal
+
+
+START, END = "<!-- conditions-table:start -->\n", "<!-- conditions-table:end -->\n"
+
+
+def readme_conditions_table() -> str:
+    """The README's condition table: conditions.markdown_table with the checks that declare each condition."""
+    affects = {c: [n for n, info in CHECKS.items() if c in info.affected_by] for c in Condition}
+    return conditions.markdown_table(affects)
+
+
+def test_the_readme_condition_table_is_the_table() -> None:
+    text = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    assert START in text and END in text
+    shown = text.split(START, 1)[1].split(END, 1)[0]
+    assert shown == readme_conditions_table(), (
+        "README.md's conditions table differs from conditions.ROWS; paste tests.unit.test_conditions."
+        "readme_conditions_table() between its markers"
+    )
