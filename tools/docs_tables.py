@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Rewrite the generated tables of ``docs/`` from the code: the check table from the checks' declarations
 (``docs/checks.md``), the command table from the click commands and the exit-code table from
-``errors.ExitCode`` (``docs/commands.md``), and the README's serve command line from the one the serve check
+``errors.ExitCode`` (``docs/commands.md``), the run-condition table from ``conditions.ROWS``
+(``docs/profiles.md``), and the README's serve command line from the one the serve check
 runs (``matrixtool.serve.readme_block``).
 
 Each table sits between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` in its file. ``tools/docs_tables.py``
@@ -45,11 +46,21 @@ def commands_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def conditions_table() -> str:
+    """The run-condition table (``conditions.markdown_table``) with the checks that declare each condition."""
+    from matrixtool import conditions
+    from matrixtool.checks import CHECKS
+
+    affects = {c: [n for n, info in CHECKS.items() if c in info.affected_by] for c in conditions.Condition}
+    return conditions.markdown_table(affects)
+
+
 # (file under the repository root, table name, generator)
 TABLES: tuple[tuple[str, str, Callable[[], str]], ...] = (
     ("docs/checks.md", "checks-table", readme_table),
     ("docs/commands.md", "commands-table", commands_table),
     ("docs/commands.md", "exit-codes-table", exit_code_table),
+    ("docs/profiles.md", "conditions-table", conditions_table),
     ("README.md", "serve-command", readme_block),
 )
 

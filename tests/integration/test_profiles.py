@@ -55,6 +55,12 @@ def test_restricted_profile_passes_with_default_in_one_run(
     assert facts["uid"] == 1000770000 and facts["gid"] == 0 and facts["passwd_user"] is None
     assert facts["read_only_root"] is True and facts["network_interfaces"] == []
     assert facts["torch"]["inductor_cache_dir"] == "/tmp/.cache/torchinductor"
+    # The Pod Security Standard "restricted" as the kernel shows it: no capabilities, no_new_privs, a seccomp
+    # filter, OpenShift's pids limit; /dev/shm as the profile declares it (a pod's emptyDir), as `default`'s.
+    assert facts["capabilities_bounding"] == "0000000000000000" and facts["no_new_privs"] is True
+    assert facts["seccomp_mode"] == "filter" and facts["pids_max"] == 4096 and facts["shm_bytes"] == 2**30
+    default = _by(doc)["run-conditions"]["facts"]
+    assert default["shm_bytes"] == 2**30 and default["no_new_privs"] is False and default["pids_max"] is None
     _no_containers(client)
 
 

@@ -485,6 +485,133 @@ case("skip-every-check", CONFIG, "leaves no check")(
 )
 
 
+# --- run conditions (issue 20): the same rule for a matrix.yaml value and its flag -------------------------
+# condition key -> {case id: (matrix.yaml value, the flag's value or None when the flag cannot say it)}
+BAD_CONDITIONS: dict[str, dict[str, tuple[Any, str | None]]] = {
+    "user": {
+        "beyond-32-bits": ("4294967296", "4294967296"),
+        "gid-beyond-32-bits": ("1:99999999999", "1:99999999999"),
+        "minus-one": ("4294967295:0", "4294967295:0"),  # (uid_t)-1
+        "negative": ("-1", "-1"),
+        "name": ("root", "root"),
+        "empty-gid": ("1:", "1:"),
+        "only-gid": (":0", ":0"),
+    },
+    "memory": {
+        "unit-x": ("4x", "4x"),
+        "zero": ("0", "0"),
+        "zero-g": ("0g", "0g"),
+        "below-docker-minimum": ("1k", "1k"),
+        "beyond-int64": ("99999999999999999999g", "99999999999999999999g"),
+        "space": ("4 g", "4 g"),
+        "decimal": ("1.5g", "1.5g"),
+    },
+    "cpus": {
+        "nan": (float("nan"), "nan"),
+        "inf": (float("inf"), "inf"),
+        "minus-inf": (float("-inf"), "-inf"),
+        "1e9": (1e9, "1e9"),
+        "zero": (0, "0"),
+        "negative": (-1, "-1"),
+        "below-0.01": (0.001, "0.001"),
+        "sub-millicore": (1.2345, "1.2345"),
+        "word": ("two", "two"),
+    },
+    "network": {
+        "space": ("my net", "my net"),
+        "semicolon": ("none;id", "none;id"),
+        "empty": ("", ""),
+        "leading-dash": ("-x", "-x"),
+        "empty-container": ("container:", "container:"),
+    },
+    "shm_size": {
+        "unit-x": ("64x", "64x"),
+        "zero": ("0", "0"),
+        "empty": ("", ""),
+        "decimal": ("1.5g", "1.5g"),
+    },
+    "cap_drop": {
+        "unknown": (["NET_RAWW"], "NET_RAWW"),
+        "lowercase": (["net_raw"], "net_raw"),
+        "cap-prefix": (["CAP_NET_RAW"], "CAP_NET_RAW"),
+        "empty": ([""], ""),
+    },
+    "seccomp": {
+        "localhost": ("Localhost", "Localhost"),
+        "lowercase": ("unconfined", "unconfined"),
+        "path": ("/etc/seccomp.json", "/etc/seccomp.json"),
+    },
+    "pids_limit": {
+        "zero": (0, "0"),
+        "negative": (-1, "-1"),
+        "beyond-pid-max": (5_000_000, "5000000"),
+        "decimal": (None, "1.5"),
+        "word": (None, "many"),
+    },
+    "tmpfs": {
+        "root": ({"/": "rw"}, "/:rw"),
+        "proc": ({"/proc": "rw"}, "/proc:rw"),
+        "under-proc": ({"/proc/sys": "rw"}, "/proc/sys"),
+        "sys": ({"/sys": ""}, "/sys"),
+        "dev": ({"/dev": ""}, "/dev"),
+        "dev-shm": ({"/dev/shm": "rw"}, "/dev/shm:rw"),
+        "relative": ({"tmp": "rw"}, "tmp:rw"),
+        "dotdot": ({"/tmp/../etc": "rw"}, "/tmp/../etc"),
+        "trailing-slash": ({"/tmp/": "rw"}, "/tmp/"),
+        "double-slash": ({"//tmp": "rw"}, "//tmp"),
+        "space-in-path": ({"/t mp": "rw"}, "/t mp"),
+        "semicolon": ({"/tmp": "rw;id"}, "/tmp:rw;id"),
+        "space": ({"/tmp": "rw exec"}, "/tmp:rw exec"),
+        "unknown-option": ({"/tmp": "rw,bogus"}, "/tmp:rw,bogus"),
+        "bad-size": ({"/tmp": "size=4x"}, "/tmp:size=4x"),
+        "bad-mode": ({"/tmp": "mode=999"}, "/tmp:mode=999"),
+        "uid-beyond-32-bits": ({"/tmp": "uid=99999999999"}, "/tmp:uid=99999999999"),
+        "contradiction": ({"/tmp": "rw,ro"}, "/tmp:rw,ro"),
+        "empty-option": ({"/tmp": "rw,,exec"}, "/tmp:rw,,exec"),
+    },
+    "env": {
+        "key-with-equals": ({"A=B": "1"}, None),  # Docker would set A to "B=1"
+        "empty-key": ({"": "1"}, "=1"),
+        "digit-first": ({"1A": "1"}, "1A=1"),
+        "space-in-key": ({"A B": "1"}, "A B=1"),
+        "no-equals": (None, "A"),
+    },
+}
+_FLAG = {"cap_drop": "--cap-drop", "shm_size": "--shm-size", "pids_limit": "--pids-limit"}
+
+
+def _profile_value(key: str, value: Any) -> Callable[[Path], list[str]]:
+    def setup(root: Path) -> list[str]:
+        data = _data()
+        data["profiles"]["restricted"][key] = value
+        _write(root, data)
+        return ["render"]
+
+    return setup
+
+
+for _key, _bad in BAD_CONDITIONS.items():
+    _flag = _FLAG.get(_key, "--" + _key)
+    for _name, (_yaml, _flag_value) in _bad.items():
+        if _yaml is not None:
+            case(f"condition-{_key}-{_name}-yaml", CONFIG, f"profiles.restricted.{_key}")(_profile_value(_key, _yaml))
+        if _flag_value is not None:
+            case(f"condition-{_key}-{_name}-flag", CONFIG, f"{_flag} ")(
+                _args(["test", "--as", "cpu", "--image", "x:1", _flag, _flag_value])
+            )
+
+
+# A variant's own profile goes through the same rules.
+def _variant_profile(root: Path) -> list[str]:
+    data = _data()
+    data["variants"]["cpu"]["profiles"] = {"small": {"cpus": 1e9}}
+    _write(root, data)
+    return ["render"]
+
+
+case("condition-variant-profile", CONFIG, "variants.cpu.profiles.small.cpus")(_variant_profile)
+
+
 # Output paths, found before anything is built.
 def _out_file(command: list[str]) -> Callable[[Path], list[str]]:
     def setup(root: Path) -> list[str]:

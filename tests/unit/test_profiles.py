@@ -70,7 +70,7 @@ def test_smoke_container_kwargs_keep_labels_and_add_the_smoke_tmpfs() -> None:
 
 def test_overrides_change_one_condition() -> None:
     restricted = profiles.profile_from_mapping("restricted", RESTRICTED)
-    changed = Overrides(read_only=False, tmpfs=profiles.parse_tmpfs(["/tmp:rw"]), env={"X": "1"}).apply(restricted)
+    changed = Overrides.of(read_only=False, tmpfs=profiles.parse_tmpfs(["/tmp:rw"]), env={"X": "1"}).apply(restricted)
     assert changed.read_only is False and dict(changed.tmpfs) == {"/tmp": "rw"} and dict(changed.env) == {"X": "1"}
     assert changed.user == restricted.user and changed.network == "none" and changed.name == "restricted"
     assert Overrides().apply(restricted) == restricted
@@ -223,11 +223,11 @@ def test_cli_profile_flags_reach_the_choice(monkeypatch: pytest.MonkeyPatch) -> 
     assert result.exit_code == 0, result.output
     choice = seen["choice"]
     assert choice.names == ("restricted",)
-    assert choice.overrides == Overrides(
+    assert choice.overrides == Overrides.of(
         user="1:0", read_only=False, tmpfs={"/tmp": "rw"}, memory="2g", cpus=1.0, network="bridge", env={"A": "1"}
     )
     bad = CliRunner().invoke(main, ["test", "--image", "x", "--as", "cpu", "--env", "A"], catch_exceptions=False)
-    assert bad.exit_code == ExitCode.USAGE and "KEY=VALUE" in bad.output
+    assert bad.exit_code == ExitCode.CONFIG and "--env 'A': write KEY=VALUE" in bad.output
 
 
 _incontainer = incontainer

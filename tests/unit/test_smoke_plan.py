@@ -10,7 +10,7 @@ from typing import Any
 
 from matrixtool import smoke
 from matrixtool.matrix import CheckSpec, Variant, load_matrix
-from matrixtool.profiles import Profile
+from matrixtool.profiles import Condition, Profile
 from matrixtool.smoke_plan import Group, ProfileRun, SmokePlan, plan_host, plan_profiles
 from tests.unit._incontainer import incontainer
 
@@ -80,7 +80,8 @@ def test_cpu_default_and_restricted_full() -> None:
     line = plan.runs[1].describe("cpu")
     assert line.startswith("[cpu] profile restricted (user 1000770000:0, read-only root, tmpfs /tmp (")
     assert line.endswith(
-        "network none): run-conditions, inductor-compile, offline-generate; left out, as no condition of this "
+        "network none, shm 1g, cap-drop ALL, no-new-privileges, seccomp RuntimeDefault, pids 4096): run-conditions, "
+        "inductor-compile, offline-generate; left out, as no condition of this "
         "profile can change them: triton-import, torch-import, vllm-import, tiny-model, no-fake-triton, "
         "torch-family, model-runner, vllm-cli, triton-drivers, pip-check, native-libs, cpu-engine-settings, "
         "cuda-weight"
@@ -122,7 +123,7 @@ def test_a_profile_without_default_runs_everything_and_is_no_rerun() -> None:
 
 
 def test_a_profile_that_changes_nothing_a_check_depends_on_runs_no_check() -> None:
-    quiet = Profile(name="quiet", cpus=2.0)
+    quiet = Profile(name="quiet", values={Condition.CPUS: 2.0})
     _, run = plan_profiles(cpu(), specs(["pip-check"]), [profile("default"), quiet]).runs
     assert run.checks == () and run.groups == () and run.left_out == ("pip-check",)
     assert run.describe("cpu").startswith("[cpu] profile quiet (cpus 2): no check; left out, as no condition")

@@ -36,7 +36,7 @@ from matrixtool.model import (
     TritonState,
     Variant,
 )
-from matrixtool.profiles import merge_profiles
+from matrixtool.profiles import merge_profiles, profile_problems
 from matrixtool.reference import image_problem
 from matrixtool.yamlfile import parse_yaml, read_config_text
 
@@ -93,7 +93,7 @@ def validate(data: Any) -> list[str]:
             problems.extend(_describe(error, schema))
         return problems
 
-    problems = _string_problems(data, []) + schema_problems(data)
+    problems = _string_problems(data, []) + schema_problems(data) + profile_problems(data)
     if problems:
         return problems
     resolved, problems = resolve_extends(data)

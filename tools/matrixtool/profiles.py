@@ -1,15 +1,18 @@
 """Deployment profiles: named sets of run conditions the smoke checks run under (README "Deployment profiles").
 
-A profile says how the check container is run: as which user, with a read-only root or not, which tmpfs
-mounts (and their options), with how much memory and how many CPUs, on which network, with which extra
-environment. ``matrix.yaml`` declares them once at the top level (``profiles:``) and a variant may
-override them key by key (``variants.<name>.profiles``). The conditions come from real reports:
+A profile says how the check container is run: which value each run condition of ``conditions.ROWS`` has
+(user, read-only root, tmpfs mounts, memory, CPUs, network, /dev/shm size, dropped capabilities,
+no-new-privileges, seccomp, pids limit, extra environment). ``matrix.yaml`` declares them once at the top
+level (``profiles:``) and a variant may override them key by key (``variants.<name>.profiles``). The
+conditions come from real reports:
 
 - arbitrary UID with GID 0 (OpenShift): ``KeyError: 'getpwuid(): uid not found'``, pytorch/pytorch#140765;
 - read-only root without a tmpfs: ``No usable temporary directory found`` at ``import torch``;
 - ``/tmp`` mounted ``noexec``: ``failed to map segment from shared object``, pytorch/pytorch#91005;
 - memory limit and CPU quota (cgroups): vllm-project/vllm#29233;
-- no network (air-gapped clusters).
+- no network (air-gapped clusters);
+- the Pod Security Standard "restricted" (capabilities dropped, no privilege escalation, a seccomp profile)
+  and a pod's 64 MB ``/dev/shm`` unless an ``emptyDir`` of medium Memory is mounted there.
 
 Pure values and functions only: ``container_kwargs`` returns the keyword arguments of
 ``docker.containers.run``; the executor in ``smoke.py`` passes them on.
@@ -19,47 +22,48 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from typing import Any
 
+import jsonschema
+
+from matrixtool.conditions import ROW, ROWS, Condition, Row, Shape, docker_kwargs, parse_value
+
+__all__ = ["DEFAULT", "KEYS", "Condition", "Overrides", "Profile", "ProfileChoice"]
+
 DEFAULT = "default"
+# Keys of a profile in matrix.yaml (one per row of conditions.ROWS).
+KEYS = tuple(row.key for row in ROWS)
 
 
-class Condition(str, Enum):
-    """One run condition a profile may set; checks declare which of them can change their verdict."""
-
-    USER = "user"
-    READ_ONLY = "read_only"
-    TMPFS = "tmpfs"
-    MEMORY = "memory"
-    CPUS = "cpus"
-    NETWORK = "network"
-    ENV = "env"
+def _normal(values: Mapping[Condition, Any]) -> dict[Condition, Any]:
+    """``values`` without the conditions left at the engine's default, in table order."""
+    return {
+        row.condition: values[row.condition] for row in ROWS if values.get(row.condition, row.default) != row.default
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
 class Profile:
-    """Run conditions of the check container.
-
-    ``user``: ``UID[:GID]`` (None: the image's USER); ``read_only``: the root filesystem is read-only;
-    ``tmpfs``: mount point -> mount options (``rw,exec,size=4g``; empty: Docker's defaults, which include
-    ``noexec``); ``memory``: a Docker memory limit (``4g``, bytes with a unit suffix; None: none);
-    ``cpus``: a CPU quota in CPUs (None: none); ``network``: a Docker network mode (``none``; None: the
-    engine's default bridge); ``env``: extra environment variables.
+    """Run conditions of the check container: ``values`` holds each condition set (``conditions.ROWS`` says what
+    each means and its normal form: ``tmpfs``/``env`` dicts, ``cap_drop`` a tuple); one left out keeps the
+    engine's default. ``profile.user`` (any condition key) reads one value, the row's default when not set.
     """
 
     name: str
-    user: str | None = None
-    read_only: bool = False
-    tmpfs: Mapping[str, str] = field(default_factory=dict)
-    memory: str | None = None
-    cpus: float | None = None
-    network: str | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
+    values: Mapping[Condition, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", _normal(self.values))
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self.value(Condition(key))
+        except ValueError:
+            raise AttributeError(key) from None
 
     def value(self, condition: Condition) -> Any:
-        """The setting of ``condition`` in this profile (dicts for tmpfs and env)."""
-        got = getattr(self, condition.value)
+        """The setting of ``condition`` in this profile (the row's default when not set; dicts copied)."""
+        got = self.values.get(condition, ROW[condition].default)
         return dict(got) if isinstance(got, Mapping) else got
 
     def differs(self, other: Profile) -> frozenset[Condition]:
@@ -68,59 +72,71 @@ class Profile:
 
     def describe(self) -> str:
         """One line naming every condition set, e.g. ``user 1000770000:0, read-only root, tmpfs /tmp (rw,exec)``."""
-        parts = []
-        if self.user is not None:
-            parts.append(f"user {self.user}")
-        if self.read_only:
-            parts.append("read-only root")
-        parts += [f"tmpfs {path}" + (f" ({opts})" if opts else "") for path, opts in self.tmpfs.items()]
-        if self.memory is not None:
-            parts.append(f"memory {self.memory}")
-        if self.cpus is not None:
-            parts.append(f"cpus {self.cpus:g}")
-        if self.network is not None:
-            parts.append(f"network {self.network}")
-        parts += [f"{k}={v}" for k, v in self.env.items()]
+        parts = [part for c, v in self.values.items() for part in ROW[c].describe(v)]
         return ", ".join(parts) or "the engine's defaults"
 
 
-# Keys of a profile in matrix.yaml and the Profile field each sets.
-KEYS = tuple(c.value for c in Condition)
+def _merge(row: Row, base: Any, value: Any) -> Any:
+    """``value`` (a matrix.yaml value) over ``base`` (normal form): mappings entry by entry, a null entry removing
+    one; anything else replaced, a null resetting to the engine's default."""
+    if row.shape is not Shape.MAPPING:
+        return row.default if value is None else parse_value(row, value)
+    merged = dict(base)
+    for k, v in (value or {}).items():
+        if v is None:
+            merged.pop(str(k), None)
+    merged.update(parse_value(row, {k: v for k, v in (value or {}).items() if v is not None}))
+    return merged
 
 
 def profile_from_mapping(name: str, data: Mapping[str, Any], base: Profile | None = None) -> Profile:
     """A profile from its matrix.yaml mapping, merged onto ``base`` (the shared profile of that name).
 
-    Scalar keys replace the base's value (``null`` resets it to the engine's default); ``tmpfs`` and ``env``
-    merge by mount point / variable, a ``null`` value removing that entry. The mapping is assumed valid
-    (matrix.schema.json ``$defs.profile``).
+    Scalar and list keys replace the base's value (``null`` resets it to the engine's default); ``tmpfs`` and
+    ``env`` merge by mount point / variable, a ``null`` value removing that entry. Raises ValueError for a
+    value ``profile_problems`` refuses (matrix.py reports those first, naming the key).
     """
     profile = base if base is not None else Profile(name=name)
-    changes: dict[str, Any] = {}
-    for key in ("user", "memory", "network"):
-        if key in data:
-            changes[key] = None if data[key] is None else str(data[key])
-    if "cpus" in data:
-        changes["cpus"] = None if data["cpus"] is None else float(data["cpus"])
-    if "read_only" in data:
-        changes["read_only"] = bool(data["read_only"])
-    for key in ("tmpfs", "env"):
-        if key in data:
-            merged = {**getattr(profile, key)}
-            for k, v in (data[key] or {}).items():
-                if v is None:
-                    merged.pop(str(k), None)
-                else:
-                    merged[str(k)] = str(v)
-            changes[key] = merged
-    return replace(profile, name=name, **changes)
+    values = dict(profile.values)
+    for row in ROWS:
+        if row.key in data:
+            values[row.condition] = _merge(row, profile.value(row.condition), data[row.key])
+    return Profile(name=name, values=values)
+
+
+def profile_problems(data: Any) -> list[str]:
+    """Every profile value of a matrix.yaml document as written (``profiles`` and ``variants.*.profiles``) that
+    ``conditions.ROWS`` refuses, as ``<key path>: <value>: <what to write>``. A value of a type the row's JSON
+    Schema refuses is left to the schema's own message."""
+
+    def mappings(doc: Any) -> dict[str, Any]:
+        return {str(k): v for k, v in doc.items()} if isinstance(doc, Mapping) else {}
+
+    data = mappings(data)
+    found = [(f"profiles.{name}", p) for name, p in mappings(data.get("profiles")).items()]
+    for variant, v in mappings(data.get("variants")).items():
+        found += [
+            (f"variants.{variant}.profiles.{name}", p) for name, p in mappings(mappings(v).get("profiles")).items()
+        ]
+    problems = []
+    for at, mapping in found:
+        for row in ROWS:
+            value = mappings(mapping).get(row.key)
+            if value is None or not jsonschema.Draft202012Validator(dict(row.schema)).is_valid(value):
+                continue
+            try:
+                parse_value(row, value)
+            except ValueError as exc:
+                shown = "" if row.shape in (Shape.MAPPING, Shape.LIST) else f"{value!r}: "
+                problems.append(f"{at}.{row.key}: {shown}{exc}")
+    return problems
 
 
 def merge_profiles(shared: Mapping[str, Any], variant: Mapping[str, Any]) -> tuple[Profile, ...]:
     """The profiles of one variant: the top-level ``profiles`` with the variant's overrides merged on.
 
-    A name only the variant has adds a profile. ``default`` always exists (the engine's defaults) and
-    comes first; the others keep file order (shared ones first).
+    A name only the variant has adds a profile. ``default`` always exists (the engine's defaults unless
+    matrix.yaml declares it) and comes first; the others keep file order (shared ones first).
     """
     names = list(dict.fromkeys([DEFAULT, *shared, *variant]))
     out = []
@@ -132,52 +148,44 @@ def merge_profiles(shared: Mapping[str, Any], variant: Mapping[str, Any]) -> tup
 
 @dataclass(frozen=True, kw_only=True)
 class Overrides:
-    """Conditions given on the command line (``--user`` ...); None or empty: keep the profile's."""
+    """Conditions given on the command line (``--user`` ...), in normal form; a condition left out keeps the
+    profile's. ``Overrides.of(user="1:0", tmpfs={...})`` builds one from condition keys."""
 
-    user: str | None = None
-    read_only: bool | None = None
-    tmpfs: Mapping[str, str] = field(default_factory=dict)
-    memory: str | None = None
-    cpus: float | None = None
-    network: str | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
+    values: Mapping[Condition, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, **values: Any) -> Overrides:
+        """Overrides from condition keys (``user=``, ``cpus=`` ...); None or empty leaves a condition out."""
+        return cls(values={Condition(k): v for k, v in values.items() if v is not None and v != {} and v != ()})
 
     def apply(self, profile: Profile) -> Profile:
         """``profile`` with these overrides; ``tmpfs`` and ``env`` entries add to (or replace) the profile's."""
-        return replace(
-            profile,
-            user=self.user if self.user is not None else profile.user,
-            read_only=self.read_only if self.read_only is not None else profile.read_only,
-            tmpfs={**profile.tmpfs, **self.tmpfs},
-            memory=self.memory if self.memory is not None else profile.memory,
-            cpus=self.cpus if self.cpus is not None else profile.cpus,
-            network=self.network if self.network is not None else profile.network,
-            env={**profile.env, **self.env},
-        )
+        values = dict(profile.values)
+        for condition, value in self.values.items():
+            mapping = ROW[condition].shape is Shape.MAPPING
+            values[condition] = {**profile.value(condition), **value} if mapping else value
+        return replace(profile, values=values)
 
 
 def parse_tmpfs(values: Iterable[str]) -> dict[str, str]:
-    """``--tmpfs PATH[:OPTS]`` values as mount point -> options.
-
-    Raises ValueError naming the value when PATH is not absolute.
-    """
-    out = {}
-    for value in values:
-        path, _, opts = value.partition(":")
-        if not path.startswith("/"):
-            raise ValueError(f"--tmpfs {value!r}: the mount point must be an absolute path, e.g. /tmp:rw,exec")
-        out[path] = opts
-    return out
+    """``--tmpfs PATH[:OPTS]`` values as mount point -> options. Raises ValueError naming the value."""
+    return parse_flag_entries(ROW[Condition.TMPFS], values)
 
 
 def parse_env(values: Iterable[str]) -> dict[str, str]:
-    """``--env KEY=VALUE`` values as a dict. Raises ValueError naming a value without ``=``."""
-    out = {}
+    """``--env KEY=VALUE`` values as a dict. Raises ValueError naming the value."""
+    return parse_flag_entries(ROW[Condition.ENV], values)
+
+
+def parse_flag_entries(row: Row, values: Iterable[str]) -> dict[str, str]:
+    assert row.split is not None
+    out: dict[str, str] = {}
     for value in values:
-        key, sep, val = value.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--env {value!r}: write KEY=VALUE")
-        out[key] = val
+        try:
+            key, val = row.split(value)
+            out.update(parse_value(row, {key: val}))
+        except ValueError as exc:
+            raise ValueError(f"{row.flag} {value!r}: {exc}") from None
     return out
 
 
@@ -196,27 +204,9 @@ def select_profiles(available: Sequence[Profile], names: Sequence[str]) -> list[
 
 
 def container_kwargs(profile: Profile) -> dict[str, Any]:
-    """Keyword arguments of ``client.containers.run`` that put ``profile``'s conditions in place.
-
-    ``cpus`` becomes ``nano_cpus`` (10^-9 CPUs, as ``docker run --cpus``); ``memory`` goes to ``mem_limit``
-    unchanged (Docker's units: ``b``, ``k``, ``m``, ``g``).
-    """
-    out: dict[str, Any] = {}
-    if profile.user is not None:
-        out["user"] = profile.user
-    if profile.read_only:
-        out["read_only"] = True
-    if profile.tmpfs:
-        out["tmpfs"] = dict(profile.tmpfs)
-    if profile.memory is not None:
-        out["mem_limit"] = profile.memory
-    if profile.cpus is not None:
-        out["nano_cpus"] = round(profile.cpus * 1e9)
-    if profile.network is not None:
-        out["network_mode"] = profile.network
-    if profile.env:
-        out["environment"] = dict(profile.env)
-    return out
+    """Keyword arguments of ``client.containers.run`` that put ``profile``'s conditions in place
+    (``conditions.ROWS``: e.g. ``cpus`` becomes ``nano_cpus``, 10^-9 CPUs as ``docker run --cpus``)."""
+    return docker_kwargs(profile.values)
 
 
 def checks_to_run(

@@ -129,9 +129,9 @@ def model_volume(client: docker.DockerClient, labels: Mapping[str, str]) -> Iter
 
 
 def server_spec(image: str, profile: Profile, volume: str, *, gpu: bool = False) -> ContainerSpec:
-    """The server container: the image's ENTRYPOINT with ``serve_argv()``, ``profile``'s run conditions, the model
-    volume read-only at ``/models``, ``SHM_SIZE`` of /dev/shm, no init (the server is PID 1, as users run it);
-    port 8000 published on 127.0.0.1 (a port the engine picks) where the profile has a network."""
+    """The server container: the image's ENTRYPOINT with ``serve_argv()``, ``profile``'s run conditions (its
+    /dev/shm too: ``shm_size``), the model volume read-only at ``/models``, no init (the server is PID 1, as users
+    run it); port 8000 published on 127.0.0.1 (a port the engine picks) where the profile has a network."""
     extra = profiles.container_kwargs(profile)
     if profile.network != "none":
         extra["ports"] = {f"{PORT}/tcp": ("127.0.0.1", None)}
@@ -140,7 +140,6 @@ def server_spec(image: str, profile: Profile, volume: str, *, gpu: bool = False)
         image=image,
         command=serve_argv(),
         volumes={volume: {"bind": MODEL_MOUNT, "mode": "ro"}},
-        shm_size=SHM_SIZE,
         device_requests=gpus,
         extra=extra,
     )

@@ -47,7 +47,6 @@ from matrixtool.smoke_runners import (
     CHECKS_DIR,
     HOST_BOOT,
     PACKAGE_DIR,
-    SHM_SIZE,
     SMOKE_DIR,
     SMOKE_TMPFS,
     ZIPAPP,
@@ -61,7 +60,7 @@ from matrixtool.smoke_runners import (
 
 __all__ = [
     "CHECKS_DIR", "EXEC_FORMAT_ERROR", "HOST_BOOT", "HOST_SLACK", "KILL_GRACE", "OWNER_ENV_VAR", "OWNER_LABEL",
-    "PACKAGE_DIR", "RESULT_MARK", "SESSION_LABEL", "SHM_SIZE", "SMOKE_DIR", "SMOKE_TMPFS", "ZIPAPP", "CheckResult",
+    "PACKAGE_DIR", "RESULT_MARK", "SESSION_LABEL", "SMOKE_DIR", "SMOKE_TMPFS", "ZIPAPP", "CheckResult",
     "Status", "check_params", "check_platform", "container_kwargs", "exec_argv", "execute", "group_timeout",
     "groups", "host_has_gpu", "image_platform", "install_argv", "parse_output", "platform_matches", "run_host_suite",
     "run_profiles", "run_suite", "unhidden", "verdict",

@@ -46,7 +46,6 @@ WRITE_FILE = "import base64, sys; open(sys.argv[1], 'wb').write(base64.b64decode
 # Host mode: import the package from the checkout (argv[1]) and run it.
 HOST_BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from vllm_smoke.runner import entry; sys.exit(entry())"
 # vLLM's CPU backend asked for 160 MiB of /dev/shm; Docker's default is 64 MB.
-SHM_SIZE = "1g"
 INSTALL_DEADLINE = 120  # seconds
 NO_HEALTHCHECK = {"test": ["NONE"]}
 
@@ -98,9 +97,9 @@ def container_spec(
     environment: Mapping[str, str] | None = None,
 ) -> ContainerSpec:
     """The long-lived check container: ``sleep infinity`` under ``profile``'s run conditions
-    (``profiles.container_kwargs``), with the tool's own tmpfs ``SMOKE_DIR``, ``SHM_SIZE`` of /dev/shm and an
-    init process; ``gpu``: every GPU passed through (a Docker device request, like ``--gpus all``); ``volumes``
-    and ``environment``: added (the serve check's model volume and its folder)."""
+    (``profiles.container_kwargs``; ``/dev/shm`` as the profile declares, else the engine's 64 MB), with the tool's
+    own tmpfs ``SMOKE_DIR`` and an init process; ``gpu``: every GPU passed through (a Docker device request, like
+    ``--gpus all``); ``volumes`` and ``environment``: added (the serve check's model volume and its folder)."""
     gpus = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpu else []
     return ContainerSpec(
         image=image,
@@ -109,7 +108,6 @@ def container_spec(
         tmpfs={SMOKE_DIR: SMOKE_TMPFS},
         environment={"MATRIX_SMOKE_DIR": SMOKE_DIR, **(environment or {})},
         volumes=dict(volumes or {}),
-        shm_size=SHM_SIZE,
         init=True,
         device_requests=gpus,
         # The image's HEALTHCHECK asks a server's /health: a check container serves nothing.

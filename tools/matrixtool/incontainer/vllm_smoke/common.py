@@ -32,7 +32,20 @@ MODEL_DIR = os.environ.get("MATRIX_MODEL_DIR") or os.path.join(WORK_DIR, "tiny-l
 HOST_GROUP = "host"
 PACKAGE = __name__.rpartition(".")[0]
 # Run conditions (matrixtool.profiles.Condition values) a profile may set.
-CONDITIONS = ("user", "read_only", "tmpfs", "memory", "cpus", "network", "env")
+CONDITIONS = (
+    "user",
+    "read_only",
+    "tmpfs",
+    "memory",
+    "cpus",
+    "network",
+    "shm_size",
+    "cap_drop",
+    "no_new_privileges",
+    "seccomp",
+    "pids_limit",
+    "env",
+)
 
 
 class Suite(str, enum.Enum):

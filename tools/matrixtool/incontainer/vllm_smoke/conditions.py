@@ -10,6 +10,7 @@ import re
 import tempfile
 
 from .common import (
+    CONDITIONS,
     check,
     last_error_line,
     marked,
@@ -41,6 +42,31 @@ def _cgroup_value(v2_name, v1_controller, v1_name):
         except OSError:
             continue
     return None, None
+
+
+def _pod_conditions():
+    """The conditions a pod sets as the kernel shows them: /dev/shm's size in bytes, the capability bounding set
+    (hex, /proc/self/status CapBnd), no_new_privs, the seccomp mode, the pids limit (None: none or unreadable)."""
+    out = {}
+    try:
+        st = os.statvfs("/dev/shm")
+        out["shm_bytes"] = st.f_frsize * st.f_blocks
+    except OSError:
+        out["shm_bytes"] = None
+    status = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                status[key] = value.strip()
+    except OSError:
+        pass
+    out["capabilities_bounding"] = status.get("CapBnd")
+    out["no_new_privs"] = {"0": False, "1": True}.get(status.get("NoNewPrivs", ""))
+    out["seccomp_mode"] = {"0": "disabled", "1": "strict", "2": "filter"}.get(status.get("Seccomp", ""))
+    text, _ = _cgroup_value("pids.max", "pids", "pids.max")
+    out["pids_max"] = int(text) if text is not None and text.isdigit() else None
+    return out
 
 
 def _host_memory_bytes():
@@ -272,7 +298,7 @@ _FIX_CACHES = (
     ),
     hint='see the condition named in the diagnosis; README "Deployment profiles" lists each fix',
     timeout=120,
-    affected_by=("user", "read_only", "tmpfs", "memory", "cpus", "network", "env"),
+    affected_by=CONDITIONS,
     group="light",
 )
 def check_run_conditions(params):
@@ -382,6 +408,9 @@ def check_run_conditions(params):
             "(vLLM CPU: VLLM_CPU_OMP_THREADS_BIND) to match the quota"
         )
 
+    # Pod conditions (shm size, capabilities, no-new-privileges, seccomp, pids limit): reported as facts.
+    facts.update(_pod_conditions())
+
     # No network: nothing may try to reach a hub.
     try:
         interfaces = sorted(n for n in os.listdir("/sys/class/net") if n != "lo")
@@ -416,5 +445,7 @@ def check_run_conditions(params):
         + (f", torch threads {threads}" if threads is not None else "")
         + (f", CPU quota {quota:g}" if quota is not None else "")
         + (f", memory {facts['memory_limit_bytes'] / 2**30:.1f} GiB" if facts["memory_limit_bytes"] else "")
+        + (f", /dev/shm {facts['shm_bytes'] / 2**20:.0f} MiB" if facts["shm_bytes"] else "")
+        + (f", pids limit {facts['pids_max']}" if facts["pids_max"] else "")
     )
     return result("passed", "; ".join([summary, *warnings]), **facts)

@@ -1,0 +1,68 @@
+"""Kubernetes manifests from deployment profiles (kube.py): every condition has its field, every profile of
+matrix.yaml round-trips through its manifest, the manifests validate offline, and restricted is PSS restricted."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from matrixtool import kube
+from matrixtool.conditions import ROWS, Condition
+from matrixtool.matrix import load_matrix
+from matrixtool.profiles import Profile
+
+SERVING = kube.Serving(args=("serve", "/models/tiny-llama"), port=8000, model_mount="/models", cold_start_s=98)
+PROFILES = [(v.name, p) for v in load_matrix().variants for p in v.profiles]
+
+
+def test_every_condition_of_the_table_has_a_manifest_field() -> None:
+    assert set(kube.APPLY) == {row.condition for row in ROWS} == set(Condition)
+
+
+@pytest.mark.parametrize(("variant", "profile"), PROFILES, ids=[f"{v}-{p.name}" for v, p in PROFILES])
+def test_the_manifest_holds_exactly_the_profile_the_checks_ran_under(variant: str, profile: Profile) -> None:
+    values = profile.values
+    docs = kube.manifests(variant=variant, profile=profile.name, values=values, image="i:1", serving=SERVING)
+    assert kube.conditions_of(docs) == kube.comparable(values)
+    assert kube.validate(docs) == []
+    assert list(yaml.safe_load_all(kube.to_yaml(docs))) == docs and "&id" not in kube.to_yaml(docs)
+
+
+def test_restricted_is_pss_restricted_and_default_is_not() -> None:
+    profiles = {p.name: p for p in next(v for v in load_matrix().variants if v.name == "cpu").profiles}
+    restricted = kube.manifests(
+        variant="cpu", profile="restricted", values=profiles["restricted"].values, image="i", serving=SERVING
+    )
+    assert kube.pss_restricted_problems(restricted) == []
+    default = kube.manifests(
+        variant="cpu", profile="default", values=profiles["default"].values, image="i", serving=SERVING
+    )
+    problems = kube.pss_restricted_problems(default)
+    assert any("allowPrivilegeEscalation" in p for p in problems) and any("runAsNonRoot" in p for p in problems)
+    kinds = [d["kind"] for d in restricted]
+    assert kinds == ["Deployment", "Service", "NetworkPolicy"] and [d["kind"] for d in default] == kinds[:2]
+
+
+def test_pss_rules_catch_what_they_name() -> None:
+    docs = kube.manifests(variant="cpu", profile="x", values={}, image="i", serving=SERVING)
+    spec = docs[0]["spec"]["template"]["spec"]
+    spec["hostNetwork"] = True
+    spec["volumes"].append({"name": "h", "hostPath": {"path": "/etc"}})
+    spec["containers"][0]["securityContext"] = {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}
+    text = "\n".join(kube.pss_restricted_problems(docs))
+    for needle in ("hostNetwork", "volume h is hostPath", "privileged", "capabilities add", "drop ALL"):
+        assert needle in text, text
+
+
+def test_the_startup_probe_outlasts_the_measured_cold_start_and_liveness_waits_for_it() -> None:
+    probes = kube.probes(SERVING)
+    startup = probes["startupProbe"]
+    assert startup["failureThreshold"] * startup["periodSeconds"] >= kube.STARTUP_MARGIN * 98
+    assert probes["livenessProbe"]["httpGet"]["path"] == "/health"
+    short = kube.probes(kube.Serving(args=(), port=1, model_mount="/m", cold_start_s=5))["startupProbe"]
+    assert short["failureThreshold"] * short["periodSeconds"] >= kube.MIN_STARTUP_S
+
+
+def test_no_service_links_so_a_service_named_vllm_injects_no_vllm_port() -> None:
+    docs = kube.manifests(variant="cpu", profile="x", values={}, image="i", serving=SERVING)
+    assert docs[0]["spec"]["template"]["spec"]["enableServiceLinks"] is False

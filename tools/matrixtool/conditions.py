@@ -1,0 +1,654 @@
+"""Run conditions of a container, as one table (``ROWS``): a condition is one row (README "Deployment profiles").
+
+A row says everything about one condition: its ``matrix.yaml`` key (the ``Condition`` value), the rule that
+validates a value and gives it its normal form (``parse``, the same for ``matrix.yaml`` and the command
+line), its command-line flag, the ``docker.containers.run`` keyword arguments it becomes, the Kubernetes
+Pod/Container field it corresponds to, and how a profile's one-line description names it. ``profiles.py``
+(the ``Profile`` model, merging, overrides, container kwargs, the checks a profile runs) and
+``profile_flags.py`` (the flags) are driven from this table; ``matrix.schema.json``'s ``$defs.profile`` and
+the in-image ``vllm_smoke.common.CONDITIONS`` are compared with it by unit tests.
+
+Every ``parse`` raises ``ValueError`` with a message that says what to write instead; the caller names the
+key or flag (``profiles.profile_problems``, ``profile_flags``), so a bad value ends in exit 3 before any
+engine call. Pure values and functions only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+
+class Condition(str, Enum):
+    """One run condition a profile may set (its ``matrix.yaml`` key); checks declare which can change their verdict."""
+
+    USER = "user"
+    READ_ONLY = "read_only"
+    TMPFS = "tmpfs"
+    MEMORY = "memory"
+    CPUS = "cpus"
+    NETWORK = "network"
+    SHM_SIZE = "shm_size"
+    CAP_DROP = "cap_drop"
+    NO_NEW_PRIVILEGES = "no_new_privileges"
+    SECCOMP = "seccomp"
+    PIDS_LIMIT = "pids_limit"
+    ENV = "env"
+
+
+class Shape(str, Enum):
+    """How values of a condition combine: merging profiles, and overrides from the command line.
+
+    ``scalar``: replaced whole (``null`` resets to the engine's default); ``switch``: a boolean, ``--x/--no-x``;
+    ``mapping``: merged entry by entry (``null`` removes an entry; a flag value adds or replaces one);
+    ``list``: replaced whole (a repeated flag gives the whole list).
+    """
+
+    SCALAR = "scalar"
+    SWITCH = "switch"
+    MAPPING = "mapping"
+    LIST = "list"
+
+
+# --- value rules -------------------------------------------------------------------------------------------
+
+# (uid_t)-1 = 4294967295 means "leave unchanged" to setresuid(2), so the largest usable ID is 2^32 - 2.
+MAX_ID = 2**32 - 2
+# The largest CPU count a Linux kernel can be built for (x86-64 CONFIG_NR_CPUS with MAXSMP: 8192). A quota
+# above it is more than any machine has. The quota is not bounded by this machine's cores: matrix.yaml is
+# read on many machines; the engine refuses a quota above the host's at container start.
+MAX_CPUS = 8192
+# Docker refuses a quota below 0.01 CPUs; Kubernetes counts CPUs in millicores, so a quota is a multiple of 0.001.
+MIN_CPUS = 0.01
+# PID_MAX_LIMIT of 64-bit Linux (2^22): no pids limit above it can ever bind.
+MAX_PIDS = 2**22
+# Sizes go to the Engine API as int64 bytes; Docker refuses a memory limit below 6 MB.
+MAX_BYTES = 2**63 - 1
+MIN_MEMORY = 6 * 2**20
+_DOCKER_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30}
+_K8S_UNITS = {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}
+_SIZE = re.compile(r"([0-9]{1,20})([bkmgBKMG]?)")
+_ID = re.compile(r"([0-9]{1,10})(?::([0-9]{1,10}))?")
+_PATH_PART = re.compile(r"[A-Za-z0-9._@+-]+")
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NETWORK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")
+# Mount points the engine and the kernel own: a tmpfs there hides the container's root, procfs, sysfs or devices.
+_KERNEL_MOUNTS = ("/proc", "/sys", "/dev")
+# tmpfs(5) and mount(8) options Docker passes through for a tmpfs; each flag with its opposite.
+_TMPFS_FLAGS = {
+    "rw": "ro",
+    "exec": "noexec",
+    "suid": "nosuid",
+    "dev": "nodev",
+    "atime": "noatime",
+    "diratime": "nodiratime",
+    "sync": "async",
+    "tmpcopyup": "notmpcopyup",
+}
+_TMPFS_FLAGS.update({v: k for k, v in list(_TMPFS_FLAGS.items())})
+_TMPFS_FLAGS.update({"relatime": "", "strictatime": ""})
+_TMPFS_VALUES = {
+    "size": re.compile(r"[0-9]{1,20}[kmgKMG]?|[0-9]{1,3}%"),
+    "nr_inodes": re.compile(r"[0-9]{1,20}[kmgKMG]?"),
+    "mode": re.compile(r"[0-7]{3,4}"),
+    "uid": re.compile(r"[0-9]{1,10}"),
+    "gid": re.compile(r"[0-9]{1,10}"),
+}
+# Linux capabilities (include/uapi/linux/capability.h, CAP_CHOWN .. CAP_CHECKPOINT_RESTORE), as Kubernetes and
+# `docker run --cap-drop` name them (without CAP_), and ALL.
+CAPABILITIES = (
+    "ALL",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
+)
+# Kubernetes' seccompProfile types this tool can put in place with Docker (Localhost needs a file on the node).
+SECCOMP_TYPES = ("RuntimeDefault", "Unconfined")
+
+
+def _text(value: Any, example: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"write a string, e.g. {example}")
+    if not value.isprintable():
+        raise ValueError("holds a control character; write one line of printable text")
+    return value
+
+
+def parse_user(value: Any) -> str:
+    """``UID[:GID]`` as decimal numbers, each at most ``MAX_ID`` (Kubernetes runAsUser/runAsGroup are integers)."""
+    text = _text(value, '"1000770000:0"')
+    match = _ID.fullmatch(text)
+    if match is None or any(int(n) > MAX_ID for n in match.groups() if n is not None):
+        raise ValueError(f'write UID[:GID] as numbers from 0 to {MAX_ID}, e.g. "1000770000:0"')
+    return text
+
+
+def parse_size_bytes(value: Any, *, minimum: int = 1, minimum_text: str = "1b") -> int:
+    """Bytes of a size in Docker's units (``4g``: digits and an optional ``b``, ``k``, ``m`` or ``g``, binary).
+
+    Raises ValueError unless it is between ``minimum`` and ``MAX_BYTES``.
+    """
+    text = _text(value, '"4g"')
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise ValueError('write digits and a unit b, k, m or g (binary, as Docker reads them), e.g. "4g" or "512m"')
+    size = int(match.group(1)) * _DOCKER_UNITS[match.group(2).lower()]
+    if not minimum <= size <= MAX_BYTES:
+        raise ValueError(f'write a size from {minimum_text} to 2^63 - 1 bytes (the Engine API\'s int64), e.g. "4g"')
+    return size
+
+
+def _parse_memory(value: Any) -> str:
+    parse_size_bytes(value, minimum=MIN_MEMORY, minimum_text="6m (Docker's minimum)")
+    return str(value).lower()
+
+
+def _parse_shm(value: Any) -> str:
+    parse_size_bytes(value)
+    return str(value).lower()
+
+
+def quantity(docker_size: str) -> str:
+    """A Docker size (``4g``) as a Kubernetes quantity (``4Gi``): Docker's units are binary."""
+    match = _SIZE.fullmatch(docker_size)
+    if match is None:
+        raise ValueError(f"{docker_size!r} is not a Docker size")
+    return match.group(1) + _K8S_UNITS[match.group(2).lower()]
+
+
+def parse_cpus(value: Any) -> float:
+    """A CPU quota: a finite number from ``MIN_CPUS`` to ``MAX_CPUS``, in steps of 0.001 (millicores)."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError("write a number of CPUs, e.g. 1.5") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("write a number of CPUs, e.g. 1.5")
+    number = float(value)
+    if not math.isfinite(number) or not MIN_CPUS <= number <= MAX_CPUS:
+        raise ValueError(
+            f"write a number from {MIN_CPUS} to {MAX_CPUS} (the most CPUs a Linux kernel supports), e.g. 1.5"
+        )
+    if abs(number * 1000 - round(number * 1000)) > 1e-6:
+        raise ValueError("write at most three decimals (Kubernetes counts CPUs in millicores), e.g. 1.5")
+    return number
+
+
+def parse_network(value: Any) -> str:
+    """A Docker network mode: ``none``, ``bridge``, ``host``, ``container:NAME`` or a network name."""
+    text = _text(value, '"none"')
+    name = text.removeprefix("container:")
+    if not _NETWORK_NAME.fullmatch(name):
+        raise ValueError(
+            "write none, bridge, host, container:NAME or a network name (letters, digits, '_', '.', '-', "
+            "starting with a letter or digit)"
+        )
+    return text
+
+
+def parse_mount_point(value: Any) -> str:
+    """An absolute, normal mount point for a tmpfs that hides nothing the engine or the kernel owns."""
+    text = _text(value, '"/tmp"')
+    parts = text.split("/")[1:]
+    if not text.startswith("/") or text == "/":
+        raise ValueError("write an absolute path other than / (a tmpfs over / hides the image), e.g. /tmp")
+    if not all(_PATH_PART.fullmatch(p) and p not in (".", "..") for p in parts):
+        raise ValueError(
+            "write a normal absolute path (no '.', '..', '//', trailing '/'; letters, digits, '.', '_', '@', '+', "
+            "'-'), e.g. /tmp"
+        )
+    if text == "/dev/shm":
+        raise ValueError("/dev/shm is set by shm_size (--shm-size; Kubernetes: an emptyDir of medium Memory)")
+    kernel = next((k for k in _KERNEL_MOUNTS if text == k or text.startswith(k + "/")), None)
+    if kernel is not None:
+        raise ValueError(f"{kernel} belongs to the engine and the kernel; mount the tmpfs elsewhere, e.g. /tmp")
+    return text
+
+
+def parse_tmpfs_options(value: Any) -> str:
+    """Comma-separated tmpfs mount options (``rw,exec,size=4g,mode=1777``); empty: Docker's defaults (noexec)."""
+    text = _text(value, '"rw,exec,size=4g"')
+    if text == "":
+        return text
+    seen: list[str] = []
+    for option in text.split(","):
+        key, sep, val = option.partition("=")
+        if sep:
+            pattern = _TMPFS_VALUES.get(key)
+            ok = pattern is not None and pattern.fullmatch(val) is not None
+            if ok and key in ("uid", "gid"):
+                ok = int(val) <= MAX_ID
+            if not ok:
+                known = ", ".join(f"{k}=" for k in _TMPFS_VALUES)
+                raise ValueError(
+                    f"option {option!r} is not one of {known} with a valid value; e.g. size=4g, mode=1777, uid=0"
+                )
+        elif key not in _TMPFS_FLAGS:
+            close = difflib.get_close_matches(key, list(_TMPFS_FLAGS), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"option {option!r} is not a tmpfs option{hint} (write comma-separated options such as rw,exec,"
+                "nosuid,nodev,size=4g,mode=1777)"
+            )
+        if key in seen or (_TMPFS_FLAGS.get(key) or "\0") in seen:
+            raise ValueError(f"option {option!r} repeats or contradicts an earlier one; write each option once")
+        seen.append(key)
+    return text
+
+
+def parse_env_key(value: Any) -> str:
+    """An environment variable name: a letter or ``_``, then letters, digits, ``_`` (POSIX)."""
+    text = _text(value, '"HF_HUB_OFFLINE"')
+    if not _ENV_KEY.fullmatch(text):
+        raise ValueError("write a variable name (a letter or '_', then letters, digits or '_'), e.g. HF_HUB_OFFLINE")
+    return text
+
+
+def _parse_env_value(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError('write a string, e.g. "1"')
+    return _text(str(value), '"1"')
+
+
+def parse_capability(value: Any) -> str:
+    """A Linux capability as Kubernetes names it (``NET_RAW``, without ``CAP_``), or ``ALL``."""
+    text = _text(value, '"ALL"')
+    if text not in CAPABILITIES:
+        upper = text.upper().removeprefix("CAP_")
+        close = [upper] if upper in CAPABILITIES else difflib.get_close_matches(upper, CAPABILITIES, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"write ALL or a capability name as Kubernetes writes it (NET_RAW, SYS_ADMIN){hint}")
+    return text
+
+
+def parse_bool(value: Any) -> bool:
+    """A YAML boolean (``true``/``false``); a flag passes click's boolean."""
+    if not isinstance(value, bool):
+        raise ValueError("write true or false")
+    return value
+
+
+def parse_seccomp(value: Any) -> str:
+    """A seccomp profile type as Kubernetes names it: ``RuntimeDefault`` or ``Unconfined``."""
+    text = _text(value, '"RuntimeDefault"')
+    if text not in SECCOMP_TYPES:
+        raise ValueError(
+            "write RuntimeDefault (the engine's default profile) or Unconfined; a Localhost profile is a file on "
+            "the node, which this tool does not manage"
+        )
+    return text
+
+
+def parse_pids(value: Any) -> int:
+    """A pids limit: an integer from 1 to ``MAX_PIDS`` (processes and threads of the container's cgroup)."""
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,8}", value):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PIDS:
+        raise ValueError(f"write a whole number from 1 to {MAX_PIDS} (Linux's PID_MAX_LIMIT), e.g. 1024")
+    return value
+
+
+# --- the table ---------------------------------------------------------------------------------------------
+
+
+def _any_key(value: Any) -> str:
+    return _text(value, '"KEY"')
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """Everything about one run condition (module docstring).
+
+    ``parse``: one value (of a mapping: one entry's value) -> its normal form, ValueError saying what to
+    write; ``parse_key``: a mapping's entry key; ``split``: a mapping flag's one value -> (key, value);
+    ``flag``/``flag_off``/``metavar``/``help``: the command-line option; ``docker``: the normal value ->
+    ``containers.run`` kwargs (lists under one key are joined); ``docker_text`` and ``kubernetes``: the
+    mapping in words (the README's and the manifests' table); ``describe``: the parts of a profile's
+    one-line description; ``schema``: the value's JSON Schema (``matrix.schema.json`` ``$defs.profile``).
+    """
+
+    condition: Condition
+    shape: Shape
+    parse: Callable[[Any], Any]
+    flag: str
+    help: str
+    docker: Callable[[Any], dict[str, Any]]
+    docker_text: str
+    kubernetes: str
+    describe: Callable[[Any], list[str]]
+    schema: Mapping[str, Any]
+    metavar: str | None = None
+    flag_off: str | None = None
+    parse_key: Callable[[Any], str] = _any_key
+    split: Callable[[str], tuple[str, str]] | None = None
+
+    @property
+    def key(self) -> str:
+        """The matrix.yaml key (and the Profile attribute)."""
+        return self.condition.value
+
+    @property
+    def default(self) -> Any:
+        """The value that leaves the engine's default in place."""
+        return {Shape.SCALAR: None, Shape.SWITCH: False, Shape.MAPPING: {}, Shape.LIST: ()}[self.shape]
+
+
+def _split_tmpfs(value: str) -> tuple[str, str]:
+    path, _, opts = value.partition(":")
+    return path, opts
+
+
+def _split_env(value: str) -> tuple[str, str]:
+    key, sep, val = value.partition("=")
+    if not sep:
+        raise ValueError("write KEY=VALUE, e.g. HF_HUB_OFFLINE=1")
+    return key, val
+
+
+def _security_opt(option: str) -> Callable[[Any], dict[str, Any]]:
+    return lambda on: {"security_opt": [option]} if on else {}
+
+
+def _nullable(kind: str, description: str, **more: Any) -> dict[str, Any]:
+    return {"type": [kind, "null"], **more, "description": description}
+
+
+_STRING_MAP = {"type": ["object", "null"], "additionalProperties": {"type": ["string", "null"]}}
+
+ROWS: tuple[Row, ...] = (
+    Row(
+        condition=Condition.USER,
+        shape=Shape.SCALAR,
+        parse=parse_user,
+        flag="--user",
+        metavar="UID[:GID]",
+        help="Run as UID[:GID], e.g. 1000770000:0 (overrides the profile).",
+        docker=lambda v: {"user": v},
+        docker_text="`user=UID:GID` (`docker run --user`)",
+        kubernetes="`securityContext.runAsUser` / `runAsGroup` (`runAsNonRoot: true` when UID is not 0)",
+        describe=lambda v: [f"user {v}"],
+        schema=_nullable(
+            "string",
+            'UID[:GID] the container runs as, e.g. "1000770000:0" (OpenShift\'s arbitrary UID with GID 0); '
+            "null: the image's USER.",
+        ),
+    ),
+    Row(
+        condition=Condition.READ_ONLY,
+        shape=Shape.SWITCH,
+        parse=parse_bool,
+        flag="--read-only",
+        flag_off="--no-read-only",
+        help="Read-only root filesystem or not.",
+        docker=lambda on: {"read_only": True} if on else {},
+        docker_text="`read_only=True` (`docker run --read-only`)",
+        kubernetes="`securityContext.readOnlyRootFilesystem: true`",
+        describe=lambda on: ["read-only root"] if on else [],
+        schema={
+            "type": "boolean",
+            "description": "Read-only root filesystem (docker run --read-only; Kubernetes readOnlyRootFilesystem).",
+        },
+    ),
+    Row(
+        condition=Condition.TMPFS,
+        shape=Shape.MAPPING,
+        parse=parse_tmpfs_options,
+        parse_key=parse_mount_point,
+        split=_split_tmpfs,
+        flag="--tmpfs",
+        metavar="PATH[:OPTS]",
+        help="Mount a tmpfs: PATH[:OPTS], e.g. /tmp:rw,exec (repeatable).",
+        docker=lambda m: {"tmpfs": dict(m)} if m else {},
+        docker_text="`tmpfs={PATH: OPTS}` (`docker run --tmpfs PATH:OPTS`)",
+        kubernetes="an `emptyDir` volume (`medium: Memory`, `sizeLimit` from `size=`) and a `volumeMount` at PATH; "
+        "an emptyDir is mounted exec, mode 1777: `noexec`, `mode=`, `uid=` have no field",
+        describe=lambda m: [f"tmpfs {p}" + (f" ({o})" if o else "") for p, o in m.items()],
+        schema={
+            **_STRING_MAP,
+            "propertyNames": {"pattern": "^/"},
+            "description": 'Mount point -> tmpfs mount options ("rw,exec,size=4g"; "": Docker\'s defaults, which '
+            "include noexec); null removes an inherited mount. /dev/shm is shm_size.",
+        },
+    ),
+    Row(
+        condition=Condition.MEMORY,
+        shape=Shape.SCALAR,
+        parse=_parse_memory,
+        flag="--memory",
+        metavar="SIZE",
+        help="Memory limit in Docker's units, e.g. 4g.",
+        docker=lambda v: {"mem_limit": v},
+        docker_text="`mem_limit` (`docker run --memory`)",
+        kubernetes="`resources.limits.memory` (`4g` -> `4Gi`)",
+        describe=lambda v: [f"memory {v}"],
+        schema=_nullable("string", 'Memory limit in Docker\'s units ("4g", binary; at least 6m); null: none.'),
+    ),
+    Row(
+        condition=Condition.CPUS,
+        shape=Shape.SCALAR,
+        parse=parse_cpus,
+        flag="--cpus",
+        metavar="CPUS",
+        help="CPU quota in CPUs, e.g. 1.5.",
+        docker=lambda v: {"nano_cpus": round(v * 1e9)},
+        docker_text="`nano_cpus` = CPUs x 10^9 (`docker run --cpus`)",
+        kubernetes="`resources.limits.cpu` in millicores (`1.5` -> `1500m`)",
+        describe=lambda v: [f"cpus {v:g}"],
+        schema=_nullable(
+            "number", "CPU quota in CPUs (docker run --cpus), 0.01 to 8192, at most three decimals; null: none."
+        ),
+    ),
+    Row(
+        condition=Condition.NETWORK,
+        shape=Shape.SCALAR,
+        parse=parse_network,
+        flag="--network",
+        metavar="MODE",
+        help="Docker network mode, e.g. none.",
+        docker=lambda v: {"network_mode": v},
+        docker_text="`network_mode` (`docker run --network`)",
+        kubernetes="no Pod field: `none` is a NetworkPolicy that selects the pod and allows no egress (the pod "
+        "keeps an interface); `host` is `hostNetwork: true` (PSS baseline forbids it)",
+        describe=lambda v: [f"network {v}"],
+        schema=_nullable("string", 'Docker network mode ("none": no network); null: the engine\'s default bridge.'),
+    ),
+    Row(
+        condition=Condition.SHM_SIZE,
+        shape=Shape.SCALAR,
+        parse=_parse_shm,
+        flag="--shm-size",
+        metavar="SIZE",
+        help="Size of /dev/shm in Docker's units, e.g. 1g (Docker's default: 64m).",
+        docker=lambda v: {"shm_size": v},
+        docker_text="`shm_size` (`docker run --shm-size`)",
+        kubernetes="an `emptyDir` volume (`medium: Memory`, `sizeLimit`) and a `volumeMount` at `/dev/shm`",
+        describe=lambda v: [f"shm {v}"],
+        schema=_nullable("string", "Size of /dev/shm in Docker's units (\"1g\"); null: the engine's (Docker: 64m)."),
+    ),
+    Row(
+        condition=Condition.CAP_DROP,
+        shape=Shape.LIST,
+        parse=parse_capability,
+        flag="--cap-drop",
+        metavar="CAP",
+        help="Drop a Linux capability, e.g. ALL (repeatable).",
+        docker=lambda caps: {"cap_drop": list(caps)} if caps else {},
+        docker_text="`cap_drop` (`docker run --cap-drop`)",
+        kubernetes="`securityContext.capabilities.drop`",
+        describe=lambda caps: [f"cap-drop {','.join(caps)}"] if caps else [],
+        schema={
+            "type": ["array", "null"],
+            "items": {"type": "string"},
+            "description": "Linux capabilities dropped, as Kubernetes names them (ALL, NET_RAW); null: none.",
+        },
+    ),
+    Row(
+        condition=Condition.NO_NEW_PRIVILEGES,
+        shape=Shape.SWITCH,
+        parse=parse_bool,
+        flag="--no-new-privileges",
+        flag_off="--allow-new-privileges",
+        help="Forbid privilege escalation (setuid, file capabilities) or not.",
+        docker=_security_opt("no-new-privileges:true"),
+        docker_text='`security_opt=["no-new-privileges:true"]`',
+        kubernetes="`securityContext.allowPrivilegeEscalation: false`",
+        describe=lambda on: ["no-new-privileges"] if on else [],
+        schema={
+            "type": "boolean",
+            "description": "No privilege escalation (docker run --security-opt "
+            "no-new-privileges; Kubernetes allowPrivilegeEscalation: false).",
+        },
+    ),
+    Row(
+        condition=Condition.SECCOMP,
+        shape=Shape.SCALAR,
+        parse=parse_seccomp,
+        flag="--seccomp",
+        metavar="TYPE",
+        help="Seccomp profile: RuntimeDefault (the engine's default profile) or Unconfined.",
+        docker=lambda v: {"security_opt": ["seccomp=unconfined"]} if v == "Unconfined" else {},
+        docker_text="`RuntimeDefault`: nothing (Docker applies its default profile to every container it does not "
+        'run privileged); `Unconfined`: `security_opt=["seccomp=unconfined"]`',
+        kubernetes="`securityContext.seccompProfile.type` (a pod without it runs Unconfined unless the kubelet "
+        "sets `seccompDefault`)",
+        describe=lambda v: [f"seccomp {v}"],
+        schema=_nullable(
+            "string",
+            "Seccomp profile type as Kubernetes names it; null: the engine's default.",
+            enum=[*SECCOMP_TYPES, None],
+        ),
+    ),
+    Row(
+        condition=Condition.PIDS_LIMIT,
+        shape=Shape.SCALAR,
+        parse=parse_pids,
+        flag="--pids-limit",
+        metavar="N",
+        help="Most processes and threads the container may have, e.g. 1024.",
+        docker=lambda v: {"pids_limit": v},
+        docker_text="`pids_limit` (`docker run --pids-limit`)",
+        kubernetes="no Pod field: the kubelet's `podPidsLimit` (KubeletConfiguration) bounds every pod of the node",
+        describe=lambda v: [f"pids {v}"],
+        schema=_nullable("integer", "Most processes and threads of the container (pids cgroup); null: none."),
+    ),
+    Row(
+        condition=Condition.ENV,
+        shape=Shape.MAPPING,
+        parse=_parse_env_value,
+        parse_key=parse_env_key,
+        split=_split_env,
+        flag="--env",
+        metavar="KEY=VALUE",
+        help="Extra environment variable KEY=VALUE (repeatable).",
+        docker=lambda m: {"environment": dict(m)} if m else {},
+        docker_text="`environment` (`docker run --env`)",
+        kubernetes="`env` of the container (`name`, `value`)",
+        describe=lambda m: [f"{k}={v}" for k, v in m.items()],
+        schema={**_STRING_MAP, "description": "Extra environment variables; null removes an inherited one."},
+    ),
+)
+ROW: Mapping[Condition, Row] = {row.condition: row for row in ROWS}
+
+
+def parse_value(row: Row, value: Any) -> Any:
+    """``value`` of ``row``'s condition (not null) in its normal form: a dict for a mapping, a tuple for a list.
+
+    Raises ValueError naming the entry (``/proc: ...``, ``item 2 ...``) and what to write.
+    """
+    if row.shape is Shape.MAPPING:
+        if not isinstance(value, Mapping):
+            raise ValueError("write a mapping")
+        out: dict[str, str] = {}
+        problems = []
+        for k, v in value.items():
+            try:
+                key = _entry(row.parse_key, k, f"key {k!r}")
+                if v is not None:
+                    out[key] = _entry(row.parse, v, f"{k}: {v!r}")
+            except ValueError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return out
+    if row.shape is Shape.LIST:
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            raise ValueError("write a list, e.g. [ALL]")
+        return tuple(dict.fromkeys(_entry(row.parse, v, f"{v!r}") for v in value))
+    return row.parse(value)
+
+
+def _entry(parse: Callable[[Any], Any], value: Any, what: str) -> Any:
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
+def docker_kwargs(values: Mapping[Condition, Any]) -> dict[str, Any]:
+    """``containers.run`` kwargs for condition values in normal form (lists under one key, e.g. ``security_opt``,
+    joined in table order)."""
+    out: dict[str, Any] = {}
+    for row in ROWS:
+        if row.condition in values:
+            for key, setting in row.docker(values[row.condition]).items():
+                out[key] = [*out[key], *setting] if isinstance(setting, list) and key in out else setting
+    return out
+
+
+def markdown_table(affects: Mapping[Condition, Sequence[str]] | None = None) -> str:
+    """The table as markdown: condition | matrix key | flag | Docker | Kubernetes (| affects: the checks that
+    declare the condition can change their verdict, when ``affects`` is given)."""
+    head = "| condition | matrix key | flag | Docker | Kubernetes |" + (" affects |" if affects is not None else "")
+    rows = [head, "|" + "---|" * (6 if affects is not None else 5)]
+    for row in ROWS:
+        flag = f"`{row.flag}" + (f" {row.metavar}`" if row.metavar else "`")
+        flag += f" / `{row.flag_off}`" if row.flag_off else ""
+        line = f"| {row.key.replace('_', ' ')} | `{row.key}` | {flag} | {row.docker_text} | {row.kubernetes} |"
+        if affects is not None:
+            line += " " + (", ".join(f"`{c}`" for c in affects.get(row.condition, ())) or "—") + " |"
+        rows.append(line)
+    return "\n".join(rows) + "\n"
