@@ -3,11 +3,17 @@ matrix.yaml round-trips through its manifest, the manifests validate offline, an
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from matrixtool import kube
+from matrixtool.cli import main
 from matrixtool.conditions import ROWS, Condition
+from matrixtool.errors import ExitCode
 from matrixtool.matrix import load_matrix
 from matrixtool.profiles import Profile
 
@@ -66,3 +72,21 @@ def test_the_startup_probe_outlasts_the_measured_cold_start_and_liveness_waits_f
 def test_no_service_links_so_a_service_named_vllm_injects_no_vllm_port() -> None:
     docs = kube.manifests(variant="cpu", profile="x", values={}, image="i", serving=SERVING)
     assert docs[0]["spec"]["template"]["spec"]["enableServiceLinks"] is False
+
+
+def test_the_kube_command_writes_valid_manifests_with_the_measured_cold_start(tmp_path: Path) -> None:
+    report = tmp_path / "run.json"
+    checks = [{"variant": "cpu", "profile": "restricted", "check": "serve", "facts": {"ready_s": 140.0}}]
+    report.write_text(json.dumps({"checks": checks}))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        main, ["--out", str(out), "kube", "cpu", "--from-report", str(report)], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    assert "cpu.restricted.yaml: Kubernetes 1.33.0 schemas: valid; PSS restricted: ok" in result.output
+    assert "3x 140 s (measured by the serve check under restricted)" in result.output
+    assert "3x 900 s (the variant's ready_budget)" in result.output  # default: no measurement in the report
+    (deployment, *_) = yaml.safe_load_all((out / "kube" / "cpu.restricted.yaml").read_text())
+    assert kube.conditions_of([deployment])[Condition.USER] == "1000770000:0"
+    bad = CliRunner().invoke(main, ["--out", str(out), "kube", "cpu", "--profile", "nope"])
+    assert bad.exit_code == ExitCode.CONFIG and "unknown profile(s) nope" in bad.output

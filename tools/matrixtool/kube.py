@@ -27,7 +27,9 @@ from typing import Any
 import kubernetes_validate
 import yaml
 
+from matrixtool import serve
 from matrixtool.conditions import ROWS, Condition, quantity
+from matrixtool.model import Variant
 
 # The Kubernetes version the manifests are validated against (kubernetes-validate bundles its schemas).
 K8S_VERSION = "1.33.0"
@@ -126,6 +128,38 @@ APPLY: dict[Condition, Callable[[Any, Pod], None]] = {
     Condition.PIDS_LIMIT: _pids,
     Condition.ENV: lambda v, pod: pod.env.extend({"name": k, "value": str(x)} for k, x in v.items()),
 }
+
+
+def serving_for(variant: Variant, profile: str, measured_s: float | None, *, model: str, claim: str) -> Serving:
+    """How ``variant``'s server runs under ``profile`` (the serve check's argv, port and mount; ``stop_grace``),
+    with the cold start its probes must outlast: ``measured_s`` (the serve check's time to ready) where given,
+    else the variant's ``ready_budget``, else 100 s (said so in ``cold_start_source``)."""
+    if measured_s is not None:
+        cold, source = measured_s, f"measured by the serve check under {profile}"
+    elif variant.ready_budget_s is not None:
+        cold, source = variant.ready_budget_s, "the variant's ready_budget"
+    else:
+        cold, source = 100.0, "no measurement or ready_budget: 100 s assumed"
+    return Serving(
+        args=tuple(serve.serve_argv(model)),
+        port=serve.PORT,
+        model_mount=serve.MODEL_MOUNT,
+        model_claim=claim,
+        grace_s=variant.stop_grace_s or serve.STOP_GRACE_S,
+        cold_start_s=cold,
+        cold_start_source=source,
+    )
+
+
+def ready_times(report: Mapping[str, Any]) -> dict[tuple[str, str], float]:
+    """Seconds to ready per (variant, profile): the ``serve`` results (facts ``ready_s``) of a ``--json`` report.
+
+    Raises KeyError/TypeError/ValueError for a document that is no such report."""
+    return {
+        (c["variant"], c["profile"]): float(c["facts"]["ready_s"])
+        for c in report["checks"]
+        if c["check"] == "serve" and c.get("facts", {}).get("ready_s") is not None
+    }
 
 
 def probes(serving: Serving) -> dict[str, dict[str, Any]]:

@@ -25,6 +25,7 @@ MODULES = (
     "push",
     "manifest",
     "pin",
+    "kube",
     "update",
     "diff",
 )

@@ -1,0 +1,151 @@
+"""``tools/matrix kube``: the Kubernetes manifests that run a variant's image under each deployment profile."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from matrixtool import kube, serve
+from matrixtool.commands._shared import Settings, pass_settings
+from matrixtool.errors import ConfigError, MatrixError
+from matrixtool.matrix import Variant, load_matrix
+from matrixtool.profiles import ProfileChoice
+from matrixtool.select import select_variants
+
+
+class InvalidManifest(MatrixError):
+    """A manifest this tool wrote breaks the Kubernetes schemas or PSS restricted: a bug of this tool (exit 1)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Args:
+    """``profiles``: profile names (empty: every profile of each variant); ``image``: the image ref the
+    Deployment runs (None: ``<repository>/<variant>:<vLLM version>``); ``report``: a ``--json-file`` report
+    of ``run``/``test`` whose ``serve`` results give the measured time to ready per profile; ``out``: the
+    folder written (``<out>/<variant>.<profile>.yaml``)."""
+
+    variants: tuple[Variant, ...]
+    profiles: tuple[str, ...] = ()
+    image: str | None = None
+    report: Path | None = None
+    out: Path
+    model: str = serve.MODEL_PATH
+    model_claim: str = "vllm-models"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Written:
+    """One manifest file: its variant, profile, path, the cold start its probes allow for and where it came from."""
+
+    variant: str
+    profile: str
+    path: Path
+    cold_start_s: float
+    cold_start_source: str
+    pss_restricted: bool
+
+
+def measured_ready(report: Path | None) -> dict[tuple[str, str], float]:
+    """Seconds to ready per (variant, profile) from the ``serve`` results of a JSON report (``kube.ready_times``).
+
+    Raises:
+        ConfigError: the report is not a readable ``--json`` document (exit 3).
+    """
+    try:
+        return kube.ready_times(json.loads(report.read_text(encoding="utf-8"))) if report is not None else {}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(str(report), [f"not a 'tools/matrix run/test --json-file' report ({exc})"]) from exc
+
+
+def run(args: Args) -> list[Written]:
+    """Write each variant x profile's manifests (``kube.manifests``), validated offline (``kube.validate``) and,
+    for profiles named ``restricted``, against PSS restricted.
+
+    Raises:
+        ConfigError: an unknown profile or an unreadable report (exit 3).
+        InvalidManifest: a written manifest is invalid (a bug of this tool).
+    """
+    ready = measured_ready(args.report)
+    written = []
+    args.out.mkdir(parents=True, exist_ok=True)
+    for variant in args.variants:
+        image = args.image or f"vllm-matrix/{variant.name}:{variant.vllm.version}"
+        for profile in ProfileChoice(names=args.profiles).resolve(variant.name, variant.profiles):
+            serving = kube.serving_for(
+                variant, profile.name, ready.get((variant.name, profile.name)), model=args.model, claim=args.model_claim
+            )
+            docs = kube.manifests(
+                variant=variant.name, profile=profile.name, values=profile.values, image=image, serving=serving
+            )
+            problems = kube.validate(docs)
+            strict = profile.name == "restricted"
+            if strict:
+                problems += kube.pss_restricted_problems(docs)
+            if problems:
+                raise InvalidManifest(f"{variant.name}/{profile.name}: " + "; ".join(problems))
+            path = args.out / f"{variant.name}.{profile.name}.yaml"
+            partial = path.with_suffix(".yaml.partial")
+            partial.write_text(kube.to_yaml(docs), encoding="utf-8")
+            partial.replace(path)
+            written.append(
+                Written(
+                    variant=variant.name,
+                    profile=profile.name,
+                    path=path,
+                    cold_start_s=serving.cold_start_s,
+                    cold_start_source=serving.cold_start_source,
+                    pss_restricted=strict,
+                )
+            )
+    return written
+
+
+@click.command("kube")
+@click.argument("variants", nargs=-1)
+@click.option("--profile", "profiles", multiple=True, help="Deployment profile (repeatable; default: every profile).")
+@click.option("--image", default=None, help="Image the Deployment runs (default: <repository>/<variant>:<version>).")
+@click.option(
+    "--from-report",
+    "report",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A run/test --json-file report: its serve results give the measured time to ready for the probes.",
+)
+@click.option("--model", default=serve.MODEL_PATH, show_default=True, help="The model path the server serves.")
+@click.option("--model-claim", default="vllm-models", show_default=True, help="PersistentVolumeClaim holding it.")
+@pass_settings
+def command(
+    settings: Settings,
+    /,
+    variants: Sequence[str],
+    profiles: Sequence[str],
+    image: str | None,
+    report: Path | None,
+    model: str,
+    model_claim: str,
+) -> None:
+    """Write the Kubernetes manifests (Deployment, Service, NetworkPolicy) that run each variant's image under
+    each deployment profile's conditions, to <out>/kube/; validated offline against the Kubernetes schemas
+    (kubernetes-validate) and, for restricted, the Pod Security Standard "restricted"."""
+    selected = select_variants(load_matrix(settings.matrix_path), variants)
+    written = run(
+        Args(
+            variants=tuple(selected),
+            profiles=tuple(profiles),
+            image=image,
+            report=report,
+            out=settings.out_dir / "kube",
+            model=model,
+            model_claim=model_claim,
+        )
+    )
+    for w in written:
+        pss = "; PSS restricted: ok" if w.pss_restricted else ""
+        click.echo(
+            f"{w.path}: Kubernetes {kube.K8S_VERSION} schemas: valid{pss}; startupProbe allows "
+            f"{kube.STARTUP_MARGIN:g}x {w.cold_start_s:.0f} s ({w.cold_start_source})"
+        )
