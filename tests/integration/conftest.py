@@ -13,6 +13,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,26 @@ def remove_if_built(client: docker.DockerClient, build: dict[str, Any]) -> None:
 @pytest.fixture(scope="session")
 def cpu_image(cpu_build: dict[str, Any]) -> str:
     return str(cpu_build["image"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class CpuRun:
+    """One `tools/matrix run cpu --json` of the session: the process, its JSON document and its JUnit file."""
+
+    proc: subprocess.CompletedProcess[str]
+    doc: dict[str, Any]
+    junit: Path
+
+
+@pytest.fixture(scope="session")
+def cpu_run(cpu_image: str, out_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> CpuRun:
+    """`tools/matrix run cpu` once per session: every check under `default` and `restricted`, one server per
+    profile, the official openai client against the `default` server (``MATRIX_SERVE_CLIENT``, as the serve
+    check runs it). test_cpu_image and test_serve assert on it instead of starting servers of their own."""
+    junit = tmp_path_factory.mktemp("cpu-run") / "junit.xml"
+    env = {"MATRIX_SERVE_CLIENT": f"{sys.executable} {Path(__file__).with_name('openai_client.py')}"}
+    proc = matrix_cli("run", "cpu", "--json", "--junit", str(junit), out=out_dir, env=env)
+    return CpuRun(proc=proc, doc=json_of(proc), junit=junit)
 
 
 @pytest.fixture(scope="session")

@@ -11,17 +11,15 @@ import junitparser
 import pytest
 
 from tests.integration.conftest import CPU_CHECKS as ALL_CHECKS
-from tests.integration.conftest import json_of, matrix_cli
+from tests.integration.conftest import CpuRun, matrix_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 # Under restricted the serve check's compiled server stands for offline-generate's compiled rerun.
 RESTRICTED_CHECKS = ["run-conditions", "inductor-compile", "serve"]
 
 
-def test_run_cpu_passes_every_check(cpu_image: str, out_dir: Path, tmp_path: Path) -> None:
-    junit = tmp_path / "junit.xml"
-    proc = matrix_cli("run", "cpu", "--json", "--junit", str(junit), out=out_dir)
-    doc = json_of(proc)
+def test_run_cpu_passes_every_check(cpu_image: str, cpu_run: CpuRun) -> None:
+    proc, doc, junit = cpu_run.proc, cpu_run.doc, cpu_run.junit
     assert proc.returncode == 0, proc.stderr[-5000:]
     assert doc["ok"] is True
     (build,) = doc["builds"]

@@ -1,31 +1,22 @@
-"""The serve check on the real CPU image: one server per profile, probed, stopped; the official openai client
-on the host shares the `default` server (``MATRIX_SERVE_CLIENT``), no server of its own."""
+"""The serve check on the real CPU image, from the session's `run cpu` (``cpu_run``): one server per profile,
+probed, stopped; the official openai client on the host shared the `default` server (``MATRIX_SERVE_CLIENT``).
+No server of its own."""
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import docker
 import pytest
 
-from tests.integration.conftest import OWNER, matrix_cli
+from tests.integration.conftest import OWNER, CpuRun
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
-CLIENT = Path(__file__).with_name("openai_client.py")
 
 
-def test_serve_under_both_profiles(cpu_image: str, out_dir: Path, client: docker.DockerClient) -> None:
-    env = {"MATRIX_SERVE_CLIENT": f"{sys.executable} {CLIENT}"}
-    report = out_dir / "serve.json"
-    proc = matrix_cli(
-        "test", "--image", cpu_image, "--as", "cpu", "--only", "serve", "--profile", "default",
-        "--profile", "restricted", "--json-file", str(report), out=out_dir, env=env,
-    )  # fmt: skip
+def test_serve_under_both_profiles(cpu_run: CpuRun, client: docker.DockerClient) -> None:
+    proc, doc = cpu_run.proc, cpu_run.doc
     print(proc.stdout)  # the table, for the record (pytest -s)
-    assert report.is_file(), proc.stderr[-3000:]
-    doc = json.loads(report.read_text(encoding="utf-8"))
     served = {c["profile"]: c for c in doc["checks"] if c["check"] == "serve"}
     assert set(served) == {"default", "restricted"}, proc.stderr[-3000:]
     for profile, result in served.items():
