@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from matrixtool import outputs
 from matrixtool.build import stage_context
 from matrixtool.plan import BuildPlan, BuildSpec, build_spec
 
@@ -71,5 +72,5 @@ def write_bake(plans: Sequence[BuildPlan], *, out_dir: Path, registry: str | Non
         stage_context(p, contexts_dir / target_name(p))
     path = out_dir / BAKE_FILE
     doc = bake_document(plans, contexts_dir=contexts_dir, registry=registry)
-    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    outputs.write_text(path, json.dumps(doc, indent=2) + "\n")
     return path

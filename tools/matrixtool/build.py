@@ -16,7 +16,7 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from matrixtool import cache
+from matrixtool import cache, outputs
 from matrixtool.engine import echo, note
 from matrixtool.errors import BuildError
 from matrixtool.plan import BuildPlan, build_spec, buildx_argv, remote_ref
@@ -99,20 +99,27 @@ def stage_context(plan: BuildPlan, context_dir: Path) -> None:
 
     Wheels are hard-linked when the filesystem allows (no copy of a 200 MB torch wheel), else copied.
     """
-    if context_dir.exists():
-        shutil.rmtree(context_dir)
-    context_dir.mkdir(parents=True)
-    for f in plan.files:
-        (context_dir / f.path.name).write_text(f.text, encoding="utf-8")
-    if plan.wheelhouse is not None:
-        target = context_dir / "wheelhouse"
-        target.mkdir()
-        for wheel in sorted(plan.wheelhouse.iterdir()):
-            if wheel.is_file():
-                try:
-                    os.link(wheel, target / wheel.name)
-                except OSError:
-                    shutil.copy2(wheel, target / wheel.name)
+    with outputs.guarded(context_dir):
+        if context_dir.exists():
+            shutil.rmtree(context_dir)
+        context_dir.mkdir(parents=True)
+    try:
+        for f in plan.files:
+            outputs.write_text(context_dir / f.path.name, f.text)
+        if plan.wheelhouse is not None:
+            target = context_dir / "wheelhouse"
+            with outputs.guarded(target):
+                target.mkdir()
+            for wheel in sorted(plan.wheelhouse.iterdir()):
+                if wheel.is_file():
+                    with outputs.guarded(target / wheel.name):
+                        try:
+                            os.link(wheel, target / wheel.name)
+                        except OSError:
+                            shutil.copy2(wheel, target / wheel.name)
+    except BaseException:
+        shutil.rmtree(context_dir, ignore_errors=True)  # no half-staged context for a later build to use
+        raise
 
 
 def _image_size(client: docker.DockerClient, ref: str) -> tuple[str, int]:
@@ -173,7 +180,7 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
     """
     arch = plan.arch
     context_dir = work_dir / f"{plan.variant}-{arch}"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    outputs.make_dirs(log_dir)
     log_path = log_dir / f"{plan.variant}-{arch}.build.log"
     iidfile = work_dir / f"{plan.variant}-{arch}.iid"
     stage_context(plan, context_dir)

@@ -83,8 +83,12 @@ class MatrixGroup(click.Group):
         except docker.errors.APIError as exc:
             # The engine answered, and refused: not an unreachable engine.
             _traceback_if_debug(ctx)
-            click.echo(f"error: the Docker engine refused a request: {exc.explanation or exc}", err=True)
-            ctx.exit(int(ExitCode.UNEXPECTED))
+            click.echo(
+                f"error: the Docker engine refused a request: {exc.explanation or exc}; "
+                "run 'tools/matrix doctor' to check the engine",
+                err=True,
+            )
+            ctx.exit(int(ExitCode.ENGINE))
         except docker.errors.DockerException as exc:
             _traceback_if_debug(ctx)
             click.echo(f"error: Docker engine: {exc}; run 'tools/matrix doctor'", err=True)

@@ -23,6 +23,7 @@ import requests.exceptions
 from docker.models.containers import Container
 from docker.utils.socket import SocketError
 
+from matrixtool import outputs
 from matrixtool.bounded import DEFAULT_LIMIT, BoundedOutput, OutputLimit, read_bounded
 from matrixtool.errors import WrongPlatformError
 
@@ -225,8 +226,7 @@ class TrackedContainer:
             text = self.logs(limit=limit)
         except (docker.errors.DockerException, RuntimeError, requests.exceptions.RequestException):
             return None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        outputs.write_text(path, text)
         return path
 
     def exited_nonzero(self) -> bool:

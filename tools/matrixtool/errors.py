@@ -48,6 +48,18 @@ class ConfigError(MatrixError):
         super().__init__(f"{source}: {len(problems)} problem(s):\n{lines}")
 
 
+class OutputError(MatrixError):
+    """A file the tool writes (a report, log, bake file or context, manifest) cannot be written: a full disk,
+    a file-size limit, no permission; ``path`` is the file. Exit 3, as for a bad ``--out``: nothing was
+    written half (``outputs``)."""
+
+    exit_code = ExitCode.CONFIG
+
+    def __init__(self, message: str, *, path: str) -> None:
+        self.path = path
+        super().__init__(message)
+
+
 class NothingSelectedError(MatrixError):
     """A variant selection matched no variant."""
 
@@ -165,7 +177,10 @@ MEANING: dict[ExitCode, tuple[str, str]] = {
         "`matrix.yaml` (or `--matrix`) is not a regular UTF-8 file of at most 1 MiB, is not YAML, has a duplicate "
         "or non-string key, an alias bomb, breaks the schema or a value rule; a template error; `images/` cannot "
         "be written; a flag: a reference (`--image`, `--registry`, `--repository`), `--only`/`--skip`, `--suite`, "
-        "`--out`/`--junit`/`--json-file`, the wheelhouse or CA bundle; a push record that is not what `push` wrote",
+        "`--out`/`--junit`/`--json-file`, the wheelhouse or CA bundle; a push record that is not what `push` wrote; "
+        "an output (report, log, bake file or context, manifest) that cannot be written: full disk (`ENOSPC`), "
+        "file-size limit (`EFBIG`), no permission (`EACCES`): the message names the file, nothing is left half "
+        "written",
     ),
     ExitCode.NOTHING_SELECTED: (
         "nothing selected",
@@ -180,7 +195,11 @@ MEANING: dict[ExitCode, tuple[str, str]] = {
         "smoke",
         "a smoke check failed or timed out, or the image is over its `size_budget` (result `size-budget`)",
     ),
-    ExitCode.ENGINE: ("engine", "no Docker engine answers, buildx is missing, or `doctor` found a failure"),
+    ExitCode.ENGINE: (
+        "engine",
+        "no Docker engine answers (or it stopped during the run), buildx is missing, the engine refused a request "
+        "(a Docker API error: the message has the engine's explanation), or `doctor` found a failure",
+    ),
     ExitCode.REGISTRY: (
         "registry",
         "a registry did not answer, refused the request, or lacks the image (`pin`, `push`, `build --registry`, "

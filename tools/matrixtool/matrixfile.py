@@ -220,6 +220,9 @@ SIZE_UNITS: Mapping[str, int] = {
     "GiB": 2**30,
     "TiB": 2**40,
 }
+# The largest size_budget accepted (1 PB): a float beyond it is a typo, and one beyond 1.8e308 is infinite.
+MAX_SIZE_BYTES = 10**15
+
 _SIZE_TEXT = re.compile(r"([0-9]+(?:\.[0-9]+)?) ?([A-Za-z]+)")
 
 
@@ -228,7 +231,8 @@ def parse_size(text: str) -> int:
     ``"2.5 GB"`` -> 2500000000 (units: ``SIZE_UNITS``, case as written there; one optional space).
 
     Raises:
-        ValueError: not such a size, or not above zero; the message says what to write instead.
+        ValueError: not such a size, not above zero, or above ``MAX_SIZE_BYTES``; the message says what to
+            write instead.
     """
     match = _SIZE_TEXT.fullmatch(text) if isinstance(text, str) else None
     if match is None or match.group(2) not in SIZE_UNITS:
@@ -236,7 +240,14 @@ def parse_size(text: str) -> int:
             f'{text!r} is not a size; write a number and a unit, e.g. "3GiB" or "2500MB" '
             f"(units: {', '.join(SIZE_UNITS)})"
         )
-    size = round(float(match.group(1)) * SIZE_UNITS[match.group(2)])
+    try:
+        size = round(float(match.group(1)) * SIZE_UNITS[match.group(2)])
+    except OverflowError:
+        size = -1
+    if size < 0 or size > MAX_SIZE_BYTES:
+        raise ValueError(
+            f'{text!r} is beyond any image (at most 1 PB); write the largest size of the image, e.g. "3GiB"'
+        )
     if size <= 0:
         raise ValueError(f'{text!r} is not above zero; write the largest size the image may have, e.g. "3GiB"')
     return size

@@ -11,6 +11,7 @@ from typing import Any
 import junitparser
 from tabulate import tabulate
 
+from matrixtool import outputs
 from matrixtool.build import BuildResult
 from matrixtool.errors import ExitCode
 from matrixtool.profiles import DEFAULT as DEFAULT_PROFILE
@@ -174,8 +175,8 @@ def write_junit(report: RunReport, path: Path) -> None:
             case.result = [junitparser.Error(report.errors[variant], type_="error")]
             suite.add_testcase(case)
         xml.add_testsuite(suite)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    xml.write(str(path), pretty=True)
+    with outputs.replacing(path) as tmp:
+        xml.write(str(tmp), pretty=True)
 
 
 def step_summary(report: RunReport) -> str:
@@ -227,7 +228,7 @@ def publish_to_github(report: RunReport, env: Mapping[str, str]) -> list[str]:
     ``::error::`` lines to print (when ``GITHUB_ACTIONS`` is ``true``). Elsewhere: does nothing, returns []."""
     summary = env.get("GITHUB_STEP_SUMMARY")
     if summary:
-        with open(summary, "a", encoding="utf-8") as f:
+        with outputs.guarded(summary), open(summary, "a", encoding="utf-8") as f:
             f.write(step_summary(report))
     return error_annotations(report) if env.get("GITHUB_ACTIONS") == "true" else []
 

@@ -30,7 +30,7 @@ import docker
 import docker.errors
 import docker.types
 
-from matrixtool import profiles, serve_diagnosis
+from matrixtool import outputs, profiles, serve_diagnosis
 from matrixtool.container import ContainerSpec, TrackedContainer
 from matrixtool.incontainer.vllm_smoke.programs import generate, serve_probe
 from matrixtool.incontainer.vllm_smoke.vllmchecks import root_cause
@@ -675,7 +675,7 @@ class ServeRun:
         ``results`` (offline-generate's tokens) and write its log to ``<log stem>.serve.log``."""
         self.thread.join(max(1.0, timeout_s - (time.monotonic() - self.started)))
         log = self.log_dir / self.run.log_name(CHECK)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        outputs.make_dirs(self.log_dir)
         facts: dict[str, Any]
         if self.thread.is_alive():
             self.sweep()
@@ -689,7 +689,7 @@ class ServeRun:
                 vllm_version=str(self.variant.vllm.version).split("+")[0],
                 ready_budget_s=getattr(self.variant, "ready_budget_s", None),
             )
-        log.write_text(self.seen.log if self.seen is not None else (self.error or ""), encoding="utf-8")
+        outputs.write_text(log, self.seen.log if self.seen is not None else (self.error or ""))
         return CheckResult(
             variant=self.variant.name,
             image=self.image,

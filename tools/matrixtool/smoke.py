@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import docker
 
-from matrixtool import hidden, profiles, rootcause, serve
+from matrixtool import hidden, outputs, profiles, rootcause, serve
 from matrixtool.checks import DEFAULT_SUITE
 from matrixtool.container import EXEC_FORMAT_ERROR, OWNER_ENV_VAR, OWNER_LABEL, SESSION_LABEL
 from matrixtool.incontainer.vllm_smoke import common as incontainer
@@ -82,7 +82,7 @@ def execute(
     """Run ``run``'s groups over ``runner``, up to ``runner.workers()`` execs at once, in the plan's order; results
     in the order of ``run.checks``, each check's full output in ``log_dir/run.log_name(check)``. A group that
     times out leaves its unfinished checks ``timeout`` and the runner restarts once the others are done."""
-    log_dir.mkdir(parents=True, exist_ok=True)
+    outputs.make_dirs(log_dir)
     lock = threading.Lock()
     timed_out = threading.Event()
 
@@ -95,7 +95,7 @@ def execute(
         done: list[CheckResult] = []
         for check in group.checks:
             log = log_dir / run.log_name(check.name)
-            log.write_text(parts.get(check.name, output), encoding="utf-8")
+            outputs.write_text(log, parts.get(check.name, output))
             status, diagnosis, hint, facts = verdict(check.name, exit_code, output, limit, wall)
             if status is Status.TIMEOUT:
                 timed_out.set()

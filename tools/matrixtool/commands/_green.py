@@ -10,7 +10,7 @@ from typing import Any
 
 import docker
 
-from matrixtool import engine, imagediff, report
+from matrixtool import engine, imagediff, outputs, report
 
 # Differences printed under a failed check (``tools/matrix diff`` shows them all).
 HEAD_LINES = 12
@@ -34,9 +34,8 @@ def write_variant_reports(result: report.RunReport, reports: Path) -> list[Path]
         checks = [c for c in result.checks if c.variant == variant]
         text = report.to_json_text(report.RunReport(checks=checks))
         latest, green = report_paths(reports, variant)
-        reports.mkdir(parents=True, exist_ok=True)
         for path in (latest, green) if all(c.status.ok for c in checks) else (latest,):
-            path.write_text(text, encoding="utf-8")
+            outputs.write_text(path, text)
             written.append(path)
     return written
 

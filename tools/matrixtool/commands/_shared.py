@@ -11,7 +11,7 @@ from typing import Any, TypeVar, cast
 
 import click
 
-from matrixtool import report
+from matrixtool import outputs, report
 from matrixtool.commands import _green
 from matrixtool.errors import ExitCode, SmokeFailure, VariantsFailed, most_severe
 from matrixtool.inputs import check_outputs
@@ -116,8 +116,7 @@ def finish(
     for line in report.publish_to_github(result, env):
         click.echo(line, err=True)
     if flags.json_file is not None:
-        flags.json_file.parent.mkdir(parents=True, exist_ok=True)
-        flags.json_file.write_text(report.to_json_text(result), encoding="utf-8")
+        outputs.write_text(flags.json_file, report.to_json_text(result))
     click.echo(report.to_json_text(result) if flags.as_json else "\n" + report.table(result))
     if result.checks or result.errors:
         click.echo(f"JUnit report: {junit_path}", err=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from matrixtool import kube, serve
+from matrixtool import kube, outputs, serve
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.errors import ConfigError, MatrixError
 from matrixtool.matrix import Variant, load_matrix
@@ -71,7 +71,7 @@ def run(args: Args) -> list[Written]:
     """
     ready = measured_ready(args.report)
     written = []
-    args.out.mkdir(parents=True, exist_ok=True)
+    outputs.make_dirs(args.out)
     for variant in args.variants:
         image = args.image or f"vllm-matrix/{variant.name}:{variant.vllm.version}"
         for profile in ProfileChoice(names=args.profiles).resolve(variant.name, variant.profiles):
@@ -88,9 +88,7 @@ def run(args: Args) -> list[Written]:
             if problems:
                 raise InvalidManifest(f"{variant.name}/{profile.name}: " + "; ".join(problems))
             path = args.out / f"{variant.name}.{profile.name}.yaml"
-            partial = path.with_suffix(".yaml.partial")
-            partial.write_text(kube.to_yaml(docs), encoding="utf-8")
-            partial.replace(path)
+            outputs.write_text(path, kube.to_yaml(docs))
             written.append(
                 Written(
                     variant=variant.name,

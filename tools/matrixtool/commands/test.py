@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,7 @@ from matrixtool import engine, profile_flags, profiles, reference, registry, rep
 from matrixtool.commands._flags import selection_flags
 from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
 from matrixtool.commands._steps import SmokeRequest, progress, smoke_image
+from matrixtool.errors import ConfigError
 from matrixtool.matrix import Variant, load_matrix
 from matrixtool.select import Selection, select_variants
 
@@ -39,6 +41,24 @@ class Args:
         self.output.check(self.out_dir)
         self.selection.check([self.variant])
         self.choice.resolve(self.variant.name, self.variant.profiles)  # an unknown --profile fails now
+        if self.image is None:
+            _check_interpreter(self.python)
+
+
+def _check_interpreter(python: str) -> None:
+    """``--python`` names an executable file, as a path or on ``PATH`` (``shutil.which``).
+
+    Raises:
+        ConfigError: naming the flag and its value (exit 3): no check runs on a missing interpreter.
+    """
+    if python.startswith("-") or shutil.which(python) is None:
+        raise ConfigError(
+            "flags",
+            [
+                f"--python {python!r} is no executable interpreter (not found, or not executable); name a "
+                "Python of this machine, e.g. --python python3 or --python /opt/venv/bin/python"
+            ],
+        )
 
 
 def run(args: Args) -> report.RunReport:

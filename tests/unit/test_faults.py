@@ -1,0 +1,124 @@
+"""Faults that are not bugs of the tool (issue 20): an overflowing size, a write that fails, a Docker API error,
+a missing interpreter; each one error with its documented exit code, nothing written half."""
+
+from __future__ import annotations
+
+import errno
+import resource
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from matrixtool import outputs, report
+from matrixtool.cli import main
+from matrixtool.errors import ExitCode, OutputError
+from matrixtool.matrix import DEFAULT_MATRIX, parse_size, validate
+
+
+def test_a_size_beyond_floats_is_a_config_problem_naming_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="beyond any image"):
+        parse_size("1" + "0" * 400 + "GB")
+    data: dict[str, Any] = yaml.safe_load(DEFAULT_MATRIX.read_text())
+    data["variants"]["cpu"]["size_budget"] = "1" + "0" * 400 + "GB"
+    assert [p for p in validate(data) if "size_budget" in p] == [
+        f"variants.cpu.size_budget: '1{'0' * 400}GB' is beyond any image (at most 1 PB); write the largest size "
+        'of the image, e.g. "3GiB"'
+    ]
+    path = tmp_path / "matrix.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = CliRunner().invoke(main, ["--matrix", str(path), "render", "--check"], catch_exceptions=False)
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert "variants.cpu.size_budget" in result.output and "unexpected" not in result.output
+
+
+@contextmanager
+def file_size_limit(nbytes: int) -> Iterator[None]:
+    """RLIMIT_FSIZE at ``nbytes`` for this process (SIGXFSZ ignored: a write past it fails with EFBIG)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old)
+
+
+def test_a_write_past_the_file_size_limit_names_the_file_and_leaves_the_old_one(tmp_path: Path) -> None:
+    target = tmp_path / "reports" / "junit.xml"
+    target.parent.mkdir()
+    target.write_text("old")
+    with file_size_limit(1000), pytest.raises(OutputError) as caught:
+        outputs.write_text(target, "x" * 5000)
+    assert str(caught.value).startswith(f"cannot write {target}: File too large (EFBIG); ")
+    assert caught.value.exit_code == ExitCode.CONFIG
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["junit.xml"]  # no temporary file left
+
+
+def test_junit_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
+    target = tmp_path / "junit.xml"
+    target.write_text("old")
+    checks = [
+        report.CheckResult(
+            variant="cpu",
+            image="i",
+            check=f"c{i}",
+            status=report.Status.PASSED,
+            seconds=1.0,
+            diagnosis="d" * 100,
+            hint="",
+            log=Path("l"),
+        )
+        for i in range(50)
+    ]
+    with file_size_limit(2000), pytest.raises(OutputError, match=r"junit\.xml: File too large"):
+        report.write_junit(report.RunReport(checks=checks), target)
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["junit.xml"]
+
+
+def test_an_output_that_cannot_be_written_is_exit_3_naming_it(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with file_size_limit(1000):
+        result = CliRunner().invoke(main, ["--out", str(out), "kube", "cpu", "--profile", "restricted"])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert f"error: cannot write {out / 'kube' / 'cpu.restricted.yaml'}: File too large (EFBIG)" in result.output
+    assert list((out / "kube").iterdir()) == []
+
+
+def test_no_space_and_no_permission_have_their_advice(tmp_path: Path) -> None:
+    full = outputs.error(tmp_path / "f", OSError(errno.ENOSPC, "No space left on device"))
+    assert str(full) == (
+        f"cannot write {tmp_path / 'f'}: No space left on device (ENOSPC); free space there or give another --out"
+    )
+    denied = outputs.error(tmp_path / "f", PermissionError(errno.EACCES, "Permission denied"))
+    assert "Permission denied (EACCES); make it writable" in str(denied)
+
+
+def test_a_docker_api_error_is_the_engine_code_with_its_explanation(monkeypatch: pytest.MonkeyPatch) -> None:
+    from matrixtool.commands import test as test_command
+
+    def refuse() -> Any:
+        raise docker.errors.APIError("500 Server Error", explanation="mount denied: read-only file system")
+
+    monkeypatch.setattr(test_command.engine, "connect", refuse)
+    result = CliRunner().invoke(main, ["test", "--image", "vllm-matrix/cpu:x", "--as", "cpu"])
+    assert result.exit_code == ExitCode.ENGINE, result.output
+    assert "the Docker engine refused a request: mount denied: read-only file system" in result.output
+
+
+def test_a_missing_interpreter_is_exit_3_naming_the_flag_before_any_check(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["--out", str(tmp_path), "test", "--host", "--as", "cpu", "--python", str(tmp_path / "nopython")]
+    )
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert f"--python '{tmp_path / 'nopython'}' is no executable interpreter" in result.output
+    assert not (tmp_path / "logs").exists()
