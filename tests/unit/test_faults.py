@@ -16,10 +16,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from matrixtool import outputs, report
+from matrixtool import engine, outputs, report
 from matrixtool.cli import main
 from matrixtool.errors import ExitCode, OutputError
 from matrixtool.matrix import DEFAULT_MATRIX, parse_size, validate
+from matrixtool.smoke import CheckResult, Status
 
 
 def test_a_size_beyond_floats_is_a_config_problem_naming_the_key(tmp_path: Path) -> None:
@@ -67,11 +68,11 @@ def test_junit_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
     target = tmp_path / "junit.xml"
     target.write_text("old")
     checks = [
-        report.CheckResult(
+        CheckResult(
             variant="cpu",
             image="i",
             check=f"c{i}",
-            status=report.Status.PASSED,
+            status=Status.PASSED,
             seconds=1.0,
             diagnosis="d" * 100,
             hint="",
@@ -104,12 +105,10 @@ def test_no_space_and_no_permission_have_their_advice(tmp_path: Path) -> None:
 
 
 def test_a_docker_api_error_is_the_engine_code_with_its_explanation(monkeypatch: pytest.MonkeyPatch) -> None:
-    from matrixtool.commands import test as test_command
-
     def refuse() -> Any:
         raise docker.errors.APIError("500 Server Error", explanation="mount denied: read-only file system")
 
-    monkeypatch.setattr(test_command.engine, "connect", refuse)
+    monkeypatch.setattr(engine, "connect", refuse)
     result = CliRunner().invoke(main, ["test", "--image", "vllm-matrix/cpu:x", "--as", "cpu"])
     assert result.exit_code == ExitCode.ENGINE, result.output
     assert "the Docker engine refused a request: mount denied: read-only file system" in result.output
