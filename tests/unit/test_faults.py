@@ -4,6 +4,7 @@ a missing interpreter; each one error with its documented exit code, nothing wri
 from __future__ import annotations
 
 import errno
+import os
 import resource
 import signal
 from collections.abc import Iterator
@@ -121,3 +122,45 @@ def test_a_missing_interpreter_is_exit_3_naming_the_flag_before_any_check(tmp_pa
     assert result.exit_code == ExitCode.CONFIG, result.output
     assert f"--python '{tmp_path / 'nopython'}' is no executable interpreter" in result.output
     assert not (tmp_path / "logs").exists()
+
+
+def test_a_second_run_on_a_held_out_refuses_with_no_wait_naming_the_holder(tmp_path: Path) -> None:
+    from matrixtool import outlock
+
+    with outlock.held(tmp_path, argv=["tools/matrix", "test", "--as", "cpu"], wait=False, notice=print):
+        result = CliRunner().invoke(main, ["--no-wait", "--out", str(tmp_path), "kube", "cpu"])
+        assert result.exit_code == ExitCode.OUT_LOCKED, result.output
+        assert f"error: {tmp_path} is in use by pid {os.getpid()}: tools/matrix test --as cpu;" in result.output
+        assert not (tmp_path / "kube").exists()
+        help_result = CliRunner().invoke(main, ["--out", str(tmp_path), "kube", "--help"])  # no lock for --help
+        assert help_result.exit_code == 0
+    result = CliRunner().invoke(main, ["--no-wait", "--out", str(tmp_path), "kube", "cpu", "--profile", "default"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "kube" / "cpu.default.yaml").is_file()
+
+
+def test_a_waiting_run_names_the_holder_then_runs(tmp_path: Path) -> None:
+    import threading
+
+    from matrixtool import outlock
+
+    lines: list[str] = []
+    release = threading.Event()
+
+    def hold() -> None:
+        with outlock.held(tmp_path, argv=["tools/matrix", "bake"], wait=False, notice=print):
+            release.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    while not (tmp_path / ".lock").exists() or not (tmp_path / ".lock").read_text():
+        pass
+    threading.Timer(0.5, release.set).start()
+    with outlock.held(tmp_path, argv=["tools/matrix", "test"], wait=True, notice=lines.append, notice_s=0.1):
+        assert (tmp_path / ".lock").read_text() == f"pid {os.getpid()}: tools/matrix test\n"
+    holder.join()
+    assert (
+        lines
+        and lines[0]
+        == f"waiting for {tmp_path}: in use by pid {os.getpid()}: tools/matrix bake (--no-wait refuses instead)"
+    )

@@ -7,15 +7,18 @@ SIGINT/SIGTERM end running builds and smoke containers (``interrupts``).
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 import docker
 
-from matrixtool import build, commands, interrupts
+from matrixtool import build, commands, interrupts, outlock
 from matrixtool.commands._shared import Settings
 from matrixtool.errors import ExitCode, MatrixError
 from matrixtool.matrix import DEFAULT_MATRIX
@@ -124,13 +127,39 @@ class MatrixGroup(click.Group):
     default=None,
     help="Folder for logs, reports and staged build contexts.  [default: build/ next to the matrix file]",
 )
+@click.option(
+    "--no-wait",
+    is_flag=True,
+    help="When another run holds --out (its .lock), refuse at once (exit 13) instead of waiting for it.",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context
-def main(ctx: click.Context, matrix_path: Path, out_dir: Path | None, debug: bool) -> None:
+def main(ctx: click.Context, matrix_path: Path, out_dir: Path | None, no_wait: bool, debug: bool) -> None:
     """Build and smoke-test vLLM inference images from matrix.yaml."""
     out = out_dir if out_dir is not None else matrix_path.parent / DEFAULT_OUT_NAME
-    ctx.obj = Settings(matrix_path=matrix_path, out_dir=out, env=dict(os.environ), debug=debug)
+    ctx.obj = Settings(matrix_path=matrix_path, out_dir=out, env=dict(os.environ), debug=debug, no_wait=no_wait)
+
+
+def _holding_out(callback: Callable[..., Any]) -> Callable[..., Any]:
+    """``callback`` run with the lock of ``--out`` held (``outlock.held``): after its flags were parsed (a
+    ``--help`` takes no lock), released when it returns or raises."""
+
+    @functools.wraps(callback)
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        settings = click.get_current_context().find_object(Settings)
+        assert settings is not None
+        with outlock.held(
+            settings.out_dir,
+            argv=["tools/matrix", *sys.argv[1:]],
+            wait=not settings.no_wait,
+            notice=lambda line: click.echo(line, err=True),
+        ):
+            return callback(*args, **kwargs)
+
+    return locked
 
 
 for _command in commands.all_commands():
+    if _command.name in outlock.WRITERS and _command.callback is not None:
+        _command.callback = _holding_out(_command.callback)
     main.add_command(_command)

@@ -26,6 +26,7 @@ class ExitCode(IntEnum):
     INDEX_UNREACHABLE = 10  # a package index does not answer (was 6)
     NOT_BUILT = 11  # push of an image this engine has not built (was 6)
     WRONG_PLATFORM = 12  # the image's platform is not the variant's (issue 9)
+    OUT_LOCKED = 13  # --no-wait and another run holds the --out folder (issue 20)
     INTERRUPTED = 130  # SIGINT (128 + 2)
     TERMINATED = 143  # SIGTERM (128 + 15)
 
@@ -58,6 +59,12 @@ class OutputError(MatrixError):
     def __init__(self, message: str, *, path: str) -> None:
         self.path = path
         super().__init__(message)
+
+
+class OutLockedError(MatrixError):
+    """``--no-wait`` and another run holds the ``--out`` folder's lock (``outlock``)."""
+
+    exit_code = ExitCode.OUT_LOCKED
 
 
 class NothingSelectedError(MatrixError):
@@ -217,6 +224,12 @@ MEANING: dict[ExitCode, tuple[str, str]] = {
         "wrong platform",
         "the image's platform is not the variant's (`test --image <amd64 image> --as arm64`; checked before any "
         "check runs), or the engine cannot run it (`exec format error`)",
+    ),
+    ExitCode.OUT_LOCKED: (
+        "out in use",
+        "`--no-wait` and another run holds the `--out` folder (`<out>/.lock`; the message names its pid and "
+        "command); without `--no-wait` a command that writes there (`build`, `bake`, `run`, `test`, `kube`) "
+        "waits for it",
     ),
     ExitCode.INTERRUPTED: ("interrupted", "SIGINT (Ctrl-C): running builds are ended, smoke containers removed"),
     ExitCode.TERMINATED: (

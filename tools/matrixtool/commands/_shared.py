@@ -19,12 +19,14 @@ from matrixtool.inputs import check_outputs
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
-    """Options shared by every command: the matrix file, output folder, environment and debug flag."""
+    """Options shared by every command: the matrix file, output folder, environment and debug flag;
+    ``no_wait``: refuse instead of waiting when another run holds ``out_dir`` (``outlock``)."""
 
     matrix_path: Path
     out_dir: Path
     env: Mapping[str, str]
     debug: bool
+    no_wait: bool = False
 
 
 pass_settings = click.make_pass_decorator(Settings)
