@@ -164,3 +164,19 @@ def test_a_waiting_run_names_the_holder_then_runs(tmp_path: Path) -> None:
         and lines[0]
         == f"waiting for {tmp_path}: in use by pid {os.getpid()}: tools/matrix bake (--no-wait refuses instead)"
     )
+
+
+def test_an_image_the_tool_did_not_build_runs_hardened_under_every_profile() -> None:
+    from matrixtool import profiles
+    from matrixtool.matrix import load_matrix
+
+    cpu = next(v for v in load_matrix().variants if v.name == "cpu")
+    own = profiles.ProfileChoice(names=()).resolve("cpu", cpu.profiles)
+    assert any(p.cap_drop == () for p in own)  # the profiles as declared
+    for p in profiles.ProfileChoice(names=(), untrusted=True).resolve("cpu", cpu.profiles):
+        assert p.cap_drop != () and p.no_new_privileges and p.pids_limit is not None, p
+        assert "no-new-privileges" in p.describe() and "pids " in p.describe()
+    flagged = profiles.ProfileChoice(
+        names=("default",), overrides=profiles.Overrides.of(pids_limit=77), untrusted=True
+    ).resolve("cpu", cpu.profiles)
+    assert flagged[0].pids_limit == 77 and flagged[0].cap_drop == ("ALL",)

@@ -24,6 +24,9 @@ class IndexProbe(Enum):
     """What an index that does not answer means for a command."""
 
     FAIL = "fail"  # an error (exit 10): the build would hang on it
+    # build/run: probed first, an error (exit 10) only for a variant that needs a build (``Resolved.unreachable``);
+    # without an engine the first one is raised, as for FAIL.
+    DEFER = "defer"
     WARN = "warn"  # a warning (bake: the builder that runs the bake file needs the index, not this machine)
     SKIP = "skip"  # not probed (push: installs nothing)
 
@@ -63,7 +66,8 @@ class Inputs:
 class Resolved:
     """The preflight's result: the inputs, the engine client (None: ``EngineNeed.OPTIONAL`` and none answers),
     the variants to go on with, and under ``keep_going`` the failed (variant -> error) and skipped (variant ->
-    reason) ones; ``warnings``: one line each (``IndexProbe.WARN``)."""
+    reason) ones; ``warnings``: one line each (``IndexProbe.WARN``); ``unreachable``: under ``IndexProbe.DEFER``,
+    the error of each variant whose index does not answer, for ``index_error`` to raise if it needs a build."""
 
     inputs: Inputs
     client: docker.DockerClient | None
@@ -71,6 +75,11 @@ class Resolved:
     failed: Mapping[str, MatrixError] = field(default_factory=dict)
     skipped: Mapping[str, str] = field(default_factory=dict)
     warnings: Sequence[str] = ()
+    unreachable: Mapping[str, IndexUnreachableError] = field(default_factory=dict)
+
+    def index_error(self, variant: str, *, needs_build: bool) -> IndexUnreachableError | None:
+        """The deferred index error of ``variant`` when it ``needs_build`` (else None: nothing will install)."""
+        return self.unreachable.get(variant) if needs_build else None
 
     def engine(self) -> docker.DockerClient:
         """The engine client of a command that required one (``EngineNeed.REQUIRED``)."""
@@ -164,11 +173,29 @@ def preflight(matrix: Matrix, variants: Sequence[Variant], inputs: Inputs, needs
         ConfigError (inputs) and IndexUnreachableError.
     """
     check_fresh(matrix)
+    probe = IndexProbe.FAIL if needs.index is IndexProbe.DEFER else needs.index
+    unreachable: dict[str, IndexUnreachableError] = {}
+
+    def indexes(variant: Variant) -> list[str]:
+        try:
+            return check_index(variant, inputs, probe)
+        except IndexUnreachableError as exc:
+            if needs.index is not IndexProbe.DEFER:
+                raise
+            unreachable[variant.name] = exc
+            return []
+
     if not needs.keep_going:
         for variant in variants:
             check_inputs(variant, inputs)
-        warnings = [line for variant in variants for line in check_index(variant, inputs, needs.index)]
-        return Resolved(inputs=inputs, client=_connect(needs.engine), variants=variants, warnings=warnings)
+        warnings = [line for variant in variants for line in indexes(variant)]
+        try:
+            client = _connect(needs.engine)
+        except EngineUnreachableError:
+            if unreachable:  # no engine to tell what is built: the index error, as without DEFER
+                raise next(iter(unreachable.values())) from None
+            raise
+        return Resolved(inputs=inputs, client=client, variants=variants, warnings=warnings, unreachable=unreachable)
     client = _connect(needs.engine)
     can = engine.builder_platforms()
     skipped: dict[str, str] = {}
@@ -182,10 +209,18 @@ def preflight(matrix: Matrix, variants: Sequence[Variant], inputs: Inputs, needs
     for variant in (v for v in variants if v.name not in skipped):
         try:
             check_inputs(variant, inputs)
-            warnings += check_index(variant, inputs, needs.index)
+            warnings += indexes(variant)
         except MatrixError as exc:
             failed[variant.name] = exc
             engine.note(f"[{variant.name}] error: {exc}")
         else:
             passed.append(variant)
-    return Resolved(inputs=inputs, client=client, variants=passed, failed=failed, skipped=skipped, warnings=warnings)
+    return Resolved(
+        inputs=inputs,
+        client=client,
+        variants=passed,
+        failed=failed,
+        skipped=skipped,
+        warnings=warnings,
+        unreachable=unreachable,
+    )

@@ -228,12 +228,33 @@ def checks_to_run(
     return run, [c for c in checks if c not in run]
 
 
+# Conditions for the check container of an image the tool did not build (``test --image``): no capability, no
+# privilege escalation, a bounded number of processes. Each applies under every profile that leaves its
+# condition at the engine's default; a profile or flag that sets one keeps its own value.
+UNTRUSTED: Mapping[Condition, Any] = {
+    Condition.CAP_DROP: ("ALL",),
+    Condition.NO_NEW_PRIVILEGES: True,
+    Condition.PIDS_LIMIT: 4096,
+}
+
+
+def hardened(profile: Profile) -> Profile:
+    """``profile`` with each condition of ``UNTRUSTED`` it leaves at the engine's default set."""
+    values = dict(profile.values)
+    for condition, value in UNTRUSTED.items():
+        if profile.value(condition) == ROW[condition].default:
+            values[condition] = value
+    return replace(profile, values=values)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProfileChoice:
-    """What the command line asks for: profile ``names`` (empty: every profile of the variant) and ``overrides``."""
+    """What the command line asks for: profile ``names`` (empty: every profile of the variant) and ``overrides``;
+    ``untrusted``: the image is not one this tool built, so every profile is ``hardened`` after the overrides."""
 
     names: tuple[str, ...] = ()
     overrides: Overrides = field(default_factory=Overrides)
+    untrusted: bool = False
 
     def resolve(self, variant: str, available: Sequence[Profile]) -> list[Profile]:
         """The chosen profiles of ``variant`` with the overrides applied, in ``available``'s order.
@@ -246,4 +267,5 @@ class ProfileChoice:
             chosen = select_profiles(available, self.names)
         except KeyError as exc:
             raise ConfigError("--profile", [f"variant {variant}: {exc.args[0]}"]) from exc
-        return [self.overrides.apply(p) for p in chosen]
+        applied = [self.overrides.apply(p) for p in chosen]
+        return [hardened(p) for p in applied] if self.untrusted else applied

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import docker
 
-from matrixtool import base, pin, plan, smoke
+from matrixtool import base, build, pin, plan, smoke
 from matrixtool.budget import check_budget
 from matrixtool.engine import note
 from matrixtool.matrix import Matrix, Variant
@@ -70,6 +70,12 @@ def provide_and_plan(
                 f"building with Python {p.python_version} (upstream: {variant.python})"
             )
     return plans
+
+
+def needs_build(client: docker.DockerClient, plans: Sequence[plan.BuildPlan], *, force: bool) -> bool:
+    """Whether building ``plans`` installs anything: ``force``, or a plan's content-hash image is not on the
+    engine (``build.existing``). An index that does not answer matters only then."""
+    return force or not plans or any(build.existing(client, p) is None for p in plans)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,7 +11,7 @@ import click
 from matrixtool import build, preflight, report
 from matrixtool.commands._flags import BuildFlags, build_flags
 from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
-from matrixtool.commands._steps import provide_and_plan
+from matrixtool.commands._steps import needs_build, provide_and_plan
 from matrixtool.inputs import warn_unused_wheelhouse
 from matrixtool.matrix import Matrix, Variant, load_matrix
 from matrixtool.select import select_variants
@@ -46,9 +46,15 @@ def run(args: Args) -> report.RunReport:
     Raises:
         StaleRenderError, ConfigError, IndexUnreachableError, EngineUnreachableError, BuildError, RegistryError.
     """
-    got = preflight.preflight(args.matrix, args.variants, args.flags.inputs(args.env), preflight.Needs())
+    needs = preflight.Needs(index=preflight.IndexProbe.DEFER)
+    got = preflight.preflight(args.matrix, args.variants, args.flags.inputs(args.env), needs)
     client = got.engine()
     plans = provide_and_plan(client, args.matrix, args.variants, got.inputs, repository=args.flags.repository)
+    for variant in args.variants:  # an index that does not answer stops only a variant that needs a build
+        mine = [p for p in plans if p.variant == variant.name]
+        unreachable = got.index_error(variant.name, needs_build=needs_build(client, mine, force=args.flags.force))
+        if unreachable is not None:
+            raise unreachable
     return report.RunReport(builds=build.execute_plans(client, plans, args.flags.policy(args.out_dir)))
 
 

@@ -12,7 +12,7 @@ import click
 from matrixtool import build, plan, preflight, profile_flags, registry, report, smoke
 from matrixtool.commands._flags import BuildFlags, build_flags, selection_flags
 from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
-from matrixtool.commands._steps import SmokeRequest, provide_and_plan, smoke_image
+from matrixtool.commands._steps import SmokeRequest, needs_build, provide_and_plan, smoke_image
 from matrixtool.engine import note
 from matrixtool.errors import MatrixError
 from matrixtool.inputs import warn_unused_wheelhouse
@@ -58,7 +58,7 @@ def run(args: Args) -> report.RunReport:
     Raises:
         StaleRenderError, EngineUnreachableError, and without ``keep_going`` every ``MatrixError`` of a variant.
     """
-    needs = preflight.Needs(keep_going=args.keep_going)
+    needs = preflight.Needs(keep_going=args.keep_going, index=preflight.IndexProbe.DEFER)
     got = preflight.preflight(args.matrix, args.variants, args.flags.inputs(args.env), needs)
     client = got.engine()
     failed: dict[str, MatrixError] = dict(got.failed)
@@ -73,9 +73,12 @@ def run(args: Args) -> report.RunReport:
     planned: dict[str, list[plan.BuildPlan]] = {}
     for variant in got.variants:
         try:
-            planned[variant.name] = provide_and_plan(
-                client, args.matrix, [variant], got.inputs, repository=args.flags.repository
-            )
+            plans = provide_and_plan(client, args.matrix, [variant], got.inputs, repository=args.flags.repository)
+            # An index that does not answer stops only a variant that needs a build.
+            unreachable = got.index_error(variant.name, needs_build=needs_build(client, plans, force=args.flags.force))
+            if unreachable is not None:
+                raise unreachable
+            planned[variant.name] = plans
         except MatrixError as exc:
             fail(variant.name, exc)
     policy = args.flags.policy(args.out_dir)

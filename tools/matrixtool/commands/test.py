@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -62,7 +63,8 @@ def _check_interpreter(python: str) -> None:
 
 
 def run(args: Args) -> report.RunReport:
-    """Image mode: pull ``args.image`` when the engine lacks it, then run the checks in it. Host mode: the
+    """Image mode: pull ``args.image`` when the engine lacks it, then run the checks in it, every profile
+    hardened (``profiles.UNTRUSTED``: capabilities dropped, no new privileges, a pids limit). Host mode: the
     checks in ``args.python``'s environment on this machine (``smoke.run_host_suite``), no Docker.
 
     Raises:
@@ -88,7 +90,9 @@ def run(args: Args) -> report.RunReport:
     client = engine.connect()
     # A multi-arch tag (matrix.yaml publish_as) holds several platforms: pull the variant's own.
     registry.pull_if_missing(client, args.image, platform=args.variant.platforms[0])
-    request = SmokeRequest(selection=args.selection, choice=args.choice, log_dir=log_dir, quiet=args.output.as_json)
+    # An image this tool did not build: capabilities dropped, no new privileges, a pids limit (profiles.UNTRUSTED).
+    choice = dataclasses.replace(args.choice, untrusted=True)
+    request = SmokeRequest(selection=args.selection, choice=choice, log_dir=log_dir, quiet=args.output.as_json)
     return report.RunReport(checks=smoke_image(client, args.image, args.variant, request))
 
 
