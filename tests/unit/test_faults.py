@@ -4,6 +4,7 @@ a missing interpreter; each one error with its documented exit code, nothing wri
 from __future__ import annotations
 
 import errno
+import json
 import os
 import resource
 import signal
@@ -180,3 +181,18 @@ def test_an_image_the_tool_did_not_build_runs_hardened_under_every_profile() -> 
         names=("default",), overrides=profiles.Overrides.of(pids_limit=77), untrusted=True
     ).resolve("cpu", cpu.profiles)
     assert flagged[0].pids_limit == 77 and flagged[0].cap_drop == ("ALL",)
+
+
+@pytest.mark.subprocess  # the bake file names the checkout's revision (git rev-parse)
+def test_bake_all_exports_what_it_can_and_names_what_it_could_not(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")  # no aarch64 wheel
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["--out", str(out), "bake", "--wheelhouse", str(wheels)], catch_exceptions=False)
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert "error: [arm64] not in the bake file: inputs of variant arm64" in result.output
+    assert "variant(s) left out of" in result.output and "arm64" in result.output.splitlines()[-1]
+    targets = json.loads((out / "docker-bake.json").read_text())["target"]
+    assert "cpu-amd64" in targets and "arm64-arm64" not in targets
+    assert "cuda-amd64" in targets  # a variant without a wheelhouse is exported too

@@ -13,6 +13,7 @@ from matrixtool import bake, base, plan, preflight, reference
 from matrixtool.commands._flags import REGISTRY_HELP, input_options
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.commands._steps import plan_context
+from matrixtool.errors import ExitCode, MatrixError, VariantsFailed, most_severe
 from matrixtool.inputs import check_outputs, warn_unused_wheelhouse
 from matrixtool.matrix import Matrix, Variant, load_matrix
 from matrixtool.select import select_variants
@@ -44,28 +45,43 @@ class Args:
 
 @dataclass(frozen=True, kw_only=True)
 class BakeReport:
-    """The bake file, the plans it holds, and what could not be checked (one line each)."""
+    """The bake file, the plans it holds, what could not be checked (one line each), and the variants left
+    out of it with their error (``failed``: their local inputs are not there, e.g. a wheelhouse without
+    their torch wheel)."""
 
     path: Path
     plans: Sequence[plan.BuildPlan]
     warnings: Sequence[str] = ()
+    failed: Mapping[str, MatrixError] = field(default_factory=dict)
 
 
 def run(args: Args) -> BakeReport:
     """Local inputs (render, wheelhouse, CA bundle) are checked; an index that does not answer, a base the
-    engine lacks, or no engine at all become ``BakeReport.warnings``.
+    engine lacks, or no engine at all become ``BakeReport.warnings``. A variant whose inputs are not there
+    is left out of the bake file (``BakeReport.failed``); the others are exported.
 
     Raises:
-        StaleRenderError, ConfigError.
+        StaleRenderError; ConfigError (the first variant's, when no variant can be exported).
     """
     inputs = preflight.Inputs.resolve(ca_cert=args.ca_cert, wheelhouse=args.wheelhouse, env=args.env)
+    failed: dict[str, MatrixError] = {}
+    exported: list[Variant] = []
+    for variant in args.variants:
+        try:
+            preflight.check_inputs(variant, inputs)
+        except MatrixError as exc:
+            failed[variant.name] = exc
+        else:
+            exported.append(variant)
+    if not exported:
+        raise next(iter(failed.values()))
     needs = preflight.Needs(index=preflight.IndexProbe.WARN, engine=preflight.EngineNeed.OPTIONAL)
-    got = preflight.preflight(args.matrix, args.variants, inputs, needs)
+    got = preflight.preflight(args.matrix, exported, inputs, needs)
     context = plan_context(args.matrix, got.inputs, repository=args.repository)
-    bases, missing = base.look_up_bases(got.client, args.variants, context.lock)
-    plans = plan.plan_variants(args.variants, bases, context)
+    bases, missing = base.look_up_bases(got.client, exported, context.lock)
+    plans = plan.plan_variants(exported, bases, context)
     path = bake.write_bake(plans, out_dir=args.out_dir, registry=args.registry)
-    return BakeReport(path=path, plans=plans, warnings=[*got.warnings, *missing])
+    return BakeReport(path=path, plans=plans, warnings=[*got.warnings, *missing], failed=failed)
 
 
 @click.command("bake")
@@ -110,3 +126,12 @@ def command(
         click.echo(f"warning: {warning}", err=True)
     click.echo(f"wrote {result.path}; build with: docker buildx bake -f {result.path} [TARGET|VARIANT...]", err=True)
     click.echo(str(result.path))
+    for name, exc in result.failed.items():
+        click.echo(f"error: [{name}] not in the bake file: {exc}", err=True)
+    if result.failed:
+        code = most_severe([exc.exit_code for exc in result.failed.values()]) or ExitCode.CONFIG
+        raise VariantsFailed(
+            f"{len(result.failed)} variant(s) left out of {result.path}: {', '.join(result.failed)}; "
+            "the others were exported (see the errors above)",
+            code,
+        )
