@@ -26,6 +26,13 @@ class ExitCode(IntEnum):
     INDEX_UNREACHABLE = 10  # a package index does not answer (was 6)
     NOT_BUILT = 11  # push of an image this engine has not built (was 6)
     WRONG_PLATFORM = 12  # the image's platform is not the variant's (issue 9)
+    # Issue 21: what a security team signs off (audit.py, signing.py, sbom.py, static.py).
+    VULNERABLE = 13  # the vulnerability gate: an advisory at or above the policy's severity, not accepted
+    NOT_AUDITED = 14  # the gate failed closed: packages without advisory data, or the source did not answer
+    UNVERIFIED = 15  # an image's signature or attestation is missing or does not verify (unsigned, tampered)
+    SBOM = 16  # an image's SBOM could not be derived, or a file is not a CycloneDX document
+    SBOM_DIFFERS = 17  # `sbom --compare`: the image's packages differ from the published SBOM
+    STATIC = 18  # an OpenShift static check failed (/licenses, layers, labels, USER, tag)
     INTERRUPTED = 130  # SIGINT (128 + 2)
     TERMINATED = 143  # SIGTERM (128 + 15)
 

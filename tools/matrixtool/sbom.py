@@ -40,7 +40,7 @@ from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
 from matrixtool import __version__
-from matrixtool.errors import MatrixError
+from matrixtool.errors import ExitCode, MatrixError
 
 PROGRAM = Path(__file__).parent / "incontainer" / "sbom_inventory.py"
 MARKER = "MATRIX-SBOM "
@@ -57,6 +57,14 @@ TOOL_NAME = "vllm-image-matrix"
 
 class SbomError(MatrixError):
     """The inventory could not be read from an image, or an SBOM document is not one this tool can compare."""
+
+    exit_code = ExitCode.SBOM
+
+
+class SbomDiffers(MatrixError):
+    """``sbom --compare``: the packages of the image are not those of the published SBOM."""
+
+    exit_code = ExitCode.SBOM_DIFFERS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +109,7 @@ class ImageIdentity:
 
 @dataclass(frozen=True, kw_only=True)
 class Inventory:
-    """What ``sbom_inventory.py`` found in ``image``; ``os`` holds /etc/os-release's ID, VERSION_ID, VERSION_CODENAME."""
+    """What ``sbom_inventory.py`` found in ``image``; ``os``: /etc/os-release's ID, VERSION_ID, VERSION_CODENAME."""
 
     image: ImageIdentity
     os: Mapping[str, str]
@@ -192,7 +200,9 @@ def inventory_of(identity: ImageIdentity, doc: Mapping[str, Any]) -> Inventory:
         for p in doc["debian"]
         if p.get("name")
     )
-    return Inventory(image=identity, os={str(k): str(v) for k, v in (doc.get("os") or {}).items()}, python=python, debian=debian)
+    return Inventory(
+        image=identity, os={str(k): str(v) for k, v in (doc.get("os") or {}).items()}, python=python, debian=debian
+    )
 
 
 def read_inventory(
@@ -425,7 +435,7 @@ def packages_of(doc: Mapping[str, Any]) -> dict[str, Package]:
         SbomError: ``doc`` is not a CycloneDX document.
     """
     if not isinstance(doc, Mapping) or doc.get("bomFormat") != "CycloneDX":
-        raise SbomError("not a CycloneDX document (no \"bomFormat\": \"CycloneDX\")")
+        raise SbomError('not a CycloneDX document (no "bomFormat": "CycloneDX")')
     found: dict[str, Package] = {}
     for component in doc.get("components") or ():
         if not isinstance(component, Mapping):
@@ -441,9 +451,7 @@ def packages_of(doc: Mapping[str, Any]) -> dict[str, Package]:
         name = _normal_name(purl.name) if kind is Kind.PYTHON else purl.name
         arch = (purl.qualifiers or {}).get("arch") if isinstance(purl.qualifiers, dict) else None
         key = f"{purl.type}/{name}" + (f":{arch}" if arch else "")
-        sha = next(
-            (str(h.get("content", "")) for h in component.get("hashes") or () if h.get("alg") == "SHA-256"), ""
-        )
+        sha = next((str(h.get("content", "")) for h in component.get("hashes") or () if h.get("alg") == "SHA-256"), "")
         size_text = _property(component, "size-bytes") or ""
         kib = _property(component, "installed-size-kib") or ""
         size = int(size_text) if size_text.isdigit() else int(kib) * 1024 if kib.isdigit() else 0

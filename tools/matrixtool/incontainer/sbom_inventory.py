@@ -87,18 +87,20 @@ def python_dists():
                         if len(row) >= 3 and row[2].isdigit():
                             size += int(row[2])
             license_text, license_source = python_license(meta)
-            dists.append({
-                "name": cut(meta.get("Name")),
-                "version": cut(meta.get("Version")),
-                "summary": cut(meta.get("Summary")),
-                "license": license_text,
-                "license_source": license_source,
-                "installer": cut(read_text(os.path.join(info, "INSTALLER"), 1024)),
-                "record_sha256": digest,
-                "files": files,
-                "size": size,
-                "path": cut(info),
-            })
+            dists.append(
+                {
+                    "name": cut(meta.get("Name")),
+                    "version": cut(meta.get("Version")),
+                    "summary": cut(meta.get("Summary")),
+                    "license": license_text,
+                    "license_source": license_source,
+                    "installer": cut(read_text(os.path.join(info, "INSTALLER"), 1024)),
+                    "record_sha256": digest,
+                    "files": files,
+                    "size": size,
+                    "path": cut(info),
+                }
+            )
     return dists
 
 
@@ -112,7 +114,7 @@ def dep5_licenses(text):
             continue
         for line in paragraph.splitlines():
             if line.startswith("License:"):
-                name = line[len("License:"):].strip()
+                name = line[len("License:") :].strip()
                 if name and name not in names:
                     names.append(cut(name))
     return names[:20]
@@ -135,18 +137,20 @@ def debian_packages():
         source, _, source_version = fields.get("Source", fields["Package"]).partition(" ")
         name = fields["Package"]
         copyright_text = read_text("/usr/share/doc/%s/copyright" % name) or ""
-        packages.append({
-            "name": cut(name),
-            "version": cut(fields.get("Version")),
-            "arch": cut(fields.get("Architecture")),
-            "source": cut(source),
-            "source_version": cut(source_version.strip("()") or fields.get("Version")),
-            "licenses": dep5_licenses(copyright_text),
-            "copyright": bool(copyright_text),
-            "installed_size_kib": int(fields.get("Installed-Size", "0") or 0)
-            if fields.get("Installed-Size", "0").isdigit()
-            else 0,
-        })
+        packages.append(
+            {
+                "name": cut(name),
+                "version": cut(fields.get("Version")),
+                "arch": cut(fields.get("Architecture")),
+                "source": cut(source),
+                "source_version": cut(source_version.strip("()") or fields.get("Version")),
+                "licenses": dep5_licenses(copyright_text),
+                "copyright": bool(copyright_text),
+                "installed_size_kib": int(fields.get("Installed-Size", "0") or 0)
+                if fields.get("Installed-Size", "0").isdigit()
+                else 0,
+            }
+        )
     return packages
 
 
