@@ -82,8 +82,8 @@ def statement(
     dependencies += [{"uri": f"file:{p}", "digest": {"sha256": d}} for p, d in sorted(templates.items())]
     dependencies += [
         {
-            "uri": f"file:images/{plan.variant}/{f.path.name}",
-            "digest": {"sha256": hashlib.sha256(f.content.encode()).hexdigest()},
+            "uri": f"file:{f.path}",
+            "digest": {"sha256": hashlib.sha256(f.text.encode()).hexdigest()},
         }
         for f in plan.files
     ]
