@@ -34,7 +34,11 @@ from matrixtool import (
     reference,
     render,
     report,
+    signing,
 )
+from matrixtool.commands import audit as audit_command
+from matrixtool.commands import sbom as sbom_command
+from matrixtool.commands import static as static_command
 from matrixtool.errors import (
     ConfigError,
     EngineUnreachableError,
@@ -444,6 +448,41 @@ def run_cmd(
     _finish(settings, result, as_json, junit, json_file)
 
 
+_signing_options = [
+    click.option(
+        "--sign-key",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="cosign private key: sign each pushed digest and attach the SBOM, provenance and --smoke-report "
+        "(password in COSIGN_PASSWORD).",
+    ),
+    click.option(
+        "--smoke-report",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="With --sign-key: the smoke report to attach (the --json-file of 'run' or 'test').",
+    ),
+]
+_VERIFY_KEY = click.option(
+    "--verify-key",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="cosign public key: use an image only when its registry digest is signed by this key (exit 15 if not).",
+)
+
+
+def _check_keys(settings: Settings, flags: Mapping[str, Any]) -> None:
+    """Refuse a key flag that names no key file (or a private key without COSIGN_PASSWORD) before anything runs."""
+    if flags.get("sign_key") is not None:
+        signing.check_key(flags["sign_key"], flag="--sign-key", private=True, env=settings.env)
+    if flags.get("smoke_report") is not None and flags.get("sign_key") is None:
+        raise ConfigError("flags", ["--smoke-report needs --sign-key (it is attached as a signed attestation)"])
+    if flags.get("smoke_report") is not None and not Path(flags["smoke_report"]).is_file():
+        raise ConfigError("flags", [f"--smoke-report {str(flags['smoke_report'])!r} is not a file"])
+    if flags.get("verify_key") is not None:
+        signing.check_key(flags["verify_key"], flag="--verify-key", private=False, env=settings.env)
+
+
 @main.command("test")
 @click.option("--image", default=None, help="Image ref to test (local, or pulled when a registry answers).")
 @click.option(
@@ -463,6 +502,7 @@ def run_cmd(
 @_with(_select_options)
 @_report_options
 @profile_flags.options((profiles.DEFAULT,))
+@_VERIFY_KEY
 @click.pass_obj
 def test_cmd(
     settings: Settings,
@@ -485,9 +525,12 @@ def test_cmd(
         raise click.UsageError(
             "deployment profiles (--profile, --user, --read-only ...) need --image: they are container conditions"
         )
+    if host and flags["verify_key"] is not None:
+        raise click.UsageError("--verify-key needs --image (a signature covers an image)")
     matrix = _load(settings)
     (variant,) = select_variants(matrix, [as_variant])
     _check_flags(settings, [variant], flags, image=image, junit=junit, json_file=json_file)
+    _check_keys(settings, flags)
     options = _options(settings, quiet=as_json, **flags)
     if host:
         result = pipeline.test_host(variant, python, options)
@@ -548,12 +591,14 @@ def bake_cmd(settings: Settings, /, variants: Sequence[str], **flags: Any) -> No
     help="Keep the <registry>/… tags on the engine after pushing.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the pushed refs and digests as JSON.")
+@_with(_signing_options)
 @click.pass_obj
 def push_cmd(settings: Settings, /, variants: Sequence[str], as_json: bool, **flags: Any) -> None:
     """Push built images to a registry: the content-hash tag and the version tag."""
     matrix = _load(settings)
     selected = select_variants(matrix, variants)
     _check_flags(settings, selected, flags, writes_out=False)
+    _check_keys(settings, flags)
     result = pipeline.push_variants(matrix, selected, _options(settings, **flags))
     if as_json:
         doc = {
@@ -579,12 +624,18 @@ def push_cmd(settings: Settings, /, variants: Sequence[str], as_json: bool, **fl
     show_default=True,
     help="Image repository prefix: lists are <registry>/<repository>/<name>:<version>.",
 )
+@_VERIFY_KEY
 @click.pass_obj
-def manifest_cmd(settings: Settings, /, pushed: Sequence[Path], registry: str, repository: str) -> None:
+def manifest_cmd(
+    settings: Settings, /, pushed: Sequence[Path], registry: str, repository: str, verify_key: Path | None
+) -> None:
     """Publish variants that are one stack on several platforms (matrix.yaml publish_as) under one
     multi-arch tag, from the records of 'tools/matrix push --json' (PUSHED files)."""
     reference.check_flags(registry=registry, repository=repository)
-    published = pipeline.publish_manifests(_load(settings), pushed, registry=registry, repository=repository)
+    _check_keys(settings, {"verify_key": verify_key})
+    published = pipeline.publish_manifests(
+        _load(settings), pushed, registry=registry, repository=repository, verify_key=verify_key, env=settings.env
+    )
     if not published:
         click.echo("no published name spans several platforms in these records; nothing to do", err=True)
     for the_plan, digest in published:
@@ -594,13 +645,20 @@ def manifest_cmd(settings: Settings, /, pushed: Sequence[Path], registry: str, r
 # --- pin ---------------------------------------------------------------------------------------------
 @main.command("pin")
 @click.argument("variants", nargs=-1)
+@_VERIFY_KEY
 @click.pass_obj
-def pin_cmd(settings: Settings, /, variants: Sequence[str]) -> None:
+def pin_cmd(settings: Settings, /, variants: Sequence[str], verify_key: Path | None) -> None:
     """Record the registry digest of each variant's base image in matrix.lock.json (beside matrix.yaml)."""
     matrix = _load(settings)
-    result = pipeline.pin_variants(matrix, select_variants(matrix, variants))
+    _check_keys(settings, {"verify_key": verify_key})
+    result = pipeline.pin_variants(matrix, select_variants(matrix, variants), verify_key=verify_key, env=settings.env)
     for ref in result.refs:
         was, now = result.before.digest(ref), result.after.digest(ref)
         note = "unchanged" if was == now else (f"was {was}" if was else "new")
         click.echo(f"{ref}@{now} ({note})")
     click.echo(f"{'wrote' if result.changed else 'unchanged:'} {result.path}", err=True)
+
+
+main.add_command(sbom_command.command)
+main.add_command(audit_command.command)
+main.add_command(static_command.command)

@@ -23,6 +23,7 @@ from pathlib import Path
 import docker
 
 from matrixtool import (
+    attestations,
     bake,
     base,
     build,
@@ -88,6 +89,10 @@ class Options:
     # (cache.py); --cache-read-only: read it, never write it (pull requests).
     cache_registry: str | None = None
     cache_read_only: bool = False
+    # Issue 21 (attestations.py): push --sign-key/--smoke-report; test --image --verify-key.
+    sign_key: Path | None = None
+    smoke_report: Path | None = None
+    verify_key: Path | None = None
 
     @property
     def log_dir(self) -> Path:
@@ -400,7 +405,23 @@ def build_variants(matrix: Matrix, variants: Sequence[Variant], options: Options
     inputs = preflight(matrix, variants, options)
     client = engine.connect()
     plans = provide_and_plan(client, matrix, variants, inputs, options)
-    return report.RunReport(builds=execute_plans(client, plans, options))
+    results = execute_plans(client, plans, options)
+    _write_build_reports(client, matrix, plans, results, options)
+    return report.RunReport(builds=results)
+
+
+def _write_build_reports(
+    client: docker.DockerClient,
+    matrix: Matrix,
+    plans: Sequence[plan.BuildPlan],
+    results: Sequence[build.BuildResult],
+    options: Options,
+) -> None:
+    origin = provenance(matrix.root)
+    attestations.write_build_reports(
+        client, plans, results, matrix_path=matrix.source, out_dir=options.out_dir,
+        revision=origin.revision, source=origin.source,
+    )  # fmt: skip
 
 
 # --- smoke checks --------------------------------------------------------------------------------------
@@ -473,9 +494,15 @@ def test_image(matrix: Matrix, variant: Variant, image: str, options: Options) -
     """
     select_checks(variant, options.only, options.skip, options.suite)
     client = engine.connect()
+    if options.verify_key is not None:
+        attestations.verify_ref(client, image, pub=options.verify_key, env=options.env)
     # A multi-arch tag (matrix.yaml publish_as) holds several platforms: pull the variant's own.
     registry.pull_if_missing(client, image, platform=str(variant.platforms[0]))
-    return report.RunReport(checks=smoke_image(client, image, variant, options))
+    if options.verify_key is not None:  # the engine's image must be the signed one, not a local re-tag
+        attestations.verify_ref(client, image, pub=options.verify_key, env=options.env, local=True)
+    checks = smoke_image(client, image, variant, options)
+    attestations.write_sbom_report(client, image, variant.name, out_dir=options.out_dir)
+    return report.RunReport(checks=checks)
 
 
 def test_host(variant: Variant, python: str, options: Options) -> report.RunReport:
@@ -549,6 +576,7 @@ def run_variants(matrix: Matrix, variants: Sequence[Variant], options: Options) 
                 results += future.result()
             except MatrixError as exc:
                 fail(name, exc)
+    _write_build_reports(client, matrix, [p for plans in planned.values() for p in plans], results, options)
     by_name = {v.name: v for v in variants}
     checks: list[smoke.CheckResult] = []
     for built in results:
@@ -635,10 +663,22 @@ def push_variants(matrix: Matrix, variants: Sequence[Variant], options: Options)
                     keep_tags=options.keep_tags,
                 )
             )
+    if options.sign_key is not None:
+        attestations.sign_pushed(
+            client, results, key=options.sign_key, out_dir=options.out_dir,
+            smoke_report=options.smoke_report, env=options.env,
+        )  # fmt: skip
     return PushReport(pushed=results)
 
 
-def pin_variants(matrix: Matrix, variants: Sequence[Variant], resolve: registry.Registry | None = None) -> PinReport:
+def pin_variants(
+    matrix: Matrix,
+    variants: Sequence[Variant],
+    resolve: registry.Registry | None = None,
+    *,
+    verify_key: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> PinReport:
     """``tools/matrix pin``: record each base image's registry digest in the lock file beside the matrix.
 
     ``resolve``: the registry seam (default: ``EngineRegistry`` on a new engine client).
@@ -649,6 +689,9 @@ def pin_variants(matrix: Matrix, variants: Sequence[Variant], resolve: registry.
     path = pin.lock_path(matrix.source)
     before = pin.read_lock(path)
     refs = pin.base_refs(variants)
+    if verify_key is not None:  # UnverifiedError (exit 15) before the lock file is touched
+        for ref in refs:
+            attestations.verify_ref(None, ref, pub=verify_key, env=env or {})
     reg = resolve if resolve is not None else registry.EngineRegistry(engine.connect())
     try:
         after = pin.pin(refs, lock=before, resolve=reg.digest)
@@ -659,7 +702,13 @@ def pin_variants(matrix: Matrix, variants: Sequence[Variant], resolve: registry.
 
 
 def publish_manifests(
-    matrix: Matrix, pushed: Sequence[Path], *, registry: str, repository: str
+    matrix: Matrix,
+    pushed: Sequence[Path],
+    *,
+    registry: str,
+    repository: str,
+    verify_key: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> list[tuple[manifest.ManifestPlan, str]]:
     """Publish each name that spans several platforms (matrix.yaml ``publish_as``) as one manifest list, from
     the records of ``tools/matrix push --json`` (files ``pushed``).
@@ -673,4 +722,7 @@ def publish_manifests(
     """
     records = manifest.read_pushed(pushed)
     plans = manifest.plan_manifests(matrix.variants, records, registry=registry, repository=repository)
+    if verify_key is not None:  # each platform's image as pushed, whatever its tags say now
+        for source in dict.fromkeys(s for p in plans for s in p.sources):
+            attestations.verify_ref(None, source, pub=verify_key, env=env or {})
     return [(the_plan, manifest.execute(the_plan)) for the_plan in plans]

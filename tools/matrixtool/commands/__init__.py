@@ -1,0 +1,1 @@
+"""One module per command (``Args``, ``run``, ``command``); cli.py registers each."""
