@@ -47,6 +47,7 @@ MAX_RECORD_BYTES = 4 * 1024 * 1024
 API_TIMEOUT_S = 15
 API_BATCH = 500
 PROPERTY_PREFIX = "vllm-matrix:"
+NAMES_SHOWN = 10
 
 
 class VulnerableError(MatrixError):
@@ -621,18 +622,24 @@ def audit(doc: Mapping[str, Any], source: AdvisorySource, policy: Policy, *, tod
 
 
 def report_lines(report: AuditReport, *, limit: int = 50) -> list[str]:
-    """The report for the terminal: findings (failing first), packages not audited (at most ``limit`` of each),
-    and the verdict line."""
+    """The report for the terminal: findings (failing first; at most ``limit``), packages not audited (one line
+    per reason, naming at most ``NAMES_SHOWN``), and the verdict line."""
     lines = [f"advisory source: {report.source}"]
     order = {Verdict.FAIL: 0, Verdict.ACCEPTED: 1, Verdict.BELOW: 2}
     for f in sorted(report.findings, key=lambda f: (order[f.verdict], f.package))[:limit]:
         severity = f.severity.name.lower() if f.severity else "unknown"
         fixed = f", fixed in {', '.join(f.fixed)}" if f.fixed else ""
         lines.append(f"{f.verdict.value:15} {f.advisory} ({severity}) {f.package} {f.version}{fixed}: {f.reason}")
-    for u in report.unaudited[:limit]:
-        lines.append(f"{'not audited':15} {u.package} {u.version}: {u.reason}")
-    if len(report.unaudited) > limit:
-        lines.append(f"... and {len(report.unaudited) - limit} more not audited")
+    by_reason: dict[str, list[Unaudited]] = {}
+    for u in report.unaudited:
+        by_reason.setdefault(u.reason, []).append(u)
+    for reason, packages in by_reason.items():
+        if len(packages) == 1:
+            lines.append(f"{'not audited':15} {packages[0].package} {packages[0].version}: {reason}")
+            continue
+        names = ", ".join(p.package for p in packages[:NAMES_SHOWN])
+        more = f" and {len(packages) - NAMES_SHOWN} more" if len(packages) > NAMES_SHOWN else ""
+        lines.append(f"{'not audited':15} {len(packages)} packages ({names}{more}): {reason}")
     lines.append(
         f"gate: {'passed' if report.passed else 'FAILED'}: {report.audited} package(s) audited, "
         f"{len(report.failing)} failing advisory(ies), {len(report.unaudited)} not audited"
