@@ -22,7 +22,7 @@ from pathlib import Path
 
 import docker
 
-from matrixtool import provenance, sbom, signing
+from matrixtool import provenance, registry, sbom, signing
 from matrixtool.build import BuildResult
 from matrixtool.plan import BuildPlan
 from matrixtool.push import PushResult
@@ -98,26 +98,33 @@ def write_sbom_report(client: docker.DockerClient, ref: str, variant: str, *, ou
 
 def sign_pushed(
     client: docker.DockerClient,
-    pushed: Sequence[PushResult],
+    pushed: Sequence[tuple[PushResult, str]],
     *,
     key: Path,
     out_dir: Path,
     smoke_report: Path | None,
     env: Mapping[str, str],
 ) -> list[signing.Signed]:
-    """Sign each pushed digest and attach the SBOM (derived now from the pushed image), the build's provenance
-    (``<out>/reports/provenance-<variant>.intoto.json`` when that build wrote one) and ``smoke_report``.
+    """Sign each pushed digest and attach the SBOM, the build's provenance (``<out>/reports/provenance-<variant>
+    .intoto.json`` when that build wrote one) and ``smoke_report``. ``pushed``: each push result with the local
+    ref it was pushed from; the SBOM is derived from that image, or from the pushed digest (pulled) when the
+    engine does not hold it (an image the registry had already).
 
     Raises:
-        SbomError: the SBOM of a pushed image cannot be derived (nothing unsigned is left half-attested: the
-            SBOM comes first). RegistryError, EngineUnreachableError: cosign failed or is missing.
+        SbomError: the SBOM of a pushed image cannot be derived (nothing is signed before its SBOM exists).
+        RegistryError, EngineUnreachableError: cosign failed or is missing; a pull failed.
     """
     signed = []
-    for result in pushed:
+    for result, local in pushed:
         if not result.digest:
             raise signing.UnverifiedError(f"{result.refs[0]}: the registry reported no digest to sign")
         ref = signing.by_digest(result.refs[0], result.digest)
-        sbom_path = sbom.write_report(client, result.refs[0], result.variant, out_dir=out_dir)
+        try:
+            client.images.get(local)
+        except docker.errors.ImageNotFound:
+            registry.pull_if_missing(client, ref, platform=result.platform)
+            local = ref
+        sbom_path = sbom.write_report(client, local, result.variant, out_dir=out_dir)
         attachments = [signing.Attachment(predicate_type=signing.SBOM_PREDICATE, path=sbom_path)]
         with tempfile.TemporaryDirectory(prefix="matrix-attest-") as tmp:
             statement_path = provenance.report_path(out_dir, result.variant)

@@ -664,8 +664,9 @@ def push_variants(matrix: Matrix, variants: Sequence[Variant], options: Options)
                 )
             )
     if options.sign_key is not None:
+        sources = [p.hash_ref for p in plans]  # results are in plan order
         attestations.sign_pushed(
-            client, results, key=options.sign_key, out_dir=options.out_dir,
+            client, list(zip(results, sources, strict=True)), key=options.sign_key, out_dir=options.out_dir,
             smoke_report=options.smoke_report, env=options.env,
         )  # fmt: skip
     return PushReport(pushed=results)

@@ -31,6 +31,9 @@ LICENSES_DIR = "/licenses"
 # /licenses is a few MB of text; the tar stream is read no further than this.
 MAX_LICENSES_BYTES = 256 * 1024 * 1024
 PURPOSE_LABEL = "io.vllm-matrix.purpose"
+# Who made the container: MATRIX_OWNER, as smoke.py and sbom.py label theirs (the test suite's leak check).
+OWNER_LABEL = "io.vllm-matrix.owner"
+OWNER_ENV_VAR = "MATRIX_OWNER"
 
 
 class StaticCheckFailure(MatrixError):
@@ -132,14 +135,16 @@ def license_listing(stream: Any, *, limit: int = MAX_LICENSES_BYTES) -> list[str
     return names
 
 
-def inspect(client: docker.DockerClient, ref: str) -> list[StaticResult]:
-    """Read ``ref``'s record and /licenses (a created container, never started, always removed) and judge them.
+def inspect(client: docker.DockerClient, ref: str, *, owner: str = "") -> list[StaticResult]:
+    """Read ``ref``'s record and /licenses (a created container, never started, always removed, labelled with
+    ``owner``) and judge them.
 
     Raises:
         docker.errors.ImageNotFound: no such image on the engine.
     """
     image = client.images.get(ref)
-    container = client.containers.create(ref, entrypoint=["true"], command=[], labels={PURPOSE_LABEL: "static"})
+    labels = {PURPOSE_LABEL: "static", OWNER_LABEL: owner}
+    container = client.containers.create(ref, entrypoint=["true"], command=[], labels=labels)
     try:
         try:
             stream, _ = container.get_archive(LICENSES_DIR)

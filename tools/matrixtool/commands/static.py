@@ -3,7 +3,8 @@ when one fails."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -19,6 +20,7 @@ class Args:
     """``image``: a ref on the engine."""
 
     image: str
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 def run(args: Args) -> list[checks.StaticResult]:
@@ -30,7 +32,7 @@ def run(args: Args) -> list[checks.StaticResult]:
     reference.check_flags(image=args.image)
     client = engine.connect()
     try:
-        return checks.inspect(client, args.image)
+        return checks.inspect(client, args.image, owner=args.env.get(checks.OWNER_ENV_VAR, ""))
     except docker.errors.ImageNotFound as exc:
         raise ConfigError("IMAGE", [f"no image {args.image!r} on this engine; build or pull it first"]) from exc
 
@@ -40,7 +42,7 @@ def run(args: Args) -> list[checks.StaticResult]:
 @click.pass_obj
 def command(settings: Any, /, image: str) -> None:
     """OpenShift's static checks: /licenses, layer count, required labels, numeric non-root USER, tag."""
-    results = run(Args(image=image))
+    results = run(Args(image=image, env=settings.env))
     for r in results:
         click.echo(f"{'pass' if r.passed else 'FAIL':4}  {r.name:8} {r.detail}")
     checks.raise_for(image, results)
