@@ -87,7 +87,8 @@ def test_sbom_of_the_cpu_image_and_a_changed_image(
     changed = derived_image([
         "USER 0",
         f"RUN mkdir {site}/evil-1.0.dist-info && printf 'Metadata-Version: 2.1\\nName: evil\\nVersion: 1.0\\n' "
-        f"> {site}/evil-1.0.dist-info/METADATA && echo 'idna/x.py,sha256=changed,1' >> {site}/idna-*.dist-info/RECORD",
+        f"> {site}/evil-1.0.dist-info/METADATA && for r in {site}/idna-*.dist-info/RECORD; do "
+        "echo 'idna/x.py,sha256=changed,1' >> \"$r\"; done",
         "USER 1000:0",
     ])  # fmt: skip
     differs = matrix_cli("sbom", "--compare", str(published), changed, out=tmp_path / "out")
