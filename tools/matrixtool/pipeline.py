@@ -576,12 +576,12 @@ def run_variants(matrix: Matrix, variants: Sequence[Variant], options: Options) 
                 results += future.result()
             except MatrixError as exc:
                 fail(name, exc)
-    _write_build_reports(client, matrix, [p for plans in planned.values() for p in plans], results, options)
     by_name = {v.name: v for v in variants}
     checks: list[smoke.CheckResult] = []
     for built in results:
         registry.pull_if_missing(client, built.image)  # skipped because it is in the registry
         checks += smoke_image(client, built.image, by_name[built.variant], options)
+    _write_build_reports(client, matrix, [p for plans in planned.values() for p in plans], results, options)
     return report.RunReport(builds=results, checks=checks, errors=errors, error_codes=codes, skipped=skipped)
 
 
