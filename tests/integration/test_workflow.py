@@ -109,14 +109,14 @@ def run_image_job(
     step run, by name, and the wall time (seconds) of the whole job. Fails the test at the first step that
     fails, with its output."""
     job = yaml.safe_load(WORKFLOW.read_text())["jobs"]["image"]
-    key = work / "cosign.key"
-    if not key.exists():
+    signing_key = work / "cosign.key"
+    if not signing_key.exists():
         made = subprocess.run(
             ["cosign", "generate-key-pair"], cwd=work, env={**os.environ, "COSIGN_PASSWORD": COSIGN_PASSWORD},
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert made.returncode == 0, made.stderr
-    values = _expressions({**entry, "wheelhouse_index": index_url}, event, key.read_text())
+    values = _expressions({**entry, "wheelhouse_index": index_url}, event, signing_key.read_text())
     runner_temp = work / "runner-temp"
     runner_temp.mkdir(exist_ok=True)
     github_env = work / f"github-env-{event}"
