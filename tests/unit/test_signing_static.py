@@ -190,3 +190,61 @@ def test_license_listing_of_a_tar_stream() -> None:
         archive.addfile(info, io.BytesIO(data))
     chunks = [buffer.getvalue()[i : i + 100] for i in range(0, len(buffer.getvalue()), 100)]
     assert static.license_listing(iter(chunks)) == ["licenses/torch/LICENSE"]
+
+
+# --- the hooks: verification comes before the list, the lock file, the checks --------------------------------
+def test_manifest_verifies_each_platform_before_making_the_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from matrixtool import attestations, manifest, pipeline
+    from matrixtool.matrix import load_matrix
+
+    records = tmp_path / "pushed.json"
+    records.write_text(json.dumps({"schema_version": 1, "pushed": [
+        {"variant": "cpu", "platform": "linux/amd64", "refs": ["127.0.0.1:5000/vllm-matrix/cpu:0123456789abcdef"],
+         "digest": DIGEST},
+        {"variant": "arm64", "platform": "linux/arm64", "refs": ["127.0.0.1:5000/vllm-matrix/arm64:0123456789abcdef"],
+         "digest": "sha256:" + "cd" * 32},
+    ]}))  # fmt: skip
+    verified: list[str] = []
+
+    def verify_ref(client: Any, ref: str, **kwargs: Any) -> signing.Verified:
+        verified.append(ref)
+        if "arm64" in ref:
+            raise signing.UnverifiedError(f"{ref} is not signed")
+        return signing.Verified(ref=ref, digest=DIGEST)
+
+    def execute(plan: Any) -> str:
+        raise AssertionError("the list was made before every platform was verified")
+
+    monkeypatch.setattr(attestations, "verify_ref", verify_ref)
+    monkeypatch.setattr(manifest, "execute", execute)
+    with pytest.raises(signing.UnverifiedError, match="arm64"):
+        pipeline.publish_manifests(
+            load_matrix(), [records], registry="127.0.0.1:5000", repository="vllm-matrix",
+            verify_key=tmp_path / "cosign.pub", env={},
+        )  # fmt: skip
+    assert verified == [
+        f"127.0.0.1:5000/vllm-matrix/cpu@{DIGEST}",
+        "127.0.0.1:5000/vllm-matrix/arm64@sha256:" + "cd" * 32,
+    ]
+
+
+def test_pin_verifies_before_the_lock_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from matrixtool import attestations, pipeline
+    from matrixtool.matrix import load_matrix
+    from tests.conftest import copy_checkout
+
+    matrix = load_matrix(copy_checkout(tmp_path / "c"))
+
+    def verify_ref(client: Any, ref: str, **kwargs: Any) -> signing.Verified:
+        raise signing.UnverifiedError(f"{ref} is not signed")
+
+    class NoRegistry:
+        def digest(self, ref: str) -> str:
+            raise AssertionError("resolved before verifying")
+
+    monkeypatch.setattr(attestations, "verify_ref", verify_ref)
+    with pytest.raises(signing.UnverifiedError, match="debian:bookworm-slim is not signed"):
+        pipeline.pin_variants(matrix, [matrix.variants[0]], NoRegistry(), verify_key=tmp_path / "k.pub", env={})  # type: ignore[arg-type]
+    assert not (tmp_path / "c" / "matrix.lock.json").exists()
