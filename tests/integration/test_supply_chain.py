@@ -98,6 +98,12 @@ def test_sbom_of_the_cpu_image_and_a_changed_image(
     assert "1 added, 0 removed, 1 changed" in differs.stdout
 
 
+def test_sbom_of_an_image_without_python(tmp_path: Path) -> None:
+    proc = matrix_cli("sbom", "debian:bookworm-slim", "--as", "cpu", out=tmp_path)
+    assert proc.returncode == 16, proc.stderr
+    assert "error: cannot run python3 in debian:bookworm-slim" in proc.stderr and "Traceback" not in proc.stderr
+
+
 # --- OpenShift static checks ---------------------------------------------------------------------------------
 def test_static_checks_pass_on_the_cpu_image(cpu_image: str, tmp_path: Path) -> None:
     proc = matrix_cli("static", cpu_image, out=tmp_path)

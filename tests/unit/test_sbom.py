@@ -209,3 +209,12 @@ def test_sbom_needs_a_variant_and_a_valid_ref() -> None:
     assert result.exit_code == ExitCode.CONFIG
     result = CliRunner().invoke(main, ["sbom", "img:1", "--as", "nope"], catch_exceptions=False)
     assert result.exit_code == ExitCode.NOTHING_SELECTED
+
+
+def test_bounded_reads_no_further_than_the_limit() -> None:
+    def endless() -> Any:
+        while True:
+            yield b"x" * 1000
+
+    assert len(sbom._bounded(endless(), limit=2500)) == 2500
+    assert sbom._bounded(iter([b"ab", b"cd"]), limit=10) == b"abcd"

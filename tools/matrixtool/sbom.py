@@ -138,16 +138,25 @@ def identify(client: docker.DockerClient, ref: str) -> ImageIdentity:
 
 
 def container_kwargs(ref: str, *, owner: str) -> dict[str, Any]:
-    """The ``containers.run`` arguments of the inventory container: the program as ``python3 -c``, no network,
+    """The ``containers.create`` arguments of the inventory container: the program as ``python3 -c``, no network,
     the image's own user, labelled (purpose ``sbom``, ``owner``)."""
     return {
         "image": ref,
         "entrypoint": ["python3", "-c", PROGRAM.read_text(encoding="utf-8")],
         "command": [],
-        "detach": True,
         "network_mode": "none",
         "labels": {PURPOSE_LABEL: "sbom", OWNER_LABEL: owner},
     }
+
+
+def _bounded(chunks: Iterable[bytes], limit: int = MAX_OUTPUT) -> bytes:
+    """The first ``limit`` bytes of a stream of chunks (the rest is not read)."""
+    data = bytearray()
+    for chunk in chunks:
+        data += chunk[: limit - len(data)]
+        if len(data) >= limit:
+            break
+    return bytes(data)
 
 
 def parse_output(output: str) -> dict[str, Any]:
@@ -217,17 +226,25 @@ def read_inventory(
     """
     identity = identify(client, ref)
     owner = (env if env is not None else os.environ).get(OWNER_ENV_VAR, "")
-    container = client.containers.run(**container_kwargs(ref, owner=owner))
+    container = client.containers.create(**container_kwargs(ref, owner=owner))
     try:
+        try:
+            container.start()
+        except docker.errors.APIError as exc:  # no python3 in the image: the engine cannot start it
+            raise SbomError(f"cannot run python3 in {ref}: {exc.explanation or exc}") from exc
         try:
             status = container.wait(timeout=timeout)
         except Exception as exc:  # requests' ReadTimeout, or the engine went away
             raise SbomError(f"the inventory of {ref} did not finish within {timeout:.0f} s ({exc})") from exc
-        output = container.logs(stdout=True, stderr=False)[:MAX_OUTPUT].decode("utf-8", "replace")
+        output = _bounded(container.logs(stdout=True, stderr=False, stream=True, follow=False)).decode(
+            "utf-8", "replace"
+        )
         if status.get("StatusCode") != 0:
-            errors = container.logs(stdout=False, stderr=True)[-2000:].decode("utf-8", "replace").strip()
+            errors = _bounded(container.logs(stdout=False, stderr=True, stream=True, follow=False)).decode(
+                "utf-8", "replace"
+            )
             raise SbomError(
-                f"the inventory program failed in {ref} (exit {status.get('StatusCode')}): {errors}; "
+                f"the inventory program failed in {ref} (exit {status.get('StatusCode')}): {errors.strip()[-2000:]}; "
                 "the image needs a python3 on its PATH"
             )
     finally:
