@@ -664,6 +664,9 @@ def push_variants(matrix: Matrix, variants: Sequence[Variant], options: Options)
                 )
             )
     if options.sign_key is not None:
+        # The provenance of each image built here (rewritten: the --out of the build may be another one).
+        built_here = [r for p in local if (r := build.existing(client, p)) is not None]
+        _write_build_reports(client, matrix, local, built_here, options)
         sources = [p.hash_ref for p in plans]  # results are in plan order
         attestations.sign_pushed(
             client, list(zip(results, sources, strict=True)), key=options.sign_key, out_dir=options.out_dir,
