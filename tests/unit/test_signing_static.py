@@ -98,6 +98,11 @@ def test_cli_refuses_bad_key_flags_before_the_engine(tmp_path: Path) -> None:
     assert result.exit_code == ExitCode.USAGE and "--verify-key needs --image" in result.output
     result = runner.invoke(main, ["pin", "cpu", "--verify-key", str(tmp_path / "none.pub")], catch_exceptions=False)
     assert result.exit_code == ExitCode.CONFIG
+    report = tmp_path / "smoke.json"
+    report.write_text("{}")
+    push = ["push", "cpu", "--registry", "127.0.0.1:5000", "--smoke-report", str(report)]
+    result = runner.invoke(main, push, catch_exceptions=False)
+    assert result.exit_code == ExitCode.CONFIG and "--smoke-report needs --sign-key" in result.output
 
 
 # --- provenance ----------------------------------------------------------------------------------------------

@@ -472,15 +472,10 @@ _VERIFY_KEY = click.option(
 
 
 def _check_keys(settings: Settings, flags: Mapping[str, Any]) -> None:
-    """Refuse a key flag that names no key file (or a private key without COSIGN_PASSWORD) before anything runs."""
-    if flags.get("sign_key") is not None:
-        signing.check_key(flags["sign_key"], flag="--sign-key", private=True, env=settings.env)
-    if flags.get("smoke_report") is not None and flags.get("sign_key") is None:
-        raise ConfigError("flags", ["--smoke-report needs --sign-key (it is attached as a signed attestation)"])
-    if flags.get("smoke_report") is not None and not Path(flags["smoke_report"]).is_file():
-        raise ConfigError("flags", [f"--smoke-report {str(flags['smoke_report'])!r} is not a file"])
-    if flags.get("verify_key") is not None:
-        signing.check_key(flags["verify_key"], flag="--verify-key", private=False, env=settings.env)
+    signing.check_key_flags(
+        sign_key=flags.get("sign_key"), smoke_report=flags.get("smoke_report"), verify_key=flags.get("verify_key"),
+        env=settings.env,
+    )  # fmt: skip
 
 
 @main.command("test")

@@ -115,6 +115,26 @@ def check_key(path: Path, *, flag: str, private: bool, env: Mapping[str, str]) -
         )
 
 
+def check_key_flags(
+    *, sign_key: Path | None, smoke_report: Path | None, verify_key: Path | None, env: Mapping[str, str]
+) -> None:
+    """The signing flags of a command (``--sign-key``, ``--smoke-report``, ``--verify-key``), checked before
+    anything runs.
+
+    Raises:
+        ConfigError: a key flag names no key of its kind, a private key without ``COSIGN_PASSWORD``, or
+            ``--smoke-report`` without ``--sign-key`` or naming no file.
+    """
+    if sign_key is not None:
+        check_key(sign_key, flag="--sign-key", private=True, env=env)
+    if smoke_report is not None and sign_key is None:
+        raise ConfigError("flags", ["--smoke-report needs --sign-key (it is attached as a signed attestation)"])
+    if smoke_report is not None and not smoke_report.is_file():
+        raise ConfigError("flags", [f"--smoke-report {str(smoke_report)!r} is not a file"])
+    if verify_key is not None:
+        check_key(verify_key, flag="--verify-key", private=False, env=env)
+
+
 def sign_argv(cosign: str, ref: str, key: Path) -> list[str]:
     """``cosign sign`` of ``ref`` (by digest) with the private ``key``."""
     return [cosign, "sign", "--key", str(key), *NO_TLOG_SIGN, ref]
