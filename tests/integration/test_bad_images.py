@@ -244,7 +244,7 @@ def test_bad_image_is_flagged(case: str, derived_image: Any, wheel_cache: Any, o
 def test_hung_check_is_reported_as_timeout(cpu_image: str, out_dir: Path, tmp_path: Path) -> None:
     """A check past its timeout is `timeout`, and its container is removed (autouse fixture checks)."""
     data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
-    data["variants"]["cpu"]["smoke"]["checks"]["offline-generate"]["timeout"] = 3
+    data["variants"]["cpu"]["smoke"]["timeouts"]["offline-generate"] = 3
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(yaml.safe_dump(data))
     proc = matrix_cli(

@@ -3,6 +3,7 @@ images and is not typed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from types import ModuleType
 from typing import Any
@@ -31,3 +32,9 @@ class _Flat:
 def incontainer() -> Any:
     """The package's modules as one namespace (see ``_Flat``)."""
     return _Flat()
+
+
+def stub_check(monkeypatch: Any, name: str, function: Any) -> None:
+    """Make check ``name`` run ``function`` for this test (its ``Declaration`` is frozen: a copy replaces it)."""
+    declarations = importlib.import_module("matrixtool.incontainer.vllm_smoke.catalogue").DECLARATIONS
+    monkeypatch.setitem(declarations, name, dataclasses.replace(declarations[name], function=function))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -66,6 +67,7 @@ def test_the_cache_is_no_build_input() -> None:
     assert cache.apply(plain, _settings("docker")).content_hash == plain.content_hash
 
 
+@pytest.mark.subprocess
 def test_builder_driver_reads_buildx_inspect() -> None:
     script = ["sh", "-c", "printf 'Name: b\\nDriver:   docker-container\\nNodes:\\n'"]
     assert cache.builder_driver(script) == "docker-container"
@@ -74,7 +76,7 @@ def test_builder_driver_reads_buildx_inspect() -> None:
 
 def _record(variant: str, platform: str, repo: str, digest: str) -> manifest.Pushed:
     return manifest.Pushed(
-        variant=variant, platform=platform, ref=f"127.0.0.1:5000/{repo}:0123456789abcdef", digest=digest
+        variant=variant, platform=Platform.parse(platform), ref=f"127.0.0.1:5000/{repo}:0123456789abcdef", digest=digest
     )
 
 
@@ -84,7 +86,7 @@ def test_cpu_and_arm64_make_one_list_under_cpu() -> None:
         _record("arm64", "linux/arm64", "vllm-matrix/arm64", DIGEST_B),
     ]
     (plan,) = manifest.plan_manifests(VARIANTS, pushed, registry="127.0.0.1:5000", repository="vllm-matrix")
-    assert plan.name == "cpu" and plan.platforms == ("linux/amd64", "linux/arm64")
+    assert plan.name == "cpu" and plan.platforms == (Platform("linux", "amd64"), Platform("linux", "arm64"))
     assert plan.argv() == [
         "docker", "buildx", "imagetools", "create",
         "--tag", "127.0.0.1:5000/vllm-matrix/cpu:0.32.0",
@@ -96,13 +98,13 @@ def test_cpu_and_arm64_make_one_list_under_cpu() -> None:
 def test_a_list_needs_every_platform_pushed() -> None:
     pushed = [_record("cpu", "linux/amd64", "vllm-matrix/cpu", DIGEST_A)]
     with pytest.raises(RegistryError, match=r"no pushed image of arm64 \(linux/arm64\)"):
-        manifest.plan_manifests(VARIANTS, pushed, registry="r:5000", repository="vllm-matrix")
+        manifest.plan_manifests(VARIANTS, pushed, registry="127.0.0.1:5000", repository="vllm-matrix")
 
 
 def test_single_platform_names_need_no_list() -> None:
     # rocm publishes linux/amd64 alone (cuda now lists cuda-arm64 too: publish_as).
     pushed = [_record("rocm", "linux/amd64", "vllm-matrix/rocm", DIGEST_A)]
-    assert manifest.plan_manifests(VARIANTS, pushed, registry="r:5000", repository="vllm-matrix") == []
+    assert manifest.plan_manifests(VARIANTS, pushed, registry="127.0.0.1:5000", repository="vllm-matrix") == []
 
 
 def test_members_must_pin_one_vllm_version() -> None:
@@ -112,11 +114,13 @@ def test_members_must_pin_one_vllm_version() -> None:
         _record("arm64", "linux/arm64", "vllm-matrix/arm64", DIGEST_B),
     ]
     with pytest.raises(ConfigError, match=r"pin vLLM 0\.32\.0 and 0\.32\.1"):
-        manifest.plan_manifests(variants, pushed, registry="r:5000", repository="vllm-matrix")
+        manifest.plan_manifests(variants, pushed, registry="127.0.0.1:5000", repository="vllm-matrix")
 
 
 def test_by_digest_keeps_a_registry_port() -> None:
-    record = manifest.Pushed(variant="cpu", platform="linux/amd64", ref="127.0.0.1:5000/x", digest=DIGEST_A)
+    record = manifest.Pushed(
+        variant="cpu", platform=Platform("linux", "amd64"), ref="127.0.0.1:5000/x", digest=DIGEST_A
+    )
     assert record.by_digest == f"127.0.0.1:5000/x@{DIGEST_A}"
 
 
@@ -130,3 +134,26 @@ def test_manifest_command_rejects_a_file_that_is_no_push_record(tmp_path: Path) 
 def test_plan_argv_without_cache_has_no_cache_flags() -> None:
     plan: BuildPlan = _plan()
     assert "--cache-from" not in buildx_argv(build_spec(plan, context_dir=Path("/c")), iidfile=Path("/i"))
+
+
+@pytest.mark.parametrize(
+    ("ref", "digest", "platform", "says"),
+    [
+        ("docker.io/evil/cpu:0123456789abcdef", DIGEST_A, "linux/amd64", "is not 127.0.0.1:5000/vllm-matrix/cpu:<tag>"),
+        ("127.0.0.1:5000/other/cpu:0123456789abcdef", DIGEST_A, "linux/amd64", "is not 127.0.0.1:5000/"),
+        ("--output=/etc/passwd", DIGEST_A, "linux/amd64", "is not 127.0.0.1:5000/"),
+        ("127.0.0.1:5000/vllm-matrix/cpu:--push", DIGEST_A, "linux/amd64", "is not 127.0.0.1:5000/"),
+        ("127.0.0.1:5000/vllm-matrix/cpu:0123456789abcdef", "--tag=x", "linux/amd64", "is not sha256:<64"),
+        ("127.0.0.1:5000/vllm-matrix/cpu:0123456789abcdef", "sha256:ABC", "linux/amd64", "is not sha256:<64"),
+        ("127.0.0.1:5000/vllm-matrix/cpu:0123456789abcdef", "", "linux/amd64", "is not sha256:<64"),
+        ("127.0.0.1:5000/vllm-matrix/cpu:0123456789abcdef", DIGEST_A, "linux/s390x", "is not one of cpu's"),
+    ],
+)
+def test_push_records_are_inputs_checked_before_imagetools(ref: str, digest: str, platform: str, says: str) -> None:
+    pushed = [
+        manifest.Pushed(variant="cpu", platform=Platform.parse(platform), ref=ref, digest=digest),
+        _record("arm64", "linux/arm64", "vllm-matrix/arm64", DIGEST_B),
+    ]
+    with pytest.raises(ConfigError, match=re.escape(says)) as caught:
+        manifest.plan_manifests(VARIANTS, pushed, registry="127.0.0.1:5000", repository="vllm-matrix")
+    assert caught.value.exit_code == ExitCode.CONFIG

@@ -1,4 +1,4 @@
-"""The in-image checks as a package: declarations next to the code, the README table generated from them,
+"""The in-image checks as a package: declarations next to the code, the docs table generated from them,
 prerequisites (one root cause, one failure), suites, and the groups that share an interpreter."""
 
 from __future__ import annotations
@@ -14,22 +14,28 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from matrixtool import checks, pipeline, smoke
+from matrixtool import checks, select, smoke
 from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode
 from matrixtool.matrix import CheckSpec, load_matrix
 from tests.conftest import REPO_ROOT
-from tests.unit._incontainer import incontainer
+from tests.unit._incontainer import incontainer, stub_check
 
 sys.path.insert(0, str(REPO_ROOT / "tools"))
-import checks_table
+import docs_tables
 
 
-def test_readme_check_table_is_generated_from_the_declarations() -> None:
-    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    assert checks_table.rewritten(text) == text, "README's check table drifted: run tools/checks_table.py"
+def test_the_generated_tables_of_docs_match_the_code() -> None:
+    # The check table (declarations), the command table (click) and the exit-code table (errors.MEANING).
+    assert docs_tables.drifted() == [], "a table in docs/ drifted: run tools/docs_tables.py"
     with pytest.raises(ValueError, match="markers"):
-        checks_table.rewritten("no markers here")
+        docs_tables.rewritten("no markers here", "checks-table", "")
+
+
+def test_a_drifted_table_is_named() -> None:
+    text = (REPO_ROOT / "docs/checks.md").read_text(encoding="utf-8")
+    stale = docs_tables.rewritten(text, "checks-table", "| an old table |\n")
+    assert stale != text and "| an old table |" in stale
 
 
 def test_the_host_catalogue_is_the_packages_declarations() -> None:
@@ -74,10 +80,10 @@ def test_a_failed_prerequisite_skips_its_dependents(monkeypatch: pytest.MonkeyPa
         calls.append("own")
         return mod.result("failed", "a cascade")
 
-    monkeypatch.setattr(mod.DECLARATIONS["torch-import"], "function", lambda p: mod.result("passed", "ok"))
-    monkeypatch.setattr(mod.DECLARATIONS["vllm-import"], "function", fails)
+    stub_check(monkeypatch, "torch-import", lambda p: mod.result("passed", "ok"))
+    stub_check(monkeypatch, "vllm-import", fails)
     for name in ("model-runner", "offline-generate"):
-        monkeypatch.setattr(mod.DECLARATIONS[name], "function", own)
+        stub_check(monkeypatch, name, own)
     assert mod.main(["x", "run", "vllm-import,model-runner,offline-generate", "{}"]) == 0
     results = mod.parse_results(capsys.readouterr().out)
     assert results["vllm-import"]["status"] == "failed"
@@ -86,6 +92,7 @@ def test_a_failed_prerequisite_skips_its_dependents(monkeypatch: pytest.MonkeyPa
     assert calls == ["vllm-import"], "the prerequisite runs once per interpreter; its dependents never"
 
 
+@pytest.mark.subprocess
 def test_vllm_cli_skips_when_the_failure_is_vllms_import(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # vllm-cli runs in a group of its own and imports vLLM only when the console script fails: then a vLLM that
     # does not import is vllm-import's failure (reported in the vLLM group), not a second one.
@@ -144,7 +151,7 @@ def test_another_environment_is_validated_in_process_until_vllm_caches_its_env(m
 
 def test_a_transitive_failure_names_the_check_that_failed(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     mod = incontainer()
-    monkeypatch.setattr(mod.DECLARATIONS["torch-import"], "function", lambda p: mod.result("failed", "no torch"))
+    stub_check(monkeypatch, "torch-import", lambda p: mod.result("failed", "no torch"))
     mod.main(["x", "run", "model-runner", "{}"])
     parsed = mod.parse_results(capsys.readouterr().out)["model-runner"]
     assert (parsed["status"], parsed["diagnosis"]) == ("skipped", "torch-import failed")
@@ -181,16 +188,16 @@ def test_triton_drivers_says_when_vllm_is_installed_but_fails_to_import(monkeypa
 
 def test_quick_suite_leaves_out_compiled_generate_and_adds_prerequisites() -> None:
     cpu = next(v for v in load_matrix().variants if v.name == "cpu")
-    quick = [c.name for c in pipeline.select_checks(cpu, [], [], "quick")]
-    full = [c.name for c in pipeline.select_checks(cpu, [], [], "full")]
+    quick = [c.name for c in select.select_checks(cpu, [], [], "quick")]
+    full = [c.name for c in select.select_checks(cpu, [], [], "full")]
     # offline-generate is in both: the quick suite runs its eager half only (test_generate_modes_follow_the_suite).
     assert "inductor-compile" not in quick and "model-runner" in quick and "offline-generate" in quick
     assert full == [c.name for c in cpu.checks]
     # --only picks checks whatever their suite, and brings their prerequisites.
-    only = [c.name for c in pipeline.select_checks(cpu, ["offline-generate"], [], "quick")]
+    only = [c.name for c in select.select_checks(cpu, ["offline-generate"], [], "quick")]
     assert only == ["torch-import", "vllm-import", "tiny-model", "offline-generate"]
     with pytest.raises(ConfigError, match="'slow' is no suite"):
-        pipeline.select_checks(cpu, [], [], "slow")
+        select.select_checks(cpu, [], [], "slow")
 
 
 def test_suite_flag_is_validated_with_exit_3() -> None:

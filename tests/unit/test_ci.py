@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from matrixtool import ci
 from matrixtool.cli import main
-from matrixtool.errors import ConfigError, ExitCode
+from matrixtool.errors import ConfigError, ExitCode, NothingSelectedError
 from matrixtool.matrix import load_matrix, validate
 from tests.conftest import REPO_ROOT
 
@@ -121,6 +121,7 @@ def test_pull_requests_are_fast_and_the_default_branch_publishes() -> None:
     assert "tools/matrix manifest build/pushed/*.json" in json.dumps(jobs["manifest"])
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("tool", ["actionlint", "zizmor"])
 def test_workflow_passes_linter(tool: str) -> None:
     exe = shutil.which(tool, path=str(VENV_BIN)) or shutil.which(tool)
@@ -139,3 +140,12 @@ def test_fork_pull_requests_get_no_self_hosted_runners() -> None:
     hosted = ci.ci_matrix(variants, hosted_only=True)["include"]
     assert {e["variant"] for e in hosted} == {"cpu", "arm64"}
     assert all("self-hosted" not in e["runner"] for e in hosted)
+
+
+def test_hosted_only_that_leaves_nothing_is_an_error_not_an_empty_matrix() -> None:
+    # GitHub Actions rejects `include: []`; the tool says so at once with exit 4.
+    gpu_only = [v for v in load_matrix(REPO_ROOT / "matrix.yaml").variants if "self-hosted" in v.runner]
+    with pytest.raises(NothingSelectedError, match="--hosted-only leaves no variant of cuda, cuda-arm64, rocm"):
+        ci.ci_matrix(gpu_only, hosted_only=True)
+    result = CliRunner().invoke(main, ["ci-matrix", "--hosted-only", "cuda", "rocm"], catch_exceptions=False)
+    assert result.exit_code == ExitCode.NOTHING_SELECTED and result.output.startswith("error: --hosted-only")

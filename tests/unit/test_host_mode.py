@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 from matrixtool.cli import main
 from matrixtool.errors import ExitCode
 
 
+@pytest.mark.subprocess
 def test_host_mode_on_this_interpreter(tmp_path) -> None:  # type: ignore[no-untyped-def]
     # The test venv has no torch, triton or vLLM: vLLM checks skip with the reason, torch-import (pulled in as
     # triton-kernel's prerequisite) fails naming torch and triton-kernel is skipped for it (one root cause, one

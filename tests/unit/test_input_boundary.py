@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -143,7 +144,14 @@ def test_render_replaces_files_atomically(tmp_path: Path, monkeypatch: pytest.Mo
     assert not [p for p in (tmp_path / "images" / "cpu").iterdir() if p.name.endswith(".tmp")]
 
 
-def test_doctor_fails_through_the_error_path() -> None:
+def test_doctor_fails_through_the_error_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The docker CLI probes (buildx) fail as on a machine without the plugin; the SDK is the guard's.
+    from matrixtool import engine
+
+    def no_cli(argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 1, "", f"{argv[0]}: not run in unit tests")
+
+    monkeypatch.setattr(engine, "_run", no_cli)
     result = CliRunner().invoke(main, ["doctor", "--registry", "127.0.0.1:9"], catch_exceptions=False)
     assert result.exit_code == ExitCode.ENGINE
     assert "error: doctor: engine" in result.output and "Traceback" not in result.output
@@ -202,9 +210,10 @@ def test_an_unreadable_matrix_file_is_a_config_error(tmp_path: Path) -> None:
 def test_keep_going_exits_with_the_most_severe_code(
     tmp_path: Path, codes: dict[str, ExitCode], check_failed: bool, expected: ExitCode
 ) -> None:
-    """cli._finish turns RunReport.error_codes (recorded by pipeline.run_variants) and a failed check into
-    one exit code, the most severe (README "Exit codes"), after writing the reports."""
-    from matrixtool import cli, report
+    """commands._shared.finish turns RunReport.error_codes (recorded by commands.run.run) and a failed check
+    into one exit code, the most severe (docs/commands.md, "Exit codes"), after writing the reports."""
+    from matrixtool import report
+    from matrixtool.commands._shared import ReportFlags, finish
     from matrixtool.errors import VariantsFailed
     from matrixtool.smoke import CheckResult, Status
 
@@ -219,8 +228,7 @@ def test_keep_going_exits_with_the_most_severe_code(
         seconds=1.0,
     )
     result = report.RunReport(checks=[check], errors=errors, error_codes=codes)
-    settings = cli.Settings(matrix_path=tmp_path / "matrix.yaml", out_dir=tmp_path / "out", env={}, debug=False)
     with pytest.raises(VariantsFailed) as info:
-        cli._finish(settings, result, as_json=False, junit=None)
+        finish(result, ReportFlags(as_json=False, junit=None), out_dir=tmp_path / "out", env={})
     assert info.value.exit_code == expected
     assert (tmp_path / "out" / "reports" / "junit.xml").is_file()

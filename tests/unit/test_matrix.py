@@ -48,20 +48,22 @@ def test_every_problem_is_reported_at_once() -> None:
     data = _data()
     data["variants"]["cpu"]["triton"] = "abesnt"
     data["variants"]["cuda"]["platforms"] = ["linux/s390x"]
-    data["variants"]["rocm"]["smoke"]["checks"]["timeout"] = {"timeout": -1}
+    data["variants"]["arm64"]["smoke"]["timeouts"] = {"pip-check": -1}
     problems = validate(data)
     assert any(
         p.startswith("variants.cpu.triton: 'abesnt' is not one of") and "did you mean 'absent'" in p for p in problems
     )
     assert any(p.startswith("variants.cuda.platforms.0:") for p in problems)
-    assert any(p.startswith("variants.rocm.smoke.checks.timeout.timeout:") for p in problems)
+    assert any(p.startswith("variants.arm64.smoke.timeouts.pip-check:") for p in problems)
 
 
 def test_unknown_check_name_suggests_the_nearest() -> None:
     data = _data()
-    data["variants"]["cpu"]["smoke"]["checks"]["offline-generat"] = {"timeout": 10}
+    data["variants"]["cpu"]["smoke"]["timeouts"]["offline-generat"] = 10
+    data["variants"]["cpu"]["smoke"]["skip"] = ["tiny-modle"]
     assert validate(data) == [
-        "variants.cpu.smoke.checks.offline-generat: unknown smoke check; did you mean 'offline-generate'?"
+        "variants.cpu.smoke.skip.tiny-modle: unknown smoke check; did you mean 'tiny-model'?",
+        "variants.cpu.smoke.timeouts.offline-generat: unknown smoke check; did you mean 'offline-generate'?",
     ]
 
 
@@ -156,7 +158,7 @@ def test_extends_cascades_mappings_and_replaces_the_rest() -> None:
     data["variants"]["gh"] = {
         "extends": "cuda-arm64",
         "publish_as": "gh",
-        "smoke": {"checks": {"pip-check": {"timeout": 7}}},
+        "smoke": {"timeouts": {"pip-check": 7}},
     }
     assert validate(data) == []
     resolved, problems = resolve_extends(data)
@@ -164,8 +166,9 @@ def test_extends_cascades_mappings_and_replaces_the_rest() -> None:
     gh = resolved["variants"]["gh"]
     assert gh["platforms"] == ["linux/arm64"]  # from cuda-arm64
     assert gh["base_image"] == data["variants"]["cuda"]["base_image"]  # from cuda, two levels up
-    assert gh["smoke"]["checks"]["pip-check"] == {"timeout": 7}  # overridden
-    assert gh["smoke"]["checks"]["triton-kernel"] == {"timeout": 900}  # the rest of the mapping kept
+    assert gh["smoke"]["timeouts"]["pip-check"] == 7  # overridden
+    assert gh["smoke"]["timeouts"]["inductor-compile"] == 600  # the rest of the mapping kept (from cuda)
+    assert gh["smoke"]["timeout_scale"] == 4  # from cuda-arm64
     assert gh["smoke"]["accept_clashes"] == ["build_backend.py"]
 
 

@@ -13,6 +13,20 @@ def _cpu() -> Variant:
     return next(v for v in load_matrix().variants if v.name == "cpu")
 
 
+_BASE_FIELDS = {"base_image_id": "image_id", "base_digest": "digest", "base_local": "local_tag"}
+
+
+def flat_plan(variant: Variant, *, platform: Platform, files: tuple[Any, ...], **flat: Any) -> plan.BuildPlan:
+    """``plan.plan_build`` from one flat set of keywords: the base's (``base_image_id``, ``base_digest``,
+    ``base_local``, ``stand_in_suite``) go to ``BaseFacts``, the rest to ``BuildInputs``."""
+    base = {_BASE_FIELDS.get(k, k): flat.pop(k) for k in [*_BASE_FIELDS, "stand_in_suite"] if k in flat}
+    if "wheelhouse_rows" in flat:
+        flat["wheelhouse_rows"] = tuple(flat["wheelhouse_rows"])
+    return plan.plan_build(
+        variant, platform=platform, files=files, base=plan.BaseFacts(**base), inputs=plan.BuildInputs(**flat)
+    )
+
+
 def _plan(variant_name: str = "cpu", **overrides: Any) -> plan.BuildPlan:
     variant = next(v for v in load_matrix().variants if v.name == variant_name)
     kwargs: dict[str, Any] = dict(
@@ -26,7 +40,7 @@ def _plan(variant_name: str = "cpu", **overrides: Any) -> plan.BuildPlan:
         source_url="https://example.invalid/repo",
     )
     kwargs.update(overrides)
-    return plan.plan_build(variant, **kwargs)
+    return flat_plan(variant, **kwargs)
 
 
 def _argv(p: plan.BuildPlan, context_dir: Path, iidfile: Path) -> list[str]:
@@ -105,7 +119,7 @@ def test_platform_tag_keeps_each_platforms_base_apart() -> None:
 def test_base_ref_prefers_pin_then_local_platform_tag() -> None:
     p = _plan()
     assert p.base_ref == "debian:bookworm-slim"
-    local = plan.plan_build(
+    local = flat_plan(
         _cpu(),
         platform=AMD64,
         files=p.files,
@@ -121,7 +135,7 @@ def test_base_ref_prefers_pin_then_local_platform_tag() -> None:
     assert "BASE_IMAGE=debian:bookworm-slim-amd64" in _argv(local, Path("/c"), Path("/i"))
     assert (
         local.content_hash
-        == plan.plan_build(
+        == flat_plan(
             _cpu(),
             platform=AMD64,
             files=p.files,

@@ -18,7 +18,7 @@ from matrixtool.errors import ConfigError, ExitCode, WrongPlatformError
 from matrixtool.matrix import CheckSpec, load_matrix
 from matrixtool.profiles import Condition, Overrides, Profile
 from matrixtool.report import RunReport
-from tests.unit._incontainer import incontainer
+from tests.unit._incontainer import incontainer, stub_check
 
 RESTRICTED = {
     "user": "1000770000:0",
@@ -87,7 +87,7 @@ def test_flag_values_are_parsed_or_rejected() -> None:
 
 def test_a_profile_runs_only_the_checks_its_conditions_can_change() -> None:
     checks = [CheckSpec(name=n, timeout=1) for n in CHECKS]
-    affects = {n: c.affected_by for n, c in CHECKS.items()}
+    affects = {n: frozenset(map(Condition, c.affected_by)) for n, c in CHECKS.items()}
     default = Profile(name="default")
     restricted = profiles.profile_from_mapping("restricted", RESTRICTED)
     assert restricted.differs(default) == {Condition.USER, Condition.READ_ONLY, Condition.TMPFS, Condition.NETWORK}
@@ -211,11 +211,11 @@ def test_exec_format_error_is_named(tmp_path: Path) -> None:
 def test_cli_profile_flags_reach_the_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict[str, Any] = {}
 
-    def fake_test_image(matrix: Any, variant: Any, image: str, options: Any) -> RunReport:
-        seen["choice"] = options.choice
+    def fake_run(args: Any) -> RunReport:
+        seen["choice"] = args.choice
         return RunReport()
 
-    monkeypatch.setattr("matrixtool.pipeline.test_image", fake_test_image)
+    monkeypatch.setattr("matrixtool.commands.test.run", fake_run)
     args = ["test", "--image", "x", "--as", "cpu", "--profile", "restricted", "--no-read-only", "--memory", "2g"]
     args += ["--cpus", "1", "--tmpfs", "/tmp:rw", "--env", "A=1", "--user", "1:0", "--network", "bridge"]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
@@ -251,9 +251,9 @@ def test_a_failed_check_names_the_condition_it_met(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     mod = _incontainer()
-    monkeypatch.setattr(
-        mod.DECLARATIONS["triton-import"],
-        "function",
+    stub_check(
+        monkeypatch,
+        "triton-import",
         lambda params: mod.result(
             "failed", "import torch fails: FileNotFoundError: [Errno 2] No usable temporary directory found in ['/tmp']"
         ),

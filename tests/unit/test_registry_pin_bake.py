@@ -18,6 +18,7 @@ from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode, RegistryError
 from matrixtool.matrix import Platform, load_matrix
 from tests.conftest import REPO_ROOT, copy_checkout
+from tests.unit.test_plan import flat_plan
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -32,7 +33,7 @@ def _plan(**overrides: Any) -> plan.BuildPlan:
         revision="abc", source_url="https://example.invalid/repo",
     )  # fmt: skip
     kwargs.update(overrides)
-    return plan.plan_build(variant, **kwargs)
+    return flat_plan(variant, **kwargs)
 
 
 # --- bake ---------------------------------------------------------------------------------------------
@@ -276,6 +277,7 @@ def test_pin_cli_leaves_the_lock_unchanged_when_the_registry_is_unreachable(
 
 
 # --- bake without an engine or a reachable index ----------------------------------------------------------
+@pytest.mark.subprocess
 def test_bake_works_offline_and_warns_about_what_it_could_not_check(tmp_path: Path) -> None:
     """The autouse guard makes the engine unreachable; the index is a closed loopback port."""
     with socket.socket() as s:
@@ -310,18 +312,18 @@ def test_push_of_an_image_already_published_moves_only_a_stale_version_tag() -> 
     p = _plan()
     plan_ = push.plan_push(p, registry="127.0.0.1:5000")
     hash_ref, version_ref = plan_.targets
-    pulled: list[tuple[str, str]] = []
+    pulled: list[tuple[str, Platform]] = []
     fake = _FakeRegistry()  # the version tag names DIGEST
     result = push.ensure_published(plan_, DIGEST, fake, lambda ref, platform: pulled.append((ref, platform)))
     assert fake.calls == [("digest", version_ref)] and pulled == []
-    assert result.refs == (hash_ref, version_ref) and result.digest == DIGEST and result.platform == "linux/amd64"
+    assert result.refs == (hash_ref, version_ref) and result.digest == DIGEST and str(result.platform) == "linux/amd64"
 
     other = "sha256:" + "cd" * 32  # the hash tag's image; the version tag still names an older one
     fake = _FakeRegistry()
     result = push.ensure_published(
         plan_, other, fake, lambda ref, platform: pulled.append((ref, platform)), keep_tags=False
     )
-    assert pulled == [(hash_ref, "linux/amd64")]
+    assert pulled == [(hash_ref, Platform.parse("linux/amd64"))]
     assert fake.calls == [
         ("digest", version_ref),
         ("tag", hash_ref, version_ref),

@@ -93,6 +93,7 @@ def test_extra_file_in_a_variant_dir_is_drift(tmp_path: Path) -> None:
     assert stale == [Path("images/cpu/notes.txt")]
 
 
+@pytest.mark.subprocess
 def test_generated_dockerfiles_are_hadolint_clean() -> None:
     hadolint = shutil.which("hadolint") or str(Path(__file__).parents[2] / ".venv" / "bin" / "hadolint")
     files = sorted(str(p) for p in (REPO_ROOT / "images").glob("*/Dockerfile"))

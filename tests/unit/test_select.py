@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from matrixtool import pipeline
+from matrixtool import select
 from matrixtool.cli import main
 from matrixtool.errors import ConfigError, ExitCode, NothingSelectedError
 from matrixtool.matrix import load_matrix
@@ -50,17 +50,17 @@ def test_an_empty_check_selection_is_a_config_error() -> None:
     assert result.exit_code == ExitCode.CONFIG and "leaves no check" in result.output
 
 
-def test_pipeline_select_checks_validates_as_the_flag_check_does() -> None:
-    """One validation of --only/--skip (inputs.check_selection), used by the CLI and by the pipeline alike."""
+def test_select_checks_validates_as_the_flag_check_does() -> None:
+    """One validation of --only/--skip (inputs.check_selection), used by the flag check and by select_checks."""
     cpu = next(v for v in load_matrix().variants if v.name == "cpu")
-    assert [c.name for c in pipeline.select_checks(cpu, ["pip-check"], [])] == ["pip-check"]
-    assert "pip-check" not in [c.name for c in pipeline.select_checks(cpu, [], ["pip-check"])]
+    assert [c.name for c in select.select_checks(cpu, ["pip-check"], [])] == ["pip-check"]
+    assert "pip-check" not in [c.name for c in select.select_checks(cpu, [], ["pip-check"])]
     with pytest.raises(ConfigError, match="'triton-kernel' is not a check of variant cpu"):
-        pipeline.select_checks(cpu, ["triton-kernel"], [])
+        select.select_checks(cpu, ["triton-kernel"], [])
     with pytest.raises(ConfigError, match="'nope' is no smoke check"):
-        pipeline.select_checks(cpu, [], ["nope"])
+        select.select_checks(cpu, [], ["nope"])
     with pytest.raises(ConfigError, match="leaves no check"):
-        pipeline.select_checks(cpu, [], [c.name for c in cpu.checks])
+        select.select_checks(cpu, [], [c.name for c in cpu.checks])
 
 
 @pytest.mark.parametrize(

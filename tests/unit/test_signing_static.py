@@ -201,8 +201,9 @@ def test_license_listing_of_a_tar_stream() -> None:
 def test_manifest_verifies_each_platform_before_making_the_list(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from matrixtool import attestations, manifest, pipeline
-    from matrixtool.matrix import load_matrix
+    from matrixtool import attestations, manifest
+    from matrixtool.commands import manifest as manifest_command
+    from matrixtool.matrix import DEFAULT_MATRIX
 
     records = tmp_path / "pushed.json"
     records.write_text(json.dumps({"schema_version": 1, "pushed": [
@@ -224,11 +225,14 @@ def test_manifest_verifies_each_platform_before_making_the_list(
 
     monkeypatch.setattr(attestations, "verify_ref", verify_ref)
     monkeypatch.setattr(manifest, "execute", execute)
+    pub = tmp_path / "cosign.pub"
+    pub.write_text("-----BEGIN PUBLIC KEY-----\n")
+    args = manifest_command.Args(
+        matrix_path=DEFAULT_MATRIX, pushed=(records,), registry="127.0.0.1:5000", repository="vllm-matrix",
+        verify_key=pub,
+    )  # fmt: skip
     with pytest.raises(signing.UnverifiedError, match="arm64"):
-        pipeline.publish_manifests(
-            load_matrix(), [records], registry="127.0.0.1:5000", repository="vllm-matrix",
-            verify_key=tmp_path / "cosign.pub", env={},
-        )  # fmt: skip
+        manifest_command.run(args)
     assert verified == [
         f"127.0.0.1:5000/vllm-matrix/cpu@{DIGEST}",
         "127.0.0.1:5000/vllm-matrix/arm64@sha256:" + "cd" * 32,
@@ -236,7 +240,8 @@ def test_manifest_verifies_each_platform_before_making_the_list(
 
 
 def test_pin_verifies_before_the_lock_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from matrixtool import attestations, pipeline
+    from matrixtool import attestations
+    from matrixtool.commands import pin as pin_command
     from matrixtool.matrix import load_matrix
     from tests.conftest import copy_checkout
 
@@ -250,6 +255,9 @@ def test_pin_verifies_before_the_lock_file(tmp_path: Path, monkeypatch: pytest.M
             raise AssertionError("resolved before verifying")
 
     monkeypatch.setattr(attestations, "verify_ref", verify_ref)
+    pub = tmp_path / "k.pub"
+    pub.write_text("-----BEGIN PUBLIC KEY-----\n")
+    args = pin_command.Args(matrix=matrix, variants=(matrix.variants[0],), resolve=NoRegistry(), verify_key=pub)  # type: ignore[arg-type]
     with pytest.raises(signing.UnverifiedError, match="debian:bookworm-slim is not signed"):
-        pipeline.pin_variants(matrix, [matrix.variants[0]], NoRegistry(), verify_key=tmp_path / "k.pub", env={})  # type: ignore[arg-type]
+        pin_command.run(args)
     assert not (tmp_path / "c" / "matrix.lock.json").exists()

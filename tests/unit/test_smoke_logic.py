@@ -15,25 +15,22 @@ import pytest
 from matrixtool import smoke
 from matrixtool.checks import CHECKS
 from matrixtool.matrix import CheckSpec, load_matrix
-from tests.unit._incontainer import incontainer
+from tests.unit._incontainer import incontainer, stub_check
 
 
-def test_a_check_past_its_own_timeout_in_a_shared_interpreter_is_timeout(capsys: Any) -> None:
+def test_a_check_past_its_own_timeout_in_a_shared_interpreter_is_timeout(
+    capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import time
 
     mod = incontainer()
-    decl = mod.DECLARATIONS["pip-check"]
-    original = decl.function
 
     def slow(params: Any) -> Any:
         time.sleep(5)
         return mod.result("passed", "too late")
 
-    decl.function = slow
-    try:
-        mod.main(["x", "run", "pip-check,cpu-engine-settings", json.dumps({"timeouts": {"pip-check": 1}})])
-    finally:
-        decl.function = original
+    stub_check(monkeypatch, "pip-check", slow)
+    mod.main(["x", "run", "pip-check,cpu-engine-settings", json.dumps({"timeouts": {"pip-check": 1}})])
     results = mod.parse_results(capsys.readouterr().out)
     assert results["pip-check"]["status"] == "timeout" and "timeout of 1 s" in results["pip-check"]["diagnosis"]
     assert results["cpu-engine-settings"]["status"] in ("passed", "failed"), "the next check of the group still runs"
@@ -52,6 +49,7 @@ def test_exec_argv_is_bounded_by_the_sum_of_the_timeouts() -> None:
     assert host[4:9] == ["py", "-c", smoke.HOST_BOOT, "/x/incontainer", "run"] and host[9] == "model-runner"
 
 
+@pytest.mark.subprocess
 def test_the_zipapp_is_written_with_one_exec_and_runs_the_package(tmp_path: Path) -> None:
     install = smoke.install_argv()
     assert install[:2] == ["python3", "-c"] and install[3] == smoke.ZIPAPP
@@ -176,10 +174,10 @@ def test_unreadable_result_is_a_failure_not_a_crash() -> None:
 def test_every_failure_class_has_a_check_and_the_readme_names_gpu_only_ones() -> None:
     covered = {n for info in CHECKS.values() for n in info.classes}
     assert covered == set(range(1, 15))
-    readme = (smoke.CHECKS_DIR.parents[2] / "README.md").read_text()
+    readme = (smoke.CHECKS_DIR.parents[2] / "docs" / "checks.md").read_text()
     assert "needs a GPU" in readme
     for name in CHECKS:
-        assert f"| `{name}` |" in readme, f"README's check table lacks {name}"
+        assert f"| `{name}` |" in readme, f"docs/checks.md's check table lacks {name}"
 
 
 def test_gpu_variant_checks_skip_without_a_gpu_and_cpu_variants_run(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from matrixtool import wheelhouse
 from matrixtool.cli import main
 from matrixtool.errors import ExitCode
-from matrixtool.matrix import load_matrix
+from matrixtool.matrix import Platform, load_matrix
 
 VARIANTS = {v.name: v for v in load_matrix().variants}
 X86_CP311 = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
@@ -33,7 +33,9 @@ ARM_CP313 = "torch-2.13.0+cpu-cp313-cp313-manylinux_2_28_aarch64.whl"
     ],
 )
 def test_wheel_fits_by_tags(filename: str, python: str, platform: str, fits: bool) -> None:
-    got = wheelhouse.wheel_fits(filename, package="torch", version="2.13.0+cpu", python=python, platform=platform)
+    got = wheelhouse.wheel_fits(
+        filename, package="torch", version="2.13.0+cpu", python=python, platform=Platform.parse(platform)
+    )
     assert got is fits
 
 
@@ -45,7 +47,7 @@ def test_the_x86_wheel_serves_cpu_but_not_arm64(tmp_path: Path) -> None:
     assert "https://download.pytorch.org/whl/cpu" in problem and "--wheelhouse" in problem
     (tmp_path / ARM_CP313).write_bytes(b"")
     assert wheelhouse.problems(VARIANTS["arm64"], tmp_path, env_var="PIP_FIND_LINKS") == []
-    assert wheelhouse.find_wheel(tmp_path, VARIANTS["arm64"], "linux/arm64") == tmp_path / ARM_CP313
+    assert wheelhouse.find_wheel(tmp_path, VARIANTS["arm64"], Platform.parse("linux/arm64")) == tmp_path / ARM_CP313
 
 
 def test_variants_without_a_wheelhouse_need_none() -> None:

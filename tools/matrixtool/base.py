@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from docker.models.images import Image
 
 from matrixtool.engine import echo
 from matrixtool.errors import BuildError
-from matrixtool.matrix import Platform
+from matrixtool.matrix import Platform, Variant
+from matrixtool.pin import Lock
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 STAND_IN_LABEL = "io.vllm-matrix.stand-in-for"
@@ -53,6 +55,10 @@ class BaseImage:
     origin: str
     local_tag: str | None = None
     stand_in_suite: str | None = None
+
+
+# The key of a base image among a command's: (variant name, platform).
+BaseKey = tuple[str, Platform]
 
 
 def _suite_of(image: Image) -> str | None:
@@ -238,3 +244,42 @@ def _provide_pinned(client: docker.DockerClient, pinned: str, *, platform: Platf
         if image is None:
             raise BuildError(f"{pinned} has no {platform} image; pin a ref that serves {platform}")
     return BaseImage(ref=pinned, platform=platform, image_id=str(image.id), origin=origin)
+
+
+def provide_bases(client: docker.DockerClient, variants: Sequence[Variant], lock: Lock) -> dict[BaseKey, BaseImage]:
+    """Make every (variant, platform)'s base image present (``provide``: local, pulled or a stand-in;
+    ``ref@digest`` when pinned in ``lock``).
+
+    Raises:
+        BuildError: a base could not be provided.
+    """
+    return {
+        (v.name, p): provide(client, v.base_image, platform=p, suite=v.stand_in_suite, digest=lock.digest(v.base_image))
+        for v in variants
+        for p in v.platforms
+    }
+
+
+def look_up_bases(
+    client: docker.DockerClient | None, variants: Sequence[Variant], lock: Lock
+) -> tuple[dict[BaseKey, BaseImage], list[str]]:
+    """The bases the engine already has (``lookup``; nothing pulled or made), and a warning for each one it
+    lacks, or one warning when there is no engine (``client`` None)."""
+    if client is None:
+        return {}, ["no Docker engine: base images were not checked; the bake file names them as matrix.yaml does"]
+    found: dict[BaseKey, BaseImage] = {}
+    warnings = []
+    for v in variants:
+        digest = lock.digest(v.base_image)
+        for p in v.platforms:
+            got = lookup(client, v.base_image, platform=p, digest=digest)
+            if got is not None:
+                found[(v.name, p)] = got
+            else:
+                named = f"{v.base_image}@{digest}" if digest else v.base_image
+                warnings.append(
+                    f"{v.name} ({p}): base image {named} is not on the engine; "
+                    "the bake file builds FROM it as named, and its content hash differs from a local build's "
+                    "('tools/matrix base' provides it)"
+                )
+    return found, warnings

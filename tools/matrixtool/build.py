@@ -9,16 +9,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import docker
 import docker.errors
 
-from matrixtool.engine import echo
+from matrixtool import cache
+from matrixtool.engine import echo, note
 from matrixtool.errors import BuildError
 from matrixtool.plan import BuildPlan, build_spec, buildx_argv, remote_ref
-from matrixtool.registry import Registry
+from matrixtool.registry import EngineRegistry, Registry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,3 +225,51 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
         log_path=log_path,
         cached=False,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildPolicy:
+    """When and where to build: ``force`` rebuilds a plan whose content-hash tag exists; ``registry``
+    (``HOST[:PORT][/NAMESPACE]``) is also searched for that tag; ``cache_registry`` keeps BuildKit's cache
+    there (``cache.py``), read only with ``cache_read_only``; ``out_dir`` holds the staged contexts
+    (``<out>/context``) and build logs (``<out>/logs``)."""
+
+    out_dir: Path
+    force: bool = False
+    registry: str | None = None
+    cache_registry: str | None = None
+    cache_read_only: bool = False
+
+
+def execute_plans(client: docker.DockerClient, plans: Sequence[BuildPlan], policy: BuildPolicy) -> list[BuildResult]:
+    """Build ``plans`` in order, skipping (unless ``policy.force``) those whose content-hash tag is on the
+    engine or, with ``policy.registry``, in that registry.
+
+    Raises:
+        BuildError, RegistryError (the registry did not answer).
+    """
+    results = []
+    settings = None
+    if policy.cache_registry is not None:
+        settings = cache.CacheSettings(
+            registry=policy.cache_registry, write=not policy.cache_read_only, driver=cache.builder_driver()
+        )
+    for the_plan in plans:
+        if settings is not None:
+            the_plan = cache.apply(the_plan, settings)
+        done = None if policy.force else existing(client, the_plan)
+        if done is not None:
+            note(f"{the_plan.variant}: {done.image} exists (content hash unchanged); --force rebuilds")
+        elif not policy.force and policy.registry:
+            done = published(the_plan, policy.registry, EngineRegistry(client))
+            if done is not None:
+                note(
+                    f"{the_plan.variant}: {done.image} exists in the registry (content hash unchanged); "
+                    "--force rebuilds"
+                )
+        if done is None:
+            done = execute(client, the_plan, work_dir=policy.out_dir / "context", log_dir=policy.out_dir / "logs")
+            if settings is not None:
+                cache.export_inline(the_plan, settings)
+        results.append(done)
+    return results

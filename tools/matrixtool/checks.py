@@ -1,66 +1,43 @@
 """The catalogue of smoke checks, as the in-image package declares it next to each check's code.
 
-The checks run *inside* the image (``incontainer/vllm_smoke``, one module per family); each declares its name,
-what it proves, failure classes (``docs/failure-classes.md``), reports, fix hint, default timeout, the run
-conditions that can change its verdict, its suites, its prerequisites and whether it shares an interpreter
-(``vllm_smoke.common.check``). This module turns those declarations into typed values for the host.
+The checks run *inside* the image (``incontainer/vllm_smoke``, one module per family); each declares its facts
+once with ``vllm_smoke.common.check`` (the fields of ``Declaration``: what it proves, failure classes, reports,
+fix hint, default timeout, the accelerators it applies to, the run conditions that can change its verdict, its
+suites, prerequisites and interpreter group). The host reads those ``Declaration`` values as they are.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 
 from matrixtool.incontainer.vllm_smoke.catalogue import DECLARATIONS
-from matrixtool.profiles import Condition as C
+from matrixtool.incontainer.vllm_smoke.common import ACCELERATORS, SUITES, Accelerator, Declaration, Suite
 
-SUITES = ("quick", "full")
-DEFAULT_SUITE = "full"
+__all__ = [
+    "ACCELERATORS",
+    "CHECKS",
+    "DEFAULT_SUITE",
+    "SUITES",
+    "Accelerator",
+    "CheckInfo",
+    "Suite",
+    "applicable",
+    "in_suite",
+    "prerequisites",
+    "readme_table",
+]
 
-
-@dataclass(frozen=True, kw_only=True)
-class CheckInfo:
-    """Static facts about one smoke check (declared in ``incontainer/vllm_smoke``).
-
-    ``classes``: failure-class numbers it covers; ``reports``: public reports behind it (URLs);
-    ``hint``: what to do when it fails (the in-image check may give a more specific one);
-    ``timeout``: seconds, the default of matrix.yaml ``smoke.checks.<name>.timeout``;
-    ``affected_by``: the run conditions (deployment profiles) that can change its verdict beyond what
-    ``run-conditions`` proves for every check; a profile other than ``default`` runs the check again only when
-    it sets one of them differently. ``suites``: the suites that run it; ``needs``: prerequisite checks (when
-    one does not pass, this one is ``skipped``); ``uses``: checks whose verdict it refers to (run with it);
-    ``group``: the checks of one group share an interpreter, None for a check that needs a fresh one.
-    """
-
-    name: str
-    proves: str
-    classes: tuple[int, ...]
-    reports: tuple[str, ...]
-    hint: str
-    timeout: int = 300
-    affected_by: frozenset[C] = frozenset({C.ENV})
-    suites: tuple[str, ...] = SUITES
-    needs: tuple[str, ...] = ()
-    uses: tuple[str, ...] = ()
-    group: str | None = None
+# The host's name for one check's declaration.
+CheckInfo = Declaration
+DEFAULT_SUITE = Suite.FULL
+# Every check, in the catalogue's order (``catalogue.ORDER``): the order of a variant's checks and reports.
+CHECKS: Mapping[str, Declaration] = DECLARATIONS
 
 
-CHECKS: dict[str, CheckInfo] = {
-    name: CheckInfo(
-        name=name,
-        proves=d.proves,
-        classes=tuple(d.classes),
-        reports=tuple(d.reports),
-        hint=d.hint,
-        timeout=d.timeout,
-        affected_by=frozenset(C(c) for c in d.affected_by),
-        suites=tuple(d.suites),
-        needs=tuple(d.needs),
-        uses=tuple(d.uses),
-        group=d.group,
-    )
-    for name, d in DECLARATIONS.items()
-}
+def applicable(accelerator: Accelerator | str) -> list[str]:
+    """The checks that apply by default to a variant of ``accelerator`` (``Declaration.accelerators``), in the
+    catalogue's order."""
+    return [name for name, d in CHECKS.items() if accelerator in d.accelerators]
 
 
 def prerequisites(names: Iterable[str]) -> list[str]:
@@ -76,7 +53,7 @@ def prerequisites(names: Iterable[str]) -> list[str]:
     return [n for n in CHECKS if n in wanted]
 
 
-def in_suite(names: Sequence[str], suite: str) -> list[str]:
+def in_suite(names: Sequence[str], suite: Suite) -> list[str]:
     """The checks of ``names`` that ``suite`` runs (``quick`` leaves out the slow ones, e.g. compiled generate)."""
     return [n for n in names if suite in CHECKS[n].suites]
 
@@ -84,13 +61,15 @@ def in_suite(names: Sequence[str], suite: str) -> list[str]:
 def readme_table() -> str:
     """The README's check table (between its ``checks-table`` markers), generated from the declarations."""
     rows = [
-        "| check | proves | classes | suites | needs | shares an interpreter |",
-        "|---|---|---|---|---|---|",
+        "| check | proves | classes | applies to | suites | needs | shares an interpreter |",
+        "|---|---|---|---|---|---|---|",
     ]
     for c in CHECKS.values():
         classes = ", ".join(str(n) for n in c.classes) or "—"
         needs = ", ".join(f"`{n}`" for n in c.needs) or "—"
         shares = f"group `{c.group}`" if c.group else "no: a fresh one"
         proves = c.proves.replace("|", "\\|")
-        rows.append(f"| `{c.name}` | {proves} | {classes} | {', '.join(c.suites)} | {needs} | {shares} |")
+        applies = ", ".join(c.accelerators)
+        suites = ", ".join(str(s) for s in c.suites)
+        rows.append(f"| `{c.name}` | {proves} | {classes} | {applies} | {suites} | {needs} | {shares} |")
     return "\n".join(rows) + "\n"

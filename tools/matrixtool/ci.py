@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from matrixtool.errors import ConfigError
+from matrixtool.errors import ConfigError, NothingSelectedError
 from matrixtool.matrix import Platform, Variant
 
 # PyTorch's wheel index per local version label: torch==2.13.0+cpu lives under .../whl/cpu.
@@ -63,11 +63,20 @@ def ci_matrix(variants: Sequence[Variant], *, hosted_only: bool = False) -> dict
     Raises:
         ConfigError: a variant has no runner labels (only reachable with a hand-made ``Variant``: the
             schema already requires ``runner``), or a wheelhouse variant's index cannot be derived.
+        NothingSelectedError: ``hosted_only`` leaves no variant; GitHub Actions rejects a matrix whose
+            ``include`` is empty ("Matrix vector 'include' does not contain any values"), so an empty one is
+            an error here, not a matrix that fails the workflow later (exit 4).
     """
     missing = [v.name for v in variants if not v.runner]
     if missing:
         raise ConfigError("matrix.yaml", [f"variants.{name}.runner: no runner label; CI needs one" for name in missing])
     kept = [v for v in variants if not (hosted_only and "self-hosted" in v.runner)]
+    if not kept:
+        raise NothingSelectedError(
+            f"--hosted-only leaves no variant of {', '.join(v.name for v in variants)}: each runs on self-hosted "
+            "runners; select a variant on a hosted runner (matrix.yaml runner without self-hosted), or skip the "
+            "job when the selection is empty"
+        )
     return {"include": [ci_entry(v, p) for v in kept for p in v.platforms]}
 
 

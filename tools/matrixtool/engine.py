@@ -44,6 +44,11 @@ def echo(argv: Sequence[str], *, via: str | None = None) -> None:
     print("+ " + shlex.join(argv) + (f"  # {via}" if via else ""), file=sys.stderr, flush=True)
 
 
+def note(message: str) -> None:
+    """A progress line on stderr (what a command is doing, as it happens; the result goes to stdout)."""
+    print(message, file=sys.stderr, flush=True)
+
+
 class FindingStatus(str, Enum):
     """Outcome of one doctor probe."""
 

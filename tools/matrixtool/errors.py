@@ -156,3 +156,101 @@ class VariantsFailed(MatrixError):
     def __init__(self, message: str, exit_code: ExitCode) -> None:
         self.exit_code = exit_code
         super().__init__(message)
+
+
+# What each exit code means (docs/commands.md's table is generated from this: tools/docs_tables.py).
+MEANING: dict[ExitCode, tuple[str, str]] = {
+    ExitCode.OK: ("ok", ""),
+    ExitCode.UNEXPECTED: ("unexpected", "a bug of this tool (`--debug` shows the traceback; report it)"),
+    ExitCode.USAGE: (
+        "usage",
+        "an unknown command or flag, a flag value out of range, a missing argument, `test` without "
+        "`--image`/`--host` (one `error:` line naming the command's `--help`)",
+    ),
+    ExitCode.CONFIG: (
+        "config",
+        "`matrix.yaml` (or `--matrix`) is not a regular UTF-8 file of at most 1 MiB, is not YAML, has a duplicate "
+        "or non-string key, an alias bomb, breaks the schema or a value rule; a template error; `images/` cannot "
+        "be written; a flag: a reference (`--image`, `--registry`, `--repository`), `--only`/`--skip`, `--suite`, "
+        "`--out`/`--junit`/`--json-file`, the wheelhouse or CA bundle, a key flag (`--sign-key`, `--smoke-report`, "
+        "`--verify-key`); a push record that is not what `push` wrote",
+    ),
+    ExitCode.NOTHING_SELECTED: (
+        "nothing selected",
+        "an unknown variant name; `ci-matrix --hosted-only` that leaves no variant",
+    ),
+    ExitCode.STALE_RENDER: (
+        "stale render",
+        "`images/` differs from a fresh render (changed, missing or extra files; the message has the diff)",
+    ),
+    ExitCode.BUILD: ("build", "a BuildKit build failed, or a base image could not be provided"),
+    ExitCode.SMOKE: (
+        "smoke",
+        "a smoke check failed or timed out, or the image is over its `size_budget` (result `size-budget`)",
+    ),
+    ExitCode.ENGINE: (
+        "engine",
+        "no Docker engine answers, buildx (or, for signing, cosign) is missing, or `doctor` found a failure",
+    ),
+    ExitCode.REGISTRY: (
+        "registry",
+        "a registry did not answer, refused the request, or lacks the image (`pin`, `push`, `build --registry`, "
+        "`manifest`, pulls by `test`/`run`)",
+    ),
+    ExitCode.INDEX_UNREACHABLE: (
+        "index unreachable",
+        "a variant's package index (`index.url`, `extra_urls`) does not answer (15-second probe before any build)",
+    ),
+    ExitCode.NOT_BUILT: (
+        "not built",
+        "`push` of an image this engine has not built and the registry does not hold under its content-hash tag",
+    ),
+    ExitCode.WRONG_PLATFORM: (
+        "wrong platform",
+        "the image's platform is not the variant's (`test --image <amd64 image> --as arm64`; checked before any "
+        "check runs), or the engine cannot run it (`exec format error`)",
+    ),
+    ExitCode.VULNERABLE: (
+        "vulnerable",
+        "`audit`: an advisory at or above the variant's `audit.fail_on` (or of unknown severity) affects a package "
+        "and is not accepted (or its acceptance expired)",
+    ),
+    ExitCode.NOT_AUDITED: (
+        "not audited",
+        "`audit` failed closed: packages with no advisory data for their ecosystem, a version the advisory's ranges "
+        "cannot be compared with, or an advisory source that did not answer (each named with the reason)",
+    ),
+    ExitCode.UNVERIFIED: (
+        "unverified",
+        "`--verify-key`: the image (or a base, or a platform of a manifest list) is unsigned, signed by another "
+        "key, its tag names another image than the one signed, or the engine's image is not the signed digest",
+    ),
+    ExitCode.SBOM: (
+        "sbom",
+        "the SBOM of an image could not be derived (no `python3` in it, the program failed), or a file is not a "
+        "CycloneDX document",
+    ),
+    ExitCode.SBOM_DIFFERS: ("sbom differs", "`sbom --compare`: the image's packages differ from the published SBOM"),
+    ExitCode.STATIC: (
+        "static",
+        "`static`: an OpenShift static check failed (`/licenses`, layers, labels, `USER`, tag)",
+    ),
+    ExitCode.INTERRUPTED: ("interrupted", "SIGINT (Ctrl-C): running builds are ended, smoke containers removed"),
+    ExitCode.TERMINATED: (
+        "terminated",
+        "SIGTERM (CI cancellation, `timeout`, Kubernetes): the same cleanup as for SIGINT",
+    ),
+}
+
+
+def exit_code_table() -> str:
+    """The exit-code table of docs/commands.md (markdown), one row per ``ExitCode`` from ``MEANING``.
+
+    Raises:
+        KeyError: an exit code has no entry in ``MEANING``.
+    """
+    rows = ["| code | class | when |", "|---|---|---|"]
+    for code in ExitCode:
+        label, when = MEANING[code]
+        rows.append(f"| {int(code)} | {label} | {when} |")
+    return "\n".join(rows) + "\n"

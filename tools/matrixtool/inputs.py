@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from matrixtool.checks import CHECKS, SUITES
+from matrixtool.checks import CHECKS, SUITES, Suite
 from matrixtool.errors import ConfigError
 from matrixtool.matrix import Variant
 
@@ -125,14 +125,15 @@ def check_selection(variants: Sequence[Variant], only: Sequence[str], skip: Sequ
         raise ConfigError("--only/--skip", problems)
 
 
-def check_suite(suite: str) -> None:
-    """``--suite`` names a suite of checks (``checks.SUITES``).
+def check_suite(suite: str) -> Suite:
+    """The suite of checks ``--suite`` names (``checks.Suite``: ``quick`` or ``full``).
 
     Raises:
         ConfigError: naming the value and the suites there are.
     """
     if suite not in SUITES:
         raise ConfigError("--suite", [f"{suite!r} is no suite of checks; use one of: {', '.join(SUITES)}"])
+    return Suite(suite)
 
 
 def warn_unused_wheelhouse(variants: Sequence[Variant], wheelhouse: Path | None) -> None:

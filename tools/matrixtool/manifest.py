@@ -11,6 +11,7 @@ repositories of one registry and speaks to it with the docker CLI's credentials
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,9 +19,16 @@ from pathlib import Path
 
 from matrixtool.engine import echo
 from matrixtool.errors import ConfigError, RegistryError
-from matrixtool.matrix import Variant
+from matrixtool.matrix import Platform, Variant
 from matrixtool.plan import remote_ref
+from matrixtool.reference import image_problem
 from matrixtool.registry import registry_host
+
+# The OCI image-spec digest grammar (descriptor.md, "Digests") for the registered algorithms: sha256 and sha512,
+# lowercase hex of 64 and 128 characters.
+DIGEST = re.compile(r"sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128}")
+# distribution/reference's tag grammar.
+TAG = re.compile(r"[\w][\w.-]{0,127}", re.ASCII)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,7 +37,7 @@ class Pushed:
     digest the registry stored (``sha256:…``)."""
 
     variant: str
-    platform: str
+    platform: Platform
     ref: str
     digest: str
 
@@ -50,7 +58,7 @@ class ManifestPlan:
     name: str
     tags: tuple[str, ...]
     sources: tuple[str, ...]
-    platforms: tuple[str, ...]
+    platforms: tuple[Platform, ...]
 
     def argv(self) -> list[str]:
         """The ``docker buildx imagetools create`` command that makes (or replaces) the list."""
@@ -72,7 +80,9 @@ def read_pushed(paths: Sequence[Path]) -> list[Pushed]:
             doc = json.loads(path.read_text(encoding="utf-8"))
             records = doc["pushed"]
             found += [
-                Pushed(variant=r["variant"], platform=r["platform"], ref=r["refs"][0], digest=r["digest"])
+                Pushed(
+                    variant=r["variant"], platform=Platform.parse(r["platform"]), ref=r["refs"][0], digest=r["digest"]
+                )
                 for r in records
             ]
         except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
@@ -83,6 +93,36 @@ def read_pushed(paths: Sequence[Path]) -> list[Pushed]:
     return found
 
 
+def record_problems(
+    variants: Sequence[Variant], pushed: Sequence[Pushed], *, registry: str, repository: str
+) -> list[str]:
+    """Why records of ``pushed`` cannot go into a manifest list of ``registry`` (empty: they can).
+
+    A record is an input like any other: each must name one of its variant's platforms, a ref that is exactly
+    ``<registry>/<repository>/<variant>:<tag>`` (what ``push`` writes; no other registry's or repository's image,
+    nothing an argv could read as a flag) and a digest by the OCI grammar (``DIGEST``). ``variants`` must hold
+    every record's variant.
+    """
+    by_name = {v.name: v for v in variants}
+    problems = []
+    for r in pushed:
+        where = f"record of {r.variant} ({r.platform})"
+        platforms = by_name[r.variant].platforms
+        if r.platform not in platforms:
+            known = ", ".join(map(str, platforms))
+            problems.append(f"{where}: platform {str(r.platform)!r} is not one of {r.variant}'s ({known})")
+        repo = remote_ref(registry, f"{repository}/{r.variant}")
+        name, colon, tag = r.ref.rpartition(":")
+        if image_problem(r.ref) is not None or name != repo or not colon or not TAG.fullmatch(tag):
+            problems.append(
+                f"{where}: ref {r.ref!r} is not {repo}:<tag>; a manifest list of {registry} is made only from "
+                "images 'tools/matrix push --registry' put there: pass the records of that push"
+            )
+        if not DIGEST.fullmatch(r.digest):
+            problems.append(f"{where}: digest {r.digest!r} is not sha256:<64 lowercase hex> (the OCI digest grammar)")
+    return problems
+
+
 def plan_manifests(
     variants: Sequence[Variant], pushed: Sequence[Pushed], *, registry: str, repository: str
 ) -> list[ManifestPlan]:
@@ -91,8 +131,8 @@ def plan_manifests(
     ``variants``: every variant of the matrix (a name's members are all variants published under it).
 
     Raises:
-        ConfigError: a record names no variant of the matrix, or members of one name pin different vLLM
-            versions (the tag is the version).
+        ConfigError: a record names no variant of the matrix or fails ``record_problems``, or members of one
+            name pin different vLLM versions (the tag is the version).
         RegistryError: a member platform has no pushed record (push it, after its checks, first), or a record
             has no digest.
     """
@@ -100,11 +140,14 @@ def plan_manifests(
     unknown = sorted({p.variant for p in pushed} - set(by_name))
     if unknown:
         raise ConfigError("push records", [f"variant {name!r} is not in the matrix" for name in unknown])
+    problems = record_problems(variants, pushed, registry=registry, repository=repository)
+    if problems:
+        raise ConfigError("push records", problems)
     names = list(dict.fromkeys(by_name[p.variant].publish_name for p in pushed))
     plans = []
     for name in names:
         members = [v for v in variants if v.publish_name == name]
-        wanted = [(v, str(platform)) for v in members for platform in v.platforms]
+        wanted = [(v, platform) for v in members for platform in v.platforms]
         if len(wanted) < 2:
             continue  # one platform: push already made the tag
         versions = sorted({v.vllm.version for v in members})
@@ -126,10 +169,7 @@ def plan_manifests(
             )
         sources = []
         for v, platform in wanted:
-            record = records[(v.name, platform)]
-            if not record.digest:
-                raise RegistryError(f"push record of {v.name} ({platform}) has no digest", ref=record.ref)
-            sources.append(record.by_digest)
+            sources.append(records[(v.name, platform)].by_digest)
         plans.append(
             ManifestPlan(
                 name=name,

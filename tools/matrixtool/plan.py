@@ -6,13 +6,15 @@ Nothing here touches Docker or the network; ``build.py`` executes a ``BuildPlan`
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from matrixtool.base import BaseImage, BaseKey
 from matrixtool.errors import ConfigError, RegistryError
 from matrixtool.matrix import SUITE_PYTHON, Platform, Variant
-from matrixtool.render import RenderedFile
+from matrixtool.pin import Lock
+from matrixtool.render import RenderedFile, render_variant
 
 DEFAULT_REPOSITORY = "vllm-matrix"
 TARGET = "runtime"
@@ -232,39 +234,59 @@ def image_repository(repository: str, variant: Variant, platform: Platform) -> s
     return name
 
 
+@dataclass(frozen=True, kw_only=True)
+class BaseFacts:
+    """What is known of a variant's base image on one platform: ``image_id`` its local ID (None: not looked
+    up, see ``content_hash``), ``digest`` its manifest digest pinned in the lock file (None: unpinned),
+    ``local_tag`` the engine's per-platform tag of it, ``stand_in_suite`` the Debian suite when it is a
+    stand-in (its Python may differ: ``stand_in_python``)."""
+
+    image_id: str | None = None
+    digest: str | None = None
+    local_tag: str | None = None
+    stand_in_suite: str | None = None
+
+    @classmethod
+    def of(cls, got: BaseImage | None, *, digest: str | None) -> BaseFacts:
+        """The facts of ``got`` (None: the base was not looked up) and the pinned ``digest``."""
+        if got is None:
+            return cls(digest=digest)
+        return cls(image_id=got.image_id, digest=digest, local_tag=got.local_tag, stand_in_suite=got.stand_in_suite)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildInputs:
+    """The inputs of a build besides the rendered files and the base: ``wheelhouse`` (staged only for a
+    variant that takes one) and its listing ``wheelhouse_rows`` (``wheelhouse_fingerprint``: part of the
+    content hash), the CA bundle, the checkout's ``revision`` and ``source_url`` (labels), the repository
+    prefix of the image names."""
+
+    wheelhouse: Path | None = None
+    wheelhouse_rows: tuple[str, ...] = ()
+    ca_cert: Path | None = None
+    revision: str = "unknown"
+    source_url: str = ""
+    repository: str = DEFAULT_REPOSITORY
+
+
 def plan_build(
-    variant: Variant,
-    *,
-    platform: Platform,
-    files: tuple[RenderedFile, ...],
-    base_image_id: str | None,
-    wheelhouse: Path | None,
-    wheelhouse_rows: list[str],
-    ca_cert: Path | None,
-    revision: str,
-    source_url: str,
-    repository: str = DEFAULT_REPOSITORY,
-    base_digest: str | None = None,
-    base_local: str | None = None,
-    stand_in_suite: str | None = None,
+    variant: Variant, *, platform: Platform, files: tuple[RenderedFile, ...], base: BaseFacts, inputs: BuildInputs
 ) -> BuildPlan:
-    """The build of ``variant`` for ``platform``; ``base_image_id`` is the local ID of its base image (None: not
-    looked up, see ``content_hash``), ``base_digest`` its pinned manifest digest from the lock file (None:
-    unpinned), ``stand_in_suite`` the Debian suite when that base is a stand-in (its Python may differ:
-    ``stand_in_python``)."""
+    """The build of ``variant`` for ``platform`` from ``files`` (its rendered ``images/<variant>/``)."""
+    base_digest = base.digest
     digest = content_hash(
         files=files,
         platform=platform,
-        base_image_id=base_image_id,
-        wheelhouse_rows=wheelhouse_rows,
+        base_image_id=base.image_id,
+        wheelhouse_rows=list(inputs.wheelhouse_rows),
         base_digest=base_digest,
         base_image=variant.base_image,
     )
-    name = image_repository(repository, variant, platform)
+    name = image_repository(inputs.repository, variant, platform)
     refs = (f"{name}:{digest[:16]}", f"{name}:{variant.vllm.version}")
     labels = {
-        "org.opencontainers.image.source": source_url,
-        "org.opencontainers.image.revision": revision,
+        "org.opencontainers.image.source": inputs.source_url,
+        "org.opencontainers.image.revision": inputs.revision,
         "org.opencontainers.image.version": variant.vllm.version,
         "org.opencontainers.image.base.name": variant.base_image,
         **({"org.opencontainers.image.base.digest": base_digest} if base_digest else {}),
@@ -276,15 +298,15 @@ def plan_build(
         variant=variant.name,
         platform=platform,
         files=files,
-        wheelhouse=wheelhouse if variant.index.wheelhouse else None,
-        ca_cert=ca_cert,
+        wheelhouse=inputs.wheelhouse if variant.index.wheelhouse else None,
+        ca_cert=inputs.ca_cert,
         base_image=variant.base_image,
         content_hash=digest,
         refs=refs,
         labels=labels,
         base_digest=base_digest,
-        base_local=base_local,
-        python_version=stand_in_python(variant, stand_in_suite),
+        base_local=base.local_tag,
+        python_version=stand_in_python(variant, base.stand_in_suite),
     )
 
 
@@ -327,3 +349,48 @@ def resolve_wheelhouse(flag: Path | None, env: Mapping[str, str]) -> Path | None
     value = env.get(WHEELHOUSE_ENV_VAR, "").split()
     local = [v.removeprefix("file://") for v in value if not v.startswith(("http://", "https://"))]
     return Path(local[0]) if local else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanContext:
+    """What every plan of one command shares: the templates, the lock file's pins, the resolved CA bundle and
+    wheelhouse (None: none), the image repository prefix, and the checkout's ``revision`` and ``source`` URL
+    (image labels)."""
+
+    templates_dir: Path
+    lock: Lock
+    ca_cert: Path | None
+    wheelhouse: Path | None
+    repository: str = DEFAULT_REPOSITORY
+    revision: str = "unknown"
+    source: str = ""
+
+
+def plan_variants(
+    variants: Sequence[Variant], bases: Mapping[BaseKey, BaseImage], context: PlanContext
+) -> list[BuildPlan]:
+    """Plan every (variant, platform), pure: ``bases`` are what providing or looking up found (a key missing:
+    the base is unchecked, named as in matrix.yaml, or ``ref@digest`` when pinned in ``context.lock``).
+
+    ``build``, ``run``, ``bake`` and ``push`` all plan here, so their tags, labels and content hashes agree.
+
+    Raises:
+        ConfigError: a stand-in base ships another Python than the variant accepts (``stand_in_python``).
+    """
+    plans = []
+    for variant in variants:
+        files = tuple(render_variant(variant, context.templates_dir))
+        digest = context.lock.digest(variant.base_image)
+        wheels = context.wheelhouse if variant.index.wheelhouse else None
+        inputs = BuildInputs(
+            wheelhouse=wheels,
+            wheelhouse_rows=tuple(wheelhouse_fingerprint(wheels)) if wheels else (),
+            ca_cert=context.ca_cert,
+            revision=context.revision,
+            source_url=context.source,
+            repository=context.repository,
+        )
+        for platform in variant.platforms:
+            base = BaseFacts.of(bases.get((variant.name, platform)), digest=digest)
+            plans.append(plan_build(variant, platform=platform, files=files, base=base, inputs=inputs))
+    return plans

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from matrixtool.model import Platform
 from matrixtool.plan import BuildPlan, remote_ref
 from matrixtool.registry import Registry
 
@@ -19,7 +20,7 @@ class PushPlan:
     """Push ``source`` (the local content-hash ref) as each of ``targets`` (content-hash tag first)."""
 
     variant: str
-    platform: str
+    platform: Platform
     source: str
     targets: tuple[str, ...]
 
@@ -29,7 +30,7 @@ class PushResult:
     """A published image: ``refs`` in the registry and the manifest ``digest`` the registry stored."""
 
     variant: str
-    platform: str
+    platform: Platform
     refs: tuple[str, ...]
     digest: str
 
@@ -42,7 +43,7 @@ def plan_push(build_plan: BuildPlan, *, registry: str) -> PushPlan:
     """
     targets = tuple(remote_ref(registry, ref) for ref in build_plan.refs)
     return PushPlan(
-        variant=build_plan.variant, platform=str(build_plan.platform), source=build_plan.hash_ref, targets=targets
+        variant=build_plan.variant, platform=build_plan.platform, source=build_plan.hash_ref, targets=targets
     )
 
 
@@ -69,7 +70,7 @@ def ensure_published(
     plan: PushPlan,
     digest: str,
     registry: Registry,
-    pull: Callable[[str, str], object],
+    pull: Callable[[str, Platform], object],
     *,
     keep_tags: bool = True,
 ) -> PushResult:

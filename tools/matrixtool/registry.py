@@ -22,6 +22,7 @@ import docker.utils
 
 from matrixtool.engine import echo
 from matrixtool.errors import RegistryError
+from matrixtool.model import Platform
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 SDK = "Docker SDK"
@@ -130,7 +131,7 @@ def pushed_digest(record: dict[str, Any]) -> str | None:
     return str(digest) if isinstance(digest, str) and DIGEST.fullmatch(digest) else None
 
 
-def pull_if_missing(client: docker.DockerClient, ref: str, *, platform: str | None = None) -> bool:
+def pull_if_missing(client: docker.DockerClient, ref: str, *, platform: Platform | None = None) -> bool:
     """Pull ``ref`` unless the engine has it (of ``platform``, e.g. ``linux/arm64``, when given: from a
     multi-arch manifest list the engine pulls that platform's image); True when it was pulled. An image the
     engine has of another platform is kept when no registry has the wanted one (the caller's platform check
@@ -143,13 +144,13 @@ def pull_if_missing(client: docker.DockerClient, ref: str, *, platform: str | No
     try:
         image = client.images.get(ref)
         local = True
-        if platform is None or image.attrs.get("Architecture") == platform.split("/")[1]:
+        if platform is None or image.attrs.get("Architecture") == platform.arch:
             return False
     except docker.errors.ImageNotFound:
         pass
-    echo(["docker", "pull", *(["--platform", platform] if platform else []), ref], via=SDK)
+    echo(["docker", "pull", *(["--platform", str(platform)] if platform else []), ref], via=SDK)
     try:
-        client.images.pull(ref, platform=platform)
+        client.images.pull(ref, platform=str(platform) if platform else None)
     except docker.errors.APIError as exc:
         if local:  # the engine's own image, of another platform: the platform check names it (exit 12)
             return False

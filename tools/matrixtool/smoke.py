@@ -622,7 +622,7 @@ def run_profiles(
     check_platform(image, client.images.get(image).attrs, variant)  # before anything runs (exit 12)
     announce(f"[{variant.name}] smoke checks in {image}: {', '.join(c.name for c in checks)}")
     reference = next((p for p in chosen if p.name == profiles.DEFAULT), None)
-    affects = {name: info.affected_by for name, info in CHECKS.items()}
+    affects = {name: frozenset(map(profiles.Condition, info.affected_by)) for name, info in CHECKS.items()}
     results: list[CheckResult] = []
     for profile in chosen:
         run, left = profiles.checks_to_run(profile, reference, checks, affects)

@@ -15,15 +15,21 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from matrixtool.ci import wheelhouse_index
-from matrixtool.matrix import Variant
+from matrixtool.matrix import Platform, Variant
 
-# The machine part of a wheel's platform tag per Docker platform (manylinux_2_28_x86_64 -> x86_64).
-WHEEL_ARCH = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+# The machine part of a wheel's platform tag per Docker architecture (manylinux_2_28_x86_64 -> x86_64); another
+# architecture is written as Docker writes it.
+WHEEL_ARCH = {"amd64": "x86_64", "arm64": "aarch64"}
 
 
-def wheel_fits(filename: str, *, package: str, version: str, python: str, platform: str) -> bool:
+def wheel_arch(platform: Platform) -> str:
+    """The machine part of a Linux wheel tag for ``platform`` (``linux/arm64`` -> ``aarch64``)."""
+    return WHEEL_ARCH.get(platform.arch, platform.arch)
+
+
+def wheel_fits(filename: str, *, package: str, version: str, python: str, platform: Platform) -> bool:
     """True when the wheel ``filename`` is ``package==version`` and one of its tags installs on CPython
-    ``python`` (``"3.13"``) on Docker ``platform`` (``"linux/arm64"``): interpreter ``cp313``/``py3``, ABI
+    ``python`` (``"3.13"``) on Docker ``platform`` (``linux/arm64``): interpreter ``cp313``/``py3``, ABI
     ``cp313``/``abi3``/``none``, platform ``any`` or a Linux tag of the platform's machine (``aarch64``).
 
     A file name that is not a wheel's is no match (never an error).
@@ -37,7 +43,7 @@ def wheel_fits(filename: str, *, package: str, version: str, python: str, platfo
         return False
     major, _, minor = python.partition(".")
     cp = f"cp{major}{minor}"
-    arch = WHEEL_ARCH.get(str(platform), str(platform).split("/")[-1])
+    arch = wheel_arch(platform)
     for tag in tags:
         if tag.interpreter not in (cp, f"py{major}", f"py{major}{minor}"):
             continue
@@ -48,7 +54,7 @@ def wheel_fits(filename: str, *, package: str, version: str, python: str, platfo
     return False
 
 
-def find_wheel(folder: Path, variant: Variant, platform: str) -> Path | None:
+def find_wheel(folder: Path, variant: Variant, platform: Platform) -> Path | None:
     """The first wheel (by name) in ``folder`` that installs ``variant``'s torch pin on ``platform``, or None."""
     for path in sorted(folder.iterdir()):
         if path.is_file() and wheel_fits(
@@ -62,11 +68,11 @@ def find_wheel(folder: Path, variant: Variant, platform: str) -> Path | None:
     return None
 
 
-def wanted_wheel(variant: Variant, platform: str) -> str:
+def wanted_wheel(variant: Variant, platform: Platform) -> str:
     """The file name pattern of the wheel ``variant`` needs on ``platform``, for messages:
     ``torch-2.13.0+cpu-cp313-cp313-manylinux_*_aarch64.whl``."""
     cp = "cp" + variant.python.replace(".", "")
-    arch = WHEEL_ARCH.get(str(platform), str(platform).split("/")[-1])
+    arch = wheel_arch(platform)
     return f"{variant.torch.package}-{variant.torch.version}-{cp}-{cp}-manylinux_*_{arch}.whl"
 
 
@@ -83,13 +89,13 @@ def problems(variant: Variant, folder: Path | None, *, env_var: str) -> list[str
     index = wheelhouse_index(variant)
     found: list[str] = []
     for platform in variant.platforms:
-        if folder is not None and find_wheel(folder, variant, str(platform)) is not None:
+        if folder is not None and find_wheel(folder, variant, platform) is not None:
             continue
         where = f"wheelhouse {folder} has no wheel of" if folder is not None else "no wheelhouse given for"
-        tag = f"manylinux_2_28_{WHEEL_ARCH.get(str(platform), str(platform).split('/')[-1])}"
+        tag = f"manylinux_2_28_{wheel_arch(platform)}"
         found.append(
             f"variants.{variant.name}.index.wheelhouse: {where} {variant.torch.requirement} for {platform} and "
-            f"Python {variant.python} ({wanted_wheel(variant, str(platform))}; PyPI does not carry it). Download it "
+            f"Python {variant.python} ({wanted_wheel(variant, platform)}; PyPI does not carry it). Download it "
             f"from PyTorch's index {index} (python -m pip download {variant.torch.requirement} --index-url "
             f"{index} --no-deps --only-binary=:all: --python-version {variant.python} --platform {tag} -d DIR) "
             f"and pass --wheelhouse DIR (or set {env_var})"

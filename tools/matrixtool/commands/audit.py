@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from matrixtool import audit as gate
+from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.commands.sbom import read_document, variant_of
 from matrixtool.errors import ConfigError
 from matrixtool.matrix import load_matrix
@@ -89,9 +90,15 @@ class _Unreachable(gate.AdvisorySource):
 @click.option("--osv-api", is_flag=True, help=f"Query the OSV API ({gate.OSV_API}); probed first.")
 @click.option("--as", "as_variant", default=None, help="Variant whose audit policy applies (default: the SBOM's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.pass_obj
+@pass_settings
 def command(
-    settings: Any, /, sbom_file: Path, advisories: Path | None, osv_api: bool, as_variant: str | None, as_json: bool
+    settings: Settings,
+    /,
+    sbom_file: Path,
+    advisories: Path | None,
+    osv_api: bool,
+    as_variant: str | None,
+    as_json: bool,
 ) -> None:
     """Check an SBOM's packages against OSV advisories under the variant's policy; fail closed."""
     report = run(

@@ -17,6 +17,7 @@ import click
 
 from matrixtool import engine, reference
 from matrixtool import sbom as sbom_module
+from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.errors import ConfigError
 from matrixtool.matrix import load_matrix, read_config_text
 from matrixtool.report import human_size
@@ -108,8 +109,10 @@ def summary_lines(summary: sbom_module.Summary) -> list[str]:
     default=None,
     help="A published SBOM: derive IMAGE's again and print what differs (exit 17 when anything does).",
 )
-@click.pass_obj
-def command(settings: Any, /, image: str, as_variant: str | None, output: Path | None, compare: Path | None) -> None:
+@pass_settings
+def command(
+    settings: Settings, /, image: str, as_variant: str | None, output: Path | None, compare: Path | None
+) -> None:
     """Derive the CycloneDX SBOM of IMAGE (what is installed, read inside it), or compare it with a published one."""
     report = run(
         Args(matrix_path=settings.matrix_path, image=image, variant=as_variant, output=output, compare=compare)

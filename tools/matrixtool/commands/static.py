@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import click
 import docker
 
 from matrixtool import engine, reference
 from matrixtool import static as checks
+from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.errors import ConfigError
 
 
@@ -39,8 +39,8 @@ def run(args: Args) -> list[checks.StaticResult]:
 
 @click.command("static")
 @click.argument("image")
-@click.pass_obj
-def command(settings: Any, /, image: str) -> None:
+@pass_settings
+def command(settings: Settings, /, image: str) -> None:
     """OpenShift's static checks: /licenses, layer count, required labels, numeric non-root USER, tag."""
     results = run(Args(image=image, env=settings.env))
     for r in results:

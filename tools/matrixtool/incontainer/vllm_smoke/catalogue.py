@@ -11,8 +11,8 @@ from .common import CATALOGUE
 
 # The order of the report tables, the README's check table and a variant's checks without another order.
 ORDER = (
-    "run-conditions",
     "triton-import",
+    "run-conditions",
     "torch-import",
     "vllm-import",
     "tiny-model",

@@ -6,6 +6,8 @@ to the tool's tmpfs), and on the host, where ``matrixtool.checks`` reads the dec
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import importlib.metadata as metadata
 import importlib.util
 import json
@@ -14,6 +16,7 @@ import pkgutil
 import re
 import subprocess
 import sys
+from typing import Callable
 
 # sys.modules["triton"] when this package was imported, before any check ran: a module planted by a .pth file or
 # sitecustomize at start-up is there already (no-fake-triton tells it from one that `import vllm` plants).
@@ -23,90 +26,99 @@ BEGIN_MARK = "MATRIX-BEGIN "
 WORK_DIR = os.environ.get("MATRIX_SMOKE_DIR", "/tmp/matrix-smoke")
 MODEL_DIR = os.path.join(WORK_DIR, "tiny-llama")
 PACKAGE = __name__.rpartition(".")[0]
-SUITES = ("quick", "full")
 # Run conditions (matrixtool.profiles.Condition values) a profile may set.
 CONDITIONS = ("user", "read_only", "tmpfs", "memory", "cpus", "network", "env")
 
 
-class Declaration:
-    """One check's facts, declared next to its code with ``@check``.
+class Suite(str, enum.Enum):
+    """A suite of checks (``--suite``): ``quick`` leaves out the slow ones (compiled generate), ``full`` runs all.
 
-    ``timeout`` in seconds (matrix.yaml ``smoke.checks.<name>.timeout`` overrides it); ``classes``: failure-class
-    numbers (FAILURE-CLASSES.md); ``reports``: URLs; ``hint``: the fix when the check names none of its own;
+    ``str()`` and f-strings give the value, the form ``params["suite"]``, the reports and the flag use."""
+
+    QUICK = "quick"
+    FULL = "full"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+SUITES = tuple(s.value for s in Suite)
+
+
+class Accelerator(str, enum.Enum):
+    """The device family a variant targets (matrix.yaml ``accelerator``); a check applies to some of them."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+    ROCM = "rocm"
+
+
+ACCELERATORS = tuple(a.value for a in Accelerator)
+
+
+@dataclasses.dataclass(frozen=True)
+class Declaration:
+    """One check's facts, declared next to its code with ``@check(name, **facts)``; the host reads it as it is
+    (``matrixtool.checks.CHECKS``).
+
+    ``proves``: what a pass shows; ``classes``: failure-class numbers (FAILURE-CLASSES.md); ``reports``: URLs;
+    ``hint``: the fix when the check names none of its own; ``timeout``: seconds (a variant scales or overrides
+    it: matrix.yaml ``smoke``); ``accelerators``: the variants it applies to by default (``ACCELERATORS``);
     ``affected_by``: run conditions (``CONDITIONS``) that can change its verdict beyond what run-conditions
     proves; ``suites``: the suites that run it; ``needs``: checks that must pass first (else this one reports
     ``skipped: <need> failed``); ``uses``: checks whose verdict it refers to (run with it, not gating);
-    ``group``: checks of one group share an interpreter (one ``import vllm``); ``fresh``: it needs an
-    interpreter of its own (a clean sys.modules, other environment variables).
+    ``group``: checks of one group share an interpreter (one ``import vllm``), default the check's own name;
+    ``fresh``: it needs an interpreter of its own (a clean sys.modules, other environment variables): ``group``
+    is then None. Raises ValueError for an unknown accelerator, condition or suite.
     """
 
-    __slots__ = (
-        "affected_by",
-        "classes",
-        "fresh",
-        "function",
-        "group",
-        "hint",
-        "name",
-        "needs",
-        "proves",
-        "reports",
-        "suites",
-        "timeout",
-        "uses",
-    )
+    name: str
+    proves: str
+    classes: tuple[int, ...]
+    reports: tuple[str, ...]
+    hint: str
+    timeout: int
+    accelerators: tuple[Accelerator, ...] = tuple(Accelerator)
+    affected_by: tuple[str, ...] = ("env",)
+    suites: tuple[Suite, ...] = (Suite.QUICK, Suite.FULL)
+    needs: tuple[str, ...] = ()
+    uses: tuple[str, ...] = ()
+    group: str | None = None
+    fresh: bool = False
+    function: Callable[[dict], dict] | None = dataclasses.field(default=None, compare=False, repr=False)
 
-    def __init__(self, name, **facts):
-        self.name = name
-        for key in self.__slots__:
-            if key != "name":
-                setattr(self, key, facts[key])
+    def __post_init__(self) -> None:
+        unknown = [a for a in self.accelerators if a not in ACCELERATORS]
+        unknown += [c for c in self.affected_by if c not in CONDITIONS] + [s for s in self.suites if s not in SUITES]
+        if unknown or not self.accelerators:
+            raise ValueError(f"check {self.name!r}: unknown accelerator, condition or suite {unknown}")
+        fixed = {key: tuple(getattr(self, key)) for key in ("classes", "reports", "affected_by")}
+        fixed.update(accelerators=tuple(Accelerator(a) for a in self.accelerators))
+        fixed.update(needs=tuple(self.needs), uses=tuple(self.uses), timeout=int(self.timeout))
+        fixed.update(suites=tuple(Suite(s) for s in self.suites), group=None if self.fresh else self.group or self.name)
+        for key, value in fixed.items():
+            object.__setattr__(self, key, value)
 
-    def as_dict(self):
+    def as_dict(self) -> dict:
         """The declaration as JSON-able data (no function)."""
-        return {key: getattr(self, key) for key in self.__slots__ if key != "function"}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "function"}
 
 
 CATALOGUE = {}  # name -> Declaration, in the order the family modules declare them (see catalogue.py)
 
 
-def check(
-    name,
-    *,
-    proves,
-    classes,
-    reports,
-    hint,
-    timeout,
-    affected_by=("env",),
-    suites=SUITES,
-    needs=(),
-    uses=(),
-    group=None,
-    fresh=False,
-):
-    """Decorator declaring the check ``name`` (see ``Declaration``); the function takes the params dict and
-    returns ``result(...)``. Raises ValueError for a duplicate name, an unknown condition or suite."""
-    unknown = [c for c in affected_by if c not in CONDITIONS] + [s for s in suites if s not in SUITES]
-    if name in CATALOGUE or unknown:
-        raise ValueError(f"check {name!r}: duplicate, or unknown condition/suite {unknown}")
+def check(name, **facts):
+    """Decorator declaring the check ``name`` with ``facts`` (the fields of ``Declaration``); the function takes
+    the params dict and returns ``result(...)``. Raises ValueError for a duplicate name (``Declaration`` for
+    unknown facts), TypeError for a fact ``Declaration`` has no field for."""
+    if name in CATALOGUE:
+        raise ValueError(f"check {name!r}: declared twice")
 
     def register(function):
-        CATALOGUE[name] = Declaration(
-            name,
-            proves=proves,
-            classes=tuple(classes),
-            reports=tuple(reports),
-            hint=hint,
-            timeout=int(timeout),
-            affected_by=tuple(affected_by),
-            suites=tuple(suites),
-            needs=tuple(needs),
-            uses=tuple(uses),
-            group=None if fresh else (group or name),
-            fresh=bool(fresh),
-            function=function,
-        )
+        CATALOGUE[name] = Declaration(name=name, function=function, **facts)
         return function
 
     return register

@@ -93,6 +93,7 @@ _VLLM = "https://github.com/vllm-project/vllm"
     reports=(f"{_VLLM}/issues/29233",),
     hint="set VLLM_CPU_KVCACHE_SPACE (GiB) well below the container's memory limit, or leave it unset",
     timeout=60,
+    accelerators=("cpu",),
     affected_by=("memory", "cpus", "env"),
     group="light",
 )
@@ -221,6 +222,22 @@ def _writable(path):
     return None
 
 
+def _blocker(path):
+    """The folder that keeps ``path`` from being made or written: the path itself where it exists, else its
+    deepest existing parent, with owner and mode ({blocker, uid, gid, mode: '755'}); blocker None if none stats."""
+    probe = os.path.abspath(path)
+    while True:
+        try:
+            st = os.stat(probe)
+        except OSError:
+            parent = os.path.dirname(probe)
+            if parent == probe:
+                return {"blocker": None, "uid": None, "gid": None, "mode": None}
+            probe = parent
+            continue
+        return {"blocker": probe, "uid": st.st_uid, "gid": st.st_gid, "mode": format(st.st_mode & 0o7777, "o")}
+
+
 TORCH_PROBE = "torch_probe.py"
 
 
@@ -318,11 +335,19 @@ def check_run_conditions(params):
     facts["cache_dirs"] = dict(dirs)
     unwritable = [(var, path, error) for var, path in dirs for error in [_writable(path)] if error]
     if unwritable:
+        blocking = [dict(_blocker(path), var=var, path=path) for var, path, _ in unwritable]
+        facts["unwritable"] = blocking
+        owners = "; ".join(
+            dict.fromkeys(
+                f"{b['blocker']} is owned by {b['uid']}:{b['gid']}, mode {b['mode']}" for b in blocking if b["blocker"]
+            )
+        )
         problems.append(
             (
                 "caches not writable",
                 f"not writable by UID {uid} GID {gid}: "
-                + ", ".join(f"{path} ({var}: {error})" for var, path, error in unwritable),
+                + ", ".join(f"{path} ({var}: {error})" for var, path, error in unwritable)
+                + (f" ({owners})" if owners else ""),
                 f"set {', '.join(var for var, _, _ in unwritable)} {_FIX_CACHES}",
             )
         )

@@ -124,6 +124,7 @@ def cw_mb(size):
     hint="install torch from PyTorch's CPU index (the +cpu wheel), pip uninstall the nvidia-*/cuda-* "
     'packages (and keep them out with index.exclude), or declare why: hygiene: {cuda_weight: "<reason>"}',
     timeout=300,
+    accelerators=("cpu",),
     affected_by=(),
     group="light",
 )

@@ -26,6 +26,32 @@ def _package_dir(name):
 DRIVER_LIBS = re.compile(r"^lib(cuda|cudadebugger|nvidia-[A-Za-z0-9_-]+)\.so(\.[0-9]+)*$")
 
 
+# ldd's lines for a library that is absent, and for one built against a newer C library than the image's.
+_MISSING = re.compile(r"^\s*\S+\s*=>\s*not found")
+_VERSION = re.compile(r"version `(GLIBC|GLIBCXX|CXXABI)_[0-9.]+' not found")
+
+
+def _glibc():
+    """This image's glibc version, e.g. ``2.36`` (``os.confstr``), or ``unknown``."""
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "glibc unknown").split()[-1]
+    except (ValueError, OSError):
+        return "unknown"
+
+
+def _owners(paths):
+    """The distributions whose RECORD lists any of ``paths`` (relative to site-packages), by name."""
+    from importlib import metadata
+
+    wanted = set(paths)
+    found = []
+    for dist in metadata.distributions():
+        files = {str(f) for f in (dist.files or ())}
+        if files & wanted:
+            found.append(dist.metadata["Name"])
+    return sorted(set(found))
+
+
 @check(
     "native-libs",
     proves=(
@@ -62,6 +88,7 @@ def check_native_libs(params):
     if preloaded:
         env["LD_LIBRARY_PATH"] = ":".join(filter(None, [*preloaded, env.get("LD_LIBRARY_PATH")]))
     broken = {}
+    too_new = {}  # shared object -> {"version `GLIBC_2.38' not found"}: built for a newer C library
     driver_provided = set()
     # Without a GPU the driver's libraries are rightly absent; with one, the container toolkit mounts them
     # and their absence is a defect. CPU variants get no GPU: no need to import torch to find out.
@@ -75,31 +102,54 @@ def check_native_libs(params):
                 path = os.path.join(root, name)
                 count += 1
                 proc = subprocess.run(["ldd", path], capture_output=True, text=True, env=env, check=False)
-                gone = sorted({line.split("=>")[0].strip() for line in proc.stdout.splitlines() if "not found" in line})
+                lines = (proc.stdout + proc.stderr).splitlines()
+                for line in lines:
+                    m = _VERSION.search(line)
+                    if m:
+                        too_new.setdefault(os.path.relpath(path, os.path.dirname(top)), set()).add(m.group(0))
+                gone = sorted(
+                    {line.split("=>")[0].strip() for line in lines if "=> not found" in line or _MISSING.match(line)}
+                )
                 from_driver = [lib for lib in gone if DRIVER_LIBS.match(lib)] if waive_driver else []
                 if from_driver:
                     driver_provided.update(from_driver)
                     gone = [lib for lib in gone if lib not in from_driver]
                 if gone:
                     broken[os.path.relpath(path, os.path.dirname(top))] = gone
+    versions = sorted({v for found in too_new.values() for v in found})
+    libs = sorted({lib for gone in broken.values() for lib in gone})
     facts.update(
-        shared_objects=count, broken=broken, missing_preload=missing_preload, driver_provided=sorted(driver_provided)
+        shared_objects=count,
+        broken=broken,
+        too_new={k: sorted(v) for k, v in too_new.items()},
+        missing_preload=missing_preload,
+        driver_provided=sorted(driver_provided),
+        # What other checks fail by when this one fails (the host reports their failures as consequences).
+        root_errors=[*versions, *libs],
     )
-    problems = []
+    problems, hints = [], []
     if missing_preload:
         problems.append(f"LD_PRELOAD names missing file(s): {', '.join(missing_preload)}")
+        hints.append("point LD_PRELOAD only at files that exist")
+    if too_new:
+        glibc = _glibc()
+        owners = _owners(too_new)
+        first = ", ".join(f"{k} ({', '.join(sorted(v))})" for k, v in list(too_new.items())[:3])
+        problems.append(
+            f"{len(too_new)} shared object(s) need a newer C library than the image's glibc {glibc}: {first}"
+            + (f"; shipped inside the wheel(s) {', '.join(owners)}, not by a system package" if owners else "")
+        )
+        hints.append(
+            f"install a build of {', '.join(owners) or 'the package that ships them'} made for glibc {glibc} (a "
+            f"manylinux tag no newer than manylinux_{glibc.replace('.', '_')}), or use a base image whose C/C++ "
+            f"runtime provides {', '.join(v.split('`')[1].split(chr(39))[0] for v in versions)}"
+        )
     if broken:
-        libs = sorted({lib for gone in broken.values() for lib in gone})
         first = ", ".join(f"{k} ({', '.join(v)})" for k, v in list(broken.items())[:3])
         problems.append(f"{len(broken)} shared object(s) miss {', '.join(libs)}: {first}")
+        hints.append("install the system packages that provide the missing libraries (e.g. libnuma1 for libnuma.so.1)")
     if problems:
-        return result(
-            "failed",
-            "; ".join(problems),
-            "install the system packages that provide the missing "
-            "libraries (e.g. libnuma1 for libnuma.so.1), and point LD_PRELOAD only at files that exist",
-            **facts,
-        )
+        return result("failed", "; ".join(problems), "; ".join(hints), **facts)
     driver = (
         f"; {', '.join(sorted(driver_provided))} come(s) from the GPU driver at run time, not the image"
         if driver_provided

@@ -325,6 +325,7 @@ TRITON_KERNEL = "triton_kernel.py"
     reports=("https://github.com/triton-lang/triton/issues/7594",),
     hint="install the triton that torch pins and make sure the GPU driver is visible in the container",
     timeout=600,
+    accelerators=("cuda", "rocm"),
     needs=("torch-import",),
     group="torch",
 )

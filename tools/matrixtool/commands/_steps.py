@@ -1,0 +1,125 @@
+"""The steps several commands run after the preflight: the checkout's provenance, bases then plans, and the
+smoke checks of one image (progress lines on stderr as they happen)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+
+from matrixtool import base, pin, plan, smoke
+from matrixtool.budget import check_budget
+from matrixtool.engine import note
+from matrixtool.matrix import Matrix, Variant
+from matrixtool.preflight import Inputs
+from matrixtool.profiles import ProfileChoice
+from matrixtool.select import Selection
+
+
+def provenance(root: Path) -> tuple[str, str]:
+    """The git revision and origin URL of the checkout at ``root`` (``unknown``/the folder outside git)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
+        except OSError:
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
+
+    return git("rev-parse", "HEAD") or "unknown", git("remote", "get-url", "origin") or str(root)
+
+
+def plan_context(matrix: Matrix, inputs: Inputs, *, repository: str) -> plan.PlanContext:
+    """The ``PlanContext`` of one command: the lock file beside ``matrix``, ``inputs``, the git provenance.
+
+    Raises:
+        ConfigError: the lock file is invalid.
+    """
+    revision, source = provenance(matrix.root)
+    return plan.PlanContext(
+        templates_dir=matrix.templates_dir,
+        lock=pin.read_lock(pin.lock_path(matrix.source)),
+        ca_cert=inputs.ca_cert,
+        wheelhouse=inputs.wheelhouse,
+        repository=repository,
+        revision=revision,
+        source=source,
+    )
+
+
+def provide_and_plan(
+    client: docker.DockerClient, matrix: Matrix, variants: Sequence[Variant], inputs: Inputs, *, repository: str
+) -> list[plan.BuildPlan]:
+    """``base.provide_bases`` then ``plan.plan_variants``, saying when a stand-in base changes the build's Python.
+
+    Raises:
+        ConfigError (lock file, stand-in Python), BuildError (base image).
+    """
+    context = plan_context(matrix, inputs, repository=repository)
+    bases = base.provide_bases(client, variants, context.lock)
+    plans = plan.plan_variants(variants, bases, context)
+    for p in plans:
+        if p.python_version:
+            variant = next(v for v in variants if v.name == p.variant)
+            note(
+                f"{p.variant} ({p.platform}): base {p.base_image} is a Debian "
+                f"{bases[(p.variant, p.platform)].stand_in_suite} stand-in: "
+                f"building with Python {p.python_version} (upstream: {variant.python})"
+            )
+    return plans
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmokeRequest:
+    """What a smoke run of one image asks for: the checks, the deployment profiles, where the logs go, and
+    ``quiet`` (no per-check progress lines: ``--json``)."""
+
+    selection: Selection
+    choice: ProfileChoice
+    log_dir: Path
+    quiet: bool = False
+
+
+def progress(quiet: bool) -> Callable[[smoke.CheckResult], None]:
+    """The per-check progress line on stderr (nothing when ``quiet``)."""
+
+    def show(r: smoke.CheckResult) -> None:
+        if not quiet:
+            note(f"[{r.variant}] {r.check}: {r.status.value} ({r.seconds:.1f} s) {r.diagnosis}")
+
+    return show
+
+
+def smoke_image(
+    client: docker.DockerClient, image: str, variant: Variant, request: SmokeRequest
+) -> list[smoke.CheckResult]:
+    """Run ``variant``'s selected checks inside ``image`` under each chosen deployment profile
+    (``smoke.run_profiles``), then judge its size budget (``budget.check_budget``).
+
+    Raises:
+        ConfigError (an unknown profile), WrongPlatformError (the image's platform is not the variant's).
+    """
+    selected = request.selection.checks_of(variant)
+    chosen = request.choice.resolve(variant.name, variant.profiles)
+    results = smoke.run_profiles(
+        client,
+        image,
+        variant,
+        selected,
+        chosen,
+        log_dir=request.log_dir,
+        on_result=progress(request.quiet),
+        announce=note,
+        suite=request.selection.suite,
+    )
+    # matrix.yaml size_budget: within it one line on stderr (--json too); over it a failed result `size-budget`.
+    judged = check_budget(client, image, variant, results, log_dir=request.log_dir)
+    if judged is not None and judged.status.ok:
+        note(f"[{variant.name}] size-budget: {judged.status.value}: {judged.diagnosis}")
+    elif judged is not None:
+        progress(request.quiet)(judged)
+        results.append(judged)
+    return results

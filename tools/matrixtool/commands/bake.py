@@ -1,0 +1,112 @@
+"""``tools/matrix bake``: write ``<out>/docker-bake.json`` (one target per variant x platform) and stage each
+target's context. Needs no engine and no network: what it cannot check is a warning."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from matrixtool import bake, base, plan, preflight, reference
+from matrixtool.commands._flags import REGISTRY_HELP, input_options
+from matrixtool.commands._shared import Settings, pass_settings
+from matrixtool.commands._steps import plan_context
+from matrixtool.inputs import check_outputs, warn_unused_wheelhouse
+from matrixtool.matrix import Matrix, Variant, load_matrix
+from matrixtool.select import select_variants
+
+
+@dataclass(frozen=True, kw_only=True)
+class Args:
+    """``ca_cert``/``wheelhouse``: the flags (None: from ``env``); ``repository``: the image repository prefix;
+    ``registry``: also tag each target under it and use those tags as cache-from. Validated on construction.
+
+    Raises:
+        ConfigError: a flag cannot be honoured (exit 3).
+    """
+
+    matrix: Matrix
+    variants: tuple[Variant, ...]
+    out_dir: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    ca_cert: Path | None = None
+    wheelhouse: Path | None = None
+    repository: str = plan.DEFAULT_REPOSITORY
+    registry: str | None = None
+
+    def __post_init__(self) -> None:
+        reference.check_flags(registry=self.registry, repository=self.repository)
+        warn_unused_wheelhouse(self.variants, self.wheelhouse)
+        check_outputs(self.out_dir)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BakeReport:
+    """The bake file, the plans it holds, and what could not be checked (one line each)."""
+
+    path: Path
+    plans: Sequence[plan.BuildPlan]
+    warnings: Sequence[str] = ()
+
+
+def run(args: Args) -> BakeReport:
+    """Local inputs (render, wheelhouse, CA bundle) are checked; an index that does not answer, a base the
+    engine lacks, or no engine at all become ``BakeReport.warnings``.
+
+    Raises:
+        StaleRenderError, ConfigError.
+    """
+    inputs = preflight.Inputs.resolve(ca_cert=args.ca_cert, wheelhouse=args.wheelhouse, env=args.env)
+    needs = preflight.Needs(index=preflight.IndexProbe.WARN, engine=preflight.EngineNeed.OPTIONAL)
+    got = preflight.preflight(args.matrix, args.variants, inputs, needs)
+    context = plan_context(args.matrix, got.inputs, repository=args.repository)
+    bases, missing = base.look_up_bases(got.client, args.variants, context.lock)
+    plans = plan.plan_variants(args.variants, bases, context)
+    path = bake.write_bake(plans, out_dir=args.out_dir, registry=args.registry)
+    return BakeReport(path=path, plans=plans, warnings=[*got.warnings, *missing])
+
+
+@click.command("bake")
+@click.argument("variants", nargs=-1)
+@input_options
+@click.option(
+    "--registry",
+    "registry",
+    default=None,
+    help="Add the same tags under this registry and use them as cache-from. " + REGISTRY_HELP,
+)
+@pass_settings
+def command(
+    settings: Settings,
+    /,
+    variants: Sequence[str],
+    ca_cert: Path | None,
+    wheelhouse: Path | None,
+    repository: str,
+    registry: str | None,
+) -> None:
+    """Write <out>/docker-bake.json (one target per variant x platform) and stage each target's context.
+
+    Needs no engine and no network: what it cannot check (an index that does not answer, a base image the
+    engine lacks, no engine at all) is a warning, and the bake file names the base as matrix.yaml does.
+    """
+    matrix = load_matrix(settings.matrix_path)
+    args = Args(
+        matrix=matrix,
+        variants=tuple(select_variants(matrix, variants)),
+        out_dir=settings.out_dir,
+        env=settings.env,
+        ca_cert=ca_cert,
+        wheelhouse=wheelhouse,
+        repository=repository,
+        registry=registry,
+    )
+    result = run(args)
+    for p in result.plans:
+        click.echo(f"{bake.target_name(p)}: {p.hash_ref}", err=True)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(f"wrote {result.path}; build with: docker buildx bake -f {result.path} [TARGET|VARIANT...]", err=True)
+    click.echo(str(result.path))

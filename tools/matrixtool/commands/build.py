@@ -1,0 +1,71 @@
+"""``tools/matrix build``: preflight, bases, plans and builds of the selected variants; no smoke checks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from matrixtool import build, preflight, report
+from matrixtool.commands._flags import BuildFlags, build_flags
+from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
+from matrixtool.commands._steps import provide_and_plan
+from matrixtool.commands._supply import write_build_reports
+from matrixtool.inputs import warn_unused_wheelhouse
+from matrixtool.matrix import Matrix, Variant, load_matrix
+from matrixtool.select import select_variants
+
+
+@dataclass(frozen=True, kw_only=True)
+class Args:
+    """The selected ``variants`` of ``matrix``; ``out_dir``: logs, reports and staged contexts; ``env``: the
+    CA bundle and wheelhouse variables, ``GITHUB_*``. Validated on construction, before the engine is
+    touched (an unused ``--wheelhouse`` is a warning on stderr).
+
+    Raises:
+        ConfigError: a flag cannot be honoured (exit 3).
+    """
+
+    matrix: Matrix
+    variants: tuple[Variant, ...]
+    out_dir: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    flags: BuildFlags = field(default_factory=BuildFlags)
+    output: ReportFlags = field(default_factory=ReportFlags)
+
+    def __post_init__(self) -> None:
+        self.flags.check()
+        warn_unused_wheelhouse(self.variants, self.flags.wheelhouse)
+        self.output.check(self.out_dir)
+
+
+def run(args: Args) -> report.RunReport:
+    """Build every plan of ``args.variants``, skipping those whose content-hash tag exists (``build.execute_plans``),
+    then write each image's SBOM and provenance under ``<out>/reports/``.
+
+    Raises:
+        StaleRenderError, ConfigError, IndexUnreachableError, EngineUnreachableError, BuildError, RegistryError.
+    """
+    got = preflight.preflight(args.matrix, args.variants, args.flags.inputs(args.env), preflight.Needs())
+    client = got.engine()
+    plans = provide_and_plan(client, args.matrix, args.variants, got.inputs, repository=args.flags.repository)
+    results = build.execute_plans(client, plans, args.flags.policy(args.out_dir))
+    write_build_reports(client, args.matrix, plans, results, args.out_dir)
+    return report.RunReport(builds=results)
+
+
+@click.command("build")
+@click.argument("variants", nargs=-1)
+@build_flags
+@report_flags
+@pass_settings
+def command(settings: Settings, /, variants: Sequence[str], flags: BuildFlags, output: ReportFlags) -> None:
+    """Build variants with BuildKit (no smoke checks)."""
+    matrix = load_matrix(settings.matrix_path)
+    selected = tuple(select_variants(matrix, variants))
+    args = Args(
+        matrix=matrix, variants=selected, out_dir=settings.out_dir, env=settings.env, flags=flags, output=output
+    )
+    finish(run(args), output, out_dir=settings.out_dir, env=settings.env)

@@ -1,0 +1,124 @@
+"""Facts about the image it runs in, as one JSON line after a marker: Python distributions (version, installer,
+origin), Debian packages (dpkg status) and the shared libraries the extension modules of vLLM, torch and Triton
+need (``ldd``, else ``readelf -d``). Standard library only, Python >= 3.9; run by ``tools/matrix diff``."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+MARK = "@@image-facts@@"
+PACKAGES = ("vllm", "torch", "triton")
+MAX_SO_FILES = 600
+LDD_TIMEOUT = 10
+
+
+def distributions():
+    from importlib import metadata
+
+    out = {}
+    for dist in metadata.distributions():
+        name = (dist.metadata["Name"] or "").strip()
+        if not name:
+            continue
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        installer = (dist.read_text("INSTALLER") or "").strip() or None
+        origin = None
+        direct = dist.read_text("direct_url.json")
+        if direct:
+            try:
+                data = json.loads(direct)
+                origin = data.get("url")
+                if data.get("dir_info", {}).get("editable"):
+                    origin = "editable " + str(origin)
+            except ValueError:
+                origin = "direct_url.json unreadable"
+        location = str(getattr(dist, "_path", "") or "")
+        out.setdefault(
+            key,
+            {"version": dist.version, "installer": installer, "origin": origin or "index", "location": location},
+        )
+    return out
+
+
+def debian_packages(path="/var/lib/dpkg/status"):
+    out = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return out
+    for stanza in text.split("\n\n"):
+        fields = dict(re.findall(r"^([A-Za-z-]+): ?(.*)$", stanza, re.M))
+        if fields.get("Package") and "installed" in fields.get("Status", "").split():
+            arch = fields.get("Architecture", "")
+            out[fields["Package"]] = fields.get("Version", "") + (f" ({arch})" if arch else "")
+    return out
+
+
+def _package_dirs():
+    import importlib.util
+
+    dirs = []
+    for name in PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        for loc in (spec.submodule_search_locations or []) if spec else []:
+            dirs.append((name, loc))
+    return dirs
+
+
+def _needed(path):
+    if shutil.which("ldd"):
+        run = subprocess.run(["ldd", path], capture_output=True, text=True, timeout=LDD_TIMEOUT)
+        found = {}
+        for line in run.stdout.splitlines():
+            m = re.match(r"\s*(\S+) => (not found|\S+)", line)
+            if m:
+                found[m.group(1)] = m.group(2)
+        return found, "ldd"
+    if shutil.which("readelf"):
+        run = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, timeout=LDD_TIMEOUT)
+        return {m: "needed" for m in re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", run.stdout)}, "readelf"
+    return {}, None
+
+
+def shared_libraries():
+    libs = {}
+    tool = None
+    count = 0
+    for _package, root in _package_dirs():
+        for folder, _, files in os.walk(root):
+            for name in sorted(files):
+                if not (name.endswith(".so") or ".so." in name) or count >= MAX_SO_FILES:
+                    continue
+                count += 1
+                try:
+                    found, tool = _needed(os.path.join(folder, name))
+                except (OSError, subprocess.SubprocessError):
+                    continue
+                for lib, where in found.items():
+                    entry = libs.setdefault(lib, {"path": where, "needed_by": []})
+                    if where == "not found":
+                        entry["path"] = where
+                    if len(entry["needed_by"]) < 3:
+                        entry["needed_by"].append(os.path.relpath(os.path.join(folder, name), os.path.dirname(root)))
+    return {"tool": tool, "files": count, "libraries": libs}
+
+
+def main():
+    facts = {
+        "python": sys.version.split()[0],
+        "distributions": distributions(),
+        "debian": debian_packages(),
+        "shared_libraries": shared_libraries(),
+    }
+    sys.stdout.write(MARK + json.dumps(facts, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()
