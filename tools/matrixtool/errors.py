@@ -26,6 +26,13 @@ class ExitCode(IntEnum):
     INDEX_UNREACHABLE = 10  # a package index does not answer (was 6)
     NOT_BUILT = 11  # push of an image this engine has not built (was 6)
     WRONG_PLATFORM = 12  # the image's platform is not the variant's (issue 9)
+    # Issue 21: what a security team signs off (audit.py, signing.py, sbom.py, static.py).
+    VULNERABLE = 13  # the vulnerability gate: an advisory at or above the policy's severity, not accepted
+    NOT_AUDITED = 14  # the gate failed closed: packages without advisory data, or the source did not answer
+    UNVERIFIED = 15  # an image's signature or attestation is missing or does not verify (unsigned, tampered)
+    SBOM = 16  # an image's SBOM could not be derived, or a file is not a CycloneDX document
+    SBOM_DIFFERS = 17  # `sbom --compare`: the image's packages differ from the published SBOM
+    STATIC = 18  # an OpenShift static check failed (/licenses, layers, labels, USER, tag)
     INTERRUPTED = 130  # SIGINT (128 + 2)
     TERMINATED = 143  # SIGTERM (128 + 15)
 
@@ -165,7 +172,8 @@ MEANING: dict[ExitCode, tuple[str, str]] = {
         "`matrix.yaml` (or `--matrix`) is not a regular UTF-8 file of at most 1 MiB, is not YAML, has a duplicate "
         "or non-string key, an alias bomb, breaks the schema or a value rule; a template error; `images/` cannot "
         "be written; a flag: a reference (`--image`, `--registry`, `--repository`), `--only`/`--skip`, `--suite`, "
-        "`--out`/`--junit`/`--json-file`, the wheelhouse or CA bundle; a push record that is not what `push` wrote",
+        "`--out`/`--junit`/`--json-file`, the wheelhouse or CA bundle, a key flag (`--sign-key`, `--smoke-report`, "
+        "`--verify-key`); a push record that is not what `push` wrote",
     ),
     ExitCode.NOTHING_SELECTED: (
         "nothing selected",
@@ -180,7 +188,10 @@ MEANING: dict[ExitCode, tuple[str, str]] = {
         "smoke",
         "a smoke check failed or timed out, or the image is over its `size_budget` (result `size-budget`)",
     ),
-    ExitCode.ENGINE: ("engine", "no Docker engine answers, buildx is missing, or `doctor` found a failure"),
+    ExitCode.ENGINE: (
+        "engine",
+        "no Docker engine answers, buildx (or, for signing, cosign) is missing, or `doctor` found a failure",
+    ),
     ExitCode.REGISTRY: (
         "registry",
         "a registry did not answer, refused the request, or lacks the image (`pin`, `push`, `build --registry`, "
@@ -198,6 +209,31 @@ MEANING: dict[ExitCode, tuple[str, str]] = {
         "wrong platform",
         "the image's platform is not the variant's (`test --image <amd64 image> --as arm64`; checked before any "
         "check runs), or the engine cannot run it (`exec format error`)",
+    ),
+    ExitCode.VULNERABLE: (
+        "vulnerable",
+        "`audit`: an advisory at or above the variant's `audit.fail_on` (or of unknown severity) affects a package "
+        "and is not accepted (or its acceptance expired)",
+    ),
+    ExitCode.NOT_AUDITED: (
+        "not audited",
+        "`audit` failed closed: packages with no advisory data for their ecosystem, a version the advisory's ranges "
+        "cannot be compared with, or an advisory source that did not answer (each named with the reason)",
+    ),
+    ExitCode.UNVERIFIED: (
+        "unverified",
+        "`--verify-key`: the image (or a base, or a platform of a manifest list) is unsigned, signed by another "
+        "key, its tag names another image than the one signed, or the engine's image is not the signed digest",
+    ),
+    ExitCode.SBOM: (
+        "sbom",
+        "the SBOM of an image could not be derived (no `python3` in it, the program failed), or a file is not a "
+        "CycloneDX document",
+    ),
+    ExitCode.SBOM_DIFFERS: ("sbom differs", "`sbom --compare`: the image's packages differ from the published SBOM"),
+    ExitCode.STATIC: (
+        "static",
+        "`static`: an OpenShift static check failed (`/licenses`, layers, labels, `USER`, tag)",
     ),
     ExitCode.INTERRUPTED: ("interrupted", "SIGINT (Ctrl-C): running builds are ended, smoke containers removed"),
     ExitCode.TERMINATED: (
