@@ -151,6 +151,43 @@ def test_route_of_a_dead_server_is_a_consequence() -> None:
     assert "a consequence of" in d.render() and "160 MiB" in d.render()
 
 
+def test_metrics_500_from_a_corrupted_multiprocess_file() -> None:
+    # PROMETHEUS_MULTIPROC_DIR holding a file cut short: the body carries the message, the log only the access line.
+    body = (
+        '{"error":{"message":"Read beyond file size detected, file is corrupted.","type":"InternalServerError",'
+        '"param":null,"code":500}}'
+    )
+    access = 'INFO:     172.17.0.1:59134 - "GET /metrics HTTP/1.1" 500 Internal Server Error\n'
+    d = sd.diagnose_route("GET /metrics", 500, body, log=access)
+    assert d is not None
+    assert (d.failure_class, d.name) == (22, "metrics-file-corrupted")
+    assert d.cause == "Read beyond file size detected, file is corrupted."
+    assert "PROMETHEUS_MULTIPROC_DIR" in d.diagnosis and "wiped before each start" in d.fix
+
+
+def test_route_500_with_a_web_stack_traceback() -> None:
+    # vllm-project/vllm#45596's traceback (fastapi 0.137 with prometheus-fastapi-instrumentator 8.0.0), as uvicorn
+    # logs it after the access line.
+    text = "\n".join(
+        [
+            'INFO:     10.0.0.7:38480 - "GET /v1/models HTTP/1.1" 500 Internal Server Error',
+            "ERROR:    Exception in ASGI application",
+            "Traceback (most recent call last):",
+            '  File "/usr/local/lib/python3.12/dist-packages/prometheus_fastapi_instrumentator/routing.py", line 55, '
+            "in _get_route_name",
+            "    route_name = route.path",
+            "AttributeError: '_IncludedRouter' object has no attribute 'path'",
+        ]
+    )
+    d = sd.diagnose_route("GET /v1/models", 500, "Internal Server Error", log=text)
+    assert d is not None
+    assert (d.failure_class, d.name) == (16, "fastapi-instrumentator-skew")
+    assert d.cause == "AttributeError: '_IncludedRouter' object has no attribute 'path'"
+    other = text.replace("AttributeError: '_IncludedRouter' object has no attribute 'path'", "KeyError: 'x'")
+    d = sd.diagnose_route("GET /v1/models", 500, "Internal Server Error", log=other)
+    assert d is not None and (d.failure_class, d.name, d.cause) == (16, "route-500", "KeyError: 'x'")
+
+
 def test_answers_below_400_are_no_failure() -> None:
     assert sd.diagnose_route("GET /health", 200, "") is None
 

@@ -406,6 +406,10 @@ def diagnose_route(
             "`--served-model-name <the id clients send>` (it takes several names)",
         )
     if status >= 500:
+        # vLLM answers an unhandled error with its message as the body's error.message; uvicorn logs a traceback
+        # only for what escapes vLLM's handler (a middleware's error).
+        if found := _match_rules([message]):
+            return found
         traceback = _route_traceback(log, route)
         if found := _match_rules(traceback):
             return found
