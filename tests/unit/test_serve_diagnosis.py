@@ -44,6 +44,23 @@ def test_vllm_port_service_link() -> None:
     assert "enableServiceLinks: false" in d.fix
 
 
+def test_other_service_link_named_from_the_containers_env() -> None:
+    # `-e VLLM_DP_MASTER_PORT=tcp://10.96.0.13:29500` (a Service named `vllm-dp-master`): vLLM's config validation
+    # wraps the int() error, so only the container's environment names the variable.
+    text = (
+        "Value error, invalid literal for int() with base 10: 'tcp://10.96.0.13:29500' [type=value_error, "
+        "input_value=ArgsKwargs(()), input_type=ArgsKwargs]\n"
+    )
+    env = {"VLLM_DP_MASTER_PORT": "tcp://10.96.0.13:29500", "HOME": "/home/vllm"}
+    d = sd.diagnose_log(text, 1, env=env)
+    assert d is not None
+    assert (d.failure_class, d.name) == (18, "port-service-link")
+    assert "VLLM_DP_MASTER_PORT is 'tcp://10.96.0.13:29500', a Kubernetes service link (a Service named " in d.diagnosis
+    assert "`vllm-dp-master`" in d.diagnosis and "enableServiceLinks: false" in d.fix
+    d = sd.diagnose_log(text, 1)
+    assert d is not None and "a vLLM setting is 'tcp://10.96.0.13:29500'" in d.diagnosis
+
+
 def test_metrics_dir_missing() -> None:
     d = sd.diagnose_log(log("metrics-dir-missing.log"), 1)
     assert d is not None
