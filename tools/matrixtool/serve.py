@@ -459,17 +459,19 @@ def judge(
     expected_tokens: Sequence[int] | None,
     vllm_version: str,
     ready_budget_s: float | None,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[Status, str, str, dict[str, Any]]:
     """Status, diagnosis, hint and facts of one server run (see the module docstring for what is asserted).
 
     ``expected_tokens``: offline-generate's eager greedy tokens for ``PROMPT`` (None: no comparison, said so);
-    ``ready_budget_s``: the variant's ``ready_budget`` in seconds (None: none)."""
+    ``ready_budget_s``: the variant's ``ready_budget`` in seconds (None: none); ``env``: the server's
+    environment (the image's and the profile's), where a log names no variable (a Kubernetes service link)."""
     facts: dict[str, Any] = {"ready_s": seen.ready_s, "phases": dict(seen.phases), "argv": serve_argv()}
     if seen.ready_s is None:
         cause = startup_cause(seen.log)
         if seen.exit_code is not None:
             facts["exit_code"] = seen.exit_code
-            found = serve_diagnosis.diagnose_log(seen.log, seen.exit_code)
+            found = serve_diagnosis.diagnose_log(seen.log, seen.exit_code, env=env)
             if found is not None:
                 facts["failure_class"] = found.failure_class
                 return (
@@ -670,6 +672,15 @@ class ServeRun:
 
         sweep(self.client, self.session)
 
+    def environment(self) -> dict[str, str]:
+        """The server's environment: the image's ``Config.Env`` and the profile's ``env`` over it."""
+        try:
+            pairs = self.client.images.get(self.image).attrs.get("Config", {}).get("Env") or []
+        except docker.errors.DockerException:
+            pairs = []
+        image_env = dict(p.partition("=")[::2] for p in pairs)
+        return {**image_env, **self.run.profile.value(profiles.Condition.ENV)}
+
     def result(self, timeout_s: float, results: Sequence[CheckResult]) -> CheckResult:
         """Wait for the server run (up to what is left of ``timeout_s`` seconds since ``start``), judge it against
         ``results`` (offline-generate's tokens) and write its log to ``<log stem>.serve.log``."""
@@ -688,6 +699,7 @@ class ServeRun:
                 expected_tokens=reference_tokens(results),
                 vllm_version=str(self.variant.vllm.version).split("+")[0],
                 ready_budget_s=getattr(self.variant, "ready_budget_s", None),
+                env=self.environment(),
             )
         log.write_text(self.seen.log if self.seen is not None else (self.error or ""), encoding="utf-8")
         return CheckResult(
