@@ -142,7 +142,7 @@ def test_push_signs_and_attests_then_test_verifies(
     version_tag = next(r for r in pushed["refs"] if r.endswith(":0.32.0"))
     assert "+ cosign sign --key" in proc.stderr and "+ cosign attest --key" in proc.stderr
 
-    # What a consumer runs (README "Verify an image").
+    # What a consumer runs (docs/supply-chain.md, "Verify an image").
     verified = cosign("verify", "--key", str(keys["ours_pub"]), "--insecure-ignore-tlog=true", version_tag)
     assert verified.returncode == 0, verified.stderr
     assert pushed["digest"] in verified.stdout

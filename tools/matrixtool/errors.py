@@ -10,7 +10,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """Process exit codes of ``tools/matrix`` (documented in the README)."""
+    """Process exit codes of ``tools/matrix`` (``MEANING`` says when each is given; docs/commands.md shows it)."""
 
     OK = 0
     UNEXPECTED = 1
@@ -22,11 +22,10 @@ class ExitCode(IntEnum):
     SMOKE = 7
     ENGINE = 8
     REGISTRY = 9
-    # Reserved for the issues in flight (README "Exit codes"); each class gets its own code.
-    INDEX_UNREACHABLE = 10  # a package index does not answer (was 6)
-    NOT_BUILT = 11  # push of an image this engine has not built (was 6)
-    WRONG_PLATFORM = 12  # the image's platform is not the variant's (issue 9)
-    # Issue 21: what a security team signs off (audit.py, signing.py, sbom.py, static.py).
+    INDEX_UNREACHABLE = 10  # a package index does not answer
+    NOT_BUILT = 11  # push of an image this engine has not built
+    WRONG_PLATFORM = 12  # the image's platform is not the variant's
+    # What a security team signs off (audit.py, signing.py, sbom.py, static.py).
     VULNERABLE = 13  # the vulnerability gate: an advisory at or above the policy's severity, not accepted
     NOT_AUDITED = 14  # the gate failed closed: packages without advisory data, or the source did not answer
     UNVERIFIED = 15  # an image's signature or attestation is missing or does not verify (unsigned, tampered)

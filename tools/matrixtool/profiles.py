@@ -1,4 +1,4 @@
-"""Deployment profiles: named sets of run conditions the smoke checks run under (README "Deployment profiles").
+"""Deployment profiles: named sets of run conditions the smoke checks run under (docs/profiles.md).
 
 A profile says how the check container is run: which value each run condition of ``conditions.ROWS`` has
 (user, read-only root, tmpfs mounts, memory, CPUs, network, /dev/shm size, dropped capabilities,

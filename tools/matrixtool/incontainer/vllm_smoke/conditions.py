@@ -168,7 +168,7 @@ def check_cpu_engine_settings(params):
 
 
 # --- run-conditions (class 13) -----------------------------------------------------------------------
-# Errors that run conditions cause, each with the condition and its fix (README "Deployment profiles").
+# Errors that run conditions cause, each with the condition and its fix (docs/profiles.md).
 # main() appends the condition to a failed check's diagnosis when its output carries one of these.
 CONDITION_ERRORS = (
     (
@@ -296,7 +296,7 @@ _FIX_CACHES = (
         "https://github.com/pytorch/pytorch/issues/91005",
         f"{_VLLM}/issues/29233",
     ),
-    hint='see the condition named in the diagnosis; README "Deployment profiles" lists each fix',
+    hint='see the condition named in the diagnosis; docs/profiles.md lists each fix',
     timeout=120,
     affected_by=CONDITIONS,
     group="light",
