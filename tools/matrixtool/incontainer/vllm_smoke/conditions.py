@@ -296,7 +296,7 @@ _FIX_CACHES = (
         "https://github.com/pytorch/pytorch/issues/91005",
         f"{_VLLM}/issues/29233",
     ),
-    hint='see the condition named in the diagnosis; docs/profiles.md lists each fix',
+    hint="see the condition named in the diagnosis; docs/profiles.md lists each fix",
     timeout=120,
     affected_by=CONDITIONS,
     group="light",
