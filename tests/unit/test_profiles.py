@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -268,3 +269,14 @@ def test_a_failed_check_names_the_condition_it_met(
 def test_host_mode_refuses_profiles() -> None:
     result = CliRunner().invoke(main, ["test", "--host", "--as", "cpu", "--read-only"], catch_exceptions=False)
     assert result.exit_code == ExitCode.USAGE and "need --image" in result.output
+
+
+def test_eagain_is_the_pids_limit_only_where_one_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `test --image ... --pids-limit 40 --only offline-generate` failed with this line and no condition named.
+    text = "RuntimeError: eager generate fails: RuntimeError: Resource temporarily unavailable"
+    conditions = importlib.import_module("matrixtool.incontainer.vllm_smoke.conditions")
+    monkeypatch.setattr(conditions, "_pod_conditions", lambda: {"pids_max": 40})
+    found = conditions.explain(text)
+    assert found is not None and found[0].startswith("the container's pids limit (40 ") and "--pids-limit" in found[1]
+    monkeypatch.setattr(conditions, "_pod_conditions", lambda: {"pids_max": None})
+    assert conditions.explain(text) is None
