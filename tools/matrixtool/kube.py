@@ -141,7 +141,8 @@ def serving_for(variant: Variant, profile: str, measured_s: float | None, *, mod
     else:
         cold, source = 100.0, "no measurement or ready_budget: 100 s assumed"
     return Serving(
-        args=tuple(serve.serve_argv(model)),
+        # The suite's tiny model carries its own options (dtype, length, seed); a user's model serves with none.
+        args=tuple(serve.serve_argv(model, serve.MODEL_OPTIONS if model == serve.MODEL_PATH else ())),
         port=serve.PORT,
         model_mount=serve.MODEL_MOUNT,
         model_claim=claim,

@@ -88,19 +88,20 @@ def serve_argv(model: str = MODEL_PATH, options: Sequence[str] = MODEL_OPTIONS) 
     return ["serve", model, *SERVE_OPTIONS, *options]
 
 
-def docker_flags(model_source: str) -> list[str]:
-    """The ``docker run`` flags of the README's serve line: shm, the published port, the model read-only."""
-    return ["--shm-size", SHM_SIZE, "-p", f"{PORT}:{PORT}", "-v", f"{model_source}:{MODEL_MOUNT}:ro"]
+def docker_flags(model_source: str, published: str = f"{PORT}:{PORT}") -> list[str]:
+    """The ``docker run`` flags of the README's serve line: shm, the published port (``published``: the user's
+    ``8000:8000``; the check's ``127.0.0.1::8000``, a loopback port the engine picks), the model read-only."""
+    return ["--shm-size", SHM_SIZE, "-p", published, "-v", f"{model_source}:{MODEL_MOUNT}:ro"]
 
 
 def readme_block() -> str:
     """The README's serve section (between its ``serve-command`` markers): the user's line and the check's."""
     user = ["docker", "run", "--rm", *docker_flags('"$PWD/models"'), "IMAGE", *serve_argv(f"{MODEL_MOUNT}/MODEL", ())]
-    check = ["docker", "run", "--rm", *docker_flags("MODEL_VOLUME"), "IMAGE", *serve_argv()]
+    check = ["docker", "run", "--rm", *docker_flags("MODEL_VOLUME", f"127.0.0.1::{PORT}"), "IMAGE", *serve_argv()]
     return (
         "```sh\n" + " ".join(user) + "\n```\n\n"
-        "The `serve` check runs exactly this line (the host port is left to the engine, the model volume is the\n"
-        "one the suite made, and a profile adds its run conditions):\n\n"
+        "The `serve` check runs this line with the suite's tiny model (a volume it made, with the model's own\n"
+        "options), on a loopback port the engine picks, under each profile's run conditions:\n\n"
         "```sh\n" + " ".join(check) + "\n```\n"
     )
 

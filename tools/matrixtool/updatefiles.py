@@ -10,16 +10,28 @@ import json
 import os
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from matrixtool import render, update, yamltext
 from matrixtool.errors import ConfigError
 from matrixtool.matrix import Matrix, load_matrix, parse_yaml, read_config_text
 from matrixtool.select import select_variants
 
-if TYPE_CHECKING:
-    from matrixtool.commands.update import UpdateReport
+
+@dataclass(frozen=True, kw_only=True)
+class UpdateReport:
+    """The proposals in matrix order, key conflicts between them, comments of ``matrix.yaml`` naming a pin
+    the proposals replace (``update.stale_comments``), the unified diffs of ``matrix.yaml`` and of ``images/``
+    (empty: nothing changes), and the paths written under ``--write``."""
+
+    proposals: tuple[update.Proposal, ...]
+    conflicts: tuple[str, ...]
+    stale_comments: tuple[str, ...] = ()
+    matrix_diff: str
+    images_diff: str
+    written: tuple[Path, ...]
 
 
 def unified(old: str, new: str, name: str) -> str:

@@ -43,21 +43,7 @@ class Args:
             raise ConfigError("flags", [f"--cooldown {self.cooldown_days}: give 0 to {MAX_COOLDOWN_DAYS} days"])
 
 
-@dataclass(frozen=True, kw_only=True)
-class UpdateReport:
-    """The proposals in matrix order, key conflicts between them, comments of ``matrix.yaml`` naming a pin
-    the proposals replace (``update.stale_comments``), the unified diffs of ``matrix.yaml`` and of ``images/``
-    (empty: nothing changes), and the paths written under ``--write``."""
-
-    proposals: tuple[update.Proposal, ...]
-    conflicts: tuple[str, ...]
-    stale_comments: tuple[str, ...] = ()
-    matrix_diff: str
-    images_diff: str
-    written: tuple[Path, ...]
-
-
-def run(args: Args) -> UpdateReport:
+def run(args: Args) -> updatefiles.UpdateReport:
     """Propose per selected variant; diff ``matrix.yaml`` and ``images/``; apply both under ``write``.
 
     A variant whose index does not answer keeps its error in its proposal (the others go on); ``run`` raises
@@ -95,7 +81,7 @@ def run(args: Args) -> UpdateReport:
         changed = updatefiles.write_all(args.matrix_path, edited, updatefiles.render_text(edited, args.matrix_path))
         written = [args.matrix_path, *(root / p for p in changed)]
     old_pins = update.replaced_pins(proposals, selected)
-    return UpdateReport(
+    return updatefiles.UpdateReport(
         proposals=tuple(proposals),
         conflicts=tuple(update.conflicts(proposals)),
         stale_comments=tuple(update.stale_comments(text, old_pins)) if matrix_diff else (),
