@@ -79,7 +79,7 @@ class SmokeFailure(MatrixError):
 
 
 class WrongPlatformError(MatrixError):
-    """The image's platform (os/architecture) is not the variant's; found before any check runs (issue 9)."""
+    """The image's platform (os/architecture) is not the variant's; found before any check runs."""
 
     exit_code = ExitCode.WRONG_PLATFORM
 

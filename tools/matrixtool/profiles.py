@@ -167,16 +167,6 @@ class Overrides:
         return replace(profile, values=values)
 
 
-def parse_tmpfs(values: Iterable[str]) -> dict[str, str]:
-    """``--tmpfs PATH[:OPTS]`` values as mount point -> options. Raises ValueError naming the value."""
-    return parse_flag_entries(ROW[Condition.TMPFS], values)
-
-
-def parse_env(values: Iterable[str]) -> dict[str, str]:
-    """``--env KEY=VALUE`` values as a dict. Raises ValueError naming the value."""
-    return parse_flag_entries(ROW[Condition.ENV], values)
-
-
 def parse_flag_entries(row: Row, values: Iterable[str]) -> dict[str, str]:
     assert row.split is not None
     out: dict[str, str] = {}

@@ -359,6 +359,11 @@ def stop_contract(server: TrackedContainer, prober: Prober, grace_s: int) -> dic
         top = server.container.top(ps_args="-eo pid,args")
         column = top["Titles"].index("PID")
         pid1 = next((" ".join(p[column + 1 :]) for p in top["Processes"] if p[column] == host_pid), "")
+    if not pid1:  # `docker top` with ps_args answers 500 on some engines: ask the kernel inside instead
+        with contextlib.suppress(docker.errors.DockerException):
+            code, out = server.container.exec_run(["cat", "/proc/1/cmdline"])
+            text = out.decode(errors="replace") if isinstance(out, bytes) and code == 0 else ""
+            pid1 = text.replace("\0", " ").strip()
     body = _completion_body({"model": MODEL_PATH, "prompt": PROMPT, "max_tokens": STREAM_TOKENS}, True)
     streamed_at = time.monotonic()
     first, outcome = prober.stream(body)
@@ -534,6 +539,10 @@ def judge(
     facts["metrics_requests"] = counted
     if counted != GENERATION_REQUESTS:
         problems.append(f"/metrics counts {counted} finished requests, {GENERATION_REQUESTS} were sent")
+    unlabelled = serve_diagnosis.diagnose_metrics(str(probes.get("metrics", {}).get("body", "")))
+    if unlabelled is not None:  # class 16: every request counted under handler="none"
+        facts["failure_class"] = unlabelled.failure_class
+        problems.append(f"{unlabelled.diagnosis}; fix: {unlabelled.fix}")
     version = ""
     with contextlib.suppress(ValueError, KeyError, TypeError):
         version = str(json.loads(probes["version"]["body"])["version"])

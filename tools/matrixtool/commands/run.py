@@ -95,8 +95,11 @@ def run(args: Args) -> report.RunReport:
     )
     checks: list[smoke.CheckResult] = []
     for built in results:
-        registry.pull_if_missing(client, built.image)  # skipped because it is in the registry
-        checks += smoke_image(client, built.image, by_name[built.variant], request)
+        try:
+            registry.pull_if_missing(client, built.image)  # skipped because it is in the registry
+            checks += smoke_image(client, built.image, by_name[built.variant], request)
+        except MatrixError as exc:  # a wrong platform, a registry that went away: this variant's, under keep-going
+            fail(built.variant, exc)
     write_build_reports(client, args.matrix, [p for plans in planned.values() for p in plans], results, args.out_dir)
     order = [v.name for v in args.variants if v.name in failed]
     return report.RunReport(

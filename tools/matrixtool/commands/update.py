@@ -12,7 +12,7 @@ import click
 
 from matrixtool import plan, update, updatefiles
 from matrixtool.commands._shared import Settings, pass_settings
-from matrixtool.errors import ConfigError, MatrixError, VariantsFailed, most_severe
+from matrixtool.errors import ConfigError, ExitCode, MatrixError, VariantsFailed, most_severe
 from matrixtool.matrix import load_matrix, parse_yaml, read_config_text
 from matrixtool.pyindex import IndexClient
 from matrixtool.select import select_variants
@@ -50,9 +50,10 @@ def run(args: Args) -> updatefiles.UpdateReport:
     after writing nothing for it.
 
     Raises:
-        ConfigError: the matrix is invalid, or the edited matrix would be; the CA bundle is not a file.
+        ConfigError: the matrix is invalid, or the edited matrix would be; the CA bundle is not a file;
+            ``write`` while proposals edit one key differently (``update.conflicts``): nothing is written.
         NothingSelectedError: a name matches no variant.
-        VariantsFailed: one or more variants could not be proposed (exit code: the most severe).
+    A variant that could not be proposed keeps its error in its proposal (``command`` exits with the most severe).
     """
     matrix = load_matrix(args.matrix_path)
     raw: Any = parse_yaml(read_config_text(args.matrix_path), str(args.matrix_path))
@@ -76,6 +77,9 @@ def run(args: Args) -> updatefiles.UpdateReport:
             proposals.append(update.failed(variant, exc))
     text, edited, matrix_diff, images_diff = updatefiles.diffs(matrix, args.matrix_path, proposals)
     written: list[Path] = []
+    clashes = update.conflicts(proposals)
+    if args.write and matrix_diff and clashes:
+        raise ConfigError(str(args.matrix_path), [f"--write refused: {c}" for c in clashes])
     if args.write and matrix_diff:
         root = args.matrix_path.parent
         changed = updatefiles.write_all(args.matrix_path, edited, updatefiles.render_text(edited, args.matrix_path))
@@ -83,7 +87,7 @@ def run(args: Args) -> updatefiles.UpdateReport:
     old_pins = update.replaced_pins(proposals, selected)
     return updatefiles.UpdateReport(
         proposals=tuple(proposals),
-        conflicts=tuple(update.conflicts(proposals)),
+        conflicts=tuple(clashes),
         stale_comments=tuple(update.stale_comments(text, old_pins)) if matrix_diff else (),
         matrix_diff=matrix_diff,
         images_diff=images_diff,
@@ -137,6 +141,10 @@ def command(
 ) -> None:
     """Propose the newest vLLM release per variant with the torch and Triton it needs (a diff; --write applies)."""
     if show_groups:
+        if write or cooldown_days or same_minor:
+            raise click.UsageError(
+                "--groups asks no index and writes nothing: give it without --write, --cooldown, --same-minor"
+            )
         click.echo(updatefiles.groups_json(settings.matrix_path, variants))
         return
     args = Args(
@@ -154,5 +162,4 @@ def command(
     failed = [p for p in report.proposals if p.error is not None]
     if failed:
         code = most_severe([p.error.exit_code for p in failed if p.error is not None])
-        assert code is not None
-        raise VariantsFailed(f"no proposal for {', '.join(p.variant for p in failed)}", code)
+        raise VariantsFailed(f"no proposal for {', '.join(p.variant for p in failed)}", code or ExitCode.UNEXPECTED)
