@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 PIP_CONFIG_CERT := $(shell python3 -m pip config list 2>/dev/null | sed -n "s/^global\.cert='\(.*\)'$$/\1/p" | head -n1)
 CA_ENV := $(if $(SSL_CERT_FILE)$(PIP_CERT)$(REQUESTS_CA_BUNDLE),,$(if $(PIP_CONFIG_CERT),PIP_CERT=$(PIP_CONFIG_CERT)))
 
-.PHONY: setup engine venv run test test-emulated unit images render render-check lint bench bench-build bench-arm64 clean
+.PHONY: setup engine venv run test test-emulated unit images render render-check docs lint bench bench-build bench-arm64 clean
 
 setup: engine venv  ## Install and start the engine, create the venv
 
@@ -47,6 +47,9 @@ render: venv
 
 render-check: venv
 	$(MATRIX) render --check
+
+docs: venv  ## Regenerate the tables of docs/ and the README's serve line from the code (tools/docs_tables.py)
+	$(PY) tools/docs_tables.py
 
 lint: venv  ## ruff, mypy (tool and tests), hadolint, actionlint, zizmor, render drift
 	$(VENV)/bin/ruff check tools tests

@@ -90,7 +90,7 @@ def compare(first: str, second: str) -> int:
 
 def _profile_figures(checks: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per deployment profile: its smoke seconds (sum of its checks' wall times), its checks, and the ratio of
-    its smoke seconds to the ``default`` profile's in the same run (README "Deployment profiles")."""
+    its smoke seconds to the ``default`` profile's in the same run (docs/profiles.md)."""
     out: dict[str, dict[str, Any]] = {}
     for c in checks:
         entry = out.setdefault(c.get("profile", "default"), {"smoke_seconds": 0.0, "checks": {}})
@@ -151,8 +151,8 @@ def build_bench(variant: str, warm: bool) -> int:
 
 
 NAIVE_SCRIPT = REPO / "tools" / "naive_generate.py"
-# The naive pair runs as a user would run the image: vLLM's CPU backend needs more than Docker's 64 MB of
-# /dev/shm (README "Findings"), the same size the smoke container gets (smoke.SHM_SIZE).
+# The naive pair runs as a user would run the image: vLLM's CPU server needs more than Docker's 64 MB of
+# /dev/shm (docs/failure-classes.md, class 15), the size matrix.yaml's default profile declares.
 NAIVE_SHM = "1g"
 
 

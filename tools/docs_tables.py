@@ -7,7 +7,7 @@ runs (``matrixtool.serve.readme_block``).
 
 Each table sits between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` in its file. ``tools/docs_tables.py``
 rewrites them; ``--check`` only compares (exit 1 on drift, naming the file and table). A unit test
-(tests/unit/test_docs_tables.py) fails when a table drifts from the code.
+(tests/unit/test_checks_package.py) fails when a table drifts from the code.
 """
 
 from __future__ import annotations

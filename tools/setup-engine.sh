@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Install and start what `tools/matrix` needs on Debian 12 (bookworm) or 13 (trixie), as root:
 # a Docker engine, the buildx CLI plugin (BuildKit), debootstrap (stand-in base images),
-# QEMU user mode >= 10 (linux/arm64 emulation) and Debian's docker-registry (tests of push/pull).
+# QEMU user mode >= 10 (linux/arm64 emulation), Debian's docker-registry (tests of push/pull) and cosign 2.x
+# (signatures and attestations: push --sign-key, --verify-key).
 # Idempotent: installs only what is missing and starts dockerd only when no engine answers.
 #
 # Why trixie on bookworm: Debian 12 ships engine 20.10 without the buildx plugin, and QEMU 7.2, under
 # which `import torch` (PyPI's aarch64 torch 2.13.0) dies with a segmentation fault while QEMU 10.0 runs
-# it (both seen here, 2026-11-30). Debian 13's `docker-buildx` depends only on libc6, its `qemu-user` is
-# static and depends on nothing, `qemu-user-binfmt` only on it: these few are taken from trixie with an
-# apt pin that keeps every other package on bookworm.
+# it (both seen here, 2026-11-30). Bookworm has no cosign. Debian 13's `docker-buildx` and `cosign` (2.5, a Go
+# binary) depend only on libc6, its `qemu-user` is static and depends on nothing, `qemu-user-binfmt` only on
+# it: these few are taken from trixie with an apt pin that keeps every other package on bookworm.
 set -euo pipefail
 
 log() { printf '+ %s\n' "$*" >&2; }
@@ -65,7 +66,7 @@ Package: *
 Pin: release n=trixie
 Pin-Priority: 100
 
-Package: docker-buildx qemu-user qemu-user-binfmt qemu-user-static
+Package: docker-buildx qemu-user qemu-user-binfmt qemu-user-static cosign
 Pin: release n=trixie
 Pin-Priority: 990
 PIN
@@ -78,7 +79,7 @@ PIN
   fi
 fi
 
-apt_install docker-buildx
+apt_install docker-buildx cosign
 
 # arm64 emulation: QEMU >= 10 (see the top of this file).
 qemu_version=$(have_pkg qemu-user && dpkg-query -W -f='${Version}' qemu-user || true)

@@ -39,7 +39,7 @@ def test_run_cpu_passes_every_check(cpu_image: str, cpu_run: CpuRun) -> None:
     assert all(len(t) == 8 for t in gen["eager"]["tokens"])
     assert checks["vllm-cli"]["facts"]["version"].startswith("0.32.0")
     # The restricted profile (arbitrary UID, read-only root, tmpfs /tmp, no network) reruns the checks its
-    # conditions can change, and the image passes them (README "Deployment profiles").
+    # conditions can change, and the image passes them (docs/profiles.md).
     restricted = {c["check"]: c for c in doc["checks"] if c["profile"] == "restricted"}
     assert list(restricted) == RESTRICTED_CHECKS
     assert {c["status"] for c in restricted.values()} == {"passed"}, restricted

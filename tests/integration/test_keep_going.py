@@ -48,7 +48,7 @@ def test_keep_going_past_an_unreachable_index(cpu_image: str, out_dir: Path, tmp
     assert f"package index {url} is unreachable" in doc["errors"]["rocm"]
     (build,) = doc["builds"]
     assert build["variant"] == "cpu" and build["image"] == cpu_image and build["cached"] is True
-    # vllm-cli and the checks it refers to (torch-import, vllm-import: README "Smoke checks"), all passed.
+    # vllm-cli and the checks it refers to (torch-import, vllm-import: docs/checks.md), all passed.
     assert [(c["check"], c["status"]) for c in doc["checks"]] == [
         (name, "passed") for name in prerequisites(["vllm-cli"])
     ]

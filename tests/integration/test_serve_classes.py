@@ -198,8 +198,9 @@ def test_kubernetes_service_link(
     """Class 18: the variable Kubernetes injects for a Service of that name (the value is never connected to)."""
     with server(cpu_image, tiny_model, env={variable: value}) as container:
         out = wait_started(container)
+        env = dict(e.split("=", 1) for e in container.get_wrapped_container().attrs["Config"]["Env"])
     assert (out.ready, out.exit_code) == (False, 1), out.log[-3000:]
-    d = sd.diagnose_log(out.log, out.exit_code)
+    d = sd.diagnose_log(out.log, out.exit_code, env=env)
     assert d is not None, out.log[-3000:]
     assert (d.failure_class, d.name) == (18, name), d
     assert value in d.cause and text in d.diagnosis

@@ -683,7 +683,7 @@ def test_hostile_input_is_refused(project: Path, bad: Case) -> None:
 @pytest.mark.parametrize("name", sorted(TEMPLATE_CASES))
 def test_template_error_is_a_config_error(project: Path, name: str) -> None:
     text, message = TEMPLATE_CASES[name]
-    # The templates next to the matrix file are the ones rendered (README "How it fits together").
+    # The templates next to the matrix file are the ones rendered (docs/architecture.md).
     (project / "templates" / render.TEMPLATE_NAME).write_text(text)
     _assert_refused(project, ["render"], CONFIG, message)
 

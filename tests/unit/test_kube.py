@@ -90,3 +90,16 @@ def test_the_kube_command_writes_valid_manifests_with_the_measured_cold_start(tm
     assert kube.conditions_of([deployment])[Condition.USER] == "1000770000:0"
     bad = CliRunner().invoke(main, ["--out", str(out), "kube", "cpu", "--profile", "nope"])
     assert bad.exit_code == ExitCode.CONFIG and "unknown profile(s) nope" in bad.output
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--image", "x y"], "--image 'x y' holds ' '"),
+        (["--model-claim", "Bad_Claim"], "--model-claim 'Bad_Claim' is not a Kubernetes name"),
+        (["--model", "relative/model"], "--model 'relative/model': give the model's absolute path"),
+    ],
+)
+def test_kube_flags_are_checked_before_anything_is_written(tmp_path: Path, flags: list[str], says: str) -> None:
+    result = CliRunner().invoke(main, ["--out", str(tmp_path), "kube", "cpu", *flags])
+    assert result.exit_code == ExitCode.CONFIG and says in result.output and not (tmp_path / "kube").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -70,19 +71,10 @@ def test_smoke_container_kwargs_keep_labels_and_add_the_smoke_tmpfs() -> None:
 
 def test_overrides_change_one_condition() -> None:
     restricted = profiles.profile_from_mapping("restricted", RESTRICTED)
-    changed = Overrides.of(read_only=False, tmpfs=profiles.parse_tmpfs(["/tmp:rw"]), env={"X": "1"}).apply(restricted)
+    changed = Overrides.of(read_only=False, tmpfs={"/tmp": "rw"}, env={"X": "1"}).apply(restricted)
     assert changed.read_only is False and dict(changed.tmpfs) == {"/tmp": "rw"} and dict(changed.env) == {"X": "1"}
     assert changed.user == restricted.user and changed.network == "none" and changed.name == "restricted"
     assert Overrides().apply(restricted) == restricted
-
-
-def test_flag_values_are_parsed_or_rejected() -> None:
-    assert profiles.parse_tmpfs(["/tmp", "/run/x:rw,exec"]) == {"/tmp": "", "/run/x": "rw,exec"}
-    assert profiles.parse_env(["A=1", "B="]) == {"A": "1", "B": ""}
-    with pytest.raises(ValueError, match="absolute path"):
-        profiles.parse_tmpfs(["tmp"])
-    with pytest.raises(ValueError, match="KEY=VALUE"):
-        profiles.parse_env(["A"])
 
 
 def test_a_profile_runs_only_the_checks_its_conditions_can_change() -> None:
@@ -268,3 +260,14 @@ def test_a_failed_check_names_the_condition_it_met(
 def test_host_mode_refuses_profiles() -> None:
     result = CliRunner().invoke(main, ["test", "--host", "--as", "cpu", "--read-only"], catch_exceptions=False)
     assert result.exit_code == ExitCode.USAGE and "need --image" in result.output
+
+
+def test_eagain_is_the_pids_limit_only_where_one_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `test --image ... --pids-limit 40 --only offline-generate` failed with this line and no condition named.
+    text = "RuntimeError: eager generate fails: RuntimeError: Resource temporarily unavailable"
+    conditions = importlib.import_module("matrixtool.incontainer.vllm_smoke.conditions")
+    monkeypatch.setattr(conditions, "_pod_conditions", lambda: {"pids_max": 40})
+    found = conditions.explain(text)
+    assert found is not None and found[0].startswith("the container's pids limit (40 ") and "--pids-limit" in found[1]
+    monkeypatch.setattr(conditions, "_pod_conditions", lambda: {"pids_max": None})
+    assert conditions.explain(text) is None

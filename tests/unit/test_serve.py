@@ -35,7 +35,7 @@ def test_the_server_container_runs_the_readme_line() -> None:
     spec = serve.server_spec("img", default, "vol")
     assert list(spec.command or []) == args and spec.entrypoint is None  # the image's own ENTRYPOINT
     assert flags[flags.index("--shm-size") + 1] == spec.run_kwargs(session="s", owner="o")["shm_size"]
-    assert flags[flags.index("-p") + 1].split(":")[1] == str(serve.PORT)
+    assert flags[flags.index("-p") + 1] == f"127.0.0.1::{serve.PORT}"  # a loopback port the engine picks
     assert spec.extra["ports"] == {f"{serve.PORT}/tcp": ("127.0.0.1", None)}
     source, target, mode = flags[flags.index("-v") + 1].split(":")
     assert spec.volumes == {"vol": {"bind": target, "mode": mode}} and source == "MODEL_VOLUME"

@@ -44,6 +44,23 @@ def test_vllm_port_service_link() -> None:
     assert "enableServiceLinks: false" in d.fix
 
 
+def test_other_service_link_named_from_the_containers_env() -> None:
+    # `-e VLLM_DP_MASTER_PORT=tcp://10.96.0.13:29500` (a Service named `vllm-dp-master`): vLLM's config validation
+    # wraps the int() error, so only the container's environment names the variable.
+    text = (
+        "Value error, invalid literal for int() with base 10: 'tcp://10.96.0.13:29500' [type=value_error, "
+        "input_value=ArgsKwargs(()), input_type=ArgsKwargs]\n"
+    )
+    env = {"VLLM_DP_MASTER_PORT": "tcp://10.96.0.13:29500", "HOME": "/home/vllm"}
+    d = sd.diagnose_log(text, 1, env=env)
+    assert d is not None
+    assert (d.failure_class, d.name) == (18, "port-service-link")
+    assert "VLLM_DP_MASTER_PORT is 'tcp://10.96.0.13:29500', a Kubernetes service link (a Service named " in d.diagnosis
+    assert "`vllm-dp-master`" in d.diagnosis and "enableServiceLinks: false" in d.fix
+    d = sd.diagnose_log(text, 1)
+    assert d is not None and "a vLLM setting is 'tcp://10.96.0.13:29500'" in d.diagnosis
+
+
 def test_metrics_dir_missing() -> None:
     d = sd.diagnose_log(log("metrics-dir-missing.log"), 1)
     assert d is not None
@@ -149,6 +166,43 @@ def test_route_of_a_dead_server_is_a_consequence() -> None:
     assert d is not None
     assert d.consequence_of is server and d.failure_class == 15
     assert "a consequence of" in d.render() and "160 MiB" in d.render()
+
+
+def test_metrics_500_from_a_corrupted_multiprocess_file() -> None:
+    # PROMETHEUS_MULTIPROC_DIR holding a file cut short: the body carries the message, the log only the access line.
+    body = (
+        '{"error":{"message":"Read beyond file size detected, file is corrupted.","type":"InternalServerError",'
+        '"param":null,"code":500}}'
+    )
+    access = 'INFO:     172.17.0.1:59134 - "GET /metrics HTTP/1.1" 500 Internal Server Error\n'
+    d = sd.diagnose_route("GET /metrics", 500, body, log=access)
+    assert d is not None
+    assert (d.failure_class, d.name) == (22, "metrics-file-corrupted")
+    assert d.cause == "Read beyond file size detected, file is corrupted."
+    assert "PROMETHEUS_MULTIPROC_DIR" in d.diagnosis and "wiped before each start" in d.fix
+
+
+def test_route_500_with_a_web_stack_traceback() -> None:
+    # vllm-project/vllm#45596's traceback (fastapi 0.137 with prometheus-fastapi-instrumentator 8.0.0), as uvicorn
+    # logs it after the access line.
+    text = "\n".join(
+        [
+            'INFO:     10.0.0.7:38480 - "GET /v1/models HTTP/1.1" 500 Internal Server Error',
+            "ERROR:    Exception in ASGI application",
+            "Traceback (most recent call last):",
+            '  File "/usr/local/lib/python3.12/dist-packages/prometheus_fastapi_instrumentator/routing.py", line 55, '
+            "in _get_route_name",
+            "    route_name = route.path",
+            "AttributeError: '_IncludedRouter' object has no attribute 'path'",
+        ]
+    )
+    d = sd.diagnose_route("GET /v1/models", 500, "Internal Server Error", log=text)
+    assert d is not None
+    assert (d.failure_class, d.name) == (16, "fastapi-instrumentator-skew")
+    assert d.cause == "AttributeError: '_IncludedRouter' object has no attribute 'path'"
+    other = text.replace("AttributeError: '_IncludedRouter' object has no attribute 'path'", "KeyError: 'x'")
+    d = sd.diagnose_route("GET /v1/models", 500, "Internal Server Error", log=other)
+    assert d is not None and (d.failure_class, d.name, d.cause) == (16, "route-500", "KeyError: 'x'")
 
 
 def test_answers_below_400_are_no_failure() -> None:

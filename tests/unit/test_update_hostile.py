@@ -14,7 +14,7 @@ import docker.errors
 import pytest
 import yaml
 
-from matrixtool import engine, imagediff, render, report, update
+from matrixtool import engine, imagediff, render, report, update, updatefiles
 from matrixtool.commands import _green
 from matrixtool.commands import diff as diff_command
 from matrixtool.commands import update as update_command
@@ -164,17 +164,17 @@ def test_write_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     matrix = copy_checkout(tmp_path)
     before = matrix.read_text()
     edited = before.replace("version: 0.33.0}", "version: 0.34.0}", 1)
-    files = update_command._render_text(edited, matrix)
+    files = updatefiles.render_text(edited, matrix)
 
     def refuse(*args: Any) -> Any:
         raise ConfigError(str(tmp_path / "images"), ["images/cuda is a symbolic link"])
 
     monkeypatch.setattr(render, "write", refuse)
     with pytest.raises(ConfigError):
-        update_command._write_all(matrix, edited, files)
+        updatefiles.write_all(matrix, edited, files)
     assert matrix.read_text() == before and not list(tmp_path.glob(".matrix.yaml.*"))
     monkeypatch.undo()
-    changed = update_command._write_all(matrix, edited, files)
+    changed = updatefiles.write_all(matrix, edited, files)
     assert matrix.read_text() == edited and changed and not list(tmp_path.glob(".matrix.yaml.*"))
 
 
@@ -185,7 +185,7 @@ def test_groups_follow_the_key_owner() -> None:
     assert got["cuda"] == ["cuda", "cuda-arm64"] and "cuda-arm64" not in got
     assert sorted(n for members in got.values() for n in members) == sorted(names)
     assert update.groups(raw, ["cuda-arm64"]) == [("cuda", ["cuda-arm64"])]
-    line = json.loads(update_command.groups_json(REPO_ROOT / "matrix.yaml", ("cuda-arm64", "cuda")))
+    line = json.loads(updatefiles.groups_json(REPO_ROOT / "matrix.yaml", ("cuda-arm64", "cuda")))
     assert {"group": "cuda", "variants": "cuda cuda-arm64"} in line["include"]
 
 

@@ -1,4 +1,4 @@
-"""Run conditions of a container, as one table (``ROWS``): a condition is one row (README "Deployment profiles").
+"""Run conditions of a container, as one table (``ROWS``): a condition is one row (docs/profiles.md).
 
 A row says everything about one condition: its ``matrix.yaml`` key (the ``Condition`` value), the rule that
 validates a value and gives it its normal form (``parse``, the same for ``matrix.yaml`` and the command

@@ -10,7 +10,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """Process exit codes of ``tools/matrix`` (documented in the README)."""
+    """Process exit codes of ``tools/matrix`` (``MEANING`` says when each is given; docs/commands.md shows it)."""
 
     OK = 0
     UNEXPECTED = 1
@@ -22,11 +22,17 @@ class ExitCode(IntEnum):
     SMOKE = 7
     ENGINE = 8
     REGISTRY = 9
-    # Reserved for the issues in flight (README "Exit codes"); each class gets its own code.
-    INDEX_UNREACHABLE = 10  # a package index does not answer (was 6)
-    NOT_BUILT = 11  # push of an image this engine has not built (was 6)
-    WRONG_PLATFORM = 12  # the image's platform is not the variant's (issue 9)
-    OUT_LOCKED = 13  # --no-wait and another run holds the --out folder (issue 20)
+    INDEX_UNREACHABLE = 10  # a package index does not answer
+    NOT_BUILT = 11  # push of an image this engine has not built
+    WRONG_PLATFORM = 12  # the image's platform is not the variant's
+    # What a security team signs off (audit.py, signing.py, sbom.py, static.py).
+    VULNERABLE = 13  # the vulnerability gate: an advisory at or above the policy's severity, not accepted
+    NOT_AUDITED = 14  # the gate failed closed: packages without advisory data, or the source did not answer
+    UNVERIFIED = 15  # an image's signature or attestation is missing or does not verify (unsigned, tampered)
+    SBOM = 16  # an image's SBOM could not be derived, or a file is not a CycloneDX document
+    SBOM_DIFFERS = 17  # `sbom --compare`: the image's packages differ from the published SBOM
+    STATIC = 18  # an OpenShift static check failed (/licenses, layers, labels, USER, tag)
+    OUT_LOCKED = 19  # --no-wait and another run holds the --out folder
     INTERRUPTED = 130  # SIGINT (128 + 2)
     TERMINATED = 143  # SIGTERM (128 + 15)
 
@@ -92,7 +98,7 @@ class SmokeFailure(MatrixError):
 
 
 class WrongPlatformError(MatrixError):
-    """The image's platform (os/architecture) is not the variant's; found before any check runs (issue 9)."""
+    """The image's platform (os/architecture) is not the variant's; found before any check runs."""
 
     exit_code = ExitCode.WRONG_PLATFORM
 
@@ -184,10 +190,10 @@ MEANING: dict[ExitCode, tuple[str, str]] = {
         "`matrix.yaml` (or `--matrix`) is not a regular UTF-8 file of at most 1 MiB, is not YAML, has a duplicate "
         "or non-string key, an alias bomb, breaks the schema or a value rule; a template error; `images/` cannot "
         "be written; a flag: a reference (`--image`, `--registry`, `--repository`), `--only`/`--skip`, `--suite`, "
-        "`--out`/`--junit`/`--json-file`, the wheelhouse or CA bundle; a push record that is not what `push` wrote; "
-        "an output (report, log, bake file or context, manifest) that cannot be written: full disk (`ENOSPC`), "
-        "file-size limit (`EFBIG`), no permission (`EACCES`): the message names the file, nothing is left half "
-        "written",
+        "`--out`/`--junit`/`--json-file`, the wheelhouse or CA bundle, a key flag (`--sign-key`, `--smoke-report`, "
+        "`--verify-key`); a push record that is not what `push` wrote; an output (report, log, bake file or "
+        "context, manifest) that cannot be written: full disk (`ENOSPC`), file-size limit (`EFBIG`), no permission "
+        "(`EACCES`): the message names the file, nothing is left half written",
     ),
     ExitCode.NOTHING_SELECTED: (
         "nothing selected",
@@ -204,8 +210,9 @@ MEANING: dict[ExitCode, tuple[str, str]] = {
     ),
     ExitCode.ENGINE: (
         "engine",
-        "no Docker engine answers (or it stopped during the run), buildx is missing, the engine refused a request "
-        "(a Docker API error: the message has the engine's explanation), or `doctor` found a failure",
+        "no Docker engine answers (or it stopped during the run), buildx (or, for signing, cosign) is missing, the "
+        "engine refused a request (a Docker API error: the message has the engine's explanation), or `doctor` "
+        "found a failure",
     ),
     ExitCode.REGISTRY: (
         "registry",
@@ -225,10 +232,35 @@ MEANING: dict[ExitCode, tuple[str, str]] = {
         "the image's platform is not the variant's (`test --image <amd64 image> --as arm64`; checked before any "
         "check runs), or the engine cannot run it (`exec format error`)",
     ),
+    ExitCode.VULNERABLE: (
+        "vulnerable",
+        "`audit`: an advisory at or above the variant's `audit.fail_on` (or of unknown severity) affects a package "
+        "and is not accepted (or its acceptance expired)",
+    ),
+    ExitCode.NOT_AUDITED: (
+        "not audited",
+        "`audit` failed closed: packages with no advisory data for their ecosystem, a version the advisory's ranges "
+        "cannot be compared with, or an advisory source that did not answer (each named with the reason)",
+    ),
+    ExitCode.UNVERIFIED: (
+        "unverified",
+        "`--verify-key`: the image (or a base, or a platform of a manifest list) is unsigned, signed by another "
+        "key, its tag names another image than the one signed, or the engine's image is not the signed digest",
+    ),
+    ExitCode.SBOM: (
+        "sbom",
+        "the SBOM of an image could not be derived (no `python3` in it, the program failed), or a file is not a "
+        "CycloneDX document",
+    ),
+    ExitCode.SBOM_DIFFERS: ("sbom differs", "`sbom --compare`: the image's packages differ from the published SBOM"),
+    ExitCode.STATIC: (
+        "static",
+        "`static`: an OpenShift static check failed (`/licenses`, layers, labels, `USER`, tag)",
+    ),
     ExitCode.OUT_LOCKED: (
         "out in use",
         "`--no-wait` and another run holds the `--out` folder (`<out>/.lock`; the message names its pid and "
-        "command); without `--no-wait` a command that writes there (`build`, `bake`, `run`, `test`, `kube`) "
+        "command); without `--no-wait` a command that writes there (`build`, `bake`, `run`, `test`, `push`, `kube`) "
         "waits for it",
     ),
     ExitCode.INTERRUPTED: ("interrupted", "SIGINT (Ctrl-C): running builds are ended, smoke containers removed"),

@@ -38,6 +38,8 @@ PROBE_PERIOD_S = 5
 STARTUP_MARGIN = 3.0
 MIN_STARTUP_S = 120
 MODEL_VOLUME = "models"
+# A Kubernetes object name of the DNS-1123 label kind (a PersistentVolumeClaim's, as `--model-claim` names one).
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 SHM_PATH = "/dev/shm"
 # PSS restricted: the only volume types allowed.
 PSS_VOLUMES = frozenset(
@@ -130,6 +132,20 @@ APPLY: dict[Condition, Callable[[Any, Pod], None]] = {
 }
 
 
+def flag_problems(*, model: str, claim: str) -> list[str]:
+    """Why ``--model`` (an absolute path in the server) or ``--model-claim`` (a PersistentVolumeClaim's name,
+    ``DNS_LABEL``) cannot go into a manifest; empty when both can."""
+    problems = []
+    if not DNS_LABEL.fullmatch(claim):
+        problems.append(
+            f"--model-claim {claim!r} is not a Kubernetes name (lowercase letters, digits and '-', at most 63, "
+            "starting and ending with a letter or digit)"
+        )
+    if not model.startswith("/") or any(c.isspace() or not c.isprintable() for c in model):
+        problems.append(f"--model {model!r}: give the model's absolute path in the server, e.g. /models/my-model")
+    return problems
+
+
 def serving_for(variant: Variant, profile: str, measured_s: float | None, *, model: str, claim: str) -> Serving:
     """How ``variant``'s server runs under ``profile`` (the serve check's argv, port and mount; ``stop_grace``),
     with the cold start its probes must outlast: ``measured_s`` (the serve check's time to ready) where given,
@@ -141,7 +157,8 @@ def serving_for(variant: Variant, profile: str, measured_s: float | None, *, mod
     else:
         cold, source = 100.0, "no measurement or ready_budget: 100 s assumed"
     return Serving(
-        args=tuple(serve.serve_argv(model)),
+        # The suite's tiny model carries its own options (dtype, length, seed); a user's model serves with none.
+        args=tuple(serve.serve_argv(model, serve.MODEL_OPTIONS if model == serve.MODEL_PATH else ())),
         port=serve.PORT,
         model_mount=serve.MODEL_MOUNT,
         model_claim=claim,

@@ -22,7 +22,7 @@ from matrixtool import outputs
 from matrixtool.errors import OutLockedError
 
 # The commands that write under --out (logs, reports, build contexts, bake file, manifests).
-WRITERS = frozenset({"bake", "build", "kube", "run", "test"})
+WRITERS = frozenset({"bake", "build", "kube", "push", "run", "test"})
 LOCK_NAME = ".lock"
 NOTICE_S = 30.0
 _POLL_S = 0.2

@@ -291,6 +291,7 @@ def plan_build(
         "org.opencontainers.image.base.name": variant.base_image,
         **({"org.opencontainers.image.base.digest": base_digest} if base_digest else {}),
         "io.vllm-matrix.content-hash": digest,
+        "release": digest[:16],  # OpenShift's required `release` label: this build of `version`
         "io.vllm-matrix.platform": str(platform),
     }
     return BuildPlan(

@@ -1,7 +1,7 @@
 """The command-line flags of deployment profiles (``--profile`` and one flag per row of ``conditions.ROWS``) for
 ``run`` and ``test``.
 
-They reach the command as one argument, ``choice: profiles.ProfileChoice`` (README "Deployment profiles"). Each
+They reach the command as one argument, ``choice: profiles.ProfileChoice`` (docs/profiles.md). Each
 value goes through its row's ``parse``, the rule ``matrix.yaml`` values go through: a bad one is a ConfigError
 (exit 3) naming the flag, the value and what to write, raised before the command runs.
 """
@@ -64,7 +64,7 @@ def overrides_from_flags(flags: dict[str, Any]) -> profiles.Overrides:
 
 
 def options(default_names: tuple[str, ...]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """--profile and the flags that override one condition (README "Deployment profiles"), as one
+    """--profile and the flags that override one condition (docs/profiles.md), as one
     ``choice: profiles.ProfileChoice`` argument."""
 
     def wrap(f: Callable[..., Any]) -> Callable[..., Any]:

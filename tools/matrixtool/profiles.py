@@ -1,4 +1,4 @@
-"""Deployment profiles: named sets of run conditions the smoke checks run under (README "Deployment profiles").
+"""Deployment profiles: named sets of run conditions the smoke checks run under (docs/profiles.md).
 
 A profile says how the check container is run: which value each run condition of ``conditions.ROWS`` has
 (user, read-only root, tmpfs mounts, memory, CPUs, network, /dev/shm size, dropped capabilities,
@@ -165,16 +165,6 @@ class Overrides:
             mapping = ROW[condition].shape is Shape.MAPPING
             values[condition] = {**profile.value(condition), **value} if mapping else value
         return replace(profile, values=values)
-
-
-def parse_tmpfs(values: Iterable[str]) -> dict[str, str]:
-    """``--tmpfs PATH[:OPTS]`` values as mount point -> options. Raises ValueError naming the value."""
-    return parse_flag_entries(ROW[Condition.TMPFS], values)
-
-
-def parse_env(values: Iterable[str]) -> dict[str, str]:
-    """``--env KEY=VALUE`` values as a dict. Raises ValueError naming the value."""
-    return parse_flag_entries(ROW[Condition.ENV], values)
 
 
 def parse_flag_entries(row: Row, values: Iterable[str]) -> dict[str, str]:

@@ -98,6 +98,10 @@ def _index_flags(variant: Variant) -> list[str]:
     return flags
 
 
+# The `vendor` label of every image (OpenShift certification requires one): the project that builds them.
+VENDOR = "vllm-image-matrix"
+
+
 def _dockerfile_string(value: str) -> str:
     """``value`` as a double-quoted ENV/LABEL word that Docker reads back literally: JSON quoting (``"``
     and ``\\`` escaped) plus ``\\$`` for ``$``, which Docker would otherwise expand (Dockerfile reference,
@@ -158,6 +162,9 @@ def template_context(variant: Variant) -> dict[str, Any]:
         # and a `$` stays a `$` (Docker substitutes variables in ENV and LABEL values).
         "env": [(key, _dockerfile_string(value)) for key, value in sorted(variant.env.items())],
         "description_quoted": _dockerfile_string(variant.description),
+        # OpenShift's required labels (tools/matrix static): who builds the image, and the product version.
+        "vendor_quoted": _dockerfile_string(VENDOR),
+        "vllm_version": variant.vllm.version,
     }
 
 

@@ -158,7 +158,7 @@ def write_junit(report: RunReport, path: Path) -> None:
     for variant in variants:
         suite = junitparser.TestSuite(variant)
         for name in dict.fromkeys(c.suite for c in report.checks if c.variant == variant):
-            suite.add_property("suite", name)  # quick or full (README "Smoke checks")
+            suite.add_property("suite", name)  # quick or full (docs/checks.md)
         for c in (c for c in report.checks if c.variant == variant):
             classname = f"smoke.{variant}" + ("" if c.profile == DEFAULT_PROFILE else f".{c.profile}")
             case = junitparser.TestCase(c.check, classname=classname, time=round(c.seconds, 3))

@@ -132,8 +132,10 @@ def with_origin(result: CheckResult, steps: Sequence[str], width: int = 160) -> 
     """
     if result.check != "run-conditions" or result.status is not Status.FAILED or not result.facts.get("unwritable"):
         return result
+    blockers = [str(b["blocker"]) for b in result.facts["unwritable"] if isinstance(b, Mapping) and b.get("blocker")]
+    on_path = [s for s in steps if any(b in s for b in blockers)]
     cached = [s for s in steps if re.search(r"\buv\b|\bpip\b|huggingface|\.cache|XDG_CACHE_HOME|mkdir", s)]
-    named = (cached or list(steps))[:3]
+    named = (on_path or cached or list(steps))[:3]
     if named:
         shown = "; ".join(f"`{s[:width]}{'…' if len(s) > width else ''}`" for s in named)
         origin = f"made by a root build step of this image after its base's own steps: {shown}"

@@ -88,19 +88,20 @@ def serve_argv(model: str = MODEL_PATH, options: Sequence[str] = MODEL_OPTIONS) 
     return ["serve", model, *SERVE_OPTIONS, *options]
 
 
-def docker_flags(model_source: str) -> list[str]:
-    """The ``docker run`` flags of the README's serve line: shm, the published port, the model read-only."""
-    return ["--shm-size", SHM_SIZE, "-p", f"{PORT}:{PORT}", "-v", f"{model_source}:{MODEL_MOUNT}:ro"]
+def docker_flags(model_source: str, published: str = f"{PORT}:{PORT}") -> list[str]:
+    """The ``docker run`` flags of the README's serve line: shm, the published port (``published``: the user's
+    ``8000:8000``; the check's ``127.0.0.1::8000``, a loopback port the engine picks), the model read-only."""
+    return ["--shm-size", SHM_SIZE, "-p", published, "-v", f"{model_source}:{MODEL_MOUNT}:ro"]
 
 
 def readme_block() -> str:
     """The README's serve section (between its ``serve-command`` markers): the user's line and the check's."""
     user = ["docker", "run", "--rm", *docker_flags('"$PWD/models"'), "IMAGE", *serve_argv(f"{MODEL_MOUNT}/MODEL", ())]
-    check = ["docker", "run", "--rm", *docker_flags("MODEL_VOLUME"), "IMAGE", *serve_argv()]
+    check = ["docker", "run", "--rm", *docker_flags("MODEL_VOLUME", f"127.0.0.1::{PORT}"), "IMAGE", *serve_argv()]
     return (
         "```sh\n" + " ".join(user) + "\n```\n\n"
-        "The `serve` check runs exactly this line (the host port is left to the engine, the model volume is the\n"
-        "one the suite made, and a profile adds its run conditions):\n\n"
+        "The `serve` check runs this line with the suite's tiny model (a volume it made, with the model's own\n"
+        "options), on a loopback port the engine picks, under each profile's run conditions:\n\n"
         "```sh\n" + " ".join(check) + "\n```\n"
     )
 
@@ -128,17 +129,19 @@ def model_volume(client: docker.DockerClient, labels: Mapping[str, str]) -> Iter
             client.volumes.get(name).remove(force=True)
 
 
-def server_spec(image: str, profile: Profile, volume: str, *, gpu: bool = False) -> ContainerSpec:
+def server_spec(image: str, profile: Profile, volume: str, *, gpu: bool = False, eager: bool = False) -> ContainerSpec:
     """The server container: the image's ENTRYPOINT with ``serve_argv()``, ``profile``'s run conditions (its
     /dev/shm too: ``shm_size``), the model volume read-only at ``/models``, no init (the server is PID 1, as users
-    run it); port 8000 published on 127.0.0.1 (a port the engine picks) where the profile has a network."""
+    run it); port 8000 published on 127.0.0.1 (a port the engine picks) where the profile has a network.
+    ``eager``: ``--enforce-eager`` added (the quick suite: about 70 s to ready here instead of 100 s compiled; the
+    full suite's server proves the compiled engine)."""
     extra = profiles.container_kwargs(profile)
     if profile.network != "none":
         extra["ports"] = {f"{PORT}/tcp": ("127.0.0.1", None)}
     gpus = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpu else []
     return ContainerSpec(
         image=image,
-        command=serve_argv(),
+        command=[*serve_argv(), *(["--enforce-eager"] if eager else [])],
         volumes={volume: {"bind": MODEL_MOUNT, "mode": "ro"}},
         device_requests=gpus,
         extra=extra,
@@ -286,13 +289,14 @@ def observe(
     session: str,
     grace_s: int = STOP_GRACE_S,
     gpu: bool = False,
+    eager: bool = False,
     ready_timeout_s: float = READY_TIMEOUT_S,
 ) -> Observed:
     """Start the server of ``profile`` on ``volume``'s model, wait until ready, probe it, stop it during a stream.
 
     Once ready and where the port is published, the command of ``CLIENT_ENV`` runs first (``run_client``).
     Raises docker errors as ``TrackedContainer.start`` does; every container is removed on the way out."""
-    spec = server_spec(image, profile, volume, gpu=gpu)
+    spec = server_spec(image, profile, volume, gpu=gpu, eager=eager)
     started = time.monotonic()
     with TrackedContainer(client, spec, session=session) as server:
         if server.container is None:
@@ -355,6 +359,11 @@ def stop_contract(server: TrackedContainer, prober: Prober, grace_s: int) -> dic
         top = server.container.top(ps_args="-eo pid,args")
         column = top["Titles"].index("PID")
         pid1 = next((" ".join(p[column + 1 :]) for p in top["Processes"] if p[column] == host_pid), "")
+    if not pid1:  # `docker top` with ps_args answers 500 on some engines: ask the kernel inside instead
+        with contextlib.suppress(docker.errors.DockerException):
+            code, out = server.container.exec_run(["cat", "/proc/1/cmdline"])
+            text = out.decode(errors="replace") if isinstance(out, bytes) and code == 0 else ""
+            pid1 = text.replace("\0", " ").strip()
     body = _completion_body({"model": MODEL_PATH, "prompt": PROMPT, "max_tokens": STREAM_TOKENS}, True)
     streamed_at = time.monotonic()
     first, outcome = prober.stream(body)
@@ -459,17 +468,19 @@ def judge(
     expected_tokens: Sequence[int] | None,
     vllm_version: str,
     ready_budget_s: float | None,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[Status, str, str, dict[str, Any]]:
     """Status, diagnosis, hint and facts of one server run (see the module docstring for what is asserted).
 
     ``expected_tokens``: offline-generate's eager greedy tokens for ``PROMPT`` (None: no comparison, said so);
-    ``ready_budget_s``: the variant's ``ready_budget`` in seconds (None: none)."""
+    ``ready_budget_s``: the variant's ``ready_budget`` in seconds (None: none); ``env``: the server's
+    environment (the image's and the profile's), where a log names no variable (a Kubernetes service link)."""
     facts: dict[str, Any] = {"ready_s": seen.ready_s, "phases": dict(seen.phases), "argv": serve_argv()}
     if seen.ready_s is None:
         cause = startup_cause(seen.log)
         if seen.exit_code is not None:
             facts["exit_code"] = seen.exit_code
-            found = serve_diagnosis.diagnose_log(seen.log, seen.exit_code)
+            found = serve_diagnosis.diagnose_log(seen.log, seen.exit_code, env=env)
             if found is not None:
                 facts["failure_class"] = found.failure_class
                 return (
@@ -528,6 +539,10 @@ def judge(
     facts["metrics_requests"] = counted
     if counted != GENERATION_REQUESTS:
         problems.append(f"/metrics counts {counted} finished requests, {GENERATION_REQUESTS} were sent")
+    unlabelled = serve_diagnosis.diagnose_metrics(str(probes.get("metrics", {}).get("body", "")))
+    if unlabelled is not None:  # class 16: every request counted under handler="none"
+        facts["failure_class"] = unlabelled.failure_class
+        problems.append(f"{unlabelled.diagnosis}; fix: {unlabelled.fix}")
     version = ""
     with contextlib.suppress(ValueError, KeyError, TypeError):
         version = str(json.loads(probes["version"]["body"])["version"])
@@ -660,6 +675,7 @@ class ServeRun:
                 session=self.session,
                 grace_s=int(getattr(self.variant, "stop_grace_s", None) or STOP_GRACE_S),
                 gpu=self.gpu,
+                eager=str(self.run.suite) == "quick",
             )
         except Exception as exc:  # the check fails with it; the run goes on
             self.error = f"{type(exc).__name__}: {exc}"
@@ -669,6 +685,15 @@ class ServeRun:
         from matrixtool.container import sweep
 
         sweep(self.client, self.session)
+
+    def environment(self) -> dict[str, str]:
+        """The server's environment: the image's ``Config.Env`` and the profile's ``env`` over it."""
+        try:
+            pairs = self.client.images.get(self.image).attrs.get("Config", {}).get("Env") or []
+        except docker.errors.DockerException:
+            pairs = []
+        image_env = dict(p.partition("=")[::2] for p in pairs)
+        return {**image_env, **self.run.profile.value(profiles.Condition.ENV)}
 
     def result(self, timeout_s: float, results: Sequence[CheckResult]) -> CheckResult:
         """Wait for the server run (up to what is left of ``timeout_s`` seconds since ``start``), judge it against
@@ -688,6 +713,7 @@ class ServeRun:
                 expected_tokens=reference_tokens(results),
                 vllm_version=str(self.variant.vllm.version).split("+")[0],
                 ready_budget_s=getattr(self.variant, "ready_budget_s", None),
+                env=self.environment(),
             )
         outputs.write_text(log, self.seen.log if self.seen is not None else (self.error or ""))
         return CheckResult(

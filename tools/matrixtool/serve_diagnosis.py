@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 # docs/failure-classes.md numbers of the serving classes.
@@ -96,10 +96,10 @@ class _Rule:
     from its match (and the whole log, for values printed elsewhere)."""
 
     pattern: re.Pattern[str]
-    make: Callable[[re.Match[str], list[str]], tuple[int, str, str, str]]
+    make: Callable[[re.Match[str], list[str], Mapping[str, str]], tuple[int, str, str, str]]
 
 
-def _shm(m: re.Match[str], _: list[str]) -> tuple[int, str, str, str]:
+def _shm(m: re.Match[str], *_: object) -> tuple[int, str, str, str]:
     need, free = int(m["need"]), int(m["free"])
     return (
         SHM,
@@ -112,7 +112,7 @@ def _shm(m: re.Match[str], _: list[str]) -> tuple[int, str, str, str]:
     )
 
 
-def _shm_enospc(m: re.Match[str], _: list[str]) -> tuple[int, str, str, str]:
+def _shm_enospc(m: re.Match[str], *_: object) -> tuple[int, str, str, str]:
     return (
         SHM,
         "shm-full",
@@ -133,7 +133,7 @@ _SERVICE_LINK_FIX = (
 )
 
 
-def _vllm_port(m: re.Match[str], _: list[str]) -> tuple[int, str, str, str]:
+def _vllm_port(m: re.Match[str], *_: object) -> tuple[int, str, str, str]:
     return (
         INJECTED_ENV,
         "vllm-port-service-link",
@@ -147,10 +147,13 @@ def _vllm_port(m: re.Match[str], _: list[str]) -> tuple[int, str, str, str]:
 _ENV_GETTER = re.compile(r"os\.getenv\(\s*[\"'](?P<name>VLLM_\w+)[\"']")
 
 
-def _int_service_link(m: re.Match[str], lines: list[str]) -> tuple[int, str, str, str]:
+def _int_service_link(m: re.Match[str], lines: list[str], env: Mapping[str, str]) -> tuple[int, str, str, str]:
     value = m["value"]
     at = next(i for i, line in enumerate(lines) if m.group(0) in line)
+    # The setting: envs.py's getter line in the traceback (a worker's error), else the container's variable that
+    # holds the value (vLLM's config validation wraps the error without a traceback line naming it).
     names = [g["name"] for line in lines[:at] if (g := _ENV_GETTER.search(line))]
+    names = names or sorted(k for k, v in env.items() if v == value and k.startswith("VLLM_"))
     name = names[-1] if names else None
     service = name[: -len("_PORT")].lower().replace("_", "-") if name and name.endswith("_PORT") else None
     which = (
@@ -161,7 +164,7 @@ def _int_service_link(m: re.Match[str], lines: list[str]) -> tuple[int, str, str
     return INJECTED_ENV, "port-service-link", f"{which}: {_SERVICE_LINK}", _SERVICE_LINK_FIX
 
 
-def _metrics_dir(m: re.Match[str], _: list[str]) -> tuple[int, str, str, str]:
+def _metrics_dir(m: re.Match[str], *_: object) -> tuple[int, str, str, str]:
     folder = posixpath.dirname(m["path"])
     errno = int(m["errno"])
     why = {2: "does not exist", 13: "is not writable by the server's user", 30: "is on a read-only filesystem"}.get(
@@ -189,11 +192,11 @@ _METRICS_FILE = (
 )
 
 
-def _metrics_file(m: re.Match[str], _: list[str]) -> tuple[int, str, str, str]:
+def _metrics_file(m: re.Match[str], *_: object) -> tuple[int, str, str, str]:
     return METRICS_DIR, "metrics-file-corrupted", _METRICS_FILE, _METRICS_DIR_FIX
 
 
-def _included_router(m: re.Match[str], _: list[str]) -> tuple[int, str, str, str]:
+def _included_router(m: re.Match[str], *_: object) -> tuple[int, str, str, str]:
     return (
         WEB_STACK,
         "fastapi-instrumentator-skew",
@@ -236,11 +239,11 @@ _RULES = (
 )
 
 
-def _match_rules(lines: list[str]) -> Diagnosis | None:
+def _match_rules(lines: list[str], env: Mapping[str, str] | None = None) -> Diagnosis | None:
     for rule in _RULES:
         for line in lines:
             if m := rule.pattern.search(line):
-                klass, name, diagnosis, fix = rule.make(m, lines)
+                klass, name, diagnosis, fix = rule.make(m, lines, env or {})
                 return Diagnosis(failure_class=klass, name=name, cause=line.strip(), diagnosis=diagnosis, fix=fix)
     return None
 
@@ -281,9 +284,12 @@ def start_phase(log: str) -> str | None:
     return phase
 
 
-def diagnose_log(log: str, exit_code: int | None, *, seconds: float | None = None) -> Diagnosis | None:
+def diagnose_log(
+    log: str, exit_code: int | None, *, seconds: float | None = None, env: Mapping[str, str] | None = None
+) -> Diagnosis | None:
     """The cause of a server's failure from its log: ``log`` (``docker logs`` text), ``exit_code`` (None while it
-    runs) and ``seconds`` (how long it ran, for a server killed while starting).
+    runs), ``seconds`` (how long it ran, for a server killed while starting) and ``env`` (the container's
+    environment, ``docker inspect`` Config.Env as a mapping: it names the variable behind a value the log shows).
 
     Known causes come first, wherever they appear in the log (a worker's error precedes the API server's
     "See root cause above"). A server that exited without one gets its first root exception line (class None).
@@ -292,7 +298,7 @@ def diagnose_log(log: str, exit_code: int | None, *, seconds: float | None = Non
     in. None when the log shows no failure and the server still runs or exited 0.
     """
     lines = _lines(log)
-    if found := _match_rules(lines):
+    if found := _match_rules(lines, env):
         return found
     if exit_code in (None, 0):
         return None
@@ -406,6 +412,10 @@ def diagnose_route(
             "`--served-model-name <the id clients send>` (it takes several names)",
         )
     if status >= 500:
+        # vLLM answers an unhandled error with its message as the body's error.message; uvicorn logs a traceback
+        # only for what escapes vLLM's handler (a middleware's error).
+        if found := _match_rules([message]):
+            return found
         traceback = _route_traceback(log, route)
         if found := _match_rules(traceback):
             return found

@@ -210,8 +210,9 @@ def _in_image(
                 on_result(outcome)
                 done.insert([c.name for c in run.checks].index(serve.CHECK), outcome)
             elif served is not None:
-                done.insert([c.name for c in run.checks].index(serve.CHECK), _no_gpu_serve(variant, image, run))
-                on_result(done[-1])
+                skipped = _no_gpu_serve(variant, image, run)
+                done.insert([c.name for c in run.checks].index(serve.CHECK), skipped)
+                on_result(skipped)
             results += _root_causes(client, image, run, done, announce)
     return results
 

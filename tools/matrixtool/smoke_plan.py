@@ -202,7 +202,7 @@ def check_platform(image: str, attrs: Mapping[str, Any], variant: Variant) -> No
     """Raise WrongPlatformError (exit 12) when ``image``'s platform is not one of ``variant``'s platforms.
 
     Runs before any container starts: under QEMU a wrong-architecture image would otherwise pass checks
-    that prove nothing about the variant's platform (issue 9: an amd64 image passed every check ``--as arm64``).
+    that prove nothing about the variant's platform (an amd64 image once passed every check ``--as arm64``).
     """
     got = image_platform(attrs)
     platforms = [str(p) for p in variant.platforms]

@@ -894,3 +894,34 @@ def stale_comments(text: str, old_pins: Iterable[tuple[str, str]]) -> list[str]:
                 out.append(f"line {n} mentions {dist} {version}, which the proposal replaces: {comment.strip()}")
                 break
     return out
+
+
+def failed(variant: Variant, error: MatrixError) -> Proposal:
+    """The proposal of a variant that could not be proposed (its index did not answer ...): no edit, ``error``."""
+    return Proposal(
+        variant=variant.name,
+        vllm_package=variant.vllm.package,
+        current=variant.vllm.version,
+        vllm=None,
+        torch=None,
+        triton=(),
+        wheelhouse=variant.index.wheelhouse,
+        edits=(),
+        predictions=(),
+        notes=(),
+        error=error,
+    )
+
+
+def replaced_pins(proposals: Sequence[Proposal], variants: Sequence[Variant]) -> list[tuple[str, str]]:
+    """(distribution, version) of each pin the ``proposals`` replace: vLLM's, and torch's where it moves."""
+    by_name = {v.name: v for v in variants}
+    return [
+        pin
+        for p in proposals
+        if p.edits
+        for pin in (
+            (p.vllm_package, p.current),
+            *([(by_name[p.variant].torch.package, by_name[p.variant].torch.version)] if p.torch else []),
+        )
+    ]

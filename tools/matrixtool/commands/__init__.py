@@ -28,6 +28,9 @@ MODULES = (
     "kube",
     "update",
     "diff",
+    "sbom",
+    "audit",
+    "static",
 )
 
 

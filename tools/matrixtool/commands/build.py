@@ -12,6 +12,7 @@ from matrixtool import build, preflight, report
 from matrixtool.commands._flags import BuildFlags, build_flags
 from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
 from matrixtool.commands._steps import needs_build, provide_and_plan
+from matrixtool.commands._supply import write_build_reports
 from matrixtool.inputs import warn_unused_wheelhouse
 from matrixtool.matrix import Matrix, Variant, load_matrix
 from matrixtool.select import select_variants
@@ -41,7 +42,8 @@ class Args:
 
 
 def run(args: Args) -> report.RunReport:
-    """Build every plan of ``args.variants``, skipping those whose content-hash tag exists (``build.execute_plans``).
+    """Build every plan of ``args.variants``, skipping those whose content-hash tag exists (``build.execute_plans``),
+    then write each image's SBOM and provenance under ``<out>/reports/``.
 
     Raises:
         StaleRenderError, ConfigError, IndexUnreachableError, EngineUnreachableError, BuildError, RegistryError.
@@ -55,7 +57,9 @@ def run(args: Args) -> report.RunReport:
         unreachable = got.index_error(variant.name, needs_build=needs_build(client, mine, force=args.flags.force))
         if unreachable is not None:
             raise unreachable
-    return report.RunReport(builds=build.execute_plans(client, plans, args.flags.policy(args.out_dir)))
+    results = build.execute_plans(client, plans, args.flags.policy(args.out_dir))
+    write_build_reports(client, args.matrix, plans, results, args.out_dir)
+    return report.RunReport(builds=results)
 
 
 @click.command("build")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from matrixtool import kube, outputs, serve
+from matrixtool import kube, outputs, reference, serve
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.errors import ConfigError, MatrixError
 from matrixtool.matrix import Variant, load_matrix
@@ -35,6 +35,12 @@ class Args:
     out: Path
     model: str = serve.MODEL_PATH
     model_claim: str = "vllm-models"
+
+    def __post_init__(self) -> None:
+        reference.check_flags(image=self.image)
+        problems = kube.flag_problems(model=self.model, claim=self.model_claim)
+        if problems:
+            raise ConfigError("flags", problems)
 
 
 @dataclass(frozen=True, kw_only=True)

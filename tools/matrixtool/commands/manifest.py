@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
@@ -11,6 +11,7 @@ import click
 from matrixtool import manifest, plan, reference
 from matrixtool.commands._flags import REGISTRY_HELP
 from matrixtool.commands._shared import Settings, pass_settings
+from matrixtool.commands._supply import check_keys, verify_option, verify_refs
 from matrixtool.matrix import load_matrix
 
 
@@ -18,15 +19,19 @@ from matrixtool.matrix import load_matrix
 class Args:
     """``matrix_path``: the matrix file (read by ``run``); ``pushed``: the records of ``tools/matrix push
     --json``; ``registry``/``repository``: where the lists go (validated here by the OCI grammar before the
-    matrix is read: ``ConfigError``, exit 3)."""
+    matrix is read: ``ConfigError``, exit 3); ``verify_key``: a cosign public key each platform's image must be
+    signed by."""
 
     matrix_path: Path
     pushed: tuple[Path, ...]
     registry: str
     repository: str = plan.DEFAULT_REPOSITORY
+    verify_key: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         reference.check_flags(registry=self.registry, repository=self.repository)
+        check_keys(self.env, verify_key=self.verify_key)
 
 
 def run(args: Args) -> Sequence[tuple[manifest.ManifestPlan, str]]:
@@ -36,10 +41,12 @@ def run(args: Args) -> Sequence[tuple[manifest.ManifestPlan, str]]:
     Raises:
         ConfigError: a file is no push record, or the records do not fit the matrix (``manifest.plan_manifests``).
         RegistryError: a platform is not pushed, or creating the list failed.
+        UnverifiedError: a platform's image, as pushed (by digest), is not signed by ``verify_key``.
     """
     matrix = load_matrix(args.matrix_path)
     records = manifest.read_pushed(args.pushed)
     plans = manifest.plan_manifests(matrix.variants, records, registry=args.registry, repository=args.repository)
+    verify_refs((s for p in plans for s in p.sources), pub=args.verify_key, env=args.env)
     return [(the_plan, manifest.execute(the_plan)) for the_plan in plans]
 
 
@@ -52,11 +59,17 @@ def run(args: Args) -> Sequence[tuple[manifest.ManifestPlan, str]]:
     show_default=True,
     help="Image repository prefix: lists are <registry>/<repository>/<name>:<version>.",
 )
+@verify_option
 @pass_settings
-def command(settings: Settings, /, pushed: Sequence[Path], registry: str, repository: str) -> None:
+def command(
+    settings: Settings, /, pushed: Sequence[Path], registry: str, repository: str, verify_key: Path | None
+) -> None:
     """Publish variants that are one stack on several platforms (matrix.yaml publish_as) under one
     multi-arch tag, from the records of 'tools/matrix push --json' (PUSHED files)."""
-    args = Args(matrix_path=settings.matrix_path, pushed=tuple(pushed), registry=registry, repository=repository)
+    args = Args(
+        matrix_path=settings.matrix_path, pushed=tuple(pushed), registry=registry, repository=repository,
+        verify_key=verify_key, env=settings.env,
+    )  # fmt: skip
     published = run(args)
     if not published:
         click.echo("no published name spans several platforms in these records; nothing to do", err=True)

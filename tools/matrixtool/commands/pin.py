@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
 
 from matrixtool import engine, pin, registry
 from matrixtool.commands._shared import Settings, pass_settings
+from matrixtool.commands._supply import check_keys, verify_option, verify_refs
 from matrixtool.errors import RegistryError
 from matrixtool.matrix import Matrix, Variant, load_matrix
 from matrixtool.select import select_variants
@@ -17,11 +18,18 @@ from matrixtool.select import select_variants
 
 @dataclass(frozen=True, kw_only=True)
 class Args:
-    """``resolve``: the registry seam (None: ``EngineRegistry`` on a new engine client)."""
+    """``resolve``: the registry seam (None: ``EngineRegistry`` on a new engine client); ``verify_key``: a
+    cosign public key every base image must be signed by. Validated on construction (``ConfigError``, exit 3).
+    """
 
     matrix: Matrix
     variants: tuple[Variant, ...]
     resolve: registry.Registry | None = None
+    verify_key: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_keys(self.env, verify_key=self.verify_key)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,10 +48,12 @@ def run(args: Args) -> PinReport:
 
     Raises:
         RegistryError: a registry did not answer or lacks a ref; the lock file is left unchanged.
+        UnverifiedError: a base image is not signed by ``verify_key`` (before the lock file is touched).
     """
     path = pin.lock_path(args.matrix.source)
     before = pin.read_lock(path)
     refs = pin.base_refs(args.variants)
+    verify_refs(refs, pub=args.verify_key, env=args.env)
     reg = args.resolve if args.resolve is not None else registry.EngineRegistry(engine.connect())
     try:
         after = pin.pin(refs, lock=before, resolve=reg.digest)
@@ -55,11 +65,13 @@ def run(args: Args) -> PinReport:
 
 @click.command("pin")
 @click.argument("variants", nargs=-1)
+@verify_option
 @pass_settings
-def command(settings: Settings, /, variants: Sequence[str]) -> None:
+def command(settings: Settings, /, variants: Sequence[str], verify_key: Path | None) -> None:
     """Record the registry digest of each variant's base image in matrix.lock.json (beside matrix.yaml)."""
     matrix = load_matrix(settings.matrix_path)
-    result = run(Args(matrix=matrix, variants=tuple(select_variants(matrix, variants))))
+    selected = tuple(select_variants(matrix, variants))
+    result = run(Args(matrix=matrix, variants=selected, verify_key=verify_key, env=settings.env))
     for ref in result.refs:
         was, now = result.before.digest(ref), result.after.digest(ref)
         note = "unchanged" if was == now else (f"was {was}" if was else "new")

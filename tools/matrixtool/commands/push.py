@@ -13,6 +13,7 @@ from matrixtool import build, plan, preflight, push, reference, registry, report
 from matrixtool.commands._flags import REGISTRY_HELP, input_options
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.commands._steps import provide_and_plan
+from matrixtool.commands._supply import SignFlags, sign_flags, sign_pushed
 from matrixtool.engine import note
 from matrixtool.errors import NotBuiltError
 from matrixtool.inputs import warn_unused_wheelhouse
@@ -24,7 +25,8 @@ from matrixtool.select import select_variants
 class Args:
     """``registry``: ``HOST[:PORT][/NAMESPACE]`` pushed to; ``keep_tags``: keep the ``<registry>/…`` tags on
     the engine after pushing; ``ca_cert``/``wheelhouse``/``repository`` as for ``build`` (the plans, hence the
-    tags, must be the build's). Validated on construction.
+    tags, must be the build's); ``signing``: the key that signs each pushed digest (``_supply.SignFlags``; the
+    SBOM and provenance go to ``<out_dir>/reports/``). Validated on construction.
 
     Raises:
         ConfigError: a flag cannot be honoured (exit 3).
@@ -33,14 +35,17 @@ class Args:
     matrix: Matrix
     variants: tuple[Variant, ...]
     registry: str
+    out_dir: Path
     env: Mapping[str, str] = field(default_factory=dict)
     ca_cert: Path | None = None
     wheelhouse: Path | None = None
     repository: str = plan.DEFAULT_REPOSITORY
     keep_tags: bool = True
+    signing: SignFlags = field(default_factory=SignFlags)
 
     def __post_init__(self) -> None:
         reference.check_flags(registry=self.registry, repository=self.repository)
+        self.signing.check(self.env)
         warn_unused_wheelhouse(self.variants, self.wheelhouse)
 
 
@@ -53,11 +58,13 @@ class PushReport:
 
 def run(args: Args) -> PushReport:
     """Push every plan whose image the engine has; one the registry has already under its content-hash tag
-    (``build --registry`` skipped it) only gets a stale version tag moved (``push.ensure_published``).
+    (``build --registry`` skipped it) only gets a stale version tag moved (``push.ensure_published``). With
+    ``signing.sign_key``, every pushed digest is then signed and attested (``_supply.sign_pushed``).
 
     Raises:
         NotBuiltError: an image is not built yet (the message names the ``build`` to run).
         RegistryError: a push failed.
+        SbomError, UnverifiedError, EngineUnreachableError: signing failed.
     """
     # No index probe: a push installs nothing, so an index this machine cannot reach does not matter.
     inputs = preflight.Inputs.resolve(ca_cert=args.ca_cert, wheelhouse=args.wheelhouse, env=args.env)
@@ -92,6 +99,7 @@ def run(args: Args) -> PushReport:
                 keep_tags=args.keep_tags,
             )
         )
+    sign_pushed(client, args.matrix, plans, results, args.signing, out_dir=args.out_dir, env=args.env)
     return PushReport(pushed=results)
 
 
@@ -106,6 +114,7 @@ def run(args: Args) -> PushReport:
     help="Keep the <registry>/… tags on the engine after pushing.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the pushed refs and digests as JSON.")
+@sign_flags
 @pass_settings
 def command(
     settings: Settings,
@@ -117,6 +126,7 @@ def command(
     repository: str,
     keep_tags: bool,
     as_json: bool,
+    signing: SignFlags,
 ) -> None:
     """Push built images to a registry: the content-hash tag and the version tag."""
     matrix = load_matrix(settings.matrix_path)
@@ -124,11 +134,13 @@ def command(
         matrix=matrix,
         variants=tuple(select_variants(matrix, variants)),
         registry=registry_prefix,
+        out_dir=settings.out_dir,
         env=settings.env,
         ca_cert=ca_cert,
         wheelhouse=wheelhouse,
         repository=repository,
         keep_tags=keep_tags,
+        signing=signing,
     )
     result = run(args)
     if as_json:

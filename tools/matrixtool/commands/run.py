@@ -13,6 +13,7 @@ from matrixtool import build, plan, preflight, profile_flags, registry, report, 
 from matrixtool.commands._flags import BuildFlags, build_flags, selection_flags
 from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
 from matrixtool.commands._steps import SmokeRequest, needs_build, provide_and_plan, smoke_image
+from matrixtool.commands._supply import write_build_reports
 from matrixtool.engine import note
 from matrixtool.errors import MatrixError
 from matrixtool.inputs import warn_unused_wheelhouse
@@ -53,7 +54,8 @@ class Args:
 def run(args: Args) -> report.RunReport:
     """Without ``keep_going`` the first error is raised. With it, only a stale render stops everything; a
     variant's own failure (inputs, index, base, build) is recorded in ``RunReport.errors`` and the others
-    go on, and variants whose platforms the builder cannot build are recorded in ``RunReport.skipped``.
+    go on, and variants whose platforms the builder cannot build are recorded in ``RunReport.skipped``. After
+    the checks, each built image's SBOM and provenance are written under ``<out>/reports/``.
 
     Raises:
         StaleRenderError, EngineUnreachableError, and without ``keep_going`` every ``MatrixError`` of a variant.
@@ -96,8 +98,12 @@ def run(args: Args) -> report.RunReport:
     )
     checks: list[smoke.CheckResult] = []
     for built in results:
-        registry.pull_if_missing(client, built.image)  # skipped because it is in the registry
-        checks += smoke_image(client, built.image, by_name[built.variant], request)
+        try:
+            registry.pull_if_missing(client, built.image)  # skipped because it is in the registry
+            checks += smoke_image(client, built.image, by_name[built.variant], request)
+        except MatrixError as exc:  # a wrong platform, a registry that went away: this variant's, under keep-going
+            fail(built.variant, exc)
+    write_build_reports(client, args.matrix, [p for plans in planned.values() for p in plans], results, args.out_dir)
     order = [v.name for v in args.variants if v.name in failed]
     return report.RunReport(
         builds=results,

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import click
 
-from matrixtool import engine, profile_flags, profiles, reference, registry, report, smoke
+from matrixtool import attestations, engine, profile_flags, profiles, reference, report, smoke
 from matrixtool.commands._flags import selection_flags
 from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
 from matrixtool.commands._steps import SmokeRequest, progress, smoke_image
+from matrixtool.commands._supply import check_keys, verified_pull, verify_option
 from matrixtool.errors import ConfigError
 from matrixtool.matrix import Variant, load_matrix
 from matrixtool.select import Selection, select_variants
@@ -22,7 +23,8 @@ from matrixtool.select import Selection, select_variants
 @dataclass(frozen=True, kw_only=True)
 class Args:
     """``variant``: whose expectations apply (``--as``); ``image``: the ref to test, or None for host mode
-    with the interpreter ``python``. Validated on construction.
+    with the interpreter ``python``; ``verify_key``: a cosign public key the image must be signed by (image
+    mode). Validated on construction.
 
     Raises:
         ConfigError: a flag cannot be honoured (exit 3).
@@ -36,9 +38,11 @@ class Args:
     selection: Selection = field(default_factory=Selection)
     choice: profiles.ProfileChoice = field(default_factory=lambda: profiles.ProfileChoice(names=(profiles.DEFAULT,)))
     output: ReportFlags = field(default_factory=ReportFlags)
+    verify_key: Path | None = None
 
     def __post_init__(self) -> None:
         reference.check_flags(image=self.image)
+        check_keys(self.env, verify_key=self.verify_key)
         self.output.check(self.out_dir)
         self.selection.check([self.variant])
         self.choice.resolve(self.variant.name, self.variant.profiles)  # an unknown --profile fails now
@@ -63,13 +67,14 @@ def _check_interpreter(python: str) -> None:
 
 
 def run(args: Args) -> report.RunReport:
-    """Image mode: pull ``args.image`` when the engine lacks it, then run the checks in it, every profile
-    hardened (``profiles.UNTRUSTED``: capabilities dropped, no new privileges, a pids limit). Host mode: the
-    checks in ``args.python``'s environment on this machine (``smoke.run_host_suite``), no Docker.
+    """Image mode: verify ``args.image`` (``verify_key``), pull it when the engine lacks it, run the checks in
+    it under every profile hardened (``profiles.UNTRUSTED``: capabilities dropped, no new privileges, a pids
+    limit), then write its SBOM under ``<out>/reports/``. Host mode: the checks in ``args.python``'s environment
+    on this machine (``smoke.run_host_suite``), no Docker.
 
     Raises:
         ConfigError (check selection), RegistryError (the pull failed), EngineUnreachableError,
-        WrongPlatformError (the image's platform is not the variant's).
+        WrongPlatformError (the image's platform is not the variant's), UnverifiedError (not signed by the key).
     """
     selected = args.selection.checks_of(args.variant)
     log_dir = args.out_dir / "logs"
@@ -89,11 +94,13 @@ def run(args: Args) -> report.RunReport:
         return report.RunReport(checks=results)
     client = engine.connect()
     # A multi-arch tag (matrix.yaml publish_as) holds several platforms: pull the variant's own.
-    registry.pull_if_missing(client, args.image, platform=args.variant.platforms[0])
+    verified_pull(client, args.image, platform=args.variant.platforms[0], pub=args.verify_key, env=args.env)
     # An image this tool did not build: capabilities dropped, no new privileges, a pids limit (profiles.UNTRUSTED).
     choice = dataclasses.replace(args.choice, untrusted=True)
     request = SmokeRequest(selection=args.selection, choice=choice, log_dir=log_dir, quiet=args.output.as_json)
-    return report.RunReport(checks=smoke_image(client, args.image, args.variant, request))
+    checks = smoke_image(client, args.image, args.variant, request)
+    attestations.write_sbom_report(client, args.image, args.variant.name, out_dir=args.out_dir)
+    return report.RunReport(checks=checks)
 
 
 @click.command("test")
@@ -112,6 +119,7 @@ def run(args: Args) -> report.RunReport:
 @selection_flags
 @report_flags
 @profile_flags.options((profiles.DEFAULT,))
+@verify_option
 @pass_settings
 def command(
     settings: Settings,
@@ -123,6 +131,7 @@ def command(
     selection: Selection,
     output: ReportFlags,
     choice: profiles.ProfileChoice,
+    verify_key: Path | None,
 ) -> None:
     """Run the smoke suite against any image (--image) or this machine's Python (--host)."""
     if (image is None) == (not host):
@@ -133,6 +142,8 @@ def command(
         raise click.UsageError(
             "deployment profiles (--profile, --user, --read-only ...) need --image: they are container conditions"
         )
+    if host and verify_key is not None:
+        raise click.UsageError("--verify-key needs --image (a signature covers an image)")
     matrix = load_matrix(settings.matrix_path)
     (variant,) = select_variants(matrix, [as_variant])
     args = Args(
@@ -144,5 +155,6 @@ def command(
         selection=selection,
         choice=choice,
         output=output,
+        verify_key=verify_key,
     )
     finish(run(args), output, out_dir=settings.out_dir, env=settings.env, last_green=not host)

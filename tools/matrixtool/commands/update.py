@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -15,9 +10,9 @@ from typing import Any
 
 import click
 
-from matrixtool import plan, render, update, yamltext
+from matrixtool import plan, update, updatefiles
 from matrixtool.commands._shared import Settings, pass_settings
-from matrixtool.errors import ConfigError, MatrixError, VariantsFailed, most_severe
+from matrixtool.errors import ConfigError, ExitCode, MatrixError, VariantsFailed, most_severe
 from matrixtool.matrix import load_matrix, parse_yaml, read_config_text
 from matrixtool.pyindex import IndexClient
 from matrixtool.select import select_variants
@@ -48,47 +43,17 @@ class Args:
             raise ConfigError("flags", [f"--cooldown {self.cooldown_days}: give 0 to {MAX_COOLDOWN_DAYS} days"])
 
 
-@dataclass(frozen=True, kw_only=True)
-class UpdateReport:
-    """The proposals in matrix order, key conflicts between them, comments of ``matrix.yaml`` naming a pin
-    the proposals replace (``update.stale_comments``), the unified diffs of ``matrix.yaml`` and of ``images/``
-    (empty: nothing changes), and the paths written under ``--write``."""
-
-    proposals: tuple[update.Proposal, ...]
-    conflicts: tuple[str, ...]
-    stale_comments: tuple[str, ...] = ()
-    matrix_diff: str
-    images_diff: str
-    written: tuple[Path, ...]
-
-
-def _unified(old: str, new: str, name: str) -> str:
-    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{name}", f"b/{name}"))
-
-
-def _render_text(text: str, source: Path) -> list[render.RenderedFile]:
-    """The rendered files of the matrix ``text`` as if it were ``source`` (templates next to it).
-
-    Raises:
-        ConfigError: the edited matrix no longer validates (a bug of the proposal: it names the problem).
-    """
-    with tempfile.TemporaryDirectory(prefix="matrix-update-") as scratch:
-        path = Path(scratch) / source.name
-        path.write_text(text, encoding="utf-8")
-        matrix = load_matrix(path)
-    return render.render_matrix(dataclasses.replace(matrix, source=source))
-
-
-def run(args: Args) -> UpdateReport:
+def run(args: Args) -> updatefiles.UpdateReport:
     """Propose per selected variant; diff ``matrix.yaml`` and ``images/``; apply both under ``write``.
 
     A variant whose index does not answer keeps its error in its proposal (the others go on); ``run`` raises
     after writing nothing for it.
 
     Raises:
-        ConfigError: the matrix is invalid, or the edited matrix would be; the CA bundle is not a file.
+        ConfigError: the matrix is invalid, or the edited matrix would be; the CA bundle is not a file;
+            ``write`` while proposals edit one key differently (``update.conflicts``): nothing is written.
         NothingSelectedError: a name matches no variant.
-        VariantsFailed: one or more variants could not be proposed (exit code: the most severe).
+    A variant that could not be proposed keeps its error in its proposal (``command`` exits with the most severe).
     """
     matrix = load_matrix(args.matrix_path)
     raw: Any = parse_yaml(read_config_text(args.matrix_path), str(args.matrix_path))
@@ -109,119 +74,25 @@ def run(args: Args) -> UpdateReport:
         try:
             proposals.append(update.propose(variant, raw, client, options))
         except MatrixError as exc:
-            proposals.append(
-                update.Proposal(
-                    variant=variant.name,
-                    vllm_package=variant.vllm.package,
-                    current=variant.vllm.version,
-                    vllm=None,
-                    torch=None,
-                    triton=(),
-                    wheelhouse=variant.index.wheelhouse,
-                    edits=(),
-                    predictions=(),
-                    notes=(),
-                    error=exc,
-                )
-            )
-    text = read_config_text(args.matrix_path)
-    try:
-        edited = yamltext.apply_edits(text, update.merged_edits(proposals))
-    except KeyError as exc:
-        raise ConfigError(str(args.matrix_path), [f"cannot edit {exc.args[0]}: not a scalar key of the file"]) from exc
-    matrix_diff = _unified(text, edited, args.matrix_path.name)
-    old_files = {f.path: f.text for f in render.render_matrix(matrix)}
-    new_files = {f.path: f.text for f in _render_text(edited, args.matrix_path)} if matrix_diff else old_files
-    images_diff = "".join(
-        _unified(old_files.get(p, ""), new_files.get(p, ""), str(p)) for p in sorted(set(old_files) | set(new_files))
-    )
+            proposals.append(update.failed(variant, exc))
+    text, edited, matrix_diff, images_diff = updatefiles.diffs(matrix, args.matrix_path, proposals)
     written: list[Path] = []
+    clashes = update.conflicts(proposals)
+    if args.write and matrix_diff and clashes:
+        raise ConfigError(str(args.matrix_path), [f"--write refused: {c}" for c in clashes])
     if args.write and matrix_diff:
         root = args.matrix_path.parent
-        changed = _write_all(args.matrix_path, edited, _render_text(edited, args.matrix_path))
+        changed = updatefiles.write_all(args.matrix_path, edited, updatefiles.render_text(edited, args.matrix_path))
         written = [args.matrix_path, *(root / p for p in changed)]
-    by_name = {v.name: v for v in selected}
-    old_pins = [
-        pin
-        for p in proposals
-        if p.edits
-        for pin in (
-            (p.vllm_package, p.current),
-            *([(by_name[p.variant].torch.package, by_name[p.variant].torch.version)] if p.torch else []),
-        )
-    ]
-    return UpdateReport(
+    old_pins = update.replaced_pins(proposals, selected)
+    return updatefiles.UpdateReport(
         proposals=tuple(proposals),
-        conflicts=tuple(update.conflicts(proposals)),
+        conflicts=tuple(clashes),
         stale_comments=tuple(update.stale_comments(text, old_pins)) if matrix_diff else (),
         matrix_diff=matrix_diff,
         images_diff=images_diff,
         written=tuple(written),
     )
-
-
-def _write_all(matrix_path: Path, text: str, files: list[render.RenderedFile]) -> list[Path]:
-    """Write the edited ``matrix.yaml`` and ``images/`` in one step that fails before changing either: the new
-    matrix is staged beside the old one first (same folder, same mode), ``render.write`` checks every
-    obstacle before it writes, and ``os.replace`` puts the matrix in place last. Returns the changed paths
-    of ``images/`` (relative to the matrix's folder).
-
-    Raises:
-        ConfigError: ``render.write`` found an obstacle; nothing was written.
-        OSError: the matrix cannot be staged (nothing written) or a write failed.
-    """
-    fd, staged = tempfile.mkstemp(dir=matrix_path.parent, prefix=f".{matrix_path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(staged, matrix_path.stat().st_mode & 0o7777)
-        changed = render.write(files, matrix_path.parent)
-        os.replace(staged, matrix_path)
-    except BaseException:
-        Path(staged).unlink(missing_ok=True)
-        raise
-    return changed
-
-
-def groups_json(matrix_path: Path, variants: tuple[str, ...]) -> str:
-    """``update.groups`` of the selected variants as one line of JSON: ``{"include": [{"group": owner,
-    "variants": "a b"}]}`` (a space-separated list: what ``tools/matrix update`` takes as arguments).
-
-    Raises:
-        ConfigError, NothingSelectedError: as ``load_matrix`` and ``select_variants``.
-    """
-    matrix = load_matrix(matrix_path)
-    raw: Any = parse_yaml(read_config_text(matrix_path), str(matrix_path))
-    names = [v.name for v in select_variants(matrix, variants)]
-    include = [{"group": owner, "variants": " ".join(members)} for owner, members in update.groups(raw, names)]
-    return json.dumps({"include": include}, separators=(",", ":"))
-
-
-def format_report(report: UpdateReport) -> str:
-    """The report as text: per variant its proposal, predictions (``BREAKS``/``ok``) and notes, then the diffs."""
-    out: list[str] = []
-    for p in report.proposals:
-        if p.error is not None:
-            out.append(f"{p.variant}: error: {p.error}")
-            continue
-        if p.vllm is None:
-            out.append(f"{p.variant}: {p.vllm_package} {p.current}: nothing newer")
-        else:
-            out.append(f"{p.variant}: {p.vllm_package} {p.current} -> {p.vllm}; torch {p.torch or '(unchanged)'}")
-            out.extend(f"  triton (torch's METADATA) {t}" for t in p.triton)
-            out.append(f"  wheelhouse: {'needed' if p.wheelhouse else 'not needed'}")
-        for pred in p.predictions:
-            out.append(f"  {'BREAKS' if pred.breaks else 'ok    '} {pred.kind.value} [{pred.target}]: {pred.message}")
-            out.append(f"         from {pred.line}")
-        out.extend(f"  note: {n}" for n in p.notes)
-    out.extend(f"conflict: {c}" for c in report.conflicts)
-    out.extend(f"note: matrix.yaml {c}" for c in report.stale_comments)
-    out.append(report.matrix_diff or "matrix.yaml: no change")
-    out.append(report.images_diff or "images/: no change")
-    out.extend(f"wrote {p}" for p in report.written)
-    return "\n".join(line.rstrip("\n") for line in out)
 
 
 @click.command("update")
@@ -270,7 +141,11 @@ def command(
 ) -> None:
     """Propose the newest vLLM release per variant with the torch and Triton it needs (a diff; --write applies)."""
     if show_groups:
-        click.echo(groups_json(settings.matrix_path, variants))
+        if write or cooldown_days or same_minor:
+            raise click.UsageError(
+                "--groups asks no index and writes nothing: give it without --write, --cooldown, --same-minor"
+            )
+        click.echo(updatefiles.groups_json(settings.matrix_path, variants))
         return
     args = Args(
         matrix_path=settings.matrix_path,
@@ -283,9 +158,8 @@ def command(
         env=settings.env,
     )
     report = run(args)
-    click.echo(format_report(report))
+    click.echo(updatefiles.format_report(report))
     failed = [p for p in report.proposals if p.error is not None]
     if failed:
         code = most_severe([p.error.exit_code for p in failed if p.error is not None])
-        assert code is not None
-        raise VariantsFailed(f"no proposal for {', '.join(p.variant for p in failed)}", code)
+        raise VariantsFailed(f"no proposal for {', '.join(p.variant for p in failed)}", code or ExitCode.UNEXPECTED)

@@ -331,7 +331,7 @@ def needs_vllm(function):
 
 def needs_gpu(function):
     """Decorator: on a GPU variant (params["accelerator"] is not "cpu") with no GPU visible, the check
-    reports ``skipped: no GPU visible``: never a silent pass, never a failure (issue 3). On CPU variants
+    reports ``skipped: no GPU visible``: never a silent pass, never a failure. On CPU variants
     the check always runs."""
 
     def wrapped(params):

@@ -168,8 +168,10 @@ def check_cpu_engine_settings(params):
 
 
 # --- run-conditions (class 13) -----------------------------------------------------------------------
-# Errors that run conditions cause, each with the condition and its fix (README "Deployment profiles").
+# Errors that run conditions cause, each with the condition and its fix (docs/profiles.md).
 # main() appends the condition to a failed check's diagnosis when its output carries one of these.
+# The pids-limit entry's condition: filled in by explain() with the limit (pids.max) where one is set.
+PIDS_LIMITED = "the container's pids limit"
 CONDITION_ERRORS = (
     (
         re.compile(r"getpwuid\(\): uid not found"),
@@ -207,14 +209,28 @@ CONDITION_ERRORS = (
         "exec format error: binaries for another architecture than this host's",
         "run the image on a host of its platform, or install QEMU's binfmt handlers",
     ),
+    (
+        # EAGAIN from clone()/fork() under a pids cgroup limit (vLLM and torch start a thread per core and a
+        # process per engine part); explained only where a limit is set (PIDS_LIMITED).
+        re.compile(r"Resource temporarily unavailable|can't start new thread|fork: retry|BlockingIOError"),
+        PIDS_LIMITED,
+        "raise the pids limit (docker run --pids-limit N; Kubernetes: the kubelet's podPidsLimit), or lower the "
+        "threads torch and vLLM start (OMP_NUM_THREADS, VLLM_CPU_OMP_THREADS_BIND)",
+    ),
 )
 TRUE_VALUES = ("1", "true", "yes", "on")
 
 
 def explain(text):
-    """(condition, fix) for the first run-condition error in ``text``, or None."""
+    """(condition, fix) for the first run-condition error in ``text``, or None. A pids-limit error is one only
+    where the container has a pids limit (its value is named)."""
     for pattern, condition, fix in CONDITION_ERRORS:
         if pattern.search(text or ""):
+            if condition is PIDS_LIMITED:
+                limit = _pod_conditions()["pids_max"]
+                if limit is None:
+                    continue
+                condition = f"the container's pids limit ({limit} processes and threads) is reached"
             return condition, fix
     return None
 
@@ -296,7 +312,7 @@ _FIX_CACHES = (
         "https://github.com/pytorch/pytorch/issues/91005",
         f"{_VLLM}/issues/29233",
     ),
-    hint='see the condition named in the diagnosis; README "Deployment profiles" lists each fix',
+    hint="see the condition named in the diagnosis; docs/profiles.md lists each fix",
     timeout=120,
     affected_by=CONDITIONS,
     group="light",

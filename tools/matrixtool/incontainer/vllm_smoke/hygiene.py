@@ -1,4 +1,4 @@
-"""Hygiene: dead CUDA weight in a CPU variant (issue 10; failure class 14)."""
+"""Hygiene: dead CUDA weight in a CPU variant (failure class 14)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 
 from .common import check, result
 
-# --- cuda-weight: CUDA dead weight in a CPU variant (issue 10; failure class 14) -------------------------
+# --- cuda-weight: CUDA dead weight in a CPU variant (failure class 14) -------------------------
 # Stdlib only, Python >= 3.9.
 # Sizes are bytes, from each distribution's installed files (importlib.metadata RECORD, then os.lstat of
 # each file; a file listed twice or missing counts once or not at all).

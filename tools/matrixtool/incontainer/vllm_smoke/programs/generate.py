@@ -4,7 +4,7 @@ Two ways in. As a script (a child Python) vLLM runs as a user runs it: its engin
 processes of their own, which re-import the main module (hence a file, not ``python -c``). Imported, ``generate``
 runs the engine inside the calling interpreter (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, the ``uni`` executor), so
 the smoke suite's vLLM group pays for one ``import vllm`` and one model inspection for eager and compiled alike
-(issue 10: three processes each importing vLLM cost a naive run most of its time).
+(three processes each importing vLLM cost a naive run most of its time).
 """
 
 import contextlib

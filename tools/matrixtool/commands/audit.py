@@ -1,0 +1,119 @@
+"""``tools/matrix audit SBOM.json --advisories DIR | --osv-api [--as VARIANT]``: the vulnerability gate.
+
+The SBOM's packages are checked against OSV advisories under the variant's ``audit`` policy (matrix.yaml;
+``matrixtool.audit``). Exit 0: passed; 13: an advisory fails it; 14: packages could not be audited (fail
+closed: no advisory data for their ecosystem, or the source did not answer), each named with the reason.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+from matrixtool import audit as gate
+from matrixtool.commands._shared import Settings, pass_settings
+from matrixtool.commands.sbom import read_document, variant_of
+from matrixtool.errors import ConfigError
+from matrixtool.matrix import load_matrix
+from matrixtool.select import select_variants
+
+
+@dataclass(frozen=True, kw_only=True)
+class Args:
+    """``advisories``: a folder of OSV records, or None with ``osv_api`` (the live service at ``api_url``)."""
+
+    matrix_path: Path
+    sbom: Path
+    advisories: Path | None
+    osv_api: bool
+    api_url: str = gate.OSV_API
+    variant: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def run(args: Args, *, fetch: gate.Fetch | None = None, today: datetime.date | None = None) -> gate.AuditReport:
+    """Audit ``args.sbom``; ``fetch`` replaces HTTP (tests), ``today`` the date acceptances expire against.
+
+    With ``--osv-api`` the service is probed first: when it does not answer, every package is not audited and
+    the report says why (the gate fails closed, exit 14).
+
+    Raises:
+        ConfigError (flags, files, policy), NothingSelectedError (``--as``), SbomError (not an SBOM).
+    """
+    if (args.advisories is None) == (not args.osv_api):
+        raise ConfigError("flags", ["give exactly one of --advisories DIR and --osv-api"])
+    doc = read_document(args.sbom, what="an SBOM file (tools/matrix sbom IMAGE -o FILE)")
+    variant = args.variant or variant_of(doc)
+    if variant is None:
+        raise ConfigError("flags", [f"--as VARIANT is needed ({args.sbom} names no variant)"])
+    matrix = load_matrix(args.matrix_path)
+    select_variants(matrix, [variant])
+    policy = gate.policy_for(matrix, variant)
+    source: gate.AdvisorySource
+    if args.advisories is not None:
+        source = gate.DirectorySource(args.advisories)
+    else:
+        the_fetch = fetch if fetch is not None else gate.default_fetch(args.env)
+        source = gate.ApiSource(the_fetch, args.api_url)
+        problem = gate.probe_api(the_fetch, args.api_url)
+        if problem is not None:
+            source = _Unreachable(source.name, problem)
+    return gate.audit(doc, source, policy, today=today or datetime.date.today())
+
+
+class _Unreachable(gate.AdvisorySource):
+    """A source that did not answer its probe: it knows nothing, and says why for every package."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        self.name = f"{name} (unreachable)"
+        self.problem = problem
+
+    def lookup(self, targets: Any) -> gate.Lookup:
+        reason = f"{self.problem}; use --advisories DIR with OSV records"
+        return gate.Lookup(advisories={}, missing={t.key: reason for t in targets})
+
+
+@click.command("audit")
+@click.argument("sbom_file", type=click.Path(path_type=Path))
+@click.option(
+    "--advisories",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Folder of OSV records, one folder per ecosystem (PyPI/, Debian:12/ or Debian/; JSON files or all.zip).",
+)
+@click.option("--osv-api", is_flag=True, help=f"Query the OSV API ({gate.OSV_API}); probed first.")
+@click.option("--as", "as_variant", default=None, help="Variant whose audit policy applies (default: the SBOM's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@pass_settings
+def command(
+    settings: Settings,
+    /,
+    sbom_file: Path,
+    advisories: Path | None,
+    osv_api: bool,
+    as_variant: str | None,
+    as_json: bool,
+) -> None:
+    """Check an SBOM's packages against OSV advisories under the variant's policy; fail closed."""
+    report = run(
+        Args(
+            matrix_path=settings.matrix_path,
+            sbom=sbom_file,
+            advisories=advisories,
+            osv_api=osv_api,
+            variant=as_variant,
+            env=settings.env,
+        )
+    )
+    if as_json:
+        click.echo(json.dumps(gate.to_dict(report), indent=2))
+    else:
+        for line in gate.report_lines(report):
+            click.echo(line)
+    gate.raise_for(report)

@@ -1,0 +1,136 @@
+"""``tools/matrix sbom IMAGE --as VARIANT [-o FILE]`` and ``tools/matrix sbom --compare PUBLISHED.json IMAGE``.
+
+The first derives the CycloneDX SBOM of a local image (``matrixtool.sbom``) and writes it (``-o``, else stdout);
+the second derives it again and says, package by package, what differs from a published one (exit 17 when
+anything does). A summary (counts by kind, the largest packages) goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from matrixtool import engine, reference
+from matrixtool import sbom as sbom_module
+from matrixtool.commands._shared import Settings, pass_settings
+from matrixtool.errors import ConfigError
+from matrixtool.matrix import load_matrix, read_config_text
+from matrixtool.report import human_size
+from matrixtool.select import select_variants
+
+MAX_SBOM_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class Args:
+    """``image``: a local image ref; ``variant``: whose image it is (``--as``; with ``--compare`` it defaults to
+    the published document's); ``output``: ``-o`` (None: stdout); ``compare``: the published SBOM file."""
+
+    matrix_path: Path
+    image: str
+    variant: str | None
+    output: Path | None
+    compare: Path | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report:
+    """The derived document, and with ``--compare`` the comparison with the published one."""
+
+    document: Mapping[str, Any]
+    text: str
+    summary: sbom_module.Summary
+    comparison: sbom_module.Comparison | None
+
+
+def read_document(path: Path, *, what: str) -> dict[str, Any]:
+    """A CycloneDX JSON file (at most 64 MiB).
+
+    Raises:
+        ConfigError: unreadable, not JSON. SbomError: not a CycloneDX document.
+    """
+    text = read_config_text(path, limit=MAX_SBOM_BYTES, what=what)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(str(path), [f"is not JSON ({exc}); pass {what}"]) from exc
+    sbom_module.packages_of(doc)  # raises SbomError when it is no CycloneDX document
+    return dict(doc)
+
+
+def variant_of(doc: Mapping[str, Any]) -> str | None:
+    component = (doc.get("metadata") or {}).get("component") or {}
+    for prop in component.get("properties") or ():
+        if prop.get("name") == sbom_module.PROPERTY_PREFIX + "variant":
+            return str(prop.get("value"))
+    return None
+
+
+def run(args: Args) -> Report:
+    """Derive the SBOM of ``args.image`` (and compare it with ``args.compare``).
+
+    Raises:
+        ConfigError (flags, files), NothingSelectedError (``--as``), SbomError (exit 16), EngineUnreachableError.
+    """
+    reference.check_flags(image=args.image)
+    published = read_document(args.compare, what="--compare FILE") if args.compare is not None else None
+    variant = args.variant or (variant_of(published) if published is not None else None)
+    if variant is None:
+        raise ConfigError("flags", ["--as VARIANT is needed (the published SBOM names no variant)"])
+    select_variants(load_matrix(args.matrix_path), [variant])
+    client = engine.connect()
+    bom = sbom_module.to_bom(sbom_module.read_inventory(client, args.image), variant=variant)
+    text = sbom_module.to_json(bom)
+    document = json.loads(text)
+    comparison = sbom_module.compare(published, document) if published is not None else None
+    return Report(document=document, text=text, summary=sbom_module.summarize(document), comparison=comparison)
+
+
+def summary_lines(summary: sbom_module.Summary) -> list[str]:
+    """Counts by kind and the largest packages, for the terminal."""
+    counts = ", ".join(f"{n} {kind}" for kind, n in sorted(summary.counts.items()))
+    lines = [f"packages: {counts}"]
+    lines += [f"  {human_size(p.size):>9}  {p.key} {p.version}" for p in summary.largest]
+    return lines
+
+
+@click.command("sbom")
+@click.argument("image")
+@click.option("--as", "as_variant", default=None, help="Variant whose image it is (recorded in the SBOM).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Write the SBOM here.")
+@click.option(
+    "--compare",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A published SBOM: derive IMAGE's again and print what differs (exit 17 when anything does).",
+)
+@pass_settings
+def command(
+    settings: Settings, /, image: str, as_variant: str | None, output: Path | None, compare: Path | None
+) -> None:
+    """Derive the CycloneDX SBOM of IMAGE (what is installed, read inside it), or compare it with a published one."""
+    report = run(
+        Args(matrix_path=settings.matrix_path, image=image, variant=as_variant, output=output, compare=compare)
+    )
+    for line in summary_lines(report.summary):
+        click.echo(line, err=True)
+    if report.comparison is not None:
+        for line in sbom_module.comparison_lines(report.comparison):
+            click.echo(line)
+        if output is not None:
+            sbom_module.write(report.text, output)
+        if not report.comparison.same:
+            raise sbom_module.SbomDiffers(
+                f"{image} differs from {compare}: see the lines above ('+' only in the image, '-' only published)"
+            )
+        return
+    if output is not None:
+        sbom_module.write(report.text, output)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(report.text, nl=False)

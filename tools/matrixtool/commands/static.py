@@ -1,0 +1,48 @@
+"""``tools/matrix static IMAGE``: OpenShift's static checks of a local image (``matrixtool.static``); exit 18
+when one fails."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import click
+import docker
+
+from matrixtool import engine, reference
+from matrixtool import static as checks
+from matrixtool.commands._shared import Settings, pass_settings
+from matrixtool.errors import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Args:
+    """``image``: a ref on the engine."""
+
+    image: str
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def run(args: Args) -> list[checks.StaticResult]:
+    """The static checks of ``args.image``.
+
+    Raises:
+        ConfigError: not an image reference, or the engine lacks it. EngineUnreachableError.
+    """
+    reference.check_flags(image=args.image)
+    client = engine.connect()
+    try:
+        return checks.inspect(client, args.image, owner=args.env.get(checks.OWNER_ENV_VAR, ""))
+    except docker.errors.ImageNotFound as exc:
+        raise ConfigError("IMAGE", [f"no image {args.image!r} on this engine; build or pull it first"]) from exc
+
+
+@click.command("static")
+@click.argument("image")
+@pass_settings
+def command(settings: Settings, /, image: str) -> None:
+    """OpenShift's static checks: /licenses, layer count, required labels, numeric non-root USER, tag."""
+    results = run(Args(image=image, env=settings.env))
+    for r in results:
+        click.echo(f"{'pass' if r.passed else 'FAIL':4}  {r.name:8} {r.detail}")
+    checks.raise_for(image, results)
