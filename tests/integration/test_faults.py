@@ -49,8 +49,8 @@ def test_two_runs_on_one_out_each_keep_their_own_report(tmp_path: Path) -> None:
     second = _start(
         "test", "--host", "--as", "cpu", "--only", "torch-import", "--json-file", str(tmp_path / "second.json"), out=out
     )
-    first_out, first_err = first.communicate(timeout=300)
-    second_out, second_err = second.communicate(timeout=300)
+    _, first_err = first.communicate(timeout=300)
+    _, second_err = second.communicate(timeout=300)
     assert refused.returncode == 19, refused.stderr
     assert f"is in use by pid {first.pid}: tools/matrix --out {out} test --host" in refused.stderr
     assert f"waiting for {out}: in use by pid {first.pid}" in second_err
