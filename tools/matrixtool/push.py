@@ -48,21 +48,24 @@ def plan_push(build_plan: BuildPlan, *, registry: str) -> PushPlan:
 
 
 def execute_push(plan: PushPlan, registry: Registry, *, keep_tags: bool = True) -> PushResult:
-    """Tag ``plan.source`` as every target, push each, and with ``keep_tags=False`` remove those tags afterwards.
+    """Tag ``plan.source`` as every target, push each, and with ``keep_tags=False`` remove those tags afterwards,
+    also when a push failed (the registry went away mid-push).
 
     ``digest``: what the registry stored (the last push's; every target names the same image).
 
     Raises:
         RegistryError: a push failed (the message names the registry, the ref and the engine's reason).
     """
-    for target in plan.targets:
-        registry.tag(plan.source, target)
     digest = ""
-    for target in plan.targets:
-        digest = registry.push(target)
-    if not keep_tags:
+    try:
         for target in plan.targets:
-            registry.untag(target)
+            registry.tag(plan.source, target)
+        for target in plan.targets:
+            digest = registry.push(target)
+    finally:
+        if not keep_tags:
+            for target in plan.targets:
+                registry.untag(target)
     return PushResult(variant=plan.variant, platform=plan.platform, refs=plan.targets, digest=digest)
 
 
