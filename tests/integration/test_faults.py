@@ -233,6 +233,9 @@ def test_the_registry_stopped_during_a_push_publishes_nothing_half(
             assert stoppable_registry.complete(f"{repo}/cpu", tag), tag
         assert "0.32.0" not in stoppable_registry.tags(f"{repo}/cpu")  # the version tag never outruns the hash tag
     finally:
+        for image in client.images.list(name=f"{stoppable_registry.host}/{repo}/cpu"):
+            for tag in image.tags:
+                client.images.remove(tag, noprune=True)
         client.images.remove(local, noprune=True)
 
 
