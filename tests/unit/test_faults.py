@@ -196,3 +196,17 @@ def test_bake_all_exports_what_it_can_and_names_what_it_could_not(tmp_path: Path
     targets = json.loads((out / "docker-bake.json").read_text())["target"]
     assert "cpu-amd64" in targets and "arm64-arm64" not in targets
     assert "cuda-amd64" in targets  # a variant without a wheelhouse is exported too
+
+
+def test_a_device_as_output_is_written_in_place_never_replaced(tmp_path: Path) -> None:
+    """Root may replace /dev/null with a regular file: a temporary file plus os.replace must not do it."""
+    null = Path("/dev/null")
+    outputs.write_text(null, "report")
+    checks = [
+        CheckResult(variant="cpu", image="i", check="c", status=Status.PASSED, seconds=1.0, diagnosis="", hint="")
+    ]
+    report.write_junit(report.RunReport(checks=checks), null)
+    assert null.is_char_device()
+    with pytest.raises(OutputError, match=r"cannot write /dev/full: No space left on device \(ENOSPC\)"):
+        outputs.write_text(Path("/dev/full"), "x")
+    assert Path("/dev/full").is_char_device()

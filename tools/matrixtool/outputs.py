@@ -59,6 +59,7 @@ def make_dirs(path: Path) -> None:
 def replacing(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path`` for the block to write; on success it replaces ``path``
     (``os.replace``), on any failure it is removed and ``path`` keeps its old content (or stays absent).
+    For a regular file only (``write_text`` says what happens to others).
 
     Raises:
         OutputError: the folder cannot be made, or the block or the replace failed with an ``OSError``.
@@ -78,11 +79,17 @@ def replacing(path: Path) -> Iterator[Path]:
 
 
 def write_text(path: Path, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` whole or not at all (``replacing``); returns ``path``.
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all (``replacing``); returns ``path``. A ``path`` that
+    exists and is no regular file (``/dev/null``, a FIFO, ``/dev/stdout``) is written in place: replacing it
+    would put a regular file where a device was.
 
     Raises:
-        OutputError: the write failed (exit 3); ``path`` is unchanged.
+        OutputError: the write failed (exit 3); a regular ``path`` is unchanged.
     """
+    if path.exists() and not path.is_file():
+        with guarded(path), open(path, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+        return path
     with replacing(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as out:
         out.write(text)
         out.flush()
