@@ -210,3 +210,15 @@ def test_a_device_as_output_is_written_in_place_never_replaced(tmp_path: Path) -
     with pytest.raises(OutputError, match=r"cannot write /dev/full: No space left on device \(ENOSPC\)"):
         outputs.write_text(Path("/dev/full"), "x")
     assert Path("/dev/full").is_char_device()
+
+
+def test_a_symlink_planted_as_the_lock_is_refused_not_followed(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".lock").symlink_to(victim)
+    result = CliRunner().invoke(main, ["--out", str(out), "kube", "cpu", "--profile", "default"])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert f"cannot write {out / '.lock'}" in result.output
+    assert victim.read_text() == "keep" and not (out / "kube").exists()

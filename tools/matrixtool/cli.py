@@ -130,7 +130,7 @@ class MatrixGroup(click.Group):
 @click.option(
     "--no-wait",
     is_flag=True,
-    help="When another run holds --out (its .lock), refuse at once (exit 13) instead of waiting for it.",
+    help="When another run holds --out (its .lock), refuse at once (exit 19) instead of waiting for it.",
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context

@@ -3,7 +3,7 @@ writes there (``WRITERS``) from its start to its exit, so two runs side by side 
 each other's reports, logs or build contexts.
 
 The holder writes its pid and command line into the lock file; a second run waits for it, printing one line
-naming them every ``NOTICE_S`` seconds, or with ``--no-wait`` refuses at once (``OutLockedError``, exit 13).
+naming them every ``NOTICE_S`` seconds, or with ``--no-wait`` refuses at once (``OutLockedError``, exit 19).
 The kernel drops the lock when its process ends, killed or not: a stale lock file is never a problem.
 """
 
@@ -48,21 +48,23 @@ def held(
 ) -> Iterator[None]:
     """Hold the lock of ``out_dir`` for the block; ``argv`` is this run's command line (written for the others).
 
-    When ``out_dir`` or its lock file cannot be made, the block runs unlocked: the command's own check of
-    ``--out`` reports why (exit 3). A run that leaves nothing but the lock file in a folder it created (a
+    When ``out_dir`` cannot be made, the block runs unlocked: the command's own check of ``--out`` reports
+    why (exit 3). A run that leaves nothing but the lock file in a folder it created (a
     command refused for its input) removes both, so a refused command writes nothing.
 
     Raises:
-        OutLockedError: ``wait`` is False and another run holds it (exit 13).
+        OutLockedError: ``wait`` is False and another run holds it (exit 19).
+        OutputError: the lock file cannot be opened (a symlink, no permission; exit 3).
     """
     path = out_dir / LOCK_NAME
     made = [p for p in (out_dir, *out_dir.parents) if not p.exists() and not p.is_symlink()]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError:
         yield
         return
+    with outputs.guarded(path):  # a symlink planted as .lock (O_NOFOLLOW: ELOOP) is refused, never followed
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
         next_notice = 0.0
         while True:
