@@ -60,7 +60,9 @@ def test_restricted_profile_passes_with_default_in_one_run(
     assert facts["capabilities_bounding"] == "0000000000000000" and facts["no_new_privs"] is True
     assert facts["seccomp_mode"] == "filter" and facts["pids_max"] == 4096 and facts["shm_bytes"] == 2**30
     default = _by(doc)["run-conditions"]["facts"]
-    assert default["shm_bytes"] == 2**30 and default["no_new_privs"] is False and default["pids_max"] is None
+    # test --image hardens every profile (profiles.UNTRUSTED): `default` too runs without capabilities.
+    assert default["shm_bytes"] == 2**30 and default["no_new_privs"] is True and default["pids_max"] == 4096
+    assert default["capabilities_bounding"] == "0000000000000000"
     _no_containers(client)
 
 
