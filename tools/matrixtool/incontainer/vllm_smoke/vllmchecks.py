@@ -323,7 +323,7 @@ def root_cause(text):
     hint="read the engine log in the check output; on CPU check libnuma1, /dev/shm size "
     "(--shm-size) and VLLM_CPU_KVCACHE_SPACE",
     timeout=900,
-    affected_by=("user", "read_only", "tmpfs", "env", "network", "memory", "cpus"),
+    affected_by=("user", "read_only", "tmpfs", "env", "network", "memory", "cpus", "pids_limit"),
     needs=("vllm-import", "tiny-model"),
     group="vllm",  # eager and compiled engines in the group's interpreter: one import, one model inspection
 )
@@ -496,7 +496,7 @@ def check_vllm_cli(params):
     reports=(f"{_VLLM}/issues/14888",),
     hint="read the server's log (log file <variant>.serve.log)",
     timeout=1500,
-    affected_by=("user", "read_only", "tmpfs", "env", "network", "memory", "cpus"),
+    affected_by=("user", "read_only", "tmpfs", "env", "network", "memory", "cpus", "shm_size", "pids_limit"),
     needs=("tiny-model",),
     uses=("offline-generate",),
     group=HOST_GROUP,
