@@ -21,8 +21,9 @@ from tests.integration.conftest import json_of, matrix_cli, remove_if_built
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 CUDA = next(v for v in load_matrix().variants if v.name == "cuda")
-# Checks that cannot say anything without a GPU (they need a CUDA device, or vLLM's platform detection).
-GPU_ONLY = {"model-runner", "offline-generate", "triton-drivers", "triton-kernel"}
+# Checks that cannot say anything without a GPU (they need a CUDA device, or vLLM's platform detection; the
+# server of a GPU variant).
+GPU_ONLY = {"model-runner", "offline-generate", "triton-drivers", "triton-kernel", "serve"}
 
 
 @pytest.fixture(scope="module")
