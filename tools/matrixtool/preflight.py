@@ -81,6 +81,12 @@ class Resolved:
         """The deferred index error of ``variant`` when it ``needs_build`` (else None: nothing will install)."""
         return self.unreachable.get(variant) if needs_build else None
 
+    def planning_error(self, variant: str, error: MatrixError) -> MatrixError:
+        """What to report when ``variant`` cannot even be planned (``error``: its base image cannot be provided):
+        its deferred index error where its index does not answer (a variant with no plan has no image, so it
+        needs a build, and an unreachable index is the cause to fix first, as without deferral), else ``error``."""
+        return self.unreachable.get(variant) or error
+
     def engine(self) -> docker.DockerClient:
         """The engine client of a command that required one (``EngineNeed.REQUIRED``)."""
         assert self.client is not None, "the preflight of an EngineNeed.REQUIRED command connects or raises"

@@ -13,6 +13,7 @@ from matrixtool.commands._flags import BuildFlags, build_flags
 from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
 from matrixtool.commands._steps import needs_build, provide_and_plan
 from matrixtool.commands._supply import write_build_reports
+from matrixtool.errors import MatrixError
 from matrixtool.inputs import warn_unused_wheelhouse
 from matrixtool.matrix import Matrix, Variant, load_matrix
 from matrixtool.select import select_variants
@@ -51,7 +52,12 @@ def run(args: Args) -> report.RunReport:
     needs = preflight.Needs(index=preflight.IndexProbe.DEFER)
     got = preflight.preflight(args.matrix, args.variants, args.flags.inputs(args.env), needs)
     client = got.engine()
-    plans = provide_and_plan(client, args.matrix, args.variants, got.inputs, repository=args.flags.repository)
+    plans = []
+    for variant in args.variants:
+        try:
+            plans += provide_and_plan(client, args.matrix, [variant], got.inputs, repository=args.flags.repository)
+        except MatrixError as exc:
+            raise got.planning_error(variant.name, exc) from exc
     for variant in args.variants:  # an index that does not answer stops only a variant that needs a build
         mine = [p for p in plans if p.variant == variant.name]
         unreachable = got.index_error(variant.name, needs_build=needs_build(client, mine, force=args.flags.force))

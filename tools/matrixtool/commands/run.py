@@ -75,7 +75,10 @@ def run(args: Args) -> report.RunReport:
     planned: dict[str, list[plan.BuildPlan]] = {}
     for variant in got.variants:
         try:
-            plans = provide_and_plan(client, args.matrix, [variant], got.inputs, repository=args.flags.repository)
+            try:
+                plans = provide_and_plan(client, args.matrix, [variant], got.inputs, repository=args.flags.repository)
+            except MatrixError as exc:
+                raise got.planning_error(variant.name, exc) from exc
             # An index that does not answer stops only a variant that needs a build.
             unreachable = got.index_error(variant.name, needs_build=needs_build(client, plans, force=args.flags.force))
             if unreachable is not None:
