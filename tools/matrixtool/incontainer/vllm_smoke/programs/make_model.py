@@ -69,7 +69,10 @@ def make(out):
     # would read "No such file or directory" for it. A model folder is for reading by any user.
     for name in os.listdir(out):
         os.chmod(os.path.join(out, name), 0o644)
-    os.chmod(out, 0o755)
+    # The folder itself only where this user made it: a folder mounted from the host (owned by root, mode 0777
+    # for any writer) cannot be chmod-ed by another UID (EPERM), and is readable already.
+    if os.stat(out).st_uid == os.geteuid():
+        os.chmod(out, 0o755)
 
 
 if __name__ == "__main__":
