@@ -98,8 +98,36 @@ def test_the_kube_command_writes_valid_manifests_with_the_measured_cold_start(tm
         (["--image", "x y"], "--image 'x y' holds ' '"),
         (["--model-claim", "Bad_Claim"], "--model-claim 'Bad_Claim' is not a Kubernetes name"),
         (["--model", "relative/model"], "--model 'relative/model': give the model's absolute path"),
+        (["--model", "/m/x"], "--model '/m/x' is not a folder on the model claim, which is mounted at /models"),
+        (["--model", "/models/../etc"], "--model '/models/../etc' is not a folder on the model claim"),
+        (["--model", "/models/"], "--model '/models/' is not a folder on the model claim"),
+        (["--profile", "nope"], "unknown profile(s) nope"),
     ],
 )
 def test_kube_flags_are_checked_before_anything_is_written(tmp_path: Path, flags: list[str], says: str) -> None:
     result = CliRunner().invoke(main, ["--out", str(tmp_path), "kube", "cpu", *flags])
     assert result.exit_code == ExitCode.CONFIG and says in result.output and not (tmp_path / "kube").exists()
+
+
+@pytest.mark.parametrize(
+    ("ready_s", "says"),
+    [
+        ("NaN", "ready_s nan is not a time to ready"),
+        ("Infinity", "ready_s inf is not a time to ready"),
+        ("1e308", "ready_s 1e+308 is not a time to ready"),
+        ("-5", "ready_s -5 is not a time to ready"),
+        ('"abc"', "could not convert string to float"),
+        (None, "a check lacks the key 'profile'"),
+    ],
+)
+def test_a_report_that_gives_no_time_to_ready_is_refused_before_anything_is_written(
+    tmp_path: Path, ready_s: str | None, says: str
+) -> None:
+    check = '"variant": "cpu", "check": "serve", "facts": {"ready_s": 1}'
+    if ready_s is not None:
+        check = f'"variant": "cpu", "profile": "default", "check": "serve", "facts": {{"ready_s": {ready_s}}}'
+    report = tmp_path / "run.json"
+    report.write_text(f'{{"checks": [{{{check}}}]}}')  # json.dumps cannot write NaN as a report might hold it
+    result = CliRunner().invoke(main, ["--out", str(tmp_path), "kube", "cpu", "--from-report", str(report)])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert says in result.output and not (tmp_path / "kube").exists(), result.output

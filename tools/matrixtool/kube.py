@@ -37,6 +37,8 @@ PORT_NAME = "http"
 PROBE_PERIOD_S = 5
 STARTUP_MARGIN = 3.0
 MIN_STARTUP_S = 120
+# The longest time to ready a report may give (a day): past it a number is no measurement of a start.
+MAX_READY_S = 86400
 MODEL_VOLUME = "models"
 # A Kubernetes object name of the DNS-1123 label kind (a PersistentVolumeClaim's, as `--model-claim` names one).
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -143,6 +145,12 @@ def flag_problems(*, model: str, claim: str) -> list[str]:
         )
     if not model.startswith("/") or any(c.isspace() or not c.isprintable() for c in model):
         problems.append(f"--model {model!r}: give the model's absolute path in the server, e.g. /models/my-model")
+    elif not model.startswith(f"{serve.MODEL_MOUNT}/") or set(model.split("/")[2:]) & {"", ".", ".."}:
+        # The claim is mounted at MODEL_MOUNT: a path elsewhere (or leaving it by '..') serves nothing of it.
+        problems.append(
+            f"--model {model!r} is not a folder on the model claim, which is mounted at {serve.MODEL_MOUNT}: "
+            f"give {serve.MODEL_MOUNT}/<folder> (no '.', '..' or empty parts)"
+        )
     return problems
 
 
@@ -171,12 +179,20 @@ def serving_for(variant: Variant, profile: str, measured_s: float | None, *, mod
 def ready_times(report: Mapping[str, Any]) -> dict[tuple[str, str], float]:
     """Seconds to ready per (variant, profile): the ``serve`` results (facts ``ready_s``) of a ``--json`` report.
 
-    Raises KeyError/TypeError/ValueError for a document that is no such report."""
-    return {
-        (c["variant"], c["profile"]): float(c["facts"]["ready_s"])
-        for c in report["checks"]
-        if c["check"] == "serve" and c.get("facts", {}).get("ready_s") is not None
-    }
+    Raises KeyError/TypeError/ValueError for a document that is no such report, ValueError for a ``ready_s``
+    that is no time to ready (not a finite number of seconds in (0, ``MAX_READY_S``]: NaN, infinity, 1e308)."""
+    times = {}
+    for c in report["checks"]:
+        if c["check"] != "serve" or c.get("facts", {}).get("ready_s") is None:
+            continue
+        seconds = float(c["facts"]["ready_s"])
+        if not 0 < seconds <= MAX_READY_S:  # False for NaN too
+            raise ValueError(
+                f"serve of {c['variant']}/{c['profile']}: ready_s {c['facts']['ready_s']!r} is not a time to ready "
+                f"(seconds, above 0, at most {MAX_READY_S})"
+            )
+        times[(c["variant"], c["profile"])] = seconds
+    return times
 
 
 def probes(serving: Serving) -> dict[str, dict[str, Any]]:

@@ -63,7 +63,11 @@ def measured_ready(report: Path | None) -> dict[tuple[str, str], float]:
     """
     try:
         return kube.ready_times(json.loads(report.read_text(encoding="utf-8"))) if report is not None else {}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except KeyError as exc:
+        raise ConfigError(
+            str(report), [f"not a 'tools/matrix run/test --json-file' report (a check lacks the key {exc})"]
+        ) from exc
+    except (OSError, ValueError, TypeError) as exc:
         raise ConfigError(str(report), [f"not a 'tools/matrix run/test --json-file' report ({exc})"]) from exc
 
 
@@ -76,8 +80,7 @@ def run(args: Args) -> list[Written]:
         InvalidManifest: a written manifest is invalid (a bug of this tool).
     """
     ready = measured_ready(args.report)
-    written = []
-    outputs.make_dirs(args.out)
+    written, texts = [], []
     for variant in args.variants:
         image = args.image or f"vllm-matrix/{variant.name}:{variant.vllm.version}"
         for profile in ProfileChoice(names=args.profiles).resolve(variant.name, variant.profiles):
@@ -94,7 +97,7 @@ def run(args: Args) -> list[Written]:
             if problems:
                 raise InvalidManifest(f"{variant.name}/{profile.name}: " + "; ".join(problems))
             path = args.out / f"{variant.name}.{profile.name}.yaml"
-            outputs.write_text(path, kube.to_yaml(docs))
+            texts.append((path, kube.to_yaml(docs)))
             written.append(
                 Written(
                     variant=variant.name,
@@ -105,6 +108,10 @@ def run(args: Args) -> list[Written]:
                     pss_restricted=strict,
                 )
             )
+    # Written only once every manifest is made and valid: a bad profile or manifest leaves no folder or file.
+    outputs.make_dirs(args.out)
+    for path, text in texts:
+        outputs.write_text(path, text)
     return written
 
 
