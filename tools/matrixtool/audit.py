@@ -39,6 +39,7 @@ from packageurl import PackageURL
 from packaging.version import InvalidVersion
 from packaging.version import Version as PyPIVersion
 
+from matrixtool import jsontext
 from matrixtool.errors import ConfigError, ExitCode, MatrixError
 from matrixtool.matrix import Matrix, parse_yaml, read_config_text, resolve_extends
 
@@ -406,8 +407,8 @@ def _records_of_folder(folder: Path) -> Iterable[Mapping[str, Any]]:
             continue
         for name, data in texts:
             try:
-                record = json.loads(data)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                record = jsontext.loads(data)
+            except ValueError as exc:  # json.JSONDecodeError, UnicodeDecodeError, too deep (jsontext)
                 raise ConfigError(name, [f"is not an OSV JSON record ({exc})"]) from exc
             if isinstance(record, Mapping) and record.get("id"):
                 yield record
@@ -513,12 +514,12 @@ class ApiSource(AdvisorySource):
                 body = json.dumps(
                     {"queries": [{"package": {"ecosystem": e, "name": n}, "version": v} for e, n, v in chunk]}
                 ).encode()
-                answer = json.loads(self.fetch(f"{self.base}/v1/querybatch", body))
+                answer = jsontext.loads(self.fetch(f"{self.base}/v1/querybatch", body))
                 for query, result in zip(chunk, answer.get("results") or [], strict=False):
                     ids[query] = [str(v["id"]) for v in result.get("vulns") or ()]
             records: dict[str, Advisory] = {}
             for vuln_id in sorted({i for found in ids.values() for i in found}):
-                records[vuln_id] = advisory_of(json.loads(self.fetch(f"{self.base}/v1/vulns/{vuln_id}", None)))
+                records[vuln_id] = advisory_of(jsontext.loads(self.fetch(f"{self.base}/v1/vulns/{vuln_id}", None)))
         except (OSError, ValueError) as exc:
             reason = f"{self.name} did not answer ({exc}); use --advisories DIR with OSV records"
             return Lookup(advisories={}, missing={**missing, **{t.key: reason for t in queryable}})

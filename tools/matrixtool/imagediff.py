@@ -20,7 +20,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from matrixtool import engine
+from matrixtool import engine, jsontext
 from matrixtool.checks import CHECKS
 from matrixtool.errors import NotBuiltError, SmokeFailure
 from matrixtool.report import human_size
@@ -133,7 +133,7 @@ def parse_output(text: str, ref: str) -> dict[str, Any]:
     for line in reversed(text.splitlines()):
         if line.startswith(MARK):
             try:
-                data = json.loads(line[len(MARK) :])
+                data = jsontext.loads(line[len(MARK) :])
             except ValueError as exc:
                 raise SmokeFailure(
                     f"{ref}: the facts program printed a malformed result ({exc}): {line[:200]}"
@@ -298,7 +298,7 @@ def last_green(reports: Path, variant: str, *, exclude_image: str | None = None)
     found: list[tuple[float, GreenImage]] = []
     for path in sorted(reports.glob("*.json")) if reports.is_dir() else []:
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            doc = jsontext.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         by_image: dict[str, list[str]] = {}

@@ -10,13 +10,13 @@ repositories of one registry and speaks to it with the docker CLI's credentials
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from matrixtool import jsontext
 from matrixtool.engine import echo
 from matrixtool.errors import ConfigError, RegistryError
 from matrixtool.matrix import Platform, Variant
@@ -77,7 +77,7 @@ def read_pushed(paths: Sequence[Path]) -> list[Pushed]:
     found: list[Pushed] = []
     for path in paths:
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            doc = jsontext.loads(path.read_text(encoding="utf-8"))
             records = doc["pushed"]
             found += [
                 Pushed(

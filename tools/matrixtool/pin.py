@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from matrixtool import jsontext
 from matrixtool.errors import ConfigError, RegistryError
 from matrixtool.matrix import MAX_FILE_BYTES, Variant, read_config_text
 from matrixtool.registry import DIGEST, registry_host
@@ -46,9 +47,11 @@ def parse_lock(text: str, source: str) -> Lock:
         ConfigError: not JSON, another schema_version, or an entry that is not ``ref: sha256:<64 hex>``.
     """
     try:
-        data: Any = json.loads(text)
+        data: Any = jsontext.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(source, [f"line {exc.lineno}: not valid JSON ({exc.msg}); run 'tools/matrix pin'"]) from exc
+    except ValueError as exc:  # nested too deeply (jsontext)
+        raise ConfigError(source, [f"not valid JSON ({exc}); run 'tools/matrix pin'"]) from exc
     problems = []
     if not isinstance(data, dict) or data.get("schema_version") != LOCK_SCHEMA_VERSION:
         problems.append(f"schema_version: expected {LOCK_SCHEMA_VERSION}")

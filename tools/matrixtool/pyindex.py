@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import email.parser
 import html.parser
-import json
 import sys
 import tempfile
 import urllib.parse
@@ -38,6 +37,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from matrixtool import jsontext
 from matrixtool.errors import ConfigError, IndexUnreachableError
 
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
@@ -473,7 +473,7 @@ def response_json(body: bytes, url: str) -> dict[str, Any]:
     Raises:
         ValueError: not JSON, or not an object.
     """
-    data = json.loads(body)
+    data = jsontext.loads(body)
     if not isinstance(data, dict):
         raise ValueError(f"{url}: not a JSON object")
     return data

@@ -18,7 +18,6 @@ the inventory into a CycloneDX document (cyclonedx-python-lib; package URLs by p
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import uuid
@@ -39,7 +38,7 @@ from cyclonedx.model.license import DisjunctiveLicense, LicenseExpression
 from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
-from matrixtool import __version__, outputs
+from matrixtool import __version__, jsontext, outputs
 from matrixtool.errors import ExitCode, MatrixError
 
 PROGRAM = Path(__file__).parent / "incontainer" / "sbom_inventory.py"
@@ -170,8 +169,8 @@ def parse_output(output: str) -> dict[str, Any]:
         tail = output.strip()[-500:]
         raise SbomError(f"the inventory program printed no {MARKER.strip()} line; its output ends: {tail!r}")
     try:
-        doc = json.loads(lines[-1][len(MARKER) :])
-    except json.JSONDecodeError as exc:
+        doc = jsontext.loads(lines[-1][len(MARKER) :])
+    except ValueError as exc:
         raise SbomError(f"the inventory line is not JSON: {exc}") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("python"), list) or not isinstance(doc.get("debian"), list):
         raise SbomError("the inventory line is not an object with 'python' and 'debian' lists")

@@ -30,7 +30,7 @@ import docker
 import docker.errors
 import docker.types
 
-from matrixtool import outputs, profiles, serve_diagnosis
+from matrixtool import jsontext, outputs, profiles, serve_diagnosis
 from matrixtool.container import ContainerSpec, TrackedContainer
 from matrixtool.incontainer.vllm_smoke.programs import generate, serve_probe
 from matrixtool.incontainer.vllm_smoke.vllmchecks import root_cause
@@ -224,7 +224,7 @@ class ClientProber:
         code, output = self.box.exec(argv, {}, deadline_s)
         for line in reversed(output.splitlines()):
             if line.startswith(serve_probe.PROBE_MARK):
-                return dict(json.loads(line[len(serve_probe.PROBE_MARK) :]))
+                return dict(jsontext.loads(line[len(serve_probe.PROBE_MARK) :]))
         return {"status": None, "error": f"the probe client printed no result (exit {code}): {output[-300:]}"}
 
     def call(self, command: str, spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -413,7 +413,7 @@ def stream_outcome(stream: Mapping[str, Any]) -> str:
 def _choice(answer: Mapping[str, Any]) -> dict[str, Any]:
     """The first choice of a JSON answer's body ({} when unreadable)."""
     try:
-        return dict(json.loads(answer.get("body") or "{}")["choices"][0])
+        return dict(jsontext.loads(answer.get("body") or "{}")["choices"][0])
     except (ValueError, KeyError, IndexError, TypeError):
         return {}
 
@@ -423,7 +423,7 @@ def _streamed(stream: Mapping[str, Any]) -> tuple[str, list[int]]:
     text, tokens = "", []
     for chunk in stream.get("chunks") or []:
         with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
-            choice = json.loads(chunk)["choices"][0]
+            choice = jsontext.loads(chunk)["choices"][0]
             text += choice.get("text") or ""
             tokens += list(choice.get("token_ids") or [])
     return text, tokens
@@ -516,7 +516,7 @@ def judge(
             hints.append(found.fix)
     models = []
     with contextlib.suppress(ValueError, KeyError, TypeError):
-        models = [m["id"] for m in json.loads(probes["models"]["body"])["data"]]
+        models = [m["id"] for m in jsontext.loads(probes["models"]["body"])["data"]]
     facts["models"] = models
     if MODEL_PATH not in models:
         problems.append(f"/v1/models lists {models}, not the served {MODEL_PATH}")
@@ -545,7 +545,7 @@ def judge(
         problems.append(f"{unlabelled.diagnosis}; fix: {unlabelled.fix}")
     version = ""
     with contextlib.suppress(ValueError, KeyError, TypeError):
-        version = str(json.loads(probes["version"]["body"])["version"])
+        version = str(jsontext.loads(probes["version"]["body"])["version"])
     facts["version"] = version
     if not version.startswith(vllm_version):
         problems.append(f"/version is {version!r}, the variant pins {vllm_version}")

@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from matrixtool import jsontext
+
 # docs/failure-classes.md numbers of the serving classes.
 SHM = 15
 WEB_STACK = 16
@@ -339,10 +341,9 @@ _ASGI = "Exception in ASGI application"
 
 def _error_message(body: str) -> str:
     """The ``error.message`` of an OpenAI-style error body, else the body itself (one line, at most 500 chars)."""
-    import json
 
     try:
-        doc = json.loads(body)
+        doc = jsontext.loads(body)
         message = doc["error"]["message"] if isinstance(doc.get("error"), dict) else doc.get("detail", body)
     except (ValueError, AttributeError, KeyError, TypeError):
         message = body

@@ -14,7 +14,6 @@ it (``+ cosign …``) and bounds it with a timeout.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from typing import Any
 
 from docker_image import reference as oci
 
+from matrixtool import jsontext
 from matrixtool.errors import ConfigError, EngineUnreachableError, ExitCode, MatrixError, RegistryError
 
 COSIGN_TIMEOUT_S = 180
@@ -205,8 +205,8 @@ def _signed_digests(stdout: str) -> list[str]:
     digests = []
     for line in stdout.splitlines():
         try:
-            payloads: Any = json.loads(line)
-        except json.JSONDecodeError:
+            payloads: Any = jsontext.loads(line)
+        except ValueError:
             continue
         for payload in payloads if isinstance(payloads, list) else [payloads]:
             digest = ((payload.get("critical") or {}).get("image") or {}).get("docker-manifest-digest")

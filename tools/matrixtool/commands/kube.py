@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from matrixtool import kube, outputs, reference, serve
+from matrixtool import jsontext, kube, outputs, reference, serve
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.errors import ConfigError, MatrixError
 from matrixtool.matrix import Variant, load_matrix
@@ -62,7 +61,7 @@ def measured_ready(report: Path | None) -> dict[tuple[str, str], float]:
         ConfigError: the report is not a readable ``--json`` document (exit 3).
     """
     try:
-        return kube.ready_times(json.loads(report.read_text(encoding="utf-8"))) if report is not None else {}
+        return kube.ready_times(jsontext.loads(report.read_text(encoding="utf-8"))) if report is not None else {}
     except KeyError as exc:
         raise ConfigError(
             str(report), [f"not a 'tools/matrix run/test --json-file' report (a check lacks the key {exc})"]

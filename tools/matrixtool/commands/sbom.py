@@ -7,7 +7,6 @@ anything does). A summary (counts by kind, the largest packages) goes to stderr.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 
 import click
 
-from matrixtool import engine, reference
+from matrixtool import engine, jsontext, reference
 from matrixtool import sbom as sbom_module
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.errors import ConfigError
@@ -56,8 +55,8 @@ def read_document(path: Path, *, what: str) -> dict[str, Any]:
     """
     text = read_config_text(path, limit=MAX_SBOM_BYTES, what=what)
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
+        doc = jsontext.loads(text)
+    except ValueError as exc:
         raise ConfigError(str(path), [f"is not JSON ({exc}); pass {what}"]) from exc
     sbom_module.packages_of(doc)  # raises SbomError when it is no CycloneDX document
     return dict(doc)
@@ -86,7 +85,7 @@ def run(args: Args) -> Report:
     client = engine.connect()
     bom = sbom_module.to_bom(sbom_module.read_inventory(client, args.image), variant=variant)
     text = sbom_module.to_json(bom)
-    document = json.loads(text)
+    document = jsontext.loads(text)
     comparison = sbom_module.compare(published, document) if published is not None else None
     return Report(document=document, text=text, summary=sbom_module.summarize(document), comparison=comparison)
 
