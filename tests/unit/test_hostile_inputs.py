@@ -691,3 +691,26 @@ def test_template_error_is_a_config_error(project: Path, name: str) -> None:
 def test_corpus_is_large() -> None:
     """The issue asks for at least 100 bad inputs."""
     assert len(CASES) + len(TEMPLATE_CASES) >= 100
+
+
+# --- YAML's .nan and .inf wherever a number stands: NaN passes every schema bound (nan > 100 is False) --------
+def _smoke_number(key: str, value: float) -> Callable[[Path], list[str]]:
+    def setup(root: Path) -> list[str]:
+        data = _data()
+        smoke = data["variants"]["cpu"].setdefault("smoke", {})
+        if key == "timeout_scale":
+            smoke["timeout_scale"] = value
+        else:
+            smoke.setdefault("timeouts", {})[key] = value
+        _write(root, data)
+        return ["render"]
+
+    return setup
+
+
+for _key in ("timeout_scale", "serve"):
+    for _name, _value in {"nan": float("nan"), "inf": float("inf"), "minus-inf": float("-inf")}.items():
+        _where = "timeout_scale" if _key == "timeout_scale" else f"timeouts.{_key}"
+        case(f"smoke-{_key}-{_name}", CONFIG, f"variants.cpu.smoke.{_where}: {_value!r} is not a number this file")(
+            _smoke_number(_key, _value)
+        )

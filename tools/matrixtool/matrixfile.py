@@ -93,7 +93,10 @@ def validate(data: Any) -> list[str]:
             problems.extend(_describe(error, schema))
         return problems
 
-    problems = _string_problems(data, []) + schema_problems(data) + profile_problems(data)
+    own = _string_problems(data, [])
+    # One message per value: the schema's word on a key the whole-document rules already refused is dropped.
+    refused = {p.split(": ", 1)[0] for p in own}
+    problems = own + [p for p in schema_problems(data) if p.split(": ", 1)[0] not in refused] + profile_problems(data)
     if problems:
         return problems
     resolved, problems = resolve_extends(data)
@@ -163,7 +166,8 @@ def _show(value: str, limit: int = 60) -> str:
 def _string_problems(data: Any, path: list[Any]) -> list[str]:
     """Whole-document rules for every string, key or value: printable (no newline, tab, NUL, escape or
     other control or format character) and at most ``MAX_STRING_LENGTH`` characters (URLs
-    ``MAX_URL_LENGTH``). A value that reaches a Dockerfile can therefore never start a new line there."""
+    ``MAX_URL_LENGTH``). A value that reaches a Dockerfile can therefore never start a new line there.
+    Every number is finite (YAML's ``.nan``, ``.inf`` are refused wherever they stand)."""
     problems: list[str] = []
     if isinstance(data, dict):
         for key, value in data.items():
@@ -175,6 +179,9 @@ def _string_problems(data: Any, path: list[Any]) -> list[str]:
             problems += _string_problems(item, [*path, i])
     elif isinstance(data, str):
         problems += _one_string(data, path, is_key=False)
+    elif isinstance(data, float) and not math.isfinite(data):
+        # YAML's .nan/.inf: NaN passes every schema bound (nan > 100 is False) and crashed later in round().
+        problems.append(f"{_key_path(path)}: {data!r} is not a number this file can hold; write a finite number")
     return problems
 
 
