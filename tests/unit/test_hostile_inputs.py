@@ -708,9 +708,9 @@ def _smoke_number(key: str, value: float) -> Callable[[Path], list[str]]:
     return setup
 
 
-for _key in ("timeout_scale", "serve"):
-    for _name, _value in {"nan": float("nan"), "inf": float("inf"), "minus-inf": float("-inf")}.items():
-        _where = "timeout_scale" if _key == "timeout_scale" else f"timeouts.{_key}"
-        case(f"smoke-{_key}-{_name}", CONFIG, f"variants.cpu.smoke.{_where}: {_value!r} is not a number this file")(
-            _smoke_number(_key, _value)
-        )
+for _smoke_key in ("timeout_scale", "serve"):
+    for _name, _number in {"nan": float("nan"), "inf": float("inf"), "minus-inf": float("-inf")}.items():
+        _where = "timeout_scale" if _smoke_key == "timeout_scale" else f"timeouts.{_smoke_key}"
+        case(
+            f"smoke-{_smoke_key}-{_name}", CONFIG, f"variants.cpu.smoke.{_where}: {_number!r} is not a number this file"
+        )(_smoke_number(_smoke_key, _number))
