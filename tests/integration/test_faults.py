@@ -1,16 +1,24 @@
 """Faults with the real engine, registry and processes (issue 20): two runs on one --out, an index that does not
 answer while nothing needs building, a full disk during an export, the hardened check container of test --image,
-the registry stopped during a push and before a manifest.
+the registry stopped during a push and before a manifest; on a private engine (its own dockerd, socket and data
+root on a small loop-mounted disk, never the shared one): the engine stopped and restarted during a smoke run and
+during a build, and a full disk during a build.
 
-Cheap: the session's CPU image is reused (never rebuilt) and each check run is one or two checks.
+Cheap: the session's CPU image is reused (never rebuilt) and each check run is one or two checks; the private
+engine's builds fail within seconds (its bridge has no route out, and the faults strike before any download).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import random
 import shutil
+import signal
 import socket
 import subprocess
+import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,7 +30,8 @@ import docker
 import pytest
 import yaml
 
-from tests.integration.conftest import MATRIX, json_of, matrix_cli
+from matrixtool.smoke import OWNER_LABEL
+from tests.integration.conftest import MATRIX, OWNER, json_of, matrix_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -254,3 +263,253 @@ def test_the_registry_stopped_before_a_manifest_makes_no_list(stoppable_registry
     assert f"is registry {host} running" in line
     stoppable_registry.start()
     assert stoppable_registry.tags("vllm-matrix/cpu") == []
+
+
+# --- A private engine (engine stopped and restarted, full disk during a build) ---------------------------------
+# A dockerd of its own: data root on a 6 GiB loop-mounted ext4 (no reserved blocks: dockerd runs as root), its
+# own socket, exec root (so its managed containerd's socket and state are its own), pidfile and bridge interface
+# (BuildKit's RUN needs a network named `bridge`), no iptables rules: the shared engine is never touched, and the
+# private one reaches nothing outside (a build's downloads hang, so the faults below strike before any finishes).
+# 6 GiB: `docker load` of the 2.6 GB CPU image holds the tar and its layers at once (about 4.3 GB at its peak).
+ENGINE_DISK = "6G"
+
+
+@dataclass
+class Engine:
+    """A private dockerd that a test can stop (SIGTERM, as systemd stops it) and start again on the same data root
+    and socket."""
+
+    scratch: Path
+    bridge: str
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def data_root(self) -> Path:
+        return self.scratch / "disk" / "docker"
+
+    @property
+    def host(self) -> str:
+        return f"unix://{self.scratch}/docker.sock"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What points the tool (the Docker SDK and `docker buildx`) at this engine."""
+        return {"DOCKER_HOST": self.host}
+
+    def start(self) -> None:
+        argv = [
+            "dockerd", "--config-file", str(self.scratch / "daemon.json"), "--data-root", str(self.data_root),
+            "--exec-root", str(self.scratch / "exec"), "--pidfile", str(self.scratch / "dockerd.pid"),
+            "-H", self.host, f"--bridge={self.bridge}", "--iptables=false", "--ip6tables=false", "--ip-masq=false",
+        ]  # fmt: skip
+        with (self.scratch / "dockerd.log").open("a") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while self.docker("info", check=False).returncode != 0:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the private dockerd did not start: {(self.scratch / 'dockerd.log').read_text()[-3000:]}")
+            time.sleep(0.2)
+
+    def stop(self, timeout: float = 60) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def docker(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            ["docker", "-H", self.host, *args], capture_output=True, text=True, timeout=timeout, check=False
+        )
+        assert not check or proc.returncode == 0, proc.stderr[-2000:]
+        return proc
+
+    def load(self, *refs: str) -> None:
+        """Copy ``refs`` from the shared engine (``docker save | docker load``)."""
+        with subprocess.Popen(
+            ["docker", "-H", "unix:///var/run/docker.sock", "save", *refs], stdout=subprocess.PIPE
+        ) as save:
+            load = subprocess.run(
+                ["docker", "-H", self.host, "load"], stdin=save.stdout, capture_output=True, timeout=900
+            )
+        assert save.returncode == 0 and load.returncode == 0, load.stderr[-2000:]
+
+    def owned(self) -> list[str]:
+        """The containers of this test session (owner label) on this engine."""
+        return self.docker("ps", "-aq", "--filter", f"label={OWNER_LABEL}={OWNER}").stdout.split()
+
+    def tags(self) -> dict[str, str]:
+        """Every ``repo:tag`` on this engine and its image id."""
+        out = self.docker("images", "--no-trunc", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}").stdout
+        return dict(line.split(" ", 1) for line in out.splitlines() if "<none>" not in line)
+
+
+def _free_subnet() -> str:
+    """A 10.213.x.0/24 no route of this machine uses (the private bridge's)."""
+    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True, check=True).stdout
+    for x in random.sample(range(1, 255), 254):
+        if f"10.213.{x}." not in routes:
+            return f"10.213.{x}.1/24"
+    pytest.fail("no free 10.213.x.0/24 for the private engine's bridge")
+
+
+@pytest.fixture(scope="module")
+def private_engine(client: docker.DockerClient, cpu_image: str) -> Iterator[Engine]:
+    """A private dockerd (``Engine``) holding the base image of `cpu` (on the shared engine once ``cpu_image`` is
+    built); everything is undone afterwards, also when a step fails."""
+    if os.geteuid() != 0:
+        pytest.fail("the private engine needs root (mount, ip link, dockerd)")
+    scratch = Path(tempfile.mkdtemp(prefix="matrix-engine-", dir="/var/tmp"))  # short: unix socket paths <= 107
+    bridge = f"mxf{os.getpid() % 100000}"
+    disk = scratch / "disk"
+    engine = Engine(scratch=scratch, bridge=bridge)
+    steps: list[list[str]] = []  # the undo commands, in reverse order of what was set up
+    try:
+        (scratch / "daemon.json").write_text("{}\n")
+        subprocess.run(["truncate", "-s", ENGINE_DISK, str(scratch / "disk.img")], check=True)
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", str(scratch / "disk.img")], check=True)
+        disk.mkdir()
+        subprocess.run(["mount", "-o", "loop", str(scratch / "disk.img"), str(disk)], check=True)
+        steps.append(["umount", str(disk)])
+        subprocess.run(["ip", "link", "add", "name", bridge, "type", "bridge"], check=True)
+        steps.append(["ip", "link", "del", bridge])
+        subprocess.run(["ip", "addr", "add", _free_subnet(), "dev", bridge], check=True)
+        subprocess.run(["ip", "link", "set", bridge, "up"], check=True)
+        engine.start()
+        base = [t for t in client.images.get("debian:bookworm-slim").tags if t.startswith("debian:bookworm-slim")]
+        engine.load(*base)  # the base image stand-in of `cpu` (tools/matrix base finds it by its tags)
+        yield engine
+    finally:
+        engine.stop()
+        for step in reversed(steps):
+            subprocess.run(step, capture_output=True, check=False)
+        loops = subprocess.run(["losetup", "-j", str(scratch / "disk.img")], capture_output=True, text=True)
+        for line in loops.stdout.splitlines():  # mount -o loop detaches on umount; a busy one does not
+            subprocess.run(["losetup", "-d", line.split(":", 1)[0]], check=False)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@dataclass
+class Started:
+    """A ``tools/matrix`` process and its stderr lines as they come (a thread appends them)."""
+
+    proc: subprocess.Popen[str]
+    lines: list[str]
+    reader: threading.Thread
+
+    def finish(self, timeout: float = 300) -> tuple[str, str]:
+        """Its stdout and stderr once it exited."""
+        assert self.proc.stdout is not None
+        with self.proc.stdout:
+            stdout = self.proc.stdout.read()
+        self.proc.wait(timeout)
+        self.reader.join(timeout)
+        return stdout, "".join(self.lines)
+
+
+def _start_here(*args: str, out: Path, env: dict[str, str]) -> Started:
+    """``tools/matrix`` started with ``env``."""
+    proc = subprocess.Popen(
+        [MATRIX, "--out", str(out), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **env},
+    )  # fmt: skip
+    lines: list[str] = []
+
+    def pump() -> None:
+        assert proc.stderr is not None
+        with proc.stderr:
+            lines.extend(proc.stderr)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    return Started(proc=proc, lines=lines, reader=reader)
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [x for x in stderr.splitlines() if x.startswith("error: ")]
+
+
+def _no_half_outputs(out: Path, *reports: Path) -> None:
+    assert not [p for p in reports if p.exists()], "a report of a run that did not finish"
+    left = [p for p in out.rglob("*") if p.name.endswith(".tmp") or p.parent.name == "context"]
+    assert not left, left  # no half-written file, no staged build context
+
+
+def test_the_engine_stopped_and_restarted_during_a_build_tags_nothing(
+    private_engine: Engine, cpu_image: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    before = private_engine.tags()
+    run = _start_here("build", "cpu", "--force", "--json", out=out, env=private_engine.env)
+    proc, lines = run.proc, run.lines
+    deadline = time.monotonic() + 120
+    # The first RUN (apt-get) hangs on this engine's bridge, which leads nowhere: stop the engine while it runs.
+    while not any("[base 2/3] RUN" in x for x in lines):
+        assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)[-3000:]
+        time.sleep(0.1)
+    time.sleep(2)
+    private_engine.restart()
+    stdout, stderr = run.finish()
+    assert proc.returncode == 8, stderr[-3000:]
+    (line,) = _error_lines(stderr)
+    assert line.startswith(f"error: the Docker engine at {private_engine.host} went away during the build of cpu")
+    assert "nothing was tagged" in line and "Traceback" not in stderr
+    assert private_engine.tags() == before  # no tag of the half-built image
+    assert not private_engine.owned()
+    assert stdout == ""  # no --json document of a build that did not finish
+    _no_half_outputs(out)
+
+
+def test_a_full_disk_during_a_build_names_the_engines_data_root(private_engine: Engine, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    private_engine.docker("builder", "prune", "--all", "--force")  # the context (the 190 MB torch wheel) is sent anew
+    before = private_engine.tags()
+    filler = private_engine.data_root.parent / "filler"
+    free = shutil.disk_usage(private_engine.data_root).free
+    subprocess.run(["fallocate", "-l", str(free - 64 * 2**20), str(filler)], check=True)  # 64 MiB left
+    try:
+        proc = matrix_cli("build", "cpu", "--force", "--json", out=out, env=private_engine.env, timeout=300)
+    finally:
+        filler.unlink()
+        private_engine.docker("builder", "prune", "--all", "--force")
+    assert proc.returncode == 6, proc.stderr[-3000:]
+    (line,) = _error_lines(proc.stderr)
+    assert line.startswith("error: building cpu (linux/amd64) failed after ")
+    assert f"no space left on device on the engine's data root {private_engine.data_root}; free space there" in line
+    assert "'docker builder prune'" in line and "Traceback" not in proc.stderr
+    assert private_engine.tags() == before
+    assert proc.stdout == ""
+    _no_half_outputs(out)
+
+
+def test_the_engine_stopped_and_restarted_during_a_smoke_run_leaves_no_container(
+    private_engine: Engine, cpu_image: str, tmp_path: Path
+) -> None:
+    private_engine.load(cpu_image)
+    out, report = tmp_path / "out", tmp_path / "report.json"
+    run = _start_here(
+        "test", "--image", cpu_image, "--as", "cpu", "--only", "vllm-import", "--json-file", str(report),
+        out=out, env=private_engine.env,
+    )  # fmt: skip
+    proc, lines = run.proc, run.lines
+    deadline = time.monotonic() + 120
+    while not private_engine.owned():
+        assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)[-3000:]
+        time.sleep(0.2)
+    time.sleep(3)  # inside the checks (torch-import, then vllm-import: about 15 s)
+    private_engine.restart()
+    _, stderr = run.finish()
+    assert proc.returncode == 8, stderr[-3000:]
+    (line,) = _error_lines(stderr)
+    assert line.startswith(f"error: the Docker engine at {private_engine.host} went away during the run: ")
+    assert "Traceback" not in stderr
+    assert not private_engine.owned()  # AutoRemove: the engine removed the check container on its restart
+    _no_half_outputs(out, report)
+    assert not (out / "reports" / "junit.xml").exists()

@@ -248,3 +248,60 @@ def test_the_log_of_a_failed_container_is_kept_when_asked(tmp_path: Path) -> Non
         engine.created[2].log = b"x\n"
         raise ValueError
     assert (tmp_path / "raised.log").read_text() == "x\n"
+
+
+def test_a_container_whose_engine_went_away_is_removed_once_it_is_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = FakeEngine()
+    box = tracked(engine)
+    box.start()
+    gone = requests.exceptions.ConnectionError("Connection aborted.")
+
+    def remove_gone(force: bool = False) -> None:
+        raise gone
+
+    monkeypatch.setattr(engine.created[0], "remove", remove_gone)
+    answers: list[Exception | None] = [gone, gone, None]  # the engine answers on the third try
+    removed: list[str] = []
+
+    def remove_container(container_id: str, force: bool) -> None:
+        answer = answers.pop(0)
+        if answer is not None:
+            raise answer
+        removed.append(container_id)
+
+    engine.api.remove_container = remove_container  # type: ignore[attr-defined]
+    monkeypatch.setattr("matrixtool.container.time.sleep", lambda s: None)
+    box.remove()
+    assert removed == ["c0"] and box.container is None
+
+
+def test_the_wait_for_the_engine_is_bounded() -> None:
+    class Gone:
+        def remove_container(self, container_id: str, force: bool) -> None:
+            raise requests.exceptions.ConnectionError("refused")
+
+    class Client:
+        api = Gone()
+
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    assert not container.remove_when_back(Client(), "c0", 5.0, sleep=sleep, clock=lambda: now[0])  # type: ignore[arg-type]
+    assert now[0] == 5.0
+
+
+def test_an_auto_remove_container_is_left_to_the_engine_when_it_went_away(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = FakeEngine()
+    box = tracked(engine, ContainerSpec(image="img:1", auto_remove=True))
+    box.start()
+    assert engine.created[0].kwargs["auto_remove"] is True
+
+    def remove_gone(force: bool = False) -> None:
+        raise requests.exceptions.ConnectionError("gone")
+
+    monkeypatch.setattr(engine.created[0], "remove", remove_gone)
+    monkeypatch.setattr(container, "remove_when_back", lambda *a, **k: pytest.fail("waited for the engine"))
+    box.remove()
+    assert box.container is None

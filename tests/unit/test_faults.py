@@ -222,3 +222,39 @@ def test_a_symlink_planted_as_the_lock_is_refused_not_followed(tmp_path: Path) -
     assert result.exit_code == ExitCode.CONFIG, result.output
     assert f"cannot write {out / '.lock'}" in result.output
     assert victim.read_text() == "keep" and not (out / "kube").exists()
+
+
+def test_an_engine_that_went_away_mid_run_is_exit_8_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import requests.exceptions
+
+    def gone() -> Any:
+        raise requests.exceptions.ConnectionError("('Connection aborted.', FileNotFoundError(2, 'No such file'))")
+
+    monkeypatch.setattr(engine, "connect", gone)
+    result = CliRunner().invoke(
+        main, ["test", "--image", "vllm-matrix/cpu:x", "--as", "cpu"], env={"DOCKER_HOST": "unix:///tmp/e.sock"}
+    )
+    assert result.exit_code == ExitCode.ENGINE, result.output
+    assert "error: the Docker engine at unix:///tmp/e.sock went away during the run: ('Connection aborted." in (
+        result.output
+    )
+    assert "unexpected" not in result.output
+
+
+def test_a_build_that_lost_the_engine_or_its_disk_has_its_own_error(tmp_path: Path) -> None:
+    from matrixtool import build
+    from matrixtool.errors import BuildError, EngineUnreachableError
+
+    class Plan:  # what ``failure`` reads of a BuildPlan
+        variant, platform = "cpu", "linux/amd64"
+
+    eof = "ERROR: failed to receive status: rpc error: code = Unavailable desc = error reading from server: EOF"
+    lost = build.failure(Plan(), ["#6 RUN", eof], seconds=8, log_path=tmp_path / "l", data_root=None)  # type: ignore[arg-type]
+    assert isinstance(lost, EngineUnreachableError) and lost.exit_code == ExitCode.ENGINE
+    assert "went away during the build of cpu (linux/amd64) after 8 s: ERROR: failed to receive status" in str(lost)
+    full = "ERROR: failed to solve: write /d/x: no space left on device"
+    disk = build.failure(Plan(), [full], seconds=3, log_path=tmp_path / "l", data_root="/d")  # type: ignore[arg-type]
+    assert isinstance(disk, BuildError) and disk.exit_code == ExitCode.BUILD
+    assert "no space left on device on the engine's data root /d; free space there ('docker builder prune'" in str(disk)
+    other = build.failure(Plan(), ["ERROR: exit code: 1"], seconds=1, log_path=tmp_path / "l", data_root=None)  # type: ignore[arg-type]
+    assert type(other) is BuildError and str(other).endswith("ERROR: exit code: 1")

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import docker
 import docker.errors
+import requests.exceptions
 
-from matrixtool import cache, outputs
+from matrixtool import cache, engine, outputs
 from matrixtool.engine import echo, note
-from matrixtool.errors import BuildError
+from matrixtool.errors import BuildError, EngineUnreachableError
 from matrixtool.plan import BuildPlan, build_spec, buildx_argv, remote_ref
 from matrixtool.registry import EngineRegistry, Registry
 
@@ -122,6 +123,40 @@ def stage_context(plan: BuildPlan, context_dir: Path) -> None:
         raise
 
 
+def failure(
+    plan: BuildPlan, tail: Sequence[str], *, seconds: float, log_path: Path, data_root: str | None
+) -> BuildError | EngineUnreachableError:
+    """The error of a ``docker buildx build`` that exited non-zero, from the last lines of its output (``tail``):
+    the engine went away under it (``engine.lost_line``: exit 8), its disk is full (``engine.no_space_line``:
+    exit 6 naming the engine's data root and how to free it), else the build failed (exit 6). Each names the log."""
+    what = f"{plan.variant} ({plan.platform})"
+    last = "\n".join(tail)
+    lost = engine.lost_line(tail)
+    if lost is not None:
+        return EngineUnreachableError(
+            engine.gone_message(os.environ, f"the build of {what} after {seconds:.0f} s", lost.strip())
+            + f"; full log: {log_path}"
+        )
+    full = engine.no_space_line(tail)
+    if full is not None:
+        where = f"the engine's data root {data_root}" if data_root else "the engine's data root"
+        return BuildError(
+            f"building {what} failed after {seconds:.0f} s: no space left on device on {where}; free space there "
+            "('docker builder prune', 'docker image prune') or give the engine a larger disk, then rerun; "
+            f"full log: {log_path}\n{full.strip()}"
+        )
+    return BuildError(f"building {what} failed after {seconds:.0f} s; full log: {log_path}\n{last}")
+
+
+def _data_root(client: docker.DockerClient) -> str | None:
+    """The engine's ``DockerRootDir`` (where its images and BuildKit's snapshots live), None when it does not
+    answer."""
+    try:
+        return str(client.info().get("DockerRootDir") or "") or None
+    except (docker.errors.DockerException, requests.exceptions.RequestException):
+        return None
+
+
 def _image_size(client: docker.DockerClient, ref: str) -> tuple[str, int]:
     image = client.images.get(ref)
     return str(image.id), int(image.attrs.get("Size", 0))
@@ -175,7 +210,9 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
     The full output is saved to ``log_dir/<variant>-<arch>.build.log``.
 
     Raises:
-        BuildError: BuildKit exited non-zero (the message names the log file and its last lines).
+        BuildError: BuildKit exited non-zero (the message names the log file and its last lines; a full disk of the
+            engine names its data root).
+        EngineUnreachableError: the engine went away during the build (``failure``).
         KeyboardInterrupt (``Terminated`` included): after ending ``docker buildx build``; no tag was set.
     """
     arch = plan.arch
@@ -216,10 +253,8 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
         shutil.rmtree(context_dir, ignore_errors=True)
     seconds = time.monotonic() - started
     if returncode != 0:
-        last = "\n".join(tail)
-        raise BuildError(
-            f"building {plan.variant} ({plan.platform}) failed after {seconds:.0f} s; full log: {log_path}\n{last}"
-        )
+        data_root = _data_root(client) if engine.no_space_line(tail) else None  # asked only when it is named
+        raise failure(plan, tail, seconds=seconds, log_path=log_path, data_root=data_root)
     tag_built(client, iidfile.read_text(encoding="utf-8").strip(), plan.refs)
     image_id, size = _image_size(client, plan.hash_ref)
     return BuildResult(

@@ -18,7 +18,7 @@ from typing import Any
 import click
 import docker
 
-from matrixtool import build, commands, interrupts, outlock
+from matrixtool import build, commands, engine, interrupts, outlock
 from matrixtool.commands._shared import Settings
 from matrixtool.errors import ExitCode, MatrixError
 from matrixtool.matrix import DEFAULT_MATRIX
@@ -95,6 +95,12 @@ class MatrixGroup(click.Group):
         except docker.errors.DockerException as exc:
             _traceback_if_debug(ctx)
             click.echo(f"error: Docker engine: {exc}; run 'tools/matrix doctor'", err=True)
+            ctx.exit(int(ExitCode.ENGINE))
+        except engine.GONE as exc:
+            # The engine stopped or restarted under a request (the SDK raises requests' errors for a broken socket).
+            _traceback_if_debug(ctx)
+            env = ctx.obj.env if ctx.obj is not None else dict(os.environ)
+            click.echo(f"error: {engine.gone_message(env, 'the run', str(exc))}", err=True)
             ctx.exit(int(ExitCode.ENGINE))
         except click.UsageError as exc:
             raise _UsageLine(exc) from exc

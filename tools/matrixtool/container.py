@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ import requests.exceptions
 from docker.models.containers import Container
 from docker.utils.socket import SocketError
 
-from matrixtool import outputs
+from matrixtool import engine, outputs
 from matrixtool.bounded import DEFAULT_LIMIT, BoundedOutput, OutputLimit, read_bounded
 from matrixtool.errors import WrongPlatformError
 
@@ -37,6 +38,10 @@ QEMU_HINT = (
     "test it on a host of its platform or install QEMU's binfmt handlers "
     "(docker run --privileged --rm tonistiigi/binfmt --install all)"
 )
+# How long a removal waits for an engine that went away (stopped or restarting) to answer again, so that no
+# container of the tool outlives the run; an AutoRemove container is the engine's to remove and is not waited for.
+ENGINE_RETURN_S = 30.0
+_NOT_YET: tuple[type[Exception], ...] = (docker.errors.DockerException, *engine.GONE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +50,9 @@ class ContainerSpec:
 
     ``entrypoint``/``command`` None keep the image's own ENTRYPOINT/CMD. ``ports``: container port
     (``"8000/tcp"``) to host port, None letting the engine pick one (``host_port`` reads it). ``mem_limit`` in
-    Docker's units (``4g``); ``nano_cpus`` in 10^-9 CPUs. ``extra``: further keyword arguments (a profile's run
+    Docker's units (``4g``); ``nano_cpus`` in 10^-9 CPUs. ``auto_remove``: the engine removes the container once
+    it exits, also one its own restart stopped (for a container nobody reads after it exits: the smoke checks'
+    exec target). ``extra``: further keyword arguments (a profile's run
     conditions, ``profiles.container_kwargs``); its ``tmpfs``, ``environment`` and ``labels`` are merged below
     the spec's own, any other key of the spec's that is set wins over it.
     """
@@ -66,6 +73,7 @@ class ContainerSpec:
     nano_cpus: int | None = None
     shm_size: str | None = None
     init: bool = False
+    auto_remove: bool = False
     device_requests: Sequence[docker.types.DeviceRequest] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -90,6 +98,7 @@ class ContainerSpec:
             "nano_cpus": self.nano_cpus,
             "shm_size": self.shm_size,
             "init": self.init or None,
+            "auto_remove": self.auto_remove or None,
             "device_requests": list(self.device_requests) or None,
         }
         out.update({k: v for k, v in optional.items() if v is not None})
@@ -109,10 +118,33 @@ def _close(streams: list[Any]) -> None:
 def sweep(client: docker.DockerClient, session: str) -> None:
     """Remove every container labelled with ``session``: a signal (Ctrl-C, SIGTERM) may land between the engine
     creating a container and its tracker holding it. Errors are ignored (the engine may be gone)."""
-    with contextlib.suppress(docker.errors.DockerException):
+    with contextlib.suppress(docker.errors.DockerException, *engine.GONE):
         for container in client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session}"}):
-            with contextlib.suppress(docker.errors.DockerException):
+            with contextlib.suppress(docker.errors.DockerException, *engine.GONE):
                 container.remove(force=True)
+
+
+def remove_when_back(
+    client: docker.DockerClient,
+    container_id: str,
+    wait_s: float,
+    *,
+    sleep: Any = time.sleep,
+    clock: Any = time.monotonic,
+) -> bool:
+    """Remove ``container_id`` (force) once the engine answers again, trying for at most ``wait_s`` seconds (the
+    engine went away: it stopped, or is restarting). True when it is removed or already gone."""
+    ends = clock() + wait_s
+    while True:
+        try:
+            client.api.remove_container(container_id, force=True)
+            return True
+        except docker.errors.NotFound:
+            return True
+        except _NOT_YET:
+            if clock() >= ends:
+                return False
+            sleep(1.0)
 
 
 class TrackedContainer:
@@ -241,11 +273,22 @@ class TrackedContainer:
         return state.get("Status") == "exited" and int(state.get("ExitCode") or 0) != 0
 
     def remove(self) -> None:
-        """Remove the container if one is held (force); errors are ignored (it may already be gone)."""
-        if self.container is not None:
-            with contextlib.suppress(docker.errors.DockerException):
-                self.container.remove(force=True)
-            self.container = None
+        """Remove the container if one is held (force); errors are ignored (it may already be gone). When the
+        engine went away, waits up to ``ENGINE_RETURN_S`` for it to come back and removes it then (unless the
+        engine removes it itself: ``auto_remove``)."""
+        if self.container is None:
+            return
+        held, self.container = self.container, None
+        try:
+            held.remove(force=True)
+        except docker.errors.DockerException:
+            pass
+        except engine.GONE:
+            if not self.spec.auto_remove:
+                engine.note(
+                    f"the Docker engine went away: waiting up to {ENGINE_RETURN_S:.0f} s to remove {str(held.id)[:12]}"
+                )
+                remove_when_back(self.client, str(held.id), ENGINE_RETURN_S)
 
     def sweep(self) -> None:
         """Remove every container of this session (``sweep``)."""

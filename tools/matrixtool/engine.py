@@ -8,17 +8,69 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
 import docker
 import docker.errors
+import requests.exceptions
 
 from matrixtool.errors import EngineUnreachableError
 
 SETUP_HINT = "run 'make engine' (as root on Debian 12/13) or start your Docker engine"
+DEFAULT_HOST = "unix:///var/run/docker.sock"
+# What `docker buildx build` prints when the engine (and its BuildKit) went away under it: the gRPC stream to
+# BuildKit broke (dockerd stopped or restarted: "failed to receive status: rpc error: code = Unavailable desc =
+# error reading from server: EOF", seen with dockerd 20.10 and buildx 0.20), or the socket is gone.
+ENGINE_LOST_MARKERS = (
+    "code = Unavailable",
+    "error reading from server: EOF",
+    "transport is closing",
+    "Cannot connect to the Docker daemon",
+)
+# What the engine says when its data root is full (a build's snapshot, the context it receives, an export).
+NO_SPACE_MARKER = "no space left on device"
+
+
+def host(env: Mapping[str, str]) -> str:
+    """The engine the Docker SDK and CLI talk to: ``DOCKER_HOST``, else the default socket."""
+    return env.get("DOCKER_HOST") or DEFAULT_HOST
+
+
+# How the Docker SDK raises an engine that stopped or restarted during a request: requests' ConnectionError
+# (``Connection aborted``, refused, no such socket file) or a response cut short (ChunkedEncodingError).
+GONE: tuple[type[Exception], ...] = (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError)
+
+
+def went_away(exc: BaseException) -> bool:
+    """Whether ``exc`` says the engine's connection broke or its socket is gone (``GONE``)."""
+    return isinstance(exc, GONE)
+
+
+def gone_message(env: Mapping[str, str], during: str, detail: str) -> str:
+    """The message of an engine (``host(env)``) that went away ``during`` something ("the run", "the build of
+    cpu (linux/amd64) after 8 s"): nothing is tagged before a build succeeded, and the tool's containers are
+    AutoRemove'd by the engine or removed by the tool once it is back (``container.TrackedContainer.remove``)."""
+    return (
+        f"the Docker engine at {host(env)} went away during {during}: {detail}; nothing was tagged; "
+        "check that it runs ('tools/matrix doctor'), then rerun"
+    )
+
+
+def lost_line(lines: Sequence[str]) -> str | None:
+    """The last error line of ``docker buildx build`` itself (``ERROR: ...``; not a build step's output, which
+    may print anything) that says the engine went away (``ENGINE_LOST_MARKERS``), else None."""
+    errors = (x for x in reversed(lines) if x.lstrip().startswith("ERROR:"))
+    return next((x for x in errors if any(m in x for m in ENGINE_LOST_MARKERS)), None)
+
+
+def no_space_line(lines: Sequence[str]) -> str | None:
+    """The last line of build output that says the disk is full (``NO_SPACE_MARKER``), else None: buildx's own
+    error (BuildKit could not write a snapshot, the context, an export) or a build step's (pip's ``[Errno 28]``);
+    either way the engine's data root, where the steps' files live."""
+    return next((x for x in reversed(lines) if NO_SPACE_MARKER in x.lower()), None)
 
 
 def connect() -> docker.DockerClient:

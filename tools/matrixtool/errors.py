@@ -203,16 +203,22 @@ MEANING: dict[ExitCode, tuple[str, str]] = {
         "stale render",
         "`images/` differs from a fresh render (changed, missing or extra files; the message has the diff)",
     ),
-    ExitCode.BUILD: ("build", "a BuildKit build failed, or a base image could not be provided"),
+    ExitCode.BUILD: (
+        "build",
+        "a BuildKit build failed, or a base image could not be provided; a full disk of the engine (`no space left "
+        "on device`) names the engine's data root and how to free it",
+    ),
     ExitCode.SMOKE: (
         "smoke",
         "a smoke check failed or timed out, or the image is over its `size_budget` (result `size-budget`)",
     ),
     ExitCode.ENGINE: (
         "engine",
-        "no Docker engine answers (or it stopped during the run), buildx (or, for signing, cosign) is missing, the "
-        "engine refused a request (a Docker API error: the message has the engine's explanation), or `doctor` "
-        "found a failure",
+        "no Docker engine answers, or it went away during the run (stopped or restarted during a build or a smoke "
+        "run: the message names `DOCKER_HOST`; nothing is tagged, check containers are AutoRemove and others are "
+        "removed once the engine is back, within 30 s), buildx (or, for signing, cosign) is missing, the engine "
+        "refused a request (a Docker API error: the message has the engine's explanation), or `doctor` found a "
+        "failure",
     ),
     ExitCode.REGISTRY: (
         "registry",

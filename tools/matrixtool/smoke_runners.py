@@ -109,6 +109,8 @@ def container_spec(
         environment={"MATRIX_SMOKE_DIR": SMOKE_DIR, **(environment or {})},
         volumes=dict(volumes or {}),
         init=True,
+        # Nothing reads it after it exits; the engine removes it even when its own restart stopped it.
+        auto_remove=True,
         device_requests=gpus,
         # The image's HEALTHCHECK asks a server's /health: a check container serves nothing.
         extra={**profiles.container_kwargs(profile or Profile(name=profiles.DEFAULT)), "healthcheck": NO_HEALTHCHECK},
