@@ -22,13 +22,15 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import yaml
 
-from matrixtool import serve
+from matrixtool import jsontext, serve
 from matrixtool.conditions import ROWS, Condition, quantity
+from matrixtool.errors import ConfigError
 from matrixtool.model import Variant
 
 # The Kubernetes version the manifests are validated against (kubernetes-validate bundles its schemas).
@@ -193,6 +195,22 @@ def ready_times(report: Mapping[str, Any]) -> dict[tuple[str, str], float]:
             )
         times[(c["variant"], c["profile"])] = seconds
     return times
+
+
+def report_ready_times(report: Path | None) -> dict[tuple[str, str], float]:
+    """``ready_times`` of the JSON report at ``report`` (None: no report, no measurements).
+
+    Raises:
+        ConfigError: the report is unreadable or not a ``run``/``test`` ``--json-file`` document (exit 3).
+    """
+    try:
+        return ready_times(jsontext.loads(report.read_text(encoding="utf-8"))) if report is not None else {}
+    except KeyError as exc:
+        raise ConfigError(
+            str(report), [f"not a 'tools/matrix run/test --json-file' report (a check lacks the key {exc})"]
+        ) from exc
+    except (OSError, ValueError, TypeError) as exc:
+        raise ConfigError(str(report), [f"not a 'tools/matrix run/test --json-file' report ({exc})"]) from exc
 
 
 def probes(serving: Serving) -> dict[str, dict[str, Any]]:

@@ -342,6 +342,19 @@ def resolve_ca_cert(flag: Path | None, env: Mapping[str, str]) -> Path | None:
     return None
 
 
+def existing_ca_cert(flag: Path | None, env: Mapping[str, str]) -> Path | None:
+    """``resolve_ca_cert``, checked: the CA bundle that is read on the host (not only passed to a build).
+
+    Raises:
+        ConfigError: the bundle named by ``--ca-cert`` or the variable is not a file (exit 3).
+    """
+    ca_cert = resolve_ca_cert(flag, env)
+    if ca_cert is not None and not ca_cert.is_file():
+        source = "--ca-cert" if flag is not None else next(v for v in CA_ENV_VARS if env.get(v))
+        raise ConfigError("flags", [f"{source} {str(ca_cert)!r} is not a file; give a PEM CA bundle or unset it"])
+    return ca_cert
+
+
 def resolve_wheelhouse(flag: Path | None, env: Mapping[str, str]) -> Path | None:
     """The wheelhouse folder: ``--wheelhouse``, else the first path in ``PIP_FIND_LINKS`` (space-separated)."""
     if flag is not None:

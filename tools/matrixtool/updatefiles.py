@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from matrixtool import render, update, yamltext
-from matrixtool.errors import ConfigError
+from matrixtool.errors import ConfigError, ExitCode, VariantsFailed, most_severe
 from matrixtool.matrix import Matrix, load_matrix, parse_yaml, read_config_text
 from matrixtool.select import select_variants
 
@@ -135,3 +135,12 @@ def diffs(matrix: Matrix, path: Path, proposals: Sequence[update.Proposal]) -> t
         unified(old_files.get(p, ""), new_files.get(p, ""), str(p)) for p in sorted(set(old_files) | set(new_files))
     )
     return text, edited, matrix_diff, images_diff
+
+
+def raise_for_failed(report: UpdateReport) -> None:
+    """Raise ``VariantsFailed`` naming the variants without a proposal, with the most severe of their errors'
+    exit codes (an index that did not answer: 10); nothing when every variant has one."""
+    failed = [p for p in report.proposals if p.error is not None]
+    if failed:
+        code = most_severe([p.error.exit_code for p in failed if p.error is not None])
+        raise VariantsFailed(f"no proposal for {', '.join(p.variant for p in failed)}", code or ExitCode.UNEXPECTED)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from matrixtool import jsontext, kube, outputs, reference, serve
+from matrixtool import kube, outputs, reference, serve
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.errors import ConfigError, MatrixError
 from matrixtool.matrix import Variant, load_matrix
@@ -54,22 +54,6 @@ class Written:
     pss_restricted: bool
 
 
-def measured_ready(report: Path | None) -> dict[tuple[str, str], float]:
-    """Seconds to ready per (variant, profile) from the ``serve`` results of a JSON report (``kube.ready_times``).
-
-    Raises:
-        ConfigError: the report is not a readable ``--json`` document (exit 3).
-    """
-    try:
-        return kube.ready_times(jsontext.loads(report.read_text(encoding="utf-8"))) if report is not None else {}
-    except KeyError as exc:
-        raise ConfigError(
-            str(report), [f"not a 'tools/matrix run/test --json-file' report (a check lacks the key {exc})"]
-        ) from exc
-    except (OSError, ValueError, TypeError) as exc:
-        raise ConfigError(str(report), [f"not a 'tools/matrix run/test --json-file' report ({exc})"]) from exc
-
-
 def run(args: Args) -> list[Written]:
     """Write each variant x profile's manifests (``kube.manifests``), validated offline (``kube.validate``) and,
     for profiles named ``restricted``, against PSS restricted.
@@ -78,7 +62,7 @@ def run(args: Args) -> list[Written]:
         ConfigError: an unknown profile or an unreadable report (exit 3).
         InvalidManifest: a written manifest is invalid (a bug of this tool).
     """
-    ready = measured_ready(args.report)
+    ready = kube.report_ready_times(args.report)
     written, texts = [], []
     for variant in args.variants:
         image = args.image or f"vllm-matrix/{variant.name}:{variant.vllm.version}"

@@ -12,7 +12,7 @@ import click
 
 from matrixtool import plan, update, updatefiles
 from matrixtool.commands._shared import Settings, pass_settings
-from matrixtool.errors import ConfigError, ExitCode, MatrixError, VariantsFailed, most_severe
+from matrixtool.errors import ConfigError, MatrixError
 from matrixtool.matrix import load_matrix, parse_yaml, read_config_text
 from matrixtool.pyindex import IndexClient
 from matrixtool.select import select_variants
@@ -58,10 +58,7 @@ def run(args: Args) -> updatefiles.UpdateReport:
     matrix = load_matrix(args.matrix_path)
     raw: Any = parse_yaml(read_config_text(args.matrix_path), str(args.matrix_path))
     selected = select_variants(matrix, args.variants)
-    ca_cert = plan.resolve_ca_cert(args.ca_cert, args.env)
-    if ca_cert is not None and not ca_cert.is_file():
-        source = "--ca-cert" if args.ca_cert is not None else next(v for v in plan.CA_ENV_VARS if args.env.get(v))
-        raise ConfigError("flags", [f"{source} {str(ca_cert)!r} is not a file; give a PEM CA bundle or unset it"])
+    ca_cert = plan.existing_ca_cert(args.ca_cert, args.env)
     client: update.Index = args.index if args.index is not None else IndexClient(ca_cert=ca_cert, env=args.env)
     options = update.Options(
         cooldown=timedelta(days=args.cooldown_days),
@@ -159,7 +156,4 @@ def command(
     )
     report = run(args)
     click.echo(updatefiles.format_report(report))
-    failed = [p for p in report.proposals if p.error is not None]
-    if failed:
-        code = most_severe([p.error.exit_code for p in failed if p.error is not None])
-        raise VariantsFailed(f"no proposal for {', '.join(p.variant for p in failed)}", code or ExitCode.UNEXPECTED)
+    updatefiles.raise_for_failed(report)
