@@ -52,6 +52,47 @@ def specifier_matches(requirement, version):
 _VLLM = "https://github.com/vllm-project/vllm"
 
 
+def triton_build(providers, package_dir):
+    """``rocm``, ``cuda`` or None: the accelerator a triton was built for, from its distribution's name
+    (``pytorch-triton-rocm``) or, for a ``triton`` wheel, the backends it ships (``backends/amd``,
+    ``backends/nvidia``: Triton >= 3.0)."""
+    if any("rocm" in p.lower() for p in providers):
+        return "rocm"
+    backends = os.path.join(package_dir or "", "backends")
+    amd, nvidia = (os.path.isdir(os.path.join(backends, b)) for b in ("amd", "nvidia"))
+    if amd and not nvidia:
+        return "rocm"
+    return "cuda" if nvidia else None
+
+
+def wrong_triton(described, build, providers, expected_dist, breaks):
+    """(diagnosis, hint) for a triton the variant does not promise (``expected_dist`` None: none at all), built
+    for ``build`` (``triton_build``), and what it breaks in torch (``breaks``: the error of torch's compiler
+    stack importing it, or None)."""
+    kind = {"rocm": "a ROCm build of Triton", "cuda": "a CUDA build of Triton"}.get(build, "a Triton")
+    promise = "the variant promises no Triton" if expected_dist is None else f"the variant needs {expected_dist}"
+    broken = (
+        f"; torch's compiler stack fails by it (`import torch._dynamo`: {breaks}), so everything that imports "
+        "inductor or dynamo (transformers models, torch.compile, vLLM's engine) fails the same way"
+        if breaks
+        else ""
+    )
+    origin = " (a ROCm torch's dependency, from PyTorch's ROCm index)" if build == "rocm" else ""
+    diagnosis = f"{described} is installed, {kind}{origin}, although {promise}{broken}"
+    uninstall = f"pip uninstall {' '.join(providers) or 'triton'}"
+    if expected_dist is None:
+        hint = f"uninstall it ({uninstall}), or list it under index.exclude in matrix.yaml"
+    else:
+        hint = f"install the {expected_dist} that torch pins and uninstall the other ({uninstall})"
+    return diagnosis, hint
+
+
+def _torch_compiler_error():
+    """The error of ``import torch._dynamo`` in a child Python (it imports triton when one is installed), or None."""
+    proc = run_python("import torch._dynamo", timeout=300)
+    return last_error_line(proc.stderr) if proc.returncode != 0 else None
+
+
 @check(
     "triton-import",
     proves=(
@@ -114,14 +155,24 @@ def check_triton_import(params):
     version = getattr(triton, "__version__", None)
     facts.update(version=version, file=getattr(triton, "__file__", None))
     described = f"triton {version} from {', '.join(providers) or 'no distribution'}"
+    build = triton_build(providers, os.path.dirname(facts["file"] or ""))
+    facts["build"] = build
     if expected == "absent":
-        return result(
-            "failed",
-            f"{described} is installed although the variant promises no Triton; "
-            "something pulled it in (e.g. xgrammar on a CPU image)",
-            "uninstall it, or list it under index.exclude in matrix.yaml",
-            **facts,
-        )
+        if build is None or build == "cuda":  # e.g. xgrammar's triton dependency on a CPU image
+            return result(
+                "failed",
+                f"{described} is installed although the variant promises no Triton; "
+                "something pulled it in (e.g. xgrammar on a CPU image)",
+                "uninstall it, or list it under index.exclude in matrix.yaml",
+                **facts,
+            )
+        facts["breaks"] = _torch_compiler_error()
+        diagnosis, hint = wrong_triton(described, build, providers, None, facts["breaks"])
+        return result("failed", diagnosis, hint, **facts)
+    if build is not None and build != params.get("accelerator") and providers != [expected_dist]:
+        facts["breaks"] = _torch_compiler_error()
+        diagnosis, hint = wrong_triton(described, build, providers, expected_dist, facts["breaks"])
+        return result("failed", diagnosis, hint, **facts)
     problems = []
     if providers != [expected_dist]:
         problems.append(
