@@ -126,6 +126,15 @@ def test_a_rocm_triton_is_named_with_what_it_breaks(tmp_path: Path) -> None:
     assert other == "install the triton that torch pins and uninstall the other (pip uninstall pytorch-triton-rocm)"
 
 
+def test_the_triton_module_torch_imports_and_this_triton_lacks() -> None:
+    hints = "if has_triton_package():\n    import triton\n    import triton.backends.compiler\n"
+    hints += "    import triton.compiler.compiler\n"
+    have_2_0 = {"triton", "triton.compiler", "triton.compiler.compiler"}
+    found = incontainer().missing_triton_module(hints, have_2_0.__contains__)
+    assert found == ("triton.backends", "triton.backends.compiler")
+    assert incontainer().missing_triton_module(hints, lambda name: True) is None
+
+
 def _r(check: str, status: Status, diagnosis: str = "", **facts: Any) -> CheckResult:
     return CheckResult(
         variant="cpu", image="i", check=check, status=status, diagnosis=diagnosis, hint="h", seconds=1.0, facts=facts

@@ -73,7 +73,7 @@ def wrong_triton(described, build, providers, expected_dist, breaks):
     promise = "the variant promises no Triton" if expected_dist is None else f"the variant needs {expected_dist}"
     broken = (
         f"; torch's compiler stack fails by it (`import torch._dynamo`: {breaks}), so everything that imports "
-        "inductor or dynamo (transformers models, torch.compile, vLLM's engine) fails the same way"
+        "inductor or dynamo (transformers' models, torch.compile, the `vllm` CLI) fails the same way"
         if breaks
         else ""
     )
@@ -87,10 +87,48 @@ def wrong_triton(described, build, providers, expected_dist, breaks):
     return diagnosis, hint
 
 
+# The module of torch's inductor that imports Triton's modules as soon as any triton is installed
+# (``if has_triton_package(): import triton.backends.compiler``), and so does ``import torch._dynamo``.
+TORCH_TRITON_IMPORTS = os.path.join("_inductor", "runtime", "hints.py")
+
+
+def missing_triton_module(source, findable):
+    """The first ``triton.*`` module that ``source`` (Python text) imports at its top level and that cannot be
+    found, as ``(module, imported)``: ``imported`` is the name in the import line, ``module`` the first part of it
+    missing (``triton.backends`` for ``import triton.backends.compiler`` under Triton 2.x); None when all are
+    there. ``findable(name)``: whether ``name`` can be found (``importlib.util.find_spec``)."""
+    for imported in re.findall(r"^\s*(?:import|from)\s+(triton\.[\w.]+)", source or "", re.MULTILINE):
+        parts = imported.split(".")
+        for end in range(2, len(parts) + 1):
+            if not findable(".".join(parts[:end])):
+                return ".".join(parts[:end]), imported
+    return None
+
+
+def _findable(name):
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _torch_compiler_error():
-    """The error of ``import torch._dynamo`` in a child Python (it imports triton when one is installed), or None."""
-    proc = run_python("import torch._dynamo", timeout=300)
-    return last_error_line(proc.stderr) if proc.returncode != 0 else None
+    """What torch's compiler stack fails by with this triton, read without importing it (a child ``import
+    torch._dynamo`` took minutes on a busy 2-core machine): the triton module that torch's inductor imports
+    and this triton lacks, or None."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    path = os.path.join(os.path.dirname(spec.origin), TORCH_TRITON_IMPORTS)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            found = missing_triton_module(f.read(), _findable)
+    except OSError:
+        return None
+    if found is None:
+        return None
+    module, imported = found
+    return f"ModuleNotFoundError: No module named '{module}' (torch/{TORCH_TRITON_IMPORTS} imports {imported})"
 
 
 @check(
