@@ -151,24 +151,55 @@ def wheel_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return get
 
 
+@pytest.fixture(scope="session")
+def file_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A factory: ``file_cache(url, sha256)`` downloads one file on the host (once per session) and checks its
+    sha256; its path. For what is no wheel (a Debian package of another release), so a bad image needs no
+    network at build time."""
+    import hashlib
+    import ssl
+    import urllib.request
+
+    folder = tmp_path_factory.mktemp("files")
+
+    def get(url: str, sha256: str) -> Path:
+        target = folder / url.rsplit("/", 1)[-1]
+        if not target.exists():
+            cafile = os.environ.get("PIP_CERT") or None  # a TLS-intercepting proxy's bundle, as pip uses it
+            try:
+                with urllib.request.urlopen(url, timeout=60, context=ssl.create_default_context(cafile=cafile)) as r:
+                    data = r.read()
+            except OSError as exc:
+                pytest.fail(f"cannot download {url}: {exc}")
+            if hashlib.sha256(data).hexdigest() != sha256:
+                pytest.fail(f"{url}: sha256 {hashlib.sha256(data).hexdigest()}, expected {sha256}")
+            target.write_bytes(data)
+        return target
+
+    return get
+
+
 @pytest.fixture
 def derived_image(client: docker.DockerClient, cpu_image: str, tmp_path: Path) -> Iterator[Any]:
-    """A factory: ``derived_image(lines, wheels=[])`` builds FROM the CPU image plus ``lines``.
+    """A factory: ``derived_image(lines, wheels=[], files=[])`` builds FROM the CPU image plus ``lines``.
 
     ``wheels`` are staged as ``wheels/`` in the build context; ``INSTALL_WHEELS`` (a Dockerfile line)
-    installs them into the image's venv without network. Images are removed afterwards.
+    installs them into the image's venv without network. ``files`` are staged as ``files/`` (a line uses them
+    with ``RUN --mount=type=bind,source=files,target=/files``). Images are removed afterwards.
     """
     made: list[str] = []
 
-    def build(lines: list[str], wheels: list[Path] = ()) -> str:  # type: ignore[assignment]
+    def build(lines: list[str], wheels: list[Path] = (), files: list[Path] = ()) -> str:  # type: ignore[assignment]
         tag = f"{TEST_REPOSITORY}/bad-{uuid.uuid4().hex[:8]}:latest"
         context = tmp_path / f"ctx-{len(made)}"
         (context / "wheels").mkdir(parents=True)
-        for wheel in wheels:
-            try:
-                os.link(wheel, context / "wheels" / wheel.name)
-            except OSError:
-                shutil.copy(wheel, context / "wheels" / wheel.name)
+        (context / "files").mkdir()
+        for folder, paths in (("wheels", wheels), ("files", files)):
+            for path in paths:
+                try:
+                    os.link(path, context / folder / path.name)
+                except OSError:
+                    shutil.copy(path, context / folder / path.name)
         (context / "Dockerfile").write_text("\n".join([f"FROM {cpu_image}", *lines]) + "\n")
         proc = subprocess.run(
             ["docker", "buildx", "build", "--load", "--tag", tag, str(context)],

@@ -33,6 +33,7 @@ class BadImage:
     diagnosis: list[str]
     hint: str
     wheels: list[str] = field(default_factory=list)
+    files: list[tuple[str, str]] = field(default_factory=list)  # (url, sha256) downloaded on the host, in files/
     also: list[str] = field(default_factory=list)  # further checks to run, each expected to fail too
     as_variant: str = "cpu"
     # One root cause, one failure: checks to run that must report `skipped: <diagnosis>` (a prerequisite failed),
@@ -42,6 +43,12 @@ class BadImage:
 
 
 CUDA_WHEEL = "nvidia-cuda-runtime-cu12==12.9.79"
+# Debian trixie's libnuma1 (22 kB): built for glibc 2.38 (objdump -T: GLIBC_2.38), the CPU image has bookworm's 2.36.
+LIBNUMA_TRIXIE = (
+    "https://deb.debian.org/debian/pool/main/n/numactl/libnuma1_2.0.19-1_amd64.deb",
+    "e578583f73f8208564e5035b18aa729c441fc7ecb389c666923552e123f4d655",
+)
+VENDOR = "/opt/vendor/lib"
 CUDART = f"{SITE}/nvidia/cuda_runtime/lib/libcudart.so.12"
 
 CASES = {
@@ -155,6 +162,54 @@ CASES = {
         skipped={"triton-drivers": "triton-import failed", "no-fake-triton": "triton-import failed"},
         passed=["vllm-import", "model-runner", "vllm-cli", "inductor-compile"],
     ),
+    "rocm-triton-in-a-cpu-image": BadImage(
+        # Issue 20: PyPI's pytorch-triton-rocm 2.0.1 (triton 2.0.0, 78 MB) imports on a CPU image, but torch's
+        # inductor imports triton.backends (Triton >= 3.0) once a triton is installed, so transformers' models,
+        # torch.compile and `vllm --version` fail by it; its `import setuptools` also put setuptools/_vendor on
+        # sys.path, and pip-check then saw typing-extensions 4.12.2. One cause, named by triton-import.
+        failure_class=3,
+        wheels=["pytorch-triton-rocm==2.0.1"],
+        lines=[ROOT, INSTALL_WHEELS, USER],
+        check="triton-import",
+        diagnosis=[
+            "triton 2.0.0 from pytorch-triton-rocm is installed, a ROCm build of Triton",
+            "the variant promises no Triton",
+            "No module named 'triton.backends'",
+        ],
+        hint="pip uninstall pytorch-triton-rocm",
+        skipped={
+            "tiny-model": "triton-import failed",
+            "inductor-compile": "triton-import failed",
+            "vllm-cli": "triton-import failed",
+            "triton-drivers": "triton-import failed",
+            "pip-check": "triton-import failed",
+        },
+        passed=["torch-import", "vllm-import", "no-fake-triton"],
+    ),
+    "vendored-libnuma-needs-newer-glibc": BadImage(
+        # Issue 20: a libnuma vendored from a newer release, first on LD_LIBRARY_PATH: every vLLM extension fails
+        # to load by it (vLLM only warns at import; its engine then lacks torch.ops._C). native-libs names the
+        # vendored file once, the fix is about the copy, not about installing libnuma1.
+        failure_class=11,
+        files=[LIBNUMA_TRIXIE],
+        lines=[
+            ROOT,
+            "RUN --mount=type=bind,source=files,target=/files dpkg-deb -x /files/libnuma1_2.0.19-1_amd64.deb "
+            f"/tmp/numa && mkdir -p {VENDOR} && cp -a /tmp/numa/usr/lib/x86_64-linux-gnu/libnuma.so.1* {VENDOR}/ "
+            "&& rm -rf /tmp/numa",
+            f"ENV LD_LIBRARY_PATH={VENDOR}",
+            USER,
+        ],
+        check="native-libs",
+        diagnosis=[
+            f"{VENDOR}/libnuma.so.1 needs a newer C library than the image's glibc 2.36 (GLIBC_2.38)",
+            f"found first through LD_LIBRARY_PATH={VENDOR}",
+            "vllm/_C.abi3.so",
+        ],
+        hint=f"remove the vendored {VENDOR}/libnuma.so.1",
+        skipped={"offline-generate": "native-libs failed"},
+        passed=["vllm-import"],
+    ),
     "libnuma-missing": BadImage(
         failure_class=9,
         lines=[ROOT, "RUN dpkg --remove --force-depends libnuma1", USER],
@@ -215,9 +270,9 @@ def _check(doc: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
-def test_bad_image_is_flagged(case: str, derived_image: Any, wheel_cache: Any, out_dir: Path) -> None:
+def test_bad_image_is_flagged(case: str, derived_image: Any, wheel_cache: Any, file_cache: Any, out_dir: Path) -> None:
     bad = CASES[case]
-    image = derived_image(bad.lines, [wheel_cache(w) for w in bad.wheels])
+    image = derived_image(bad.lines, [wheel_cache(w) for w in bad.wheels], [file_cache(*f) for f in bad.files])
     args = ["test", "--image", image, "--as", bad.as_variant]
     for name in [bad.check, *bad.also, *bad.skipped, *bad.passed]:
         args += ["--only", name]
@@ -229,6 +284,9 @@ def test_bad_image_is_flagged(case: str, derived_image: Any, wheel_cache: Any, o
     for text in bad.diagnosis:
         assert text in check["diagnosis"], check
     assert bad.hint in check["hint"], check
+    if bad.skipped:  # the cause's message once (it is not repeated for each shared object or consequence)
+        texts = [c["diagnosis"] for c in doc["checks"] if c["status"] in ("failed", "skipped")]
+        assert sum(t.count(bad.diagnosis[0]) for t in texts) == 1, texts
     for name in bad.also:
         assert _check(doc, name)["status"] == "failed", _check(doc, name)
     for name, diagnosis in bad.skipped.items():

@@ -68,6 +68,18 @@ def _follows_from(cause: CheckResult, result: CheckResult) -> bool:
     return False
 
 
+def _only_about(cause: CheckResult, result: CheckResult) -> bool:
+    """True when an observing check's failure (``OWN_CLASS``) is only about what ``cause`` blamed: every unmet
+    requirement ``pip-check`` lists is one of the triton distribution(s) that ``triton-import`` rejected (a ROCm
+    triton on a CPU image: ``pytorch-triton-rocm 2.0.1 requires cmake, which is not installed``); removing it
+    removes them."""
+    if cause.check != "triton-import" or result.check != "pip-check" or result.facts.get("clashes"):
+        return False
+    blamed = [str(p) for p in cause.facts.get("providers") or [] if p]
+    problems = [str(p) for p in result.facts.get("problems") or []]
+    return bool(blamed and problems) and all(any(p.startswith(f"{b} ") for b in blamed) for p in problems)
+
+
 def consequences(results: Sequence[CheckResult]) -> list[CheckResult]:
     """``results`` with each failure that follows from a failed cause check (``CAUSES``) turned into
     ``skipped: <cause> failed`` (facts ``failed_need``, ``need_diagnosis``, ``need_hint``, as the in-image runner
@@ -76,9 +88,12 @@ def consequences(results: Sequence[CheckResult]) -> list[CheckResult]:
     causes = [failed[name] for name in CAUSES if name in failed]
     became: dict[str, CheckResult] = {}
     for r in results:
-        if r.status is not Status.FAILED or r.check in CAUSES or r.check in OWN_CLASS:
+        if r.status is not Status.FAILED or r.check in CAUSES:
             continue
-        cause = next((c for c in causes if _follows_from(c, r)), None)
+        if r.check in OWN_CLASS:
+            cause = next((c for c in causes if _only_about(c, r)), None)
+        else:
+            cause = next((c for c in causes if _follows_from(c, r)), None)
         if cause is not None:
             became[r.check] = cause
     out = []

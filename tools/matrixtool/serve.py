@@ -650,6 +650,7 @@ class ServeRun:
         self.session = uuid.uuid4().hex[:12]
         self.seen: Observed | None = None
         self.error: str | None = None
+        self.error_output = ""
         self.started = time.monotonic()
         self.thread = threading.Thread(target=self._work, daemon=True)
 
@@ -666,6 +667,7 @@ class ServeRun:
             if "MATRIX-MODEL " not in output:
                 tail = " | ".join(output.strip().splitlines()[-2:])
                 self.error = f"making the tiny model for the server fails (exit {code}): {tail}"
+                self.error_output = output  # the whole traceback: the cause (rootcause.py) may be in its chain
                 return
             self.seen = observe(
                 self.client,
@@ -715,7 +717,8 @@ class ServeRun:
                 ready_budget_s=getattr(self.variant, "ready_budget_s", None),
                 env=self.environment(),
             )
-        outputs.write_text(log, self.seen.log if self.seen is not None else (self.error or ""))
+        written = "\n".join(filter(None, [self.error, self.error_output]))
+        outputs.write_text(log, self.seen.log if self.seen is not None else written)
         return CheckResult(
             variant=self.variant.name,
             image=self.image,

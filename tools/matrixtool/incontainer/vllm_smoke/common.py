@@ -21,6 +21,9 @@ from typing import Callable
 # sys.modules["triton"] when this package was imported, before any check ran: a module planted by a .pth file or
 # sitecustomize at start-up is there already (no-fake-triton tells it from one that `import vllm` plants).
 TRITON_AT_START = sys.modules.get("triton")
+# sys.path when this package was imported: what a check imports may add to it (`import setuptools`, which Triton
+# 2.x does, appends setuptools/_vendor, whose typing_extensions 4.12.2 metadata would then shadow the real one).
+SYS_PATH_AT_START = list(sys.path)
 RESULT_MARK = "MATRIX-RESULT "
 BEGIN_MARK = "MATRIX-BEGIN "
 WORK_DIR = os.environ.get("MATRIX_SMOKE_DIR", "/tmp/matrix-smoke")
@@ -187,6 +190,28 @@ def last_error_line(text):
     return lines[-1].strip() if lines else ""
 
 
+_CHAINED = re.compile(
+    r"^(?:The above exception was the direct cause of the following exception:|"
+    r"During handling of the above exception, another exception occurred:)$",
+    re.MULTILINE,
+)
+
+
+def first_cause(text):
+    """The error line of the first exception of a chained traceback (the one the others were raised from, e.g.
+    ``No module named 'triton.backends'`` under transformers' ``Could not import module 'LlamaConfig'``), or
+    None when ``text`` holds one exception only."""
+    parts = _CHAINED.split(text or "")
+    return last_error_line(parts[0]) if len(parts) > 1 else None
+
+
+def error_with_cause(text):
+    """``last_error_line(text)``, followed by ``(caused by <first_cause>)`` when a chained traceback started
+    with another error."""
+    error, cause = last_error_line(text), first_cause(text)
+    return f"{error} (caused by {cause})" if cause and cause != error else error
+
+
 # Import names whose distribution has another name (the fix installs the distribution).
 _DISTRIBUTION_OF = {"yaml": "pyyaml", "PIL": "pillow", "cv2": "opencv-python-headless", "google": "protobuf"}
 
@@ -196,9 +221,19 @@ def import_hint(error):
 
     The hint names the distribution to install; for ``cannot import name X from Y`` it names Y's version skew.
     """
-    m = re.search(r"No module named '([^'.]+)", error or "")
+    m = re.search(r"No module named '([^']+)'", error or "")
+    top = m.group(1).split(".")[0] if m else None
+    if m and top != m.group(1) and _findable(top):
+        # The package is there but lacks a module its importer expects: a version skew, not a missing package.
+        dists = providers_of(top) or [top]
+        shown = ", ".join(f"{d} {dist_version(d) or ''}".strip() for d in dists)
+        dist = _DISTRIBUTION_OF.get(top, top)
+        return (
+            f"{shown} has no module {m.group(1)}: not the version the importing package expects; install {dist} "
+            "at the version it requires (see pip-check; triton-import for triton), or uninstall it"
+        )
     if m:
-        module = m.group(1)
+        module = top
         dist = _DISTRIBUTION_OF.get(module, module)
         return f"install {dist} (the package that failed: `import {module}` finds no module), e.g. pip install {dist}"
     m = re.search(r"cannot import name '([^']+)' from '([^'.]+)", error or "")
@@ -208,6 +243,14 @@ def import_hint(error):
             "the importing package requires (see pip-check)"
         )
     return None
+
+
+def _findable(module):
+    """True when ``module`` can be found (a module object without a spec in sys.modules counts as not)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ValueError, ImportError):
+        return False
 
 
 def python_dev_package():

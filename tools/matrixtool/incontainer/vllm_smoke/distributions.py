@@ -6,6 +6,7 @@ import os
 import re
 
 from .common import (
+    SYS_PATH_AT_START,
     check,
     metadata,
     result,
@@ -103,10 +104,12 @@ def check_pip_check(params):
             continue
         overrides[_canonical(override.name)] = override
     installed = {}
-    for dist in metadata.distributions():
+    # The folders Python started with, the first one holding a name winning (as for imports): a folder another
+    # check's import appended (setuptools/_vendor) must not replace the installed distributions.
+    for dist in metadata.distributions(path=SYS_PATH_AT_START):
         name = dist.metadata["Name"]
         if name:
-            installed[_canonical(name)] = dist
+            installed.setdefault(_canonical(name), dist)
     problems, waived = [], []
     env = dict(default_environment(), extra="")
     for _, dist in sorted(installed.items()):

@@ -26,9 +26,105 @@ def _package_dir(name):
 DRIVER_LIBS = re.compile(r"^lib(cuda|cudadebugger|nvidia-[A-Za-z0-9_-]+)\.so(\.[0-9]+)*$")
 
 
-# ldd's lines for a library that is absent, and for one built against a newer C library than the image's.
+# ldd's lines for a library that is absent, and for one built against a newer C library than the image's
+# (``…/libc.so.6: version `GLIBC_2.38' not found (required by /opt/vendor/lib/libnuma.so.1)``: the library that
+# needs it is named, and it is often not the object ldd was asked about but a library that object loads).
 _MISSING = re.compile(r"^\s*\S+\s*=>\s*not found")
 _VERSION = re.compile(r"version `(GLIBC|GLIBCXX|CXXABI)_[0-9.]+' not found")
+_REQUIRED_BY = re.compile(r"version `((?:GLIBC|GLIBCXX|CXXABI)_[0-9.]+)' not found \(required by ([^)]+)\)")
+# Folders of the system's own libraries (Debian's multiarch layout and the classic ones).
+SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+                   "/lib/aarch64-linux-gnu", "/usr/lib", "/lib", "/usr/lib64", "/lib64")  # fmt: skip
+# What a vLLM extension that failed to load looks like later: vLLM only warns at import ("Failed to import from
+# vllm._C…"), and the engine then fails on an op the extension would have registered.
+EXTENSION_SYMPTOMS = ("Failed to import from vllm._C", "'_OpNamespace' '_C' object has no attribute")
+
+
+def too_new_needers(ldd_lines):
+    """{library that needs them: sorted versions} from ldd's lines (``_REQUIRED_BY``); a line without
+    ``required by`` (an older ldd) is keyed None."""
+    found = {}
+    for line in ldd_lines:
+        m = _REQUIRED_BY.search(line)
+        if m:
+            found.setdefault(m.group(2).strip(), set()).add(m.group(1))
+        elif _VERSION.search(line):
+            found.setdefault(None, set()).add(_VERSION.search(line).group(0).split("`")[1].split("'")[0])
+    return {k: sorted(v) for k, v in found.items()}
+
+
+def missing_libraries(broken, shown=3):
+    """One line for ``broken`` ({shared object: the libraries ldd finds no file for}): each missing library
+    named once, with the objects that need it (at most ``shown`` of them, then a count)."""
+    by_lib = {}
+    for obj, gone in broken.items():
+        for lib in gone:
+            by_lib.setdefault(lib, []).append(obj)
+    parts = []
+    for lib, objs in sorted(by_lib.items()):
+        more = f" and {len(objs) - shown} more" if len(objs) > shown else ""
+        parts.append(f"{lib} (needed by {', '.join(sorted(objs)[:shown])}{more})")
+    return f"{len(broken)} shared object(s) miss a library that is not found: {'; '.join(parts)}"
+
+
+def library_origin(path, ld_library_path, site_dirs, package_of, system_copies):
+    """Where a shared object that another one loads comes from, as a dict: ``kind`` is ``ld_library_path``
+    (a folder of ``LD_LIBRARY_PATH``: ``entry``), ``wheel`` (under a site-packages folder, e.g. a wheel's
+    ``*.libs``: ``site``), ``system`` (a system package owns it: ``package``) or ``unowned`` (a copy no package
+    owns); ``system_copies``: the other files of that name in the system's folders, the ones the loader would use
+    without it. Pure: ``package_of(path)`` (dpkg -S) and ``system_copies`` come from the caller."""
+    folder = os.path.dirname(path)
+    entries = [e for e in (ld_library_path or "").split(":") if e]
+    entry = next((e for e in entries if os.path.normpath(e) == os.path.normpath(folder)), None)
+    site = next((d for d in site_dirs if path.startswith(d.rstrip("/") + "/")), None)
+    package = package_of(path)
+    origin = {"path": path, "package": package, "system_copies": list(system_copies)}
+    if entry is not None and package is None:
+        origin.update(kind="ld_library_path", entry=entry)
+    elif site is not None:
+        origin.update(kind="wheel", site=site)
+    elif package is not None:
+        origin.update(kind="system")
+    else:
+        origin.update(kind="unowned")
+    return origin
+
+
+def describe_too_new_dependency(origin, needs, loaded_by, glibc, owners=()):
+    """(problem, hint) for a library ``origin`` (``library_origin``) that needs the C library versions ``needs``
+    newer than the image's ``glibc`` and that the shared objects ``loaded_by`` load (so each of them fails to
+    load by it): the library is named once, with where it comes from, and the fix fits that origin."""
+    path, versions = origin["path"], ", ".join(needs)
+    shown = ", ".join(loaded_by[:4]) + (f" and {len(loaded_by) - 4} more" if len(loaded_by) > 4 else "")
+    instead = origin.get("system_copies") or []
+    system = f" (the system's {instead[0]} would load without it)" if instead else ""
+    base = f"or use a base image whose glibc provides {versions}"
+    kind = origin["kind"]
+    if kind == "ld_library_path":
+        where = (f"a vendored copy no package owns, found first through LD_LIBRARY_PATH={origin['entry']}"
+                 f"{system}")  # fmt: skip
+        hint = (
+            f"remove the vendored {path} (or the LD_LIBRARY_PATH entry {origin['entry']}) so the system's "
+            f"{os.path.basename(path)} loads, or replace it with a build for glibc {glibc}, {base}"
+        )
+    elif kind == "wheel":
+        dists = ", ".join(owners) or "the wheel that ships it"
+        where = f"vendored inside {dists} (under {origin['site']})"
+        hint = (
+            f"install a build of {dists} made for glibc {glibc} (a manylinux tag no newer than "
+            f"manylinux_{glibc.replace('.', '_')}), {base}"
+        )
+    elif kind == "system":
+        where = f"from the system package {origin['package']}, built for a newer release than this image's"
+        hint = f"install {origin['package']} from this image's release (apt-get install --reinstall), {base}"
+    else:
+        where = f"a copy no package owns{system}"
+        hint = f"remove or replace {path} (a copy made for a newer glibc), {base}"
+    problem = (
+        f"{path} needs a newer C library than the image's glibc {glibc} ({versions}): {where}; "
+        f"{len(loaded_by)} shared object(s) of torch/vLLM load it and fail by it: {shown}"
+    )
+    return problem, hint
 
 
 def _glibc():
@@ -50,6 +146,30 @@ def _owners(paths):
         if files & wanted:
             found.append(dist.metadata["Name"])
     return sorted(set(found))
+
+
+def _package_of(path):
+    """The system package that owns ``path`` (``dpkg -S``, also under its /usr-merged twin), or None."""
+    if shutil.which("dpkg") is None:
+        return None
+    twins = [path, path[4:] if path.startswith("/usr/") else "/usr" + path]
+    for candidate in twins:
+        proc = subprocess.run(["dpkg", "-S", candidate], capture_output=True, text=True, check=False)
+        if proc.returncode == 0 and ":" in proc.stdout:
+            return proc.stdout.split(":")[0].strip()
+    return None
+
+
+def _system_copies(path):
+    """The other files named like ``path`` in the system's library folders (the loader's choice without it)."""
+    name, here = os.path.basename(path), os.path.realpath(path)
+    found = []
+    for folder in SYSTEM_LIB_DIRS:
+        candidate = os.path.join(folder, name)
+        real = os.path.realpath(candidate)
+        if os.path.exists(candidate) and real != here and real not in {os.path.realpath(f) for f in found}:
+            found.append(candidate)
+    return found
 
 
 @check(
@@ -89,6 +209,7 @@ def check_native_libs(params):
         env["LD_LIBRARY_PATH"] = ":".join(filter(None, [*preloaded, env.get("LD_LIBRARY_PATH")]))
     broken = {}
     too_new = {}  # shared object -> {"version `GLIBC_2.38' not found"}: built for a newer C library
+    dependencies = {}  # a library they load that needs a newer C library -> {"needs", "loaded_by"}
     driver_provided = set()
     # Without a GPU the driver's libraries are rightly absent; with one, the container toolkit mounts them
     # and their absence is a defect. CPU variants get no GPU: no need to import torch to find out.
@@ -103,10 +224,14 @@ def check_native_libs(params):
                 count += 1
                 proc = subprocess.run(["ldd", path], capture_output=True, text=True, env=env, check=False)
                 lines = (proc.stdout + proc.stderr).splitlines()
-                for line in lines:
-                    m = _VERSION.search(line)
-                    if m:
-                        too_new.setdefault(os.path.relpath(path, os.path.dirname(top)), set()).add(m.group(0))
+                rel = os.path.relpath(path, os.path.dirname(top))
+                for needer, versions in too_new_needers(lines).items():
+                    if needer is None or os.path.realpath(needer) == os.path.realpath(path):
+                        too_new.setdefault(rel, set()).update(f"version `{v}' not found" for v in versions)
+                    else:  # a library this object loads needs them: that library is the one to name
+                        entry = dependencies.setdefault(needer, {"needs": set(), "loaded_by": []})
+                        entry["needs"].update(versions)
+                        entry["loaded_by"].append(rel)
                 gone = sorted(
                     {line.split("=>")[0].strip() for line in lines if "=> not found" in line or _MISSING.match(line)}
                 )
@@ -117,15 +242,21 @@ def check_native_libs(params):
                 if gone:
                     broken[os.path.relpath(path, os.path.dirname(top))] = gone
     versions = sorted({v for found in too_new.values() for v in found})
+    versions += sorted({f"version `{v}' not found" for d in dependencies.values() for v in d["needs"]} - set(versions))
     libs = sorted({lib for gone in broken.values() for lib in gone})
+    failing = [*broken, *too_new, *(o for d in dependencies.values() for o in d["loaded_by"])]
+    symptoms = list(EXTENSION_SYMPTOMS) if any(o.startswith("vllm/_C") for o in failing) else []
     facts.update(
         shared_objects=count,
         broken=broken,
         too_new={k: sorted(v) for k, v in too_new.items()},
+        too_new_dependencies={
+            k: {"needs": sorted(v["needs"]), "loaded_by": sorted(v["loaded_by"])} for k, v in dependencies.items()
+        },
         missing_preload=missing_preload,
         driver_provided=sorted(driver_provided),
         # What other checks fail by when this one fails (the host reports their failures as consequences).
-        root_errors=[*versions, *libs],
+        root_errors=[*versions, *libs, *symptoms],
     )
     problems, hints = [], []
     if missing_preload:
@@ -144,9 +275,24 @@ def check_native_libs(params):
             f"manylinux tag no newer than manylinux_{glibc.replace('.', '_')}), or use a base image whose C/C++ "
             f"runtime provides {', '.join(v.split('`')[1].split(chr(39))[0] for v in versions)}"
         )
+    if dependencies:
+        glibc = _glibc()
+        site_dirs = [os.path.dirname(d) for d in dirs]
+        origins = []
+        for needer, found in sorted(dependencies.items()):
+            origin = library_origin(
+                needer, os.environ.get("LD_LIBRARY_PATH", ""), site_dirs, _package_of, _system_copies(needer)
+            )
+            site = origin.get("site")
+            owners = _owners([os.path.relpath(needer, site)]) if site else []
+            problem, hint = describe_too_new_dependency(origin, sorted(found["needs"]), sorted(found["loaded_by"]),
+                                                        glibc, owners)  # fmt: skip
+            origins.append(origin)
+            problems.append(problem)
+            hints.append(hint)
+        facts["too_new_origins"] = origins
     if broken:
-        first = ", ".join(f"{k} ({', '.join(v)})" for k, v in list(broken.items())[:3])
-        problems.append(f"{len(broken)} shared object(s) miss {', '.join(libs)}: {first}")
+        problems.append(missing_libraries(broken))
         hints.append("install the system packages that provide the missing libraries (e.g. libnuma1 for libnuma.so.1)")
     if problems:
         return result("failed", "; ".join(problems), "; ".join(hints), **facts)

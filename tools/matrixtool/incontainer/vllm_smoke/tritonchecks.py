@@ -52,6 +52,85 @@ def specifier_matches(requirement, version):
 _VLLM = "https://github.com/vllm-project/vllm"
 
 
+def triton_build(providers, package_dir):
+    """``rocm``, ``cuda`` or None: the accelerator a triton was built for, from its distribution's name
+    (``pytorch-triton-rocm``) or, for a ``triton`` wheel, the backends it ships (``backends/amd``,
+    ``backends/nvidia``: Triton >= 3.0)."""
+    if any("rocm" in p.lower() for p in providers):
+        return "rocm"
+    backends = os.path.join(package_dir or "", "backends")
+    amd, nvidia = (os.path.isdir(os.path.join(backends, b)) for b in ("amd", "nvidia"))
+    if amd and not nvidia:
+        return "rocm"
+    return "cuda" if nvidia else None
+
+
+def wrong_triton(described, build, providers, expected_dist, breaks):
+    """(diagnosis, hint) for a triton the variant does not promise (``expected_dist`` None: none at all), built
+    for ``build`` (``triton_build``), and what it breaks in torch (``breaks``: the error of torch's compiler
+    stack importing it, or None)."""
+    kind = {"rocm": "a ROCm build of Triton", "cuda": "a CUDA build of Triton"}.get(build, "a Triton")
+    promise = "the variant promises no Triton" if expected_dist is None else f"the variant needs {expected_dist}"
+    broken = (
+        f"; torch's compiler stack fails by it (`import torch._dynamo`: {breaks}), so everything that imports "
+        "inductor or dynamo (transformers' models, torch.compile, the `vllm` CLI) fails the same way"
+        if breaks
+        else ""
+    )
+    origin = " (a ROCm torch's dependency, from PyTorch's ROCm index)" if build == "rocm" else ""
+    diagnosis = f"{described} is installed, {kind}{origin}, although {promise}{broken}"
+    uninstall = f"pip uninstall {' '.join(providers) or 'triton'}"
+    if expected_dist is None:
+        hint = f"uninstall it ({uninstall}), or list it under index.exclude in matrix.yaml"
+    else:
+        hint = f"install the {expected_dist} that torch pins and uninstall the other ({uninstall})"
+    return diagnosis, hint
+
+
+# The module of torch's inductor that imports Triton's modules as soon as any triton is installed
+# (``if has_triton_package(): import triton.backends.compiler``), and so does ``import torch._dynamo``.
+TORCH_TRITON_IMPORTS = os.path.join("_inductor", "runtime", "hints.py")
+
+
+def missing_triton_module(source, findable):
+    """The first ``triton.*`` module that ``source`` (Python text) imports at its top level and that cannot be
+    found, as ``(module, imported)``: ``imported`` is the name in the import line, ``module`` the first part of it
+    missing (``triton.backends`` for ``import triton.backends.compiler`` under Triton 2.x); None when all are
+    there. ``findable(name)``: whether ``name`` can be found (``importlib.util.find_spec``)."""
+    for imported in re.findall(r"^\s*(?:import|from)\s+(triton\.[\w.]+)", source or "", re.MULTILINE):
+        parts = imported.split(".")
+        for end in range(2, len(parts) + 1):
+            if not findable(".".join(parts[:end])):
+                return ".".join(parts[:end]), imported
+    return None
+
+
+def _findable(name):
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _torch_compiler_error():
+    """What torch's compiler stack fails by with this triton, read without importing it (a child ``import
+    torch._dynamo`` took minutes on a busy 2-core machine): the triton module that torch's inductor imports
+    and this triton lacks, or None."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    path = os.path.join(os.path.dirname(spec.origin), TORCH_TRITON_IMPORTS)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            found = missing_triton_module(f.read(), _findable)
+    except OSError:
+        return None
+    if found is None:
+        return None
+    module, imported = found
+    return f"ModuleNotFoundError: No module named '{module}' (torch/{TORCH_TRITON_IMPORTS} imports {imported})"
+
+
 @check(
     "triton-import",
     proves=(
@@ -114,14 +193,24 @@ def check_triton_import(params):
     version = getattr(triton, "__version__", None)
     facts.update(version=version, file=getattr(triton, "__file__", None))
     described = f"triton {version} from {', '.join(providers) or 'no distribution'}"
+    build = triton_build(providers, os.path.dirname(facts["file"] or ""))
+    facts["build"] = build
     if expected == "absent":
-        return result(
-            "failed",
-            f"{described} is installed although the variant promises no Triton; "
-            "something pulled it in (e.g. xgrammar on a CPU image)",
-            "uninstall it, or list it under index.exclude in matrix.yaml",
-            **facts,
-        )
+        if build is None or build == "cuda":  # e.g. xgrammar's triton dependency on a CPU image
+            return result(
+                "failed",
+                f"{described} is installed although the variant promises no Triton; "
+                "something pulled it in (e.g. xgrammar on a CPU image)",
+                "uninstall it, or list it under index.exclude in matrix.yaml",
+                **facts,
+            )
+        facts["breaks"] = _torch_compiler_error()
+        diagnosis, hint = wrong_triton(described, build, providers, None, facts["breaks"])
+        return result("failed", diagnosis, hint, **facts)
+    if build is not None and build != params.get("accelerator") and providers != [expected_dist]:
+        facts["breaks"] = _torch_compiler_error()
+        diagnosis, hint = wrong_triton(described, build, providers, expected_dist, facts["breaks"])
+        return result("failed", diagnosis, hint, **facts)
     problems = []
     if providers != [expected_dist]:
         problems.append(

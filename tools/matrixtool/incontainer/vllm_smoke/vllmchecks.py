@@ -18,6 +18,8 @@ from .common import (
     WORK_DIR,
     check,
     dist_version,
+    error_with_cause,
+    first_cause,
     gpu_visible,
     import_hint,
     last_error_line,
@@ -87,8 +89,9 @@ def check_tiny_model(params):
     try:
         folder = ensure_model()
     except Exception:
-        error = last_error_line(traceback.format_exc())
-        return result("failed", f"making the tiny model fails: {error}", import_hint(error))
+        text = traceback.format_exc()
+        error = error_with_cause(text)  # transformers wraps the import error that made it fail
+        return result("failed", f"making the tiny model fails: {error}", import_hint(first_cause(text) or error))
     return result("passed", f"a tiny Llama and its tokenizer are made in {folder}", folder=folder)
 
 
