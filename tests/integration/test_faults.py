@@ -460,7 +460,7 @@ def test_the_engine_stopped_and_restarted_during_a_build_tags_nothing(
     assert proc.returncode == 8, stderr[-3000:]
     (line,) = _error_lines(stderr)
     assert line.startswith(f"error: the Docker engine at {private_engine.host} went away during the build of cpu")
-    assert "nothing was tagged" in line and "Traceback" not in stderr
+    assert "this build tagged nothing" in line and "Traceback" not in stderr
     assert private_engine.tags() == before  # no tag of the half-built image
     assert not private_engine.owned()
     assert stdout == ""  # no --json document of a build that did not finish

@@ -221,3 +221,19 @@ def test_a_failing_last_green_lookup_is_one_warning(tmp_path: Path, capsys: pyte
     err = capsys.readouterr().err
     assert "warning: no diff against the last green image (" in err
     assert "Traceback" not in err and (reports / "cpu.json").is_file()
+
+
+def test_an_index_connection_broken_mid_body_is_the_index_s_fault_not_the_engine_s() -> None:
+    """requests' ChunkedEncodingError/ConnectionError while reading a body is exit 10 (IndexUnreachableError);
+    uncaught it reached the CLI's handler for an engine that went away (exit 8, naming the Docker socket)."""
+    import requests
+
+    from matrixtool import pyindex
+
+    class Broken:
+        def iter_content(self, size: int) -> Any:
+            yield b"{"
+            raise requests.exceptions.ChunkedEncodingError("Connection broken: IncompleteRead")
+
+    with pytest.raises(IndexUnreachableError, match="simple/x/: the answer broke off"):
+        list(pyindex._body(Broken(), "https://pypi.org/simple/x/"))  # type: ignore[arg-type]

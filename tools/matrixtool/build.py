@@ -134,7 +134,12 @@ def failure(
     lost = engine.lost_line(tail)
     if lost is not None:
         return EngineUnreachableError(
-            engine.gone_message(os.environ, f"the build of {what} after {seconds:.0f} s", lost.strip())
+            engine.gone_message(
+                os.environ,
+                f"the build of {what} after {seconds:.0f} s",
+                lost.strip(),
+                tagged="this build tagged nothing",
+            )
             + f"; full log: {log_path}"
         )
     full = engine.no_space_line(tail)

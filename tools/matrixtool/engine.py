@@ -49,12 +49,13 @@ def went_away(exc: BaseException) -> bool:
     return isinstance(exc, GONE)
 
 
-def gone_message(env: Mapping[str, str], during: str, detail: str) -> str:
+def gone_message(env: Mapping[str, str], during: str, detail: str, *, tagged: str = "") -> str:
     """The message of an engine (``host(env)``) that went away ``during`` something ("the run", "the build of
-    cpu (linux/amd64) after 8 s"): nothing is tagged before a build succeeded, and the tool's containers are
+    cpu (linux/amd64) after 8 s"); ``tagged``: what the caller knows of tags (a build that broke off tagged
+    nothing; earlier builds of the same run keep theirs, so "the run" claims nothing). The tool's containers are
     AutoRemove'd by the engine or removed by the tool once it is back (``container.TrackedContainer.remove``)."""
     return (
-        f"the Docker engine at {host(env)} went away during {during}: {detail}; nothing was tagged; "
+        f"the Docker engine at {host(env)} went away during {during}: {detail}; {tagged + '; ' if tagged else ''}"
         "check that it runs ('tools/matrix doctor'), then rerun"
     )
 

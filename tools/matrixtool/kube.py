@@ -185,9 +185,13 @@ def ready_times(report: Mapping[str, Any]) -> dict[tuple[str, str], float]:
     that is no time to ready (not a finite number of seconds in (0, ``MAX_READY_S``]: NaN, infinity, 1e308)."""
     times = {}
     for c in report["checks"]:
-        if c["check"] != "serve" or c.get("facts", {}).get("ready_s") is None:
+        facts = c.get("facts") or {}
+        if c["check"] != "serve" or not isinstance(facts, Mapping) or facts.get("ready_s") is None:
             continue
-        seconds = float(c["facts"]["ready_s"])
+        value = facts["ready_s"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):  # JSON true is no time
+            raise ValueError(f"serve of {c['variant']}/{c['profile']}: ready_s {value!r} is not a number of seconds")
+        seconds = float(value) if abs(value) <= MAX_READY_S else math.inf  # a 400-digit int overflows float()
         if not 0 < seconds <= MAX_READY_S:  # False for NaN too
             raise ValueError(
                 f"serve of {c['variant']}/{c['profile']}: ready_s {c['facts']['ready_s']!r} is not a time to ready "
@@ -209,7 +213,7 @@ def report_ready_times(report: Path | None) -> dict[tuple[str, str], float]:
         raise ConfigError(
             str(report), [f"not a 'tools/matrix run/test --json-file' report (a check lacks the key {exc})"]
         ) from exc
-    except (OSError, ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError, AttributeError) as exc:  # AttributeError: "checks" holds no objects
         raise ConfigError(str(report), [f"not a 'tools/matrix run/test --json-file' report ({exc})"]) from exc
 
 
