@@ -10,6 +10,7 @@ engine's builds fail within seconds (its bridge has no route out, and the faults
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -301,6 +302,9 @@ class Engine:
             "dockerd", "--config-file", str(self.scratch / "daemon.json"), "--data-root", str(self.data_root),
             "--exec-root", str(self.scratch / "exec"), "--pidfile", str(self.scratch / "dockerd.pid"),
             "-H", self.host, f"--bridge={self.bridge}", "--iptables=false", "--ip6tables=false", "--ip-masq=false",
+            # Where a system containerd answers at /run/containerd (a systemd host), dockerd uses it instead of
+            # starting its own: namespaces of its own keep this engine's containers apart from the shared one's.
+            f"--containerd-namespace={self.bridge}", f"--containerd-plugins-namespace={self.bridge}-plugins",
         ]  # fmt: skip
         with (self.scratch / "dockerd.log").open("a") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -318,6 +322,10 @@ class Engine:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                # A killed dockerd leaves its managed containerd running (it would keep the data root busy).
+                pidfile = self.scratch / "exec" / "containerd" / "containerd.pid"
+                with contextlib.suppress(OSError, ValueError):
+                    os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
         self.proc = None
 
     def restart(self) -> None:
@@ -389,7 +397,8 @@ def private_engine(client: docker.DockerClient, cpu_image: str) -> Iterator[Engi
     finally:
         engine.stop()
         for step in reversed(steps):
-            subprocess.run(step, capture_output=True, check=False)
+            if subprocess.run(step, capture_output=True, check=False).returncode != 0 and step[0] == "umount":
+                subprocess.run(["umount", "-l", *step[1:]], capture_output=True, check=False)  # busy: detach lazily
         loops = subprocess.run(["losetup", "-j", str(scratch / "disk.img")], capture_output=True, text=True)
         for line in loops.stdout.splitlines():  # mount -o loop detaches on umount; a busy one does not
             subprocess.run(["losetup", "-d", line.split(":", 1)[0]], check=False)

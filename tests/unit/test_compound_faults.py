@@ -89,6 +89,17 @@ def test_the_origin_of_a_library_decides_the_hint() -> None:
         _origin("/usr/lib/x86_64-linux-gnu/libnuma.so.1", "/usr/lib/x86_64-linux-gnu", "libnuma1")["kind"] == "system"
     )
     assert _origin("/usr/local/lib/libnuma.so.1")["kind"] == "unowned"
+    # A wheel's library whose folder LD_LIBRARY_PATH names (CUDA images: site-packages/nvidia/cudnn/lib) is the
+    # wheel's: its fix is another build of that wheel, not removing "a vendored copy no package owns".
+    cudnn = f"{SITE}/nvidia/cudnn/lib"
+    assert _origin(f"{cudnn}/libcudnn.so.9", cudnn)["kind"] == "wheel"
+
+
+def test_removing_a_vendored_copy_is_offered_only_where_the_system_has_its_own() -> None:
+    mod = incontainer()
+    alone = dict(mod.library_origin(VENDORED, "/opt/vendor/lib", [SITE], lambda p: None, []))
+    _, hint = mod.describe_too_new_dependency(alone, ["GLIBC_2.38"], ["vllm/_C.abi3.so"], "2.36")
+    assert "so the system's" not in hint and "and install the system package of libnuma.so.1" in hint, hint
 
 
 def test_a_chained_import_error_keeps_its_first_cause() -> None:
@@ -110,6 +121,8 @@ def test_a_rocm_triton_is_named_with_what_it_breaks(tmp_path: Path) -> None:
     (tmp_path / "backends" / "amd").mkdir(parents=True)
     assert mod.triton_build(["triton"], str(tmp_path)) == "rocm"
     (tmp_path / "backends" / "nvidia").mkdir()
+    assert mod.triton_build(["triton"], str(tmp_path)) is None  # PyPI's triton ships both: no one accelerator's
+    (tmp_path / "backends" / "amd").rmdir()
     assert mod.triton_build(["triton"], str(tmp_path)) == "cuda"
     assert mod.triton_build(["triton"], str(tmp_path / "none")) is None
     breaks = "ModuleNotFoundError: No module named 'triton.backends'"
@@ -124,6 +137,11 @@ def test_a_rocm_triton_is_named_with_what_it_breaks(tmp_path: Path) -> None:
         "triton 3.5.0 from pytorch-triton-rocm", "rocm", ["pytorch-triton-rocm"], "triton", None
     )
     assert other == "install the triton that torch pins and uninstall the other (pip uninstall pytorch-triton-rocm)"
+    # Both installed on a CUDA variant: the hint never uninstalls the distribution torch pins.
+    _, both = mod.wrong_triton(
+        "triton 3.5.0 from pytorch-triton-rocm, triton", "rocm", ["pytorch-triton-rocm", "triton"], "triton", None
+    )
+    assert both.endswith("(pip uninstall pytorch-triton-rocm)"), both
 
 
 def test_the_triton_module_torch_imports_and_this_triton_lacks() -> None:

@@ -79,10 +79,10 @@ def library_origin(path, ld_library_path, site_dirs, package_of, system_copies):
     site = next((d for d in site_dirs if path.startswith(d.rstrip("/") + "/")), None)
     package = package_of(path)
     origin = {"path": path, "package": package, "system_copies": list(system_copies)}
-    if entry is not None and package is None:
-        origin.update(kind="ld_library_path", entry=entry)
-    elif site is not None:
+    if site is not None:  # a wheel's library, even where LD_LIBRARY_PATH names its folder (nvidia/*/lib)
         origin.update(kind="wheel", site=site)
+    elif entry is not None and package is None:
+        origin.update(kind="ld_library_path", entry=entry)
     elif package is not None:
         origin.update(kind="system")
     else:
@@ -103,9 +103,12 @@ def describe_too_new_dependency(origin, needs, loaded_by, glibc, owners=()):
     if kind == "ld_library_path":
         where = (f"a vendored copy no package owns, found first through LD_LIBRARY_PATH={origin['entry']}"
                  f"{system}")  # fmt: skip
+        name = os.path.basename(path)
+        # Removing the copy helps only where the system has its own; else the library would just be missing.
+        instead_fix = f" so the system's {name} loads" if instead else f" and install the system package of {name}"
         hint = (
-            f"remove the vendored {path} (or the LD_LIBRARY_PATH entry {origin['entry']}) so the system's "
-            f"{os.path.basename(path)} loads, or replace it with a build for glibc {glibc}, {base}"
+            f"remove the vendored {path} (or the LD_LIBRARY_PATH entry {origin['entry']}){instead_fix}, "
+            f"or replace it with a build for glibc {glibc}, {base}"
         )
     elif kind == "wheel":
         dists = ", ".join(owners) or "the wheel that ships it"
@@ -241,6 +244,12 @@ def check_native_libs(params):
                     gone = [lib for lib in gone if lib not in from_driver]
                 if gone:
                     broken[os.path.relpath(path, os.path.dirname(top))] = gone
+    # A library of torch/vLLM that others load is named once, as the dependency (with what loads it), not again
+    # as a shared object of its own.
+    as_dependency = {
+        os.path.relpath(n, os.path.dirname(t)) for n in dependencies for t in dirs if n.startswith(t + "/")
+    }
+    too_new = {rel: found for rel, found in too_new.items() if rel not in as_dependency}
     versions = sorted({v for found in too_new.values() for v in found})
     versions += sorted({f"version `{v}' not found" for d in dependencies.values() for v in d["needs"]} - set(versions))
     libs = sorted({lib for gone in broken.values() for lib in gone})

@@ -55,14 +55,14 @@ _VLLM = "https://github.com/vllm-project/vllm"
 def triton_build(providers, package_dir):
     """``rocm``, ``cuda`` or None: the accelerator a triton was built for, from its distribution's name
     (``pytorch-triton-rocm``) or, for a ``triton`` wheel, the backends it ships (``backends/amd``,
-    ``backends/nvidia``: Triton >= 3.0)."""
+    ``backends/nvidia``: Triton >= 3.0). PyPI's ``triton`` ships both, and is no build of one accelerator: None."""
     if any("rocm" in p.lower() for p in providers):
         return "rocm"
     backends = os.path.join(package_dir or "", "backends")
     amd, nvidia = (os.path.isdir(os.path.join(backends, b)) for b in ("amd", "nvidia"))
-    if amd and not nvidia:
-        return "rocm"
-    return "cuda" if nvidia else None
+    if amd != nvidia:
+        return "rocm" if amd else "cuda"
+    return None
 
 
 def wrong_triton(described, build, providers, expected_dist, breaks):
@@ -79,11 +79,13 @@ def wrong_triton(described, build, providers, expected_dist, breaks):
     )
     origin = " (a ROCm torch's dependency, from PyTorch's ROCm index)" if build == "rocm" else ""
     diagnosis = f"{described} is installed, {kind}{origin}, although {promise}{broken}"
-    uninstall = f"pip uninstall {' '.join(providers) or 'triton'}"
     if expected_dist is None:
+        uninstall = f"pip uninstall {' '.join(providers) or 'triton'}"
         hint = f"uninstall it ({uninstall}), or list it under index.exclude in matrix.yaml"
     else:
-        hint = f"install the {expected_dist} that torch pins and uninstall the other ({uninstall})"
+        # Never the distribution torch pins: only the others go.
+        others = [p for p in providers if p != expected_dist] or ["triton"]
+        hint = f"install the {expected_dist} that torch pins and uninstall the other (pip uninstall {' '.join(others)})"
     return diagnosis, hint
 
 
