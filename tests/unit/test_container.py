@@ -305,3 +305,22 @@ def test_an_auto_remove_container_is_left_to_the_engine_when_it_went_away(monkey
     monkeypatch.setattr(container, "remove_when_back", lambda *a, **k: pytest.fail("waited for the engine"))
     box.remove()
     assert box.container is None
+
+
+def test_an_engine_back_before_the_exec_is_inspected_is_reported_as_gone_not_as_refused() -> None:
+    """The stream broke (the engine stopped) and the restarted engine knows no such exec: requests'
+    ConnectionError (the CLI's 'went away', exit 8), not NotFound ('refused a request')."""
+    engine = FakeEngine()
+
+    def broken() -> Any:
+        yield b"partial"
+        raise requests.exceptions.ConnectionError("Connection aborted.")
+
+    def gone(exec_id: str) -> dict[str, Any]:
+        raise docker.errors.NotFound("No such exec instance")
+
+    engine.stream = broken
+    with tracked(engine) as box:
+        box.client.api.exec_inspect = gone  # type: ignore[method-assign]
+        with pytest.raises(requests.exceptions.ConnectionError, match="the exec's stream broke"):
+            box.exec(["true"], {}, 5)

@@ -205,14 +205,21 @@ class TrackedContainer:
         exec_id = api.exec_create(self._running().id, list(argv), environment=dict(env))["Id"]
         sink = BoundedOutput(limit)
         streams: list[Any] = []
+        broke: list[BaseException] = []
 
         def pump() -> None:
             try:
                 streams.append(api.exec_start(exec_id, stream=True))
                 for chunk in streams[0]:
                     sink.feed(chunk)
-            except (docker.errors.APIError, requests.exceptions.RequestException, OSError, SocketError, ValueError):
-                pass  # the engine went away, or the stream was closed at the deadline (ValueError: closed file)
+            except (
+                docker.errors.APIError,
+                requests.exceptions.RequestException,
+                OSError,
+                SocketError,
+                ValueError,
+            ) as exc:
+                broke.append(exc)  # the engine went away, or the stream was closed at the deadline (ValueError)
             finally:
                 _close(streams)
 
@@ -222,7 +229,14 @@ class TrackedContainer:
         if thread.is_alive():
             _close(streams)  # wakes the reader; the exec itself ends with the container
             return None, sink.text()
-        exit_code = api.exec_inspect(exec_id).get("ExitCode")
+        try:
+            exit_code = api.exec_inspect(exec_id).get("ExitCode")
+        except docker.errors.NotFound as exc:
+            if not broke:
+                raise
+            # The stream broke and the engine no longer knows the exec: it restarted in between (an engine that
+            # is back within the exec's stream). Reported as the engine that went away, not as a refused request.
+            raise requests.exceptions.ConnectionError(f"the exec's stream broke ({broke[0]!r}) and {exc}") from exc
         return (int(exit_code) if exit_code is not None else None), sink.text()
 
     def logs(self, tail: Literal["all"] | int = "all", limit: OutputLimit = DEFAULT_LIMIT) -> str:
