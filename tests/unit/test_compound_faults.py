@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from matrixtool import rootcause
 from matrixtool.smoke_result import CheckResult, Status
 from tests.unit._incontainer import incontainer
@@ -113,6 +115,16 @@ def test_a_missing_submodule_of_an_installed_package_is_skew_not_install_it() ->
     hint = incontainer().import_hint("ModuleNotFoundError: No module named 'json.backends'")
     assert "has no module json.backends: not the version the importing package expects" in hint
     assert incontainer().import_hint("No module named 'transformers'").startswith("install transformers")
+
+
+def test_a_missing_module_under_a_namespace_package_is_a_missing_distribution(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``google``/``nvidia`` are folders many distributions share: google.protobuf missing is protobuf missing."""
+    (tmp_path / "nsshared").mkdir()  # no __init__.py: a namespace package
+    monkeypatch.syspath_prepend(str(tmp_path))
+    hint = incontainer().import_hint("No module named 'nsshared.protobuf'")
+    assert hint.startswith("install nsshared"), hint
 
 
 def test_a_rocm_triton_is_named_with_what_it_breaks(tmp_path: Path) -> None:

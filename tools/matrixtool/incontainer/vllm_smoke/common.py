@@ -223,7 +223,7 @@ def import_hint(error):
     """
     m = re.search(r"No module named '([^']+)'", error or "")
     top = m.group(1).split(".")[0] if m else None
-    if m and top != m.group(1) and _findable(top):
+    if m and top != m.group(1) and _regular_package(top):
         # The package is there but lacks a module its importer expects: a version skew, not a missing package.
         dists = providers_of(top) or [top]
         shown = ", ".join(f"{d} {dist_version(d) or ''}".strip() for d in dists)
@@ -245,12 +245,14 @@ def import_hint(error):
     return None
 
 
-def _findable(module):
-    """True when ``module`` can be found (a module object without a spec in sys.modules counts as not)."""
+def _regular_package(module):
+    """True when ``module`` is found and is no namespace package (``google``, ``nvidia``: folders many
+    distributions share, where a missing submodule is a missing distribution, e.g. protobuf for google.protobuf)."""
     try:
-        return importlib.util.find_spec(module) is not None
+        spec = importlib.util.find_spec(module)
     except (ValueError, ImportError):
         return False
+    return spec is not None and spec.origin not in (None, "namespace")
 
 
 def python_dev_package():
