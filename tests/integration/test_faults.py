@@ -31,6 +31,7 @@ import docker
 import pytest
 import yaml
 
+from matrixtool.engine import host as shared_host
 from matrixtool.smoke import OWNER_LABEL
 from tests.integration.conftest import MATRIX, OWNER, json_of, matrix_cli
 
@@ -341,9 +342,7 @@ class Engine:
 
     def load(self, *refs: str) -> None:
         """Copy ``refs`` from the shared engine (``docker save | docker load``)."""
-        with subprocess.Popen(
-            ["docker", "-H", "unix:///var/run/docker.sock", "save", *refs], stdout=subprocess.PIPE
-        ) as save:
+        with subprocess.Popen(["docker", "-H", shared_host(os.environ), "save", *refs], stdout=subprocess.PIPE) as save:
             load = subprocess.run(
                 ["docker", "-H", self.host, "load"], stdin=save.stdout, capture_output=True, timeout=900
             )

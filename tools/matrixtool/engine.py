@@ -44,11 +44,6 @@ def host(env: Mapping[str, str]) -> str:
 GONE: tuple[type[Exception], ...] = (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError)
 
 
-def went_away(exc: BaseException) -> bool:
-    """Whether ``exc`` says the engine's connection broke or its socket is gone (``GONE``)."""
-    return isinstance(exc, GONE)
-
-
 def gone_message(env: Mapping[str, str], during: str, detail: str, *, tagged: str = "") -> str:
     """The message of an engine (``host(env)``) that went away ``during`` something ("the run", "the build of
     cpu (linux/amd64) after 8 s"); ``tagged``: what the caller knows of tags (a build that broke off tagged
