@@ -39,7 +39,7 @@ from packageurl import PackageURL
 from packaging.version import InvalidVersion
 from packaging.version import Version as PyPIVersion
 
-from matrixtool import jsontext
+from matrixtool import jsontext, untrusted
 from matrixtool.errors import ConfigError, ExitCode, MatrixError
 from matrixtool.matrix import Matrix, parse_yaml, read_config_text, resolve_extends
 
@@ -276,6 +276,77 @@ def _severity_of_vector(kind: str, vector: str) -> Severity | None:
     return Severity.__members__.get(str(rating).upper())
 
 
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+_SPECIFIC = {"type": ["object", "null"], "properties": {"severity": {"type": ["string", "null"]}}}
+# The part of the OSV schema (https://ossf.github.io/osv-schema/) this module reads; other keys are free.
+OSV_RECORD_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["id"],
+    "properties": {
+        "id": {"type": "string", "minLength": 1, "maxLength": 200},
+        "aliases": {"type": ["array", "null"], "items": {"type": "string"}},
+        "summary": {"type": ["string", "null"]},
+        "details": {"type": ["string", "null"]},
+        "database_specific": _SPECIFIC,
+        "severity": {
+            "type": ["array", "null"],
+            "items": {"type": "object", "properties": {"type": {"type": "string"}, "score": {"type": "string"}}},
+        },
+        "affected": {
+            "type": ["array", "null"],
+            "items": {
+                "type": "object",
+                "properties": {
+                    "package": {
+                        "type": "object",
+                        "properties": {"ecosystem": {"type": "string"}, "name": {"type": "string"}},
+                    },
+                    "versions": {"type": ["array", "null"], "items": {"type": "string"}},
+                    "ranges": {
+                        "type": ["array", "null"],
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "type": {"type": "string"},
+                                "events": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "properties": {
+                                            k: {"type": "string"} for k in ("introduced", "fixed", "last_affected")
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    },
+                    "ecosystem_specific": _SPECIFIC,
+                    "database_specific": _SPECIFIC,
+                },
+            },
+        },
+    },
+}
+# An answer of the OSV API's /v1/querybatch.
+OSV_BATCH_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "results": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "vulns": {
+                        "type": ["array", "null"],
+                        "items": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}},
+                    }
+                },
+            },
+        }
+    },
+}
+
+
 def severity_of(record: Mapping[str, Any]) -> Severity | None:
     """An OSV record's severity: its ``database_specific.severity`` (GHSA: LOW, MODERATE, HIGH, CRITICAL), an
     ``affected[].ecosystem_specific``/``database_specific`` severity, else the highest CVSS v3/v4 base rating
@@ -400,7 +471,7 @@ def _records_of_folder(folder: Path) -> Iterable[Mapping[str, Any]]:
         if path.is_symlink() or not path.is_file():
             continue
         if path.suffix == ".json":
-            texts: Iterable[tuple[str, bytes]] = [(str(path), _bounded_read(path))]
+            texts: Iterable[tuple[str, str | bytes]] = [(str(path), _bounded_read(path))]
         elif path.suffix == ".zip":
             texts = _zip_members(path)
         else:
@@ -410,17 +481,18 @@ def _records_of_folder(folder: Path) -> Iterable[Mapping[str, Any]]:
                 record = jsontext.loads(data)
             except ValueError as exc:  # json.JSONDecodeError, UnicodeDecodeError, too deep (jsontext)
                 raise ConfigError(name, [f"is not an OSV JSON record ({exc})"]) from exc
-            if isinstance(record, Mapping) and record.get("id"):
+            if isinstance(record, Mapping) and "id" in record:
+                untrusted.check_shape(
+                    record, OSV_RECORD_SCHEMA, source=name, what="an OSV JSON record (https://ossf.github.io/osv-schema/)"
+                )
                 yield record
 
 
-def _bounded_read(path: Path) -> bytes:
-    if path.stat().st_size > MAX_RECORD_BYTES:
-        raise ConfigError(str(path), [f"is larger than {MAX_RECORD_BYTES} bytes; an OSV record is a few KiB"])
-    return path.read_bytes()
+def _bounded_read(path: Path) -> str:
+    return read_config_text(path, limit=MAX_RECORD_BYTES, what="an OSV JSON record of a few KiB")
 
 
-def _zip_members(path: Path) -> Iterable[tuple[str, bytes]]:
+def _zip_members(path: Path) -> Iterable[tuple[str, str | bytes]]:
     try:
         with zipfile.ZipFile(path) as archive:
             for info in archive.infolist():
@@ -515,11 +587,16 @@ class ApiSource(AdvisorySource):
                     {"queries": [{"package": {"ecosystem": e, "name": n}, "version": v} for e, n, v in chunk]}
                 ).encode()
                 answer = jsontext.loads(self.fetch(f"{self.base}/v1/querybatch", body))
+                if problems := untrusted.shape_problems(answer, OSV_BATCH_SCHEMA, limit=1):
+                    raise ValueError(f"its /v1/querybatch answer is no OSV batch answer: {problems[0]}")
                 for query, result in zip(chunk, answer.get("results") or [], strict=False):
                     ids[query] = [str(v["id"]) for v in result.get("vulns") or ()]
             records: dict[str, Advisory] = {}
             for vuln_id in sorted({i for found in ids.values() for i in found}):
-                records[vuln_id] = advisory_of(jsontext.loads(self.fetch(f"{self.base}/v1/vulns/{vuln_id}", None)))
+                record = jsontext.loads(self.fetch(f"{self.base}/v1/vulns/{vuln_id}", None))
+                if problems := untrusted.shape_problems(record, OSV_RECORD_SCHEMA, limit=1):
+                    raise ValueError(f"its record {vuln_id} is no OSV record: {problems[0]}")
+                records[vuln_id] = advisory_of(record)
         except (OSError, ValueError) as exc:
             reason = f"{self.name} did not answer ({exc}); use --advisories DIR with OSV records"
             return Lookup(advisories={}, missing={**missing, **{t.key: reason for t in queryable}})

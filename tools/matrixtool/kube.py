@@ -32,6 +32,9 @@ from matrixtool import jsontext, serve
 from matrixtool.conditions import ROWS, Condition, quantity
 from matrixtool.errors import ConfigError
 from matrixtool.model import Variant
+from matrixtool.report import READ_BACK_SCHEMA
+from matrixtool.untrusted import check_shape
+from matrixtool.yamlfile import read_config_text
 
 # The Kubernetes version the manifests are validated against (kubernetes-validate bundles its schemas).
 K8S_VERSION = "1.33.0"
@@ -41,6 +44,9 @@ STARTUP_MARGIN = 3.0
 MIN_STARTUP_S = 120
 # The longest time to ready a report may give (a day): past it a number is no measurement of a start.
 MAX_READY_S = 86400
+# Kubernetes' int32 fields (a probe's failureThreshold, periodSeconds) hold at most this.
+INT32_MAX = 2**31 - 1
+MAX_REPORT_BYTES = 64 * 1024 * 1024
 MODEL_VOLUME = "models"
 # A Kubernetes object name of the DNS-1123 label kind (a PersistentVolumeClaim's, as `--model-claim` names one).
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -205,10 +211,17 @@ def report_ready_times(report: Path | None) -> dict[tuple[str, str], float]:
     """``ready_times`` of the JSON report at ``report`` (None: no report, no measurements).
 
     Raises:
-        ConfigError: the report is unreadable or not a ``run``/``test`` ``--json-file`` document (exit 3).
+        ConfigError: the report is unreadable, not a regular file (a FIFO is never waited on), over
+            ``MAX_REPORT_BYTES`` or not a ``run``/``test`` ``--json-file`` document (``READ_BACK_SCHEMA``; exit 3).
     """
+    if report is None:
+        return {}
+    what = "a 'tools/matrix run/test --json-file' report"
+    text = read_config_text(report, limit=MAX_REPORT_BYTES, what=what)
     try:
-        return ready_times(jsontext.loads(report.read_text(encoding="utf-8"))) if report is not None else {}
+        doc = jsontext.loads(text)
+        check_shape(doc, READ_BACK_SCHEMA, source=str(report), what=what)
+        return ready_times(doc)
     except KeyError as exc:
         raise ConfigError(
             str(report), [f"not a 'tools/matrix run/test --json-file' report (a check lacks the key {exc})"]
@@ -222,11 +235,24 @@ def probes(serving: Serving) -> dict[str, dict[str, Any]]:
 
     The startupProbe allows ``STARTUP_MARGIN`` times the cold start (at least ``MIN_STARTUP_S``) before the
     kubelet restarts the container; liveness starts only once it passed, so it cannot kill a server still
-    loading or compiling."""
+    loading or compiling.
+
+    Raises:
+        ConfigError: the cold start is past ``MAX_READY_S`` (its threshold would not fit an int32)."""
     check = {"httpGet": {"path": "/health", "port": PORT_NAME}, "periodSeconds": PROBE_PERIOD_S, "timeoutSeconds": 3}
     startup_s = max(MIN_STARTUP_S, serving.cold_start_s * STARTUP_MARGIN)
+    if not startup_s <= MAX_READY_S * STARTUP_MARGIN:  # False for NaN too
+        raise ConfigError(
+            "kube",
+            [
+                f"a cold start of {serving.cold_start_s!r} s ({serving.cold_start_source}) is no time to ready: "
+                f"at most {MAX_READY_S} s, so the probe's failureThreshold fits Kubernetes' 32-bit field"
+            ],
+        )
+    threshold = math.ceil(startup_s / PROBE_PERIOD_S)
+    assert threshold <= INT32_MAX
     return {
-        "startupProbe": {**check, "failureThreshold": math.ceil(startup_s / PROBE_PERIOD_S)},
+        "startupProbe": {**check, "failureThreshold": threshold},
         "readinessProbe": {**check, "failureThreshold": 3},
         "livenessProbe": {**check, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
     }

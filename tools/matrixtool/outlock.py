@@ -20,6 +20,7 @@ from pathlib import Path
 
 from matrixtool import outputs
 from matrixtool.errors import OutLockedError
+from matrixtool.untrusted import shown
 
 # The commands that write under --out (logs, reports, build contexts, bake file, manifests).
 WRITERS = frozenset({"bake", "build", "kube", "push", "run", "test"})
@@ -29,12 +30,13 @@ _POLL_S = 0.2
 
 
 def _holder(fd: int) -> str:
-    """What the lock file says about its holder (``pid 123: tools/matrix test ...``), or a placeholder."""
+    """What the lock file says about its holder (``pid 123: tools/matrix test ...``; control characters
+    escaped: any process may have written it), or a placeholder."""
     try:
         text = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
     except OSError:
         text = ""
-    return text or "another run (it has not written its pid yet)"
+    return shown(text) if text else "another run (it has not written its pid yet)"
 
 
 @contextmanager

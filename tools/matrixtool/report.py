@@ -111,6 +111,31 @@ def table(report: RunReport) -> str:
     return "\n\n".join(parts)
 
 
+# The part of a ``--json`` document (``to_json``) that a later command reads back (``kube --from-report``, the
+# last green image): each check's variant, profile, image, check, status and facts.
+READ_BACK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["checks"],
+    "properties": {
+        "checks": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["variant", "profile", "check"],
+                "properties": {
+                    "variant": {"type": "string"},
+                    "profile": {"type": "string"},
+                    "image": {"type": ["string", "null"]},
+                    "check": {"type": "string"},
+                    "status": {"type": "string"},
+                    "facts": {"type": ["object", "null"]},
+                },
+            },
+        }
+    },
+}
+
+
 def to_json(report: RunReport) -> dict[str, Any]:
     """The ``--json`` document (schema in README.md, version ``JSON_SCHEMA_VERSION``)."""
     return {

@@ -38,7 +38,7 @@ from cyclonedx.model.license import DisjunctiveLicense, LicenseExpression
 from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
-from matrixtool import __version__, jsontext, outputs
+from matrixtool import __version__, jsontext, outputs, untrusted
 from matrixtool.errors import ExitCode, MatrixError
 
 PROGRAM = Path(__file__).parent / "incontainer" / "sbom_inventory.py"
@@ -58,6 +58,47 @@ class SbomError(MatrixError):
     """The inventory could not be read from an image, or an SBOM document is not one this tool can compare."""
 
     exit_code = ExitCode.SBOM
+
+
+_PROPERTIES = {
+    "type": "array",
+    "items": {"type": "object", "properties": {"name": {"type": "string"}, "value": {"type": "string"}}},
+}
+# The part of a CycloneDX 1.x JSON document (https://cyclonedx.org/docs/) this tool reads; other keys are free.
+CYCLONEDX_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["bomFormat"],
+    "properties": {
+        "bomFormat": {"const": "CycloneDX"},
+        "metadata": {
+            "type": "object",
+            "properties": {
+                "component": {
+                    "type": "object",
+                    "properties": {"version": {"type": "string"}, "properties": _PROPERTIES},
+                }
+            },
+        },
+        "components": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "purl": {"type": "string"},
+                    "version": {"type": "string"},
+                    "hashes": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {"alg": {"type": "string"}, "content": {"type": "string"}},
+                        },
+                    },
+                    "properties": _PROPERTIES,
+                },
+            },
+        },
+    },
+}
 
 
 class SbomDiffers(MatrixError):
@@ -452,6 +493,7 @@ def packages_of(doc: Mapping[str, Any]) -> dict[str, Package]:
     """
     if not isinstance(doc, Mapping) or doc.get("bomFormat") != "CycloneDX":
         raise SbomError('not a CycloneDX document (no "bomFormat": "CycloneDX")')
+    untrusted.check_shape(doc, CYCLONEDX_SCHEMA, source="the SBOM", what="a CycloneDX JSON document", error=SbomError)
     found: dict[str, Package] = {}
     for component in doc.get("components") or ():
         if not isinstance(component, Mapping):

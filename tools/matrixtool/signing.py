@@ -14,6 +14,9 @@ it (``+ cosign …``) and bounds it with a timeout.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 import shutil
 import subprocess
 import sys
@@ -24,8 +27,9 @@ from typing import Any
 
 from docker_image import reference as oci
 
-from matrixtool import jsontext
+from matrixtool import jsontext, untrusted
 from matrixtool.errors import ConfigError, EngineUnreachableError, ExitCode, MatrixError, RegistryError
+from matrixtool.yamlfile import read_config_text
 
 COSIGN_TIMEOUT_S = 180
 PASSWORD_ENV = "COSIGN_PASSWORD"
@@ -95,20 +99,87 @@ def find_cosign(env: Mapping[str, str]) -> str:
     return found
 
 
+MAX_KEY_BYTES = 64 * 1024
+_PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\r?\n([A-Za-z0-9+/=\r\n]+?)\r?\n?-----END \1-----\s*", re.ASCII)
+PRIVATE_LABELS = ("ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY")
+# The body of a cosign private key (sigstore's encrypted key format: scrypt, then nacl secretbox).
+_PRIVATE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["kdf", "cipher", "ciphertext"],
+    "properties": {
+        "kdf": {"type": "object", "required": ["name", "params", "salt"], "properties": {"name": {"type": "string"}}},
+        "cipher": {"type": "object", "required": ["name", "nonce"], "properties": {"name": {"type": "string"}}},
+        "ciphertext": {"type": "string", "minLength": 1},
+    },
+}
+
+
+def _public_key_problem(pem: bytes) -> str | None:
+    """Why ``pem`` holds no public key a real parser reads (``cryptography`` where installed, else OpenSSL's
+    ``openssl pkey -pubin``), or None."""
+    try:
+        from cryptography.hazmat.primitives.serialization import load_pem_public_key
+    except ImportError:
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            return None  # the PEM armour and its base64 were checked; cosign reads the rest
+        try:
+            done = subprocess.run(
+                [openssl, "pkey", "-pubin", "-noout"], input=pem, capture_output=True, timeout=30, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"openssl could not read it ({exc})"
+        return None if done.returncode == 0 else "its PEM body is no public key (openssl pkey -pubin cannot read it)"
+    try:
+        load_pem_public_key(pem)
+    except (ValueError, TypeError) as exc:
+        return f"its PEM body is no public key ({exc})"
+    return None
+
+
+def _private_key_problem(body: bytes) -> str | None:
+    """Why the PEM body ``body`` (base64-decoded) is no cosign encrypted private key (JSON: kdf, cipher,
+    ciphertext), or None."""
+    try:
+        doc = jsontext.loads(body)
+    except ValueError:
+        return "its PEM body is not cosign's encrypted key (JSON with kdf, cipher and ciphertext)"
+    problems = untrusted.shape_problems(doc, _PRIVATE_SCHEMA, limit=1)
+    return f"its PEM body is not cosign's encrypted key ({problems[0]})" if problems else None
+
+
 def check_key(path: Path, *, flag: str, private: bool, env: Mapping[str, str]) -> None:
-    """Refuse a key flag before anything runs: not a readable regular file, or (private) no password variable.
+    """Refuse a key flag before anything runs: not a readable regular file (at most ``MAX_KEY_BYTES``; a FIFO is
+    never waited on), not one PEM block of the kind wanted with a base64 body, a public key a parser cannot read
+    (``_public_key_problem``), a private key that is not cosign's encrypted JSON, or (private) no password variable.
 
     Raises:
-        ConfigError: naming ``flag`` and what to do.
+        ConfigError: naming ``flag`` and what to do (exit 3).
     """
-    if not path.is_file():
-        raise ConfigError(
-            "flags", [f"{flag} {str(path)!r} is not a file; make a key pair with 'cosign generate-key-pair'"]
-        )
-    head = path.read_text(encoding="utf-8", errors="replace")[:100]
     wanted = "PRIVATE KEY" if private else "PUBLIC KEY"
-    if wanted not in head:
-        raise ConfigError("flags", [f"{flag} {str(path)!r} is not a cosign {wanted.lower()} (PEM)"])
+    make = "make a key pair with 'cosign generate-key-pair'"
+    shown_path = repr(untrusted.shown(str(path)))
+    try:
+        text = read_config_text(path, limit=MAX_KEY_BYTES, what=f"a cosign {wanted.lower()} file")
+    except ConfigError as exc:
+        raise ConfigError("flags", [f"{flag} {shown_path}: {p}; {make}" for p in exc.problems]) from exc
+    block = _PEM.search(text)
+    labels = PRIVATE_LABELS if private else ("PUBLIC KEY",)
+    if block is None or block.group(1) not in labels:
+        raise ConfigError("flags", [f"{flag} {shown_path} is not a cosign {wanted.lower()} (PEM); {make}"])
+    try:
+        body = base64.b64decode(re.sub(r"\s", "", block.group(2)), validate=True)
+    except binascii.Error:
+        body = b""
+    problem = (
+        "its PEM body is not base64"
+        if not body
+        else _private_key_problem(body)
+        if private
+        else _public_key_problem(block.group(0).encode())
+    )
+    if problem:
+        raise ConfigError("flags", [f"{flag} {shown_path} is not a cosign {wanted.lower()}: {problem}; {make}"])
     if private and PASSWORD_ENV not in env:
         raise ConfigError(
             "flags", [f"{flag} needs the key's password in {PASSWORD_ENV} (export {PASSWORD_ENV}= for none)"]

@@ -3,7 +3,9 @@ strict keys and a bound on alias expansion (``parse_yaml``)."""
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -56,7 +58,7 @@ def read_config_text(path: Path, *, limit: int = MAX_FILE_BYTES, what: str = "--
         except OSError as exc:
             raise ConfigError(name, [f"cannot read the file ({exc.strerror}); pass {what}"]) from exc
     if len(data) > limit:
-        raise ConfigError(name, [f"is larger than {limit} bytes; a matrix file is a few KiB: pass {what}"])
+        raise ConfigError(name, [f"is larger than {limit} bytes; pass {what}"])
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -144,12 +146,90 @@ def _expanded_nodes(root: yaml.Node, limit: int) -> int:
     return size(root)
 
 
+# Tags a matrix file never holds: a value of these types is a slip (an unquoted date, a version like 1:30 read
+# as sexagesimal 90) or a payload, never a setting.
+_FOREIGN_TAGS = {
+    "tag:yaml.org,2002:timestamp": "a date or timestamp",
+    "tag:yaml.org,2002:binary": "binary data",
+    "tag:yaml.org,2002:set": "a set",
+    "tag:yaml.org,2002:omap": "an ordered map",
+    "tag:yaml.org,2002:pairs": "a list of pairs",
+}
+# The longest integer a matrix value can be (a size in bytes, a count of seconds): longer is no setting, and
+# past 4300 digits Python refuses to convert it at all.
+MAX_INT_DIGITS = 20
+_PLAIN_INT = re.compile(r"[-+]?(0|[1-9][0-9_]*)")
+_PLAIN_FLOAT = re.compile(r"[-+]?([0-9][0-9_]*)?\.?[0-9_]*([eE][-+]?[0-9]+)?")
+
+
+def _key_path(parts: list[str]) -> str:
+    return "".join(p if p.startswith("[") else f".{p}" for p in parts).lstrip(".") or "(the document)"
+
+
+def _implicit_problem(node: yaml.ScalarNode) -> str | None:
+    """Why the scalar ``node`` cannot be held as a matrix value, or None: a type of ``_FOREIGN_TAGS``, an integer
+    YAML 1.1 reads from another base (``0x1F``, ``017``, ``0b101``, sexagesimal ``1:30``) or with more than
+    ``MAX_INT_DIGITS`` digits, a float that is NaN, infinite, sexagesimal or past the float range."""
+    value = str(node.value)
+    quoted = f'"{value}"' if len(value) <= 40 else "it"
+    if node.tag in _FOREIGN_TAGS:
+        return f"{value[:40]!r} is read as {_FOREIGN_TAGS[node.tag]}, which a matrix value never is; quote it ({quoted})"
+    if node.tag == "tag:yaml.org,2002:int":
+        if not _PLAIN_INT.fullmatch(value):
+            return (
+                f"{value[:40]!r} is read as an integer in another base or sexagesimal (YAML 1.1); quote it "
+                f"({quoted}) or write the decimal number"
+            )
+        if sum(c.isdigit() for c in value) > MAX_INT_DIGITS:
+            return f"is an integer of {sum(c.isdigit() for c in value)} digits; no matrix value is that large"
+    if node.tag == "tag:yaml.org,2002:float":
+        if not _PLAIN_FLOAT.fullmatch(value) or len(value) > 64:
+            return f"{value[:40]!r} is read as NaN, infinity or a sexagesimal number; quote it ({quoted}) or write a number"
+        try:
+            number = float(value.replace("_", ""))
+        except ValueError:
+            return f"{value[:40]!r} is no number; quote it ({quoted})"
+        if not math.isfinite(number):
+            return f"{value[:40]!r} is past the range of a number; write a smaller one"
+    return None
+
+
+def _foreign_values(root: yaml.Node) -> list[str]:
+    """Every scalar under ``root`` that ``_implicit_problem`` refuses, as ``key.path: why`` (first 20)."""
+    problems: list[str] = []
+    stack: list[tuple[yaml.Node, list[str]]] = [(root, [])]
+    seen: set[int] = set()
+    while stack and len(problems) < 20:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if not isinstance(node, yaml.ScalarNode) and node.tag in _FOREIGN_TAGS:
+            problems.append(
+                f"{_key_path(path)} (line {node.start_mark.line + 1}): is tagged as {_FOREIGN_TAGS[node.tag]}, "
+                "which a matrix value never is; write a plain mapping or list"
+            )
+        elif isinstance(node, yaml.ScalarNode):
+            why = _implicit_problem(node)
+            if why:
+                problems.append(f"{_key_path(path)} (line {node.start_mark.line + 1}): {why}")
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((child, [*path, f"[{i}]"]) for i, child in reversed(list(enumerate(node.value))))
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in reversed(node.value):
+                name = str(key.value)[:60] if isinstance(key, yaml.ScalarNode) else "?"
+                stack.append((value, [*path, name]))
+                stack.append((key, [*path, name]))
+    return problems
+
+
 def parse_yaml(text: str, source: str) -> Any:
     """Parse one YAML document with ``_StrictLoader``, its alias expansion bounded by ``MAX_YAML_NODES``.
 
     Raises:
         ConfigError: not YAML, a duplicate or non-string key (both lines named), an alias cycle, or an
-            expansion past the bound (an alias bomb), each with its line.
+            expansion past the bound (an alias bomb), each with its line; a value of a type a matrix never holds
+            (``_implicit_problem``: dates, binary, NaN, sexagesimal, huge integers) with its key path.
     """
     try:
         loader = _StrictLoader(text)
@@ -171,6 +251,9 @@ def parse_yaml(text: str, source: str) -> Any:
                         "write the values out or use fewer aliases"
                     ],
                 )
+            foreign = _foreign_values(node)
+            if foreign:
+                raise ConfigError(source, foreign)
             return loader.construct_document(node)
         finally:
             loader.dispose()

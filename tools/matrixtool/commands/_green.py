@@ -11,6 +11,7 @@ from typing import Any
 import docker
 
 from matrixtool import engine, imagediff, outputs, report
+from matrixtool.untrusted import shown
 
 # Differences printed under a failed check (``tools/matrix diff`` shows them all).
 HEAD_LINES = 12
@@ -21,10 +22,42 @@ def report_paths(reports: Path, variant: str) -> tuple[Path, Path]:
     return reports / f"{variant}.json", reports / f"{variant}.green.json"
 
 
-def write_variant_reports(result: report.RunReport, reports: Path) -> list[Path]:
+def own_image_problem(labels: Mapping[str, str] | None, variant: str) -> str | None:
+    """Why an image with ``labels`` (its config's labels; None: unreadable) is not one of ``variant``'s own
+    images, or None when it is: the rendered Dockerfile labels each image ``name=vllm-<variant>``."""
+    want = f"vllm-{variant}"
+    name = (labels or {}).get("name")
+    if name == want:
+        return None
+    return f"its label name is {shown(str(name))!r}, not {want!r}" if name is not None else f"it has no label name={want}"
+
+
+def engine_labels(connect: Callable[[], docker.DockerClient] = engine.connect) -> Callable[[str], Any]:
+    """A function giving an image's labels (None where the engine cannot say), connecting on the first call."""
+    client: list[docker.DockerClient] = []
+
+    def labels(image: str) -> Mapping[str, str] | None:
+        try:
+            client[:] = client or [connect()]
+            found = (client[0].images.get(image).attrs.get("Config") or {}).get("Labels")
+        except Exception:  # an image the engine lost or an engine that went away: not known to be its own
+            return None
+        return found if isinstance(found, Mapping) else None
+
+    return labels
+
+
+def write_variant_reports(
+    result: report.RunReport,
+    reports: Path,
+    *,
+    labels: Callable[[str], Mapping[str, str] | None],
+    notice: Callable[[str], None] = lambda line: None,
+) -> list[Path]:
     """For each variant with checks in ``result``: its checks as a ``report.to_json`` document in
-    ``<variant>.json``, and in ``<variant>.green.json`` too when every one passed or was skipped (kept until
-    the next green run, whatever red runs come between). Returns the paths written.
+    ``<variant>.json``, and in ``<variant>.green.json`` too when every one passed or was skipped and each image
+    tested is one of the variant's own (``own_image_problem`` of ``labels(image)``; else ``notice`` says why
+    not), kept until the next green run, whatever red runs come between. Returns the paths written.
 
     Raises:
         OSError: a report cannot be written.
@@ -34,7 +67,17 @@ def write_variant_reports(result: report.RunReport, reports: Path) -> list[Path]
         checks = [c for c in result.checks if c.variant == variant]
         text = report.to_json_text(report.RunReport(checks=checks))
         latest, green = report_paths(reports, variant)
-        for path in (latest, green) if all(c.status.ok for c in checks) else (latest,):
+        paths = [latest]
+        if all(c.status.ok for c in checks):
+            foreign = {
+                c.image: why for c in checks if c.image and (why := own_image_problem(labels(c.image), variant))
+            }
+            if foreign:
+                for image, why in foreign.items():
+                    notice(f"{green.name} not updated: {shown(image)} is no image of {variant} ({why})")
+            else:
+                paths.append(green)
+        for path in paths:
             outputs.write_text(path, text)
             written.append(path)
     return written

@@ -145,6 +145,8 @@ def _report_last_green(result: report.RunReport, reports: Path, env: Mapping[str
     except Exception as exc:
         click.echo(f"warning: no diff against the last green image ({type(exc).__name__}: {exc})", err=True)
     try:
-        _green.write_variant_reports(result, reports)
+        _green.write_variant_reports(
+            result, reports, labels=_green.engine_labels(), notice=lambda line: click.echo(f"note: {line}", err=True)
+        )
     except OSError as exc:
         click.echo(f"warning: per-variant reports not written under {reports} ({exc})", err=True)

@@ -21,6 +21,7 @@ from matrixtool.errors import ConfigError
 from matrixtool.matrix import load_matrix, read_config_text
 from matrixtool.report import human_size
 from matrixtool.select import select_variants
+from matrixtool.untrusted import check_shape, shown
 
 MAX_SBOM_BYTES = 64 * 1024 * 1024
 
@@ -58,7 +59,9 @@ def read_document(path: Path, *, what: str) -> dict[str, Any]:
         doc = jsontext.loads(text)
     except ValueError as exc:
         raise ConfigError(str(path), [f"is not JSON ({exc}); pass {what}"]) from exc
-    sbom_module.packages_of(doc)  # raises SbomError when it is no CycloneDX document
+    if not isinstance(doc, dict) or doc.get("bomFormat") != "CycloneDX":
+        raise sbom_module.SbomError(f'{shown(str(path))}: not a CycloneDX document (no "bomFormat": "CycloneDX"); pass {what}')
+    check_shape(doc, sbom_module.CYCLONEDX_SCHEMA, source=str(path), what=what, error=sbom_module.SbomError)
     return dict(doc)
 
 
