@@ -119,7 +119,7 @@ def test_kube_flags_are_checked_before_anything_is_written(tmp_path: Path, flags
         ('"abc"', "ready_s 'abc' is not a number of seconds"),
         ("true", "ready_s True is not a number of seconds"),
         ("1" + "0" * 400, "is not a time to ready"),
-        (None, "a check lacks the key 'profile'"),
+        (None, "checks[0]: 'profile' is a required property"),
     ],
 )
 def test_a_report_that_gives_no_time_to_ready_is_refused_before_anything_is_written(
@@ -138,12 +138,12 @@ def test_a_report_that_gives_no_time_to_ready_is_refused_before_anything_is_writ
 @pytest.mark.parametrize(
     ("checks", "code"),
     [
-        ('[{"variant": "cpu", "profile": "default", "check": "serve", "facts": [1]}]', ExitCode.OK),  # no ready_s
+        ('[{"variant": "cpu", "profile": "default", "check": "serve", "facts": [1]}]', ExitCode.CONFIG),
         ("[1]", ExitCode.CONFIG),
     ],
 )
 def test_a_report_of_another_shape_is_refused(tmp_path: Path, checks: str, code: int) -> None:
-    """Facts that are no object give no measurement; checks that are no objects are no report (not exit 1)."""
+    """Facts or checks that are no objects are no report (exit 3, not exit 1)."""
     report = tmp_path / "run.json"
     report.write_text(f'{{"checks": {checks}}}')
     result = CliRunner().invoke(main, ["--out", str(tmp_path), "kube", "cpu", "--from-report", str(report)])

@@ -21,6 +21,8 @@ from matrixtool.plan import BuildPlan
 from matrixtool.render import RenderedFile
 
 DIGEST = "sha256:" + "ab" * 32
+# A cosign key pair made by 'cosign generate-key-pair' (empty password), for checks that parse keys.
+KEYS = Path(__file__).parent / "data" / "keys"
 
 
 # --- signing -------------------------------------------------------------------------------------------------
@@ -72,18 +74,16 @@ def test_local_image_must_be_the_signed_digest() -> None:
     assert caught.value.exit_code == int(ExitCode.UNVERIFIED) == 15
 
 
+@pytest.mark.subprocess  # openssl pkey reads the public key
 def test_key_flags_are_checked_first(tmp_path: Path) -> None:
-    pub = tmp_path / "cosign.pub"
-    pub.write_text("-----BEGIN PUBLIC KEY-----\nxyz\n-----END PUBLIC KEY-----\n")
-    key = tmp_path / "cosign.key"
-    key.write_text("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\nxyz\n")
+    pub, key = KEYS / "cosign.pub", KEYS / "cosign.key"
     signing.check_key(pub, flag="--verify-key", private=False, env={})
     signing.check_key(key, flag="--sign-key", private=True, env={"COSIGN_PASSWORD": ""})
     with pytest.raises(ConfigError, match="needs the key's password in COSIGN_PASSWORD"):
         signing.check_key(key, flag="--sign-key", private=True, env={})
     with pytest.raises(ConfigError, match="is not a cosign public key"):
         signing.check_key(key, flag="--verify-key", private=False, env={})
-    with pytest.raises(ConfigError, match="is not a file"):
+    with pytest.raises(ConfigError, match="cannot read the file"):
         signing.check_key(tmp_path / "none", flag="--verify-key", private=False, env={})
 
 
@@ -198,6 +198,7 @@ def test_license_listing_of_a_tar_stream() -> None:
 
 
 # --- the hooks: verification comes before the list, the lock file, the checks --------------------------------
+@pytest.mark.subprocess  # openssl pkey reads the public key
 def test_manifest_verifies_each_platform_before_making_the_list(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -225,8 +226,7 @@ def test_manifest_verifies_each_platform_before_making_the_list(
 
     monkeypatch.setattr(attestations, "verify_ref", verify_ref)
     monkeypatch.setattr(manifest, "execute", execute)
-    pub = tmp_path / "cosign.pub"
-    pub.write_text("-----BEGIN PUBLIC KEY-----\n")
+    pub = KEYS / "cosign.pub"
     args = manifest_command.Args(
         matrix_path=DEFAULT_MATRIX, pushed=(records,), registry="127.0.0.1:5000", repository="vllm-matrix",
         verify_key=pub,
@@ -239,6 +239,7 @@ def test_manifest_verifies_each_platform_before_making_the_list(
     ]
 
 
+@pytest.mark.subprocess  # openssl pkey reads the public key
 def test_pin_verifies_before_the_lock_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from matrixtool import attestations
     from matrixtool.commands import pin as pin_command
@@ -255,8 +256,7 @@ def test_pin_verifies_before_the_lock_file(tmp_path: Path, monkeypatch: pytest.M
             raise AssertionError("resolved before verifying")
 
     monkeypatch.setattr(attestations, "verify_ref", verify_ref)
-    pub = tmp_path / "k.pub"
-    pub.write_text("-----BEGIN PUBLIC KEY-----\n")
+    pub = KEYS / "cosign.pub"
     args = pin_command.Args(matrix=matrix, variants=(matrix.variants[0],), resolve=NoRegistry(), verify_key=pub)  # type: ignore[arg-type]
     with pytest.raises(signing.UnverifiedError, match="debian:bookworm-slim is not signed"):
         pin_command.run(args)

@@ -193,10 +193,36 @@ def _check(variant: str, image: str, status: Status, check: str = "triton-import
     return CheckResult(variant=variant, image=image, check=check, status=status, diagnosis="", hint="", seconds=1.0)
 
 
+def _OWN(image: str) -> dict[str, str]:
+    """The labels of an image of the variant its ref names (``m/cpu:1``: ``name=vllm-cpu``)."""
+    return {"name": "vllm-" + image.split("/")[-1].split(":")[0]}
+
+
+def test_a_green_run_of_another_image_is_not_the_variants_last_green(tmp_path: Path) -> None:
+    """``test --image ANY --as cpu`` that passes keeps its report, but ANY is no green image of cpu."""
+    reports = tmp_path / "reports"
+    own = report.RunReport(checks=[_check("cpu", "m/cpu:1", Status.PASSED)])
+    _green.write_variant_reports(own, reports, labels=_OWN)
+    notices: list[str] = []
+    other = report.RunReport(checks=[_check("cpu", "bad/kept:back", Status.PASSED)])
+    labels = {"bad/kept:back": {"name": "vllm-cuda"}, "m/cpu:1": {"name": "vllm-cpu"}}
+    written = _green.write_variant_reports(other, reports, labels=labels.get, notice=notices.append)
+    assert written == [reports / "cpu.json"]
+    assert json.loads((reports / "cpu.green.json").read_text())["checks"][0]["image"] == "m/cpu:1"
+    assert notices == [
+        "cpu.green.json not updated: bad/kept:back is no image of cpu (its label name is 'vllm-cuda', not 'vllm-cpu')"
+    ]
+    unlabelled = report.RunReport(checks=[_check("cpu", "x:1", Status.PASSED)])
+    assert _green.write_variant_reports(unlabelled, reports, labels=lambda image: None) == [reports / "cpu.json"]
+    assert _green.own_image_problem({"name": "vllm-cpu\x1b[2J"}, "cpu") == (
+        "its label name is 'vllm-cpu\\\\x1b[2J', not 'vllm-cpu'"
+    )
+
+
 def test_run_and_test_keep_a_green_report_and_name_the_last_green_image(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     green = report.RunReport(checks=[_check("cpu", "m/cpu:1", Status.PASSED), _check("cpu", "m/cpu:1", Status.SKIPPED)])
-    assert _green.write_variant_reports(green, reports) == [reports / "cpu.json", reports / "cpu.green.json"]
+    assert _green.write_variant_reports(green, reports, labels=_OWN) == [reports / "cpu.json", reports / "cpu.green.json"]
     red = report.RunReport(checks=[_check("cpu", "m/cpu:2", Status.FAILED), _check("cuda", "m/cuda:1", Status.FAILED)])
     # The engine lacks the green image: the line names it and says why there is no diff.
     lines = _green.failure_lines(red, reports, {}, connect=lambda: _Client({"m/cpu:2"}))  # type: ignore[arg-type,return-value]
@@ -205,7 +231,7 @@ def test_run_and_test_keep_a_green_report_and_name_the_last_green_image(tmp_path
     )
     assert "no diff: no image 'm/cpu:1'" in lines[0]
     assert lines[1] == f"cuda: no earlier green image of cuda in {reports}"
-    _green.write_variant_reports(red, reports)  # a red run keeps the green report
+    _green.write_variant_reports(red, reports, labels=_OWN)  # a red run keeps the green report
     assert json.loads((reports / "cpu.green.json").read_text())["checks"][0]["image"] == "m/cpu:1"
     assert imagediff.last_green(reports, "cpu", exclude_image="m/cpu:2") is not None
 
@@ -214,7 +240,9 @@ def test_a_failing_last_green_lookup_is_one_warning(tmp_path: Path, capsys: pyte
     from matrixtool.commands import _shared
 
     reports = tmp_path / "reports"
-    _green.write_variant_reports(report.RunReport(checks=[_check("cpu", "m/cpu:1", Status.PASSED)]), reports)
+    _green.write_variant_reports(
+        report.RunReport(checks=[_check("cpu", "m/cpu:1", Status.PASSED)]), reports, labels=_OWN
+    )
     red = report.RunReport(checks=[_check("cpu", "m/cpu:2", Status.FAILED)])
     with pytest.raises(SmokeFailure):  # the command's own outcome, unchanged
         _shared.finish(red, _shared.ReportFlags(), out_dir=tmp_path, env={}, last_green=True)

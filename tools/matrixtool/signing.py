@@ -160,9 +160,9 @@ def check_key(path: Path, *, flag: str, private: bool, env: Mapping[str, str]) -
     make = "make a key pair with 'cosign generate-key-pair'"
     shown_path = repr(untrusted.shown(str(path)))
     try:
-        text = read_config_text(path, limit=MAX_KEY_BYTES, what=f"a cosign {wanted.lower()} file")
+        text = read_config_text(path, limit=MAX_KEY_BYTES, what=f"a cosign {wanted.lower()} file ({make})")
     except ConfigError as exc:
-        raise ConfigError("flags", [f"{flag} {shown_path}: {p}; {make}" for p in exc.problems]) from exc
+        raise ConfigError("flags", [f"{flag} {shown_path}: {p}" for p in exc.problems]) from exc
     block = _PEM.search(text)
     labels = PRIVATE_LABELS if private else ("PUBLIC KEY",)
     if block is None or block.group(1) not in labels:

@@ -3,7 +3,6 @@ strict keys and a bound on alias expansion (``parse_yaml``)."""
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import stat
@@ -159,7 +158,6 @@ _FOREIGN_TAGS = {
 # past 4300 digits Python refuses to convert it at all.
 MAX_INT_DIGITS = 20
 _PLAIN_INT = re.compile(r"[-+]?(0|[1-9][0-9_]*)")
-_PLAIN_FLOAT = re.compile(r"[-+]?([0-9][0-9_]*)?\.?[0-9_]*([eE][-+]?[0-9]+)?")
 
 
 def _key_path(parts: list[str]) -> str:
@@ -169,7 +167,8 @@ def _key_path(parts: list[str]) -> str:
 def _implicit_problem(node: yaml.ScalarNode) -> str | None:
     """Why the scalar ``node`` cannot be held as a matrix value, or None: a type of ``_FOREIGN_TAGS``, an integer
     YAML 1.1 reads from another base (``0x1F``, ``017``, ``0b101``, sexagesimal ``1:30``) or with more than
-    ``MAX_INT_DIGITS`` digits, a float that is NaN, infinite, sexagesimal or past the float range."""
+    ``MAX_INT_DIGITS`` digits, a sexagesimal float (``1:30.5``). NaN and infinity are refused by ``matrixfile``,
+    a key that is no string by ``_StrictLoader``."""
     value = str(node.value)
     quoted = f'"{value}"' if len(value) <= 40 else "it"
     if node.tag in _FOREIGN_TAGS:
@@ -182,15 +181,8 @@ def _implicit_problem(node: yaml.ScalarNode) -> str | None:
             )
         if sum(c.isdigit() for c in value) > MAX_INT_DIGITS:
             return f"is an integer of {sum(c.isdigit() for c in value)} digits; no matrix value is that large"
-    if node.tag == "tag:yaml.org,2002:float":
-        if not _PLAIN_FLOAT.fullmatch(value) or len(value) > 64:
-            return f"{value[:40]!r} is read as NaN, infinity or a sexagesimal number; quote it ({quoted}) or write a number"
-        try:
-            number = float(value.replace("_", ""))
-        except ValueError:
-            return f"{value[:40]!r} is no number; quote it ({quoted})"
-        if not math.isfinite(number):
-            return f"{value[:40]!r} is past the range of a number; write a smaller one"
+    if node.tag == "tag:yaml.org,2002:float" and ":" in value:
+        return f"{value[:40]!r} is read as a sexagesimal number (YAML 1.1); quote it ({quoted}) or write a number"
     return None
 
 
@@ -219,7 +211,6 @@ def _foreign_values(root: yaml.Node) -> list[str]:
             for key, value in reversed(node.value):
                 name = str(key.value)[:60] if isinstance(key, yaml.ScalarNode) else "?"
                 stack.append((value, [*path, name]))
-                stack.append((key, [*path, name]))
     return problems
 
 
