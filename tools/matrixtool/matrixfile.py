@@ -21,6 +21,7 @@ from typing import Any
 
 import jsonschema
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from matrixtool.checks import CHECKS, applicable
@@ -473,13 +474,29 @@ def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
         problem = url_problem(url)
         if problem is not None:
             problems.append(f"{at}.{key}: {_show(url)} {problem}")
+    installed = {
+        canonicalize_name(variant["torch"]["package"]): "torch.package",
+        canonicalize_name(variant["vllm"]["package"]): "vllm.package",
+        "torch": "the torch stack",
+        "pip": "the image's pip",
+    }
+    if variant.get("triton") != "absent":
+        installed.setdefault(canonicalize_name(variant.get("triton_distribution", "triton")), "triton_distribution")
     for i, line in enumerate(variant["index"].get("overrides", [])):
         try:
-            Requirement(line)
+            installed.setdefault(canonicalize_name(Requirement(line).name), f"index.overrides.{i}")
         except InvalidRequirement as exc:
             problems.append(
                 f"{at}.index.overrides.{i}: {_show(line)} is not a PEP 508 requirement ({str(exc).splitlines()[0]})"
             )
+    alias = variant.get("dist_alias", {}).get("name")
+    if isinstance(alias, str) and canonicalize_name(alias) in installed:
+        problems.append(
+            f"{at}.dist_alias.name: {_show(alias)} is a distribution the image installs "
+            f"({installed[canonicalize_name(alias)]}); an alias beside it would make the image report a version "
+            "it does not hold: name a distribution the image lacks (the one its code asks importlib.metadata "
+            "for) or remove dist_alias"
+        )
     return problems
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import jinja2
 from dockerfile_parse import DockerfileParser
 
+from matrixtool import outputs
 from matrixtool.errors import ConfigError, StaleRenderError
 from matrixtool.matrix import (
     DEFAULT_MATRIX,
@@ -158,6 +159,7 @@ def template_context(variant: Variant) -> dict[str, Any]:
         ]
         if variant.dist_alias
         else [],
+        "dist_alias_name": variant.dist_alias.package if variant.dist_alias else "",
         # Double-quoted, escaped Dockerfile strings: a space or quote in matrix.yaml cannot break the line,
         # and a `$` stays a `$` (Docker substitutes variables in ENV and LABEL values).
         "env": [(key, _dockerfile_string(value)) for key, value in sorted(variant.env.items())],
@@ -369,15 +371,21 @@ def _preflight_write(files: list[RenderedFile], root: Path) -> None:
 
 def _replace_atomically(target: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``target``, then ``os.replace`` it: a reader sees the old
-    file or the new one, never a truncated one."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    file or the new one, never a truncated one.
+
+    Raises:
+        OutputError: the write failed (a full disk, ``ulimit -f``; exit 3, "cannot write FILE"); ``target``
+            keeps its old content and no temporary file is left."""
+    with outputs.guarded(target):
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+        with outputs.guarded(target), os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
             out.write(text)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
+        with outputs.guarded(target):
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -392,14 +400,14 @@ def write(files: list[RenderedFile], root: Path = REPO_ROOT) -> list[Path]:
 
     Raises:
         ConfigError: an obstacle found before anything was written.
-        OSError: a write failed (the file it was writing keeps its old content).
+        OutputError: a write failed (exit 3; the file it was writing keeps its old content).
     """
     _preflight_write(files, root)
     changed: list[Path] = []
     wanted = {root / f.path for f in files}
     for f in files:
         target = root / f.path
-        target.parent.mkdir(parents=True, exist_ok=True)
+        outputs.make_dirs(target.parent)
         if not target.exists() or target.read_text(encoding="utf-8") != f.text:
             _replace_atomically(target, f.text)
             changed.append(f.path)
