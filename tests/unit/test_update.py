@@ -368,7 +368,11 @@ def test_parse_output_and_container_kwargs() -> None:
 
 def test_last_green(tmp_path: Path) -> None:
     def report(name: str, checks: list[tuple[str, str, str]], mtime: int) -> None:
-        doc = {"checks": [{"variant": v, "image": i, "status": s, "check": "c"} for v, i, s in checks]}
+        doc = {
+            "checks": [
+                {"variant": v, "profile": "default", "image": i, "status": s, "check": "c"} for v, i, s in checks
+            ]
+        }
         path = tmp_path / name
         path.write_text(json.dumps(doc))
         os.utime(path, (mtime, mtime))

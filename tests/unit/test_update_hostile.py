@@ -215,14 +215,17 @@ def test_a_green_run_of_another_image_is_not_the_variants_last_green(tmp_path: P
     unlabelled = report.RunReport(checks=[_check("cpu", "x:1", Status.PASSED)])
     assert _green.write_variant_reports(unlabelled, reports, labels=lambda image: None) == [reports / "cpu.json"]
     assert _green.own_image_problem({"name": "vllm-cpu\x1b[2J"}, "cpu") == (
-        "its label name is 'vllm-cpu\\\\x1b[2J', not 'vllm-cpu'"
+        "its label name is 'vllm-cpu\\x1b[2J', not 'vllm-cpu'"
     )
 
 
 def test_run_and_test_keep_a_green_report_and_name_the_last_green_image(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     green = report.RunReport(checks=[_check("cpu", "m/cpu:1", Status.PASSED), _check("cpu", "m/cpu:1", Status.SKIPPED)])
-    assert _green.write_variant_reports(green, reports, labels=_OWN) == [reports / "cpu.json", reports / "cpu.green.json"]
+    assert _green.write_variant_reports(green, reports, labels=_OWN) == [
+        reports / "cpu.json",
+        reports / "cpu.green.json",
+    ]
     red = report.RunReport(checks=[_check("cpu", "m/cpu:2", Status.FAILED), _check("cuda", "m/cuda:1", Status.FAILED)])
     # The engine lacks the green image: the line names it and says why there is no diff.
     lines = _green.failure_lines(red, reports, {}, connect=lambda: _Client({"m/cpu:2"}))  # type: ignore[arg-type,return-value]

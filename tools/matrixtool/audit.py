@@ -368,11 +368,11 @@ def severity_of(record: Mapping[str, Any]) -> Severity | None:
 
 
 def advisory_of(record: Mapping[str, Any]) -> Advisory:
-    """The ``Advisory`` of one OSV JSON record."""
+    """The ``Advisory`` of one OSV JSON record (its texts with control characters escaped: ``untrusted.shown``)."""
     return Advisory(
-        id=str(record.get("id", "")),
-        aliases=tuple(str(a) for a in record.get("aliases") or ()),
-        summary=str(record.get("summary") or record.get("details", ""))[:200].split("\n")[0],
+        id=untrusted.shown(str(record.get("id", ""))),
+        aliases=tuple(untrusted.shown(str(a)) for a in record.get("aliases") or ()),
+        summary=untrusted.shown(str(record.get("summary") or record.get("details", ""))[:200].split("\n")[0]),
         severity=severity_of(record),
         affected=tuple(a for a in record.get("affected") or () if isinstance(a, Mapping)),
     )
@@ -483,7 +483,10 @@ def _records_of_folder(folder: Path) -> Iterable[Mapping[str, Any]]:
                 raise ConfigError(name, [f"is not an OSV JSON record ({exc})"]) from exc
             if isinstance(record, Mapping) and "id" in record:
                 untrusted.check_shape(
-                    record, OSV_RECORD_SCHEMA, source=name, what="an OSV JSON record (https://ossf.github.io/osv-schema/)"
+                    record,
+                    OSV_RECORD_SCHEMA,
+                    source=name,
+                    what="an OSV JSON record (https://ossf.github.io/osv-schema/)",
                 )
                 yield record
 
@@ -701,23 +704,28 @@ def audit(doc: Mapping[str, Any], source: AdvisorySource, policy: Policy, *, tod
 
 def report_lines(report: AuditReport, *, limit: int = 50) -> list[str]:
     """The report for the terminal: findings (failing first; at most ``limit``), packages not audited (one line
-    per reason, naming at most ``NAMES_SHOWN``), and the verdict line."""
+    per reason, naming at most ``NAMES_SHOWN``), and the verdict line; names and versions from the SBOM and the
+    records with control characters escaped."""
     lines = [f"advisory source: {report.source}"]
     order = {Verdict.FAIL: 0, Verdict.ACCEPTED: 1, Verdict.BELOW: 2}
     for f in sorted(report.findings, key=lambda f: (order[f.verdict], f.package))[:limit]:
         severity = f.severity.name.lower() if f.severity else "unknown"
         fixed = f", fixed in {', '.join(f.fixed)}" if f.fixed else ""
-        lines.append(f"{f.verdict.value:15} {f.advisory} ({severity}) {f.package} {f.version}{fixed}: {f.reason}")
+        lines.append(
+            untrusted.shown(
+                f"{f.verdict.value:15} {f.advisory} ({severity}) {f.package} {f.version}{fixed}: {f.reason}"
+            )
+        )
     by_reason: dict[str, list[Unaudited]] = {}
     for u in report.unaudited:
         by_reason.setdefault(u.reason, []).append(u)
     for reason, packages in by_reason.items():
         if len(packages) == 1:
-            lines.append(f"{'not audited':15} {packages[0].package} {packages[0].version}: {reason}")
+            lines.append(untrusted.shown(f"{'not audited':15} {packages[0].package} {packages[0].version}: {reason}"))
             continue
         names = ", ".join(p.package for p in packages[:NAMES_SHOWN])
         more = f" and {len(packages) - NAMES_SHOWN} more" if len(packages) > NAMES_SHOWN else ""
-        lines.append(f"{'not audited':15} {len(packages)} packages ({names}{more}): {reason}")
+        lines.append(untrusted.shown(f"{'not audited':15} {len(packages)} packages ({names}{more}): {reason}"))
     lines.append(
         f"gate: {'passed' if report.passed else 'FAILED'}: {report.audited} package(s) audited, "
         f"{len(report.failing)} failing advisory(ies), {len(report.unaudited)} not audited"

@@ -22,6 +22,7 @@ from matrixtool import build, commands, engine, interrupts, outlock
 from matrixtool.commands._shared import Settings
 from matrixtool.errors import ExitCode, MatrixError
 from matrixtool.matrix import DEFAULT_MATRIX
+from matrixtool.untrusted import shown
 
 # --out's default: build/ next to the matrix file.
 DEFAULT_OUT_NAME = "build"
@@ -81,20 +82,20 @@ class MatrixGroup(click.Group):
             ctx.exit(int(code))
         except MatrixError as exc:
             _traceback_if_debug(ctx)
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {shown(str(exc), lines=True)}", err=True)
             ctx.exit(int(exc.exit_code))
         except docker.errors.APIError as exc:
             # The engine answered, and refused: not an unreachable engine.
             _traceback_if_debug(ctx)
             click.echo(
-                f"error: the Docker engine refused a request: {exc.explanation or exc}; "
+                f"error: the Docker engine refused a request: {shown(str(exc.explanation or exc))}; "
                 "run 'tools/matrix doctor' to check the engine",
                 err=True,
             )
             ctx.exit(int(ExitCode.ENGINE))
         except docker.errors.DockerException as exc:
             _traceback_if_debug(ctx)
-            click.echo(f"error: Docker engine: {exc}; run 'tools/matrix doctor'", err=True)
+            click.echo(f"error: Docker engine: {shown(str(exc))}; run 'tools/matrix doctor'", err=True)
             ctx.exit(int(ExitCode.ENGINE))
         except engine.GONE as exc:
             # The engine stopped or restarted under a request (the SDK raises requests' errors for a broken socket).
@@ -110,7 +111,8 @@ class MatrixGroup(click.Group):
             # A bug of this tool, not bad input: one line, and the traceback only with --debug.
             _traceback_if_debug(ctx)
             click.echo(
-                f"error: unexpected {type(exc).__name__}: {exc}; rerun with --debug for the traceback and report it",
+                f"error: unexpected {type(exc).__name__}: {shown(str(exc))}; rerun with --debug for the traceback and "
+                "report it",
                 err=True,
             )
             ctx.exit(int(ExitCode.UNEXPECTED))

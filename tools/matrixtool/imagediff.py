@@ -22,15 +22,18 @@ import docker.errors
 
 from matrixtool import engine, jsontext
 from matrixtool.checks import CHECKS
-from matrixtool.errors import NotBuiltError, SmokeFailure
-from matrixtool.report import human_size
+from matrixtool.errors import ConfigError, NotBuiltError, SmokeFailure
+from matrixtool.report import READ_BACK_SCHEMA, human_size
 from matrixtool.smoke import OWNER_ENV_VAR, OWNER_LABEL, SESSION_LABEL
+from matrixtool.untrusted import shape_problems
+from matrixtool.yamlfile import read_config_text
 
 MARK = "@@image-facts@@"
 # Seconds the facts program may take (ldd over a few hundred .so files).
 FACTS_TIMEOUT = 300
 # The most bytes of program output read back.
 MAX_OUTPUT_BYTES = 16 * 1024 * 1024
+MAX_REPORT_BYTES = 64 * 1024 * 1024
 
 
 class Section(str, Enum):
@@ -294,12 +297,15 @@ class GreenImage:
 def last_green(reports: Path, variant: str, *, exclude_image: str | None = None) -> GreenImage | None:
     """The newest (by report file time) image of ``variant`` whose checks in one JSON report under ``reports``
     all passed or were skipped (``*.json``, ``report.to_json``'s document); ``exclude_image``: not this one
-    (the failing image itself). The registry is not asked."""
+    (the failing image itself). A file that is no regular file or no such report (``report.READ_BACK_SCHEMA``)
+    is passed over. The registry is not asked."""
     found: list[tuple[float, GreenImage]] = []
     for path in sorted(reports.glob("*.json")) if reports.is_dir() else []:
-        try:
-            doc = jsontext.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        try:  # a FIFO or a device named *.json is refused unread, never waited on
+            doc = jsontext.loads(read_config_text(path, limit=MAX_REPORT_BYTES, what="a JSON report"))
+        except (ConfigError, ValueError):
+            continue
+        if shape_problems(doc, READ_BACK_SCHEMA, limit=1):
             continue
         by_image: dict[str, list[str]] = {}
         for c in doc.get("checks") or [] if isinstance(doc, dict) else []:

@@ -15,6 +15,7 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from matrixtool import jsontext
 from matrixtool.engine import echo
@@ -23,6 +24,8 @@ from matrixtool.matrix import Platform, Variant
 from matrixtool.plan import remote_ref
 from matrixtool.reference import image_problem
 from matrixtool.registry import registry_host
+from matrixtool.untrusted import check_shape
+from matrixtool.yamlfile import read_config_text
 
 # The OCI image-spec digest grammar (descriptor.md, "Digests") for the registered algorithms: sha256 and sha512,
 # lowercase hex of 64 and 128 characters.
@@ -68,6 +71,41 @@ class ManifestPlan:
         return argv + list(self.sources)
 
 
+# The part of a ``push --json`` document ``read_pushed`` reads.
+PUSHED_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["pushed"],
+    "properties": {
+        "pushed": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["variant", "platform", "refs", "digest"],
+                "properties": {
+                    "variant": {"type": "string"},
+                    "platform": {"type": "string"},
+                    "refs": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                    "digest": {"type": "string"},
+                },
+            },
+        }
+    },
+}
+MAX_PUSHED_BYTES = 16 * 1024 * 1024
+
+
+def _read_json(path: Path, what: str) -> Any:
+    """The JSON of the regular file ``path`` (never waited on when a FIFO).
+
+    Raises:
+        ConfigError: not a regular file, over ``MAX_PUSHED_BYTES``, or not JSON (exit 3)."""
+    text = read_config_text(path, limit=MAX_PUSHED_BYTES, what=what)
+    try:
+        return jsontext.loads(text)
+    except ValueError as exc:
+        raise ConfigError(str(path), [f"is not JSON ({exc}); pass {what}"]) from exc
+
+
 def read_pushed(paths: Sequence[Path]) -> list[Pushed]:
     """The ``pushed`` records of ``tools/matrix push --json`` documents.
 
@@ -75,9 +113,11 @@ def read_pushed(paths: Sequence[Path]) -> list[Pushed]:
         ConfigError: a file is missing, not JSON, or not such a document (names the file).
     """
     found: list[Pushed] = []
+    what = "a 'tools/matrix push --json' document"
     for path in paths:
+        doc = _read_json(path, what)
+        check_shape(doc, PUSHED_SCHEMA, source=str(path), what=what)
         try:
-            doc = jsontext.loads(path.read_text(encoding="utf-8"))
             records = doc["pushed"]
             found += [
                 Pushed(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shlex
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -27,16 +28,24 @@ WRITERS = frozenset({"bake", "build", "kube", "push", "run", "test"})
 LOCK_NAME = ".lock"
 NOTICE_S = 30.0
 _POLL_S = 0.2
+# The line ``held`` writes into the lock file.
+_WRITTEN = re.compile(r"pid (?P<pid>[0-9]{1,10}): (?P<argv>[^\n]{1,3000})")
 
 
 def _holder(fd: int) -> str:
-    """What the lock file says about its holder (``pid 123: tools/matrix test ...``; control characters
-    escaped: any process may have written it), or a placeholder."""
+    """What the lock file says about its holder (``pid 123: tools/matrix test ...``, as ``held`` writes it), or a
+    placeholder. Any process may have written it: a line of another shape is named as such, and its text and
+    the command line are shown with control characters escaped (``untrusted.shown``)."""
     try:
         text = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
     except OSError:
         text = ""
-    return shown(text) if text else "another run (it has not written its pid yet)"
+    if not text:
+        return "another run (it has not written its pid yet)"
+    written = _WRITTEN.fullmatch(text)
+    if written is None:
+        return f"another run (its lock file holds no 'pid N: command' line but \"{shown(text[:200])}\")"
+    return f"pid {written['pid']}: {shown(written['argv'])}"
 
 
 @contextmanager

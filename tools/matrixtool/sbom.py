@@ -579,7 +579,8 @@ def compare(published: Mapping[str, Any], derived: Mapping[str, Any]) -> Compari
 
 
 def comparison_lines(result: Comparison) -> list[str]:
-    """``result`` as lines for the terminal: one per package that differs, then a count."""
+    """``result`` as lines for the terminal: one per package that differs, then a count (names and versions of
+    a published document with control characters escaped)."""
     lines = []
     if result.published_image != result.derived_image:
         lines.append(f"image: published {result.published_image or '?'}, derived {result.derived_image or '?'}")
@@ -591,7 +592,7 @@ def comparison_lines(result: Comparison) -> list[str]:
         if result.same
         else f"{len(result.added)} added, {len(result.removed)} removed, {len(result.changed)} changed"
     )
-    return lines
+    return [untrusted.shown(line) for line in lines]
 
 
 @dataclass(frozen=True, kw_only=True)

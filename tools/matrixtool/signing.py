@@ -115,26 +115,18 @@ _PRIVATE_SCHEMA: dict[str, Any] = {
 
 
 def _public_key_problem(pem: bytes) -> str | None:
-    """Why ``pem`` holds no public key a real parser reads (``cryptography`` where installed, else OpenSSL's
-    ``openssl pkey -pubin``), or None."""
+    """Why ``pem`` holds no public key OpenSSL's parser reads (``openssl pkey -pubin``), or None; None too where
+    no ``openssl`` is installed (the PEM armour and its base64 were checked, cosign reads the rest)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        return None
     try:
-        from cryptography.hazmat.primitives.serialization import load_pem_public_key
-    except ImportError:
-        openssl = shutil.which("openssl")
-        if openssl is None:
-            return None  # the PEM armour and its base64 were checked; cosign reads the rest
-        try:
-            done = subprocess.run(
-                [openssl, "pkey", "-pubin", "-noout"], input=pem, capture_output=True, timeout=30, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"openssl could not read it ({exc})"
-        return None if done.returncode == 0 else "its PEM body is no public key (openssl pkey -pubin cannot read it)"
-    try:
-        load_pem_public_key(pem)
-    except (ValueError, TypeError) as exc:
-        return f"its PEM body is no public key ({exc})"
-    return None
+        done = subprocess.run(
+            [openssl, "pkey", "-pubin", "-noout"], input=pem, capture_output=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"openssl could not read it ({exc})"
+    return None if done.returncode == 0 else "its PEM body is no public key (openssl pkey -pubin cannot read it)"
 
 
 def _private_key_problem(body: bytes) -> str | None:
@@ -150,8 +142,9 @@ def _private_key_problem(body: bytes) -> str | None:
 
 def check_key(path: Path, *, flag: str, private: bool, env: Mapping[str, str]) -> None:
     """Refuse a key flag before anything runs: not a readable regular file (at most ``MAX_KEY_BYTES``; a FIFO is
-    never waited on), not one PEM block of the kind wanted with a base64 body, a public key a parser cannot read
-    (``_public_key_problem``), a private key that is not cosign's encrypted JSON, or (private) no password variable.
+    never waited on), not one PEM block of the kind wanted with a base64 body, a public key OpenSSL cannot read
+    (``_public_key_problem``), a private key that is not cosign's encrypted JSON, or (private) no password
+    variable.
 
     Raises:
         ConfigError: naming ``flag`` and what to do (exit 3).

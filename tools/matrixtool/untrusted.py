@@ -28,9 +28,7 @@ def shown(text: str, *, lines: bool = False) -> str:
     lines), else written ``\\n`` too, so a value cannot start a line of its own (a forged ``error:`` line)."""
     out = []
     for c in text:
-        if c == "\n" and lines:
-            out.append(c)
-        elif c == "\t" and lines:
+        if c in "\n\t" and lines:
             out.append(c)
         elif c in _INVISIBLE or not c.isprintable():
             out.append(_escaped(c))
@@ -68,7 +66,7 @@ def check_shape(
     error: type[MatrixError] | None = None,
 ) -> None:
     """Refuse ``doc`` unless it fits ``schema``: one message naming ``source`` (the file), each key path and
-    ``what`` to pass instead.
+    what is wrong there, and that it is not ``what`` (a noun phrase: "a CycloneDX JSON document"), to pass one.
 
     Raises:
         ConfigError (exit 3), or ``error`` (its message holds the same lines) where a command documents another
@@ -77,7 +75,7 @@ def check_shape(
     problems = shape_problems(doc, schema)
     if not problems:
         return
-    problems.append(f"pass {what}")
+    problems.append(f"not {what}; pass one")
     if error is None:
         raise ConfigError(shown(source), problems)
-    raise error(f"{shown(source)}: not {what}:\n" + "\n".join(f"  - {p}" for p in problems[:-1]))
+    raise error(f"{shown(source)}: not {what}; pass one:\n" + "\n".join(f"  - {p}" for p in problems[:-1]))

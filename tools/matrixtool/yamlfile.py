@@ -172,7 +172,9 @@ def _implicit_problem(node: yaml.ScalarNode) -> str | None:
     value = str(node.value)
     quoted = f'"{value}"' if len(value) <= 40 else "it"
     if node.tag in _FOREIGN_TAGS:
-        return f"{value[:40]!r} is read as {_FOREIGN_TAGS[node.tag]}, which a matrix value never is; quote it ({quoted})"
+        return (
+            f"{value[:40]!r} is read as {_FOREIGN_TAGS[node.tag]}, which a matrix value never is; quote it ({quoted})"
+        )
     if node.tag == "tag:yaml.org,2002:int":
         if not _PLAIN_INT.fullmatch(value):
             return (

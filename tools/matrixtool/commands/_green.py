@@ -29,7 +29,9 @@ def own_image_problem(labels: Mapping[str, str] | None, variant: str) -> str | N
     name = (labels or {}).get("name")
     if name == want:
         return None
-    return f"its label name is {shown(str(name))!r}, not {want!r}" if name is not None else f"it has no label name={want}"
+    return (
+        f"its label name is '{shown(str(name))}', not '{want}'" if name is not None else f"it has no label name={want}"
+    )
 
 
 def engine_labels(connect: Callable[[], docker.DockerClient] = engine.connect) -> Callable[[str], Any]:
@@ -69,9 +71,7 @@ def write_variant_reports(
         latest, green = report_paths(reports, variant)
         paths = [latest]
         if all(c.status.ok for c in checks):
-            foreign = {
-                c.image: why for c in checks if c.image and (why := own_image_problem(labels(c.image), variant))
-            }
+            foreign = {c.image: why for c in checks if c.image and (why := own_image_problem(labels(c.image), variant))}
             if foreign:
                 for image, why in foreign.items():
                     notice(f"{green.name} not updated: {shown(image)} is no image of {variant} ({why})")

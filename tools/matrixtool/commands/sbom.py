@@ -60,8 +60,16 @@ def read_document(path: Path, *, what: str) -> dict[str, Any]:
     except ValueError as exc:
         raise ConfigError(str(path), [f"is not JSON ({exc}); pass {what}"]) from exc
     if not isinstance(doc, dict) or doc.get("bomFormat") != "CycloneDX":
-        raise sbom_module.SbomError(f'{shown(str(path))}: not a CycloneDX document (no "bomFormat": "CycloneDX"); pass {what}')
-    check_shape(doc, sbom_module.CYCLONEDX_SCHEMA, source=str(path), what=what, error=sbom_module.SbomError)
+        raise sbom_module.SbomError(
+            f'{shown(str(path))}: not a CycloneDX document (no "bomFormat": "CycloneDX"); pass {what}'
+        )
+    check_shape(
+        doc,
+        sbom_module.CYCLONEDX_SCHEMA,
+        source=str(path),
+        what=f"a CycloneDX JSON document ({what})",
+        error=sbom_module.SbomError,
+    )
     return dict(doc)
 
 
