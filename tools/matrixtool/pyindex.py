@@ -39,6 +39,7 @@ from packaging.version import InvalidVersion, Version
 
 from matrixtool import jsontext
 from matrixtool.errors import ConfigError, IndexUnreachableError
+from matrixtool.untrusted import shown
 
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 ACCEPT = f"{PEP691_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
@@ -95,12 +96,15 @@ class LatestRelease:
 
 
 def _parse_time(text: Any) -> datetime | None:
-    if not isinstance(text, str) or not text:
+    """An upload time of an index (ISO 8601; one without an offset is UTC, as PyPI writes them), None when
+    ``text`` is none: always aware, so it compares with any other (a naive one would not: TypeError)."""
+    if not isinstance(text, str) or not text or len(text) > 64:
         return None
     try:
-        return datetime.fromisoformat(text)
+        when = datetime.fromisoformat(text)
     except ValueError:
         return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _version_of(filename: str) -> tuple[Version | None, frozenset[Tag]]:
@@ -122,7 +126,7 @@ def _dist_file(
         url=url,
         version=version,
         yanked=bool(yanked) or (isinstance(yanked, str)),
-        yanked_reason=yanked if isinstance(yanked, str) and yanked else None,
+        yanked_reason=shown(yanked[:200]) if isinstance(yanked, str) and yanked else None,
         upload_time=_parse_time(upload_time),
         requires_python=requires_python if isinstance(requires_python, str) and requires_python else None,
         tags=tags,

@@ -16,6 +16,7 @@ from matrixtool.build import BuildResult
 from matrixtool.errors import ExitCode
 from matrixtool.profiles import DEFAULT as DEFAULT_PROFILE
 from matrixtool.smoke import CheckResult, Status
+from matrixtool.untrusted import shown
 
 JSON_SCHEMA_VERSION = 1
 
@@ -55,7 +56,8 @@ def _name(c: CheckResult) -> str:
 
 
 def table(report: RunReport) -> str:
-    """The summary printed at the end of ``run``/``build``/``test``."""
+    """The summary printed at the end of ``run``/``build``/``test``; diagnoses quote an image's and a server's
+    output, so control characters are escaped (``untrusted.shown``)."""
     parts = []
     if report.builds:
         rows = [
@@ -108,7 +110,7 @@ def table(report: RunReport) -> str:
         f"{counts[Status.SKIPPED]} skipped; smoke {total:.0f} s"
         + (f"; {len(report.errors)} variant error(s)" if report.errors else "")
     )
-    return "\n\n".join(parts)
+    return shown("\n\n".join(parts), lines=True)
 
 
 # The part of a ``--json`` document (``to_json``) that a later command reads back (``kube --from-report``, the

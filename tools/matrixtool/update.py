@@ -27,6 +27,7 @@ from packaging.version import InvalidVersion, Version
 from matrixtool.errors import ConfigError, MatrixError
 from matrixtool.matrix import Platform, TritonState, Variant
 from matrixtool.pyindex import DistFile, LatestRelease, Project, local_wheel_files, requires_dist
+from matrixtool.untrusted import shown
 from matrixtool.yamltext import ScalarEdit
 
 # OCI architecture -> platform_machine (PEP 508) and the wheel platform tag's machine part.
@@ -117,7 +118,7 @@ class Line:
         return Requirement(self.text)
 
     def __str__(self) -> str:
-        return f"{self.source}: Requires-Dist: {self.text}"
+        return shown(f"{self.source}: Requires-Dist: {self.text}")  # METADATA of a wheel: any text
 
 
 def applying(lines: Iterable[str], source: str, target: Target) -> list[Line]:
