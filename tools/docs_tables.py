@@ -3,7 +3,7 @@
 (``docs/checks.md``), the command table from the click commands and the exit-code table from
 ``errors.ExitCode`` (``docs/commands.md``), the run-condition table from ``conditions.ROWS``
 (``docs/profiles.md``), and the README's serve command line from the one the serve check
-runs (``matrixtool.serve.readme_block``).
+runs (``matrixtool.smoke.serve.readme_block``).
 
 Each table sits between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` in its file. ``tools/docs_tables.py``
 rewrites them; ``--check`` only compares (exit 1 on drift, naming the file and table). A unit test
@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from matrixtool.checks import readme_table
-from matrixtool.errors import exit_code_table
-from matrixtool.serve import readme_block
+from matrixtool.core.errors import exit_code_table
+from matrixtool.model.checks import readme_table
+from matrixtool.smoke.serve import readme_block
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,8 +48,8 @@ def commands_table() -> str:
 
 def conditions_table() -> str:
     """The run-condition table (``conditions.markdown_table``) with the checks that declare each condition."""
-    from matrixtool import conditions
-    from matrixtool.checks import CHECKS
+    from matrixtool.model import conditions
+    from matrixtool.model.checks import CHECKS
 
     affects = {c: [n for n, info in CHECKS.items() if c in info.affected_by] for c in conditions.Condition}
     return conditions.markdown_table(affects)

@@ -37,8 +37,8 @@ import docker
 import pytest
 import yaml
 
-from matrixtool.checks import prerequisites
-from matrixtool.plan import resolve_wheelhouse
+from matrixtool.build.plan import resolve_wheelhouse
+from matrixtool.model.checks import prerequisites
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import MATRIX
 from tests.integration.test_registry import local_registry  # noqa: F401  (the module's registry fixture)

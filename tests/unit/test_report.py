@@ -6,8 +6,8 @@ from pathlib import Path
 import junitparser
 
 from matrixtool import report
-from matrixtool.build import BuildResult
-from matrixtool.smoke import CheckResult, Status
+from matrixtool.build.executor import BuildResult
+from matrixtool.smoke.executor import CheckResult, Status
 
 
 def _report() -> report.RunReport:

@@ -18,10 +18,12 @@ from typing import Any
 import click
 import docker
 
-from matrixtool import build, commands, engine, interrupts, outlock
+from matrixtool import commands
+from matrixtool.build import executor as build
 from matrixtool.commands._shared import Settings
-from matrixtool.errors import ExitCode, MatrixError
-from matrixtool.matrix import DEFAULT_MATRIX
+from matrixtool.core import engine, interrupts, outlock
+from matrixtool.core.errors import ExitCode, MatrixError
+from matrixtool.model.matrix import DEFAULT_MATRIX
 
 # --out's default: build/ next to the matrix file.
 DEFAULT_OUT_NAME = "build"

@@ -10,7 +10,9 @@ from typing import Any
 
 import docker
 
-from matrixtool import engine, imagediff, outputs, report
+from matrixtool import report
+from matrixtool.core import engine, outputs
+from matrixtool.supply import imagediff
 
 # Differences printed under a failed check (``tools/matrix diff`` shows them all).
 HEAD_LINES = 12

@@ -11,10 +11,11 @@ from typing import Any, TypeVar, cast
 
 import click
 
-from matrixtool import outputs, report
+from matrixtool import report
 from matrixtool.commands import _green
-from matrixtool.errors import ExitCode, SmokeFailure, VariantsFailed, most_severe
-from matrixtool.inputs import check_outputs
+from matrixtool.core import outputs
+from matrixtool.core.errors import ExitCode, SmokeFailure, VariantsFailed, most_severe
+from matrixtool.model.inputs import check_outputs
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,13 +10,15 @@ from pathlib import Path
 
 import docker
 
-from matrixtool import base, build, pin, plan, smoke
-from matrixtool.budget import check_budget
-from matrixtool.engine import note
-from matrixtool.matrix import Matrix, Variant
-from matrixtool.preflight import Inputs
-from matrixtool.profiles import ProfileChoice
-from matrixtool.select import Selection
+from matrixtool.build import base, pin, plan
+from matrixtool.build import executor as build
+from matrixtool.build.preflight import Inputs
+from matrixtool.core.engine import note
+from matrixtool.model.matrix import Matrix, Variant
+from matrixtool.model.profiles import ProfileChoice
+from matrixtool.model.select import Selection
+from matrixtool.smoke import executor as smoke
+from matrixtool.smoke.budget import check_budget
 
 
 def provenance(root: Path) -> tuple[str, str]:

@@ -11,10 +11,13 @@ from pathlib import Path
 import click
 import docker
 
-from matrixtool import attestations, build, plan, push, registry, signing
+from matrixtool.build import executor as build
+from matrixtool.build import plan, registry
 from matrixtool.commands._shared import packing
 from matrixtool.commands._steps import provenance
-from matrixtool.matrix import Matrix, Platform
+from matrixtool.model.matrix import Matrix, Platform
+from matrixtool.publish import push
+from matrixtool.supply import attestations, signing
 
 
 @dataclass(frozen=True, kw_only=True)

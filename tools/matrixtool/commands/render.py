@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from matrixtool import render
+from matrixtool.build import render
 from matrixtool.commands._shared import Settings, pass_settings
-from matrixtool.matrix import Matrix, load_matrix
+from matrixtool.model.matrix import Matrix, load_matrix
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,17 +9,21 @@ from pathlib import Path
 
 import click
 
-from matrixtool import build, plan, preflight, profile_flags, registry, report, smoke
+from matrixtool import report
+from matrixtool.build import executor as build
+from matrixtool.build import plan, preflight, registry
 from matrixtool.commands._flags import BuildFlags, build_flags, selection_flags
 from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
 from matrixtool.commands._steps import SmokeRequest, needs_build, provide_and_plan, smoke_image
 from matrixtool.commands._supply import write_build_reports
-from matrixtool.engine import note
-from matrixtool.errors import MatrixError
-from matrixtool.inputs import warn_unused_wheelhouse
-from matrixtool.matrix import Matrix, Variant, load_matrix
-from matrixtool.profiles import ProfileChoice
-from matrixtool.select import Selection, select_variants
+from matrixtool.core.engine import note
+from matrixtool.core.errors import MatrixError
+from matrixtool.model import profile_flags
+from matrixtool.model.inputs import warn_unused_wheelhouse
+from matrixtool.model.matrix import Matrix, Variant, load_matrix
+from matrixtool.model.profiles import ProfileChoice
+from matrixtool.model.select import Selection, select_variants
+from matrixtool.smoke import executor as smoke
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,14 +10,18 @@ from pathlib import Path
 
 import click
 
-from matrixtool import attestations, engine, profile_flags, profiles, reference, report, smoke
+from matrixtool import report
 from matrixtool.commands._flags import selection_flags
 from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
 from matrixtool.commands._steps import SmokeRequest, progress, smoke_image
 from matrixtool.commands._supply import check_keys, verified_pull, verify_option
-from matrixtool.errors import ConfigError
-from matrixtool.matrix import Variant, load_matrix
-from matrixtool.select import Selection, select_variants
+from matrixtool.core import engine
+from matrixtool.core.errors import ConfigError
+from matrixtool.model import profile_flags, profiles, reference
+from matrixtool.model.matrix import Variant, load_matrix
+from matrixtool.model.select import Selection, select_variants
+from matrixtool.smoke import executor as smoke
+from matrixtool.supply import attestations
 
 
 @dataclass(frozen=True, kw_only=True)
