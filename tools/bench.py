@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from matrixtool.model.matrix import Platform
+    from matrixtool.model.model import Platform
 
 REPO = Path(__file__).resolve().parents[1]
 MATRIX = str(REPO / "tools" / "matrix")
@@ -105,7 +105,7 @@ def _profile_figures(checks: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def build_bench(variant: str, warm: bool) -> int:
     """``build`` mode: a cold (or ``warm``) ``tools/matrix run VARIANT``; figures to ``build/bench/<variant>.json``.
     Returns 0, or 1 when the run failed or wrote no report."""
-    from matrixtool.model.matrix import load_matrix
+    from matrixtool.model.matrixfile import load_matrix
 
     (spec,) = [v for v in load_matrix().variants if v.name == variant]
     if not warm:

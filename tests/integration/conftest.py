@@ -21,8 +21,8 @@ import docker
 import pytest
 
 from matrixtool.core import engine
-from matrixtool.model.matrix import load_matrix
-from matrixtool.smoke.executor import OWNER_ENV_VAR, OWNER_LABEL
+from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL
+from matrixtool.model.matrixfile import load_matrix
 from tests.conftest import REPO_ROOT, copy_checkout
 
 MATRIX = str(REPO_ROOT / "tools" / "matrix")

@@ -23,7 +23,7 @@ import pytest
 from matrixtool.build.plan import WHEELHOUSE_ENV_VAR, resolve_wheelhouse
 from matrixtool.build.wheelhouse import problems
 from matrixtool.core import engine
-from matrixtool.model.matrix import load_matrix
+from matrixtool.model.matrixfile import load_matrix
 from tests.integration.conftest import EMULATION_VARIANT, json_of, matrix_cli, remove_if_built
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

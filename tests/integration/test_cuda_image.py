@@ -14,7 +14,7 @@ import docker
 import pytest
 from packaging.requirements import Requirement
 
-from matrixtool.model.matrix import load_matrix
+from matrixtool.model.matrixfile import load_matrix
 from matrixtool.smoke.executor import host_has_gpu
 from tests.integration.conftest import json_of, matrix_cli, remove_if_built
 

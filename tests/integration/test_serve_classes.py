@@ -32,8 +32,8 @@ from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
+from matrixtool.core.container import OWNER_LABEL
 from matrixtool.smoke import serve_diagnosis as sd
-from matrixtool.smoke.executor import OWNER_LABEL
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import INSTALL_WHEELS, OWNER, TEST_REPOSITORY
 

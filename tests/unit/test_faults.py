@@ -22,8 +22,9 @@ from matrixtool import report
 from matrixtool.cli import main
 from matrixtool.core import engine, outputs
 from matrixtool.core.errors import ExitCode, OutputError
-from matrixtool.model.matrix import DEFAULT_MATRIX, parse_size, validate
-from matrixtool.smoke.executor import CheckResult, Status
+from matrixtool.model.matrixfile import parse_size, validate
+from matrixtool.model.model import DEFAULT_MATRIX
+from matrixtool.smoke.result import CheckResult, Status
 
 
 def test_a_size_beyond_floats_is_a_config_problem_naming_the_key(tmp_path: Path) -> None:
@@ -170,7 +171,7 @@ def test_a_waiting_run_names_the_holder_then_runs(tmp_path: Path) -> None:
 
 def test_an_image_the_tool_did_not_build_runs_hardened_under_every_profile() -> None:
     from matrixtool.model import profiles
-    from matrixtool.model.matrix import load_matrix
+    from matrixtool.model.matrixfile import load_matrix
 
     cpu = next(v for v in load_matrix().variants if v.name == "cpu")
     own = profiles.ProfileChoice(names=()).resolve("cpu", cpu.profiles)

@@ -26,7 +26,7 @@ from matrixtool.build import render
 from matrixtool.cli import main
 from matrixtool.core.errors import ExitCode
 from matrixtool.model.checks import CHECKS
-from matrixtool.model.matrix import load_matrix
+from matrixtool.model.matrixfile import load_matrix
 from tests.conftest import REPO_ROOT, copy_checkout
 
 CONFIG = ExitCode.CONFIG

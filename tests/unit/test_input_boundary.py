@@ -19,7 +19,8 @@ from matrixtool.cli import main
 from matrixtool.core import interrupts
 from matrixtool.core.errors import ConfigError, ExitCode, Terminated, most_severe
 from matrixtool.model import reference
-from matrixtool.model.matrix import IndexSettings, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import IndexSettings
 from tests.conftest import copy_checkout
 
 
@@ -218,7 +219,7 @@ def test_keep_going_exits_with_the_most_severe_code(
     from matrixtool import report
     from matrixtool.commands._shared import ReportFlags, finish
     from matrixtool.core.errors import VariantsFailed
-    from matrixtool.smoke.executor import CheckResult, Status
+    from matrixtool.smoke.result import CheckResult, Status
 
     errors = {name: f"{name} failed" for name in codes} or {"a": "a failed"}
     check = CheckResult(

@@ -7,7 +7,7 @@ import junitparser
 
 from matrixtool import report
 from matrixtool.build.executor import BuildResult
-from matrixtool.smoke.executor import CheckResult, Status
+from matrixtool.smoke.result import CheckResult, Status
 
 
 def _report() -> report.RunReport:

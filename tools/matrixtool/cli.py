@@ -23,7 +23,7 @@ from matrixtool.build import executor as build
 from matrixtool.commands._shared import Settings
 from matrixtool.core import engine, interrupts, outlock
 from matrixtool.core.errors import ExitCode, MatrixError
-from matrixtool.model.matrix import DEFAULT_MATRIX
+from matrixtool.model.model import DEFAULT_MATRIX
 
 # --out's default: build/ next to the matrix file.
 DEFAULT_OUT_NAME = "build"

@@ -15,7 +15,7 @@ from matrixtool.build.executor import BuildResult
 from matrixtool.core import outputs
 from matrixtool.core.errors import ExitCode
 from matrixtool.model.profiles import DEFAULT as DEFAULT_PROFILE
-from matrixtool.smoke.executor import CheckResult, Status
+from matrixtool.smoke.result import CheckResult, Status
 
 JSON_SCHEMA_VERSION = 1
 

@@ -14,7 +14,8 @@ from matrixtool.build import cache
 from matrixtool.build.plan import BuildPlan, build_spec, buildx_argv
 from matrixtool.cli import main
 from matrixtool.core.errors import ConfigError, ExitCode, RegistryError
-from matrixtool.model.matrix import Platform, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Platform
 from matrixtool.publish import manifest
 from tests.unit.build.test_plan import _plan
 

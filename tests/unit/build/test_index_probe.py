@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from matrixtool.build import index
 from matrixtool.cli import main
 from matrixtool.core.errors import ExitCode
-from matrixtool.model.matrix import REPO_ROOT
+from matrixtool.model.model import REPO_ROOT
 from tests.conftest import copy_checkout
 
 

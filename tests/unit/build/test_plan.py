@@ -4,7 +4,8 @@ from pathlib import Path
 from typing import Any
 
 from matrixtool.build import plan, render
-from matrixtool.model.matrix import Platform, Variant, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Platform, Variant
 
 AMD64, ARM64 = Platform("linux", "amd64"), Platform("linux", "arm64")
 

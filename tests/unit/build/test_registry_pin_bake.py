@@ -17,7 +17,8 @@ from matrixtool.build import bake, pin, plan, registry, render
 from matrixtool.cli import main
 from matrixtool.core import engine
 from matrixtool.core.errors import ConfigError, ExitCode, RegistryError
-from matrixtool.model.matrix import Platform, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Platform
 from matrixtool.publish import push
 from tests.conftest import REPO_ROOT, copy_checkout
 from tests.unit.build.test_plan import flat_plan

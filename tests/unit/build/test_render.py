@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from matrixtool.build import render
 from matrixtool.cli import main
 from matrixtool.core.errors import ConfigError, ExitCode, StaleRenderError
-from matrixtool.model.matrix import REPO_ROOT, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import REPO_ROOT
 from tests.conftest import copy_checkout
 
 

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from matrixtool.build import wheelhouse
 from matrixtool.cli import main
 from matrixtool.core.errors import ExitCode
-from matrixtool.model.matrix import Platform, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Platform
 
 VARIANTS = {v.name: v for v in load_matrix().variants}
 X86_CP311 = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from matrixtool.cli import main
 from matrixtool.core.errors import ConfigError, ExitCode, NothingSelectedError
 from matrixtool.deploy import ci
-from matrixtool.model.matrix import load_matrix, validate
+from matrixtool.model.matrixfile import load_matrix, validate
 from tests.conftest import REPO_ROOT
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "images.yml"
@@ -133,7 +133,7 @@ def test_workflow_passes_linter(tool: str) -> None:
 
 def test_fork_pull_requests_get_no_self_hosted_runners() -> None:
     from matrixtool.deploy import ci
-    from matrixtool.model.matrix import load_matrix
+    from matrixtool.model.matrixfile import load_matrix
 
     variants = load_matrix().variants
     assert {e["variant"] for e in ci.ci_matrix(variants)["include"]} == {"cpu", "arm64", "cuda", "cuda-arm64", "rocm"}

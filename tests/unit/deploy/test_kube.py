@@ -14,7 +14,7 @@ from matrixtool.cli import main
 from matrixtool.core.errors import ExitCode
 from matrixtool.deploy import kube
 from matrixtool.model.conditions import ROWS, Condition
-from matrixtool.model.matrix import load_matrix
+from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.profiles import Profile
 
 SERVING = kube.Serving(args=("serve", "/models/tiny-llama"), port=8000, model_mount="/models", cold_start_s=98)

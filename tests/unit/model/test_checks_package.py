@@ -16,11 +16,15 @@ from click.testing import CliRunner
 
 from matrixtool.cli import main
 from matrixtool.core.errors import ConfigError, ExitCode
+from matrixtool.incontainer.vllm_smoke.common import SUITES
 from matrixtool.model import checks, select
-from matrixtool.model.matrix import CheckSpec, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import CheckSpec
 from matrixtool.model.profiles import Profile
 from matrixtool.smoke import executor as smoke
 from matrixtool.smoke import plan as smoke_plan
+from matrixtool.smoke import result as smoke_result
+from matrixtool.smoke import runners as smoke_runners
 from tests.conftest import REPO_ROOT
 from tests.unit._incontainer import incontainer, stub_check
 
@@ -48,14 +52,14 @@ def test_the_host_catalogue_is_the_packages_declarations() -> None:
         declared = mod.DECLARATIONS[name]
         assert info.hint == declared.hint and info.timeout == declared.timeout and info.needs == declared.needs
         assert all(n in checks.CHECKS for n in (*info.needs, *info.uses)), name
-        assert info.suites and set(info.suites) <= set(checks.SUITES)
+        assert info.suites and set(info.suites) <= set(SUITES)
 
 
 def test_the_package_is_standard_library_only_at_import() -> None:
     """Every module of the package imports only the standard library (and its own modules) at top level: the
     host imports it, and it runs in images whatever they hold. Programs import torch/vLLM inside functions or
     as scripts run in a child Python."""
-    root = smoke.PACKAGE_DIR
+    root = smoke_runners.PACKAGE_DIR
     for path in root.rglob("*.py"):
         if path.parent.name == "programs" and path.name not in ("__init__.py", "make_model.py", "validate.py"):
             continue  # scripts run as child Pythons
@@ -210,7 +214,7 @@ def test_suite_flag_is_validated_with_exit_3() -> None:
 
 def test_groups_share_an_interpreter_as_declared() -> None:
     specs = [CheckSpec(name=n, timeout=10) for n in checks.CHECKS]
-    found = smoke.groups(specs)
+    found = smoke_plan.groups(specs)
     by_check = {c.name: i for i, group in enumerate(found) for c in group}
     # One `import vllm` and one model inspection for every check that uses vLLM in-process (issue 10's figures);
     # the console script is a process of its own, so vllm-cli runs beside them.
@@ -220,7 +224,7 @@ def test_groups_share_an_interpreter_as_declared() -> None:
     host_side = {n for n, c in checks.CHECKS.items() if c.group == "host"}
     assert host_side == {"serve"}  # run by the host, in no exec
     assert sorted(c.name for g in found for c in g) == sorted(set(checks.CHECKS) - host_side)
-    assert smoke.group_timeout(found[0]) == 10 * len(found[0])
+    assert smoke_plan.group_timeout(found[0]) == 10 * len(found[0])
 
 
 def test_a_group_reports_each_check_and_timeout_for_the_unfinished(tmp_path: Path) -> None:
@@ -253,10 +257,10 @@ def test_a_group_reports_each_check_and_timeout_for_the_unfinished(tmp_path: Pat
     assert [r.check for r in results] == names, "the declared order, whatever finished first"
     status = {r.check: r.status for r in results}
     assert status == {
-        "pip-check": smoke.Status.PASSED,
-        "offline-generate": smoke.Status.TIMEOUT,
-        "triton-import": smoke.Status.PASSED,
-        "vllm-cli": smoke.Status.PASSED,
+        "pip-check": smoke_result.Status.PASSED,
+        "offline-generate": smoke_result.Status.TIMEOUT,
+        "triton-import": smoke_result.Status.PASSED,
+        "vllm-cli": smoke_result.Status.PASSED,
     }
     assert runner.restarted == 1 and all(r.suite == "quick" for r in results)
     assert (tmp_path / "cpu.pip-check.log").read_text().startswith("MATRIX-BEGIN pip-check\n")
@@ -273,8 +277,14 @@ def test_catalogue_prints_the_declarations_as_json(capsys: Any) -> None:
 def test_the_suite_shows_in_the_table_json_and_junit(tmp_path: Path) -> None:
     from matrixtool import report
 
-    result = smoke.CheckResult(
-        variant="cpu", image="i", check="pip-check", status=smoke.Status.PASSED, diagnosis="ok", hint="", seconds=1.0
+    result = smoke_result.CheckResult(
+        variant="cpu",
+        image="i",
+        check="pip-check",
+        status=smoke_result.Status.PASSED,
+        diagnosis="ok",
+        hint="",
+        seconds=1.0,
     )
     quick = report.RunReport(checks=[dataclasses.replace(result, suite="quick")])
     assert "\nsuite: quick\n" in report.table(quick)
@@ -284,11 +294,11 @@ def test_the_suite_shows_in_the_table_json_and_junit(tmp_path: Path) -> None:
 
 
 def test_a_skip_never_hides_a_failure_left_out_of_the_report() -> None:
-    skipped = smoke.CheckResult(
+    skipped = smoke_result.CheckResult(
         variant="cpu",
         image="i",
         check="offline-generate",
-        status=smoke.Status.SKIPPED,
+        status=smoke_result.Status.SKIPPED,
         diagnosis="tiny-model failed",
         hint="",
         seconds=0.0,
@@ -299,15 +309,16 @@ def test_a_skip_never_hides_a_failure_left_out_of_the_report() -> None:
         },
     )
     listed = [CheckSpec(name="tiny-model", timeout=1), CheckSpec(name="offline-generate", timeout=1)]
-    assert smoke.unhidden(skipped, listed) is skipped, "tiny-model's own failure is in the report"
-    rerun = smoke.unhidden(skipped, listed[1:])  # a profile's rerun, without the prerequisite
+    assert smoke_result.unhidden(skipped, listed) is skipped, "tiny-model's own failure is in the report"
+    rerun = smoke_result.unhidden(skipped, listed[1:])  # a profile's rerun, without the prerequisite
     assert (
-        rerun.status is smoke.Status.FAILED and "tiny-model failed here: making the tiny model fails" in rerun.diagnosis
+        rerun.status is smoke_result.Status.FAILED
+        and "tiny-model failed here: making the tiny model fails" in rerun.diagnosis
     )
     assert rerun.hint == checks.CHECKS["tiny-model"].hint
 
 
 def test_the_package_parses_as_python_3_9() -> None:
     """Images this project did not build may have Python 3.9: the package's syntax must parse there."""
-    for path in smoke.PACKAGE_DIR.rglob("*.py"):
+    for path in smoke_runners.PACKAGE_DIR.rglob("*.py"):
         ast.parse(path.read_text(encoding="utf-8"), filename=str(path), feature_version=(3, 9))

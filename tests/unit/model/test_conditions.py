@@ -12,7 +12,8 @@ import matrixtool
 from matrixtool.model import conditions, profile_flags, profiles
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.conditions import ROW, ROWS, Condition
-from matrixtool.model.matrix import CheckSpec, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import CheckSpec
 from matrixtool.model.profile_flags import overrides_from_flags
 from matrixtool.model.profiles import Profile
 from tests.unit._incontainer import incontainer
@@ -61,9 +62,9 @@ def test_new_conditions_become_docker_kwargs() -> None:
 
 
 def test_the_tool_adds_no_shm_and_default_declares_what_the_server_needs() -> None:
-    from matrixtool.smoke import executor as smoke
+    from matrixtool.smoke import runners as smoke_runners
 
-    assert "shm_size" not in smoke.container_kwargs("img", "s", profile=Profile(name="default"))
+    assert "shm_size" not in smoke_runners.container_kwargs("img", "s", profile=Profile(name="default"))
     for variant in load_matrix().variants:
         default = variant.profile("default")
         assert default is not None and default.shm_size == "1g", variant.name  # vLLM's CPU server: 160 MiB

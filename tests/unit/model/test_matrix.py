@@ -10,7 +10,8 @@ from click.testing import CliRunner
 import matrixtool
 from matrixtool.cli import main
 from matrixtool.core.errors import ConfigError, ExitCode
-from matrixtool.model.matrix import DEFAULT_MATRIX, Platform, TritonState, load_matrix, resolve_extends, validate
+from matrixtool.model.matrixfile import load_matrix, resolve_extends, validate
+from matrixtool.model.model import DEFAULT_MATRIX, Platform, TritonState
 from tests.conftest import REPO_ROOT
 
 

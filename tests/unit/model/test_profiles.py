@@ -14,13 +14,19 @@ from click.testing import CliRunner
 
 from matrixtool import report
 from matrixtool.cli import main
+from matrixtool.core import container
 from matrixtool.core.errors import ConfigError, ExitCode, WrongPlatformError
 from matrixtool.model import profiles
 from matrixtool.model.checks import CHECKS
-from matrixtool.model.matrix import CheckSpec, load_matrix
-from matrixtool.model.profiles import Condition, Overrides, Profile
+from matrixtool.model.conditions import Condition
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import CheckSpec
+from matrixtool.model.profiles import Overrides, Profile
 from matrixtool.report import RunReport
 from matrixtool.smoke import executor as smoke
+from matrixtool.smoke import plan as smoke_plan
+from matrixtool.smoke import result as smoke_result
+from matrixtool.smoke import runners as smoke_runners
 from tests.unit._incontainer import incontainer, stub_check
 
 RESTRICTED = {
@@ -63,10 +69,10 @@ def test_container_kwargs_put_each_condition_in_place() -> None:
 
 def test_smoke_container_kwargs_keep_labels_and_add_the_smoke_tmpfs() -> None:
     profile = profiles.profile_from_mapping("restricted", RESTRICTED)
-    kwargs = smoke.container_kwargs("img:tag", "s1", profile=profile)
-    assert kwargs["labels"][smoke.SESSION_LABEL] == "s1" and smoke.OWNER_LABEL in kwargs["labels"]
-    assert kwargs["tmpfs"] == {"/tmp": "rw,exec,size=4g", smoke.SMOKE_DIR: smoke.SMOKE_TMPFS}
-    assert kwargs["environment"] == {"MATRIX_SMOKE_DIR": smoke.SMOKE_DIR}
+    kwargs = smoke_runners.container_kwargs("img:tag", "s1", profile=profile)
+    assert kwargs["labels"][container.SESSION_LABEL] == "s1" and container.OWNER_LABEL in kwargs["labels"]
+    assert kwargs["tmpfs"] == {"/tmp": "rw,exec,size=4g", smoke_runners.SMOKE_DIR: smoke_runners.SMOKE_TMPFS}
+    assert kwargs["environment"] == {"MATRIX_SMOKE_DIR": smoke_runners.SMOKE_DIR}
     assert kwargs["read_only"] is True and kwargs["user"] == "1000770000:0" and kwargs["network_mode"] == "none"
     assert kwargs["init"] is True and kwargs["entrypoint"] == ["sleep"]
 
@@ -132,11 +138,11 @@ def test_unknown_profile_is_a_usage_error_naming_the_known_ones() -> None:
 
 def test_report_has_a_profile_column(tmp_path: Path) -> None:
     results = [
-        smoke.CheckResult(
+        smoke_result.CheckResult(
             variant="cpu",
             image="i",
             check="inductor-compile",
-            status=smoke.Status.PASSED,
+            status=smoke_result.Status.PASSED,
             diagnosis="ok",
             hint="",
             seconds=1.0,
@@ -184,7 +190,7 @@ def test_wrong_platform_is_rejected_before_any_container_starts(tmp_path: Path) 
         smoke.run_profiles(client, "img", arm64, checks, [Profile(name="default")], log_dir=tmp_path)  # type: ignore[arg-type]
     assert client.started == []
     assert WrongPlatformError.exit_code is ExitCode.WRONG_PLATFORM and int(ExitCode.WRONG_PLATFORM) == 12
-    assert smoke.platform_matches("linux/arm64/v8", ["linux/arm64"])
+    assert smoke_plan.platform_matches("linux/arm64/v8", ["linux/arm64"])
 
 
 def test_exec_format_error_is_named(tmp_path: Path) -> None:
@@ -199,8 +205,8 @@ def test_exec_format_error_is_named(tmp_path: Path) -> None:
             [Profile(name="default")],
             log_dir=tmp_path,
         )
-    status, diagnosis, hint, _ = smoke.verdict("vllm-cli", 126, "exec /usr/bin/timeout: exec format error", 10)
-    assert status is smoke.Status.FAILED and diagnosis.startswith("exec format error") and "binfmt" in hint
+    status, diagnosis, hint, _ = smoke_result.verdict("vllm-cli", 126, "exec /usr/bin/timeout: exec format error", 10)
+    assert status is smoke_result.Status.FAILED and diagnosis.startswith("exec format error") and "binfmt" in hint
 
 
 def test_cli_profile_flags_reach_the_choice(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -254,7 +260,7 @@ def test_a_failed_check_names_the_condition_it_met(
         ),
     )
     mod.main(["x", "run", "triton-import", json.dumps({})])
-    parsed = smoke.parse_output(capsys.readouterr().out)
+    parsed = smoke_result.parse_output(capsys.readouterr().out)
     assert parsed is not None and "[run condition: read-only root filesystem" in parsed["diagnosis"]
     assert "tmpfs on /tmp" in parsed["hint"]
 

@@ -6,7 +6,7 @@ from click.testing import CliRunner
 from matrixtool.cli import main
 from matrixtool.core.errors import ConfigError, ExitCode, NothingSelectedError
 from matrixtool.model import select
-from matrixtool.model.matrix import load_matrix
+from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.select import select_variants
 
 

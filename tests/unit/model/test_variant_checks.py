@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from matrixtool.model import checks
-from matrixtool.model.matrix import DEFAULT_MATRIX, load_matrix, resolve_checks, resolve_extends, validate
+from matrixtool.model.matrixfile import load_matrix, resolve_checks, resolve_extends, validate
+from matrixtool.model.model import DEFAULT_MATRIX
 
 VARIANTS = ("cpu", "arm64", "cuda", "cuda-arm64", "rocm")
 # Each check's timeout in seconds per variant of VARIANTS (None: the variant does not run it), in the order the

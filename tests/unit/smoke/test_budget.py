@@ -12,9 +12,10 @@ from click.testing import CliRunner
 
 from matrixtool.cli import main
 from matrixtool.core.errors import ExitCode
-from matrixtool.model.matrix import DEFAULT_MATRIX, load_matrix, parse_size, validate
+from matrixtool.model.matrixfile import load_matrix, parse_size, validate
+from matrixtool.model.model import DEFAULT_MATRIX
 from matrixtool.smoke import budget
-from matrixtool.smoke import executor as smoke
+from matrixtool.smoke import plan as smoke_plan
 
 
 @pytest.mark.parametrize(
@@ -76,7 +77,7 @@ def test_the_matrix_declares_budgets_and_no_cpu_variant_excuses_cuda_weight() ->
     assert variants["cuda-arm64"].size_budget == variants["cuda"].size_budget == 11 * 10**9  # extends
     # arm64 is the real CPU stack (torch 2.13.0+cpu from the wheelhouse, issue 13): nothing to excuse.
     assert variants["cpu"].cuda_weight_reason is None and variants["arm64"].cuda_weight_reason is None
-    assert smoke.check_params(variants["arm64"])["cuda_weight_reason"] is None
+    assert smoke_plan.check_params(variants["arm64"])["cuda_weight_reason"] is None
     assert "cuda-weight" in {c.name for c in variants["cpu"].checks}
     assert "cuda-weight" not in {c.name for c in variants["cuda"].checks}
 

@@ -9,7 +9,8 @@ from typing import Any
 
 from matrixtool.model import profiles
 from matrixtool.model.checks import CHECKS
-from matrixtool.model.matrix import CheckSpec, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import CheckSpec
 from matrixtool.model.profiles import Profile
 from matrixtool.smoke import serve
 from matrixtool.smoke.plan import SERVED_REASON, plan_profiles

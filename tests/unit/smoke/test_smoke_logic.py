@@ -12,9 +12,13 @@ from typing import Any
 
 import pytest
 
+from matrixtool.core import container
 from matrixtool.model.checks import CHECKS
-from matrixtool.model.matrix import CheckSpec, load_matrix
-from matrixtool.smoke import executor as smoke
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import CheckSpec
+from matrixtool.smoke import plan as smoke_plan
+from matrixtool.smoke import result as smoke_result
+from matrixtool.smoke import runners as smoke_runners
 from tests.unit._incontainer import incontainer, stub_check
 
 
@@ -38,21 +42,21 @@ def test_a_check_past_its_own_timeout_in_a_shared_interpreter_is_timeout(
 
 def test_exec_argv_is_bounded_by_the_sum_of_the_timeouts() -> None:
     group = [CheckSpec(name="vllm-import", timeout=40), CheckSpec(name="model-runner", timeout=2)]
-    argv = smoke.exec_argv(group, {"triton": "absent"})
-    assert argv[:4] == ["timeout", "-k", str(smoke.KILL_GRACE), "42"]
+    argv = smoke_runners.exec_argv(group, {"triton": "absent"})
+    assert argv[:4] == ["timeout", "-k", str(smoke_plan.KILL_GRACE), "42"]
     # The checks run from the zipapp on the tool's tmpfs: nothing is written to a root a profile may make read-only.
-    assert argv[4:8] == ["python3", smoke.ZIPAPP, "run", "vllm-import,model-runner"]
-    assert smoke.ZIPAPP.startswith(smoke.SMOKE_DIR + "/")
+    assert argv[4:8] == ["python3", smoke_runners.ZIPAPP, "run", "vllm-import,model-runner"]
+    assert smoke_runners.ZIPAPP.startswith(smoke_runners.SMOKE_DIR + "/")
     # Each check's own timeout travels with the parameters: the in-image runner enforces it per check.
     assert json.loads(argv[8]) == {"triton": "absent", "timeouts": {"vllm-import": 40, "model-runner": 2}}
-    host = smoke.exec_argv(group[1:], {}, python="py", package_dir="/x/incontainer")
-    assert host[4:9] == ["py", "-c", smoke.HOST_BOOT, "/x/incontainer", "run"] and host[9] == "model-runner"
+    host = smoke_runners.exec_argv(group[1:], {}, python="py", package_dir="/x/incontainer")
+    assert host[4:9] == ["py", "-c", smoke_runners.HOST_BOOT, "/x/incontainer", "run"] and host[9] == "model-runner"
 
 
 @pytest.mark.subprocess
 def test_the_zipapp_is_written_with_one_exec_and_runs_the_package(tmp_path: Path) -> None:
-    install = smoke.install_argv()
-    assert install[:2] == ["python3", "-c"] and install[3] == smoke.ZIPAPP
+    install = smoke_runners.install_argv()
+    assert install[:2] == ["python3", "-c"] and install[3] == smoke_runners.ZIPAPP
     assert len(install[4].encode()) < 128 * 1024, "Linux's MAX_ARG_STRLEN: one argument must stay below 128 kB"
     pyz = tmp_path / "smoke.pyz"
     subprocess.run([sys.executable, "-c", install[2], str(pyz), install[4]], check=True)
@@ -64,9 +68,11 @@ def test_the_zipapp_is_written_with_one_exec_and_runs_the_package(tmp_path: Path
         env=env,
         check=True,
     )
-    assert smoke.parse_output(proc.stdout, "triton-import") == smoke.parse_output(proc.stdout, "triton-import")
+    assert smoke_result.parse_output(proc.stdout, "triton-import") == smoke_result.parse_output(
+        proc.stdout, "triton-import"
+    )
     for name in ("triton-import", "cpu-engine-settings"):
-        parsed = smoke.parse_output(proc.stdout, name)
+        parsed = smoke_result.parse_output(proc.stdout, name)
         assert parsed is not None and parsed["status"] == "passed" and parsed["check"] == name
     # A program travels inside the zip and is extracted to the tool's work dir when a check runs it.
     code = "import sys; sys.path.insert(0, sys.argv[1]); from vllm_smoke import common as c; "
@@ -76,15 +82,15 @@ def test_the_zipapp_is_written_with_one_exec_and_runs_the_package(tmp_path: Path
 
 
 def test_container_kwargs() -> None:
-    kwargs = smoke.container_kwargs("img:tag", "s1")
+    kwargs = smoke_runners.container_kwargs("img:tag", "s1")
     assert "shm_size" not in kwargs  # a profile gets the /dev/shm it declares (matrix.yaml: default declares 1g)
-    assert kwargs["labels"][smoke.SESSION_LABEL] == "s1" and smoke.OWNER_LABEL in kwargs["labels"]
+    assert kwargs["labels"][container.SESSION_LABEL] == "s1" and container.OWNER_LABEL in kwargs["labels"]
     assert kwargs["entrypoint"] == ["sleep"] and kwargs["detach"] is True
 
 
 def test_check_params_carry_the_variant_expectations() -> None:
     cpu = load_matrix().variants[0]
-    params = smoke.check_params(cpu, ["vllm"])
+    params = smoke_plan.check_params(cpu, ["vllm"])
     assert params["triton"] == "absent"
     assert params["vllm_version"] == "0.32.0"
     assert params["entrypoint"] == ["vllm"]
@@ -95,25 +101,25 @@ def test_verdict_parses_the_last_result_line() -> None:
         'noise\nMATRIX-RESULT {"status": "failed", "diagnosis": "d1", "hint": null, "facts": {}}\n'
         'MATRIX-RESULT {"status": "passed", "diagnosis": "ok", "hint": null, "facts": {"a": 1}}\n'
     )
-    status, diagnosis, hint, facts = smoke.verdict("triton-import", 0, out, 10)
-    assert status is smoke.Status.PASSED and diagnosis == "ok" and facts == {"a": 1}
+    status, diagnosis, hint, facts = smoke_result.verdict("triton-import", 0, out, 10)
+    assert status is smoke_result.Status.PASSED and diagnosis == "ok" and facts == {"a": 1}
     assert hint == CHECKS["triton-import"].hint
 
 
 def test_verdict_prefers_the_check_specific_hint() -> None:
     out = 'MATRIX-RESULT {"status": "failed", "diagnosis": "d", "hint": "do X", "facts": {}}'
-    assert smoke.verdict("torch-family", 0, out, 10)[2] == "do X"
+    assert smoke_result.verdict("torch-family", 0, out, 10)[2] == "do X"
 
 
 @pytest.mark.parametrize("code", [None, 124, 137])
 def test_verdict_timeout(code: int | None) -> None:
-    status, diagnosis, _, _ = smoke.verdict("offline-generate", code, "partial", 5)
-    assert status is smoke.Status.TIMEOUT and "within 5 s" in diagnosis
+    status, diagnosis, _, _ = smoke_result.verdict("offline-generate", code, "partial", 5)
+    assert status is smoke_result.Status.TIMEOUT and "within 5 s" in diagnosis
 
 
 def test_verdict_without_result_is_a_failure() -> None:
-    status, diagnosis, _, _ = smoke.verdict("vllm-cli", 1, "Traceback\nImportError: boom\n", 5)
-    assert status is smoke.Status.FAILED and "ImportError: boom" in diagnosis
+    status, diagnosis, _, _ = smoke_result.verdict("vllm-cli", 1, "Traceback\nImportError: boom\n", 5)
+    assert status is smoke_result.Status.FAILED and "ImportError: boom" in diagnosis
 
 
 _incontainer = incontainer
@@ -137,10 +143,10 @@ def test_incontainer_triton_import_on_this_interpreter(capsys: pytest.CaptureFix
     assert importlib.util.find_spec("triton") is None
     assert mod.main(["x", "run", "triton-import", json.dumps({"triton": "absent"})]) == 0
     out = capsys.readouterr().out
-    passed = smoke.parse_output(out)
+    passed = smoke_result.parse_output(out)
     assert passed is not None and passed["status"] == "passed"
     mod.main(["x", "triton-import", json.dumps({"triton": "required"})])  # one check, the older form
-    parsed = smoke.parse_output(capsys.readouterr().out)
+    parsed = smoke_result.parse_output(capsys.readouterr().out)
     assert parsed is not None and parsed["status"] == "failed" and "finds no module" in parsed["diagnosis"]
     assert sys.modules.get("triton") is None
 
@@ -157,25 +163,25 @@ def test_short_error_reads_pydantic_value_errors() -> None:
 
 
 def test_early_sigkill_is_not_a_timeout() -> None:
-    status, diagnosis, hint, _ = smoke.verdict("offline-generate", 137, "Killed", 900, seconds=40.0)
-    assert status is smoke.Status.FAILED and "before its 900 s timeout (out of memory?)" in diagnosis
+    status, diagnosis, hint, _ = smoke_result.verdict("offline-generate", 137, "Killed", 900, seconds=40.0)
+    assert status is smoke_result.Status.FAILED and "before its 900 s timeout (out of memory?)" in diagnosis
     assert "memory" in hint
-    assert smoke.verdict("offline-generate", 137, "", 900, seconds=905.0)[0] is smoke.Status.TIMEOUT
+    assert smoke_result.verdict("offline-generate", 137, "", 900, seconds=905.0)[0] is smoke_result.Status.TIMEOUT
 
 
 def test_unreadable_result_is_a_failure_not_a_crash() -> None:
     out = 'MATRIX-RESULT {"status": "exploded", "diagnosis": "x"}'
-    status, diagnosis, _, _ = smoke.verdict("vllm-cli", 0, out, 10)
-    assert status is smoke.Status.FAILED and "unreadable result" in diagnosis
-    status, diagnosis, _, _ = smoke.verdict("vllm-cli", 0, "MATRIX-RESULT {truncated", 10)
-    assert status is smoke.Status.FAILED and "unreadable result" in diagnosis
+    status, diagnosis, _, _ = smoke_result.verdict("vllm-cli", 0, out, 10)
+    assert status is smoke_result.Status.FAILED and "unreadable result" in diagnosis
+    status, diagnosis, _, _ = smoke_result.verdict("vllm-cli", 0, "MATRIX-RESULT {truncated", 10)
+    assert status is smoke_result.Status.FAILED and "unreadable result" in diagnosis
 
 
 def test_every_failure_class_has_a_check_and_the_readme_names_gpu_only_ones() -> None:
     covered = {n for info in CHECKS.values() for n in info.classes}
     # 15-20 and 22: the serving classes, observed by serve; 21 (derived images) has no check yet (issue 19).
     assert covered == set(range(1, 21)) | {22}
-    readme = (smoke.CHECKS_DIR.parents[2] / "docs" / "checks.md").read_text()
+    readme = (smoke_runners.CHECKS_DIR.parents[2] / "docs" / "checks.md").read_text()
     assert "needs a GPU" in readme
     for name in CHECKS:
         assert f"| `{name}` |" in readme, f"docs/checks.md's check table lacks {name}"
@@ -216,10 +222,10 @@ def test_torch_build_and_driver_libraries() -> None:
 
 def test_check_params_carry_the_torch_build() -> None:
     variants = {v.name: v for v in load_matrix().variants}
-    assert smoke.check_params(variants["cpu"])["torch_build"] == "cpu"
+    assert smoke_plan.check_params(variants["cpu"])["torch_build"] == "cpu"
     # arm64 carries torch 2.13.0+cpu from PyTorch's CPU index (issue 13), not PyPI's CUDA aarch64 build.
-    assert smoke.check_params(variants["arm64"])["torch_build"] == "cpu"
-    assert smoke.check_params(variants["cuda"])["accelerator"] == "cuda"
+    assert smoke_plan.check_params(variants["arm64"])["torch_build"] == "cpu"
+    assert smoke_plan.check_params(variants["cuda"])["accelerator"] == "cuda"
 
 
 def _fake_dist(site: Path, name: str, files: dict[str, bytes]) -> PathDistribution:

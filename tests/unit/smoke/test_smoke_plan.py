@@ -8,9 +8,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from matrixtool.model.matrix import CheckSpec, Variant, load_matrix
-from matrixtool.model.profiles import Condition, Profile
+from matrixtool.model.conditions import Condition
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import CheckSpec, Variant
+from matrixtool.model.profiles import Profile
 from matrixtool.smoke import executor as smoke
+from matrixtool.smoke import plan as smoke_plan
+from matrixtool.smoke import result as smoke_result
 from matrixtool.smoke.plan import Group, ProfileRun, SmokePlan, plan_host, plan_profiles
 from tests.unit._incontainer import incontainer
 
@@ -92,7 +96,7 @@ def test_each_checks_timeout_sums_into_its_group_and_the_host_deadline() -> None
     selected = [CheckSpec(name="vllm-import", timeout=180), CheckSpec(name="offline-generate", timeout=900)]
     (run,) = plan_profiles(cpu(), [*selected, CheckSpec(name="pip-check", timeout=120)], [profile("default")]).runs
     assert [(g.names, g.timeout, g.deadline_s) for g in run.groups] == [
-        (("vllm-import", "offline-generate"), 1080, 1080 + smoke.KILL_GRACE + smoke.HOST_SLACK),
+        (("vllm-import", "offline-generate"), 1080, 1080 + smoke_plan.KILL_GRACE + smoke_plan.HOST_SLACK),
         (("pip-check",), 120, 160),
     ]
 
@@ -167,5 +171,5 @@ def test_the_executor_runs_the_plan_in_its_order(tmp_path: Path) -> None:
     results = smoke.execute(run, runner, "cpu", {}, tmp_path, lambda r: None)
     assert runner.ran == [g.names for g in run.groups]
     assert [r.check for r in results] == [c.name for c in run.checks]
-    assert {(r.profile, r.status) for r in results} == {("restricted", smoke.Status.PASSED)}
+    assert {(r.profile, r.status) for r in results} == {("restricted", smoke_result.Status.PASSED)}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(run.log_name(c.name) for c in run.checks)

@@ -301,7 +301,7 @@ def matrix_with_policy(tmp_path: Path, policy: str = POLICY_YAML) -> Path:
 
 
 def test_policy_from_matrix(tmp_path: Path) -> None:
-    from matrixtool.model.matrix import load_matrix
+    from matrixtool.model.matrixfile import load_matrix
 
     matrix = load_matrix(matrix_with_policy(tmp_path))
     policy = audit.policy_for(matrix, "cpu")

@@ -17,7 +17,7 @@ from matrixtool.build.plan import BuildPlan
 from matrixtool.build.render import RenderedFile
 from matrixtool.cli import main
 from matrixtool.core.errors import ConfigError, ExitCode
-from matrixtool.model.matrix import Platform
+from matrixtool.model.model import Platform
 from matrixtool.supply import provenance, signing, static
 
 DIGEST = "sha256:" + "ab" * 32
@@ -202,7 +202,7 @@ def test_manifest_verifies_each_platform_before_making_the_list(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from matrixtool.commands import manifest as manifest_command
-    from matrixtool.model.matrix import DEFAULT_MATRIX
+    from matrixtool.model.model import DEFAULT_MATRIX
     from matrixtool.publish import manifest
     from matrixtool.supply import attestations
 
@@ -242,7 +242,7 @@ def test_manifest_verifies_each_platform_before_making_the_list(
 
 def test_pin_verifies_before_the_lock_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from matrixtool.commands import pin as pin_command
-    from matrixtool.model.matrix import load_matrix
+    from matrixtool.model.matrixfile import load_matrix
     from matrixtool.supply import attestations
     from tests.conftest import copy_checkout
 

@@ -13,10 +13,11 @@ import pytest
 import yaml
 from packaging.version import Version
 
+from matrixtool.core.container import SESSION_LABEL
 from matrixtool.core.errors import SmokeFailure
 from matrixtool.model.checks import CHECKS
-from matrixtool.model.matrix import Platform, TritonState, load_matrix
-from matrixtool.smoke.executor import SESSION_LABEL
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Platform, TritonState
 from matrixtool.supply import imagediff
 from matrixtool.update import update, yamltext
 from matrixtool.update.pyindex import Project, json_api_url, parse_html_page, parse_json_page, requires_dist

@@ -21,8 +21,8 @@ from matrixtool.commands import diff as diff_command
 from matrixtool.commands import update as update_command
 from matrixtool.core import engine
 from matrixtool.core.errors import ConfigError, IndexUnreachableError, NotBuiltError, SmokeFailure
-from matrixtool.model.matrix import load_matrix
-from matrixtool.smoke.executor import CheckResult, Status
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.smoke.result import CheckResult, Status
 from matrixtool.supply import imagediff
 from matrixtool.update import update, updatefiles
 from matrixtool.update.pyindex import IndexClient, env_proxies, local_wheel_files

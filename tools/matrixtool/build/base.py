@@ -20,7 +20,7 @@ from docker.models.images import Image
 from matrixtool.build.pin import Lock
 from matrixtool.core.engine import echo
 from matrixtool.core.errors import BuildError
-from matrixtool.model.matrix import Platform, Variant
+from matrixtool.model.model import Platform, Variant
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 STAND_IN_LABEL = "io.vllm-matrix.stand-in-for"

@@ -18,7 +18,8 @@ from typing import Any
 from matrixtool.build.registry import DIGEST, registry_host
 from matrixtool.core import jsontext
 from matrixtool.core.errors import ConfigError, RegistryError
-from matrixtool.model.matrix import MAX_FILE_BYTES, Variant, read_config_text
+from matrixtool.model.model import Variant
+from matrixtool.model.yamlfile import MAX_FILE_BYTES, read_config_text
 
 LOCK_NAME = "matrix.lock.json"
 LOCK_SCHEMA_VERSION = 1

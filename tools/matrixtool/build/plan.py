@@ -14,7 +14,8 @@ from matrixtool.build.base import BaseImage, BaseKey
 from matrixtool.build.pin import Lock
 from matrixtool.build.render import RenderedFile, render_variant
 from matrixtool.core.errors import ConfigError, RegistryError
-from matrixtool.model.matrix import SUITE_PYTHON, Platform, Variant
+from matrixtool.model.matrixfile import SUITE_PYTHON
+from matrixtool.model.model import Platform, Variant
 
 DEFAULT_REPOSITORY = "vllm-matrix"
 TARGET = "runtime"

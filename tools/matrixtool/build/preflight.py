@@ -18,7 +18,7 @@ from matrixtool.build import index, plan, render
 from matrixtool.build import wheelhouse as wheelhouses
 from matrixtool.core import engine
 from matrixtool.core.errors import ConfigError, EngineUnreachableError, IndexUnreachableError, MatrixError
-from matrixtool.model.matrix import Matrix, Variant
+from matrixtool.model.model import Matrix, Variant
 
 
 class IndexProbe(Enum):

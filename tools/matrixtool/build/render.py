@@ -23,11 +23,11 @@ import jinja2
 from dockerfile_parse import DockerfileParser
 
 from matrixtool.core.errors import ConfigError, StaleRenderError
-from matrixtool.model.matrix import (
+from matrixtool.incontainer.vllm_smoke.common import Accelerator
+from matrixtool.model.model import (
     DEFAULT_MATRIX,
     REPO_ROOT,
     TEMPLATES_DIR_NAME,
-    Accelerator,
     IndexSettings,
     Matrix,
     PackagePin,

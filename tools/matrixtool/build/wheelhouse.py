@@ -15,7 +15,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from matrixtool.deploy.ci import wheelhouse_index
-from matrixtool.model.matrix import Platform, Variant
+from matrixtool.model.model import Platform, Variant
 
 # The machine part of a wheel's platform tag per Docker architecture (manylinux_2_28_x86_64 -> x86_64); another
 # architecture is written as Docker writes it.

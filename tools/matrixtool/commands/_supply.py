@@ -15,7 +15,7 @@ from matrixtool.build import executor as build
 from matrixtool.build import plan, registry
 from matrixtool.commands._shared import packing
 from matrixtool.commands._steps import provenance
-from matrixtool.model.matrix import Matrix, Platform
+from matrixtool.model.model import Matrix, Platform
 from matrixtool.publish import push
 from matrixtool.supply import attestations, signing
 

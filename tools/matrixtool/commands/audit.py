@@ -19,7 +19,7 @@ import click
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.commands.sbom import read_document, variant_of
 from matrixtool.core.errors import ConfigError
-from matrixtool.model.matrix import load_matrix
+from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.select import select_variants
 from matrixtool.supply import audit as gate
 

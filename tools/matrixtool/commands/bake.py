@@ -16,7 +16,8 @@ from matrixtool.commands._steps import plan_context
 from matrixtool.core.errors import ExitCode, MatrixError, VariantsFailed, most_severe
 from matrixtool.model import reference
 from matrixtool.model.inputs import check_outputs, warn_unused_wheelhouse
-from matrixtool.model.matrix import Matrix, Variant, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Matrix, Variant
 from matrixtool.model.select import select_variants
 
 

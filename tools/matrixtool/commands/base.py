@@ -11,7 +11,8 @@ from matrixtool.build import base
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import engine
 from matrixtool.core.errors import ConfigError
-from matrixtool.model.matrix import Variant, load_matrix, url_problem
+from matrixtool.model.matrixfile import load_matrix, url_problem
+from matrixtool.model.model import Variant
 from matrixtool.model.select import select_variants
 
 

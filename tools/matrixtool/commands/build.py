@@ -17,7 +17,8 @@ from matrixtool.commands._steps import needs_build, provide_and_plan
 from matrixtool.commands._supply import write_build_reports
 from matrixtool.core.errors import MatrixError
 from matrixtool.model.inputs import warn_unused_wheelhouse
-from matrixtool.model.matrix import Matrix, Variant, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Matrix, Variant
 from matrixtool.model.select import select_variants
 
 

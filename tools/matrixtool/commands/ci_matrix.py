@@ -9,7 +9,8 @@ import click
 
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.deploy import ci
-from matrixtool.model.matrix import Variant, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Variant
 from matrixtool.model.select import select_variants
 
 

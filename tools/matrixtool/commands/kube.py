@@ -13,7 +13,8 @@ from matrixtool.core import outputs
 from matrixtool.core.errors import ConfigError, MatrixError
 from matrixtool.deploy import kube
 from matrixtool.model import reference
-from matrixtool.model.matrix import Variant, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Variant
 from matrixtool.model.profiles import ProfileChoice
 from matrixtool.model.select import select_variants
 from matrixtool.smoke import serve

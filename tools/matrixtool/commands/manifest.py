@@ -13,7 +13,7 @@ from matrixtool.commands._flags import REGISTRY_HELP
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.commands._supply import check_keys, verify_option, verify_refs
 from matrixtool.model import reference
-from matrixtool.model.matrix import load_matrix
+from matrixtool.model.matrixfile import load_matrix
 from matrixtool.publish import manifest
 
 

@@ -13,7 +13,8 @@ from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.commands._supply import check_keys, verify_option, verify_refs
 from matrixtool.core import engine
 from matrixtool.core.errors import RegistryError
-from matrixtool.model.matrix import Matrix, Variant, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Matrix, Variant
 from matrixtool.model.select import select_variants
 
 

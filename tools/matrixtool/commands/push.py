@@ -20,7 +20,8 @@ from matrixtool.core.engine import note
 from matrixtool.core.errors import NotBuiltError
 from matrixtool.model import reference
 from matrixtool.model.inputs import warn_unused_wheelhouse
-from matrixtool.model.matrix import Matrix, Variant, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Matrix, Variant
 from matrixtool.model.select import select_variants
 from matrixtool.publish import push
 

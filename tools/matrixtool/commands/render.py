@@ -9,7 +9,8 @@ import click
 
 from matrixtool.build import render
 from matrixtool.commands._shared import Settings, pass_settings
-from matrixtool.model.matrix import Matrix, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Matrix
 
 
 @dataclass(frozen=True, kw_only=True)

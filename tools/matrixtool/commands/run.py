@@ -20,10 +20,11 @@ from matrixtool.core.engine import note
 from matrixtool.core.errors import MatrixError
 from matrixtool.model import profile_flags
 from matrixtool.model.inputs import warn_unused_wheelhouse
-from matrixtool.model.matrix import Matrix, Variant, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Matrix, Variant
 from matrixtool.model.profiles import ProfileChoice
 from matrixtool.model.select import Selection, select_variants
-from matrixtool.smoke import executor as smoke
+from matrixtool.smoke import result as smoke_result
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,7 +104,7 @@ def run(args: Args) -> report.RunReport:
     request = SmokeRequest(
         selection=args.selection, choice=args.choice, log_dir=args.out_dir / "logs", quiet=args.output.as_json
     )
-    checks: list[smoke.CheckResult] = []
+    checks: list[smoke_result.CheckResult] = []
     for built in results:
         try:
             registry.pull_if_missing(client, built.image)  # skipped because it is in the registry

@@ -18,8 +18,9 @@ from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import engine, jsontext
 from matrixtool.core.errors import ConfigError
 from matrixtool.model import reference
-from matrixtool.model.matrix import load_matrix, read_config_text
+from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.select import select_variants
+from matrixtool.model.yamlfile import read_config_text
 from matrixtool.report import human_size
 from matrixtool.supply import sbom as sbom_module
 

@@ -18,7 +18,8 @@ from matrixtool.commands._supply import check_keys, verified_pull, verify_option
 from matrixtool.core import engine
 from matrixtool.core.errors import ConfigError
 from matrixtool.model import profile_flags, profiles, reference
-from matrixtool.model.matrix import Variant, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Variant
 from matrixtool.model.select import Selection, select_variants
 from matrixtool.smoke import executor as smoke
 from matrixtool.supply import attestations

@@ -13,8 +13,9 @@ import click
 from matrixtool.build import plan
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core.errors import ConfigError, MatrixError
-from matrixtool.model.matrix import load_matrix, parse_yaml, read_config_text
+from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.select import select_variants
+from matrixtool.model.yamlfile import parse_yaml, read_config_text
 from matrixtool.update import update, updatefiles
 from matrixtool.update.pyindex import IndexClient
 

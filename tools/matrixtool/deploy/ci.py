@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from matrixtool.core.errors import ConfigError, NothingSelectedError
-from matrixtool.model.matrix import Platform, Variant
+from matrixtool.model.model import Platform, Variant
 
 # PyTorch's wheel index per local version label: torch==2.13.0+cpu lives under .../whl/cpu.
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{label}"

@@ -11,16 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from matrixtool.incontainer.vllm_smoke.catalogue import DECLARATIONS
-from matrixtool.incontainer.vllm_smoke.common import ACCELERATORS, SUITES, Accelerator, Declaration, Suite
+from matrixtool.incontainer.vllm_smoke.common import Accelerator, Declaration, Suite
 
 __all__ = [
-    "ACCELERATORS",
     "CHECKS",
     "DEFAULT_SUITE",
-    "SUITES",
-    "Accelerator",
     "CheckInfo",
-    "Suite",
     "applicable",
     "in_suite",
     "prerequisites",

@@ -15,8 +15,9 @@ from pathlib import Path
 import click
 
 from matrixtool.core.errors import ConfigError
-from matrixtool.model.checks import CHECKS, SUITES, Suite
-from matrixtool.model.matrix import Variant
+from matrixtool.incontainer.vllm_smoke.common import SUITES, Suite
+from matrixtool.model.checks import CHECKS
+from matrixtool.model.model import Variant
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -24,10 +24,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from matrixtool.core.errors import ConfigError
+from matrixtool.incontainer.vllm_smoke.common import Accelerator
 from matrixtool.model.checks import CHECKS, applicable
 from matrixtool.model.model import (
     DEFAULT_MATRIX,
-    Accelerator,
     CheckSpec,
     IndexSettings,
     Matrix,

@@ -16,7 +16,6 @@ __all__ = [
     "DEFAULT_MATRIX",
     "REPO_ROOT",
     "TEMPLATES_DIR_NAME",
-    "Accelerator",
     "CheckSpec",
     "IndexSettings",
     "Matrix",

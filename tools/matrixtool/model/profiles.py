@@ -28,7 +28,7 @@ import jsonschema
 
 from matrixtool.model.conditions import ROW, ROWS, Condition, Row, Shape, docker_kwargs, parse_value
 
-__all__ = ["DEFAULT", "KEYS", "Condition", "Overrides", "Profile", "ProfileChoice"]
+__all__ = ["DEFAULT", "KEYS", "Overrides", "Profile", "ProfileChoice"]
 
 DEFAULT = "default"
 # Keys of a profile in matrix.yaml (one per row of conditions.ROWS).

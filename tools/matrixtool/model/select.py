@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from matrixtool.core.errors import NothingSelectedError
 from matrixtool.model.checks import CHECKS, DEFAULT_SUITE, in_suite, prerequisites
 from matrixtool.model.inputs import check_selection, check_suite
-from matrixtool.model.matrix import CheckSpec, Matrix, Variant
+from matrixtool.model.model import CheckSpec, Matrix, Variant
 
 
 def select_variants(matrix: Matrix, names: Sequence[str]) -> list[Variant]:

@@ -21,7 +21,7 @@ from matrixtool.build.registry import registry_host
 from matrixtool.core import jsontext
 from matrixtool.core.engine import echo
 from matrixtool.core.errors import ConfigError, RegistryError
-from matrixtool.model.matrix import Platform, Variant
+from matrixtool.model.model import Platform, Variant
 from matrixtool.model.reference import image_problem
 
 # The OCI image-spec digest grammar (descriptor.md, "Digests") for the registered algorithms: sha256 and sha512,

@@ -17,8 +17,9 @@ from typing import Any
 
 import docker
 
-from matrixtool.model.matrix import CheckSpec, Variant
+from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.smoke import executor as smoke
+from matrixtool.smoke import result as smoke_result
 
 TOP = 5  # layers and distributions listed when over budget
 CREATED_BY_WIDTH = 100  # characters of a layer's instruction shown
@@ -125,7 +126,7 @@ LISTING_CHECK = "cuda-weight"  # the in-image check whose facts["largest"] lists
 LISTING_TIMEOUT = 300  # seconds
 
 
-def _listing(results: Sequence[smoke.CheckResult]) -> list[list[Any]] | None:
+def _listing(results: Sequence[smoke_result.CheckResult]) -> list[list[Any]] | None:
     for r in results:
         if r.check == LISTING_CHECK and isinstance(r.facts.get("largest"), list):
             return list(r.facts["largest"])
@@ -136,10 +137,10 @@ def check_budget(
     client: docker.DockerClient,
     image: str,
     variant: Variant,
-    results: Sequence[smoke.CheckResult],
+    results: Sequence[smoke_result.CheckResult],
     *,
     log_dir: Path,
-) -> smoke.CheckResult | None:
+) -> smoke_result.CheckResult | None:
     """The ``size-budget`` result of ``image`` against ``variant.size_budget`` (None: the variant declares none).
 
     Over budget, the largest distributions come from ``results``' ``cuda-weight`` facts when that check ran,
@@ -169,11 +170,11 @@ def check_budget(
         listing=listing,
         variant=variant.name,
     )
-    return smoke.CheckResult(
+    return smoke_result.CheckResult(
         variant=variant.name,
         image=image,
         check=CHECK,
-        status=smoke.Status.PASSED if verdict.ok else smoke.Status.FAILED,
+        status=smoke_result.Status.PASSED if verdict.ok else smoke_result.Status.FAILED,
         diagnosis=verdict.diagnosis,
         hint=verdict.hint,
         seconds=time.monotonic() - started,

@@ -22,53 +22,33 @@ from typing import Any, TypeVar
 import docker
 
 from matrixtool.core import outputs
-from matrixtool.core.container import EXEC_FORMAT_ERROR, OWNER_ENV_VAR, OWNER_LABEL, SESSION_LABEL
+from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL, SESSION_LABEL
 from matrixtool.incontainer.vllm_smoke import common as incontainer
+from matrixtool.incontainer.vllm_smoke.common import Accelerator
 from matrixtool.model import profiles
 from matrixtool.model.checks import DEFAULT_SUITE
-from matrixtool.model.matrix import Accelerator, CheckSpec, Variant
+from matrixtool.model.conditions import Condition
+from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
 from matrixtool.smoke import hidden, rootcause, serve
 from matrixtool.smoke.plan import (
-    HOST_SLACK,
-    KILL_GRACE,
     Group,
     ProfileRun,
     check_params,
     check_platform,
-    group_timeout,
-    groups,
-    image_platform,
     plan_host,
     plan_profiles,
-    platform_matches,
     profile_run,
 )
-from matrixtool.smoke.result import CheckResult, Status, parse_output, parse_output_safe, unhidden, verdict
+from matrixtool.smoke.result import CheckResult, Status, parse_output_safe, unhidden, verdict
 from matrixtool.smoke.runners import (
-    CHECKS_DIR,
-    HOST_BOOT,
-    PACKAGE_DIR,
-    SMOKE_DIR,
-    SMOKE_TMPFS,
-    ZIPAPP,
     HostRunner,
     Runner,
-    container_kwargs,
     container_runner,
-    exec_argv,
-    install_argv,
 )
 
-__all__ = [
-    "CHECKS_DIR", "EXEC_FORMAT_ERROR", "HOST_BOOT", "HOST_SLACK", "KILL_GRACE", "OWNER_ENV_VAR", "OWNER_LABEL",
-    "PACKAGE_DIR", "RESULT_MARK", "SESSION_LABEL", "SMOKE_DIR", "SMOKE_TMPFS", "ZIPAPP", "CheckResult",
-    "Status", "check_params", "check_platform", "container_kwargs", "exec_argv", "execute", "group_timeout",
-    "groups", "host_has_gpu", "image_platform", "install_argv", "parse_output", "platform_matches", "run_host_suite",
-    "run_profiles", "run_suite", "unhidden", "verdict",
-]  # fmt: skip
+__all__ = ["execute", "host_has_gpu", "run_host_suite", "run_profiles", "run_suite"]
 
-RESULT_MARK = incontainer.RESULT_MARK
 J = TypeVar("J")
 R = TypeVar("R")
 
@@ -240,7 +220,7 @@ def _root_causes(
     """One container's results with what only the host can add: files a tmpfs of the profile hides
     (``hidden``, named on stderr and in run-conditions' facts), the build step behind an unwritable cache folder
     and failures that follow from another group's (``rootcause``)."""
-    mounts = list(run.profile.value(profiles.Condition.TMPFS))
+    mounts = list(run.profile.value(Condition.TMPFS))
     found = hidden.hidden_files(client, image, mounts, {SESSION_LABEL: uuid.uuid4().hex[:12], OWNER_LABEL: owner()})
     for listed in found:
         announce(f"[{done[0].variant if done else '?'}] profile {run.profile.name}: warning: {listed.describe()}")

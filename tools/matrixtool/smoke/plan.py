@@ -15,7 +15,8 @@ from matrixtool.core.errors import WrongPlatformError
 from matrixtool.incontainer.vllm_smoke.common import HOST_GROUP
 from matrixtool.model import profiles
 from matrixtool.model.checks import CHECKS, DEFAULT_SUITE
-from matrixtool.model.matrix import CheckSpec, Variant
+from matrixtool.model.conditions import Condition
+from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
 
 # Seconds between the in-container `timeout` and the host's own deadline.
@@ -141,7 +142,7 @@ def plan_profiles(
     condition it changes can change (``checks.CheckInfo.affected_by``, ``profiles.checks_to_run``) and is a
     ``rerun``; without ``default`` every profile runs every check."""
     reference = next((p for p in chosen if p.name == profiles.DEFAULT), None)
-    affects = {name: frozenset(map(profiles.Condition, info.affected_by)) for name, info in CHECKS.items()}
+    affects = {name: frozenset(map(Condition, info.affected_by)) for name, info in CHECKS.items()}
     runs = []
     for profile in chosen:
         run, left = profiles.checks_to_run(profile, reference, checks, affects)

@@ -14,7 +14,7 @@ from matrixtool.core.container import EXEC_FORMAT_ERROR
 from matrixtool.incontainer.vllm_smoke import common as incontainer
 from matrixtool.model import profiles
 from matrixtool.model.checks import CHECKS, DEFAULT_SUITE
-from matrixtool.model.matrix import CheckSpec
+from matrixtool.model.model import CheckSpec
 
 
 class Status(str, Enum):

@@ -29,7 +29,7 @@ import docker.types
 from matrixtool.core.bounded import BoundedOutput
 from matrixtool.core.container import OWNER_ENV_VAR, ContainerSpec, TrackedContainer
 from matrixtool.model import profiles
-from matrixtool.model.matrix import CheckSpec
+from matrixtool.model.model import CheckSpec
 from matrixtool.model.profiles import Profile
 from matrixtool.smoke.plan import KILL_GRACE, group_timeout
 

@@ -35,6 +35,7 @@ from matrixtool.core.container import ContainerSpec, TrackedContainer
 from matrixtool.incontainer.vllm_smoke.programs import generate, serve_probe
 from matrixtool.incontainer.vllm_smoke.vllmchecks import root_cause
 from matrixtool.model import profiles
+from matrixtool.model.conditions import Condition
 from matrixtool.model.profiles import Profile
 from matrixtool.smoke import serve_diagnosis
 from matrixtool.smoke.result import CheckResult, Status
@@ -697,7 +698,7 @@ class ServeRun:
         except docker.errors.DockerException:
             pairs = []
         image_env = dict(p.partition("=")[::2] for p in pairs)
-        return {**image_env, **self.run.profile.value(profiles.Condition.ENV)}
+        return {**image_env, **self.run.profile.value(Condition.ENV)}
 
     def result(self, timeout_s: float, results: Sequence[CheckResult]) -> CheckResult:
         """Wait for the server run (up to what is left of ``timeout_s`` seconds since ``start``), judge it against

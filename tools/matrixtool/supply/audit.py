@@ -41,7 +41,9 @@ from packaging.version import Version as PyPIVersion
 
 from matrixtool.core import jsontext
 from matrixtool.core.errors import ConfigError, ExitCode, MatrixError
-from matrixtool.model.matrix import Matrix, parse_yaml, read_config_text, resolve_extends
+from matrixtool.model.matrixfile import resolve_extends
+from matrixtool.model.model import Matrix
+from matrixtool.model.yamlfile import parse_yaml, read_config_text
 
 OSV_API = "https://api.osv.dev"
 MAX_RECORD_BYTES = 4 * 1024 * 1024

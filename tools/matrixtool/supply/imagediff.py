@@ -21,10 +21,10 @@ import docker
 import docker.errors
 
 from matrixtool.core import engine, jsontext
+from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL, SESSION_LABEL
 from matrixtool.core.errors import NotBuiltError, SmokeFailure
 from matrixtool.model.checks import CHECKS
 from matrixtool.report import human_size
-from matrixtool.smoke.executor import OWNER_ENV_VAR, OWNER_LABEL, SESSION_LABEL
 
 MARK = "@@image-facts@@"
 # Seconds the facts program may take (ldd over a few hundred .so files).

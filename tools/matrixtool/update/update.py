@@ -25,7 +25,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from matrixtool.core.errors import ConfigError, MatrixError
-from matrixtool.model.matrix import Platform, TritonState, Variant
+from matrixtool.model.model import Platform, TritonState, Variant
 from matrixtool.update.pyindex import DistFile, LatestRelease, Project, local_wheel_files, requires_dist
 from matrixtool.update.yamltext import ScalarEdit
 

@@ -16,8 +16,10 @@ from typing import Any
 
 from matrixtool.build import render
 from matrixtool.core.errors import ConfigError, ExitCode, VariantsFailed, most_severe
-from matrixtool.model.matrix import Matrix, load_matrix, parse_yaml, read_config_text
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Matrix
 from matrixtool.model.select import select_variants
+from matrixtool.model.yamlfile import parse_yaml, read_config_text
 from matrixtool.update import update, yamltext
 
 
