@@ -8,11 +8,10 @@ from pathlib import Path
 import click
 import pytest
 
-import matrixtool
-from matrixtool.model import conditions, profile_flags, profiles
+from matrixtool.model import conditions, matrixfile, profile_flags, profiles
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.conditions import ROW, ROWS, Condition
-from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.matrixfile import SCHEMA_NAME, load_matrix
 from matrixtool.model.model import CheckSpec
 from matrixtool.model.profile_flags import overrides_from_flags
 from matrixtool.model.profiles import Profile
@@ -26,7 +25,7 @@ def test_every_condition_is_one_row_with_its_own_key_and_flag() -> None:
 
 
 def test_the_schema_states_each_rows_value_schema() -> None:
-    schema = json.loads(Path(matrixtool.__file__).with_name("matrix.schema.json").read_text())
+    schema = json.loads(Path(matrixfile.__file__).with_name(SCHEMA_NAME).read_text())
     assert schema["$defs"]["profile"]["properties"] == {r.key: dict(r.schema) for r in ROWS}, (
         "matrix.schema.json $defs.profile.properties must be {row.key: row.schema for row in conditions.ROWS}"
     )

@@ -7,10 +7,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-import matrixtool
 from matrixtool.cli import main
 from matrixtool.core.errors import ConfigError, ExitCode
-from matrixtool.model.matrixfile import load_matrix, resolve_extends, validate
+from matrixtool.model import matrixfile
+from matrixtool.model.matrixfile import SCHEMA_NAME, load_matrix, resolve_extends, validate
 from matrixtool.model.model import DEFAULT_MATRIX, Platform, TritonState
 from tests.conftest import REPO_ROOT
 
@@ -136,9 +136,9 @@ def test_cuda_on_arm64_is_rendered_like_cuda() -> None:
 def test_packaged_schema_is_the_one_editors_use() -> None:
     """The schema ships inside the package (an installed tool has no checkout to read it from); the copy at the
     repository root, which matrix.yaml's ``yaml-language-server`` line points editors at, must not drift."""
-    packaged = Path(matrixtool.__file__).with_name("matrix.schema.json")
+    packaged = Path(matrixfile.__file__).with_name(SCHEMA_NAME)
     assert packaged.read_bytes() == (REPO_ROOT / "matrix.schema.json").read_bytes(), (
-        "tools/matrixtool/matrix.schema.json and matrix.schema.json differ; edit one and copy it over the other"
+        "tools/matrixtool/model/matrix.schema.json and matrix.schema.json differ; edit one and copy it over the other"
     )
 
 

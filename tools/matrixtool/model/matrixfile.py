@@ -51,8 +51,8 @@ MAX_TIMEOUT = 7200
 
 
 def load_schema() -> dict[str, Any]:
-    """The JSON Schema of matrix.yaml: ``matrix.schema.json``, package data of ``matrixtool``."""
-    text = importlib.resources.files("matrixtool").joinpath(SCHEMA_NAME).read_text(encoding="utf-8")
+    """The JSON Schema of matrix.yaml: ``matrix.schema.json``, package data of ``matrixtool.model``."""
+    text = importlib.resources.files("matrixtool.model").joinpath(SCHEMA_NAME).read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema
 
