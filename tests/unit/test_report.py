@@ -6,7 +6,7 @@ from pathlib import Path
 import junitparser
 
 from matrixtool import report
-from matrixtool.build.executor import BuildResult
+from matrixtool.build.plan import BuildResult
 from matrixtool.smoke.result import CheckResult, Status
 
 

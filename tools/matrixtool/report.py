@@ -11,7 +11,7 @@ from typing import Any
 import junitparser
 from tabulate import tabulate
 
-from matrixtool.build.executor import BuildResult
+from matrixtool.build.plan import BuildResult
 from matrixtool.core import outputs
 from matrixtool.core.errors import ExitCode
 from matrixtool.model.profiles import DEFAULT as DEFAULT_PROFILE

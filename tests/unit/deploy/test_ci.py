@@ -13,6 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from matrixtool.build.wheelhouse import wheelhouse_index
 from matrixtool.cli import main
 from matrixtool.core.errors import ConfigError, ExitCode, NothingSelectedError
 from matrixtool.deploy import ci
@@ -75,10 +76,10 @@ def test_a_variant_without_runner_is_a_config_error(tmp_path: Path) -> None:
 
 def test_wheelhouse_index_needs_a_local_version_label() -> None:
     cpu = load_matrix().variants[0]
-    assert ci.wheelhouse_index(cpu) == "https://download.pytorch.org/whl/cpu"
+    assert wheelhouse_index(cpu) == "https://download.pytorch.org/whl/cpu"
     bare = replace(cpu, torch=replace(cpu.torch, version="2.13.0"))
     with pytest.raises(ConfigError, match="no local version label"):
-        ci.wheelhouse_index(bare)
+        wheelhouse_index(bare)
 
 
 def test_workflow_expands_the_printed_matrix_and_pins_actions_by_sha() -> None:

@@ -221,7 +221,7 @@ def test_a_failing_last_green_lookup_is_one_warning(tmp_path: Path, capsys: pyte
     _green.write_variant_reports(report.RunReport(checks=[_check("cpu", "m/cpu:1", Status.PASSED)]), reports)
     red = report.RunReport(checks=[_check("cpu", "m/cpu:2", Status.FAILED)])
     with pytest.raises(SmokeFailure):  # the command's own outcome, unchanged
-        _shared.finish(red, _shared.ReportFlags(), out_dir=tmp_path, env={}, last_green=True)
+        _shared.finish(red, _shared.ReportFlags(), out_dir=tmp_path, env={}, last_green=_green.report_last_green)
     err = capsys.readouterr().err
     assert "warning: no diff against the last green image (" in err
     assert "Traceback" not in err and (reports / "cpu.json").is_file()

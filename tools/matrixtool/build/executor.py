@@ -18,27 +18,11 @@ import docker.errors
 import requests.exceptions
 
 from matrixtool.build import cache
-from matrixtool.build.plan import BuildPlan, build_spec, buildx_argv, remote_ref
+from matrixtool.build.plan import BuildPlan, BuildResult, build_spec, buildx_argv, remote_ref
 from matrixtool.build.registry import EngineRegistry, Registry
 from matrixtool.core import engine, outputs
 from matrixtool.core.engine import echo, note
 from matrixtool.core.errors import BuildError, EngineUnreachableError
-
-
-@dataclass(frozen=True, kw_only=True)
-class BuildResult:
-    """A finished build: ``image`` (the content-hash ref), ``image_id``, ``size_bytes`` (uncompressed,
-    as the engine reports), ``seconds`` (wall time; 0 when skipped), ``cached`` (the hash tag existed)."""
-
-    variant: str
-    platform: str
-    image: str
-    image_id: str
-    size_bytes: int
-    seconds: float
-    log_path: Path | None
-    cached: bool
-
 
 # The `docker buildx build` processes running now (any thread): ended by ``terminate_running`` on a signal.
 _running: set[subprocess.Popen[str]] = set()

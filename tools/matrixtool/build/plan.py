@@ -108,6 +108,21 @@ class BuildSpec:
 
 # Both renderers load the result into the engine ("--load") and export the cache inline (the one exporter
 # every driver has: the cache travels inside the image, so a pushed image is a cache source for the next build).
+@dataclass(frozen=True, kw_only=True)
+class BuildResult:
+    """A finished build: ``image`` (the content-hash ref), ``image_id``, ``size_bytes`` (uncompressed,
+    as the engine reports), ``seconds`` (wall time; 0 when skipped), ``cached`` (the hash tag existed)."""
+
+    variant: str
+    platform: str
+    image: str
+    image_id: str
+    size_bytes: int
+    seconds: float
+    log_path: Path | None
+    cached: bool
+
+
 OUTPUTS = ("type=docker",)
 CACHE_TO = ("type=inline",)
 

@@ -12,6 +12,8 @@ import click
 from matrixtool import report
 from matrixtool.build import executor as build
 from matrixtool.build import plan, preflight, registry
+from matrixtool.build.plan import BuildResult
+from matrixtool.commands import _green
 from matrixtool.commands._flags import BuildFlags, build_flags, selection_flags
 from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
 from matrixtool.commands._steps import SmokeRequest, needs_build, provide_and_plan, smoke_image
@@ -92,7 +94,7 @@ def run(args: Args) -> report.RunReport:
         except MatrixError as exc:
             fail(variant.name, exc)
     policy = args.flags.policy(args.out_dir)
-    results: list[build.BuildResult] = []
+    results: list[BuildResult] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {name: pool.submit(build.execute_plans, client, plans, policy) for name, plans in planned.items()}
         for name, future in futures.items():
@@ -161,4 +163,4 @@ def command(
         jobs=jobs,
         output=output,
     )
-    finish(run(args), output, out_dir=settings.out_dir, env=settings.env, last_green=True)
+    finish(run(args), output, out_dir=settings.out_dir, env=settings.env, last_green=_green.report_last_green)

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from matrixtool import report
+from matrixtool.commands import _green
 from matrixtool.commands._flags import selection_flags
 from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
 from matrixtool.commands._steps import SmokeRequest, progress, smoke_image
@@ -162,4 +163,10 @@ def command(
         output=output,
         verify_key=verify_key,
     )
-    finish(run(args), output, out_dir=settings.out_dir, env=settings.env, last_green=not host)
+    finish(
+        run(args),
+        output,
+        out_dir=settings.out_dir,
+        env=settings.env,
+        last_green=None if host else _green.report_last_green,
+    )

@@ -11,30 +11,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from matrixtool.build.wheelhouse import wheelhouse_index
 from matrixtool.core.errors import ConfigError, NothingSelectedError
 from matrixtool.model.model import Platform, Variant
-
-# PyTorch's wheel index per local version label: torch==2.13.0+cpu lives under .../whl/cpu.
-PYTORCH_INDEX = "https://download.pytorch.org/whl/{label}"
-
-
-def wheelhouse_index(variant: Variant) -> str:
-    """Where CI downloads the torch wheel of a ``wheelhouse`` variant: PyTorch's index for the local
-    version label of its torch pin (``2.13.0+cpu`` -> ``https://download.pytorch.org/whl/cpu``).
-
-    Raises:
-        ConfigError: the pin has no local label, so no index can be derived.
-    """
-    _, plus, label = variant.torch.version.partition("+")
-    if not plus or not label:
-        raise ConfigError(
-            f"variants.{variant.name}",
-            [
-                f"index.wheelhouse is true but torch {variant.torch.version} has no local version label "
-                "(like +cpu), so CI cannot tell which PyTorch index holds the wheel"
-            ],
-        )
-    return PYTORCH_INDEX.format(label=label)
 
 
 def ci_entry(variant: Variant, platform: Platform) -> dict[str, Any]:

@@ -23,8 +23,7 @@ from pathlib import Path
 import docker
 
 from matrixtool.build import registry
-from matrixtool.build.executor import BuildResult
-from matrixtool.build.plan import BuildPlan
+from matrixtool.build.plan import BuildPlan, BuildResult
 from matrixtool.publish.push import PushResult
 from matrixtool.supply import provenance, sbom, signing
 
