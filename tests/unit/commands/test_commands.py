@@ -15,20 +15,19 @@ import pytest
 
 from matrixtool import commands
 from matrixtool.cli import main
+from matrixtool.commands._registry import MODULES
 
 COMMANDS_DIR = Path(commands.__file__).parent
 
 
 def test_every_command_module_is_registered_once() -> None:
     files = sorted(p.stem for p in COMMANDS_DIR.glob("*.py") if not p.stem.startswith("_"))
-    assert sorted(commands.MODULES) == files
-    assert len(set(commands.MODULES)) == len(commands.MODULES)
-    assert list(main.commands) == [
-        importlib.import_module(f"matrixtool.commands.{m}").command.name for m in commands.MODULES
-    ]
+    assert sorted(MODULES) == files
+    assert len(set(MODULES)) == len(MODULES)
+    assert list(main.commands) == [importlib.import_module(f"matrixtool.commands.{m}").command.name for m in MODULES]
 
 
-@pytest.mark.parametrize("name", commands.MODULES)
+@pytest.mark.parametrize("name", MODULES)
 def test_each_command_module_has_frozen_kw_only_args_run_and_command(name: str) -> None:
     module = importlib.import_module(f"matrixtool.commands.{name}")
     params = module.Args.__dataclass_params__
