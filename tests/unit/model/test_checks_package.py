@@ -45,6 +45,19 @@ def test_a_drifted_table_is_named() -> None:
     assert stale != text and "| an old table |" in stale
 
 
+def test_the_module_map_levels_the_import_graph_and_refuses_a_circle(tmp_path: Path) -> None:
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "__init__.py").write_text('"""The core."""\n')
+    (tmp_path / "core" / "errors.py").write_text('"""Errors."""\n')
+    (tmp_path / "model.py").write_text("def load() -> None:\n    from matrixtool.core import errors\n")
+    (tmp_path / "cli.py").write_text("from matrixtool import model\nfrom matrixtool.core.errors import X\n")
+    assert docs_tables.module_map(tmp_path) == "```\n 0: core.errors\n 1: model\n 2: cli\n```\n"
+    assert "- `core/`: The core. `errors`." in docs_tables.wings(tmp_path)
+    (tmp_path / "core" / "errors.py").write_text("import matrixtool.cli\n")
+    with pytest.raises(ValueError, match=r"circle: \['cli', 'core.errors', 'model'\]"):
+        docs_tables.module_map(tmp_path)
+
+
 def test_the_host_catalogue_is_the_packages_declarations() -> None:
     mod = incontainer()
     assert list(checks.CHECKS) == list(mod.DECLARATIONS) == list(mod.CHECKS)

@@ -15,7 +15,7 @@ conditions come from real reports:
   and a pod's 64 MB ``/dev/shm`` unless an ``emptyDir`` of medium Memory is mounted there.
 
 Pure values and functions only: ``container_kwargs`` returns the keyword arguments of
-``docker.containers.run``; the executor in ``smoke.py`` passes them on.
+``docker.containers.run``; the smoke executor (``smoke.executor``) passes them on.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def profile_from_mapping(name: str, data: Mapping[str, Any], base: Profile | Non
 
     Scalar and list keys replace the base's value (``null`` resets it to the engine's default); ``tmpfs`` and
     ``env`` merge by mount point / variable, a ``null`` value removing that entry. Raises ValueError for a
-    value ``profile_problems`` refuses (matrix.py reports those first, naming the key).
+    value ``profile_problems`` refuses (``matrixfile`` reports those first, naming the key).
     """
     profile = base if base is not None else Profile(name=name)
     values = dict(profile.values)

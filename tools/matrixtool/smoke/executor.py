@@ -1,4 +1,4 @@
-"""Run the smoke checks: one executor runs a plan (``smoke_plan``) over a runner (``smoke_runners``).
+"""Run the smoke checks: one executor runs a plan (``smoke.plan``) over a runner (``smoke.runners``).
 
 One container per profile, one ``docker exec`` per group of checks: the checks of one declared group share an
 interpreter (one ``import vllm``); groups run in parallel, up to the runner's workers. Each exec runs under
@@ -275,7 +275,7 @@ def run_profiles(
     suite: str = DEFAULT_SUITE,
 ) -> list[CheckResult]:
     """Run ``checks`` in ``image`` under each profile of ``chosen``, one container per profile, in order
-    (``smoke_plan.plan_profiles``: a profile other than ``default`` runs only the checks a condition it changes
+    (``smoke.plan.plan_profiles``: a profile other than ``default`` runs only the checks a condition it changes
     can change); ``announce`` names each profile's checks and those left out, and why. Raises as ``run_suite``.
     """
     attrs = client.images.get(image).attrs

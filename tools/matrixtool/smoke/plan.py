@@ -1,8 +1,8 @@
 """The smoke run as a plan, computed before any container starts: per profile, which checks run, in which
 groups (one interpreter each) and order, with which timeouts, what the profile leaves out and why.
 
-Pure functions of the variant, the selected checks (``CheckSpec``) and the chosen profiles; ``smoke.execute``
-runs a ``ProfileRun`` over a runner (``smoke_runners``).
+Pure functions of the variant, the selected checks (``CheckSpec``) and the chosen profiles; ``smoke.executor.execute``
+runs a ``ProfileRun`` over a runner (``smoke.runners``).
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from matrixtool.core.errors import ExitCode, MatrixError
 
 PROGRAM = Path(__file__).parent.parent / "incontainer" / "sbom_inventory.py"
 MARKER = "MATRIX-SBOM "
-# Labels of the inventory container; the value of OWNER is the session's MATRIX_OWNER (as smoke.py's).
+# Labels of the inventory container; the value of OWNER is the session's MATRIX_OWNER (as the smoke executor's).
 PURPOSE_LABEL = "io.vllm-matrix.purpose"
 OWNER_LABEL = "io.vllm-matrix.owner"
 OWNER_ENV_VAR = "MATRIX_OWNER"

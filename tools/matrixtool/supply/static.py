@@ -31,7 +31,7 @@ LICENSES_DIR = "/licenses"
 # /licenses is a few MB of text; the tar stream is read no further than this.
 MAX_LICENSES_BYTES = 256 * 1024 * 1024
 PURPOSE_LABEL = "io.vllm-matrix.purpose"
-# Who made the container: MATRIX_OWNER, as smoke.py and sbom.py label theirs (the test suite's leak check).
+# Who made the container: MATRIX_OWNER, as the smoke executor and sbom label theirs (the test suite's leak check).
 OWNER_LABEL = "io.vllm-matrix.owner"
 OWNER_ENV_VAR = "MATRIX_OWNER"
 
