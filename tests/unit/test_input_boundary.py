@@ -236,3 +236,185 @@ def test_keep_going_exits_with_the_most_severe_code(
         finish(result, ReportFlags(as_json=False, junit=None), out_dir=tmp_path / "out", env={})
     assert info.value.exit_code == expected
     assert (tmp_path / "out" / "reports" / "junit.xml").is_file()
+
+
+# --- text the tool did not write is shown with its control characters escaped --------------------------------
+def test_shown_escapes_every_control_character_and_keeps_lines_only_when_asked() -> None:
+    from matrixtool.core.untrusted import shown
+
+    assert (
+        shown("pid 1: a\x1b[2J\rb\x07\x9b\u202e\u2028c\x00") == "pid 1: a\\x1b[2J\\x0db\\x07\\x9b\\u202e\\u2028c\\x00"
+    )
+    assert shown("a\nerror: forged") == "a\\x0aerror: forged"  # no line of its own
+    assert shown("a\n\tb\x1b", lines=True) == "a\n\tb\\x1b"
+    assert shown("naïve ✓ 日本") == "naïve ✓ 日本"
+
+
+def test_a_lock_file_of_another_shape_is_named_escaped_exit_19(tmp_path: Path) -> None:
+    import fcntl
+
+    out = tmp_path / "out"
+    out.mkdir()
+    lock = out / ".lock"
+    lock.write_bytes(b"pid 1: x\n\x1b[2J\x1b]0;owned\x07error: forged\r")
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another open file description: held as another run holds it
+        result = CliRunner().invoke(main, ["--out", str(out), "--no-wait", "kube", "cpu"], catch_exceptions=False)
+        assert result.exit_code == ExitCode.OUT_LOCKED == 19
+        assert "\x1b" not in result.output and "\r" not in result.output and "\nerror: forged" not in result.output
+        assert (
+            "holds no 'pid N: command' line but \"pid 1: x\\x0a\\x1b[2J\\x1b]0;owned\\x07error: forged" in result.output
+        )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, b"pid 12: tools/matrix test --as \x1b[31mcpu\n", 0)
+        result = CliRunner().invoke(main, ["--out", str(out), "--no-wait", "kube", "cpu"], catch_exceptions=False)
+        assert result.exit_code == 19 and "in use by pid 12: tools/matrix test --as \\x1b[31mcpu;" in result.output
+    finally:
+        os.close(fd)
+
+
+def test_an_error_message_never_carries_a_terminal_escape(tmp_path: Path) -> None:
+    """The last guard: whatever a message quotes, ``error:`` output has no control character but its newlines."""
+    bad = tmp_path / "run\x1b[2J.json"
+    bad.write_text('{"checks": [{"variant": "cpu\\u001b]0;x\\u0007", "profile": 1, "check": "serve"}]}')
+    result = CliRunner().invoke(main, ["--out", str(tmp_path / "o"), "kube", "cpu", "--from-report", str(bad)])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert "run\\x1b[2J.json" in result.output and "checks[0].profile: 1 is not of type 'string'" in result.output
+    assert not any(c in result.output for c in "\x1b\x07\r")
+
+
+def test_the_run_table_escapes_what_an_image_printed() -> None:
+    from matrixtool import report
+    from matrixtool.smoke.result import CheckResult, Status
+
+    check = CheckResult(
+        variant="cpu", image="r/cpu:1", check="serve", status=Status.FAILED,
+        diagnosis="server said: \x1b[2Jready\rerror: forged", hint="h", seconds=1.0,
+    )  # fmt: skip
+    table = report.table(report.RunReport(checks=[check]))
+    assert "\x1b" not in table and "\r" not in table and "\\x1b[2Jready\\x0derror: forged" in table
+
+
+# --- a value bounded by the field it goes to ------------------------------------------------------------------
+def test_a_cold_start_past_a_day_never_becomes_a_probe_threshold() -> None:
+    """kube's own guard, behind matrix.yaml's maximum and the report's: a Kubernetes int32 holds the threshold."""
+    from matrixtool.deploy import kube
+
+    ok = kube.probes(kube.Serving(args=(), port=8000, model_mount="/m", cold_start_s=kube.MAX_READY_S))
+    assert ok["startupProbe"]["failureThreshold"] <= kube.INT32_MAX
+    for cold in (1e30, float("inf"), float("nan"), kube.MAX_READY_S + 1, 0, -5):
+        with pytest.raises(ConfigError, match="fits Kubernetes' 32-bit field"):
+            kube.probes(kube.Serving(args=(), port=8000, model_mount="/m", cold_start_s=cold))
+
+
+@pytest.mark.parametrize(
+    ("options", "ok"),
+    [
+        ("size=4g", True),
+        ("size=8589934591g", True),
+        ("size=8589934592g", False),
+        ("size=99999999999999999999g", False),
+        ("size=9223372036854775807", True),
+        ("size=9223372036854775808", False),
+        ("nr_inodes=99999999999999999999", False),
+        ("size=50%", True),
+    ],
+)
+def test_a_tmpfs_size_fits_the_kernels_64_bit_count(options: str, ok: bool) -> None:
+    from matrixtool.model.conditions import parse_tmpfs_options
+
+    if ok:
+        assert parse_tmpfs_options(options) == options
+    else:
+        with pytest.raises(ValueError, match="with a valid value"):
+            parse_tmpfs_options(options)
+
+
+# --- render's own atomic write: a failed write is exit 3 "cannot write FILE" --------------------------------
+@pytest.mark.subprocess
+def test_render_under_a_file_size_limit_is_cannot_write_exit_3(tmp_path: Path) -> None:
+    import resource
+    import sys
+
+    matrix = copy_checkout(tmp_path)
+    dockerfile = tmp_path / "images" / "cpu" / "Dockerfile"
+    dockerfile.write_text("stale\n")
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+    env = {**os.environ, "PYTHONPATH": str(Path(render.__file__).parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-m", "matrixtool", "--matrix", str(matrix), "render"],
+        capture_output=True, text=True, env=env, preexec_fn=limit, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == ExitCode.CONFIG, done.stderr
+    assert f"error: cannot write {dockerfile}: File too large (EFBIG)" in done.stderr
+    assert "unexpected" not in done.stderr and dockerfile.read_text() == "stale\n"
+    assert not list(dockerfile.parent.glob(".Dockerfile.*")), "a temporary file was left"
+
+
+# --- keys: the PEM body parses as a key ----------------------------------------------------------------------
+KEYS = Path(__file__).parent / "data" / "keys"
+
+
+@pytest.mark.subprocess  # openssl pkey reads the public key
+@pytest.mark.parametrize(
+    "body",
+    [
+        "aGVsbG8gd29ybGQ=",  # base64 of text
+        "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEfpt0D8ZB0NhEYJYd5lgr2dU3yLJc",  # a real key's first 48 bytes
+        "MAA=",  # an empty DER SEQUENCE
+    ],
+)
+def test_pem_armour_around_garbage_is_a_bad_key_exit_3_before_the_engine(tmp_path: Path, body: str) -> None:
+    pub = tmp_path / "k.pub"
+    pub.write_text(f"-----BEGIN PUBLIC KEY-----\n{body}\n-----END PUBLIC KEY-----\n")
+    args = ["--out", str(tmp_path / "o"), "test", "--image", "r/cpu:1", "--as", "cpu", "--verify-key", str(pub)]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert "--verify-key" in result.output and "its PEM body is no public key" in result.output
+
+
+@pytest.mark.subprocess
+def test_a_real_cosign_key_pair_passes_the_key_check() -> None:
+    from matrixtool.supply import signing
+
+    signing.check_key(KEYS / "cosign.pub", flag="--verify-key", private=False, env={})
+    signing.check_key(KEYS / "cosign.key", flag="--sign-key", private=True, env={"COSIGN_PASSWORD": ""})
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ("x", "is not base64"),
+        ("bm90IGpzb24=", "is not cosign's encrypted key (JSON with kdf, cipher and ciphertext)"),
+        ("eyJrZGYiOjEsImNpcGhlciI6eyJuYW1lIjoibiIsIm5vbmNlIjoieCJ9LCJjaXBoZXJ0ZXh0IjoieCJ9", "kdf: 1 is not of type"),
+    ],
+)
+def test_a_private_key_whose_body_is_not_cosigns_is_refused(tmp_path: Path, body: str, says: str) -> None:
+    from matrixtool.supply import signing
+
+    key = tmp_path / "k.key"
+    key.write_text(
+        f"-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\n{body}\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n"
+    )
+    with pytest.raises(ConfigError, match="--sign-key") as caught:
+        signing.check_key(key, flag="--sign-key", private=True, env={"COSIGN_PASSWORD": ""})
+    assert says in str(caught.value) and caught.value.exit_code == ExitCode.CONFIG
+
+
+# --- a dist_alias over a distribution the image installs: refused at load, and in the build -----------------
+@pytest.mark.subprocess  # the rendered guard runs under a real shell and Python
+def test_the_rendered_alias_step_refuses_a_distribution_the_python_has(tmp_path: Path) -> None:
+    import sys
+
+    text = (Path(render.__file__).parents[3] / "images" / "cpu" / "Dockerfile").read_text()
+    guard = next(line for line in text.splitlines() if "importlib.metadata as m" in line)
+    assert 'm.version("vllm")' in guard
+    check = guard.strip().removeprefix("&& ").removesuffix(" \\").replace("python ", f"{sys.executable} ")
+    for name, code in (("pip", 1), ("no-such-distribution-x", 0)):
+        done = subprocess.run(["sh", "-c", check.replace("vllm", name)], capture_output=True, text=True)
+        assert done.returncode == code, done.stderr
+        assert ("the image installs pip itself" in done.stderr) == (code == 1)

@@ -241,15 +241,15 @@ def probes(serving: Serving) -> dict[str, dict[str, Any]]:
     Raises:
         ConfigError: the cold start is past ``MAX_READY_S`` (its threshold would not fit an int32)."""
     check = {"httpGet": {"path": "/health", "port": PORT_NAME}, "periodSeconds": PROBE_PERIOD_S, "timeoutSeconds": 3}
-    startup_s = max(MIN_STARTUP_S, serving.cold_start_s * STARTUP_MARGIN)
-    if not startup_s <= MAX_READY_S * STARTUP_MARGIN:  # False for NaN too
+    if not 0 < serving.cold_start_s <= MAX_READY_S:  # False for NaN too
         raise ConfigError(
             "kube",
             [
                 f"a cold start of {serving.cold_start_s!r} s ({serving.cold_start_source}) is no time to ready: "
-                f"at most {MAX_READY_S} s, so the probe's failureThreshold fits Kubernetes' 32-bit field"
+                f"above 0, at most {MAX_READY_S} s, so the probe's failureThreshold fits Kubernetes' 32-bit field"
             ],
         )
+    startup_s = max(MIN_STARTUP_S, serving.cold_start_s * STARTUP_MARGIN)
     threshold = math.ceil(startup_s / PROBE_PERIOD_S)
     assert threshold <= INT32_MAX
     return {

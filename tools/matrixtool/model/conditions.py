@@ -262,6 +262,10 @@ def parse_tmpfs_options(value: Any) -> str:
             ok = pattern is not None and pattern.fullmatch(val) is not None
             if ok and key in ("uid", "gid"):
                 ok = int(val) <= MAX_ID
+            elif ok and key in ("size", "nr_inodes") and not val.endswith("%"):
+                # the kernel reads it as a 64-bit count (memparse): a larger one wraps around silently
+                scale = 1024 ** "kmg".index(val[-1].lower()) * 1024 if val[-1].isalpha() else 1
+                ok = int(val.rstrip("kmgKMG")) * scale <= MAX_BYTES
             if not ok:
                 known = ", ".join(f"{k}=" for k in _TMPFS_VALUES)
                 raise ValueError(

@@ -470,8 +470,8 @@ def _records_of_folder(folder: Path) -> Iterable[Mapping[str, Any]]:
         ConfigError: a file over ``MAX_RECORD_BYTES``, not JSON, or a broken zip.
     """
     for path in sorted(folder.rglob("*")):
-        if path.is_symlink() or not path.is_file():
-            continue
+        if path.is_symlink() or path.is_dir():
+            continue  # a FIFO or a device named *.json is read, and refused (``_bounded_read``): never skipped
         if path.suffix == ".json":
             texts: Iterable[tuple[str, str | bytes]] = [(str(path), _bounded_read(path))]
         elif path.suffix == ".zip":
@@ -498,6 +498,8 @@ def _bounded_read(path: Path) -> str:
 
 
 def _zip_members(path: Path) -> Iterable[tuple[str, str | bytes]]:
+    if not path.is_file():  # a FIFO would block the open
+        raise ConfigError(str(path), ["is not a regular file; pass OSV's all.zip of an ecosystem"])
     try:
         with zipfile.ZipFile(path) as archive:
             for info in archive.infolist():
