@@ -884,7 +884,7 @@ case("manifest-pushed-refs-empty", CONFIG, "pushed[0].refs: [] should be non-emp
         "{}",
         "--registry",
         "r:5000",
-    )  # fmt: skip
+    )
 )
 case("manifest-pushed-refs-string", CONFIG, "pushed[0].refs: 'r/cpu:1' is not of type 'array'")(
     _file(
@@ -894,17 +894,17 @@ case("manifest-pushed-refs-string", CONFIG, "pushed[0].refs: 'r/cpu:1' is not of
         "{}",
         "--registry",
         "r:5000",
-    )  # fmt: skip
+    )
 )
 
 
 # --- keys: a regular file holding one PEM block of the kind wanted, with a body that parses -----------------
 _TEST = ["test", "--image", "r/cpu:1", "--as", "cpu", "--verify-key", "{}"]
+_PRIVATE_PEM = "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\neyJ9\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n"
 for _name, _key, _says in [
     ("armour-around-non-base64", "-----BEGIN PUBLIC KEY-----\nxyz\n-----END PUBLIC KEY-----\n", "is not base64"),
     ("armour-unclosed", "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYI\n", "is not a cosign public key (PEM)"),
-    ("private-key", "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\neyJ9\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n",
-     "is not a cosign public key (PEM)"),
+    ("private-key", _PRIVATE_PEM, "is not a cosign public key (PEM)"),
     ("terminal-escape", "\x1b]0;owned\x07-----BEGIN PUBLIC KEY-----\n", "is not a cosign public key (PEM)"),
 ]:  # fmt: skip
     case(f"verify-key-{_name}", CONFIG, _says)(_file("k.pub", _key, *_TEST))

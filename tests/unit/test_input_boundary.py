@@ -261,7 +261,7 @@ def test_a_lock_file_of_another_shape_is_named_escaped_exit_19(tmp_path: Path) -
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # another open file description: held as another run holds it
         result = CliRunner().invoke(main, ["--out", str(out), "--no-wait", "kube", "cpu"], catch_exceptions=False)
-        assert result.exit_code == ExitCode.OUT_LOCKED == 19
+        assert result.exit_code == ExitCode.OUT_LOCKED
         assert "\x1b" not in result.output and "\r" not in result.output and "\nerror: forged" not in result.output
         assert (
             "holds no 'pid N: command' line but \"pid 1: x\\x0a\\x1b[2J\\x1b]0;owned\\x07error: forged" in result.output
@@ -418,3 +418,22 @@ def test_the_rendered_alias_step_refuses_a_distribution_the_python_has(tmp_path:
         done = subprocess.run(["sh", "-c", check.replace("vllm", name)], capture_output=True, text=True)
         assert done.returncode == code, done.stderr
         assert ("the image installs pip itself" in done.stderr) == (code == 1)
+
+
+def test_advisory_and_sbom_text_reach_the_terminal_escaped(tmp_path: Path) -> None:
+    from matrixtool.supply import sbom
+
+    (tmp_path / "adv" / "PyPI").mkdir(parents=True)
+    (tmp_path / "adv" / "PyPI" / "a.json").write_text(
+        '{"id": "GHSA-1\\u001b[31m", "summary": "x\\u001b[2J", "aliases": ["CVE-1\\r"],'
+        ' "affected": [{"package": {"ecosystem": "PyPI", "name": "torch"}, "versions": ["2.0.0\\u001b"]}]}'
+    )
+    bom = '{"bomFormat": "CycloneDX", "components": [{"purl": "pkg:pypi/torch@2.0.0%1B"}]}'
+    (tmp_path / "sbom.json").write_text(bom)
+    args = ["audit", str(tmp_path / "sbom.json"), "--advisories", str(tmp_path / "adv"), "--as", "cpu"]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == ExitCode.NOT_AUDITED, result.output  # the version cannot be compared: fail closed
+    assert "with GHSA-1\\x1b[31m's ranges" in result.output and not any(c in result.output for c in "\x1b\r")
+    published = {"bomFormat": "CycloneDX", "components": [{"purl": "pkg:pypi/torch@2.0.0%1B%5B2J"}]}
+    lines = sbom.comparison_lines(sbom.compare(published, {"bomFormat": "CycloneDX", "components": []}))
+    assert lines[0] == "- pypi/torch 2.0.0\\x1b[2J"

@@ -272,3 +272,65 @@ def test_an_index_connection_broken_mid_body_is_the_index_s_fault_not_the_engine
 
     with pytest.raises(IndexUnreachableError, match="simple/x/: the answer broke off"):
         list(pyindex._body(Broken(), "https://pypi.org/simple/x/"))  # type: ignore[arg-type]
+
+
+# --- index pages and wheel metadata: typed, bounded, escaped -------------------------------------------------
+def _page_of(files: list[dict[str, Any]]) -> Any:
+    from matrixtool.update.pyindex import Project, parse_json_page
+
+    url = "https://i/simple/vllm/"
+    return Project(name="vllm", url=url, api="json", files=tuple(parse_json_page({"files": files}, url)))
+
+
+def test_an_upload_time_without_an_offset_is_utc_not_a_type_error() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from packaging.version import Version
+
+    from matrixtool.model.model import Platform
+
+    wheel = "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    target = update.Target(platform=Platform("linux", "amd64"), python="3.11")
+    for when, picked in (
+        ("2026-11-29T00:00:00", None),
+        ("2026-11-01T00:00:00", "0.33.0"),
+        ("9999-12-31T23:59:59-23:59", None),
+    ):
+        page = _page_of([{"filename": wheel, "url": wheel, "upload-time": when}])
+        version, skipped = update.select_release(
+            page, current=Version("0.32.0"), targets=[target], same_minor=False, cooldown=timedelta(days=7),
+            now=datetime(2026, 12, 1, tzinfo=UTC), upload_times={},
+        )  # fmt: skip
+        assert (str(version) if version else None) == picked, skipped
+
+
+def test_index_page_and_metadata_text_is_escaped() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from packaging.version import Version
+
+    from matrixtool.model.model import Platform
+
+    wheel = "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    page = _page_of([{"filename": wheel, "url": wheel, "yanked": "bad pin\x1b[2J\nerror: forged"}])
+    target = update.Target(platform=Platform("linux", "amd64"), python="3.11")
+    _, skipped = update.select_release(
+        page, current=Version("0.32.0"), targets=[target], same_minor=False, cooldown=timedelta(0),
+        now=datetime(2026, 12, 1, tzinfo=UTC), upload_times={},
+    )  # fmt: skip
+    assert skipped == ["0.33.0: yanked (bad pin\\x1b[2J\\x0aerror: forged)"]
+    line = update.Line(source="vllm 0.33.0 METADATA", text="torch==2.9; extra == '\x1b]0;x\x07'")
+    assert str(line) == "vllm 0.33.0 METADATA: Requires-Dist: torch==2.9; extra == '\\x1b]0;x\\x07'"
+
+
+def test_an_index_page_of_another_shape_is_refused_not_a_crash() -> None:
+    from matrixtool.update.pyindex import parse_json_page
+
+    for files in (5, [5], [{"filename": 5, "url": "u"}], [{"filename": "x.whl"}]):
+        with pytest.raises(ValueError):
+            parse_json_page({"files": files}, "https://i/simple/vllm/")
+    odd = parse_json_page(
+        {"files": [{"filename": "vllm-1.0.tar.gz", "url": "u", "upload-time": 5, "requires-python": ["x"]}]},
+        "https://i/",
+    )
+    assert odd[0].upload_time is None and odd[0].requires_python is None
