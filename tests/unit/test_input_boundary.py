@@ -437,3 +437,52 @@ def test_advisory_and_sbom_text_reach_the_terminal_escaped(tmp_path: Path) -> No
     published = {"bomFormat": "CycloneDX", "components": [{"purl": "pkg:pypi/torch@2.0.0%1B%5B2J"}]}
     lines = sbom.comparison_lines(sbom.compare(published, {"bomFormat": "CycloneDX", "components": []}))
     assert lines[0] == "- pypi/torch 2.0.0\\x1b[2J"
+
+
+# --- push --smoke-report and the build's provenance statement: read as regular files of a declared shape ----
+@pytest.mark.parametrize(
+    ("report", "says"),
+    [
+        (None, "is a FIFO"),
+        ("{", "is not JSON"),
+        ('{"checks": "x"}', "checks: 'x' is not of type 'array'"),
+        ('{"ok": true}', "'checks' is a required property"),
+    ],
+)
+def test_a_smoke_report_of_another_shape_is_refused_before_the_engine(
+    tmp_path: Path, report: str | None, says: str
+) -> None:
+    path = tmp_path / "smoke.json"
+    if report is None:
+        os.mkfifo(path)
+    else:
+        path.write_text(report)
+    args = ["--out", str(tmp_path / "o"), "push", "cpu", "--registry", "127.0.0.1:5000"]
+    args += ["--sign-key", str(KEYS / "cosign.key"), "--smoke-report", str(path)]
+    result = CliRunner(env={"COSIGN_PASSWORD": ""}).invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert says in result.output and "a 'tools/matrix run/test --json-file' report (--smoke-report)" in result.output
+
+
+@pytest.mark.parametrize(
+    ("statement", "says"),
+    [
+        ("{", "is not JSON"),
+        ('{"_type": "x"}', "'predicate' is a required property"),
+        ('{"predicate": []}', "predicate: [] is not of type 'object'"),
+    ],
+)
+def test_a_provenance_statement_of_another_shape_is_a_config_error(tmp_path: Path, statement: str, says: str) -> None:
+    from matrixtool.supply import attestations
+
+    path = tmp_path / "provenance-cpu.intoto.json"
+    path.write_text(statement)
+    with pytest.raises(ConfigError, match="build again to write it") as caught:
+        attestations._predicate_of(path)
+    assert says in str(caught.value)
+    assert attestations._predicate_of(_write(tmp_path / "ok.json", '{"predicate": {"a": 1}}')) == {"a": 1}
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

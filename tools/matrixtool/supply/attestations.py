@@ -19,11 +19,16 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import docker
 
 from matrixtool.build import registry
 from matrixtool.build.plan import BuildPlan, BuildResult
+from matrixtool.core import jsontext
+from matrixtool.core.errors import ConfigError
+from matrixtool.core.untrusted import check_shape
+from matrixtool.model.yamlfile import read_config_text
 from matrixtool.publish.push import PushResult
 from matrixtool.supply import provenance, sbom, signing
 
@@ -112,6 +117,7 @@ def sign_pushed(
 
     Raises:
         SbomError: the SBOM of a pushed image cannot be derived (nothing is signed before its SBOM exists).
+        ConfigError: the build's provenance statement is no statement (``_predicate_of``).
         RegistryError, EngineUnreachableError: cosign failed or is missing; a pull failed.
     """
     signed = []
@@ -131,12 +137,33 @@ def sign_pushed(
             if statement_path.is_file():
                 # cosign attest takes the predicate alone and writes the statement (subject: the pushed digest).
                 predicate = Path(tmp) / "provenance.json"
-                predicate.write_text(json.dumps(json.loads(statement_path.read_text())["predicate"]), encoding="utf-8")
+                predicate.write_text(json.dumps(_predicate_of(statement_path)), encoding="utf-8")
                 attachments.append(signing.Attachment(predicate_type=signing.PROVENANCE_PREDICATE, path=predicate))
             if smoke_report is not None:
                 attachments.append(signing.Attachment(predicate_type=signing.SMOKE_PREDICATE, path=smoke_report))
             signed.append(signing.sign_and_attest(ref, key=key, attachments=attachments, env=env))
     return signed
+
+
+# The part of an in-toto statement (``provenance.to_json``) that is attached: its predicate.
+_STATEMENT_SCHEMA = {"type": "object", "required": ["predicate"], "properties": {"predicate": {"type": "object"}}}
+
+
+def _predicate_of(path: Path) -> Any:
+    """The predicate of the in-toto statement at ``path`` (``build`` wrote it under ``--out``; anything may have
+    replaced it since).
+
+    Raises:
+        ConfigError: not a regular file, not JSON, or no statement with a predicate object (exit 3).
+    """
+    what = "the provenance statement 'tools/matrix build' writes (build again to write it)"
+    text = read_config_text(path, limit=16 * 1024 * 1024, what=what)
+    try:
+        doc = jsontext.loads(text)
+    except ValueError as exc:
+        raise ConfigError(str(path), [f"is not JSON ({exc}); {what}"]) from exc
+    check_shape(doc, _STATEMENT_SCHEMA, source=str(path), what=what)
+    return doc["predicate"]
 
 
 def verify_ref(

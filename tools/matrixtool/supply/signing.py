@@ -30,6 +30,7 @@ from docker_image import reference as oci
 from matrixtool.core import jsontext, untrusted
 from matrixtool.core.errors import ConfigError, EngineUnreachableError, ExitCode, MatrixError, RegistryError
 from matrixtool.model.yamlfile import read_config_text
+from matrixtool.report import READ_BACK_SCHEMA
 
 COSIGN_TIMEOUT_S = 180
 PASSWORD_ENV = "COSIGN_PASSWORD"
@@ -187,14 +188,21 @@ def check_key_flags(
 
     Raises:
         ConfigError: a key flag names no key of its kind, a private key without ``COSIGN_PASSWORD``, or
-            ``--smoke-report`` without ``--sign-key`` or naming no file.
+            ``--smoke-report`` without ``--sign-key`` or naming no regular file holding a ``--json-file`` report
+            (``report.READ_BACK_SCHEMA``).
     """
     if sign_key is not None:
         check_key(sign_key, flag="--sign-key", private=True, env=env)
     if smoke_report is not None and sign_key is None:
         raise ConfigError("flags", ["--smoke-report needs --sign-key (it is attached as a signed attestation)"])
-    if smoke_report is not None and not smoke_report.is_file():
-        raise ConfigError("flags", [f"--smoke-report {str(smoke_report)!r} is not a file"])
+    if smoke_report is not None:
+        what = "a 'tools/matrix run/test --json-file' report (--smoke-report)"
+        text = read_config_text(smoke_report, limit=64 * 1024 * 1024, what=what)
+        try:
+            doc = jsontext.loads(text)
+        except ValueError as exc:
+            raise ConfigError(str(smoke_report), [f"is not JSON ({exc}); pass {what}"]) from exc
+        untrusted.check_shape(doc, READ_BACK_SCHEMA, source=str(smoke_report), what=what)
     if verify_key is not None:
         check_key(verify_key, flag="--verify-key", private=False, env=env)
 
