@@ -486,3 +486,21 @@ def test_a_provenance_statement_of_another_shape_is_a_config_error(tmp_path: Pat
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+def test_a_junit_report_quoting_control_characters_is_still_xml(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    from matrixtool import report
+    from matrixtool.smoke.result import CheckResult, Status
+
+    said = "server: \x1b[31mready\x00\x08"
+    checks = [
+        CheckResult(variant="cpu", image="r/cpu:1", check=name, status=status, diagnosis=said, hint=said, seconds=1.0)
+        for name, status in (("serve", Status.FAILED), ("vllm-import", Status.TIMEOUT), ("pip-check", Status.SKIPPED))
+    ]
+    path = tmp_path / "junit.xml"
+    report.write_junit(report.RunReport(checks=checks, errors={"cuda": said}), path)
+    root = ET.parse(path).getroot()
+    messages = [e.get("message") for e in root.iter() if e.get("message")]
+    assert messages and all(m == "server: \\x1b[31mready\\x00\\x08" for m in messages), messages

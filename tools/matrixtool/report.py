@@ -179,7 +179,9 @@ def to_json(report: RunReport) -> dict[str, Any]:
 
 def write_junit(report: RunReport, path: Path) -> None:
     """One ``testsuite`` per variant, one ``testcase`` per check and profile (classname ``smoke.<variant>`` under
-    ``default``, ``smoke.<variant>.<profile>`` under another); failure message = diagnosis."""
+    ``default``, ``smoke.<variant>.<profile>`` under another); failure message = diagnosis. Texts that quote an
+    image's or a server's output have their control characters escaped: XML 1.0 cannot hold them, and a report
+    with one is not read at all."""
     xml = junitparser.JUnitXml(name="vllm-image-matrix")
     variants = list(dict.fromkeys([c.variant for c in report.checks] + list(report.errors)))
     for variant in variants:
@@ -189,17 +191,20 @@ def write_junit(report: RunReport, path: Path) -> None:
         for c in (c for c in report.checks if c.variant == variant):
             classname = f"smoke.{variant}" + ("" if c.profile == DEFAULT_PROFILE else f".{c.profile}")
             case = junitparser.TestCase(c.check, classname=classname, time=round(c.seconds, 3))
+            diagnosis = shown(c.diagnosis, lines=True)
             if c.status is Status.FAILED:
-                case.result = [junitparser.Failure(c.diagnosis, type_="failed")]
-                case.system_out = f"fix: {c.hint}\nimage: {c.image}\nprofile: {c.profile}\nlog: {c.log}"
+                case.result = [junitparser.Failure(diagnosis, type_="failed")]
+                case.system_out = shown(
+                    f"fix: {c.hint}\nimage: {c.image}\nprofile: {c.profile}\nlog: {c.log}", lines=True
+                )
             elif c.status is Status.TIMEOUT:
-                case.result = [junitparser.Error(c.diagnosis, type_="timeout")]
+                case.result = [junitparser.Error(diagnosis, type_="timeout")]
             elif c.status is Status.SKIPPED:
-                case.result = [junitparser.Skipped(c.diagnosis)]
+                case.result = [junitparser.Skipped(diagnosis)]
             suite.add_testcase(case)
         if variant in report.errors:
             case = junitparser.TestCase("build", classname=f"build.{variant}")
-            case.result = [junitparser.Error(report.errors[variant], type_="error")]
+            case.result = [junitparser.Error(shown(report.errors[variant], lines=True), type_="error")]
             suite.add_testcase(case)
         xml.add_testsuite(suite)
     if path.exists() and not path.is_file():  # /dev/null, a FIFO: written in place, never replaced
