@@ -912,3 +912,21 @@ case("verify-key-fifo", CONFIG, "is a FIFO")(_file("k.pub", None, *_TEST))
 case("verify-key-device", CONFIG, "is a device")(
     lambda root: ["test", "--image", "r/cpu:1", "--as", "cpu", "--verify-key", "/dev/zero"]
 )
+case("update-ca-cert-garbage", CONFIG, "is not a usable CA bundle")(
+    _file(
+        "ca.pem",
+        "-----BEGIN CERTIFICATE-----\naGVsbG8=\n-----END CERTIFICATE-----\n",
+        "update",
+        "cpu",
+        "--ca-cert",
+        "{}",
+    )
+)
+case("update-ca-cert-fifo", CONFIG, "is not a file")(_file("ca.pem", None, "update", "cpu", "--ca-cert", "{}"))
+
+
+@case("advisory-zip-fifo", CONFIG, "is not a regular file")
+def _advisory_zip_fifo(root: Path) -> list[str]:
+    args = _advisory('{"id": "G-1"}')(root)
+    os.mkfifo(root / "adv" / "PyPI" / "all.zip")
+    return args

@@ -6,6 +6,7 @@ Nothing here touches Docker or the network; ``build.py`` executes a ``BuildPlan`
 from __future__ import annotations
 
 import hashlib
+import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -362,12 +363,22 @@ def existing_ca_cert(flag: Path | None, env: Mapping[str, str]) -> Path | None:
     """``resolve_ca_cert``, checked: the CA bundle that is read on the host (not only passed to a build).
 
     Raises:
-        ConfigError: the bundle named by ``--ca-cert`` or the variable is not a file (exit 3).
+        ConfigError: the bundle named by ``--ca-cert`` or the variable is not a file, or holds no certificate
+            OpenSSL reads (exit 3).
     """
     ca_cert = resolve_ca_cert(flag, env)
     if ca_cert is not None and not ca_cert.is_file():
         source = "--ca-cert" if flag is not None else next(v for v in CA_ENV_VARS if env.get(v))
         raise ConfigError("flags", [f"{source} {str(ca_cert)!r} is not a file; give a PEM CA bundle or unset it"])
+    if ca_cert is not None:
+        try:  # OpenSSL's parser reads it now: a bundle of garbage is this flag's fault, not the index's (exit 10)
+            ssl.create_default_context(cafile=str(ca_cert))
+        except (ssl.SSLError, OSError) as exc:
+            source = "--ca-cert" if flag is not None else next(v for v in CA_ENV_VARS if env.get(v))
+            raise ConfigError(
+                "flags",
+                [f"{source} {str(ca_cert)!r} is not a usable CA bundle ({exc}); give a PEM CA bundle or unset it"],
+            ) from exc
     return ca_cert
 
 
