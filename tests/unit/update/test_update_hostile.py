@@ -334,3 +334,20 @@ def test_an_index_page_of_another_shape_is_refused_not_a_crash() -> None:
         "https://i/",
     )
     assert odd[0].upload_time is None and odd[0].requires_python is None
+
+
+@pytest.mark.parametrize(
+    ("facts", "says"),
+    [
+        ('{"distributions": []}', "distributions: [] is not of type 'object'"),
+        ('{"distributions": {"torch": "2.9"}}', "distributions.torch: '2.9' is not of type 'object'"),
+        ('{"debian": {"libc6": 2}}', "debian.libc6: 2 is not of type 'string'"),
+        ('{"shared_libraries": {"libraries": {"a.so": {"needed_by": "x"}}}}', "libraries.a.so.needed_by: 'x'"),
+        ("[1]", "(the document): [1] is not of type 'object'"),
+    ],
+)
+def test_facts_of_another_shape_are_a_smoke_failure_naming_the_key(facts: str, says: str) -> None:
+    """The image's own python3 prints the facts: whatever it prints is checked before ``compare`` reads it."""
+    with pytest.raises(SmokeFailure, match="printed a result of another shape") as caught:
+        imagediff.parse_output(f"{imagediff.MARK}{facts}\n", "r/x:1")
+    assert says in str(caught.value)

@@ -126,12 +126,46 @@ def container_kwargs(image: str, session: str, owner: str = "") -> dict[str, Any
     }
 
 
+_NULLABLE_STRING = {"type": ["string", "null"]}
+# The facts document of ``incontainer/imagefacts.py`` as ``compare`` reads it. The image's own python3 prints
+# it, so an image can print anything there.
+FACTS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "python": {"type": "string"},
+        "distributions": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "properties": {k: _NULLABLE_STRING for k in ("version", "installer", "origin", "location")},
+            },
+        },
+        "debian": {"type": "object", "additionalProperties": {"type": "string"}},
+        "shared_libraries": {
+            "type": "object",
+            "properties": {
+                "libraries": {
+                    "type": "object",
+                    "additionalProperties": {
+                        "type": "object",
+                        "properties": {
+                            "path": {"type": "string"},
+                            "needed_by": {"type": "array", "items": {"type": "string"}},
+                        },
+                    },
+                }
+            },
+        },
+    },
+}
+
+
 def parse_output(text: str, ref: str) -> dict[str, Any]:
-    """The facts document after ``MARK`` in the program's output.
+    """The facts document after ``MARK`` in the program's output, of the shape ``FACTS_SCHEMA`` declares.
 
     Raises:
         SmokeFailure: no marker line (no python3 in the image, or it crashed), or one that is not a JSON
-            object: the message holds the output tail.
+            object of that shape: the message holds the output tail or the key path.
     """
     for line in reversed(text.splitlines()):
         if line.startswith(MARK):
@@ -141,8 +175,10 @@ def parse_output(text: str, ref: str) -> dict[str, Any]:
                 raise SmokeFailure(
                     f"{ref}: the facts program printed a malformed result ({exc}): {line[:200]}"
                 ) from exc
-            if isinstance(data, dict):
-                return data
+            problems = shape_problems(data, FACTS_SCHEMA, limit=3)
+            if problems:
+                raise SmokeFailure(f"{ref}: the facts program printed a result of another shape: {'; '.join(problems)}")
+            return dict(data)
     raise SmokeFailure(f"{ref}: the facts program printed no result (needs python3 in the image): {text[-800:]}")
 
 
