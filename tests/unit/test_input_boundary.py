@@ -504,3 +504,36 @@ def test_a_junit_report_quoting_control_characters_is_still_xml(tmp_path: Path) 
     root = ET.parse(path).getroot()
     messages = [e.get("message") for e in root.iter() if e.get("message")]
     assert messages and all(m == "server: \\x1b[31mready\\x00\\x08" for m in messages), messages
+
+
+@pytest.mark.parametrize(
+    ("inventory", "says"),
+    [
+        ('{"python": [1], "debian": []}', "python[0]: 1 is not of type 'object'"),
+        ('{"python": [{"name": "x", "files": "many"}], "debian": []}', "python[0].files: 'many' is not of type"),
+        ('{"python": [], "debian": [{"name": "x", "installed_size_kib": -1}]}', "installed_size_kib: -1 is less than"),
+        ('{"python": [], "debian": [{"name": "x", "licenses": "MIT"}]}', "debian[0].licenses: 'MIT' is not of type"),
+        ('{"python": [], "debian": [], "os": {"ID": 12}}', "os.ID: 12 is not of type 'string'"),
+    ],
+)
+def test_an_inventory_of_another_shape_is_an_sbom_error(inventory: str, says: str) -> None:
+    """The image's own python3 prints the inventory: its shape is checked before any field is used (exit 16)."""
+    from matrixtool.supply import sbom
+
+    with pytest.raises(sbom.SbomError, match="of another shape") as caught:
+        sbom.parse_output(f"{sbom.MARKER}{inventory}\n")
+    assert says in str(caught.value) and caught.value.exit_code == ExitCode.SBOM
+
+
+@pytest.mark.parametrize("printed", ["[1]", "{not json", '"text"', "5"])
+def test_a_probe_result_that_is_no_object_is_a_probe_error_not_a_crash(printed: str) -> None:
+    """The serve probe runs under the image's own python3: its result line is checked before use."""
+    from matrixtool.incontainer.vllm_smoke.programs import serve_probe
+    from matrixtool.smoke import serve
+
+    class Box:
+        def exec(self, argv: list[str], env: dict[str, str], deadline_s: float) -> tuple[int, str]:
+            return 0, f"noise\n{serve_probe.PROBE_MARK}{printed}\n"
+
+    answer = serve.ClientProber(Box()).call("health", {})  # type: ignore[arg-type]
+    assert answer["status"] is None and "printed no JSON object" in answer["error"]

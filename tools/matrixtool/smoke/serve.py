@@ -227,7 +227,13 @@ class ClientProber:
         code, output = self.box.exec(argv, {}, deadline_s)
         for line in reversed(output.splitlines()):
             if line.startswith(serve_probe.PROBE_MARK):
-                return dict(jsontext.loads(line[len(serve_probe.PROBE_MARK) :]))
+                try:  # printed by the image's own python3: any text
+                    answer = jsontext.loads(line[len(serve_probe.PROBE_MARK) :])
+                except ValueError:
+                    answer = None
+                if isinstance(answer, dict):
+                    return answer
+                return {"status": None, "error": f"the probe client printed no JSON object: {line[:300]}"}
         return {"status": None, "error": f"the probe client printed no result (exit {code}): {output[-300:]}"}
 
     def call(self, command: str, spec: Mapping[str, Any]) -> dict[str, Any]:

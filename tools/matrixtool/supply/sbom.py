@@ -200,11 +200,51 @@ def _bounded(chunks: Iterable[bytes], limit: int = MAX_OUTPUT) -> bytes:
     return bytes(data)
 
 
+_COUNT = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
+_TEXT = {"type": ["string", "null"]}
+# The inventory of ``incontainer/sbom_inventory.py`` as ``inventory_of`` reads it: the image's own python3 prints
+# it, so an image can print anything there.
+INVENTORY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["python", "debian"],
+    "properties": {
+        "os": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
+        "python": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    **{
+                        k: _TEXT
+                        for k in ("name", "version", "license", "license_source", "installer", "record_sha256", "path")
+                    },
+                    "summary": _TEXT,
+                    "files": _COUNT,
+                    "size": _COUNT,
+                },
+            },
+        },
+        "debian": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    **{k: _TEXT for k in ("name", "version", "arch", "source", "source_version")},
+                    "licenses": {"type": "array", "items": {"type": "string"}},
+                    "installed_size_kib": _COUNT,
+                },
+            },
+        },
+    },
+}
+
+
 def parse_output(output: str) -> dict[str, Any]:
     """The inventory document of the program's output (its last ``MATRIX-SBOM`` line).
 
     Raises:
-        SbomError: no such line, or it is not a JSON object with ``python`` and ``debian`` lists.
+        SbomError: no such line, or it is not a JSON object with ``python`` and ``debian`` lists of the shape
+            ``INVENTORY_SCHEMA`` declares (the key path named).
     """
     lines = [line for line in output.splitlines() if line.startswith(MARKER)]
     if not lines:
@@ -216,6 +256,9 @@ def parse_output(output: str) -> dict[str, Any]:
         raise SbomError(f"the inventory line is not JSON: {exc}") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("python"), list) or not isinstance(doc.get("debian"), list):
         raise SbomError("the inventory line is not an object with 'python' and 'debian' lists")
+    problems = untrusted.shape_problems(doc, INVENTORY_SCHEMA, limit=3)
+    if problems:
+        raise SbomError(f"the inventory line is of another shape: {'; '.join(problems)}")
     return doc
 
 
