@@ -171,3 +171,37 @@ def test_a_stand_in_whose_python_the_matrix_does_not_accept_is_a_config_error() 
 
     with pytest.raises(ConfigError, match=r'add python: "3.13" to stand_in'):
         plan.stand_in_python(_cpu(), "trixie")
+
+
+def test_a_tag_is_a_cached_build_only_when_its_image_carries_the_plans_content_hash() -> None:
+    """What the tool remembers is what it built: an image tagged with a plan's content-hash tag by hand (or by
+    another tool) is no build of that plan, and is built over."""
+    import docker.errors
+
+    from matrixtool.build import executor
+
+    the_plan = _plan()
+
+    class Image:
+        def __init__(self, labels: object) -> None:
+            self.id = "sha256:" + "e" * 64
+            self.attrs = {"Size": 123, "Config": {"Labels": labels}}
+
+    class Images:
+        def __init__(self, found: dict[str, Image]) -> None:
+            self.found = found
+
+        def get(self, ref: str) -> Image:
+            if ref not in self.found:
+                raise docker.errors.ImageNotFound(ref)
+            return self.found[ref]
+
+    class Client:
+        def __init__(self, labels: object | None) -> None:
+            self.images = Images({} if labels is None else {the_plan.hash_ref: Image(labels)})
+
+    own = {plan.CONTENT_HASH_LABEL: the_plan.content_hash}
+    found = executor.existing(Client(own), the_plan)  # type: ignore[arg-type]
+    assert found is not None and found.cached and found.image == the_plan.hash_ref and found.size_bytes == 123
+    for labels in (None, {}, {plan.CONTENT_HASH_LABEL: "0" * 64}, "x"):
+        assert executor.existing(Client(labels), the_plan) is None, labels  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ import docker.errors
 import requests.exceptions
 
 from matrixtool.build import cache
-from matrixtool.build.plan import BuildPlan, BuildResult, build_spec, buildx_argv, remote_ref
+from matrixtool.build.plan import CONTENT_HASH_LABEL, BuildPlan, BuildResult, build_spec, buildx_argv, remote_ref
 from matrixtool.build.registry import EngineRegistry, Registry
 from matrixtool.core import engine, outputs
 from matrixtool.core.engine import echo, note
@@ -153,11 +153,18 @@ def _image_size(client: docker.DockerClient, ref: str) -> tuple[str, int]:
 
 
 def existing(client: docker.DockerClient, plan: BuildPlan) -> BuildResult | None:
-    """The result of an earlier build with the same content hash, if its tag is on the engine."""
+    """The result of an earlier build with the same content hash: its tag is on the engine, and the image it
+    names carries that hash in its label ``io.vllm-matrix.content-hash`` (a build of this plan's inputs, not
+    any image tagged so by hand, which is built over)."""
     try:
-        image_id, size = _image_size(client, plan.hash_ref)
+        image = client.images.get(plan.hash_ref)
     except docker.errors.ImageNotFound:
         return None
+    labels = (image.attrs.get("Config") or {}).get("Labels") or {}
+    if not isinstance(labels, dict) or labels.get(CONTENT_HASH_LABEL) != plan.content_hash:
+        return None
+    image_id, size = str(image.id), image.attrs.get("Size", 0)
+    size = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else 0
     return BuildResult(
         variant=plan.variant,
         platform=str(plan.platform),

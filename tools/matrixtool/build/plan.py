@@ -26,6 +26,11 @@ CA_ENV_VARS = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE")
 WHEELHOUSE_ENV_VAR = "PIP_FIND_LINKS"
 
 
+# The label of every image built from a plan: its content hash (``content_hash``), so a tag can be told from a
+# build of the plan's inputs (``executor.existing``).
+CONTENT_HASH_LABEL = "io.vllm-matrix.content-hash"
+
+
 @dataclass(frozen=True, kw_only=True)
 class BuildPlan:
     """Everything needed to build one variant for one platform.
@@ -307,7 +312,7 @@ def plan_build(
         "org.opencontainers.image.version": variant.vllm.version,
         "org.opencontainers.image.base.name": variant.base_image,
         **({"org.opencontainers.image.base.digest": base_digest} if base_digest else {}),
-        "io.vllm-matrix.content-hash": digest,
+        CONTENT_HASH_LABEL: digest,
         "release": digest[:16],  # OpenShift's required `release` label: this build of `version`
         "io.vllm-matrix.platform": str(platform),
     }
