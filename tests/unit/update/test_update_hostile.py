@@ -218,9 +218,30 @@ def test_a_green_run_of_another_image_is_not_the_variants_last_green(tmp_path: P
     ]
     unlabelled = report.RunReport(checks=[_check("cpu", "x:1", Status.PASSED)])
     assert _green.write_variant_reports(unlabelled, reports, labels=lambda image: None) == [reports / "cpu.json"]
-    assert _green.own_image_problem({"name": "vllm-cpu\x1b[2J"}, "cpu") == (
+    assert _green.own_image_problem("m/cpu:1", {"name": "vllm-cpu\x1b[2J"}, "cpu") == (
         "its label name is 'vllm-cpu\\x1b[2J', not 'vllm-cpu'"
     )
+
+
+@pytest.mark.parametrize(
+    ("ref", "labels", "own"),
+    [
+        ("vllm-matrix/cpu:18eb263afca0f693", {"name": "vllm-cpu"}, True),
+        ("127.0.0.1:5000/vllm-matrix/cpu@sha256:" + "a" * 64, {"name": "vllm-cpu"}, True),
+        ("vllm-matrix/arm64-arm64:0.32.0", {"name": "vllm-arm64", "io.vllm-matrix.platform": "linux/arm64"}, True),
+        # built FROM the cpu image: its labels are cpu's, its ref is not
+        ("vllm-matrix-test/bad-1a2b3c4d:latest", {"name": "vllm-cpu"}, False),
+        ("vllm-matrix/cuda:1", {"name": "vllm-cpu"}, False),
+        ("cpu:1", {"name": "vllm-cpu"}, False),
+        ("sha256:" + "a" * 64, {"name": "vllm-cpu"}, False),
+        ("vllm-matrix/cpu:1", {"name": "vllm-cuda"}, False),
+        ("vllm-matrix/cpu:1", None, False),
+    ],
+)
+def test_an_image_is_a_variants_own_when_its_label_and_its_ref_say_so(
+    ref: str, labels: dict[str, str] | None, own: bool
+) -> None:
+    assert (_green.own_image_problem(ref, labels, "arm64" if "arm64" in ref else "cpu") is None) == own
 
 
 def test_run_and_test_keep_a_green_report_and_name_the_last_green_image(tmp_path: Path) -> None:

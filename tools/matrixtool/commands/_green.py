@@ -25,16 +25,23 @@ def report_paths(reports: Path, variant: str) -> tuple[Path, Path]:
     return reports / f"{variant}.json", reports / f"{variant}.green.json"
 
 
-def own_image_problem(labels: Mapping[str, str] | None, variant: str) -> str | None:
-    """Why an image with ``labels`` (its config's labels; None: unreadable) is not one of ``variant``'s own
-    images, or None when it is: the rendered Dockerfile labels each image ``name=vllm-<variant>``."""
+def own_image_problem(ref: str, labels: Mapping[str, str] | None, variant: str) -> str | None:
+    """Why the image ``ref`` with ``labels`` (its config's labels; None: unreadable) is not one of ``variant``'s
+    own images, or None when it is: the rendered Dockerfile labels each image ``name=vllm-<variant>``, and the
+    tool tags it ``<repository>/<variant>`` (``-<arch>`` for a variant of several platforms,
+    ``plan.image_repository``), locally or in a registry. An image built FROM one keeps its labels, so the
+    label alone does not tell; the ref must say so too."""
     want = f"vllm-{variant}"
     name = (labels or {}).get("name")
-    if name == want:
-        return None
-    return (
-        f"its label name is '{shown(str(name))}', not '{want}'" if name is not None else f"it has no label name={want}"
-    )
+    if name != want:
+        shown_name = f"'{shown(str(name))}'" if name is not None else "none"
+        return f"its label name is {shown_name}, not '{want}'"
+    platform = str((labels or {}).get("io.vllm-matrix.platform") or "")
+    names = {variant, f"{variant}-{platform.rsplit('/', 1)[-1]}"} if platform else {variant}
+    last = ref.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
+    if "/" not in ref.split("@", 1)[0] or last not in names:
+        return f"its ref is no <repository>/{variant}:TAG the tool tags"
+    return None
 
 
 def engine_labels(connect: Callable[[], docker.DockerClient] = engine.connect) -> Callable[[str], Any]:
@@ -61,7 +68,7 @@ def write_variant_reports(
 ) -> list[Path]:
     """For each variant with checks in ``result``: its checks as a ``report.to_json`` document in
     ``<variant>.json``, and in ``<variant>.green.json`` too when every one passed or was skipped and each image
-    tested is one of the variant's own (``own_image_problem`` of ``labels(image)``; else ``notice`` says why
+    tested is one of the variant's own (``own_image_problem`` of the ref and ``labels(image)``; else ``notice`` says why
     not), kept until the next green run, whatever red runs come between. Returns the paths written.
 
     Raises:
@@ -74,7 +81,11 @@ def write_variant_reports(
         latest, green = report_paths(reports, variant)
         paths = [latest]
         if all(c.status.ok for c in checks):
-            foreign = {c.image: why for c in checks if c.image and (why := own_image_problem(labels(c.image), variant))}
+            foreign = {
+                c.image: why
+                for c in checks
+                if c.image and (why := own_image_problem(c.image, labels(c.image), variant))
+            }
             if foreign:
                 for image, why in foreign.items():
                     notice(f"{green.name} not updated: {shown(image)} is no image of {variant} ({why})")
