@@ -4,6 +4,7 @@ write, exit-code severity, signals. The corpus of bad inputs is in test_hostile_
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -537,3 +538,20 @@ def test_a_probe_result_that_is_no_object_is_a_probe_error_not_a_crash(printed: 
 
     answer = serve.ClientProber(Box()).call("health", {})  # type: ignore[arg-type]
     assert answer["status"] is None and "printed no JSON object" in answer["error"]
+
+
+def test_cosign_payloads_of_another_shape_name_no_signed_image() -> None:
+    """cosign verify prints the signed payloads: one that is no simple-signing payload with a sha256 digest
+    names no image (never an AttributeError, never a digest that is no digest)."""
+    from matrixtool.supply import signing
+
+    good = {"critical": {"image": {"docker-manifest-digest": "sha256:" + "a" * 64}}}
+    lines = [
+        "not json",
+        "[1, null]",
+        '{"critical": "x"}',
+        '{"critical": {"image": []}}',
+        '{"critical": {"image": {"docker-manifest-digest": "sha256:x; rm -rf /"}}}',
+        json.dumps([good]),
+    ]
+    assert signing._signed_digests("\n".join(lines)) == ["sha256:" + "a" * 64]

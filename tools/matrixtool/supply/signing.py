@@ -273,7 +273,29 @@ def sign_and_attest(ref: str, *, key: Path, attachments: Sequence[Attachment], e
     return Signed(ref=ref, attestations=tuple(a.predicate_type for a in attachments))
 
 
+# A cosign simple-signing payload as ``_signed_digests`` reads it: the signed image's manifest digest.
+_SIMPLE_SIGNING_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["critical"],
+    "properties": {
+        "critical": {
+            "type": "object",
+            "required": ["image"],
+            "properties": {
+                "image": {
+                    "type": "object",
+                    "required": ["docker-manifest-digest"],
+                    "properties": {"docker-manifest-digest": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}},
+                }
+            },
+        }
+    },
+}
+
+
 def _signed_digests(stdout: str) -> list[str]:
+    """The image digests of the simple-signing payloads cosign verify printed (one JSON document a line);
+    a payload of another shape names none."""
     digests = []
     for line in stdout.splitlines():
         try:
@@ -281,9 +303,9 @@ def _signed_digests(stdout: str) -> list[str]:
         except ValueError:
             continue
         for payload in payloads if isinstance(payloads, list) else [payloads]:
-            digest = ((payload.get("critical") or {}).get("image") or {}).get("docker-manifest-digest")
-            if isinstance(digest, str):
-                digests.append(digest)
+            if untrusted.shape_problems(payload, _SIMPLE_SIGNING_SCHEMA, limit=1):
+                continue  # no simple-signing payload with an image digest: names no signed image
+            digests.append(payload["critical"]["image"]["docker-manifest-digest"])
     return digests
 
 
