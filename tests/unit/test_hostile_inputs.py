@@ -930,3 +930,13 @@ def _advisory_zip_fifo(root: Path) -> list[str]:
     args = _advisory('{"id": "G-1"}')(root)
     os.mkfifo(root / "adv" / "PyPI" / "all.zip")
     return args
+
+
+# A variant's name is a folder (images/<variant>/), a repository path component and, with a profile's, the
+# Kubernetes object name vllm-<variant>-<profile> (a DNS label: at most 63 characters).
+case("variant-name-too-long", CONFIG, "is too long")(
+    _raw(MATRIX_TEXT.replace("\n  arm64:\n", "\n  " + "a" * 29 + ":\n", 1))
+)
+case("profile-name-too-long", CONFIG, "is too long")(
+    _raw(MATRIX_TEXT.replace("\n  restricted:\n", "\n  " + "r" * 29 + ":\n", 1))
+)
