@@ -296,7 +296,7 @@ class IndexClient:
 
     def _echo(self, what: str) -> None:
         if self.log is not None:
-            self.log.write(f"+ {what}\n")  # one write: requests run in threads
+            self.log.write(f"+ {shown(what)}\n")  # one write: requests run in threads; URLs come from index pages
             self.log.flush()
 
     def _get(self, url: str, **headers: str) -> requests.Response:
