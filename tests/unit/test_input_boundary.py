@@ -555,3 +555,16 @@ def test_cosign_payloads_of_another_shape_name_no_signed_image() -> None:
         json.dumps([good]),
     ]
     assert signing._signed_digests("\n".join(lines)) == ["sha256:" + "a" * 64]
+
+
+def test_the_progress_line_escapes_what_an_image_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    from matrixtool.commands import _steps
+    from matrixtool.smoke.result import CheckResult, Status
+
+    check = CheckResult(
+        variant="cpu", image="r/cpu:1", check="serve", status=Status.FAILED,
+        diagnosis="log: \x1b]0;owned\x07\rerror: forged", hint="", seconds=1.0,
+    )  # fmt: skip
+    _steps.progress(False)(check)
+    err = capsys.readouterr().err
+    assert "[cpu] serve: failed (1.0 s) log: \\x1b]0;owned\\x07\\x0derror: forged" in err and "\x1b" not in err

@@ -14,6 +14,7 @@ from matrixtool.build import base, pin, plan
 from matrixtool.build import executor as build
 from matrixtool.build.preflight import Inputs
 from matrixtool.core.engine import note
+from matrixtool.core.untrusted import shown
 from matrixtool.model.model import Matrix, Variant
 from matrixtool.model.profiles import ProfileChoice
 from matrixtool.model.select import Selection
@@ -97,7 +98,8 @@ def progress(quiet: bool) -> Callable[[smoke_result.CheckResult], None]:
 
     def show(r: smoke_result.CheckResult) -> None:
         if not quiet:
-            note(f"[{r.variant}] {r.check}: {r.status.value} ({r.seconds:.1f} s) {r.diagnosis}")
+            # the diagnosis quotes the image's and the server's output: escaped
+            note(f"[{r.variant}] {r.check}: {r.status.value} ({r.seconds:.1f} s) {shown(r.diagnosis, lines=True)}")
 
     return show
 
