@@ -3,6 +3,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from matrixtool.build import plan, render
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import Platform, Variant
@@ -205,3 +207,29 @@ def test_a_tag_is_a_cached_build_only_when_its_image_carries_the_plans_content_h
     assert found is not None and found.cached and found.image == the_plan.hash_ref and found.size_bytes == 123
     for labels in (None, {}, {plan.CONTENT_HASH_LABEL: "0" * 64}, "x"):
         assert executor.existing(Client(labels), the_plan) is None, labels  # type: ignore[arg-type]
+
+
+@pytest.mark.subprocess  # a child Python stands in for docker buildx build
+def test_build_output_reaches_the_terminal_escaped_and_the_log_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from matrixtool.build import executor
+    from matrixtool.core.errors import BuildError
+
+    printed = "setup.py: \x1b]0;owned\x07\x1b[2J\rerror: forged"
+    monkeypatch.setattr(executor, "untagged", lambda argv: [sys.executable, "-c", f"print({printed!r}); exit(1)"])
+
+    class Client:
+        def info(self) -> dict[str, str]:
+            return {"DockerRootDir": str(tmp_path)}
+
+    with pytest.raises(BuildError):
+        executor.execute(Client(), _plan(), work_dir=tmp_path / "work", log_dir=tmp_path / "logs")  # type: ignore[arg-type]
+    err = capsys.readouterr().err
+    built = [line for line in err.splitlines() if not line.startswith("+ ")]
+    # a carriage return ends a line (universal newlines): each line still carries the variant's prefix
+    assert built == ["[cpu] setup.py: \\x1b]0;owned\\x07\\x1b[2J", "[cpu] error: forged"], built
+    assert "\x1b" not in err
+    assert "\x1b]0;owned\x07\x1b[2J" in (tmp_path / "logs" / "cpu-amd64.build.log").read_text()  # the log: as printed

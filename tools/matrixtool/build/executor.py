@@ -23,6 +23,7 @@ from matrixtool.build.registry import EngineRegistry, Registry
 from matrixtool.core import engine, outputs
 from matrixtool.core.engine import echo, note
 from matrixtool.core.errors import BuildError, EngineUnreachableError
+from matrixtool.core.untrusted import shown
 
 # The `docker buildx build` processes running now (any thread): ended by ``terminate_running`` on a signal.
 _running: set[subprocess.Popen[str]] = set()
@@ -237,7 +238,7 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
                 assert proc.stdout is not None
                 for line in proc.stdout:
                     log.write(line)
-                    sys.stderr.write(prefix + line)
+                    sys.stderr.write(prefix + shown(line, lines=True))  # a package's build prints anything
                     tail = [*tail, line.rstrip()][-20:]
                 returncode = proc.wait()
             except BaseException:
