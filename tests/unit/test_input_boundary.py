@@ -568,3 +568,16 @@ def test_the_progress_line_escapes_what_an_image_printed(capsys: pytest.CaptureF
     _steps.progress(False)(check)
     err = capsys.readouterr().err
     assert "[cpu] serve: failed (1.0 s) log: \\x1b]0;owned\\x07\\x0derror: forged" in err and "\x1b" not in err
+
+
+@pytest.mark.parametrize("size", ["9" * 5000, "²", "١٢", "-5", "1e3", "9" * 19])
+def test_a_published_sbom_size_that_is_no_count_is_no_size(size: str) -> None:
+    """``str.isdigit`` takes ``²`` and 5000 digits, which ``int`` refuses: a size property is ASCII digits of
+    an int64, else unknown (0), never a crash of ``sbom --compare``."""
+    from matrixtool.supply import sbom
+
+    prop = {"name": sbom.PROPERTY_PREFIX + "size-bytes", "value": size}
+    doc = {"bomFormat": "CycloneDX", "components": [{"purl": "pkg:pypi/x@1", "properties": [prop]}]}
+    assert sbom.packages_of(doc)["pypi/x"].size == 0
+    prop["value"] = "123"
+    assert sbom.packages_of(doc)["pypi/x"].size == 123

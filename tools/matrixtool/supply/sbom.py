@@ -521,6 +521,11 @@ class Package:
     size: int
 
 
+# A size a property may give: ASCII digits (``str.isdigit`` takes ``²``, which ``int`` refuses), at most 18 of them
+# (bytes fit an int64; 5000 digits are past what ``int`` converts at all).
+_COUNT_TEXT = re.compile(r"[0-9]{1,18}")
+
+
 def _property(component: Mapping[str, Any], name: str) -> str:
     for prop in component.get("properties") or ():
         if isinstance(prop, Mapping) and prop.get("name") == PROPERTY_PREFIX + name:
@@ -556,7 +561,9 @@ def packages_of(doc: Mapping[str, Any]) -> dict[str, Package]:
         sha = next((str(h.get("content", "")) for h in component.get("hashes") or () if h.get("alg") == "SHA-256"), "")
         size_text = _property(component, "size-bytes") or ""
         kib = _property(component, "installed-size-kib") or ""
-        size = int(size_text) if size_text.isdigit() else int(kib) * 1024 if kib.isdigit() else 0
+        size = (
+            int(size_text) if _COUNT_TEXT.fullmatch(size_text) else int(kib) * 1024 if _COUNT_TEXT.fullmatch(kib) else 0
+        )
         n, unique = 1, key
         while unique in found:
             n += 1
