@@ -372,3 +372,25 @@ def test_facts_of_another_shape_are_a_smoke_failure_naming_the_key(facts: str, s
     with pytest.raises(SmokeFailure, match="printed a result of another shape") as caught:
         imagediff.parse_output(f"{imagediff.MARK}{facts}\n", "r/x:1")
     assert says in str(caught.value)
+
+
+def test_a_version_past_what_int_converts_is_no_version_not_a_refused_page() -> None:
+    """packaging's ``Version`` raises a plain ValueError (no InvalidVersion) for a release of 5000 digits: such a
+    file of an index page has no version, the page is still read."""
+    from matrixtool.update.pyindex import parse_json_page
+
+    huge = "9" * 5000
+    files = [
+        {"filename": f"vllm-{huge}.tar.gz", "url": "a"},
+        {"filename": f"vllm-1.{huge}-py3-none-any.whl", "url": "b"},
+        {"filename": "vllm-0.33.0-py3-none-any.whl", "url": "c"},
+    ]
+    found = parse_json_page({"files": files}, "https://i/simple/vllm/")
+    assert [str(f.version) if f.version else None for f in found] == [None, None, "0.33.0"]
+    assert update.local_label(huge) is None
+
+
+def test_a_json_api_version_past_what_int_converts_is_no_latest_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = IndexClient(ca_cert=None, env={})
+    monkeypatch.setattr(client, "_json_api", lambda index_url, name: {"info": {"version": "1." + "9" * 5000}})
+    assert client.latest("https://pypi.org/simple", "vllm") is None

@@ -29,13 +29,11 @@ import remotezip
 import requests
 from packaging.tags import Tag
 from packaging.utils import (
-    InvalidSdistFilename,
-    InvalidWheelFilename,
     canonicalize_name,
     parse_sdist_filename,
     parse_wheel_filename,
 )
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from matrixtool.core import jsontext
 from matrixtool.core.errors import ConfigError, IndexUnreachableError
@@ -113,7 +111,7 @@ def _version_of(filename: str) -> tuple[Version | None, frozenset[Tag]]:
             _, version, _, tags = parse_wheel_filename(filename)
             return version, frozenset(tags)
         return parse_sdist_filename(filename)[1], frozenset()
-    except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+    except ValueError:  # InvalidWheelFilename, InvalidSdistFilename, InvalidVersion; int() of 5000 digits
         return None, frozenset()
 
 
@@ -394,7 +392,7 @@ class IndexClient:
             return None
         try:
             Version(info["version"])
-        except InvalidVersion:
+        except ValueError:  # InvalidVersion, or a release number past what int() converts
             return None  # not a release an installer would pick: read the wheels instead
         requires = info.get("requires_dist") or []
         if not isinstance(requires, list):

@@ -203,7 +203,7 @@ def local_label(version: str) -> str | None:
     """The local part of a version (``cpu`` of ``2.13.0+cpu``), None when it has none or is not PEP 440."""
     try:
         return Version(version).local
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or a release number past what int() converts
         return None
 
 
@@ -808,7 +808,7 @@ def propose(
 def _pep440(version: str) -> bool:
     try:
         Version(version)
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or a release number past what int() converts
         return False
     return True
 
