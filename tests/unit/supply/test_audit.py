@@ -285,6 +285,32 @@ def test_api_that_does_not_answer_fails_closed() -> None:
     assert "did not answer" in missing.reason and not report.passed
 
 
+@pytest.mark.parametrize(
+    ("batch", "record", "says"),
+    [
+        ({"results": [{"vulns": [{"id": "../../admin?x="}]}]}, None, "results[0].vulns[0].id: '../../admin?x='"),
+        ({"results": {"vulns": []}}, None, "results: {'vulns': []} is not of type 'array'"),
+        ({"results": [{"vulns": [{"id": "GHSA-1"}]}]}, {"id": "GHSA-1", "affected": [{"package": "torch"}]},
+         "its record GHSA-1 is no OSV record: affected[0].package: 'torch' is not of type 'object'"),
+    ],
+)  # fmt: skip
+def test_api_answers_of_another_shape_fail_closed_naming_the_key(
+    batch: dict[str, object], record: dict[str, object] | None, says: str
+) -> None:
+    """The OSV API's answers are checked against their declared shape: a package is then not audited (exit 14)
+    with the reason, never a crash, and no ID of an answer reaches a URL unless it is an ID."""
+    calls: list[str] = []
+
+    def fetch(url: str, body: bytes | None) -> bytes:
+        calls.append(url)
+        return json.dumps(batch if url.endswith("/v1/querybatch") else record).encode()
+
+    report = audit.audit(sbom_doc(TORCH), audit.ApiSource(fetch), audit.Policy(), today=TODAY)
+    (missing,) = report.unaudited
+    assert says in missing.reason and not report.passed, missing.reason
+    assert all(c.endswith(("/v1/querybatch", "/v1/vulns/GHSA-1")) for c in calls), calls
+
+
 # --- policy from matrix.yaml and the command ---------------------------------------------------------------
 POLICY_YAML = """    audit:
       fail_on: high

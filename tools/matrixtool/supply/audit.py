@@ -331,6 +331,7 @@ OSV_RECORD_SCHEMA: dict[str, Any] = {
 }
 # An answer of the OSV API's /v1/querybatch.
 OSV_BATCH_SCHEMA: dict[str, Any] = {
+    "$defs": {"id": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$"}},
     "type": "object",
     "properties": {
         "results": {
@@ -340,7 +341,8 @@ OSV_BATCH_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "vulns": {
                         "type": ["array", "null"],
-                        "items": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}},
+                        # an ID goes into the URL of /v1/vulns/<id>: no '/', '?', '%' or space
+                        "items": {"type": "object", "required": ["id"], "properties": {"id": {"$ref": "#/$defs/id"}}},
                     }
                 },
             },
