@@ -21,8 +21,9 @@ from matrixtool.build import cache
 from matrixtool.build.plan import CONTENT_HASH_LABEL, BuildPlan, BuildResult, build_spec, buildx_argv, remote_ref
 from matrixtool.build.registry import EngineRegistry, Registry
 from matrixtool.core import engine, outputs
-from matrixtool.core.engine import echo, note
+from matrixtool.core.engine import note
 from matrixtool.core.errors import BuildError, EngineUnreachableError
+from matrixtool.core.process import echo
 from matrixtool.core.untrusted import shown
 
 # The `docker buildx build` processes running now (any thread): ended by ``terminate_running`` on a signal.

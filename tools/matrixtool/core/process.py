@@ -8,15 +8,26 @@ one that outlives its timeout are failures like a non-zero exit, with the exit s
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
 from matrixtool.core.bounded import DEFAULT_LIMIT, BoundedOutput, OutputLimit
-from matrixtool.core.engine import echo as echo_argv
 from matrixtool.core.errors import MatrixError
+
+
+def echo(argv: Sequence[str], *, via: str | None = None) -> None:
+    """Print an external command the way it is about to run (``+ docker buildx build …``) to stderr.
+
+    ``via``: what really runs it when it is not this command line but its equivalent through a library
+    (``echo(["docker", "push", ref], via="Docker SDK")`` prints ``+ docker push REF  # Docker SDK``).
+    """
+    print("+ " + shlex.join(argv) + (f"  # {via}" if via else ""), file=sys.stderr, flush=True)
+
 
 NOT_FOUND = 127  # the shell's status for a program it cannot run
 TIMED_OUT = 124  # timeout(1)'s status for a program it stopped
@@ -50,19 +61,19 @@ def run(
     argv: Sequence[str],
     *,
     timeout: float | None = None,
-    echo: bool = True,
+    quiet: bool = False,
     env: Mapping[str, str] | None = None,
     limit: OutputLimit = DEFAULT_LIMIT,
 ) -> Completed:
-    """Run ``argv`` (echoed unless ``echo`` is False; stdin is ``/dev/null``) and wait for it, at most
+    """Run ``argv`` (echoed unless ``quiet``; stdin is ``/dev/null``) and wait for it, at most
     ``timeout`` seconds (then it is killed: status ``TIMED_OUT``). ``env`` replaces the environment when given.
 
     Never raises for the program's failure: a program that cannot start gives status ``NOT_FOUND`` with the
     OS's reason in ``stderr``. Output is decoded as UTF-8 (bad bytes replaced); each stream keeps ``limit``.
     """
     argv = tuple(argv)
-    if echo:
-        echo_argv(argv)
+    if not quiet:
+        echo(argv)
     try:
         proc = subprocess.Popen(
             argv,
@@ -102,7 +113,7 @@ def check(
     *,
     error: Callable[[Completed], MatrixError],
     timeout: float | None = None,
-    echo: bool = True,
+    quiet: bool = False,
     env: Mapping[str, str] | None = None,
     limit: OutputLimit = DEFAULT_LIMIT,
 ) -> Completed:
@@ -112,7 +123,7 @@ def check(
         MatrixError: the one ``error`` makes (its class gives the exit code), for a non-zero exit, a program
             that cannot start, or a timeout.
     """
-    done = run(argv, timeout=timeout, echo=echo, env=env, limit=limit)
+    done = run(argv, timeout=timeout, quiet=quiet, env=env, limit=limit)
     if not done.ok:
         raise error(done)
     return done
