@@ -50,3 +50,29 @@ def test_timeout_kills_the_child() -> None:
 def test_a_missing_program_is_a_failure_not_a_traceback() -> None:
     done = process.run(["/nonexistent/program-x"], quiet=True)
     assert done.returncode == process.NOT_FOUND and "cannot run /nonexistent/program-x" in done.stderr
+
+
+def test_stream_hands_each_line_as_it_comes() -> None:
+    lines: list[str] = []
+    code = "import sys; print('a'); print('b', file=sys.stderr, flush=True); sys.exit(2)"
+    assert process.stream([sys.executable, "-c", code], on_line=lines.append, quiet=True) == 2
+    assert sorted(lines) == ["a\n", "b\n"]
+
+
+def test_stream_ends_the_program_when_the_reader_fails() -> None:
+    seen: list[str] = []
+
+    def stop(line: str) -> None:
+        seen.append(line)
+        raise KeyboardInterrupt
+
+    code = "import time; print('started', flush=True); time.sleep(60)"
+    with pytest.raises(KeyboardInterrupt):
+        process.stream([sys.executable, "-c", code], on_line=stop, quiet=True)
+    assert seen == ["started\n"] and not process._running
+
+
+def test_stream_of_a_missing_program() -> None:
+    lines: list[str] = []
+    assert process.stream(["/nonexistent/program-x"], on_line=lines.append, quiet=True) == process.NOT_FOUND
+    assert lines and lines[0].startswith("cannot run /nonexistent/program-x")
