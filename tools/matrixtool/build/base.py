@@ -17,7 +17,7 @@ import docker.errors
 from docker.models.images import Image
 
 from matrixtool.build.pin import Lock
-from matrixtool.core import process
+from matrixtool.core import outputs, process
 from matrixtool.core.errors import BuildError
 from matrixtool.model.model import Platform, Variant
 
@@ -106,7 +106,7 @@ def make_stand_in(
         ]
         for argv in steps:
             _check_call(argv, what=f"making the stand-in for {ref}")
-        (work / "Dockerfile").write_text(stand_in_dockerfile(ref, suite), encoding="utf-8")
+        outputs.write_text(work / "Dockerfile", stand_in_dockerfile(ref, suite))
         process.run(["rm", "-rf", str(rootfs)], quiet=True)
         _check_call(
             [

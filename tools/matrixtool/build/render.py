@@ -14,7 +14,6 @@ import json
 import os
 import shlex
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -369,28 +368,6 @@ def _preflight_write(files: list[RenderedFile], root: Path) -> None:
         raise ConfigError(str(root / "images"), problems)
 
 
-def _replace_atomically(target: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``target``, then ``os.replace`` it: a reader sees the old
-    file or the new one, never a truncated one.
-
-    Raises:
-        OutputError: the write failed (a full disk, ``ulimit -f``; exit 3, "cannot write FILE"); ``target``
-            keeps its old content and no temporary file is left."""
-    with outputs.guarded(target):
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with outputs.guarded(target), os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        with outputs.guarded(target):
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write(files: list[RenderedFile], root: Path = REPO_ROOT) -> list[Path]:
     """Write ``files`` under ``root``, all or nothing as far as a file system allows: every obstacle is found
     first (``_preflight_write``), then each changed file is replaced atomically; files no variant renders
@@ -409,7 +386,7 @@ def write(files: list[RenderedFile], root: Path = REPO_ROOT) -> list[Path]:
         target = root / f.path
         outputs.make_dirs(target.parent)
         if not target.exists() or target.read_text(encoding="utf-8") != f.text:
-            _replace_atomically(target, f.text)
+            outputs.write_text(target, f.text)
             changed.append(f.path)
     for directory in sorted(_variant_dirs(files, root)):
         for extra in sorted(directory.iterdir()):
