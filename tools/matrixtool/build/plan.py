@@ -16,8 +16,8 @@ from matrixtool.build.pin import Lock
 from matrixtool.build.render import RenderedFile, render_variant
 from matrixtool.core import http
 from matrixtool.core.errors import ConfigError, RegistryError
-from matrixtool.model.matrixfile import SUITE_PYTHON
 from matrixtool.model.model import Platform, Variant
+from matrixtool.model.variantrules import SUITE_PYTHON
 
 DEFAULT_REPOSITORY = "vllm-matrix"
 TARGET = "runtime"
