@@ -14,7 +14,7 @@ from pathlib import Path
 
 import docker
 
-from matrixtool.build import index, plan, render
+from matrixtool.build import drift, index, plan, render
 from matrixtool.build import wheelhouse as wheelhouses
 from matrixtool.core import engine, http
 from matrixtool.core.errors import ConfigError, EngineUnreachableError, IndexUnreachableError, MatrixError
@@ -100,7 +100,7 @@ class Resolved:
 
 def check_fresh(matrix: Matrix) -> None:
     """Raise ``StaleRenderError`` when ``images/`` next to the matrix file is not a fresh render of it."""
-    render.check_fresh(render.render_matrix(matrix), matrix.root)
+    drift.check_fresh(render.render_matrix(matrix), matrix.root)
 
 
 def check_inputs(variant: Variant, inputs: Inputs) -> None:
