@@ -116,23 +116,25 @@ def consequences(results: Sequence[CheckResult]) -> list[CheckResult]:
     failed = {r.check: r for r in results if r.status is Status.FAILED}
     causes = [failed[name] for name in CAUSES if name in failed]
     became: dict[str, CheckResult] = {}
-    # A later cause first: one that follows from an earlier cause is no cause of its own.
-    later = [failed[name] for name in LATER_CAUSES if name in failed]
-    for r in later:
+
+    def explained(r: CheckResult) -> CheckResult | None:
+        """The root cause of ``r``'s failure among ``causes`` (a later cause stands for its own root), or None."""
         if r.check in OWN_CLASS:
             cause = next((c for c in causes if _only_about(c, r)), None)
         else:
             cause = next((c for c in causes if _follows_from(c, r)), None)
+        return became.get(cause.check, cause) if cause is not None else None
+
+    # A later cause first: one that follows from an earlier cause points what it explains at that root.
+    for r in [failed[name] for name in LATER_CAUSES if name in failed]:
+        cause = explained(r)
         if cause is not None:
             became[r.check] = cause
-    causes += [r for r in later if r.check not in became]
+        causes.append(r)
     for r in results:
         if r.status is not Status.FAILED or r.check in CAUSES or r.check in LATER_CAUSES:
             continue
-        if r.check in OWN_CLASS:
-            cause = next((c for c in causes if _only_about(c, r)), None)
-        else:
-            cause = next((c for c in causes if _follows_from(c, r)), None)
+        cause = explained(r)
         if cause is not None:
             became[r.check] = cause
     out = []
