@@ -175,3 +175,47 @@ def test_shutdown_errors_are_the_lines_after_shutdown_began() -> None:
     )
     assert serve.shutdown_errors(log) == ["(APIServer pid=1) ERROR [async_llm.py:906] AsyncLLM output_handler failed."]
     assert serve.shutdown_errors("no shutdown here: EngineDeadError") == []
+
+
+def test_the_images_healthcheck_is_read_as_docker_runs_it() -> None:
+    """``docker image inspect``'s Config.Healthcheck: durations in nanoseconds, 0 or absent for Docker's defaults."""
+    template = {
+        "Test": ["CMD", "python3", "-c", "import urllib.request"],
+        "Interval": 30_000_000_000,
+        "Timeout": 5_000_000_000,
+        "StartPeriod": 600_000_000_000,
+        "Retries": 3,
+    }
+    check = serve.healthcheck_of({"Config": {"Healthcheck": template}})
+    assert check == serve.Healthcheck(
+        argv=("python3", "-c", "import urllib.request"), timeout_s=5.0, interval_s=30.0, retries=3
+    )
+    shell = serve.healthcheck_of({"Config": {"Healthcheck": {"Test": ["CMD-SHELL", "curl -f localhost:8000"]}}})
+    assert shell is not None and shell.argv == ("/bin/sh", "-c", "curl -f localhost:8000")
+    assert (shell.timeout_s, shell.interval_s, shell.retries) == (30.0, 30.0, 3)
+    assert serve.healthcheck_of({"Config": {"Healthcheck": {"Test": ["NONE"]}}}) is None
+    assert serve.healthcheck_of({"Config": {}}) is None
+
+
+def test_a_healthcheck_that_fails_against_a_ready_server_fails_serve() -> None:
+    stop = {**GOOD_STOP, "seconds": 2.0}
+    # The exec's output for a program the image lacks (Docker 20.10, runc), exit 126.
+    missing = (
+        "OCI runtime exec failed: exec failed: container_linux.go:380: starting container process caused: exec: "
+        '"curl": executable file not found in $PATH: unknown'
+    )
+    cases = {
+        "`curl`, which the image does not contain": {"exit_code": 126, "output": missing},
+        "ran past its timeout of 5.0 s": {"exit_code": None, "output": ""},
+        "exits 1 3 time(s) in a row": {"exit_code": 1, "output": "URLError: Connection refused"},
+    }
+    for needle, run in cases.items():
+        health = {"argv": ["curl", "-f", "x"], "timeout_s": 5.0, "healthy": False, "runs": [run] * 3}
+        seen = serve.Observed(ready_s=1.0, probes=_probes([1, 2, 3]), stop=stop, health=health)
+        status, diagnosis, hint, facts = _judge(seen)
+        assert status is Status.FAILED and needle in diagnosis, (needle, diagnosis)
+        assert facts["healthcheck"] == health and hint
+    healthy = {"argv": ["python3"], "timeout_s": 5.0, "healthy": True, "runs": [{"exit_code": 0, "output": ""}]}
+    seen = serve.Observed(ready_s=1.0, probes=_probes([1, 2, 3]), stop=stop, health=healthy)
+    status, diagnosis, _, _ = _judge(seen)
+    assert status is Status.PASSED and "the image's HEALTHCHECK passes" in diagnosis
