@@ -40,6 +40,7 @@ class BadImage:
     # and then no check but ``check`` and ``also`` may fail.
     skipped: dict[str, str] = field(default_factory=dict)
     passed: list[str] = field(default_factory=list)  # further checks to run that must pass
+    need_hint: dict[str, str] = field(default_factory=dict)  # a skipped check: text the cause's hint holds
 
 
 CUDA_WHEEL = "nvidia-cuda-runtime-cu12==12.9.79"
@@ -123,8 +124,12 @@ CASES = {
             USER,
         ],
         check="inductor-compile",
-        diagnosis=["torch.compile (inductor) fails on cpu"],
+        diagnosis=["torch.compile (inductor) fails on cpu", "InvalidCxxCompiler"],
         hint="apt-get install g++",
+        # vLLM's compiled engine and its server compile with inductor too: one root cause, not three failures
+        # with the CPU backend's generic hints.
+        skipped={"offline-generate": "inductor-compile failed", "serve": "inductor-compile failed"},
+        need_hint={"offline-generate": "apt-get install g++", "serve": "apt-get install g++"},
     ),
     "python-headers-missing": BadImage(
         failure_class=8,
@@ -261,6 +266,17 @@ CASES = {
         ],
         hint="pip uninstall nvidia-cuda-runtime-cu12",
     ),
+    "healthcheck-calls-a-missing-program": BadImage(
+        # The HEALTHCHECK users copy from curl-carrying images: the server runs and answers, the image's own
+        # health check can never pass (Docker: unhealthy; a pod with the same exec probe: restarted).
+        failure_class=20,
+        lines=[
+            'HEALTHCHECK --interval=5s --timeout=3s --retries=2 CMD ["curl", "-fsS", "http://127.0.0.1:8000/health"]'
+        ],
+        check="serve",
+        diagnosis=["the health check runs `curl`, which the image does not contain", "executable file not found"],
+        hint="httpGet",
+    ),
 }
 
 
@@ -293,6 +309,8 @@ def test_bad_image_is_flagged(case: str, derived_image: Any, wheel_cache: Any, f
         assert (_check(doc, name)["status"], _check(doc, name)["diagnosis"]) == ("skipped", diagnosis), _check(
             doc, name
         )
+    for name, hint in bad.need_hint.items():  # a consequence carries its cause's hint, not a generic one
+        assert hint in _check(doc, name)["facts"]["need_hint"], _check(doc, name)
     for name in bad.passed:
         assert _check(doc, name)["status"] == "passed", _check(doc, name)
     if bad.skipped or bad.passed:  # one root cause, one failure

@@ -27,7 +27,7 @@ CAUSES = ("run-conditions", "native-libs", "triton-import")
 # (a wrong Triton breaks inductor too): then theirs is a consequence, and what follows from it points at the root.
 LATER_CAUSES = ("inductor-compile", "pip-check")
 # Checks that only observe the stack (their verdict is the class they diagnose): never made a consequence.
-OWN_CLASS = frozenset({"no-fake-triton", "triton-drivers", "triton-kernel", "pip-check", "cuda-weight"})
+OWN_CLASS = frozenset({"no-fake-triton", "triton-drivers", "triton-kernel", "pip-check", "cuda-weight", "gpu-driver"})
 _PERMISSION = re.compile(r"Permission denied|PermissionError|Errno 13")
 _TRITON = re.compile(r"\btriton\b", re.IGNORECASE)
 _USER = re.compile(r"^USER\s+(\S+)")

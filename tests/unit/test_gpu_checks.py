@@ -1,0 +1,54 @@
+"""GPU checks that need no GPU (incontainer/vllm_smoke/gpuchecks.py): their pure logic, on the texts and settings
+of real images (nvidia/cuda base images, vLLM's own image with cuda-compat on ld.so.conf, NixOS without
+/sbin/ldconfig)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.unit._incontainer import incontainer
+
+
+def _findings(**kw: Any) -> tuple[list[str], list[str]]:
+    args: dict[str, Any] = {"ldconfig": True, "libcuda_env": None, "compat": [], "declared": None, "torch_cuda": None}
+    return incontainer().driver_findings(**{**args, **kw})  # type: ignore[no-any-return]
+
+
+def test_a_good_cuda_image_has_no_finding() -> None:
+    # nvidia/cuda:13.0.2-base-ubuntu24.04 declares cuda>=13.0; PyPI's torch 2.14.0 is a CUDA 13.0 build.
+    declared = incontainer().declared_cuda({"NVIDIA_REQUIRE_CUDA": "cuda>=13.0 brand=unknown,driver>=535"})
+    assert declared == ((13, 0), "NVIDIA_REQUIRE_CUDA")
+    assert _findings(declared=declared, torch_cuda="13.0") == ([], [])
+
+
+def test_no_ldconfig_without_triton_libcuda_path_is_named_with_both_fixes() -> None:
+    problems, fixes = _findings(ldconfig=False)
+    assert "/sbin/ldconfig is missing and TRITON_LIBCUDA_PATH is unset" in problems[0]
+    assert "libcuda_dirs()" in problems[0] and "libc-bin" in fixes[0] and "TRITON_LIBCUDA_PATH" in fixes[0]
+    assert _findings(ldconfig=False, libcuda_env="/usr/lib/x86_64-linux-gnu") == ([], [])
+
+
+def test_a_declared_cuda_older_than_torchs_is_named() -> None:
+    declared = incontainer().declared_cuda({"CUDA_VERSION": "12.1.1"})
+    problems, fixes = _findings(declared=declared, torch_cuda="12.8")
+    assert "declares CUDA 12.1 (CUDA_VERSION) but torch is built for CUDA 12.8" in problems[0]
+    assert "driver on your system is too old" in problems[0] and "cuda>=12.8" in fixes[0]
+    assert _findings(declared=declared, torch_cuda=None) == ([], [])  # a CPU torch: nothing to compare
+
+
+def test_forward_compat_libcuda_on_the_loaders_path_is_named(tmp_path: Path) -> None:
+    mod = incontainer()
+    conf = tmp_path / "ld.so.conf"
+    (tmp_path / "ld.so.conf.d").mkdir()
+    conf.write_text(f"include {tmp_path}/ld.so.conf.d/*.conf\n")
+    (tmp_path / "ld.so.conf.d" / "00-cuda-compat.conf").write_text("/usr/local/cuda-12.9/compat  # vLLM image\n")
+    (tmp_path / "ld.so.conf.d" / "x86_64-linux-gnu.conf").write_text("/usr/lib/x86_64-linux-gnu\n")
+    dirs = mod.ld_conf_dirs(str(conf))
+    assert dirs == ["/usr/local/cuda-12.9/compat", "/usr/lib/x86_64-linux-gnu"]
+    found = mod.compat_shadows("/usr/local/nvidia/lib64:/usr/local/cuda/compat", dirs, exists=lambda p: True)
+    assert found == [("/usr/local/cuda/compat", "LD_LIBRARY_PATH"), ("/usr/local/cuda-12.9/compat", "ld.so.conf")]
+    assert mod.compat_shadows("", dirs, exists=lambda p: False) == []
+    problems, fixes = _findings(compat=found)
+    assert "Error 803" in problems[0] and "/usr/local/cuda/compat (LD_LIBRARY_PATH)" in problems[0]
+    assert "ld.so.conf.d" in fixes[0]
