@@ -266,6 +266,31 @@ CASES = {
         ],
         hint="pip uninstall nvidia-cuda-runtime-cu12",
     ),
+    "no-ldconfig-for-triton": BadImage(
+        # NixOS and distroless bases have no /sbin/ldconfig: Triton's NVIDIA driver looks for libcuda only through
+        # it (NixOS/nixpkgs#426296). Shown without a GPU, on the CPU image checked as the cuda variant.
+        failure_class=23,
+        lines=[ROOT, "RUN rm -f /sbin/ldconfig /sbin/ldconfig.real", USER],
+        check="gpu-driver",
+        diagnosis=["/sbin/ldconfig is missing and TRITON_LIBCUDA_PATH is unset", "FileNotFoundError"],
+        hint="TRITON_LIBCUDA_PATH",
+        as_variant="cuda",
+    ),
+    "forward-compat-libcuda-first": BadImage(
+        # cuda-compat's libcuda put on ld.so.conf (vllm#33447): a stand-in file of that name at the compat path.
+        failure_class=23,
+        lines=[
+            ROOT,
+            "RUN mkdir -p /usr/local/cuda/compat && cp /usr/lib/x86_64-linux-gnu/libnuma.so.1 "
+            "/usr/local/cuda/compat/libcuda.so.1 && "
+            "echo /usr/local/cuda/compat > /etc/ld.so.conf.d/000-cuda-compat.conf",
+            USER,
+        ],
+        check="gpu-driver",
+        diagnosis=["forward-compatibility libcuda.so.1", "/usr/local/cuda/compat (ld.so.conf)", "Error 803"],
+        hint="ld.so.conf.d",
+        as_variant="cuda",
+    ),
     "healthcheck-calls-a-missing-program": BadImage(
         # The HEALTHCHECK users copy from curl-carrying images: the server runs and answers, the image's own
         # health check can never pass (Docker: unhealthy; a pod with the same exec probe: restarted).
