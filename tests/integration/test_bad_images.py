@@ -291,6 +291,16 @@ CASES = {
         hint="ld.so.conf.d",
         as_variant="cuda",
     ),
+    "gpu-library-cache-under-home": BadImage(
+        # FlashInfer's JIT workspace goes under $HOME unless FLASHINFER_WORKSPACE_BASE is set (ai-dynamo/dynamo
+        # #12770); with HOME=/ (Docker's for a UID without a passwd entry, llm-d#1430) nobody may write there. A
+        # stand-in flashinfer package is enough: run-conditions asks where each installed GPU library writes.
+        failure_class=26,
+        lines=[ROOT, f"RUN mkdir -p {SITE}/flashinfer && touch {SITE}/flashinfer/__init__.py", USER, "ENV HOME=/"],
+        check="run-conditions",
+        diagnosis=["/.cache/flashinfer (FLASHINFER_WORKSPACE_BASE"],
+        hint="set FLASHINFER_WORKSPACE_BASE",
+    ),
     "healthcheck-calls-a-missing-program": BadImage(
         # The HEALTHCHECK users copy from curl-carrying images: the server runs and answers, the image's own
         # health check can never pass (Docker: unhealthy; a pod with the same exec probe: restarted).

@@ -52,3 +52,32 @@ def test_forward_compat_libcuda_on_the_loaders_path_is_named(tmp_path: Path) -> 
     problems, fixes = _findings(compat=found)
     assert "Error 803" in problems[0] and "/usr/local/cuda/compat (LD_LIBRARY_PATH)" in problems[0]
     assert "ld.so.conf.d" in fixes[0]
+
+
+def test_every_cache_of_the_gpu_libraries_is_known() -> None:
+    mod = incontainer()
+    # llm-d#1430: an arbitrary UID with HOME=/ and no TRITON_CACHE_DIR; FlashInfer's workspace under $HOME.
+    bare = {"HOME": "/"}
+    dirs = dict(mod.gpu_cache_dirs(bare, {"triton", "flashinfer", "deep_gemm"}, "cuda"))
+    assert dirs == {
+        "TRITON_CACHE_DIR": "/.triton/cache",
+        "FLASHINFER_WORKSPACE_BASE": "/.cache/flashinfer",
+        "DG_JIT_CACHE_DIR": "/.deep_gemm",
+        "TORCH_EXTENSIONS_DIR": "/.cache/torch_extensions",
+    }
+    # The cuda variant's image: the template's cache root, matrix.yaml's env for FlashInfer and DeepGEMM.
+    image = {
+        "HOME": "/home/vllm",
+        "XDG_CACHE_HOME": "/tmp/.cache",
+        "TRITON_CACHE_DIR": "/tmp/.cache/triton",
+        "FLASHINFER_WORKSPACE_BASE": "/tmp",
+        "DG_JIT_CACHE_DIR": "/tmp/.cache/deep_gemm",
+    }
+    assert all(
+        path.startswith("/tmp/.cache/") for _, path in mod.gpu_cache_dirs(image, {"triton", "flashinfer"}, "cuda")
+    )
+    assert mod.gpu_cache_dirs({"HOME": "/h", "TRITON_HOME": "/t"}, {"triton"}, "rocm")[0] == (
+        "TRITON_CACHE_DIR",
+        "/t/.triton/cache",
+    )
+    assert mod.gpu_cache_dirs(image, set(), "cpu") == []  # a CPU image without them: nothing more to check

@@ -144,3 +144,11 @@ def test_the_unwritable_folder_is_traced_to_the_step_that_cached() -> None:
     plain = rootcause.with_origin(failed, [])
     assert "comes with the image's own steps" in plain.diagnosis
     assert rootcause.with_origin(_r("pip-check", Status.FAILED, "x"), steps).diagnosis == "x"
+
+
+def test_a_cache_under_the_root_folder_is_no_build_steps_doing() -> None:
+    """HOME=/ (an arbitrary UID): FlashInfer's workspace /.cache/flashinfer is blocked by / itself."""
+    unwritable = [{"var": "FLASHINFER_WORKSPACE_BASE", "path": "/.cache/flashinfer", "blocker": "/", "uid": 0,
+                   "gid": 0, "mode": "755"}]  # fmt: skip
+    failed = _r("run-conditions", Status.FAILED, "caches not writable", unwritable=unwritable)
+    assert rootcause.with_origin(failed, ["mkdir -p /opt/venv/lib/python3.11/site-packages/flashinfer"]) == failed

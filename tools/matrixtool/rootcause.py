@@ -189,6 +189,10 @@ def with_origin(result: CheckResult, steps: Sequence[str], width: int = 160) -> 
     if result.check != "run-conditions" or result.status is not Status.FAILED or not result.facts.get("unwritable"):
         return result
     blockers = [str(b["blocker"]) for b in result.facts["unwritable"] if isinstance(b, Mapping) and b.get("blocker")]
+    if blockers and all(b == "/" for b in blockers):
+        # The cache would go to the root folder itself (HOME=/ for an arbitrary UID): no build step made it; the
+        # variable named in the diagnosis is the cause.
+        return result
     on_path = [s for s in steps if any(b in s for b in blockers)]
     cached = [s for s in steps if re.search(r"\buv\b|\bpip\b|huggingface|\.cache|XDG_CACHE_HOME|mkdir", s)]
     named = (on_path or cached or list(steps))[:3]
