@@ -301,6 +301,23 @@ CASES = {
         diagnosis=["/.cache/flashinfer (FLASHINFER_WORKSPACE_BASE"],
         hint="set FLASHINFER_WORKSPACE_BASE",
     ),
+    "cuda-vllm-in-a-rocm-image": BadImage(
+        # PyPI's vllm is the CUDA build (vllm#44660): its _C links libcudart.so.12. Checked --as rocm on the CPU
+        # image with vLLM's _C replaced by a stand-in linked against a libcudart.so.12 stub; the image has no
+        # amdsmi either, so vLLM would stay on UnspecifiedPlatform (vllm#24576).
+        failure_class=28,
+        lines=[
+            ROOT,
+            "RUN cd /tmp && gcc -shared -o libcudart.so.12 -Wl,-soname,libcudart.so.12 -x c /dev/null "
+            f"&& gcc -shared -o {SITE}/vllm/_C.abi3.so -x c /dev/null -Wl,--no-as-needed ./libcudart.so.12 "
+            "&& rm libcudart.so.12",
+            USER,
+        ],
+        check="rocm-build",
+        diagnosis=["is a CUDA build", "_C.abi3.so needs libcudart.so.12", "amdsmi is not installed"],
+        hint="ROCm index",
+        as_variant="rocm",
+    ),
     "healthcheck-calls-a-missing-program": BadImage(
         # The HEALTHCHECK users copy from curl-carrying images: the server runs and answers, the image's own
         # health check can never pass (Docker: unhealthy; a pod with the same exec probe: restarted).

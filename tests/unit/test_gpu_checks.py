@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.unit._incontainer import incontainer
 
 
@@ -81,3 +83,25 @@ def test_every_cache_of_the_gpu_libraries_is_known() -> None:
         "/t/.triton/cache",
     )
     assert mod.gpu_cache_dirs(image, set(), "cpu") == []  # a CPU image without them: nothing more to check
+
+
+def test_an_extension_linked_against_another_accelerators_runtime_is_named() -> None:
+    mod = incontainer()
+    cuda_build = {"/v/_C.abi3.so": ["libcudart.so.12", "libtorch.so", "libc.so.6"], "/v/_moe_C.abi3.so": ["libc.so.6"]}
+    assert mod.foreign_links(cuda_build, "rocm") == {"/v/_C.abi3.so": ["libcudart.so.12"]}
+    assert mod.foreign_links(cuda_build, "cuda") == {}
+    assert mod.foreign_links({"/v/_C.abi3.so": ["libamdhip64.so.6"]}, "cuda") == {"/v/_C.abi3.so": ["libamdhip64.so.6"]}
+    assert mod.foreign_links(cuda_build, "cpu") == {}
+
+
+def test_the_elf_reader_gives_what_the_loader_needs(tmp_path: Path) -> None:
+    mod = incontainer()
+    assert "libc.so.6" in mod.elf_needed("/lib/x86_64-linux-gnu/libm.so.6")
+    text = tmp_path / "x.so"
+    text.write_text("not an ELF file")
+    with pytest.raises(ValueError, match="no ELF"):
+        mod.elf_needed(str(text))
+    cut = tmp_path / "cut.so"
+    cut.write_bytes(Path("/lib/x86_64-linux-gnu/libm.so.6").read_bytes()[:64])
+    with pytest.raises(ValueError, match="cut-short"):
+        mod.elf_needed(str(cut))

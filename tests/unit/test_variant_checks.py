@@ -34,6 +34,7 @@ NOW: dict[str, tuple[int | None, ...]] = {
     "cpu-engine-settings": (60, 360, None, None, None),
     "cuda-weight": (120, 1800, None, None, None),
     "gpu-driver": (None, None, 120, 480, None),
+    "rocm-build": (None, None, None, None, 120),
 }
 # The same before the checks applied by default (matrix.yaml listed every check and timeout): no variant's
 # checks changed, and no timeout became shorter.
@@ -56,6 +57,7 @@ BEFORE: dict[str, tuple[int | None, ...]] = {
     "cpu-engine-settings": (60, 120, None, None, None),
     "cuda-weight": (120, 600, None, None, None),
     "gpu-driver": (None, None, 120, 480, None),
+    "rocm-build": (None, None, None, None, 120),
 }
 
 

@@ -39,6 +39,7 @@ ORDER = (
     "cpu-engine-settings",
     "cuda-weight",
     "gpu-driver",
+    "rocm-build",
 )
 DECLARATIONS = {name: CATALOGUE[name] for name in ORDER} | {n: d for n, d in CATALOGUE.items() if n not in ORDER}
 CHECKS = {name: d.function for name, d in DECLARATIONS.items()}

@@ -169,3 +169,144 @@ def check_gpu_driver(params):
         else ("; declares no CUDA version" if not declared else "; torch is no CUDA build")
     )
     return result("passed", f"Triton finds libcuda through {how}; no forward-compat libcuda on the path{cuda}", **facts)
+
+
+# --- ROCm images (classes 28, 29) ------------------------------------------------------------------------------
+_DT_NEEDED, _DT_STRTAB, _SHT_DYNAMIC = 1, 5, 6
+
+
+def elf_needed(path):
+    """The DT_NEEDED entries (sonames) of the ELF shared object ``path``, read from its ``.dynamic`` section and
+    the string table it links to (64- and 32-bit, either byte order). Raises OSError for an unreadable file,
+    ValueError for a file that is no ELF object or is cut short."""
+    import struct
+
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"\x7fELF":
+        raise ValueError(f"{path} is no ELF file")
+    wide, order = data[4] == 2, "<" if data[5] == 1 else ">"
+    try:
+        if wide:
+            (shoff,) = struct.unpack_from(order + "Q", data, 0x28)
+            shentsize, shnum = struct.unpack_from(order + "HH", data, 0x3A)
+        else:
+            (shoff,) = struct.unpack_from(order + "I", data, 0x20)
+            shentsize, shnum = struct.unpack_from(order + "HH", data, 0x2E)
+        sections = []
+        for i in range(shnum):
+            base = shoff + i * shentsize
+            if wide:
+                _, stype, _, _, offset, size, link, _, _, entsize = struct.unpack_from(order + "IIQQQQIIQQ", data, base)
+            else:
+                _, stype, _, _, offset, size, link, _, _, entsize = struct.unpack_from(order + "IIIIIIIIII", data, base)
+            sections.append((stype, offset, size, link, entsize))
+        needed = []
+        for stype, offset, size, link, entsize in sections:
+            if stype != _SHT_DYNAMIC:
+                continue
+            _, str_off, str_size, _, _ = sections[link]
+            fmt = order + ("qQ" if wide else "iI")
+            step = entsize or struct.calcsize(fmt)
+            for pos in range(offset, offset + size, step):
+                tag, value = struct.unpack_from(fmt, data, pos)
+                if tag == 0:
+                    break
+                if tag == _DT_NEEDED and value < str_size:
+                    end = data.index(b"\0", str_off + value)
+                    needed.append(data[str_off + value : end].decode("utf-8", "replace"))
+        return needed
+    except (struct.error, IndexError) as exc:
+        raise ValueError(f"{path}: a cut-short ELF file ({exc})") from exc
+
+
+_CUDA_LIBS = re.compile(r"^lib(cudart|cuda|cublas|cublasLt|cudnn|nccl|nvrtc)\.so")
+_ROCM_LIBS = re.compile(r"^lib(amdhip64|rocblas|hipblas|rccl|MIOpen|hiprtc)\.so")
+
+
+def foreign_links(needed_by, accelerator):
+    """``{file: [sonames]}`` of extensions linked against another accelerator's runtime than ``accelerator``'s
+    (a ROCm image: CUDA's libcudart, libcublas…; a CUDA image: ROCm's libamdhip64…), from ``needed_by``
+    (``{file: DT_NEEDED list}``). Pure."""
+    pattern = _CUDA_LIBS if accelerator == "rocm" else _ROCM_LIBS if accelerator == "cuda" else None
+    if pattern is None:
+        return {}
+    found = {}
+    for path, needed in needed_by.items():
+        bad = [n for n in needed if pattern.match(n)]
+        if bad:
+            found[path] = bad
+    return found
+
+
+def _vllm_extensions():
+    """The native extensions of the installed vLLM (``vllm/_C*.so``, ``vllm/_*_C*.so`` and the like at its top
+    level), found without importing it; [] where no vLLM is installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    found = []
+    for folder in spec.submodule_search_locations:
+        found += sorted(glob.glob(os.path.join(folder, "_*.so")))
+    return found
+
+
+@check(
+    "rocm-build",
+    proves=(
+        "without a GPU: vLLM's extensions are a ROCm build (none links CUDA's libcudart/libcublas), and amdsmi, "
+        "which vLLM's platform detection needs to see an AMD GPU, imports"
+    ),
+    classes=(28, 29),
+    reports=(f"{_VLLM}/issues/44660", f"{_VLLM}/issues/24576"),
+    hint="install vLLM's ROCm build (a ROCm wheel index, or AMD's rocm/vllm images) and amdsmi",
+    timeout=120,
+    accelerators=("rocm",),
+    group="light",
+)
+def check_rocm_build(params):
+    import importlib.util
+
+    needed_by, unreadable = {}, []
+    for path in _vllm_extensions():
+        try:
+            needed_by[path] = elf_needed(path)
+        except (OSError, ValueError) as exc:
+            unreadable.append(f"{path}: {exc}")
+    foreign = foreign_links(needed_by, "rocm")
+    amdsmi = importlib.util.find_spec("amdsmi") is not None
+    facts = {
+        "vllm": dist_version("vllm"),
+        "extensions": {os.path.basename(p): n for p, n in needed_by.items()},
+        "foreign": {os.path.basename(p): n for p, n in foreign.items()},
+        "unreadable": unreadable,
+        "amdsmi": dist_version("amdsmi") or (True if amdsmi else None),
+    }
+    problems, fixes = [], []
+    if foreign:
+        shown = "; ".join(f"{p} needs {', '.join(n)}" for p, n in foreign.items())
+        problems.append(
+            f"vLLM {facts['vllm']} is a CUDA build: {shown}. In a ROCm image its extensions fail to load "
+            "(`libcudart.so.12: cannot open shared object file`) and vLLM has no kernels"
+        )
+        fixes.append(
+            "install vLLM's ROCm build: the variant's vllm source must be a ROCm index (matrix.yaml "
+            f"variants.{params.get('variant') or 'rocm'}.index), not PyPI's vllm, which is the CUDA build"
+        )
+    if not needed_by and dist_version("vllm") is not None:
+        problems.append(f"vLLM {dist_version('vllm')} has no native extension (vllm/_*.so): no kernels for ROCm")
+        fixes.append("install vLLM's ROCm build, which ships vllm/_C.abi3.so and vllm/_rocm_C.abi3.so")
+    if not amdsmi:
+        problems.append(
+            "amdsmi is not installed: vLLM's platform detection (vllm/platforms/__init__.py, rocm_platform_plugin) "
+            "imports amdsmi to find an AMD GPU, so vLLM stays on UnspecifiedPlatform and fails to infer the device"
+        )
+        fixes.append("pip install amdsmi at the image's ROCm version (or ROCm's amd-smi-lib, /opt/rocm/share/amd_smi)")
+    if problems:
+        return result("failed", "; ".join(problems), "; ".join(fixes), **facts)
+    names = ", ".join(os.path.basename(p) for p in needed_by)
+    return result(
+        "passed", f"vLLM {facts['vllm']}'s extensions ({names}) link no CUDA runtime; amdsmi is installed", **facts
+    )
