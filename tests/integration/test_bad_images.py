@@ -309,7 +309,7 @@ CASES = {
         lines=[
             ROOT,
             "RUN cd /tmp && gcc -shared -o libcudart.so.12 -Wl,-soname,libcudart.so.12 -x c /dev/null "
-            f"&& gcc -shared -o {SITE}/vllm/_C.abi3.so -x c /dev/null -Wl,--no-as-needed ./libcudart.so.12 "
+            f"&& gcc -shared -o {SITE}/vllm/_C.abi3.so -x c /dev/null -x none -Wl,--no-as-needed ./libcudart.so.12 "
             "&& rm libcudart.so.12",
             USER,
         ],
