@@ -8,12 +8,16 @@ from pathlib import Path
 
 import click
 
-from matrixtool import kube, outputs, reference, serve
 from matrixtool.commands._shared import Settings, pass_settings
-from matrixtool.errors import ConfigError, MatrixError
-from matrixtool.matrix import Variant, load_matrix
-from matrixtool.profiles import ProfileChoice
-from matrixtool.select import select_variants
+from matrixtool.core import outputs
+from matrixtool.core.errors import ConfigError, MatrixError
+from matrixtool.deploy import kube
+from matrixtool.model import reference
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Variant
+from matrixtool.model.profiles import ProfileChoice
+from matrixtool.model.select import select_variants
+from matrixtool.smoke import serve
 
 
 class InvalidManifest(MatrixError):

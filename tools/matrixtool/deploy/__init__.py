@@ -1,0 +1,1 @@
+"""Running images elsewhere: Kubernetes manifests and the CI matrix."""

@@ -1,0 +1,1 @@
+"""Smoke-testing images: plan, runners, executor, the serve check and its diagnosis, root causes, budget."""
