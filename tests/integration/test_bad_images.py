@@ -318,6 +318,16 @@ CASES = {
         hint="ROCm index",
         as_variant="rocm",
     ),
+    "no-kernels-for-the-variants-gpus": BadImage(
+        # A torch and a vLLM without kernels for the variant's GPUs (`no kernel image is available for execution
+        # on the device`): the CPU image's, checked --as cuda against matrix.yaml's gpu_archs, without a GPU.
+        failure_class=24,
+        lines=["LABEL test=gpu-archs"],
+        check="gpu-archs",
+        diagnosis=["has no kernels for sm_80, sm_89, sm_90, sm_100, sm_120", "hold no CUDA kernels"],
+        hint="gpu_archs",
+        as_variant="cuda",
+    ),
     "healthcheck-calls-a-missing-program": BadImage(
         # The HEALTHCHECK users copy from curl-carrying images: the server runs and answers, the image's own
         # health check can never pass (Docker: unhealthy; a pod with the same exec probe: restarted).

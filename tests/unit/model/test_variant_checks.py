@@ -36,6 +36,7 @@ NOW: dict[str, tuple[int | None, ...]] = {
     "cuda-weight": (120, 1800, None, None, None),
     "gpu-driver": (None, None, 120, 480, None),
     "rocm-build": (None, None, None, None, 120),
+    "gpu-archs": (None, None, 300, 1200, 300),
 }
 # The same before the checks applied by default (matrix.yaml listed every check and timeout): no variant's
 # checks changed, and no timeout became shorter.
@@ -59,6 +60,7 @@ BEFORE: dict[str, tuple[int | None, ...]] = {
     "cuda-weight": (120, 600, None, None, None),
     "gpu-driver": (None, None, 120, 480, None),
     "rocm-build": (None, None, None, None, 120),
+    "gpu-archs": (None, None, 300, 1200, 300),
 }
 
 

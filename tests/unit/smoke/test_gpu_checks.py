@@ -105,3 +105,52 @@ def test_the_elf_reader_gives_what_the_loader_needs(tmp_path: Path) -> None:
     cut.write_bytes(Path("/lib/x86_64-linux-gnu/libm.so.6").read_bytes()[:64])
     with pytest.raises(ValueError, match="cut-short"):
         mod.elf_needed(str(cut))
+
+
+def _fatbin(entries: list[tuple[int, int]]) -> bytes:
+    """A CUDA fat binary of ``entries`` (kind 1 PTX / 2 ELF, arch), each with a 64-byte header and 16 bytes."""
+    import struct
+
+    body = b""
+    for kind, arch in entries:
+        header = struct.pack("<HHIQIIHHI", kind, 0x0101, 64, 16, 0, 0, 0, 0, arch).ljust(64, b"\0")
+        body += header + b"\x11" * 16
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+
+
+def test_fat_binary_entries_give_the_archs_of_sass_and_ptx() -> None:
+    mod = incontainer()
+    data = b"\x7fELF-before" + _fatbin([(2, 80), (2, 90), (1, 90)]) + b"between" + _fatbin([(2, 100)])
+    assert mod.fatbin_archs(data) == {"sass": ["sm_80", "sm_90", "sm_100"], "ptx": ["sm_90"]}
+    assert mod.fatbin_archs(b"no fat binary here") == {"sass": [], "ptx": []}
+
+
+def test_an_arch_is_covered_by_its_family_sass_or_older_ptx() -> None:
+    covered = incontainer().covered
+    assert covered("sm_89", ["sm_80"], [])  # sm_80 cubins run on Ada (8.x, minor not above)
+    assert not covered("sm_90", ["sm_80", "sm_89"], [])  # another major: no SASS
+    assert covered("sm_90", [], ["sm_80"])  # PTX: the driver compiles it for a newer GPU
+    assert covered("sm_90", ["sm_90a"], [])
+    assert not covered("sm_100", ["sm_90a"], ["sm_90a"])  # arch-specific code: that GPU only
+    assert covered("sm_103", ["sm_100f"], []) and not covered("sm_120", ["sm_100f"], [])
+    assert not covered("sm_120", ["sm_80", "sm_90", "sm_100"], [])  # vllm#29469: no Blackwell consumer kernels
+
+
+def test_ptxas_help_lists_the_targets_triton_can_compile_for() -> None:
+    # ptxas --help (CUDA 12.8), its --gpu-name option, shortened.
+    text = (
+        "--gpu-name <gpu name>                      (-arch)\n"
+        "        Specify name of NVIDIA GPU to generate code for.\n"
+        "        Allowed values for this option:  'sm_50','sm_52','sm_80','sm_86','sm_89','sm_90','sm_90a',\n"
+        "        'sm_100','sm_100a','sm_120','sm_120a'.\n"
+        "\n"
+        "--help                                     (-h)\n"
+    )
+    targets = incontainer().ptxas_targets(text)
+    assert "sm_120a" in targets and "sm_121a" not in targets and "sm_90" in targets
+    assert incontainer().ptxas_targets("no such option") == []
+
+
+def test_hip_code_objects_name_their_gfx_targets() -> None:
+    data = b"__CLANG_OFFLOAD_BUNDLE__\0hipv4-amdgcn-amd-amdhsa--gfx90a\0hipv4-amdgcn-amd-amdhsa--gfx942:sramecc+\0"
+    assert incontainer().hip_archs(data) == ["gfx90a", "gfx942"]

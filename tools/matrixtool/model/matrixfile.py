@@ -467,6 +467,17 @@ def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
     problem = image_problem(variant["base_image"])
     if problem is not None:
         problems.append(f"{at}.base_image: {_show(variant['base_image'])} {problem}")
+    prefix = {"cuda": "sm_", "rocm": "gfx"}.get(variant.get("accelerator", ""))
+    for arch in variant.get("gpu_archs", []):
+        if prefix is None:
+            problems.append(
+                f"{at}.gpu_archs: {_show(arch)} on a {variant.get('accelerator')} variant: only GPU "
+                "variants name GPU architectures"
+            )
+        elif not str(arch).startswith(prefix):
+            problems.append(
+                f"{at}.gpu_archs: {_show(arch)} is no {variant['accelerator']} architecture (they begin with {prefix})"
+            )
     urls = [("index.url", variant["index"]["url"])]
     urls += [(f"index.extra_urls.{i}", u) for i, u in enumerate(variant["index"].get("extra_urls", []))]
     for key, url in urls:
@@ -525,6 +536,7 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 cuda_weight_reason=v.get("hygiene", {}).get("cuda_weight"),
                 ready_budget_s=float(v["ready_budget"]) if "ready_budget" in v else None,
                 stop_grace_s=int(v["stop_grace"]) if "stop_grace" in v else None,
+                gpu_archs=tuple(v.get("gpu_archs", ())),
             )
         )
     return Matrix(schema_version=data["schema_version"], variants=tuple(variants), source=source)

@@ -40,6 +40,7 @@ ORDER = (
     "cuda-weight",
     "gpu-driver",
     "rocm-build",
+    "gpu-archs",
 )
 DECLARATIONS = {name: CATALOGUE[name] for name in ORDER} | {n: d for n, d in CATALOGUE.items() if n not in ORDER}
 CHECKS = {name: d.function for name, d in DECLARATIONS.items()}

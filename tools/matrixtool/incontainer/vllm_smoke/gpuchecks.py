@@ -310,3 +310,218 @@ def check_rocm_build(params):
     return result(
         "passed", f"vLLM {facts['vllm']}'s extensions ({names}) link no CUDA runtime; amdsmi is installed", **facts
     )
+
+
+# --- GPU architecture coverage (class 24) ----------------------------------------------------------------------
+_FATBIN_MAGIC = 0xBA55ED50
+_FATBIN_PTX, _FATBIN_ELF = 1, 2
+
+
+def fatbin_archs(data):
+    """``{"sass": [...], "ptx": [...]}``: the ``sm_XY`` of each cubin and PTX entry of the CUDA fat binaries in
+    ``data`` (an ELF object's bytes: its ``.nv.fatbin`` section, or any bytes holding fat binaries). Each fat
+    binary: a 16-byte header (magic 0xBA55ED50, version, header size, payload size), then entries of a header
+    (kind 1 PTX / 2 ELF, header size, payload size at 8, the arch at 28) and their payload. Pure."""
+    import struct
+
+    sass, ptx = set(), set()
+    start = 0
+    magic = struct.pack("<I", _FATBIN_MAGIC)
+    while True:
+        at = data.find(magic, start)
+        if at < 0 or at + 16 > len(data):
+            break
+        _, _, header_size, fat_size = struct.unpack_from("<IHHQ", data, at)
+        pos, end = at + header_size, min(len(data), at + header_size + fat_size)
+        while pos + 32 <= end:
+            kind, _, entry_header, payload = struct.unpack_from("<HHIQ", data, pos)
+            arch = struct.unpack_from("<I", data, pos + 28)[0]
+            if entry_header < 32 or kind not in (_FATBIN_PTX, _FATBIN_ELF):
+                break
+            (sass if kind == _FATBIN_ELF else ptx).add(arch)
+            pos += entry_header + payload
+        start = max(end, at + 4)
+    return {"sass": [f"sm_{a}" for a in sorted(sass)], "ptx": [f"sm_{a}" for a in sorted(ptx)]}
+
+
+def _number(arch):
+    """``sm_90a`` -> (90, "a"); ``compute_90`` -> (90, ""); None for another form."""
+    m = re.match(r"^(?:sm|compute)_(\d+)([af]?)$", arch)
+    return (int(m.group(1)), m.group(2)) if m else None
+
+
+def covered(arch, sass, ptx):
+    """True when a GPU of ``arch`` (``sm_90``) runs kernels of ``sass`` (cubins: the same major version, a minor
+    not above ``arch``'s; an ``a`` cubin only on its own arch, an ``f`` one on its family) or ``ptx`` (PTX of a
+    version not above ``arch``'s, JIT-compiled by the driver; arch-specific ``a`` PTX only on its own arch). Pure."""
+    want = _number(arch)
+    if want is None:
+        return arch in sass or arch in ptx
+    for have in sass:
+        got = _number(have)
+        if got is None:
+            continue
+        if got[1] == "a":  # sm_90a: that GPU only
+            if got[0] == want[0]:
+                return True
+        elif got[1] == "f":  # sm_100f: that family, from that version on
+            if got[0] // 10 == want[0] // 10 and got[0] <= want[0]:
+                return True
+        elif got[0] // 10 == want[0] // 10 and got[0] <= want[0]:
+            return True
+    for have in ptx:
+        got = _number(have)
+        if got is not None and got[0] <= want[0] and (got[1] != "a" or got[0] == want[0]):
+            return True
+    return False
+
+
+def ptxas_targets(help_text):
+    """The ``sm_*`` values ``ptxas --help`` lists as allowed for ``--gpu-name`` (``Allowed values for this option:
+    'compute_50',…,'sm_90a'``), or [] where it lists none."""
+    m = re.search(r"--gpu-name.*?Allowed values for this option:\s*(.*?)(?:\n\s*\n|\n--|\Z)", help_text or "", re.S)
+    return sorted(set(re.findall(r"'(sm_\d+[af]?)'", m.group(1)))) if m else []
+
+
+_HIP_TARGET = re.compile(rb"amdgcn-amd-amdhsa-[^\x00\s]*?-(gfx[0-9a-f]+)")
+
+
+def hip_archs(data):
+    """The ``gfx*`` targets of the clang offload bundles (HIP code objects) in ``data``. Pure."""
+    return sorted({m.group(1).decode() for m in _HIP_TARGET.finditer(data)})
+
+
+def _torch_arch_list():
+    """(torch.cuda.get_arch_list(), None) from a child Python (no GPU needed: the archs torch was built for), or
+    (None, error)."""
+    proc = run_python("import json, torch; print('MATRIX-ARCHS', json.dumps(torch.cuda.get_arch_list()))", timeout=300)
+    for line in proc.stdout.splitlines():
+        if line.startswith("MATRIX-ARCHS "):
+            import json
+
+            return json.loads(line[len("MATRIX-ARCHS ") :]), None
+    from .common import last_error_line
+
+    return None, last_error_line(proc.stderr) or f"exit {proc.returncode}"
+
+
+def _triton_ptxas():
+    """The path of Triton's bundled ptxas (triton/backends/nvidia/bin/ptxas; TRITON_PTXAS_PATH first), or None."""
+    import importlib.util
+
+    configured = os.environ.get("TRITON_PTXAS_PATH")
+    if configured and os.access(configured, os.X_OK):
+        return configured
+    spec = importlib.util.find_spec("triton")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(folder, "backends", "nvidia", "bin", "ptxas")
+        if os.access(path, os.X_OK):
+            return path
+    return None
+
+
+@check(
+    "gpu-archs",
+    proves=(
+        "without a GPU: every architecture of the variant's gpu_archs is covered by torch's arch list, by vLLM's "
+        "extensions (SASS, or PTX the driver compiles) and, on CUDA, by what Triton's bundled ptxas can target"
+    ),
+    classes=(24,),
+    reports=(f"{_VLLM}/issues/29469", "https://github.com/triton-lang/triton/issues/8539"),
+    hint="build (or install) torch, vLLM and Triton for the variant's GPUs, or drop the GPUs they cannot serve "
+    "from matrix.yaml gpu_archs",
+    timeout=300,
+    accelerators=("cuda", "rocm"),
+    group="light",
+)
+def check_gpu_archs(params):
+    import subprocess
+
+    wanted = list(params.get("gpu_archs") or [])
+    accelerator = params.get("accelerator", "cuda")
+    if not wanted:
+        return result("skipped", f"the variant names no gpu_archs (matrix.yaml) to check the {accelerator} image for")
+    torch_archs, error = _torch_arch_list()
+    facts = {"gpu_archs": wanted, "torch_archs": torch_archs}
+    problems, fixes = [], []
+    if torch_archs is None:
+        return result("failed", f"torch's arch list cannot be read: {error}", None, **facts)
+    if accelerator == "rocm":
+        torch_missing = [a for a in wanted if a not in torch_archs]
+    else:
+        compute = [a.replace("compute_", "sm_") for a in torch_archs if a.startswith("compute_")]
+        torch_missing = [
+            a for a in wanted if not covered(a, [a2 for a2 in torch_archs if a2.startswith("sm_")], compute)
+        ]
+    if torch_missing:
+        problems.append(
+            f"torch {dist_version('torch')} has no kernels for {', '.join(torch_missing)} (torch.cuda.get_arch_list(): "
+            f"{', '.join(torch_archs) or 'none'}): `no kernel image is available for execution on the device` there"
+        )
+        fixes.append("install the torch build whose arch list covers them (PyTorch's index of a newer CUDA/ROCm)")
+    extensions = {}
+    for path in _vllm_extensions():
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        if accelerator == "rocm":
+            extensions[os.path.basename(path)] = {"sass": hip_archs(data), "ptx": []}
+        else:
+            extensions[os.path.basename(path)] = fatbin_archs(data)
+    facts["vllm_extensions"] = extensions
+    kernels = {name: found for name, found in extensions.items() if found["sass"] or found["ptx"]}
+    if dist_version("vllm") is not None:
+        if not kernels:
+            problems.append(
+                f"vLLM {dist_version('vllm')}'s extensions ({', '.join(extensions) or 'none'}) hold no "
+                f"{'HIP code objects' if accelerator == 'rocm' else 'CUDA kernels (no fat binary)'}: not a "
+                f"{accelerator} build"
+            )
+            fixes.append(f"install vLLM's {accelerator} build")
+        for name, found in kernels.items():
+            if accelerator == "rocm":
+                lacking = [a for a in wanted if a not in found["sass"]]
+            else:
+                lacking = [a for a in wanted if not covered(a, found["sass"], found["ptx"])]
+            if lacking:
+                problems.append(
+                    f"vLLM's {name} has no kernel for {', '.join(lacking)} (SASS {', '.join(found['sass']) or 'none'}; "
+                    f"PTX {', '.join(found['ptx']) or 'none'})"
+                )
+                fixes.append("install a vLLM built with those archs (TORCH_CUDA_ARCH_LIST / PYTORCH_ROCM_ARCH)")
+    if accelerator == "cuda":
+        ptxas = _triton_ptxas()
+        facts["ptxas"] = ptxas
+        if ptxas is not None:
+            proc = subprocess.run([ptxas, "--help"], capture_output=True, text=True, timeout=60, check=False)
+            targets = ptxas_targets(proc.stdout)
+            facts["ptxas_targets"] = targets
+            lacking = [a for a in wanted if targets and a not in targets and a + "a" not in targets]
+            if lacking:
+                problems.append(
+                    f"Triton's ptxas ({ptxas}) cannot target {', '.join(lacking)} (`ptxas fatal : Value '{lacking[0]}' "
+                    "is not defined for option 'gpu-name'`): every Triton kernel fails to compile there"
+                )
+                fixes.append(
+                    "install a Triton whose bundled ptxas knows them, or point TRITON_PTXAS_PATH at a CUDA "
+                    "toolkit's ptxas that does"
+                )
+    if problems:
+        fixes.append(
+            f"or take the GPUs this image cannot serve out of matrix.yaml variants.{params.get('variant')}.gpu_archs"
+        )
+        return result("failed", "; ".join(problems), "; ".join(dict.fromkeys(fixes)), **facts)
+    return result(
+        "passed",
+        f"{', '.join(wanted)} covered by torch, vLLM's extensions"
+        + (
+            " and Triton's ptxas"
+            if facts.get("ptxas")
+            else " (no Triton ptxas to ask)"
+            if accelerator == "cuda"
+            else ""
+        ),
+        **facts,
+    )
