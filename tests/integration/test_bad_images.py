@@ -427,3 +427,15 @@ def test_cuda_weight_passes_with_the_reason_the_variant_declares(
     assert "carries CUDA weight on purpose (test: the runtime is loaded by a plug-in)" in check["diagnosis"], check
     assert "nvidia-cuda-runtime-cu12 12.9.79 9.6 MB" in check["diagnosis"], check
     assert check["facts"]["flagged"] == [["nvidia-cuda-runtime-cu12", "12.9.79", check["facts"]["total_bytes"]]]
+
+
+def test_a_profile_that_refuses_pidfd_getfd_is_named_for_multi_gpu(cpu_image: str, out_dir: Path) -> None:
+    """Class 27: the default profile drops every capability, so Docker's seccomp profile refuses pidfd_getfd, which
+    vLLM's workers on several GPUs pass memory handles with (flashinfer#2394). Probed for real in the container,
+    checked --as cuda (the CPU image stands in: the probe needs no GPU); a warning, as one GPU needs none of it."""
+    proc = matrix_cli("test", "--image", cpu_image, "--as", "cuda", "--only", "run-conditions", "--json", out=out_dir)
+    check = _check(json_of(proc), "run-conditions")
+    assert check["status"] == "passed", check
+    assert check["facts"]["pidfd_getfd_error"].startswith("EPERM"), check["facts"]
+    assert "warning: pidfd_getfd is refused here" in check["diagnosis"], check
+    assert "capabilities.add: [SYS_PTRACE]" in check["diagnosis"], check

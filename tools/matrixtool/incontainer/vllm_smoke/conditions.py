@@ -334,6 +334,50 @@ def _installed(names):
     return found
 
 
+# pidfd_getfd(2): the same number on every Linux architecture (the unified syscall table, Linux >= 5.6).
+SYS_PIDFD_GETFD = 438
+PIDFD_ADVICE = (
+    "a pod needs securityContext.capabilities.add: [SYS_PTRACE] (docker run --cap-add SYS_PTRACE): Docker's and "
+    "containerd's default seccomp profiles allow pidfd_getfd only with CAP_SYS_PTRACE, which Pod Security "
+    "'restricted' forbids; run multi-GPU pods under 'baseline' with that one capability"
+)
+
+
+def pidfd_getfd_probe():
+    """(allowed, error): whether this process may take a file descriptor of a child of its own with pidfd_getfd
+    (how GPU workers pass memory handles: flashinfer#2394), by trying it on ``python -c`` child's stdin. allowed
+    None where it cannot be tried (no os.pidfd_open, no libc), error the errno name and text when refused."""
+    import ctypes
+    import ctypes.util
+    import errno
+    import subprocess
+    import sys
+
+    if not hasattr(os, "pidfd_open"):
+        return None, "os.pidfd_open is missing (Python < 3.9 or not Linux)"
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError as exc:
+        return None, f"no C library to call pidfd_getfd with: {exc}"
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    pidfd = None
+    try:
+        pidfd = os.pidfd_open(child.pid)
+        fd = libc.syscall(SYS_PIDFD_GETFD, pidfd, 0, 0)
+        if fd >= 0:
+            os.close(fd)
+            return True, None
+        code = ctypes.get_errno()
+        return False, f"{errno.errorcode.get(code, code)}: {os.strerror(code)}"
+    except OSError as exc:
+        return False, f"{errno.errorcode.get(exc.errno, exc.errno)}: {exc.strerror}"
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+        child.kill()
+        child.wait()
+
+
 _FIX_CACHES = (
     "to a directory on a writable mount (e.g. under a tmpfs /tmp), or make it writable for group 0 "
     "(chgrp 0, chmod g=u) as OpenShift recommends"
@@ -349,13 +393,14 @@ _FIX_CACHES = (
         "cache on an exec mount, no hub access without a network; reports the cgroup memory limit, and "
         "torch's threads against the CPU quota (a warning)"
     ),
-    classes=(13, 26),
+    classes=(13, 26, 27),
     reports=(
         "https://github.com/pytorch/pytorch/issues/140765",
         "https://github.com/pytorch/pytorch/issues/91005",
         f"{_VLLM}/issues/29233",
         "https://github.com/llm-d/llm-d/issues/1430",
         "https://github.com/ai-dynamo/dynamo/issues/12770",
+        "https://github.com/flashinfer-ai/flashinfer/issues/2394",
     ),
     hint="see the condition named in the diagnosis; docs/profiles.md lists each fix",
     timeout=120,
@@ -472,6 +517,18 @@ def check_run_conditions(params):
 
     # Pod conditions (shm size, capabilities, no-new-privileges, seccomp, pids limit): reported as facts.
     facts.update(_pod_conditions())
+
+    # Several GPUs: vLLM's workers pass GPU memory handles with pidfd_getfd, which the profile may refuse.
+    if params.get("accelerator", "cpu") != "cpu":
+        allowed, refused = pidfd_getfd_probe()
+        facts["pidfd_getfd"] = allowed if allowed is not None else refused
+        if allowed is False:
+            facts["pidfd_getfd_error"] = refused
+            warnings.append(
+                f"warning: pidfd_getfd is refused here ({refused}): on several GPUs, vLLM's workers cannot share "
+                f"memory handles (tensor parallelism fails with 'Operation not permitted', flashinfer#2394); "
+                f"{PIDFD_ADVICE}"
+            )
 
     # No network: nothing may try to reach a hub.
     try:
