@@ -328,6 +328,16 @@ CASES = {
         hint="gpu_archs",
         as_variant="cuda",
     ),
+    "flashinfer-without-its-jit-toolchain": BadImage(
+        # FlashInfer compiles at run time (vllm#49497): without its prebuilt kernels it needs nvcc and the CUDA
+        # headers. A stand-in flashinfer package in the CPU image (no nvcc, no CUDA headers), checked --as cuda.
+        failure_class=25,
+        lines=[ROOT, f"RUN mkdir -p {SITE}/flashinfer && touch {SITE}/flashinfer/__init__.py", USER],
+        check="jit-toolchain",
+        diagnosis=["FlashInfer compiles its kernels at run time", "nor nvcc, cublasLt.h, curand.h"],
+        hint="pip install flashinfer-jit-cache",
+        as_variant="cuda",
+    ),
     "healthcheck-calls-a-missing-program": BadImage(
         # The HEALTHCHECK users copy from curl-carrying images: the server runs and answers, the image's own
         # health check can never pass (Docker: unhealthy; a pod with the same exec probe: restarted).

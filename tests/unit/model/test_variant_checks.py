@@ -37,6 +37,7 @@ NOW: dict[str, tuple[int | None, ...]] = {
     "gpu-driver": (None, None, 120, 480, None),
     "rocm-build": (None, None, None, None, 120),
     "gpu-archs": (None, None, 300, 1200, 300),
+    "jit-toolchain": (None, None, 120, 480, None),
 }
 # The same before the checks applied by default (matrix.yaml listed every check and timeout): no variant's
 # checks changed, and no timeout became shorter.
@@ -61,6 +62,7 @@ BEFORE: dict[str, tuple[int | None, ...]] = {
     "gpu-driver": (None, None, 120, 480, None),
     "rocm-build": (None, None, None, None, 120),
     "gpu-archs": (None, None, 300, 1200, 300),
+    "jit-toolchain": (None, None, 120, 480, None),
 }
 
 

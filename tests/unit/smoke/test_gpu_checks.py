@@ -154,3 +154,49 @@ def test_ptxas_help_lists_the_targets_triton_can_compile_for() -> None:
 def test_hip_code_objects_name_their_gfx_targets() -> None:
     data = b"__CLANG_OFFLOAD_BUNDLE__\0hipv4-amdgcn-amd-amdhsa--gfx90a\0hipv4-amdgcn-amd-amdhsa--gfx942:sramecc+\0"
     assert incontainer().hip_archs(data) == ["gfx90a", "gfx942"]
+
+
+def test_flashinfer_without_prebuilt_kernels_needs_nvcc_and_the_cuda_headers() -> None:
+    mod = incontainer()
+    none = {"cublasLt.h": None, "curand.h": None}
+    base: dict[str, Any] = {
+        "prebuilt": [],
+        "nvcc": None,
+        "headers": none,
+        "c_compiler": "cc",
+        "python_h": "/p/Python.h",
+    }
+    problems, fixes = mod.toolchain_problems(libraries={"flashinfer"}, **base)
+    assert (
+        "neither its prebuilt kernels (flashinfer-jit-cache, flashinfer-cubin) nor nvcc, cublasLt.h, curand.h"
+        in (problems[0])
+    )
+    assert "pip install flashinfer-jit-cache" in fixes[0] and "nvidia-curand" in fixes[0]
+    assert mod.toolchain_problems(libraries={"flashinfer"}, **{**base, "prebuilt": ["flashinfer-jit-cache"]}) == (
+        [],
+        [],
+    )
+    have = {"cublasLt.h": "/h/cublasLt.h", "curand.h": "/h/curand.h"}
+    assert mod.toolchain_problems(libraries={"flashinfer"}, **{**base, "nvcc": "/n", "headers": have}) == ([], [])
+
+
+def test_triton_needs_a_c_compiler_and_python_h_and_deep_gemm_nvcc() -> None:
+    mod = incontainer()
+    base: dict[str, Any] = {"prebuilt": [], "nvcc": None, "headers": {}, "c_compiler": None, "python_h": None}
+    problems, fixes = mod.toolchain_problems(libraries={"triton", "deep_gemm"}, **base)
+    assert "no a C compiler (cc/gcc, or CC) and no Python.h" in problems[0] and "apt-get install gcc" in fixes[0]
+    assert "DeepGEMM compiles its kernels at run time with nvcc" in problems[1] and "VLLM_USE_DEEP_GEMM=0" in fixes[1]
+
+
+def test_cuda_tools_and_headers_are_found_in_the_nvidia_wheels(tmp_path: Path) -> None:
+    mod = incontainer()
+    (tmp_path / "nvidia" / "cuda_nvcc" / "bin").mkdir(parents=True)
+    nvcc = tmp_path / "nvidia" / "cuda_nvcc" / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\n")
+    nvcc.chmod(0o755)
+    (tmp_path / "nvidia" / "curand" / "include").mkdir(parents=True)
+    (tmp_path / "nvidia" / "curand" / "include" / "curand.h").write_text("")
+    env = {"PATH": "/nonexistent", "CUDA_HOME": str(tmp_path / "no-cuda")}
+    assert mod.find_tool("nvcc", env, [str(tmp_path)]) == str(nvcc)
+    assert mod.find_header("curand.h", env, [str(tmp_path)]) == str(tmp_path / "nvidia/curand/include/curand.h")
+    assert mod.find_header("cublasLt.h", env, [str(tmp_path)]) is None

@@ -41,6 +41,7 @@ ORDER = (
     "gpu-driver",
     "rocm-build",
     "gpu-archs",
+    "jit-toolchain",
 )
 DECLARATIONS = {name: CATALOGUE[name] for name in ORDER} | {n: d for n, d in CATALOGUE.items() if n not in ORDER}
 CHECKS = {name: d.function for name, d in DECLARATIONS.items()}
