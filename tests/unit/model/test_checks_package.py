@@ -199,6 +199,12 @@ def test_compile_hints_follow_the_diagnosis() -> None:
     assert mod.compile_hint("RuntimeError: something else") is None
 
 
+def test_a_version_skew_hint_names_triton_only_for_triton() -> None:
+    mod = incontainer()
+    # yaml (pyyaml) is installed here and has no module yaml.nonexistent: a skew, and Triton is no part of it.
+    assert "triton" not in mod.import_hint("ModuleNotFoundError: No module named 'yaml.nonexistent'")
+
+
 def test_a_missing_gpu_kernel_package_is_named_with_the_setting_that_avoids_it() -> None:
     mod = incontainer()
     hint = mod.import_hint("ModuleNotFoundError: No module named 'flashinfer'")

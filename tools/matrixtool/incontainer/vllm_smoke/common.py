@@ -271,9 +271,10 @@ def import_hint(error):
         dists = providers_of(top) or [top]
         shown = ", ".join(f"{d} {dist_version(d) or ''}".strip() for d in dists)
         dist = _DISTRIBUTION_OF.get(top, top)
+        see = "triton-import" if top == "triton" else "pip-check"
         return (
             f"{shown} has no module {m.group(1)}: not the version the importing package expects; install {dist} "
-            "at the version it requires (see pip-check; triton-import for triton), or uninstall it"
+            f"at the version it requires (see {see}), or uninstall it"
         )
     if m and top in GPU_KERNEL_MODULES:
         dist, setting = GPU_KERNEL_MODULES[top]
