@@ -4,6 +4,7 @@ of real images (nvidia/cuda base images, vLLM's own image with cuda-compat on ld
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -120,9 +121,17 @@ def _fatbin(entries: list[tuple[int, int]]) -> bytes:
 
 def test_fat_binary_entries_give_the_archs_of_sass_and_ptx() -> None:
     mod = incontainer()
-    data = b"\x7fELF-before" + _fatbin([(2, 80), (2, 90), (1, 90)]) + b"between" + _fatbin([(2, 100)])
-    assert mod.fatbin_archs(data) == {"sass": ["sm_80", "sm_90", "sm_100"], "ptx": ["sm_90"]}
-    assert mod.fatbin_archs(b"no fat binary here") == {"sass": [], "ptx": []}
+    data = _fatbin([(2, 80), (2, 90), (1, 90)]) + b"\0" * 8 + _fatbin([(2, 100)])
+    assert mod.fatbin_archs(io.BytesIO(data)) == {"sass": ["sm_80", "sm_90", "sm_100"], "ptx": ["sm_90"]}
+    assert mod.fatbin_archs(io.BytesIO(b"no fat binary here")) == {"sass": [], "ptx": []}
+
+
+def test_the_fat_binary_section_is_found_by_its_name() -> None:
+    mod = incontainer()
+    libm = "/lib/x86_64-linux-gnu/libm.so.6"
+    offset, size = mod.elf_section(libm, ".dynstr")
+    assert size > 0 and b"libc.so.6" in Path(libm).read_bytes()[offset : offset + size]
+    assert mod.elf_section(libm, ".nv.fatbin") is None
 
 
 def test_an_arch_is_covered_by_its_family_sass_or_older_ptx() -> None:
@@ -153,7 +162,7 @@ def test_ptxas_help_lists_the_targets_triton_can_compile_for() -> None:
 
 def test_hip_code_objects_name_their_gfx_targets() -> None:
     data = b"__CLANG_OFFLOAD_BUNDLE__\0hipv4-amdgcn-amd-amdhsa--gfx90a\0hipv4-amdgcn-amd-amdhsa--gfx942:sramecc+\0"
-    assert incontainer().hip_archs(data) == ["gfx90a", "gfx942"]
+    assert incontainer().hip_archs(io.BytesIO(b"x" * 50 + data), chunk=64) == ["gfx90a", "gfx942"]
 
 
 def test_flashinfer_without_prebuilt_kernels_needs_nvcc_and_the_cuda_headers() -> None:

@@ -317,30 +317,65 @@ _FATBIN_MAGIC = 0xBA55ED50
 _FATBIN_PTX, _FATBIN_ELF = 1, 2
 
 
-def fatbin_archs(data):
-    """``{"sass": [...], "ptx": [...]}``: the ``sm_XY`` of each cubin and PTX entry of the CUDA fat binaries in
-    ``data`` (an ELF object's bytes: its ``.nv.fatbin`` section, or any bytes holding fat binaries). Each fat
-    binary: a 16-byte header (magic 0xBA55ED50, version, header size, payload size), then entries of a header
-    (kind 1 PTX / 2 ELF, header size, payload size at 8, the arch at 28) and their payload. Pure."""
+def elf_section(path, name):
+    """(offset, size) of the section ``name`` (``.nv.fatbin``) of the ELF file ``path`` (64-bit little-endian,
+    as every Linux x86-64 and arm64 object), read from its section headers only; None where it has none or is no
+    such ELF file. Raises OSError for an unreadable file."""
     import struct
 
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+            return None
+        shoff = struct.unpack_from("<Q", head, 0x28)[0]
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
+        f.seek(shoff)
+        table = f.read(shentsize * shnum)
+        if len(table) < shentsize * shnum or shstrndx >= shnum:
+            return None
+        headers = [struct.unpack_from("<IIQQQQIIQQ", table, i * shentsize) for i in range(shnum)]
+        str_off, str_size = headers[shstrndx][4], headers[shstrndx][5]
+        f.seek(str_off)
+        names = f.read(str_size)
+    wanted = name.encode()
+    for h in headers:
+        end = names.find(b"\0", h[0])
+        if names[h[0] : end if end >= 0 else None] == wanted:
+            return h[4], h[5]
+    return None
+
+
+def fatbin_archs(f, start=0, end=None):
+    """``{"sass": [...], "ptx": [...]}``: the ``sm_XY`` of each cubin and PTX entry of the CUDA fat binaries
+    between ``start`` and ``end`` of the open binary file ``f`` (an ELF object's ``.nv.fatbin`` section). Each fat
+    binary: a 16-byte header (magic 0xBA55ED50, version, header size, payload size), then entries of a header
+    (kind 1 PTX / 2 ELF, header size, payload size at 8, the arch at 28) and their payload, which is skipped
+    (only headers are read: vLLM's _C is hundreds of MB). Pure but for reading ``f``."""
+    import struct
+
+    if end is None:
+        f.seek(0, 2)
+        end = f.tell()
     sass, ptx = set(), set()
-    start = 0
-    magic = struct.pack("<I", _FATBIN_MAGIC)
-    while True:
-        at = data.find(magic, start)
-        if at < 0 or at + 16 > len(data):
-            break
-        _, _, header_size, fat_size = struct.unpack_from("<IHHQ", data, at)
-        pos, end = at + header_size, min(len(data), at + header_size + fat_size)
-        while pos + 32 <= end:
-            kind, _, entry_header, payload = struct.unpack_from("<HHIQ", data, pos)
-            arch = struct.unpack_from("<I", data, pos + 28)[0]
+    pos = start
+    while pos + 16 <= end:
+        f.seek(pos)
+        header = f.read(16)
+        magic, _, header_size, fat_size = struct.unpack("<IHHQ", header)
+        if magic != _FATBIN_MAGIC:  # padding between fat binaries: look for the next one, 8-byte aligned
+            pos += 8
+            continue
+        entry, stop = pos + header_size, min(end, pos + header_size + fat_size)
+        while entry + 32 <= stop:
+            f.seek(entry)
+            kind, _, entry_header, payload = struct.unpack("<HHIQ", f.read(16))
+            f.seek(entry + 28)
+            arch = struct.unpack("<I", f.read(4))[0]
             if entry_header < 32 or kind not in (_FATBIN_PTX, _FATBIN_ELF):
                 break
             (sass if kind == _FATBIN_ELF else ptx).add(arch)
-            pos += entry_header + payload
-        start = max(end, at + 4)
+            entry += entry_header + payload
+        pos = max(stop, pos + 16)
     return {"sass": [f"sm_{a}" for a in sorted(sass)], "ptx": [f"sm_{a}" for a in sorted(ptx)]}
 
 
@@ -386,9 +421,18 @@ def ptxas_targets(help_text):
 _HIP_TARGET = re.compile(rb"amdgcn-amd-amdhsa-[^\x00\s]*?-(gfx[0-9a-f]+)")
 
 
-def hip_archs(data):
-    """The ``gfx*`` targets of the clang offload bundles (HIP code objects) in ``data``. Pure."""
-    return sorted({m.group(1).decode() for m in _HIP_TARGET.finditer(data)})
+def hip_archs(f, chunk=16 << 20):
+    """The ``gfx*`` targets of the clang offload bundles (HIP code objects) in the open binary file ``f``, read
+    in ``chunk``-byte pieces that overlap by 256 bytes. Pure but for reading ``f``."""
+    found, tail = set(), b""
+    while True:
+        piece = f.read(chunk)
+        if not piece:
+            break
+        data = tail + piece
+        found.update(m.group(1).decode() for m in _HIP_TARGET.finditer(data))
+        tail = data[-256:]
+    return sorted(found)
 
 
 def _torch_arch_list():
@@ -435,6 +479,7 @@ def _triton_ptxas():
     group="light",
 )
 def check_gpu_archs(params):
+    import struct
     import subprocess
 
     wanted = list(params.get("gpu_archs") or [])
@@ -463,16 +508,24 @@ def check_gpu_archs(params):
     for path in _vllm_extensions():
         try:
             with open(path, "rb") as f:
-                data = f.read()
-        except OSError:
+                if accelerator == "rocm":
+                    extensions[os.path.basename(path)] = {"sass": hip_archs(f), "ptx": []}
+                    continue
+                section = elf_section(path, ".nv.fatbin")
+                found = fatbin_archs(f, section[0], section[0] + section[1]) if section else {"sass": [], "ptx": []}
+        except (OSError, struct.error):
             continue
-        if accelerator == "rocm":
-            extensions[os.path.basename(path)] = {"sass": hip_archs(data), "ptx": []}
-        else:
-            extensions[os.path.basename(path)] = fatbin_archs(data)
+        # A fat binary section whose entries this reader does not know: said so, not taken for no kernels.
+        found["fatbin"] = section is not None and section[1] > 0
+        extensions[os.path.basename(path)] = found
     facts["vllm_extensions"] = extensions
     kernels = {name: found for name, found in extensions.items() if found["sass"] or found["ptx"]}
-    if dist_version("vllm") is not None:
+    # vLLM's own kernels (_C, _moe_C; ROCm: _rocm_C) must cover every GPU of the variant; others are for some
+    # GPUs only (FlashMLA, FlashAttention 3: Hopper and Blackwell) and are reported, not judged.
+    essential = {n: f for n, f in kernels.items() if re.match(r"_(C|moe_C|rocm_C)\.", n)} or kernels
+    unreadable = [n for n, f in extensions.items() if not (f["sass"] or f["ptx"]) and f.get("fatbin")]
+    facts["unparsed_fatbins"] = unreadable
+    if dist_version("vllm") is not None and not unreadable:
         if not kernels:
             problems.append(
                 f"vLLM {dist_version('vllm')}'s extensions ({', '.join(extensions) or 'none'}) hold no "
@@ -480,7 +533,7 @@ def check_gpu_archs(params):
                 f"{accelerator} build"
             )
             fixes.append(f"install vLLM's {accelerator} build")
-        for name, found in kernels.items():
+        for name, found in essential.items():
             if accelerator == "rocm":
                 lacking = [a for a in wanted if a not in found["sass"]]
             else:
