@@ -209,3 +209,31 @@ def test_cuda_tools_and_headers_are_found_in_the_nvidia_wheels(tmp_path: Path) -
     assert mod.find_tool("nvcc", env, [str(tmp_path)]) == str(nvcc)
     assert mod.find_header("curand.h", env, [str(tmp_path)]) == str(tmp_path / "nvidia/curand/include/curand.h")
     assert mod.find_header("cublasLt.h", env, [str(tmp_path)]) is None
+
+
+class _Dist:
+    """What pip-check reads of an installed distribution (importlib.metadata.Distribution)."""
+
+    def __init__(self, name: str, version: str, requires: list[str]) -> None:
+        self.metadata = {"Name": name}
+        self.version = version
+        self.requires = requires
+        self.files: list[Any] = []
+
+
+def test_pip_check_says_when_only_gpu_kernel_packages_are_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26's H200 host: vLLM 0.25.0 installed without its large kernel packages."""
+    mod = incontainer()
+    installed = [
+        _Dist("vllm", "0.25.0", ["flashinfer-python==0.5.3", "nvidia-cutlass-dsl>=4.3", "openai>=1.99.1"]),
+        _Dist("openai", "2.1.0", []),
+    ]
+    monkeypatch.setattr(mod.distributions.metadata, "distributions", lambda path=None: installed)
+    out = mod.check_pip_check({})
+    assert out["status"] == "failed"
+    assert out["diagnosis"].startswith("2 GPU-kernel package(s) required but not installed"), out
+    assert "flashinfer-python (required by vllm 0.25.0)" in out["diagnosis"]
+    assert "index.exclude" in out["hint"]
+    installed[1] = _Dist("openai", "1.0.0", [])
+    out = mod.check_pip_check({})
+    assert "3 dependency conflict(s)" in out["diagnosis"] and "2 of them GPU-kernel packages" in out["diagnosis"]
