@@ -549,7 +549,8 @@ def check_vllm_cli(params):
     proves=(
         "`vllm serve` through the image's own ENTRYPOINT (the README's line), the tiny model mounted read-only: "
         "/health ready (time per phase), /v1/models, greedy /v1/completions == offline-generate's eager tokens, "
-        "stream == non-stream, chat, /metrics counts, /version; `docker stop` during a stream exits 0/143 "
+        "stream == non-stream, chat, /metrics counts, /version, the image's own HEALTHCHECK run as Docker runs "
+        "it; `docker stop` during a stream exits 0/143 "
         "within the grace, PID 1 the server. Probed from outside: the host's published port, or a client "
         "container in its network namespace"
     ),
