@@ -338,8 +338,9 @@ def _installed(names):
 SYS_PIDFD_GETFD = 438
 PIDFD_ADVICE = (
     "a pod needs securityContext.capabilities.add: [SYS_PTRACE] (docker run --cap-add SYS_PTRACE): Docker's and "
-    "containerd's default seccomp profiles allow pidfd_getfd only with CAP_SYS_PTRACE, which Pod Security "
-    "'restricted' forbids; run multi-GPU pods under 'baseline' with that one capability"
+    "containerd's default seccomp profiles allow pidfd_getfd only with CAP_SYS_PTRACE, and Pod Security "
+    "'baseline' and 'restricted' both forbid adding it: run multi-GPU pods in a namespace labelled 'privileged' "
+    "(or exempted), with that one capability added"
 )
 
 
