@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from matrixtool.model import profiles
 from matrixtool.model.checks import CHECKS
@@ -221,3 +224,27 @@ def test_a_healthcheck_that_fails_against_a_ready_server_fails_serve() -> None:
     seen = serve.Observed(ready_s=1.0, probes=_probes([1, 2, 3]), stop=stop, health=healthy)
     status, diagnosis, _, _ = _judge(seen)
     assert status is Status.PASSED and "the image's HEALTHCHECK passes" in diagnosis
+
+
+def test_a_failing_healthcheck_runs_up_to_its_retries_and_a_pass_ends_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Docker's semantics: each run bounded by the timeout, unhealthy after `retries` failures in a row."""
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+
+    class Server:
+        def __init__(self, codes: list[int | None]) -> None:
+            self.codes = codes
+            self.calls: list[tuple[list[str], float]] = []
+
+        def exec(self, argv: list[str], env: dict[str, str], deadline_s: float) -> tuple[int | None, str]:
+            self.calls.append((argv, deadline_s))
+            return self.codes[len(self.calls) - 1], "out"
+
+    check = serve.Healthcheck(argv=("curl", "-f", "x"), timeout_s=5.0, interval_s=30.0, retries=3)
+    failing = Server([1, None, 1])
+    health = serve.run_healthcheck(failing, check)  # type: ignore[arg-type]
+    assert health["healthy"] is False and [r["exit_code"] for r in health["runs"]] == [1, None, 1]
+    assert failing.calls == [(["curl", "-f", "x"], 5.0)] * 3
+    recovering = Server([1, 0, 1])
+    assert serve.run_healthcheck(recovering, check)["healthy"] is True  # type: ignore[arg-type]
+    assert len(recovering.calls) == 2
+    assert serve.run_healthcheck(failing, None) == {}  # type: ignore[arg-type]
