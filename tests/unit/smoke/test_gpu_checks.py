@@ -131,7 +131,7 @@ def test_the_fat_binary_section_is_found_by_its_name() -> None:
     libm = "/lib/x86_64-linux-gnu/libm.so.6"
     offset, size = mod.elf_section(libm, ".dynstr")
     assert size > 0 and b"libc.so.6" in Path(libm).read_bytes()[offset : offset + size]
-    assert mod.elf_section(libm, ".nv.fatbin") is None
+    assert mod.elf_section(libm, ".nv_fatbin") is None
 
 
 def test_an_arch_is_covered_by_its_family_sass_or_older_ptx() -> None:

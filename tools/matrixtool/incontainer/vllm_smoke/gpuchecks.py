@@ -318,7 +318,7 @@ _FATBIN_PTX, _FATBIN_ELF = 1, 2
 
 
 def elf_section(path, name):
-    """(offset, size) of the section ``name`` (``.nv.fatbin``) of the ELF file ``path`` (64-bit little-endian,
+    """(offset, size) of the section ``name`` (``.nv_fatbin``) of the ELF file ``path`` (64-bit little-endian,
     as every Linux x86-64 and arm64 object), read from its section headers only; None where it has none or is no
     such ELF file. Raises OSError for an unreadable file."""
     import struct
@@ -347,7 +347,7 @@ def elf_section(path, name):
 
 def fatbin_archs(f, start=0, end=None):
     """``{"sass": [...], "ptx": [...]}``: the ``sm_XY`` of each cubin and PTX entry of the CUDA fat binaries
-    between ``start`` and ``end`` of the open binary file ``f`` (an ELF object's ``.nv.fatbin`` section). Each fat
+    between ``start`` and ``end`` of the open binary file ``f`` (an ELF object's ``.nv_fatbin`` section). Each fat
     binary: a 16-byte header (magic 0xBA55ED50, version, header size, payload size), then entries of a header
     (kind 1 PTX / 2 ELF, header size, payload size at 8, the arch at 28) and their payload, which is skipped
     (only headers are read: vLLM's _C is hundreds of MB). Pure but for reading ``f``."""
@@ -511,7 +511,7 @@ def check_gpu_archs(params):
                 if accelerator == "rocm":
                     extensions[os.path.basename(path)] = {"sass": hip_archs(f), "ptx": []}
                     continue
-                section = elf_section(path, ".nv.fatbin")
+                section = elf_section(path, ".nv_fatbin")
                 found = fatbin_archs(f, section[0], section[0] + section[1]) if section else {"sass": [], "ptx": []}
         except (OSError, struct.error):
             continue
@@ -520,9 +520,11 @@ def check_gpu_archs(params):
         extensions[os.path.basename(path)] = found
     facts["vllm_extensions"] = extensions
     kernels = {name: found for name, found in extensions.items() if found["sass"] or found["ptx"]}
-    # vLLM's own kernels (_C, _moe_C; ROCm: _rocm_C) must cover every GPU of the variant; others are for some
-    # GPUs only (FlashMLA, FlashAttention 3: Hopper and Blackwell) and are reported, not judged.
-    essential = {n: f for n, f in kernels.items() if re.match(r"_(C|moe_C|rocm_C)\.", n)} or kernels
+    # vLLM's own kernels (_C, _moe_C, as _C_stable_libtorch in 0.33; ROCm: _rocm_C) must cover every GPU of the
+    # variant; others are for some GPUs only (FlashMLA, DeepSelect, QuTLASS: Hopper and Blackwell) and are
+    # reported, not judged.
+    essential = {n: f for n, f in kernels.items() if re.match(r"_(C|moe_C|rocm_C)(_stable_libtorch)?\.", n)}
+    essential = essential or kernels
     unreadable = [n for n, f in extensions.items() if not (f["sass"] or f["ptx"]) and f.get("fatbin")]
     facts["unparsed_fatbins"] = unreadable
     if dist_version("vllm") is not None and not unreadable:
