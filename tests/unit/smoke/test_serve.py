@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from matrixtool.model import profiles
 from matrixtool.model.checks import CHECKS
@@ -177,3 +180,71 @@ def test_shutdown_errors_are_the_lines_after_shutdown_began() -> None:
     )
     assert serve.shutdown_errors(log) == ["(APIServer pid=1) ERROR [async_llm.py:906] AsyncLLM output_handler failed."]
     assert serve.shutdown_errors("no shutdown here: EngineDeadError") == []
+
+
+def test_the_images_healthcheck_is_read_as_docker_runs_it() -> None:
+    """``docker image inspect``'s Config.Healthcheck: durations in nanoseconds, 0 or absent for Docker's defaults."""
+    template = {
+        "Test": ["CMD", "python3", "-c", "import urllib.request"],
+        "Interval": 30_000_000_000,
+        "Timeout": 5_000_000_000,
+        "StartPeriod": 600_000_000_000,
+        "Retries": 3,
+    }
+    check = serve.healthcheck_of({"Config": {"Healthcheck": template}})
+    assert check == serve.Healthcheck(
+        argv=("python3", "-c", "import urllib.request"), timeout_s=5.0, interval_s=30.0, retries=3
+    )
+    shell = serve.healthcheck_of({"Config": {"Healthcheck": {"Test": ["CMD-SHELL", "curl -f localhost:8000"]}}})
+    assert shell is not None and shell.argv == ("/bin/sh", "-c", "curl -f localhost:8000")
+    assert (shell.timeout_s, shell.interval_s, shell.retries) == (30.0, 30.0, 3)
+    assert serve.healthcheck_of({"Config": {"Healthcheck": {"Test": ["NONE"]}}}) is None
+    assert serve.healthcheck_of({"Config": {}}) is None
+
+
+def test_a_healthcheck_that_fails_against_a_ready_server_fails_serve() -> None:
+    stop = {**GOOD_STOP, "seconds": 2.0}
+    # The exec's output for a program the image lacks (Docker 20.10, runc), exit 126.
+    missing = (
+        "OCI runtime exec failed: exec failed: container_linux.go:380: starting container process caused: exec: "
+        '"curl": executable file not found in $PATH: unknown'
+    )
+    cases = {
+        "`curl`, which the image does not contain": {"exit_code": 126, "output": missing},
+        "ran past its timeout of 5.0 s": {"exit_code": None, "output": ""},
+        "exits 1 3 time(s) in a row": {"exit_code": 1, "output": "URLError: Connection refused"},
+    }
+    for needle, run in cases.items():
+        health = {"argv": ["curl", "-f", "x"], "timeout_s": 5.0, "healthy": False, "runs": [run] * 3}
+        seen = serve.Observed(ready_s=1.0, probes=_probes([1, 2, 3]), stop=stop, health=health)
+        status, diagnosis, hint, facts = _judge(seen)
+        assert status is Status.FAILED and needle in diagnosis, (needle, diagnosis)
+        assert facts["healthcheck"] == health and hint
+    healthy = {"argv": ["python3"], "timeout_s": 5.0, "healthy": True, "runs": [{"exit_code": 0, "output": ""}]}
+    seen = serve.Observed(ready_s=1.0, probes=_probes([1, 2, 3]), stop=stop, health=healthy)
+    status, diagnosis, _, _ = _judge(seen)
+    assert status is Status.PASSED and "the image's HEALTHCHECK passes" in diagnosis
+
+
+def test_a_failing_healthcheck_runs_up_to_its_retries_and_a_pass_ends_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Docker's semantics: each run bounded by the timeout, unhealthy after `retries` failures in a row."""
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+
+    class Server:
+        def __init__(self, codes: list[int | None]) -> None:
+            self.codes = codes
+            self.calls: list[tuple[list[str], float]] = []
+
+        def exec(self, argv: list[str], env: dict[str, str], deadline_s: float) -> tuple[int | None, str]:
+            self.calls.append((argv, deadline_s))
+            return self.codes[len(self.calls) - 1], "out"
+
+    check = serve.Healthcheck(argv=("curl", "-f", "x"), timeout_s=5.0, interval_s=30.0, retries=3)
+    failing = Server([1, None, 1])
+    health = serve.run_healthcheck(failing, check)  # type: ignore[arg-type]
+    assert health["healthy"] is False and [r["exit_code"] for r in health["runs"]] == [1, None, 1]
+    assert failing.calls == [(["curl", "-f", "x"], 5.0)] * 3
+    recovering = Server([1, 0, 1])
+    assert serve.run_healthcheck(recovering, check)["healthy"] is True  # type: ignore[arg-type]
+    assert len(recovering.calls) == 2
+    assert serve.run_healthcheck(failing, None) == {}  # type: ignore[arg-type]

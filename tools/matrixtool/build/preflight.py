@@ -18,6 +18,7 @@ from matrixtool.build import drift, hostfiles, index, render
 from matrixtool.build import wheelhouse as wheelhouses
 from matrixtool.core import engine, http
 from matrixtool.core.errors import ConfigError, EngineUnreachableError, IndexUnreachableError, MatrixError
+from matrixtool.model import builds
 from matrixtool.model.model import Matrix, Variant
 
 
@@ -107,7 +108,7 @@ def check_fresh(matrix: Matrix) -> None:
 
 def check_inputs(variant: Variant, inputs: Inputs) -> None:
     """Check ``variant``'s local inputs: the CA bundle is a file; a wheelhouse variant has a wheelhouse
-    holding its torch wheel.
+    holding its torch wheel; its vLLM, torch and Triton resolve to builds of its accelerator (``builds``).
 
     Raises:
         ConfigError: every problem found, each with what to pass instead.
@@ -121,6 +122,7 @@ def check_inputs(variant: Variant, inputs: Inputs) -> None:
         )
     # Each platform needs a wheel whose tags fit it and the variant's Python (wheelhouse.py), not any torch wheel.
     problems += wheelhouses.problems(variant, wheelhouse, env_var=hostfiles.WHEELHOUSE_ENV_VAR)
+    problems += builds.foreign_builds(variant)
     if problems:
         raise ConfigError(f"inputs of variant {variant.name}", problems)
 

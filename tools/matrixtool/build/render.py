@@ -11,6 +11,7 @@ import functools
 import io
 import json
 import os
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,22 @@ def _dockerfile_string(value: str) -> str:
     return json.dumps(value, ensure_ascii=False).replace("$", "\\$")
 
 
+def arch_env(variant: Variant) -> dict[str, str]:
+    """``variant.env`` with the architectures of ``gpu_archs`` for what compiles kernels at run time (FlashInfer,
+    torch's JIT extensions: ``TORCH_CUDA_ARCH_LIST`` as ``8.0 9.0``; ROCm: ``PYTORCH_ROCM_ARCH`` as
+    ``gfx90a;gfx942``), unless the variant's env sets them itself."""
+    env = dict(variant.env)
+    cuda = [a.removeprefix("sm_") for a in variant.gpu_archs if a.startswith("sm_")]
+    if cuda:
+        # sm_90 -> 9.0, sm_100 -> 10.0, sm_90a -> 9.0a (torch.utils.cpp_extension's form)
+        shown = [re.sub(r"^(\d+)(\d)([af]?)$", r"\1.\2\3", a) for a in cuda]
+        env.setdefault("TORCH_CUDA_ARCH_LIST", " ".join(shown))
+    rocm = [a for a in variant.gpu_archs if a.startswith("gfx")]
+    if rocm:
+        env.setdefault("PYTORCH_ROCM_ARCH", ";".join(rocm))
+    return env
+
+
 def template_context(variant: Variant) -> dict[str, Any]:
     """Every value the template reads, prepared for plain ``if``/``for`` use."""
     files = requirement_files(variant)
@@ -159,7 +176,7 @@ def template_context(variant: Variant) -> dict[str, Any]:
         "dist_alias_name": variant.dist_alias.package if variant.dist_alias else "",
         # Double-quoted, escaped Dockerfile strings: a space or quote in matrix.yaml cannot break the line,
         # and a `$` stays a `$` (Docker substitutes variables in ENV and LABEL values).
-        "env": [(key, _dockerfile_string(value)) for key, value in sorted(variant.env.items())],
+        "env": [(key, _dockerfile_string(value)) for key, value in sorted(arch_env(variant).items())],
         "description_quoted": _dockerfile_string(variant.description),
         # OpenShift's required labels (tools/matrix static): who builds the image, and the product version.
         "vendor_quoted": _dockerfile_string(VENDOR),

@@ -261,6 +261,7 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 cuda_weight_reason=v.get("hygiene", {}).get("cuda_weight"),
                 ready_budget_s=float(v["ready_budget"]) if "ready_budget" in v else None,
                 stop_grace_s=int(v["stop_grace"]) if "stop_grace" in v else None,
+                gpu_archs=tuple(v.get("gpu_archs", ())),
             )
         )
     return Matrix(schema_version=data["schema_version"], variants=tuple(variants), source=source)

@@ -146,6 +146,8 @@ class Variant:
     # grace of `docker stop` (stop_grace, seconds; None: a Kubernetes pod's 30).
     ready_budget_s: float | None = None
     stop_grace_s: int | None = None
+    # The GPU architectures the variant is for (matrix.yaml gpu_archs: sm_90, gfx942; empty on CPU variants).
+    gpu_archs: tuple[str, ...] = ()
 
     # The variant whose name this one is published under, as one multi-arch manifest list (matrix.yaml
     # publish_as); None: published under its own name.

@@ -264,6 +264,17 @@ def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
     problem = image_problem(variant["base_image"])
     if problem is not None:
         problems.append(f"{at}.base_image: {show(variant['base_image'])} {problem}")
+    prefix = {"cuda": "sm_", "rocm": "gfx"}.get(variant.get("accelerator", ""))
+    for arch in variant.get("gpu_archs", []):
+        if prefix is None:
+            problems.append(
+                f"{at}.gpu_archs: {show(arch)} on a {variant.get('accelerator')} variant: only GPU "
+                "variants name GPU architectures"
+            )
+        elif not str(arch).startswith(prefix):
+            problems.append(
+                f"{at}.gpu_archs: {show(arch)} is no {variant['accelerator']} architecture (they begin with {prefix})"
+            )
     urls = [("index.url", variant["index"]["url"])]
     urls += [(f"index.extra_urls.{i}", u) for i, u in enumerate(variant["index"].get("extra_urls", []))]
     for key, url in urls:

@@ -18,12 +18,16 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from matrixtool.incontainer.vllm_smoke.common import compile_cause
 from matrixtool.smoke.result import CheckResult, Status
 
 # Checks whose failure names a cause that others fail by, in the order a cause is looked for.
 CAUSES = ("run-conditions", "native-libs", "triton-import")
+# Checks whose failure names a cause that others fail by, and that may themselves fail by one of ``CAUSES``
+# (a wrong Triton breaks inductor too): then theirs is a consequence, and what follows from it points at the root.
+LATER_CAUSES = ("inductor-compile", "pip-check")
 # Checks that only observe the stack (their verdict is the class they diagnose): never made a consequence.
-OWN_CLASS = frozenset({"no-fake-triton", "triton-drivers", "triton-kernel", "pip-check", "cuda-weight"})
+OWN_CLASS = frozenset({"no-fake-triton", "triton-drivers", "triton-kernel", "pip-check", "cuda-weight", "gpu-driver"})
 _PERMISSION = re.compile(r"Permission denied|PermissionError|Errno 13")
 _TRITON = re.compile(r"\btriton\b", re.IGNORECASE)
 _USER = re.compile(r"^USER\s+(\S+)")
@@ -65,7 +69,32 @@ def _follows_from(cause: CheckResult, result: CheckResult) -> bool:
     if cause.check == "native-libs":
         missing = [str(m) for m in cause.facts.get("root_errors") or [] if m]
         return any(m in text for m in missing)
+    if cause.check == "inductor-compile":
+        # The same missing compiler or headers: vLLM's compiled engine (and its server) build with inductor too.
+        lacks = cause.facts.get("compile_cause") or compile_cause(cause.diagnosis)
+        return bool(lacks) and compile_cause(text) == lacks
+    if cause.check == "pip-check":
+        return any(_import_fails_on(dist, text) for dist in _unmet(cause))
     return False
+
+
+def _unmet(cause: CheckResult) -> list[str]:
+    """The distributions ``pip-check`` found missing or at a version their dependents do not accept."""
+    found = []
+    for problem in cause.facts.get("problems") or []:
+        m = re.search(r" requires ([A-Za-z0-9_.\-]+)", str(problem))
+        if m:
+            found.append(m.group(1))
+    return sorted(set(found))
+
+
+def _import_fails_on(dist: str, text: str) -> bool:
+    """True when ``text`` holds an import error of ``dist``'s top-level module (``-`` read as ``_``): ``No module
+    named 'openai'``, ``cannot import name 'X' from 'openai.types'``."""
+    module = re.escape(dist.lower().replace("-", "_"))
+    return bool(
+        re.search(rf"No module named '{module}[.']|cannot import name '[^']+' from '{module}[.']", text, re.IGNORECASE)
+    )
 
 
 def _only_about(cause: CheckResult, result: CheckResult) -> bool:
@@ -87,13 +116,25 @@ def consequences(results: Sequence[CheckResult]) -> list[CheckResult]:
     failed = {r.check: r for r in results if r.status is Status.FAILED}
     causes = [failed[name] for name in CAUSES if name in failed]
     became: dict[str, CheckResult] = {}
-    for r in results:
-        if r.status is not Status.FAILED or r.check in CAUSES:
-            continue
+
+    def explained(r: CheckResult) -> CheckResult | None:
+        """The root cause of ``r``'s failure among ``causes`` (a later cause stands for its own root), or None."""
         if r.check in OWN_CLASS:
             cause = next((c for c in causes if _only_about(c, r)), None)
         else:
             cause = next((c for c in causes if _follows_from(c, r)), None)
+        return became.get(cause.check, cause) if cause is not None else None
+
+    # A later cause first: one that follows from an earlier cause points what it explains at that root.
+    for r in [failed[name] for name in LATER_CAUSES if name in failed]:
+        cause = explained(r)
+        if cause is not None:
+            became[r.check] = cause
+        causes.append(r)
+    for r in results:
+        if r.status is not Status.FAILED or r.check in CAUSES or r.check in LATER_CAUSES:
+            continue
+        cause = explained(r)
         if cause is not None:
             became[r.check] = cause
     out = []
@@ -148,6 +189,10 @@ def with_origin(result: CheckResult, steps: Sequence[str], width: int = 160) -> 
     if result.check != "run-conditions" or result.status is not Status.FAILED or not result.facts.get("unwritable"):
         return result
     blockers = [str(b["blocker"]) for b in result.facts["unwritable"] if isinstance(b, Mapping) and b.get("blocker")]
+    if blockers and all(b == "/" for b in blockers):
+        # The cache would go to the root folder itself (HOME=/ for an arbitrary UID): no build step made it; the
+        # variable named in the diagnosis is the cause.
+        return result
     on_path = [s for s in steps if any(b in s for b in blockers)]
     cached = [s for s in steps if re.search(r"\buv\b|\bpip\b|huggingface|\.cache|XDG_CACHE_HOME|mkdir", s)]
     named = (on_path or cached or list(steps))[:3]

@@ -6,7 +6,16 @@ declarations (``matrixtool.checks``) that run inside the image.
 
 from __future__ import annotations
 
-from . import conditions, distributions, hygiene, nativelibs, torchchecks, tritonchecks, vllmchecks  # noqa: F401
+from . import (  # noqa: F401
+    conditions,
+    distributions,
+    gpuchecks,
+    hygiene,
+    nativelibs,
+    torchchecks,
+    tritonchecks,
+    vllmchecks,
+)
 from .common import CATALOGUE
 
 # The order of the report tables, the README's check table and a variant's checks without another order.
@@ -29,6 +38,10 @@ ORDER = (
     "native-libs",
     "cpu-engine-settings",
     "cuda-weight",
+    "gpu-driver",
+    "rocm-build",
+    "gpu-archs",
+    "jit-toolchain",
 )
 DECLARATIONS = {name: CATALOGUE[name] for name in ORDER} | {n: d for n, d in CATALOGUE.items() if n not in ORDER}
 CHECKS = {name: d.function for name, d in DECLARATIONS.items()}

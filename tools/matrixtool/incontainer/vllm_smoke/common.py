@@ -213,7 +213,50 @@ def error_with_cause(text):
 
 
 # Import names whose distribution has another name (the fix installs the distribution).
-_DISTRIBUTION_OF = {"yaml": "pyyaml", "PIL": "pillow", "cv2": "opencv-python-headless", "google": "protobuf"}
+_DISTRIBUTION_OF = {
+    "yaml": "pyyaml",
+    "PIL": "pillow",
+    "cv2": "opencv-python-headless",
+    "google": "protobuf",
+    "flashinfer": "flashinfer-python",
+    "deep_gemm": "deep-gemm",
+}
+# Optional GPU-kernel packages vLLM imports only on a path that uses them: {import name: (distribution, the vLLM
+# setting that keeps vLLM off it)}. vLLM's V2 sampler imports flashinfer unless VLLM_USE_FLASHINFER_SAMPLER=0
+# (vllm/envs.py); DeepGEMM's kernels are used unless VLLM_USE_DEEP_GEMM=0.
+GPU_KERNEL_MODULES = {
+    "flashinfer": ("flashinfer-python", "VLLM_USE_FLASHINFER_SAMPLER=0"),
+    "deep_gemm": ("deep-gemm", "VLLM_USE_DEEP_GEMM=0"),
+}
+# Distributions of GPU kernels (and the toolkits they ship in) a GPU build of vLLM requires but loads only where
+# used: pip-check reports their absence as that (canonical names; ``nvidia-`` prefixed ones too).
+GPU_KERNEL_DISTRIBUTIONS = frozenset(
+    {
+        "flashinfer-python",
+        "flashinfer-cubin",
+        "flashinfer-jit-cache",
+        "deep-gemm",
+        "deep-ep",
+        "xformers",
+        "flash-attn",
+        "cupy-cuda12x",
+        "cupy-cuda13x",
+        "quack-kernels",
+        "tilelang",
+        "triton-kernels",
+        "cuda-python",
+        "cuda-bindings",
+        "nixl",
+        "amdsmi",
+        "aiter",
+    }
+)
+
+
+def gpu_kernel_distribution(name):
+    """True for a distribution of GPU kernels or the NVIDIA/CUDA runtime parts they load (``name`` canonical:
+    lower case, ``-`` for ``_`` and ``.``)."""
+    return name in GPU_KERNEL_DISTRIBUTIONS or name.startswith(("nvidia-", "cuda-"))
 
 
 def import_hint(error):
@@ -228,9 +271,16 @@ def import_hint(error):
         dists = providers_of(top) or [top]
         shown = ", ".join(f"{d} {dist_version(d) or ''}".strip() for d in dists)
         dist = _DISTRIBUTION_OF.get(top, top)
+        see = "triton-import" if top == "triton" else "pip-check"
         return (
             f"{shown} has no module {m.group(1)}: not the version the importing package expects; install {dist} "
-            "at the version it requires (see pip-check; triton-import for triton), or uninstall it"
+            f"at the version it requires (see {see}), or uninstall it"
+        )
+    if m and top in GPU_KERNEL_MODULES:
+        dist, setting = GPU_KERNEL_MODULES[top]
+        return (
+            f"{dist}, an optional GPU-kernel package of vLLM, is not installed and this path imports it: "
+            f"pip install {dist} (the build for this torch and CUDA), or set {setting} so vLLM does not use it"
         )
     if m:
         module = top
@@ -260,17 +310,35 @@ def python_dev_package():
     return f"python{sys.version_info[0]}.{sys.version_info[1]}-dev"
 
 
+# What a C/C++ build of inductor (or of Triton's launcher) lacks, by the error text that shows it: the key names
+# the cause (``compile_cause``), the same key in two checks' errors is one cause (matrixtool.rootcause).
+_COMPILE_CAUSES = (
+    ("python-headers", re.compile(r"Python\.h")),
+    (
+        "c++-compiler",
+        re.compile(r"InvalidCxxCompiler|No working C\+\+ compiler|g\+\+: not found|'g\+\+'|\bc\+\+: not found"),
+    ),
+    ("c-compiler", re.compile(r"\bgcc: not found|'gcc'|No such file or directory: 'cc'|Failed to find C compiler")),
+)
+
+
+def compile_cause(error: str | None) -> str | None:  # annotated: the host calls it (rootcause)
+    """``"python-headers"``, ``"c++-compiler"`` or ``"c-compiler"``: what a C/C++ build error in ``error`` text
+    says is missing; None when it says none of these."""
+    return next((key for key, pattern in _COMPILE_CAUSES if pattern.search(error or "")), None)
+
+
 def compile_hint(error):
     """A fix hint for a C/C++ build error of inductor (or Triton's launcher) from ``error`` text, or None:
-    a missing Python.h names ``python3.X-dev`` (X from this Python), a missing compiler names g++."""
-    text = error or ""
-    if "Python.h" in text:
+    a missing Python.h names ``python3.X-dev`` (X from this Python), a missing compiler names g++ or gcc."""
+    cause = compile_cause(error)
+    if cause == "python-headers":
         return (
             f"install the Python headers of this Python: apt-get install {python_dev_package()} (Python.h is missing)"
         )
-    if re.search(r"InvalidCxxCompiler|No working C\+\+ compiler|g\+\+: not found|'g\+\+'|\bc\+\+: not found", text):
+    if cause == "c++-compiler":
         return "install a C++ compiler: apt-get install g++ (inductor's CPU backend compiles its kernels with it)"
-    if re.search(r"\bgcc: not found|'gcc'|No such file or directory: 'cc'", text):
+    if cause == "c-compiler":
         return "install a C compiler: apt-get install gcc (Triton builds its launcher with it)"
     return None
 

@@ -292,6 +292,93 @@ def _torch_probe():
     return None, last_error_line(proc.stderr) or f"exit {proc.returncode}"
 
 
+def gpu_cache_dirs(env, installed, accelerator):
+    """[(variable, folder)] where the GPU libraries of this image write at run time, from the environment ``env``
+    and the top-level modules ``installed`` (a set): Triton's kernel cache (TRITON_CACHE_DIR, else
+    $TRITON_HOME/.triton/cache, else $HOME/.triton/cache: triton/knobs.py), FlashInfer's JIT workspace
+    ($FLASHINFER_WORKSPACE_BASE, else $HOME, then .cache/flashinfer: flashinfer/jit/env.py), DeepGEMM's
+    (DG_JIT_CACHE_DIR, else $HOME/.deep_gemm), and on a GPU variant torch's JIT extensions (TORCH_EXTENSIONS_DIR,
+    else $XDG_CACHE_HOME/torch_extensions: torch.utils.cpp_extension). Pure."""
+    home = env.get("HOME") or "/"
+    cache_root = env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    dirs = []
+    if "triton" in installed:
+        triton_home = env.get("TRITON_HOME") or home
+        dirs.append(("TRITON_CACHE_DIR", env.get("TRITON_CACHE_DIR") or os.path.join(triton_home, ".triton", "cache")))
+    if "flashinfer" in installed:
+        base = env.get("FLASHINFER_WORKSPACE_BASE") or home
+        dirs.append(("FLASHINFER_WORKSPACE_BASE", os.path.join(base, ".cache", "flashinfer")))
+    if "deep_gemm" in installed:
+        dirs.append(("DG_JIT_CACHE_DIR", env.get("DG_JIT_CACHE_DIR") or os.path.join(home, ".deep_gemm")))
+    if accelerator != "cpu":
+        dirs.append(
+            ("TORCH_EXTENSIONS_DIR", env.get("TORCH_EXTENSIONS_DIR") or os.path.join(cache_root, "torch_extensions"))
+        )
+    return dirs
+
+
+# Modules whose run-time cache gpu_cache_dirs knows.
+GPU_CACHE_MODULES = ("triton", "flashinfer", "deep_gemm")
+
+
+def _installed(names):
+    """The modules of ``names`` that a real package provides (a spec with a file; not a namespace folder)."""
+    found = set()
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None and spec.origin not in (None, "namespace"):
+            found.add(name)
+    return found
+
+
+# pidfd_getfd(2): the same number on every Linux architecture (the unified syscall table, Linux >= 5.6).
+SYS_PIDFD_GETFD = 438
+PIDFD_ADVICE = (
+    "a pod needs securityContext.capabilities.add: [SYS_PTRACE] (docker run --cap-add SYS_PTRACE): Docker's and "
+    "containerd's default seccomp profiles allow pidfd_getfd only with CAP_SYS_PTRACE, and Pod Security "
+    "'baseline' and 'restricted' both forbid adding it: run multi-GPU pods in a namespace labelled 'privileged' "
+    "(or exempted), with that one capability added"
+)
+
+
+def pidfd_getfd_probe():
+    """(allowed, error): whether this process may take a file descriptor of a child of its own with pidfd_getfd
+    (how GPU workers pass memory handles: flashinfer#2394), by trying it on ``python -c`` child's stdin. allowed
+    None where it cannot be tried (no os.pidfd_open, no libc), error the errno name and text when refused."""
+    import ctypes
+    import ctypes.util
+    import errno
+    import subprocess
+    import sys
+
+    if not hasattr(os, "pidfd_open"):
+        return None, "os.pidfd_open is missing (Python < 3.9 or not Linux)"
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError as exc:
+        return None, f"no C library to call pidfd_getfd with: {exc}"
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    pidfd = None
+    try:
+        pidfd = os.pidfd_open(child.pid)
+        fd = libc.syscall(SYS_PIDFD_GETFD, pidfd, 0, 0)
+        if fd >= 0:
+            os.close(fd)
+            return True, None
+        code = ctypes.get_errno()
+        return False, f"{errno.errorcode.get(code, code)}: {os.strerror(code)}"
+    except OSError as exc:
+        return False, f"{errno.errorcode.get(exc.errno, exc.errno)}: {exc.strerror}"
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+        child.kill()
+        child.wait()
+
+
 _FIX_CACHES = (
     "to a directory on a writable mount (e.g. under a tmpfs /tmp), or make it writable for group 0 "
     "(chgrp 0, chmod g=u) as OpenShift recommends"
@@ -302,15 +389,19 @@ _FIX_CACHES = (
     "run-conditions",
     proves=(
         "the image works under the container's run conditions (see \"Deployment profiles\"): inductor's cache "
-        "dir resolves for this UID, a usable temp dir, writable caches (XDG, HF, vLLM, inductor), inductor's "
+        "dir resolves for this UID, a usable temp dir, writable caches (XDG, HF, vLLM, inductor; Triton, "
+        "FlashInfer, DeepGEMM and torch's JIT extensions where the image has them), inductor's "
         "cache on an exec mount, no hub access without a network; reports the cgroup memory limit, and "
         "torch's threads against the CPU quota (a warning)"
     ),
-    classes=(13,),
+    classes=(13, 26, 27),
     reports=(
         "https://github.com/pytorch/pytorch/issues/140765",
         "https://github.com/pytorch/pytorch/issues/91005",
         f"{_VLLM}/issues/29233",
+        "https://github.com/llm-d/llm-d/issues/1430",
+        "https://github.com/ai-dynamo/dynamo/issues/12770",
+        "https://github.com/flashinfer-ai/flashinfer/issues/2394",
     ),
     hint="see the condition named in the diagnosis; docs/profiles.md lists each fix",
     timeout=120,
@@ -374,6 +465,7 @@ def check_run_conditions(params):
     inductor = (probe or {}).get("inductor_cache_dir") or env.get("TORCHINDUCTOR_CACHE_DIR")
     if inductor:
         dirs.append(("TORCHINDUCTOR_CACHE_DIR", inductor))
+    dirs += gpu_cache_dirs(env, _installed(GPU_CACHE_MODULES), params.get("accelerator", "cpu"))
     facts["cache_dirs"] = dict(dirs)
     unwritable = [(var, path, error) for var, path in dirs for error in [_writable(path)] if error]
     if unwritable:
@@ -426,6 +518,18 @@ def check_run_conditions(params):
 
     # Pod conditions (shm size, capabilities, no-new-privileges, seccomp, pids limit): reported as facts.
     facts.update(_pod_conditions())
+
+    # Several GPUs: vLLM's workers pass GPU memory handles with pidfd_getfd, which the profile may refuse.
+    if params.get("accelerator", "cpu") != "cpu":
+        allowed, refused = pidfd_getfd_probe()
+        facts["pidfd_getfd"] = allowed if allowed is not None else refused
+        if allowed is False:
+            facts["pidfd_getfd_error"] = refused
+            warnings.append(
+                f"warning: pidfd_getfd is refused here ({refused}): on several GPUs, vLLM's workers cannot share "
+                f"memory handles (tensor parallelism fails with 'Operation not permitted', flashinfer#2394); "
+                f"{PIDFD_ADVICE}"
+            )
 
     # No network: nothing may try to reach a hub.
     try:

@@ -8,6 +8,7 @@ import re
 from .common import (
     SYS_PATH_AT_START,
     check,
+    gpu_kernel_distribution,
     metadata,
     result,
 )
@@ -110,7 +111,7 @@ def check_pip_check(params):
         name = dist.metadata["Name"]
         if name:
             installed.setdefault(_canonical(name), dist)
-    problems, waived = [], []
+    problems, waived, kernels = [], [], []
     env = dict(default_environment(), extra="")
     for _, dist in sorted(installed.items()):
         for line in dist.requires or []:
@@ -124,6 +125,8 @@ def check_pip_check(params):
             who = f"{dist.metadata['Name']} {dist.version}"
             if dep not in installed:
                 (waived if dep in excluded else problems).append(f"{who} requires {req}, which is not installed")
+                if dep not in excluded and gpu_kernel_distribution(dep):
+                    kernels.append(f"{req.name} (required by {who})")
                 continue
             try:
                 have = Version(installed[dep].version)
@@ -152,13 +155,26 @@ def check_pip_check(params):
             "is broken"
         )
     facts = {"distributions": len(installed), "waived": waived, "clashes": clashes, "accepted_clashes": accepted}
-    if problems:
+    if problems and len(kernels) == len(problems):
         return result(
             "failed",
-            f"{len(problems)} dependency conflict(s): " + "; ".join(problems[:8]),
+            f"{len(kernels)} GPU-kernel package(s) required but not installed (optional kernels vLLM loads only "
+            f"on the paths that use them): " + "; ".join(kernels[:8]) + ("; …" if len(kernels) > 8 else ""),
+            "install them from the variant's index, or exclude them on purpose (matrix.yaml index.exclude) where "
+            "this image does not ship those kernels; a path that needs one then fails on its import",
+            problems=problems,
+            gpu_kernels=kernels,
+            **facts,
+        )
+    if problems:
+        named = f" ({len(kernels)} of them GPU-kernel packages: {'; '.join(kernels[:4])})" if kernels else ""
+        return result(
+            "failed",
+            f"{len(problems)} dependency conflict(s): " + "; ".join(problems[:8]) + named,
             "install the required versions, or exclude the package on purpose (matrix.yaml "
             "index.exclude) if the variant must not ship it",
             problems=problems,
+            gpu_kernels=kernels,
             **facts,
         )
     note = f"; waived (excluded or overridden by the variant): {len(waived)}" if waived else ""

@@ -9,6 +9,7 @@ import traceback
 
 from .common import (
     check,
+    compile_cause,
     compile_hint,
     dist_version,
     import_hint,
@@ -107,13 +108,24 @@ def check_torch_family(params):
     )
 
 
+def _inductor_hint(text, device):
+    """The fix for inductor failing on ``device`` with traceback ``text``: the compiler or headers it lacks,
+    Triton's fix only where the error is Triton's (inductor's GPU kernels are Triton kernels), else the log."""
+    found = compile_hint(text)
+    if found:
+        return found
+    if device != "cpu" and re.search(r"\btriton\b", last_error_line(text), re.IGNORECASE):
+        return "install exactly the triton that torch pins (see triton-import), which inductor's GPU kernels need"
+    return "read the compile error in the log (inductor's generated code and the compiler's output are there)"
+
+
 @check(
     "inductor-compile",
     proves="`torch.compile` (inductor) matches eager on CPU, and on CUDA when visible",
     classes=(8,),
     reports=("https://github.com/pytorch/pytorch/issues/116696", f"{_VLLM}/issues/27890"),
-    hint="install a C++ compiler and the Python headers (g++, python3-dev) for the CPU backend, and "
-    "the triton torch pins for GPUs",
+    hint="install a C++ compiler and the Python headers (g++, python3-dev) for the CPU backend; read the "
+    "compile error in the log",
     timeout=300,
     affected_by=("user", "read_only", "tmpfs", "env"),
     suites=("full",),
@@ -152,7 +164,10 @@ def check_inductor_compile(params):
             if cause:  # the compiler's own first error (e.g. "Python.h: No such file or directory")
                 error += f" ({cause.group(0).strip()})"
             facts["error"] = error
-            return result("failed", f"torch.compile (inductor) fails on {device}: {error}", compile_hint(text), **facts)
+            facts["compile_cause"] = compile_cause(text)
+            return result(
+                "failed", f"torch.compile (inductor) fails on {device}: {error}", _inductor_hint(text, device), **facts
+            )
         facts[f"{device}_compile_seconds"] = round(time.monotonic() - started, 2)
         if not torch.allclose(got, f(x), atol=1e-5):
             return result("failed", f"inductor's result on {device} differs from eager", None, **facts)

@@ -17,6 +17,7 @@ from .common import (
     MODEL_DIR,
     WORK_DIR,
     check,
+    compile_hint,
     dist_version,
     error_with_cause,
     first_cause,
@@ -171,6 +172,24 @@ def _validate(env_overrides, timeout):
     }
 
 
+TRITON_FIX = (
+    "install the triton that torch pins, or set VLLM_USE_V2_MODEL_RUNNER=0 (or leave it unset); "
+    "check with: python -c 'import triton'"
+)
+
+
+def runner_hint(error):
+    """The fix for vLLM's configuration failing with ``error``: Triton's only where the error is about Triton
+    (``Model Runner V2 requires Triton.``, or it names triton); else the package, compiler or setting it names."""
+    if V2_ERROR in (error or "") or re.search(r"\btriton\b", error or "", re.IGNORECASE):
+        return TRITON_FIX
+    return (
+        import_hint(error)
+        or compile_hint(error)
+        or "read vLLM's configuration error above: it names the setting or the package at fault (see pip-check)"
+    )
+
+
 @check(
     "model-runner",
     proves=(
@@ -179,8 +198,7 @@ def _validate(env_overrides, timeout):
     ),
     classes=(1,),
     reports=(f"{_VLLM}/issues/57684", f"{_VLLM}/pull/55847"),
-    hint="install the triton that torch pins, or set VLLM_USE_V2_MODEL_RUNNER=0 (or leave it unset); "
-    "check with: python -c 'import triton'",
+    hint="read vLLM's configuration error in the log: it names the setting or the package at fault",
     timeout=300,
     needs=("vllm-import", "tiny-model"),
     group="vllm",  # both halves in the group's interpreter, before any engine caches vLLM's environment
@@ -212,7 +230,7 @@ def check_model_runner(params):
         return result(
             "failed",
             f"vLLM's configuration does not validate {forced}: ValueError: {default['error']} ({triton_desc})",
-            None,
+            runner_hint(default["error"]),
             **facts,
         )
     forced = _validate({"VLLM_USE_V2_MODEL_RUNNER": "1"}, 600)
@@ -224,7 +242,7 @@ def check_model_runner(params):
                 "failed",
                 f"forcing VLLM_USE_V2_MODEL_RUNNER=1 fails: {forced['error']} "
                 f"({triton_desc}); the variant requires a usable Triton",
-                None,
+                runner_hint(forced["error"]),
                 **facts,
             )
         return result("passed", f"default runner {'V2' if default['v2'] else 'V1'}; forced V2 validates", **facts)
@@ -246,7 +264,7 @@ def check_model_runner(params):
     return result(
         "failed",
         f"forcing VLLM_USE_V2_MODEL_RUNNER=1 fails with an unexpected error: {forced['error']}",
-        None,
+        runner_hint(forced["error"]),
         **facts,
     )
 
@@ -290,6 +308,24 @@ def _generate(mode, max_tokens, timeout, in_process):
     }
 
 
+def engine_hint(error, params):
+    """The fix for an engine that failed with ``error``: the missing package or compiler it names, else where to
+    look on this accelerator (params["accelerator"]): the CPU backend's own needs only on a CPU variant."""
+    named = import_hint(error) or compile_hint(error)
+    if named:
+        return named
+    if params.get("accelerator", "cpu") == "cpu":
+        return (
+            "read the engine log in the check output; on CPU check libnuma1, /dev/shm size (--shm-size) and "
+            "VLLM_CPU_KVCACHE_SPACE"
+        )
+    return (
+        "read the engine log in the check output (the worker's own error is logged before vLLM's wrappers); on a "
+        "GPU check that the container sees the GPU (--gpus all, nvidia-smi), that its driver is as new as the "
+        "image's CUDA needs, and that gpu_memory_utilization fits the free GPU memory"
+    )
+
+
 def _with_root_cause(error, text):
     """``error`` (the last error line of ``text``), followed by the worker's own error when it differs."""
     cause = root_cause(text)
@@ -323,8 +359,7 @@ def root_cause(text):
     ),
     classes=(9,),
     reports=(f"{_VLLM}/issues/14888",),
-    hint="read the engine log in the check output; on CPU check libnuma1, /dev/shm size "
-    "(--shm-size) and VLLM_CPU_KVCACHE_SPACE",
+    hint="read the engine log in the check output (the worker's own error is logged before vLLM's wrappers)",
     timeout=900,
     affected_by=("user", "read_only", "tmpfs", "env", "network", "memory", "cpus", "pids_limit"),
     needs=("vllm-import", "tiny-model"),
@@ -352,7 +387,9 @@ def check_offline_generate(params):
         data = _generate(mode, max_tokens, None, in_process=not params.get("rerun"))
         facts[mode] = data
         if "error" in data:
-            return result("failed", f"{mode} generate fails: {data['error']}", None, **facts)
+            return result(
+                "failed", f"{mode} generate fails: {data['error']}", engine_hint(data["error"], params), **facts
+            )
         if any(len(t) != max_tokens for t in data["tokens"]):
             return result(
                 "failed",
@@ -409,7 +446,12 @@ def _vllm_cli_without_gpu(params, facts, accelerator):
             "failed", "vllm.entrypoints.cli.main has no callable `main` for the console script", None, **facts
         )
     if expected and not str(data["version"]).startswith(expected):
-        return result("failed", f"vLLM reports {data['version']!r}, the variant pins {expected}", None, **facts)
+        return result(
+            "failed",
+            f"vLLM reports {data['version']!r}, the variant pins {expected}",
+            version_hint(data["version"], expected, params),
+            **facts,
+        )
     entrypoint = params.get("entrypoint") or []
     if entrypoint and shutil.which(entrypoint[0]) is None and not os.path.isfile(entrypoint[0]):
         return result("failed", f"the image's ENTRYPOINT {entrypoint[0]!r} does not resolve", None, **facts)
@@ -418,6 +460,17 @@ def _vllm_cli_without_gpu(params, facts, accelerator):
         f"the `vllm` CLI imports (vllm.entrypoints.cli.main) and vLLM is {data['version']}; `vllm --version` "
         f"itself was not run: it infers the device while building its parser (no GPU visible; a {accelerator} variant)",
         **facts,
+    )
+
+
+def version_hint(installed, pinned, params):
+    """The fix for vLLM ``installed`` where the variant pins ``pinned``: install the pin, or pin what is there."""
+    variant = params.get("variant") or "<variant>"
+    dist = next((d for d in providers_of("vllm") if d.lower() != "vllm"), "vllm")
+    return (
+        f"vLLM {installed} is installed, the variant pins {pinned}: install vLLM {pinned} (pip install "
+        f"'{dist}=={pinned}' from the variant's index), or set variants.{variant}.vllm.version to "
+        f"{str(installed).split('+')[0]} in matrix.yaml if this vLLM is the one meant"
     )
 
 
@@ -479,7 +532,12 @@ def check_vllm_cli(params):
             "failed", f"`vllm --version` exits {proc.returncode}: {error}", hint or import_hint(error), **facts
         )
     if expected and not version.startswith(expected):
-        return result("failed", f"`vllm --version` prints {version!r}, the variant pins {expected}", None, **facts)
+        return result(
+            "failed",
+            f"`vllm --version` prints {version!r}, the variant pins {expected}",
+            version_hint(version, expected, params),
+            **facts,
+        )
     entrypoint = params.get("entrypoint") or []
     if entrypoint and shutil.which(entrypoint[0]) is None and not os.path.isfile(entrypoint[0]):
         return result("failed", f"the image's ENTRYPOINT {entrypoint[0]!r} does not resolve", None, **facts)
@@ -491,7 +549,8 @@ def check_vllm_cli(params):
     proves=(
         "`vllm serve` through the image's own ENTRYPOINT (the README's line), the tiny model mounted read-only: "
         "/health ready (time per phase), /v1/models, greedy /v1/completions == offline-generate's eager tokens, "
-        "stream == non-stream, chat, /metrics counts, /version; `docker stop` during a stream exits 0/143 "
+        "stream == non-stream, chat, /metrics counts, /version, the image's own HEALTHCHECK run as Docker runs "
+        "it; `docker stop` during a stream exits 0/143 "
         "within the grace, PID 1 the server. Probed from outside: the host's published port, or a client "
         "container in its network namespace"
     ),

@@ -1,0 +1,239 @@
+"""GPU checks that need no GPU (incontainer/vllm_smoke/gpuchecks.py): their pure logic, on the texts and settings
+of real images (nvidia/cuda base images, vLLM's own image with cuda-compat on ld.so.conf, NixOS without
+/sbin/ldconfig)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit._incontainer import incontainer
+
+
+def _findings(**kw: Any) -> tuple[list[str], list[str]]:
+    args: dict[str, Any] = {"ldconfig": True, "libcuda_env": None, "compat": [], "declared": None, "torch_cuda": None}
+    return incontainer().driver_findings(**{**args, **kw})  # type: ignore[no-any-return]
+
+
+def test_a_good_cuda_image_has_no_finding() -> None:
+    # nvidia/cuda:13.0.2-base-ubuntu24.04 declares cuda>=13.0; PyPI's torch 2.14.0 is a CUDA 13.0 build.
+    declared = incontainer().declared_cuda({"NVIDIA_REQUIRE_CUDA": "cuda>=13.0 brand=unknown,driver>=535"})
+    assert declared == ((13, 0), "NVIDIA_REQUIRE_CUDA")
+    assert _findings(declared=declared, torch_cuda="13.0") == ([], [])
+
+
+def test_no_ldconfig_without_triton_libcuda_path_is_named_with_both_fixes() -> None:
+    problems, fixes = _findings(ldconfig=False)
+    assert "/sbin/ldconfig is missing and TRITON_LIBCUDA_PATH is unset" in problems[0]
+    assert "libcuda_dirs()" in problems[0] and "libc-bin" in fixes[0] and "TRITON_LIBCUDA_PATH" in fixes[0]
+    assert _findings(ldconfig=False, libcuda_env="/usr/lib/x86_64-linux-gnu") == ([], [])
+
+
+def test_a_declared_cuda_older_than_torchs_is_named() -> None:
+    declared = incontainer().declared_cuda({"CUDA_VERSION": "12.1.1"})
+    problems, fixes = _findings(declared=declared, torch_cuda="12.8")
+    assert "declares CUDA 12.1 (CUDA_VERSION) but torch is built for CUDA 12.8" in problems[0]
+    assert "driver on your system is too old" in problems[0] and "cuda>=12.8" in fixes[0]
+    assert _findings(declared=declared, torch_cuda=None) == ([], [])  # a CPU torch: nothing to compare
+
+
+def test_forward_compat_libcuda_on_the_loaders_path_is_named(tmp_path: Path) -> None:
+    mod = incontainer()
+    conf = tmp_path / "ld.so.conf"
+    (tmp_path / "ld.so.conf.d").mkdir()
+    conf.write_text(f"include {tmp_path}/ld.so.conf.d/*.conf\n")
+    (tmp_path / "ld.so.conf.d" / "00-cuda-compat.conf").write_text("/usr/local/cuda-12.9/compat  # vLLM image\n")
+    (tmp_path / "ld.so.conf.d" / "x86_64-linux-gnu.conf").write_text("/usr/lib/x86_64-linux-gnu\n")
+    dirs = mod.ld_conf_dirs(str(conf))
+    assert dirs == ["/usr/local/cuda-12.9/compat", "/usr/lib/x86_64-linux-gnu"]
+    found = mod.compat_shadows("/usr/local/nvidia/lib64:/usr/local/cuda/compat", dirs, exists=lambda p: True)
+    assert found == [("/usr/local/cuda/compat", "LD_LIBRARY_PATH"), ("/usr/local/cuda-12.9/compat", "ld.so.conf")]
+    assert mod.compat_shadows("", dirs, exists=lambda p: False) == []
+    problems, fixes = _findings(compat=found)
+    assert "Error 803" in problems[0] and "/usr/local/cuda/compat (LD_LIBRARY_PATH)" in problems[0]
+    assert "ld.so.conf.d" in fixes[0]
+
+
+def test_every_cache_of_the_gpu_libraries_is_known() -> None:
+    mod = incontainer()
+    # llm-d#1430: an arbitrary UID with HOME=/ and no TRITON_CACHE_DIR; FlashInfer's workspace under $HOME.
+    bare = {"HOME": "/"}
+    dirs = dict(mod.gpu_cache_dirs(bare, {"triton", "flashinfer", "deep_gemm"}, "cuda"))
+    assert dirs == {
+        "TRITON_CACHE_DIR": "/.triton/cache",
+        "FLASHINFER_WORKSPACE_BASE": "/.cache/flashinfer",
+        "DG_JIT_CACHE_DIR": "/.deep_gemm",
+        "TORCH_EXTENSIONS_DIR": "/.cache/torch_extensions",
+    }
+    # The cuda variant's image: the template's cache root, matrix.yaml's env for FlashInfer and DeepGEMM.
+    image = {
+        "HOME": "/home/vllm",
+        "XDG_CACHE_HOME": "/tmp/.cache",
+        "TRITON_CACHE_DIR": "/tmp/.cache/triton",
+        "FLASHINFER_WORKSPACE_BASE": "/tmp",
+        "DG_JIT_CACHE_DIR": "/tmp/.cache/deep_gemm",
+    }
+    assert all(
+        path.startswith("/tmp/.cache/") for _, path in mod.gpu_cache_dirs(image, {"triton", "flashinfer"}, "cuda")
+    )
+    assert mod.gpu_cache_dirs({"HOME": "/h", "TRITON_HOME": "/t"}, {"triton"}, "rocm")[0] == (
+        "TRITON_CACHE_DIR",
+        "/t/.triton/cache",
+    )
+    assert mod.gpu_cache_dirs(image, set(), "cpu") == []  # a CPU image without them: nothing more to check
+
+
+def test_an_extension_linked_against_another_accelerators_runtime_is_named() -> None:
+    mod = incontainer()
+    cuda_build = {"/v/_C.abi3.so": ["libcudart.so.12", "libtorch.so", "libc.so.6"], "/v/_moe_C.abi3.so": ["libc.so.6"]}
+    assert mod.foreign_links(cuda_build, "rocm") == {"/v/_C.abi3.so": ["libcudart.so.12"]}
+    assert mod.foreign_links(cuda_build, "cuda") == {}
+    assert mod.foreign_links({"/v/_C.abi3.so": ["libamdhip64.so.6"]}, "cuda") == {"/v/_C.abi3.so": ["libamdhip64.so.6"]}
+    assert mod.foreign_links(cuda_build, "cpu") == {}
+
+
+def test_the_elf_reader_gives_what_the_loader_needs(tmp_path: Path) -> None:
+    mod = incontainer()
+    assert "libc.so.6" in mod.elf_needed("/lib/x86_64-linux-gnu/libm.so.6")
+    text = tmp_path / "x.so"
+    text.write_text("not an ELF file")
+    with pytest.raises(ValueError, match="no ELF"):
+        mod.elf_needed(str(text))
+    cut = tmp_path / "cut.so"
+    cut.write_bytes(Path("/lib/x86_64-linux-gnu/libm.so.6").read_bytes()[:64])
+    with pytest.raises(ValueError, match="cut-short"):
+        mod.elf_needed(str(cut))
+
+
+def _fatbin(entries: list[tuple[int, int]]) -> bytes:
+    """A CUDA fat binary of ``entries`` (kind 1 PTX / 2 ELF, arch), each with a 64-byte header and 16 bytes."""
+    import struct
+
+    body = b""
+    for kind, arch in entries:
+        header = struct.pack("<HHIQIIHHI", kind, 0x0101, 64, 16, 0, 0, 0, 0, arch).ljust(64, b"\0")
+        body += header + b"\x11" * 16
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+
+
+def test_fat_binary_entries_give_the_archs_of_sass_and_ptx() -> None:
+    mod = incontainer()
+    data = _fatbin([(2, 80), (2, 90), (1, 90)]) + b"\0" * 8 + _fatbin([(2, 100)])
+    assert mod.fatbin_archs(io.BytesIO(data)) == {"sass": ["sm_80", "sm_90", "sm_100"], "ptx": ["sm_90"]}
+    assert mod.fatbin_archs(io.BytesIO(b"no fat binary here")) == {"sass": [], "ptx": []}
+
+
+def test_the_fat_binary_section_is_found_by_its_name() -> None:
+    mod = incontainer()
+    libm = "/lib/x86_64-linux-gnu/libm.so.6"
+    offset, size = mod.elf_section(libm, ".dynstr")
+    assert size > 0 and b"libc.so.6" in Path(libm).read_bytes()[offset : offset + size]
+    assert mod.elf_section(libm, ".nv_fatbin") is None
+
+
+def test_an_arch_is_covered_by_its_family_sass_or_older_ptx() -> None:
+    covered = incontainer().covered
+    assert covered("sm_89", ["sm_80"], [])  # sm_80 cubins run on Ada (8.x, minor not above)
+    assert not covered("sm_90", ["sm_80", "sm_89"], [])  # another major: no SASS
+    assert covered("sm_90", [], ["sm_80"])  # PTX: the driver compiles it for a newer GPU
+    assert covered("sm_90", ["sm_90a"], [])
+    assert not covered("sm_100", ["sm_90a"], ["sm_90a"])  # arch-specific code: that GPU only
+    assert covered("sm_103", ["sm_100f"], []) and not covered("sm_120", ["sm_100f"], [])
+    assert not covered("sm_120", ["sm_80", "sm_90", "sm_100"], [])  # vllm#29469: no Blackwell consumer kernels
+
+
+def test_ptxas_help_lists_the_targets_triton_can_compile_for() -> None:
+    # ptxas --help (CUDA 12.8), its --gpu-name option, shortened.
+    text = (
+        "--gpu-name <gpu name>                      (-arch)\n"
+        "        Specify name of NVIDIA GPU to generate code for.\n"
+        "        Allowed values for this option:  'sm_50','sm_52','sm_80','sm_86','sm_89','sm_90','sm_90a',\n"
+        "        'sm_100','sm_100a','sm_120','sm_120a'.\n"
+        "\n"
+        "--help                                     (-h)\n"
+    )
+    targets = incontainer().ptxas_targets(text)
+    assert "sm_120a" in targets and "sm_121a" not in targets and "sm_90" in targets
+    assert incontainer().ptxas_targets("no such option") == []
+
+
+def test_hip_code_objects_name_their_gfx_targets() -> None:
+    data = b"__CLANG_OFFLOAD_BUNDLE__\0hipv4-amdgcn-amd-amdhsa--gfx90a\0hipv4-amdgcn-amd-amdhsa--gfx942:sramecc+\0"
+    assert incontainer().hip_archs(io.BytesIO(b"x" * 50 + data), chunk=64) == ["gfx90a", "gfx942"]
+
+
+def test_flashinfer_without_prebuilt_kernels_needs_nvcc_and_the_cuda_headers() -> None:
+    mod = incontainer()
+    none = {"cublasLt.h": None, "curand.h": None}
+    base: dict[str, Any] = {
+        "prebuilt": [],
+        "nvcc": None,
+        "headers": none,
+        "c_compiler": "cc",
+        "python_h": "/p/Python.h",
+    }
+    problems, fixes = mod.toolchain_problems(libraries={"flashinfer"}, **base)
+    assert (
+        "neither its prebuilt kernels (flashinfer-jit-cache, flashinfer-cubin) nor nvcc, cublasLt.h, curand.h"
+        in (problems[0])
+    )
+    assert "pip install flashinfer-jit-cache" in fixes[0] and "nvidia-curand" in fixes[0]
+    assert mod.toolchain_problems(libraries={"flashinfer"}, **{**base, "prebuilt": ["flashinfer-jit-cache"]}) == (
+        [],
+        [],
+    )
+    have = {"cublasLt.h": "/h/cublasLt.h", "curand.h": "/h/curand.h"}
+    assert mod.toolchain_problems(libraries={"flashinfer"}, **{**base, "nvcc": "/n", "headers": have}) == ([], [])
+
+
+def test_triton_needs_a_c_compiler_and_python_h_and_deep_gemm_nvcc() -> None:
+    mod = incontainer()
+    base: dict[str, Any] = {"prebuilt": [], "nvcc": None, "headers": {}, "c_compiler": None, "python_h": None}
+    problems, fixes = mod.toolchain_problems(libraries={"triton", "deep_gemm"}, **base)
+    assert "no a C compiler (cc/gcc, or CC) and no Python.h" in problems[0] and "apt-get install gcc" in fixes[0]
+    assert "DeepGEMM compiles its kernels at run time with nvcc" in problems[1] and "VLLM_USE_DEEP_GEMM=0" in fixes[1]
+
+
+def test_cuda_tools_and_headers_are_found_in_the_nvidia_wheels(tmp_path: Path) -> None:
+    mod = incontainer()
+    (tmp_path / "nvidia" / "cuda_nvcc" / "bin").mkdir(parents=True)
+    nvcc = tmp_path / "nvidia" / "cuda_nvcc" / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\n")
+    nvcc.chmod(0o755)
+    (tmp_path / "nvidia" / "curand" / "include").mkdir(parents=True)
+    (tmp_path / "nvidia" / "curand" / "include" / "curand.h").write_text("")
+    env = {"PATH": "/nonexistent", "CUDA_HOME": str(tmp_path / "no-cuda")}
+    assert mod.find_tool("nvcc", env, [str(tmp_path)]) == str(nvcc)
+    assert mod.find_header("curand.h", env, [str(tmp_path)]) == str(tmp_path / "nvidia/curand/include/curand.h")
+    assert mod.find_header("cublasLt.h", env, [str(tmp_path)]) is None
+
+
+class _Dist:
+    """What pip-check reads of an installed distribution (importlib.metadata.Distribution)."""
+
+    def __init__(self, name: str, version: str, requires: list[str]) -> None:
+        self.metadata = {"Name": name}
+        self.version = version
+        self.requires = requires
+        self.files: list[Any] = []
+
+
+def test_pip_check_says_when_only_gpu_kernel_packages_are_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26's H200 host: vLLM 0.25.0 installed without its large kernel packages."""
+    mod = incontainer()
+    installed = [
+        _Dist("vllm", "0.25.0", ["flashinfer-python==0.5.3", "nvidia-cutlass-dsl>=4.3", "openai>=1.99.1"]),
+        _Dist("openai", "2.1.0", []),
+    ]
+    monkeypatch.setattr(mod.distributions.metadata, "distributions", lambda path=None: installed)
+    out = mod.check_pip_check({})
+    assert out["status"] == "failed"
+    assert out["diagnosis"].startswith("2 GPU-kernel package(s) required but not installed"), out
+    assert "flashinfer-python (required by vllm 0.25.0)" in out["diagnosis"]
+    assert "index.exclude" in out["hint"]
+    installed[1] = _Dist("openai", "1.0.0", [])
+    out = mod.check_pip_check({})
+    assert "3 dependency conflict(s)" in out["diagnosis"] and "2 of them GPU-kernel packages" in out["diagnosis"]
