@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import docker
 
-from matrixtool import hidden, outputs, profiles, rootcause, serve
+from matrixtool import bundle, hidden, outputs, profiles, rootcause, serve
 from matrixtool.checks import DEFAULT_SUITE
 from matrixtool.container import EXEC_FORMAT_ERROR, OWNER_ENV_VAR, OWNER_LABEL, SESSION_LABEL
 from matrixtool.incontainer.vllm_smoke import common as incontainer
@@ -37,7 +37,6 @@ from matrixtool.smoke_plan import (
     group_timeout,
     groups,
     image_platform,
-    plan_host,
     plan_profiles,
     platform_matches,
     profile_run,
@@ -50,7 +49,6 @@ from matrixtool.smoke_runners import (
     SMOKE_DIR,
     SMOKE_TMPFS,
     ZIPAPP,
-    HostRunner,
     Runner,
     container_kwargs,
     container_runner,
@@ -313,15 +311,11 @@ def run_host_suite(
     on_result: Callable[[CheckResult], None] = lambda r: None,
     suite: str = DEFAULT_SUITE,
 ) -> list[CheckResult]:
-    """Run ``checks`` with ``python`` on this machine, no Docker (host mode), with ``variant``'s expectations;
-    ``suite`` (quick / full) is recorded in each result and passed to the checks."""
-    (run,) = plan_host(variant, checks, suite).runs
-    params = {**check_params(variant), "host": True, "suite": suite}
-    results = execute(run, HostRunner(python, env), variant.name, params, log_dir, on_result)
-    if any(c.name == serve.CHECK for c in run.checks):
-        results.append(serve.host_mode_result(variant.name, python, suite))
-        on_result(results[-1])
-    return results
+    """Run ``checks`` with ``python`` on this machine, no Docker (host mode), with ``variant``'s expectations,
+    through the variant's bundle (``bundle.run_bundle``: serve included, as a child process); ``suite`` (quick /
+    full) is recorded in each result and passed to the checks."""
+    facts = bundle.facts(variant, checks, suite, host=True)
+    return bundle.run_bundle(python, facts, env=env, log_dir=log_dir, on_result=on_result)
 
 
 def owner() -> str:
