@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from matrixtool import kube, outputs, reference, serve
+from matrixtool import kube, kube_job, outputs, reference, serve
+from matrixtool.checks import DEFAULT_SUITE
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.errors import ConfigError, MatrixError
 from matrixtool.matrix import Variant, load_matrix
@@ -25,7 +26,8 @@ class Args:
     """``profiles``: profile names (empty: every profile of each variant); ``image``: the image ref the
     Deployment runs (None: ``<repository>/<variant>:<vLLM version>``); ``report``: a ``--json-file`` report
     of ``run``/``test`` whose ``serve`` results give the measured time to ready per profile; ``out``: the
-    folder written (``<out>/<variant>.<profile>.yaml``)."""
+    folder written (``<out>/<variant>.<profile>.yaml``); ``smoke_job``: instead, the Job that runs the variant's
+    bundle of ``suite`` in a pod of the profile (``kube_job``; ``<out>/<variant>.<profile>.smoke-job.yaml``)."""
 
     variants: tuple[Variant, ...]
     profiles: tuple[str, ...] = ()
@@ -34,6 +36,8 @@ class Args:
     out: Path
     model: str = serve.MODEL_PATH
     model_claim: str = "vllm-models"
+    smoke_job: bool = False
+    suite: str = DEFAULT_SUITE
 
     def __post_init__(self) -> None:
         reference.check_flags(image=self.image)
@@ -73,13 +77,27 @@ def run(args: Args) -> list[Written]:
             docs = kube.manifests(
                 variant=variant.name, profile=profile.name, values=profile.values, image=image, serving=serving
             )
+            name = f"{variant.name}.{profile.name}.yaml"
+            if args.smoke_job:
+                data, deadline = kube_job.bundle_for(variant, args.suite)
+                docs = kube_job.smoke_job(
+                    variant=variant.name,
+                    accelerator=variant.accelerator.value,
+                    profile=profile.name,
+                    values=profile.values,
+                    image=image,
+                    serving=serving,
+                    bundle_data=data,
+                    deadline_s=deadline,
+                )
+                name = f"{variant.name}.{profile.name}.smoke-job.yaml"
             problems = kube.validate(docs)
             strict = profile.name == "restricted"
             if strict:
                 problems += kube.pss_restricted_problems(docs)
             if problems:
                 raise InvalidManifest(f"{variant.name}/{profile.name}: " + "; ".join(problems))
-            path = args.out / f"{variant.name}.{profile.name}.yaml"
+            path = args.out / name
             texts.append((path, kube.to_yaml(docs)))
             written.append(
                 Written(
@@ -111,6 +129,17 @@ def run(args: Args) -> list[Written]:
 )
 @click.option("--model", default=serve.MODEL_PATH, show_default=True, help="The model path the server serves.")
 @click.option("--model-claim", default="vllm-models", show_default=True, help="PersistentVolumeClaim holding it.")
+@click.option(
+    "--smoke-job",
+    is_flag=True,
+    help="Write instead the Job that runs the variant's smoke bundle in a pod of each profile (JSON in its log).",
+)
+@click.option(
+    "--suite",
+    default=DEFAULT_SUITE,
+    show_default=True,
+    help="With --smoke-job: the suite of checks the bundle runs (quick, full).",
+)
 @pass_settings
 def command(
     settings: Settings,
@@ -121,6 +150,8 @@ def command(
     report: Path | None,
     model: str,
     model_claim: str,
+    smoke_job: bool,
+    suite: str,
 ) -> None:
     """Write the Kubernetes manifests (Deployment, Service, NetworkPolicy) that run each variant's image under
     each deployment profile's conditions, to <out>/kube/; validated offline against the Kubernetes schemas
@@ -135,10 +166,17 @@ def command(
             out=settings.out_dir / "kube",
             model=model,
             model_claim=model_claim,
+            smoke_job=smoke_job,
+            suite=suite,
         )
     )
     for w in written:
         pss = "; PSS restricted: ok" if w.pss_restricted else ""
+        if smoke_job:
+            click.echo(
+                f"{w.path}: Kubernetes {kube.K8S_VERSION} schemas: valid{pss}; the Job's log ends with the JSON report"
+            )
+            continue
         click.echo(
             f"{w.path}: Kubernetes {kube.K8S_VERSION} schemas: valid{pss}; startupProbe allows "
             f"{kube.STARTUP_MARGIN:g}x {w.cold_start_s:.0f} s ({w.cold_start_source})"

@@ -79,7 +79,9 @@ def parse_args(argv):
         prog="vllm-smoke.pyz",
         description="Run the variant's vLLM smoke suite here (this Python's environment), serve included.",
     )
-    parser.add_argument("--json", dest="json_file", default=None, help="write the JSON report here ('-': stdout)")
+    parser.add_argument(
+        "--json", dest="json_file", default=None, help="write the JSON report here ('-': stdout, the table to stderr)"
+    )
     parser.add_argument("--junit", default=None, help="write a JUnit XML report here")
     parser.add_argument("--logs", default=None, help="folder for each check's log (default: in the work folder)")
     parser.add_argument("--image", default=None, help="what the results name as image (default: host:PYTHON)")
@@ -538,7 +540,8 @@ def main(argv):
     document = json.dumps(to_json(results), indent=2, default=str)
     if args.junit:
         write(args.junit, junit_xml(results))
-    if args.json_file == "-":
+    if args.json_file == "-":  # the document alone on stdout (last in a pod's log), the table for people on stderr
+        print("\n" + table(results), file=sys.stderr, flush=True)
         print(document)
     else:
         if args.json_file:
