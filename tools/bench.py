@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from matrixtool.matrix import Platform
+    from matrixtool.model.model import Platform
 
 REPO = Path(__file__).resolve().parents[1]
 MATRIX = str(REPO / "tools" / "matrix")
@@ -48,7 +48,7 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
 
 def make_cold(variant: str, base_image: str, platforms: list[Platform]) -> None:
     """Remove the variant's images, its base image (and its per-platform tags) and the whole BuildKit cache."""
-    from matrixtool.base import platform_tag
+    from matrixtool.build.base import platform_tag
 
     images = _run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", f"vllm-matrix/{variant}"]).stdout.split()
     for ref in [*images, base_image, *(platform_tag(base_image, p) for p in platforms)]:
@@ -105,7 +105,7 @@ def _profile_figures(checks: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def build_bench(variant: str, warm: bool) -> int:
     """``build`` mode: a cold (or ``warm``) ``tools/matrix run VARIANT``; figures to ``build/bench/<variant>.json``.
     Returns 0, or 1 when the run failed or wrote no report."""
-    from matrixtool.matrix import load_matrix
+    from matrixtool.model.matrixfile import load_matrix
 
     (spec,) = [v for v in load_matrix().variants if v.name == variant]
     if not warm:

@@ -2,27 +2,37 @@
 """Rewrite the generated tables of ``docs/`` from the code: the check table from the checks' declarations
 (``docs/checks.md``), the command table from the click commands and the exit-code table from
 ``errors.ExitCode`` (``docs/commands.md``), the run-condition table from ``conditions.ROWS``
-(``docs/profiles.md``), and the README's serve command line from the one the serve check
-runs (``matrixtool.serve.readme_block``).
+(``docs/profiles.md``), the README's serve command line from the one the serve check
+runs (``matrixtool.smoke.serve.readme_block``), and the wings of ``tools/matrixtool/`` with the levels of its
+import graph from the tree (``docs/architecture.md``).
 
 Each table sits between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` in its file. ``tools/docs_tables.py``
 rewrites them; ``--check`` only compares (exit 1 on drift, naming the file and table). A unit test
-(tests/unit/test_checks_package.py) fails when a table drifts from the code.
+(tests/unit/model/test_checks_package.py) fails when a table drifts from the code.
 """
 
 from __future__ import annotations
 
+import ast
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from matrixtool.checks import readme_table
-from matrixtool.errors import exit_code_table
-from matrixtool.serve import readme_block
+from matrixtool.core.errors import exit_code_table
+from matrixtool.model.checks import readme_table
+from matrixtool.smoke.serve import readme_block
 
 ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "tools" / "matrixtool"
+# Runs inside images (stdlib only, no imports of the host's modules): one entry of the map, not its modules.
+IN_IMAGE = "incontainer"
+IN_IMAGE_SAYS = (
+    "Runs inside images (stdlib only, Python >= 3.9): the checks (`vllm_smoke/`, shipped as a zipapp), "
+    "`imagefacts` (`diff`), `sbom_inventory` (`sbom`)."
+)
 
 
 def commands_table() -> str:
@@ -48,11 +58,77 @@ def commands_table() -> str:
 
 def conditions_table() -> str:
     """The run-condition table (``conditions.markdown_table``) with the checks that declare each condition."""
-    from matrixtool import conditions
-    from matrixtool.checks import CHECKS
+    from matrixtool.model import conditions
+    from matrixtool.model.checks import CHECKS
 
     affects = {c: [n for n, info in CHECKS.items() if c in info.affected_by] for c in conditions.Condition}
     return conditions.markdown_table(affects)
+
+
+def _host_modules(package: Path = PACKAGE) -> dict[str, Path]:
+    """The host's modules by dotted name under ``matrixtool`` (``core.errors``), less ``__init__``/``__main__``
+    and the in-image package."""
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package).with_suffix("").parts
+        if parts[0] != IN_IMAGE and parts[-1] not in ("__init__", "__main__"):
+            found[".".join(parts)] = path
+    return found
+
+
+def _imported(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The host modules that ``path`` imports anywhere in it (at the top or inside a function)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            tail = name.removeprefix("matrixtool.")
+            if name.startswith("matrixtool.") and tail in modules:
+                found.add(tail)
+    return found
+
+
+def module_map(package: Path = PACKAGE) -> str:
+    """The host's modules by level of the import graph: a module's level is one more than the highest level
+    it imports (0: imports none of the others).
+
+    Raises:
+        ValueError: the modules import each other in a circle.
+    """
+    modules = _host_modules(package)
+    imports = {name: _imported(path, modules) - {name} for name, path in modules.items()}
+    level: dict[str, int] = {}
+    while len(level) < len(imports):
+        ready = {n: max((level[i] + 1 for i in deps), default=0) for n, deps in imports.items() if n not in level
+                 and deps <= level.keys()}  # fmt: skip
+        if not ready:
+            raise ValueError(f"modules import each other in a circle: {sorted(imports.keys() - level.keys())}")
+        level.update(ready)
+    lines = []
+    for n in range(max(level.values()) + 1):
+        names = ", ".join(sorted(m for m, lv in level.items() if lv == n))
+        lines += textwrap.wrap(names, 114, initial_indent=f"{n:2}: ", subsequent_indent="    ")
+    return "```\n" + "\n".join(lines) + "\n```\n"
+
+
+def wings(package: Path = PACKAGE) -> str:
+    """One line per entry of ``tools/matrixtool/``: a folder with the first line of its ``__init__`` docstring
+    and its modules, then the modules at the top with the first line of theirs."""
+    rows = []
+    for entry in sorted(package.iterdir()):
+        if entry.is_dir() and (entry / "__init__.py").is_file():
+            doc = ast.get_docstring(ast.parse((entry / "__init__.py").read_text(encoding="utf-8"))) or ""
+            inside = ", ".join(f"`{p.stem}`" for p in sorted(entry.glob("*.py")) if p.stem != "__init__")
+            first = IN_IMAGE_SAYS if entry.name == IN_IMAGE else f"{doc.split(chr(10))[0].strip()} {inside}."
+            rows.append(f"- `{entry.name}/`: {first}")
+    for entry in sorted(package.glob("*.py")):
+        doc = ast.get_docstring(ast.parse(entry.read_text(encoding="utf-8"))) or ""
+        rows.append(f"- `{entry.name}`: " + " ".join(doc.split(chr(10) + chr(10))[0].split()))
+    return "\n".join(rows) + "\n"
 
 
 # (file under the repository root, table name, generator)
@@ -62,6 +138,8 @@ TABLES: tuple[tuple[str, str, Callable[[], str]], ...] = (
     ("docs/commands.md", "exit-codes-table", exit_code_table),
     ("docs/profiles.md", "conditions-table", conditions_table),
     ("README.md", "serve-command", readme_block),
+    ("docs/architecture.md", "wings", wings),
+    ("docs/architecture.md", "module-map", module_map),
 )
 
 

@@ -20,9 +20,9 @@ from typing import Any
 import docker
 import pytest
 
-from matrixtool import engine
-from matrixtool.matrix import load_matrix
-from matrixtool.smoke import OWNER_ENV_VAR, OWNER_LABEL
+from matrixtool.core import engine
+from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL
+from matrixtool.model.matrixfile import load_matrix
 from tests.conftest import REPO_ROOT, copy_checkout
 
 MATRIX = str(REPO_ROOT / "tools" / "matrix")

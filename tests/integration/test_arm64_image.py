@@ -20,10 +20,10 @@ from typing import Any
 import docker
 import pytest
 
-from matrixtool import engine
-from matrixtool.matrix import load_matrix
-from matrixtool.plan import WHEELHOUSE_ENV_VAR, resolve_wheelhouse
-from matrixtool.wheelhouse import problems
+from matrixtool.build.plan import WHEELHOUSE_ENV_VAR, resolve_wheelhouse
+from matrixtool.build.wheelhouse import problems
+from matrixtool.core import engine
+from matrixtool.model.matrixfile import load_matrix
 from tests.integration.conftest import EMULATION_VARIANT, json_of, matrix_cli, remove_if_built
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

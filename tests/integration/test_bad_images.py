@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from matrixtool.errors import ExitCode
+from matrixtool.core.errors import ExitCode
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import INSTALL_WHEELS, json_of, matrix_cli
 

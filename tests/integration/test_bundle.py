@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from matrixtool.smoke import OWNER_LABEL
+from matrixtool.core.container import OWNER_LABEL
 from tests.integration.conftest import OWNER, CpuRun, matrix_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

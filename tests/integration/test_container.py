@@ -10,8 +10,8 @@ from pathlib import Path
 
 import docker
 
-from matrixtool.bounded import OutputLimit
-from matrixtool.container import OWNER_LABEL, SESSION_LABEL, ContainerSpec, TrackedContainer
+from matrixtool.core.bounded import OutputLimit
+from matrixtool.core.container import OWNER_LABEL, SESSION_LABEL, ContainerSpec, TrackedContainer
 from tests.integration.conftest import OWNER
 
 LIMIT = OutputLimit(head_bytes=1000, tail_bytes=4000)

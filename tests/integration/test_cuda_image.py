@@ -14,8 +14,8 @@ import docker
 import pytest
 from packaging.requirements import Requirement
 
-from matrixtool.matrix import load_matrix
-from matrixtool.smoke import host_has_gpu
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.smoke.executor import host_has_gpu
 from tests.integration.conftest import json_of, matrix_cli, remove_if_built
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

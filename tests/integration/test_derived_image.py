@@ -17,8 +17,8 @@ from typing import Any
 import docker
 import pytest
 
-from matrixtool import plan
-from matrixtool.errors import ExitCode
+from matrixtool.build import plan
+from matrixtool.core.errors import ExitCode
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import TEST_REPOSITORY, json_of, matrix_cli
 

@@ -31,8 +31,8 @@ import docker
 import pytest
 import yaml
 
-from matrixtool.engine import host as shared_host
-from matrixtool.smoke import OWNER_LABEL
+from matrixtool.core.container import OWNER_LABEL
+from matrixtool.core.engine import host as shared_host
 from tests.integration.conftest import MATRIX, OWNER, json_of, matrix_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from matrixtool.smoke import host_has_gpu
+from matrixtool.smoke.executor import host_has_gpu
 from tests.integration.conftest import matrix_cli
 
 pytestmark = pytest.mark.skipif(

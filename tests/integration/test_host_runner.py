@@ -7,8 +7,8 @@ import os
 import sys
 import time
 
-from matrixtool.bounded import DEFAULT_LIMIT
-from matrixtool.smoke_runners import HostRunner
+from matrixtool.core.bounded import DEFAULT_LIMIT
+from matrixtool.smoke.runners import HostRunner
 
 
 def runner() -> HostRunner:

@@ -22,8 +22,8 @@ import docker
 import pytest
 import yaml
 
-from matrixtool.errors import ExitCode
-from matrixtool.smoke import OWNER_LABEL
+from matrixtool.core.container import OWNER_LABEL
+from matrixtool.core.errors import ExitCode
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import MATRIX, OWNER, TEST_REPOSITORY, json_of
 

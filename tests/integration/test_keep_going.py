@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from matrixtool.checks import prerequisites
-from matrixtool.errors import ExitCode
+from matrixtool.core.errors import ExitCode
+from matrixtool.model.checks import prerequisites
 from tests.conftest import REPO_ROOT, copy_checkout
 from tests.integration.conftest import json_of, matrix_cli
 

@@ -13,8 +13,8 @@ from typing import Any
 import docker
 import pytest
 
-from matrixtool.errors import ExitCode
-from matrixtool.smoke import OWNER_LABEL
+from matrixtool.core.container import OWNER_LABEL
+from matrixtool.core.errors import ExitCode
 from tests.integration.conftest import OWNER, json_of, matrix_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

@@ -22,9 +22,9 @@ import docker
 import pytest
 import yaml
 
-from matrixtool import registry
-from matrixtool.base import platform_tag
-from matrixtool.matrix import Platform
+from matrixtool.build import registry
+from matrixtool.build.base import platform_tag
+from matrixtool.model.model import Platform
 from tests.conftest import REPO_ROOT, copy_checkout
 from tests.integration.conftest import CPU_CHECKS as ALL_CHECKS
 from tests.integration.conftest import json_of, matrix_cli

@@ -1,5 +1,5 @@
 """Serving failure classes (docs/failure-classes.md 15-22), each reproduced with a real `vllm serve` container of
-the CPU image (or a small image built FROM it) and diagnosed by ``matrixtool.serve_diagnosis``.
+the CPU image (or a small image built FROM it) and diagnosed by ``matrixtool.smoke.serve_diagnosis``.
 
 The servers run through the image's own ENTRYPOINT (``serve /model ...``) with the suite's tiny model mounted
 read-only, probed from the host through a published loopback port. testcontainers' ``DockerContainer`` starts
@@ -32,8 +32,8 @@ from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
-from matrixtool import serve_diagnosis as sd
-from matrixtool.smoke import OWNER_LABEL
+from matrixtool.core.container import OWNER_LABEL
+from matrixtool.smoke import serve_diagnosis as sd
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import INSTALL_WHEELS, OWNER, TEST_REPOSITORY
 

@@ -11,7 +11,7 @@ import junitparser
 import pytest
 import yaml
 
-from matrixtool.errors import ExitCode
+from matrixtool.core.errors import ExitCode
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import json_of, matrix_cli
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from matrixtool.errors import ExitCode
+from matrixtool.core.errors import ExitCode
 from tests.conftest import copy_checkout
 from tests.integration.conftest import MATRIX, matrix_cli
 from tests.integration.fake_index import FakeIndex, make_wheel, serving

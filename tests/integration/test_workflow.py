@@ -37,8 +37,8 @@ import docker
 import pytest
 import yaml
 
-from matrixtool.checks import prerequisites
-from matrixtool.plan import resolve_wheelhouse
+from matrixtool.build.plan import resolve_wheelhouse
+from matrixtool.model.checks import prerequisites
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import MATRIX
 from tests.integration.test_registry import local_registry  # noqa: F401  (the module's registry fixture)
@@ -50,7 +50,7 @@ WORKFLOW = REPO_ROOT / ".github" / "workflows" / "images.yml"
 NOT_HERE = {
     "Log in to the registry": "no login: the stand-in registry is on loopback",
     # The OSV API does not answer here: the gate fails closed (exit 14); test_supply_chain.py and
-    # tests/unit/test_audit.py cover it with fixture advisories.
+    # tests/unit/supply/test_audit.py cover it with fixture advisories.
     "Vulnerability gate": "api.osv.dev is unreachable from this machine",
 }
 # The repository's signing key (secrets COSIGN_PRIVATE_KEY, COSIGN_PASSWORD): a key pair made for the module.

@@ -18,11 +18,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from matrixtool import engine, outputs, report
+from matrixtool import report
 from matrixtool.cli import main
-from matrixtool.errors import ExitCode, OutputError
-from matrixtool.matrix import DEFAULT_MATRIX, parse_size, validate
-from matrixtool.smoke import CheckResult, Status
+from matrixtool.core import engine, outputs
+from matrixtool.core.errors import ExitCode, OutputError
+from matrixtool.model.matrixfile import parse_size, validate
+from matrixtool.model.model import DEFAULT_MATRIX
+from matrixtool.smoke.result import CheckResult, Status
 
 
 def test_a_size_beyond_floats_is_a_config_problem_naming_the_key(tmp_path: Path) -> None:
@@ -126,7 +128,7 @@ def test_a_missing_interpreter_is_exit_3_naming_the_flag_before_any_check(tmp_pa
 
 
 def test_a_second_run_on_a_held_out_refuses_with_no_wait_naming_the_holder(tmp_path: Path) -> None:
-    from matrixtool import outlock
+    from matrixtool.core import outlock
 
     with outlock.held(tmp_path, argv=["tools/matrix", "test", "--as", "cpu"], wait=False, notice=print):
         result = CliRunner().invoke(main, ["--no-wait", "--out", str(tmp_path), "kube", "cpu"])
@@ -143,7 +145,7 @@ def test_a_second_run_on_a_held_out_refuses_with_no_wait_naming_the_holder(tmp_p
 def test_a_waiting_run_names_the_holder_then_runs(tmp_path: Path) -> None:
     import threading
 
-    from matrixtool import outlock
+    from matrixtool.core import outlock
 
     lines: list[str] = []
     release = threading.Event()
@@ -168,8 +170,8 @@ def test_a_waiting_run_names_the_holder_then_runs(tmp_path: Path) -> None:
 
 
 def test_an_image_the_tool_did_not_build_runs_hardened_under_every_profile() -> None:
-    from matrixtool import profiles
-    from matrixtool.matrix import load_matrix
+    from matrixtool.model import profiles
+    from matrixtool.model.matrixfile import load_matrix
 
     cpu = next(v for v in load_matrix().variants if v.name == "cpu")
     own = profiles.ProfileChoice(names=()).resolve("cpu", cpu.profiles)
@@ -242,8 +244,8 @@ def test_an_engine_that_went_away_mid_run_is_exit_8_naming_it(monkeypatch: pytes
 
 
 def test_a_build_that_lost_the_engine_or_its_disk_has_its_own_error(tmp_path: Path) -> None:
-    from matrixtool import build
-    from matrixtool.errors import BuildError, EngineUnreachableError
+    from matrixtool.build import executor as build
+    from matrixtool.core.errors import BuildError, EngineUnreachableError
 
     class Plan:  # what ``failure`` reads of a BuildPlan
         variant, platform = "cpu", "linux/amd64"

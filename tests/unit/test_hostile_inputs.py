@@ -22,11 +22,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from matrixtool import render
-from matrixtool.checks import CHECKS
+from matrixtool.build import render
 from matrixtool.cli import main
-from matrixtool.errors import ExitCode
-from matrixtool.matrix import load_matrix
+from matrixtool.core.errors import ExitCode
+from matrixtool.model.checks import CHECKS
+from matrixtool.model.matrixfile import load_matrix
 from tests.conftest import REPO_ROOT, copy_checkout
 
 CONFIG = ExitCode.CONFIG

@@ -13,10 +13,14 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from matrixtool import build, interrupts, reference, render
+from matrixtool.build import executor as build
+from matrixtool.build import render
 from matrixtool.cli import main
-from matrixtool.errors import ConfigError, ExitCode, Terminated, most_severe
-from matrixtool.matrix import IndexSettings, load_matrix
+from matrixtool.core import interrupts
+from matrixtool.core.errors import ConfigError, ExitCode, Terminated, most_severe
+from matrixtool.model import reference
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import IndexSettings
 from tests.conftest import copy_checkout
 
 
@@ -146,7 +150,7 @@ def test_render_replaces_files_atomically(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_doctor_fails_through_the_error_path(monkeypatch: pytest.MonkeyPatch) -> None:
     # The docker CLI probes (buildx) fail as on a machine without the plugin; the SDK is the guard's.
-    from matrixtool import engine
+    from matrixtool.core import engine
 
     def no_cli(argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(argv, 1, "", f"{argv[0]}: not run in unit tests")
@@ -214,8 +218,8 @@ def test_keep_going_exits_with_the_most_severe_code(
     into one exit code, the most severe (docs/commands.md, "Exit codes"), after writing the reports."""
     from matrixtool import report
     from matrixtool.commands._shared import ReportFlags, finish
-    from matrixtool.errors import VariantsFailed
-    from matrixtool.smoke import CheckResult, Status
+    from matrixtool.core.errors import VariantsFailed
+    from matrixtool.smoke.result import CheckResult, Status
 
     errors = {name: f"{name} failed" for name in codes} or {"a": "a failed"}
     check = CheckResult(

@@ -6,8 +6,8 @@ from pathlib import Path
 import junitparser
 
 from matrixtool import report
-from matrixtool.build import BuildResult
-from matrixtool.smoke import CheckResult, Status
+from matrixtool.build.plan import BuildResult
+from matrixtool.smoke.result import CheckResult, Status
 
 
 def _report() -> report.RunReport:

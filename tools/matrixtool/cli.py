@@ -1,7 +1,7 @@
 """``tools/matrix`` (installed: ``matrix``): the click group and the registration of the commands.
 
-Each command is a module of ``matrixtool.commands`` (registered there). Errors print one ``error:`` message
-and exit with the code of their class (``errors.ExitCode``); ``--debug`` shows the traceback instead;
+Each command is a module of ``matrixtool.commands`` (registered in ``commands._registry``). Errors print one
+``error:`` message and exit with the code of their class (``errors.ExitCode``); ``--debug`` shows the traceback instead;
 SIGINT/SIGTERM end running builds and smoke containers (``interrupts``).
 """
 
@@ -18,10 +18,12 @@ from typing import Any
 import click
 import docker
 
-from matrixtool import build, commands, engine, interrupts, outlock
+from matrixtool.build import executor as build
+from matrixtool.commands import _registry
 from matrixtool.commands._shared import Settings
-from matrixtool.errors import ExitCode, MatrixError
-from matrixtool.matrix import DEFAULT_MATRIX
+from matrixtool.core import engine, interrupts, outlock
+from matrixtool.core.errors import ExitCode, MatrixError
+from matrixtool.model.model import DEFAULT_MATRIX
 
 # --out's default: build/ next to the matrix file.
 DEFAULT_OUT_NAME = "build"
@@ -165,7 +167,7 @@ def _holding_out(callback: Callable[..., Any]) -> Callable[..., Any]:
     return locked
 
 
-for _command in commands.all_commands():
+for _command in _registry.all_commands():
     if _command.name in outlock.WRITERS and _command.callback is not None:
         _command.callback = _holding_out(_command.callback)
     main.add_command(_command)

@@ -11,11 +11,11 @@ from typing import Any
 import junitparser
 from tabulate import tabulate
 
-from matrixtool import outputs
-from matrixtool.build import BuildResult
-from matrixtool.errors import ExitCode
-from matrixtool.profiles import DEFAULT as DEFAULT_PROFILE
-from matrixtool.smoke import CheckResult, Status
+from matrixtool.build.plan import BuildResult
+from matrixtool.core import outputs
+from matrixtool.core.errors import ExitCode
+from matrixtool.model.profiles import DEFAULT as DEFAULT_PROFILE
+from matrixtool.smoke.result import CheckResult, Status
 
 JSON_SCHEMA_VERSION = 1
 

@@ -11,12 +11,13 @@ from typing import Any
 
 import click
 
-from matrixtool import plan, reference
-from matrixtool.build import BuildPolicy
+from matrixtool.build import plan
+from matrixtool.build.executor import BuildPolicy
+from matrixtool.build.preflight import Inputs
 from matrixtool.commands._shared import Decorator, F, apply_options, packing
-from matrixtool.errors import ConfigError
-from matrixtool.preflight import Inputs
-from matrixtool.select import Selection
+from matrixtool.core.errors import ConfigError
+from matrixtool.model import reference
+from matrixtool.model.select import Selection
 
 REGISTRY_HELP = "Registry prefix HOST[:PORT][/NAMESPACE]; images: <registry>/<repository>/<variant>:<tag>."
 

@@ -8,9 +8,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import click
 import docker
 
-from matrixtool import engine, imagediff, outputs, report
+from matrixtool import report
+from matrixtool.core import engine, outputs
+from matrixtool.supply import imagediff
 
 # Differences printed under a failed check (``tools/matrix diff`` shows them all).
 HEAD_LINES = 12
@@ -70,3 +73,17 @@ def failure_lines(
         )
         out.append(f"{variant} ({check.check} failed on {check.image}): {context}")
     return out
+
+
+def report_last_green(result: report.RunReport, reports: Path, env: Mapping[str, str]) -> None:
+    """``failure_lines`` then ``write_variant_reports`` (this run's red image is never its own
+    green one), each on stderr; any exception of theirs becomes one ``warning:`` line."""
+    try:
+        for line in failure_lines(result, reports, env):
+            click.echo(line, err=True)
+    except Exception as exc:
+        click.echo(f"warning: no diff against the last green image ({type(exc).__name__}: {exc})", err=True)
+    try:
+        write_variant_reports(result, reports)
+    except OSError as exc:
+        click.echo(f"warning: per-variant reports not written under {reports} ({exc})", err=True)

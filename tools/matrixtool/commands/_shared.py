@@ -11,10 +11,10 @@ from typing import Any, TypeVar, cast
 
 import click
 
-from matrixtool import outputs, report
-from matrixtool.commands import _green
-from matrixtool.errors import ExitCode, SmokeFailure, VariantsFailed, most_severe
-from matrixtool.inputs import check_outputs
+from matrixtool import report
+from matrixtool.core import outputs
+from matrixtool.core.errors import ExitCode, SmokeFailure, VariantsFailed, most_severe
+from matrixtool.model.inputs import check_outputs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,12 +100,18 @@ report_flags = packing(
 
 
 def finish(
-    result: report.RunReport, flags: ReportFlags, *, out_dir: Path, env: Mapping[str, str], last_green: bool = False
+    result: report.RunReport,
+    flags: ReportFlags,
+    *,
+    out_dir: Path,
+    env: Mapping[str, str],
+    last_green: Callable[[report.RunReport, Path, Mapping[str, str]], None] | None = None,
 ) -> None:
     """Write the reports (JUnit, JSON file, GitHub summary), print the table or JSON, then exit by the result.
-    With ``last_green`` (``run``, ``test --image``): each variant's JSON report under ``<out>/reports/`` and,
-    for a failed check, the last green image of its variant and the head of the diff against it (stderr;
-    ``commands._green``). That part never fails the command: a problem there is one ``warning:`` line.
+    With ``last_green`` (``run``, ``test --image``: ``_green.report_last_green``), called with the result, the
+    reports folder ``<out>/reports/`` and ``env`` after the table: each variant's JSON report there and, for a
+    failed check, the last green image of its variant and the head of the diff against it (stderr). That part
+    never fails the command: a problem there is one ``warning:`` line.
 
     Raises:
         VariantsFailed: a variant failed before its checks (``--keep-going``); its exit code is the most
@@ -122,8 +128,8 @@ def finish(
     click.echo(report.to_json_text(result) if flags.as_json else "\n" + report.table(result))
     if result.checks or result.errors:
         click.echo(f"JUnit report: {junit_path}", err=True)
-    if last_green and result.checks:
-        _report_last_green(result, out_dir / "reports", env)
+    if last_green is not None and result.checks:
+        last_green(result, out_dir / "reports", env)
     if result.errors:
         failed_checks = [ExitCode.SMOKE] if not all(c.status.ok for c in result.checks) else []
         code = most_severe([result.error_codes.get(n, ExitCode.BUILD) for n in result.errors] + failed_checks)
@@ -134,17 +140,3 @@ def finish(
         )
     if not result.ok:
         raise SmokeFailure("smoke checks failed; see the table above, the logs it names, and the fix hints")
-
-
-def _report_last_green(result: report.RunReport, reports: Path, env: Mapping[str, str]) -> None:
-    """``_green.failure_lines`` then ``_green.write_variant_reports`` (this run's red image is never its own
-    green one), each on stderr; any exception of theirs becomes one ``warning:`` line."""
-    try:
-        for line in _green.failure_lines(result, reports, env):
-            click.echo(line, err=True)
-    except Exception as exc:
-        click.echo(f"warning: no diff against the last green image ({type(exc).__name__}: {exc})", err=True)
-    try:
-        _green.write_variant_reports(result, reports)
-    except OSError as exc:
-        click.echo(f"warning: per-variant reports not written under {reports} ({exc})", err=True)

@@ -10,13 +10,16 @@ from pathlib import Path
 
 import docker
 
-from matrixtool import base, build, pin, plan, smoke
-from matrixtool.budget import check_budget
-from matrixtool.engine import note
-from matrixtool.matrix import Matrix, Variant
-from matrixtool.preflight import Inputs
-from matrixtool.profiles import ProfileChoice
-from matrixtool.select import Selection
+from matrixtool.build import base, pin, plan
+from matrixtool.build import executor as build
+from matrixtool.build.preflight import Inputs
+from matrixtool.core.engine import note
+from matrixtool.model.model import Matrix, Variant
+from matrixtool.model.profiles import ProfileChoice
+from matrixtool.model.select import Selection
+from matrixtool.smoke import executor as smoke
+from matrixtool.smoke import result as smoke_result
+from matrixtool.smoke.budget import check_budget
 
 
 def provenance(root: Path) -> tuple[str, str]:
@@ -89,10 +92,10 @@ class SmokeRequest:
     quiet: bool = False
 
 
-def progress(quiet: bool) -> Callable[[smoke.CheckResult], None]:
+def progress(quiet: bool) -> Callable[[smoke_result.CheckResult], None]:
     """The per-check progress line on stderr (nothing when ``quiet``)."""
 
-    def show(r: smoke.CheckResult) -> None:
+    def show(r: smoke_result.CheckResult) -> None:
         if not quiet:
             note(f"[{r.variant}] {r.check}: {r.status.value} ({r.seconds:.1f} s) {r.diagnosis}")
 
@@ -101,7 +104,7 @@ def progress(quiet: bool) -> Callable[[smoke.CheckResult], None]:
 
 def smoke_image(
     client: docker.DockerClient, image: str, variant: Variant, request: SmokeRequest
-) -> list[smoke.CheckResult]:
+) -> list[smoke_result.CheckResult]:
     """Run ``variant``'s selected checks inside ``image`` under each chosen deployment profile
     (``smoke.run_profiles``), then judge its size budget (``budget.check_budget``).
 

@@ -11,10 +11,14 @@ from pathlib import Path
 import click
 import docker
 
-from matrixtool import attestations, build, plan, push, registry, signing
+from matrixtool.build import executor as build
+from matrixtool.build import plan, registry
+from matrixtool.build.plan import BuildResult
 from matrixtool.commands._shared import packing
 from matrixtool.commands._steps import provenance
-from matrixtool.matrix import Matrix, Platform
+from matrixtool.model.model import Matrix, Platform
+from matrixtool.publish import push
+from matrixtool.supply import attestations, signing
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,7 +89,7 @@ def write_build_reports(
     client: docker.DockerClient,
     matrix: Matrix,
     plans: Sequence[plan.BuildPlan],
-    results: Sequence[build.BuildResult],
+    results: Sequence[BuildResult],
     out_dir: Path,
 ) -> None:
     """The SBOM and provenance of each built (or found) image under ``<out>/reports/``

@@ -1,7 +1,7 @@
 """``tools/matrix audit SBOM.json --advisories DIR | --osv-api [--as VARIANT]``: the vulnerability gate.
 
 The SBOM's packages are checked against OSV advisories under the variant's ``audit`` policy (matrix.yaml;
-``matrixtool.audit``). Exit 0: passed; 13: an advisory fails it; 14: packages could not be audited (fail
+``matrixtool.supply.audit``). Exit 0: passed; 13: an advisory fails it; 14: packages could not be audited (fail
 closed: no advisory data for their ecosystem, or the source did not answer), each named with the reason.
 """
 
@@ -16,12 +16,12 @@ from typing import Any
 
 import click
 
-from matrixtool import audit as gate
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.commands.sbom import read_document, variant_of
-from matrixtool.errors import ConfigError
-from matrixtool.matrix import load_matrix
-from matrixtool.select import select_variants
+from matrixtool.core.errors import ConfigError
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.select import select_variants
+from matrixtool.supply import audit as gate
 
 
 @dataclass(frozen=True, kw_only=True)

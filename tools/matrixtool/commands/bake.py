@@ -9,14 +9,16 @@ from pathlib import Path
 
 import click
 
-from matrixtool import bake, base, plan, preflight, reference
+from matrixtool.build import bake, base, plan, preflight
 from matrixtool.commands._flags import REGISTRY_HELP, input_options
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.commands._steps import plan_context
-from matrixtool.errors import ExitCode, MatrixError, VariantsFailed, most_severe
-from matrixtool.inputs import check_outputs, warn_unused_wheelhouse
-from matrixtool.matrix import Matrix, Variant, load_matrix
-from matrixtool.select import select_variants
+from matrixtool.core.errors import ExitCode, MatrixError, VariantsFailed, most_severe
+from matrixtool.model import reference
+from matrixtool.model.inputs import check_outputs, warn_unused_wheelhouse
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Matrix, Variant
+from matrixtool.model.select import select_variants
 
 
 @dataclass(frozen=True, kw_only=True)

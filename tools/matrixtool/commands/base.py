@@ -7,11 +7,13 @@ from dataclasses import dataclass
 
 import click
 
-from matrixtool import base, engine
+from matrixtool.build import base
 from matrixtool.commands._shared import Settings, pass_settings
-from matrixtool.errors import ConfigError
-from matrixtool.matrix import Variant, load_matrix, url_problem
-from matrixtool.select import select_variants
+from matrixtool.core import engine
+from matrixtool.core.errors import ConfigError
+from matrixtool.model.matrixfile import load_matrix, url_problem
+from matrixtool.model.model import Variant
+from matrixtool.model.select import select_variants
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,15 +8,18 @@ from pathlib import Path
 
 import click
 
-from matrixtool import build, preflight, report
+from matrixtool import report
+from matrixtool.build import executor as build
+from matrixtool.build import preflight
 from matrixtool.commands._flags import BuildFlags, build_flags
 from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
 from matrixtool.commands._steps import needs_build, provide_and_plan
 from matrixtool.commands._supply import write_build_reports
-from matrixtool.errors import MatrixError
-from matrixtool.inputs import warn_unused_wheelhouse
-from matrixtool.matrix import Matrix, Variant, load_matrix
-from matrixtool.select import select_variants
+from matrixtool.core.errors import MatrixError
+from matrixtool.model.inputs import warn_unused_wheelhouse
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Matrix, Variant
+from matrixtool.model.select import select_variants
 
 
 @dataclass(frozen=True, kw_only=True)

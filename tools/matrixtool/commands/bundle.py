@@ -9,13 +9,15 @@ from pathlib import Path
 
 import click
 
-from matrixtool import bundle, outputs
 from matrixtool.commands._flags import selection_flags
 from matrixtool.commands._shared import Settings, pass_settings
-from matrixtool.errors import ConfigError
-from matrixtool.inputs import _file_problem, _folder_problem
-from matrixtool.matrix import Variant, load_matrix
-from matrixtool.select import Selection, select_variants
+from matrixtool.core import outputs
+from matrixtool.core.errors import ConfigError
+from matrixtool.model.inputs import _file_problem, _folder_problem
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Variant
+from matrixtool.model.select import Selection, select_variants
+from matrixtool.smoke import bundle
 
 
 @dataclass(frozen=True, kw_only=True)

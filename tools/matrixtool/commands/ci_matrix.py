@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 import click
 
-from matrixtool import ci
 from matrixtool.commands._shared import Settings, pass_settings
-from matrixtool.matrix import Variant, load_matrix
-from matrixtool.select import select_variants
+from matrixtool.deploy import ci
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Variant
+from matrixtool.model.select import select_variants
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 
 import click
 
-from matrixtool import engine, imagediff, reference
 from matrixtool.commands._shared import Settings, pass_settings
-from matrixtool.errors import ConfigError
+from matrixtool.core import engine
+from matrixtool.core.errors import ConfigError
+from matrixtool.model import reference
+from matrixtool.supply import imagediff
 
 
 @dataclass(frozen=True, kw_only=True)

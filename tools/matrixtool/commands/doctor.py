@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import click
 
-from matrixtool import engine, reference
-from matrixtool.errors import ConfigError, EngineUnreachableError
+from matrixtool.core import engine
+from matrixtool.core.errors import ConfigError, EngineUnreachableError
+from matrixtool.model import reference
 
 
 @dataclass(frozen=True, kw_only=True)

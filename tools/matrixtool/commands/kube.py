@@ -8,13 +8,17 @@ from pathlib import Path
 
 import click
 
-from matrixtool import kube, kube_job, outputs, reference, serve
-from matrixtool.checks import DEFAULT_SUITE
 from matrixtool.commands._shared import Settings, pass_settings
-from matrixtool.errors import ConfigError, MatrixError
-from matrixtool.matrix import Variant, load_matrix
-from matrixtool.profiles import ProfileChoice
-from matrixtool.select import select_variants
+from matrixtool.core import outputs
+from matrixtool.core.errors import ConfigError, MatrixError
+from matrixtool.deploy import kube, kube_job
+from matrixtool.model import reference
+from matrixtool.model.checks import DEFAULT_SUITE
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Variant
+from matrixtool.model.profiles import ProfileChoice
+from matrixtool.model.select import select_variants
+from matrixtool.smoke import serve
 
 
 class InvalidManifest(MatrixError):

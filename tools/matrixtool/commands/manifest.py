@@ -8,11 +8,13 @@ from pathlib import Path
 
 import click
 
-from matrixtool import manifest, plan, reference
+from matrixtool.build import plan
 from matrixtool.commands._flags import REGISTRY_HELP
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.commands._supply import check_keys, verify_option, verify_refs
-from matrixtool.matrix import load_matrix
+from matrixtool.model import reference
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.publish import manifest
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import click
 
-from matrixtool import engine, pin, registry
+from matrixtool.build import pin, registry
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.commands._supply import check_keys, verify_option, verify_refs
-from matrixtool.errors import RegistryError
-from matrixtool.matrix import Matrix, Variant, load_matrix
-from matrixtool.select import select_variants
+from matrixtool.core import engine
+from matrixtool.core.errors import RegistryError
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Matrix, Variant
+from matrixtool.model.select import select_variants
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,16 +9,21 @@ from pathlib import Path
 
 import click
 
-from matrixtool import build, plan, preflight, push, reference, registry, report
+from matrixtool import report
+from matrixtool.build import executor as build
+from matrixtool.build import plan, preflight, registry
 from matrixtool.commands._flags import REGISTRY_HELP, input_options
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.commands._steps import provide_and_plan
 from matrixtool.commands._supply import SignFlags, sign_flags, sign_pushed
-from matrixtool.engine import note
-from matrixtool.errors import NotBuiltError
-from matrixtool.inputs import warn_unused_wheelhouse
-from matrixtool.matrix import Matrix, Variant, load_matrix
-from matrixtool.select import select_variants
+from matrixtool.core.engine import note
+from matrixtool.core.errors import NotBuiltError
+from matrixtool.model import reference
+from matrixtool.model.inputs import warn_unused_wheelhouse
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Matrix, Variant
+from matrixtool.model.select import select_variants
+from matrixtool.publish import push
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import click
 
-from matrixtool import render
+from matrixtool.build import render
 from matrixtool.commands._shared import Settings, pass_settings
-from matrixtool.matrix import Matrix, load_matrix
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Matrix
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,17 +9,24 @@ from pathlib import Path
 
 import click
 
-from matrixtool import build, plan, preflight, profile_flags, registry, report, smoke
+from matrixtool import report
+from matrixtool.build import executor as build
+from matrixtool.build import plan, preflight, registry
+from matrixtool.build.plan import BuildResult
+from matrixtool.commands import _green
 from matrixtool.commands._flags import BuildFlags, build_flags, selection_flags
 from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
 from matrixtool.commands._steps import SmokeRequest, needs_build, provide_and_plan, smoke_image
 from matrixtool.commands._supply import write_build_reports
-from matrixtool.engine import note
-from matrixtool.errors import MatrixError
-from matrixtool.inputs import warn_unused_wheelhouse
-from matrixtool.matrix import Matrix, Variant, load_matrix
-from matrixtool.profiles import ProfileChoice
-from matrixtool.select import Selection, select_variants
+from matrixtool.core.engine import note
+from matrixtool.core.errors import MatrixError
+from matrixtool.model import profile_flags
+from matrixtool.model.inputs import warn_unused_wheelhouse
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Matrix, Variant
+from matrixtool.model.profiles import ProfileChoice
+from matrixtool.model.select import Selection, select_variants
+from matrixtool.smoke import result as smoke_result
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,7 +94,7 @@ def run(args: Args) -> report.RunReport:
         except MatrixError as exc:
             fail(variant.name, exc)
     policy = args.flags.policy(args.out_dir)
-    results: list[build.BuildResult] = []
+    results: list[BuildResult] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {name: pool.submit(build.execute_plans, client, plans, policy) for name, plans in planned.items()}
         for name, future in futures.items():
@@ -99,7 +106,7 @@ def run(args: Args) -> report.RunReport:
     request = SmokeRequest(
         selection=args.selection, choice=args.choice, log_dir=args.out_dir / "logs", quiet=args.output.as_json
     )
-    checks: list[smoke.CheckResult] = []
+    checks: list[smoke_result.CheckResult] = []
     for built in results:
         try:
             registry.pull_if_missing(client, built.image)  # skipped because it is in the registry
@@ -156,4 +163,4 @@ def command(
         jobs=jobs,
         output=output,
     )
-    finish(run(args), output, out_dir=settings.out_dir, env=settings.env, last_green=True)
+    finish(run(args), output, out_dir=settings.out_dir, env=settings.env, last_green=_green.report_last_green)

@@ -1,6 +1,6 @@
 """``tools/matrix sbom IMAGE --as VARIANT [-o FILE]`` and ``tools/matrix sbom --compare PUBLISHED.json IMAGE``.
 
-The first derives the CycloneDX SBOM of a local image (``matrixtool.sbom``) and writes it (``-o``, else stdout);
+The first derives the CycloneDX SBOM of a local image (``matrixtool.supply.sbom``) and writes it (``-o``, else stdout);
 the second derives it again and says, package by package, what differs from a published one (exit 17 when
 anything does). A summary (counts by kind, the largest packages) goes to stderr.
 """
@@ -14,13 +14,15 @@ from typing import Any
 
 import click
 
-from matrixtool import engine, jsontext, reference
-from matrixtool import sbom as sbom_module
 from matrixtool.commands._shared import Settings, pass_settings
-from matrixtool.errors import ConfigError
-from matrixtool.matrix import load_matrix, read_config_text
+from matrixtool.core import engine, jsontext
+from matrixtool.core.errors import ConfigError
+from matrixtool.model import reference
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.select import select_variants
+from matrixtool.model.yamlfile import read_config_text
 from matrixtool.report import human_size
-from matrixtool.select import select_variants
+from matrixtool.supply import sbom as sbom_module
 
 MAX_SBOM_BYTES = 64 * 1024 * 1024
 

@@ -1,4 +1,4 @@
-"""``tools/matrix static IMAGE``: OpenShift's static checks of a local image (``matrixtool.static``); exit 18
+"""``tools/matrix static IMAGE``: OpenShift's static checks of a local image (``matrixtool.supply.static``); exit 18
 when one fails."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 import click
 import docker
 
-from matrixtool import engine, reference
-from matrixtool import static as checks
 from matrixtool.commands._shared import Settings, pass_settings
-from matrixtool.errors import ConfigError
+from matrixtool.core import engine
+from matrixtool.core.errors import ConfigError
+from matrixtool.model import reference
+from matrixtool.supply import static as checks
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,14 +10,20 @@ from pathlib import Path
 
 import click
 
-from matrixtool import attestations, engine, profile_flags, profiles, reference, report, smoke
+from matrixtool import report
+from matrixtool.commands import _green
 from matrixtool.commands._flags import selection_flags
 from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
 from matrixtool.commands._steps import SmokeRequest, progress, smoke_image
 from matrixtool.commands._supply import check_keys, verified_pull, verify_option
-from matrixtool.errors import ConfigError
-from matrixtool.matrix import Variant, load_matrix
-from matrixtool.select import Selection, select_variants
+from matrixtool.core import engine
+from matrixtool.core.errors import ConfigError
+from matrixtool.model import profile_flags, profiles, reference
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Variant
+from matrixtool.model.select import Selection, select_variants
+from matrixtool.smoke import executor as smoke
+from matrixtool.supply import attestations
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,4 +163,10 @@ def command(
         output=output,
         verify_key=verify_key,
     )
-    finish(run(args), output, out_dir=settings.out_dir, env=settings.env, last_green=not host)
+    finish(
+        run(args),
+        output,
+        out_dir=settings.out_dir,
+        env=settings.env,
+        last_green=None if host else _green.report_last_green,
+    )

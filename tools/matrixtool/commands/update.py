@@ -10,12 +10,14 @@ from typing import Any
 
 import click
 
-from matrixtool import plan, update, updatefiles
+from matrixtool.build import plan
 from matrixtool.commands._shared import Settings, pass_settings
-from matrixtool.errors import ConfigError, MatrixError
-from matrixtool.matrix import load_matrix, parse_yaml, read_config_text
-from matrixtool.pyindex import IndexClient
-from matrixtool.select import select_variants
+from matrixtool.core.errors import ConfigError, MatrixError
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.select import select_variants
+from matrixtool.model.yamlfile import parse_yaml, read_config_text
+from matrixtool.update import update, updatefiles
+from matrixtool.update.pyindex import IndexClient
 
 # The longest --cooldown: a century (a datetime cannot reach far beyond that from now).
 MAX_COOLDOWN_DAYS = 36500

@@ -1,0 +1,150 @@
+"""Kubernetes manifests from deployment profiles (kube.py): every condition has its field, every profile of
+matrix.yaml round-trips through its manifest, the manifests validate offline, and restricted is PSS restricted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from matrixtool.cli import main
+from matrixtool.core.errors import ExitCode
+from matrixtool.deploy import kube
+from matrixtool.model.conditions import ROWS, Condition
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.profiles import Profile
+
+SERVING = kube.Serving(args=("serve", "/models/tiny-llama"), port=8000, model_mount="/models", cold_start_s=98)
+PROFILES = [(v.name, p) for v in load_matrix().variants for p in v.profiles]
+
+
+def test_every_condition_of_the_table_has_a_manifest_field() -> None:
+    assert set(kube.APPLY) == {row.condition for row in ROWS} == set(Condition)
+
+
+@pytest.mark.parametrize(("variant", "profile"), PROFILES, ids=[f"{v}-{p.name}" for v, p in PROFILES])
+def test_the_manifest_holds_exactly_the_profile_the_checks_ran_under(variant: str, profile: Profile) -> None:
+    values = profile.values
+    docs = kube.manifests(variant=variant, profile=profile.name, values=values, image="i:1", serving=SERVING)
+    assert kube.conditions_of(docs) == kube.comparable(values)
+    assert kube.validate(docs) == []
+    assert list(yaml.safe_load_all(kube.to_yaml(docs))) == docs and "&id" not in kube.to_yaml(docs)
+
+
+def test_restricted_is_pss_restricted_and_default_is_not() -> None:
+    profiles = {p.name: p for p in next(v for v in load_matrix().variants if v.name == "cpu").profiles}
+    restricted = kube.manifests(
+        variant="cpu", profile="restricted", values=profiles["restricted"].values, image="i", serving=SERVING
+    )
+    assert kube.pss_restricted_problems(restricted) == []
+    default = kube.manifests(
+        variant="cpu", profile="default", values=profiles["default"].values, image="i", serving=SERVING
+    )
+    problems = kube.pss_restricted_problems(default)
+    assert any("allowPrivilegeEscalation" in p for p in problems) and any("runAsNonRoot" in p for p in problems)
+    kinds = [d["kind"] for d in restricted]
+    assert kinds == ["Deployment", "Service", "NetworkPolicy"] and [d["kind"] for d in default] == kinds[:2]
+
+
+def test_pss_rules_catch_what_they_name() -> None:
+    docs = kube.manifests(variant="cpu", profile="x", values={}, image="i", serving=SERVING)
+    spec = docs[0]["spec"]["template"]["spec"]
+    spec["hostNetwork"] = True
+    spec["volumes"].append({"name": "h", "hostPath": {"path": "/etc"}})
+    spec["containers"][0]["securityContext"] = {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}
+    text = "\n".join(kube.pss_restricted_problems(docs))
+    for needle in ("hostNetwork", "volume h is hostPath", "privileged", "capabilities add", "drop ALL"):
+        assert needle in text, text
+
+
+def test_the_startup_probe_outlasts_the_measured_cold_start_and_liveness_waits_for_it() -> None:
+    probes = kube.probes(SERVING)
+    startup = probes["startupProbe"]
+    assert startup["failureThreshold"] * startup["periodSeconds"] >= kube.STARTUP_MARGIN * 98
+    assert probes["livenessProbe"]["httpGet"]["path"] == "/health"
+    short = kube.probes(kube.Serving(args=(), port=1, model_mount="/m", cold_start_s=5))["startupProbe"]
+    assert short["failureThreshold"] * short["periodSeconds"] >= kube.MIN_STARTUP_S
+
+
+def test_no_service_links_so_a_service_named_vllm_injects_no_vllm_port() -> None:
+    docs = kube.manifests(variant="cpu", profile="x", values={}, image="i", serving=SERVING)
+    assert docs[0]["spec"]["template"]["spec"]["enableServiceLinks"] is False
+
+
+def test_the_kube_command_writes_valid_manifests_with_the_measured_cold_start(tmp_path: Path) -> None:
+    report = tmp_path / "run.json"
+    checks = [{"variant": "cpu", "profile": "restricted", "check": "serve", "facts": {"ready_s": 140.0}}]
+    report.write_text(json.dumps({"checks": checks}))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        main, ["--out", str(out), "kube", "cpu", "--from-report", str(report)], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    assert "cpu.restricted.yaml: Kubernetes 1.33.0 schemas: valid; PSS restricted: ok" in result.output
+    assert "3x 140 s (measured by the serve check under restricted)" in result.output
+    assert "3x 900 s (the variant's ready_budget)" in result.output  # default: no measurement in the report
+    (deployment, *_) = yaml.safe_load_all((out / "kube" / "cpu.restricted.yaml").read_text())
+    assert kube.conditions_of([deployment])[Condition.USER] == "1000770000:0"
+    bad = CliRunner().invoke(main, ["--out", str(out), "kube", "cpu", "--profile", "nope"])
+    assert bad.exit_code == ExitCode.CONFIG and "unknown profile(s) nope" in bad.output
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--image", "x y"], "--image 'x y' holds ' '"),
+        (["--model-claim", "Bad_Claim"], "--model-claim 'Bad_Claim' is not a Kubernetes name"),
+        (["--model", "relative/model"], "--model 'relative/model': give the model's absolute path"),
+        (["--model", "/m/x"], "--model '/m/x' is not a folder on the model claim, which is mounted at /models"),
+        (["--model", "/models/../etc"], "--model '/models/../etc' is not a folder on the model claim"),
+        (["--model", "/models/"], "--model '/models/' is not a folder on the model claim"),
+        (["--profile", "nope"], "unknown profile(s) nope"),
+    ],
+)
+def test_kube_flags_are_checked_before_anything_is_written(tmp_path: Path, flags: list[str], says: str) -> None:
+    result = CliRunner().invoke(main, ["--out", str(tmp_path), "kube", "cpu", *flags])
+    assert result.exit_code == ExitCode.CONFIG and says in result.output and not (tmp_path / "kube").exists()
+
+
+@pytest.mark.parametrize(
+    ("ready_s", "says"),
+    [
+        ("NaN", "ready_s nan is not a time to ready"),
+        ("Infinity", "ready_s inf is not a time to ready"),
+        ("1e308", "ready_s 1e+308 is not a time to ready"),
+        ("-5", "ready_s -5 is not a time to ready"),
+        ('"abc"', "ready_s 'abc' is not a number of seconds"),
+        ("true", "ready_s True is not a number of seconds"),
+        ("1" + "0" * 400, "is not a time to ready"),
+        (None, "a check lacks the key 'profile'"),
+    ],
+)
+def test_a_report_that_gives_no_time_to_ready_is_refused_before_anything_is_written(
+    tmp_path: Path, ready_s: str | None, says: str
+) -> None:
+    check = '"variant": "cpu", "check": "serve", "facts": {"ready_s": 1}'
+    if ready_s is not None:
+        check = f'"variant": "cpu", "profile": "default", "check": "serve", "facts": {{"ready_s": {ready_s}}}'
+    report = tmp_path / "run.json"
+    report.write_text(f'{{"checks": [{{{check}}}]}}')  # json.dumps cannot write NaN as a report might hold it
+    result = CliRunner().invoke(main, ["--out", str(tmp_path), "kube", "cpu", "--from-report", str(report)])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert says in result.output and not (tmp_path / "kube").exists(), result.output
+
+
+@pytest.mark.parametrize(
+    ("checks", "code"),
+    [
+        ('[{"variant": "cpu", "profile": "default", "check": "serve", "facts": [1]}]', ExitCode.OK),  # no ready_s
+        ("[1]", ExitCode.CONFIG),
+    ],
+)
+def test_a_report_of_another_shape_is_refused(tmp_path: Path, checks: str, code: int) -> None:
+    """Facts that are no object give no measurement; checks that are no objects are no report (not exit 1)."""
+    report = tmp_path / "run.json"
+    report.write_text(f'{{"checks": {checks}}}')
+    result = CliRunner().invoke(main, ["--out", str(tmp_path), "kube", "cpu", "--from-report", str(report)])
+    assert result.exit_code == code, result.output

@@ -1,0 +1,179 @@
+"""The serve check's pure parts: the README's line against the container it starts, the judgement, the plan."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from matrixtool.model import profiles
+from matrixtool.model.checks import CHECKS
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import CheckSpec
+from matrixtool.model.profiles import Profile
+from matrixtool.smoke import serve
+from matrixtool.smoke.plan import SERVED_REASON, plan_profiles
+from matrixtool.smoke.result import Status
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+RESTRICTED = {"user": "1000770000:0", "read_only": True, "tmpfs": {"/tmp": "rw,exec"}, "network": "none"}
+
+
+def _readme_check_line() -> list[str]:
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("<!-- serve-command:start -->")[1].split("<!-- serve-command:end -->")[0]
+    lines = [line for line in block.splitlines() if line.startswith("docker run")]
+    assert len(lines) == 2, block
+    return shlex.split(lines[1])
+
+
+def test_the_server_container_runs_the_readme_line() -> None:
+    argv = _readme_check_line()
+    image_at = argv.index("IMAGE")
+    flags, args = argv[3:image_at], argv[image_at + 1 :]
+    # /dev/shm is the default profile's (matrix.yaml declares it; the tool adds none of its own).
+    (default,) = [p for v in load_matrix().variants if v.name == "cpu" for p in v.profiles if p.name == "default"]
+    spec = serve.server_spec("img", default, "vol")
+    assert list(spec.command or []) == args and spec.entrypoint is None  # the image's own ENTRYPOINT
+    assert flags[flags.index("--shm-size") + 1] == spec.run_kwargs(session="s", owner="o")["shm_size"]
+    assert flags[flags.index("-p") + 1] == f"127.0.0.1::{serve.PORT}"  # a loopback port the engine picks
+    assert spec.extra["ports"] == {f"{serve.PORT}/tcp": ("127.0.0.1", None)}
+    source, target, mode = flags[flags.index("-v") + 1].split(":")
+    assert spec.volumes == {"vol": {"bind": target, "mode": mode}} and source == "MODEL_VOLUME"
+    assert not spec.init  # PID 1 is the server, as `docker run IMAGE serve` makes it
+
+
+def test_a_profile_without_network_publishes_nothing_and_its_client_shares_the_namespace() -> None:
+    restricted = profiles.profile_from_mapping("restricted", RESTRICTED)
+    spec = serve.server_spec("img", restricted, "vol")
+    kwargs = spec.run_kwargs(session="s", owner="o")
+    assert "ports" not in kwargs and kwargs["network_mode"] == "none" and kwargs["user"] == "1000770000:0"
+    assert kwargs["read_only"] is True and kwargs["tmpfs"] == {"/tmp": "rw,exec"}
+    client = serve.client_spec("img", restricted, "abc").run_kwargs(session="s", owner="o")
+    assert client["network_mode"] == "container:abc" and client["user"] == "1000770000:0"
+
+
+def _answer(body: Any, status: int = 200) -> dict[str, Any]:
+    return {"status": status, "body": body if isinstance(body, str) else json.dumps(body), "error": None}
+
+
+def _probes(tokens: list[int], text: str = "abc", *, chat: str = "hi", requests: int = 3) -> dict[str, Any]:
+    chunks = [json.dumps({"choices": [{"text": text[:1], "token_ids": tokens[:1]}]})]
+    chunks.append(json.dumps({"choices": [{"text": text[1:], "token_ids": tokens[1:]}]}))
+    return {
+        "models": _answer({"data": [{"id": serve.MODEL_PATH}]}),
+        "completion": _answer({"choices": [{"text": text, "token_ids": tokens}]}),
+        "stream": {"status": 200, "chunks": chunks, "done": True, "error": None},
+        "chat": _answer({"choices": [{"message": {"content": chat}}]}),
+        "version": _answer({"version": "0.32.0"}),
+        "metrics": _answer(
+            f'vllm:request_success_total{{finished_reason="length"}} {float(requests)}\n'
+            'vllm:request_success_total{finished_reason="stop"} 0.0\n'
+        ),
+    }
+
+
+GOOD_STOP = {
+    "grace_s": 30,
+    "in_flight": True,
+    "pid1": "/opt/venv/bin/python /opt/venv/bin/vllm serve /m",
+    "exit_code": 0,
+}
+
+
+def _judge(seen: serve.Observed, **kw: Any) -> tuple[Status, str, str, dict[str, Any]]:
+    args: dict[str, Any] = {"expected_tokens": [1, 2, 3], "vllm_version": "0.32.0", "ready_budget_s": None}
+    return serve.judge(seen, **{**args, **kw})
+
+
+def test_a_server_that_answers_as_expected_passes() -> None:
+    seen = serve.Observed(ready_s=90.0, probes=_probes([1, 2, 3]), stop={**GOOD_STOP, "seconds": 2.0})
+    status, diagnosis, _, facts = _judge(seen)
+    assert status is Status.PASSED, diagnosis
+    assert facts["tokens"] == [1, 2, 3] and facts["metrics_requests"] == 3
+
+
+def test_each_broken_assertion_fails_with_its_reason() -> None:
+    stop = {**GOOD_STOP, "seconds": 2.0}
+    cases = {
+        "differ from offline-generate": serve.Observed(ready_s=1.0, probes=_probes([1, 2, 4]), stop=stop),
+        "no content": serve.Observed(ready_s=1.0, probes=_probes([1, 2, 3], chat=""), stop=stop),
+        "/metrics counts 0": serve.Observed(ready_s=1.0, probes=_probes([1, 2, 3], requests=0), stop=stop),
+        "no request was sent": serve.Observed(ready_s=1.0, probes={}, stop=stop),
+        "SIGKILL": serve.Observed(ready_s=1.0, probes=_probes([1, 2, 3]), stop={**stop, "exit_code": 137}),
+        "not the server": serve.Observed(ready_s=1.0, probes=_probes([1, 2, 3]), stop={**stop, "pid1": "/bin/sh -c"}),
+        "over the 30 s grace": serve.Observed(ready_s=1.0, probes=_probes([1, 2, 3]), stop={**stop, "seconds": 31}),
+    }
+    for needle, seen in cases.items():
+        status, diagnosis, _, _ = _judge(seen)
+        assert status is Status.FAILED and needle in diagnosis, (needle, diagnosis)
+    broken = _probes([1, 2, 3])
+    broken["chat"] = _answer("Internal Server Error", 500)
+    status, diagnosis, _, _ = _judge(serve.Observed(ready_s=1.0, probes=broken, stop=stop))
+    assert status is Status.FAILED and "chat answered 500" in diagnosis
+    status, diagnosis, _, _ = _judge(
+        serve.Observed(ready_s=200.0, probes=_probes([1, 2, 3]), stop=stop), ready_budget_s=100
+    )
+    assert status is Status.FAILED and "over its ready_budget of 100 s" in diagnosis
+
+
+def test_a_server_that_dies_at_start_up_names_the_shm_line_and_both_fixes() -> None:
+    log = (
+        "(EngineCore pid=27) ERROR ... RuntimeError: Insufficient space in /dev/shm for shared-memory allocation: "
+        "160 MiB required, 64 MiB free\nRuntimeError: Engine core initialization failed. See root cause above.\n"
+    )
+    status, diagnosis, hint, _ = _judge(serve.Observed(ready_s=None, exit_code=1, log=log))
+    assert status is Status.FAILED and "exited (1) before it was ready" in diagnosis
+    assert "RuntimeError: Insufficient space in /dev/shm" in diagnosis and "initialization failed" not in diagnosis
+    assert "160 MiB" in diagnosis + hint and "--shm-size" in hint and "emptyDir" in hint
+
+
+def test_phases_are_recorded_once_at_their_first_line() -> None:
+    seen: dict[str, float] = {}
+    serve.phases_seen("INFO non-default args: {}", 3.04, seen)
+    serve.phases_seen("INFO non-default args: {}\nInitializing a V1 LLM engine", 40.0, seen)
+    assert seen == {"cli": 3.0, "engine core": 40.0}
+
+
+def test_reference_tokens_prefer_eager_and_take_the_first_prompt() -> None:
+    from matrixtool.smoke.result import CheckResult
+
+    def result(facts: dict[str, Any], status: Status = Status.PASSED) -> CheckResult:
+        return CheckResult(
+            variant="cpu",
+            image="i",
+            check="offline-generate",
+            status=status,
+            diagnosis="",
+            hint="",
+            seconds=1,
+            facts=facts,
+        )
+
+    both = {"eager": {"tokens": [[1], [2]]}, "compiled": {"tokens": [[3], [4]]}}
+    assert serve.reference_tokens([result(both)]) == [1]
+    assert serve.reference_tokens([result({"compiled": {"tokens": [[3], [4]]}})]) == [3]
+    assert serve.reference_tokens([result(both, Status.FAILED)]) is None
+
+
+def test_under_restricted_the_server_stands_for_the_compiled_rerun() -> None:
+    variant = next(v for v in load_matrix().variants if v.name == "cpu")
+    assert CHECKS["serve"].group == "host"
+    checks = [CheckSpec(name=n, timeout=1) for n in ("tiny-model", "offline-generate", "serve", "run-conditions")]
+    restricted = profiles.profile_from_mapping("restricted", RESTRICTED)
+    plan = plan_profiles(variant, checks, [Profile(name="default"), restricted])
+    default, rerun = plan.runs
+    assert "offline-generate" in [c.name for c in default.checks]
+    assert [c.name for c in rerun.checks] == ["serve", "run-conditions"]
+    assert "offline-generate" in rerun.left_out and SERVED_REASON in rerun.left_out_reason
+    assert all("serve" not in g.names for r in plan.runs for g in r.groups)  # the host runs it, in no exec
+
+
+def test_shutdown_errors_are_the_lines_after_shutdown_began() -> None:
+    log = (
+        "ERROR EngineDeadError at start-up\n(APIServer pid=1) INFO [shutdown] API server: shutdown triggered\n"
+        "(APIServer pid=1) ERROR [async_llm.py:906] AsyncLLM output_handler failed.\nINFO: Shutting down\n"
+    )
+    assert serve.shutdown_errors(log) == ["(APIServer pid=1) ERROR [async_llm.py:906] AsyncLLM output_handler failed."]
+    assert serve.shutdown_errors("no shutdown here: EngineDeadError") == []

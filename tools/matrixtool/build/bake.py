@@ -1,0 +1,76 @@
+"""Export the build matrix as a ``docker-bake.json`` so BuildKit's own ``docker buildx bake`` (and remote
+builders) build exactly what ``tools/matrix build`` builds.
+
+Each target is ``plan.build_spec`` of a ``plan.BuildPlan`` — the same description ``tools/matrix build``
+renders as its ``docker buildx build`` argv (args, labels, tags, cache, secrets) — and its build context
+is staged by ``build.stage_context`` under the output folder: engine 20.10's BuildKit has no named build
+contexts, so the rendered files and the wheelhouse are laid out in one folder per target.
+Bake file format: https://docs.docker.com/build/bake/reference/ (JSON form).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from matrixtool.build.executor import stage_context
+from matrixtool.build.plan import BuildPlan, BuildSpec, build_spec
+from matrixtool.core import outputs
+
+BAKE_FILE = "docker-bake.json"
+CONTEXTS_DIR = "bake"
+
+
+def target_name(plan: BuildPlan) -> str:
+    """The bake target of one variant x platform: ``<variant>-<arch>`` (``cpu-amd64``)."""
+    return f"{plan.variant}-{plan.arch}"
+
+
+def bake_target(spec: BuildSpec) -> dict[str, Any]:
+    """``spec`` as a bake target (the JSON form of https://docs.docker.com/build/bake/reference/); the same
+    description ``plan.buildx_argv`` renders for ``tools/matrix build``."""
+    target: dict[str, Any] = {
+        "context": str(spec.context),
+        "dockerfile": spec.dockerfile,
+        "target": spec.target,
+        "platforms": [spec.platform],
+        "args": dict(spec.args),
+        "labels": dict(spec.labels),
+        "tags": list(spec.tags),
+        "output": list(spec.outputs),
+    }
+    optional = {"cache-from": spec.cache_from, "cache-to": spec.cache_to, "secret": spec.secrets}
+    target.update({key: list(values) for key, values in optional.items() if values})
+    return target
+
+
+def bake_document(plans: Sequence[BuildPlan], *, contexts_dir: Path, registry: str | None = None) -> dict[str, Any]:
+    """The whole bake file: one target per plan, a group per variant, and ``default`` with every target.
+
+    ``contexts_dir``: absolute folder under which each target's context is ``<target name>/``.
+    """
+    targets = {
+        target_name(p): bake_target(build_spec(p, context_dir=contexts_dir / target_name(p), registry=registry))
+        for p in plans
+    }
+    groups: dict[str, dict[str, list[str]]] = {"default": {"targets": list(targets)}}
+    for p in plans:
+        groups.setdefault(p.variant, {"targets": []})["targets"].append(target_name(p))
+    return {"group": groups, "target": targets}
+
+
+def write_bake(plans: Sequence[BuildPlan], *, out_dir: Path, registry: str | None = None) -> Path:
+    """Stage every plan's build context under ``out_dir/bake/`` and write ``out_dir/docker-bake.json``.
+
+    Returns the bake file's path. Build with ``docker buildx bake -f <path> [TARGET|GROUP…]``.
+    """
+    out_dir = out_dir.resolve()
+    contexts_dir = out_dir / CONTEXTS_DIR
+    for p in plans:
+        stage_context(p, contexts_dir / target_name(p))
+    path = out_dir / BAKE_FILE
+    doc = bake_document(plans, contexts_dir=contexts_dir, registry=registry)
+    outputs.write_text(path, json.dumps(doc, indent=2) + "\n")
+    return path

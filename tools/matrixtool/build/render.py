@@ -1,0 +1,492 @@
+"""Render ``templates/Dockerfile.j2`` into ``images/<variant>/`` and detect drift.
+
+Python prepares every value (lists, flags, booleans); the template only branches and loops.
+Jinja runs with ``StrictUndefined`` so a missing value fails the render instead of emitting "".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import io
+import json
+import os
+import shlex
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from dockerfile_parse import DockerfileParser
+
+from matrixtool.core.errors import ConfigError, StaleRenderError
+from matrixtool.incontainer.vllm_smoke.common import Accelerator
+from matrixtool.model.model import (
+    DEFAULT_MATRIX,
+    REPO_ROOT,
+    TEMPLATES_DIR_NAME,
+    IndexSettings,
+    Matrix,
+    PackagePin,
+    Variant,
+)
+
+# The checkout's templates; commands pass the folder next to their matrix file (``Matrix.templates_dir``).
+TEMPLATES_DIR = DEFAULT_MATRIX.resolve().parent / TEMPLATES_DIR_NAME
+TEMPLATE_NAME = "Dockerfile.j2"
+
+# The installer inside the build; pinned so a render is reproducible.
+UV_REQUIREMENT = "uv==0.13.8"
+# Where requirement files land in the image (COPY), read by the vLLM install step.
+REQUIREMENTS_DIR = "/opt/matrix"
+
+# Debian/Ubuntu packages per accelerator on top of Python. g++ and python3.X-dev let torch's inductor
+# compile C++ kernels (pytorch#116696); libnuma1 is loaded by vllm._C on CPU (without it vLLM fails with
+# "'_C' object has no attribute 'init_cpu_memory_env'").
+_COMMON_PACKAGES = ("ca-certificates", "g++", "procps")
+_ACCELERATOR_PACKAGES: dict[Accelerator, tuple[str, ...]] = {
+    Accelerator.CPU: ("libnuma1",),
+    Accelerator.CUDA: ("libnuma1",),
+    Accelerator.ROCM: ("libnuma1",),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenderedFile:
+    """One generated file: ``path`` relative to the repository root, ``text`` its full content."""
+
+    path: Path
+    text: str
+
+
+def requirement_files(variant: Variant) -> dict[str, str]:
+    """The requirement files the vLLM install step reads, by file name -> content.
+
+    ``constraints.txt`` pins torch so installing vLLM never replaces the torch layer;
+    ``excludes.txt`` (uv ``--excludes``) keeps packages out of the resolution entirely;
+    ``overrides.txt`` (uv ``--overrides``) replaces a dependency's own pin.
+    """
+    files = {"constraints.txt": f"{variant.torch.requirement}\n"}
+    if variant.index.exclude:
+        files["excludes.txt"] = "".join(f"{name}\n" for name in variant.index.exclude)
+    if variant.index.overrides:
+        files["overrides.txt"] = "".join(f"{req}\n" for req in variant.index.overrides)
+    return files
+
+
+def dist_alias_files(alias: PackagePin) -> dict[str, str]:
+    """The files of a metadata-only ``.dist-info`` folder for ``alias`` (relative name -> content).
+
+    RECORD lists every file, so an uninstall of the alias removes exactly these.
+    """
+    folder = f"{alias.package.replace('-', '_')}-{alias.version}.dist-info"
+    metadata = (
+        f"Metadata-Version: 2.1\nName: {alias.package}\nVersion: {alias.version}\n"
+        "Summary: metadata-only alias written by vllm-image-matrix (see matrix.yaml dist_alias)\n"
+    )
+    files = {f"{folder}/METADATA": metadata, f"{folder}/INSTALLER": "vllm-image-matrix\n"}
+    files[f"{folder}/RECORD"] = "".join(f"{name},,\n" for name in [*files, f"{folder}/RECORD"])
+    return files
+
+
+def _index_flags(variant: Variant) -> list[str]:
+    flags = [f"--index-url {variant.index.url}"]
+    flags += [f"--extra-index-url {url}" for url in variant.index.extra_urls]
+    return flags
+
+
+# The `vendor` label of every image (OpenShift certification requires one): the project that builds them.
+VENDOR = "vllm-image-matrix"
+
+
+def _dockerfile_string(value: str) -> str:
+    """``value`` as a double-quoted ENV/LABEL word that Docker reads back literally: JSON quoting (``"``
+    and ``\\`` escaped) plus ``\\$`` for ``$``, which Docker would otherwise expand (Dockerfile reference,
+    "Environment replacement")."""
+    return json.dumps(value, ensure_ascii=False).replace("$", "\\$")
+
+
+def template_context(variant: Variant) -> dict[str, Any]:
+    """Every value the template reads, prepared for plain ``if``/``for`` use."""
+    files = requirement_files(variant)
+    torch_flags = _index_flags(variant)
+    if variant.index.wheelhouse:
+        torch_flags.append("--find-links /wheelhouse")
+    vllm_flags = [*_index_flags(variant), f"--constraints {REQUIREMENTS_DIR}/constraints.txt"]
+    if "excludes.txt" in files:
+        # Both steps: torch's own requirements may name an excluded package (PyPI's aarch64 torch 2.13.0
+        # requires triton==3.7.1, which the arm64 variant excludes).
+        torch_flags.append(f"--excludes {REQUIREMENTS_DIR}/excludes.txt")
+        vllm_flags.append(f"--excludes {REQUIREMENTS_DIR}/excludes.txt")
+    if "overrides.txt" in files:
+        vllm_flags.append(f"--overrides {REQUIREMENTS_DIR}/overrides.txt")
+    python = variant.python
+    return {
+        "variant": variant.name,
+        "description": variant.description,
+        "platforms": [str(p) for p in variant.platforms],
+        "base_image": variant.base_image,
+        "python": python,
+        "apt_packages": sorted(
+            {
+                # ${PYTHON_VERSION}: a build arg (default ``python``) so a stand-in base whose suite ships
+                # another Python can build the same Dockerfile (matrix.yaml stand_in.python).
+                "python${PYTHON_VERSION}",
+                "python${PYTHON_VERSION}-venv",
+                "python${PYTHON_VERSION}-dev",
+                *_COMMON_PACKAGES,
+                *_ACCELERATOR_PACKAGES[variant.accelerator],
+            }
+        ),
+        "uv_requirement": UV_REQUIREMENT,
+        "wheelhouse": variant.index.wheelhouse,
+        "torch_requirement": variant.torch.requirement,
+        "vllm_requirement": variant.vllm.requirement,
+        "torch_install_flags": torch_flags,
+        "vllm_install_flags": vllm_flags,
+        # excludes.txt is copied before the torch step (both steps read it); the others after it, so a vLLM
+        # bump does not invalidate the torch layer.
+        "early_requirement_files": sorted(n for n in files if n == "excludes.txt"),
+        "requirement_files": sorted(n for n in files if n != "excludes.txt"),
+        "triton": variant.triton.value,
+        # (path under site-packages, printf format string) pairs; printf keeps the \n escapes.
+        "dist_alias_files": [
+            (path, text.replace("\n", "\\n")) for path, text in dist_alias_files(variant.dist_alias).items()
+        ]
+        if variant.dist_alias
+        else [],
+        # Double-quoted, escaped Dockerfile strings: a space or quote in matrix.yaml cannot break the line,
+        # and a `$` stays a `$` (Docker substitutes variables in ENV and LABEL values).
+        "env": [(key, _dockerfile_string(value)) for key, value in sorted(variant.env.items())],
+        "description_quoted": _dockerfile_string(variant.description),
+        # OpenShift's required labels (tools/matrix static): who builds the image, and the product version.
+        "vendor_quoted": _dockerfile_string(VENDOR),
+        "vllm_version": variant.vllm.version,
+    }
+
+
+@functools.lru_cache(maxsize=4)
+def _environment(templates_dir: Path) -> jinja2.Environment:
+    """One Jinja environment per templates folder (it caches compiled templates, rechecking their mtime)."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(templates_dir),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,  # Dockerfiles, not HTML
+    )
+
+
+def _render_dockerfile(variant: Variant, templates_dir: Path | None = None) -> str:
+    """The template rendered with ``variant``'s values.
+
+    Raises:
+        ConfigError: the template is missing, has a syntax error, or reads a value that is not there.
+    """
+    templates_dir = templates_dir or TEMPLATES_DIR
+    where = f"{templates_dir.name}/{TEMPLATE_NAME}"
+    try:
+        return _environment(templates_dir).get_template(TEMPLATE_NAME).render(**template_context(variant))
+    except jinja2.TemplateSyntaxError as exc:
+        raise ConfigError(
+            where, [f"line {exc.lineno}: template syntax error: {exc.message}; fix the template"]
+        ) from exc
+    except jinja2.TemplateNotFound as exc:
+        raise ConfigError(where, [f"template not found in {templates_dir}"]) from exc
+    except jinja2.UndefinedError as exc:
+        raise ConfigError(
+            where, [f"variant {variant.name}: {exc.message}; the template reads a value render.py does not give"]
+        ) from exc
+    except jinja2.TemplateError as exc:
+        raise ConfigError(where, [f"variant {variant.name}: {exc}"]) from exc
+
+
+def sentinel_variant(variant: Variant) -> Variant:
+    """``variant`` with every free-form string replaced by a benign one-word sentinel, keeping its shape
+    (the lengths of its lists, which optional parts it has, its booleans and enums).
+
+    Rendering it gives the instructions the template produces for a variant of this shape; a real value
+    that changes them has injected something (``Dockerfile.j2`` is the only judge, whatever it holds).
+    """
+    pin = PackagePin(package="sentinel", version="1.0")
+    return dataclasses.replace(
+        variant,
+        name="sentinel",
+        description="sentinel",
+        base_image="sentinel/base:sentinel",
+        python="3.99",
+        torch=pin,
+        vllm=pin,
+        dist_alias=pin if variant.dist_alias else None,
+        triton_distribution="sentinel",
+        env={f"SENTINEL_{i}": "sentinel" for i in range(len(variant.env))},
+        index=IndexSettings(
+            url="https://sentinel.invalid/simple",
+            extra_urls=tuple("https://sentinel.invalid/extra" for _ in variant.index.extra_urls),
+            wheelhouse=variant.index.wheelhouse,
+            exclude=tuple(f"sentinel{i}" for i in range(len(variant.index.exclude))),
+            overrides=tuple("sentinel==1.0" for _ in variant.index.overrides),
+        ),
+    )
+
+
+def instruction_shape(dockerfile: str) -> list[tuple[str, int]]:
+    """Each instruction of ``dockerfile`` (``dockerfile_parse``, comments included) as (instruction, width):
+    width is the number of keys of LABEL/ENV, the number of words of any other instruction, 0 for a comment.
+
+    Raises:
+        ValueError: a LABEL or ENV value does not split as shell words (an unbalanced quote).
+    """
+    parser = DockerfileParser(fileobj=io.StringIO(dockerfile), env_replace=False)
+    shape = []
+    for item in parser.structure:
+        instruction = str(item["instruction"]).upper()
+        value = str(item["value"])
+        if instruction == "COMMENT":
+            width = 0
+        elif instruction in ("LABEL", "ENV"):
+            width = len(shlex.split(value))
+        else:
+            width = len(value.split())
+        shape.append((instruction, width))
+    return shape
+
+
+def check_instructions(variant: Variant, dockerfile: str, templates_dir: Path | None = None) -> None:
+    """Compare the instructions of ``dockerfile`` (rendered from ``variant``) with those the template gives
+    a sentinel variant of the same shape: a value can add no instruction, word, flag or key.
+
+    Raises:
+        ConfigError: naming the variant and the first instruction that differs.
+    """
+    expected = instruction_shape(_render_dockerfile(sentinel_variant(variant), templates_dir))
+    try:
+        got = instruction_shape(dockerfile)
+    except ValueError as exc:
+        raise ConfigError(
+            f"variants.{variant.name}", [f"a value breaks the quoting of the rendered Dockerfile ({exc})"]
+        ) from exc
+    if got == expected:
+        return
+    index = next(
+        (i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b), min(len(got), len(expected))
+    )
+    seen = f"{got[index][0]} with {got[index][1]} word(s)" if index < len(got) else "nothing"
+    wanted = f"{expected[index][0]} with {expected[index][1]} word(s)" if index < len(expected) else "nothing"
+    raise ConfigError(
+        f"variants.{variant.name}",
+        [
+            f"a value of matrix.yaml changes the rendered Dockerfile's instructions: instruction {index + 1} is "
+            f"{seen} where the template gives {wanted}; a value must be one word (no spaces, newlines or flags)"
+        ],
+    )
+
+
+def render_variant(variant: Variant, templates_dir: Path | None = None) -> list[RenderedFile]:
+    """The files of ``images/<variant>/``: the Dockerfile and its requirement files.
+
+    ``templates_dir``: the folder holding ``Dockerfile.j2`` (``Matrix.templates_dir``; default: this checkout's).
+
+    Raises:
+        ConfigError: a template error, or a value that changes the Dockerfile's instructions.
+    """
+    directory = Path("images") / variant.name
+    dockerfile = _render_dockerfile(variant, templates_dir)
+    check_instructions(variant, dockerfile, templates_dir)
+    files = [RenderedFile(path=directory / "Dockerfile", text=dockerfile)]
+    files += [RenderedFile(path=directory / name, text=text) for name, text in requirement_files(variant).items()]
+    return files
+
+
+def render_matrix(matrix: Matrix) -> list[RenderedFile]:
+    """Every generated file of every variant, in matrix order, from the templates next to the matrix file."""
+    return [f for v in matrix.variants for f in render_variant(v, matrix.templates_dir)]
+
+
+GENERATED_MARK = "# DO NOT EDIT: generated by `tools/matrix render`"
+
+
+def _variant_dirs(files: list[RenderedFile], root: Path) -> set[Path]:
+    return {(root / f.path).parent for f in files}
+
+
+def _extra_variant_dirs(files: list[RenderedFile], root: Path) -> list[Path]:
+    """Folders under ``root/images`` that no variant renders (a removed or renamed variant's)."""
+    images = root / "images"
+    if not images.is_dir():
+        return []
+    wanted = _variant_dirs(files, root)
+    return sorted(p for p in images.iterdir() if p.is_dir() and p not in wanted)
+
+
+def _is_generated_dir(folder: Path) -> bool:
+    dockerfile = folder / "Dockerfile"
+    if not all(p.is_file() and not p.is_symlink() for p in folder.iterdir()):
+        return False
+    try:
+        return dockerfile.is_file() and dockerfile.read_text(encoding="utf-8").startswith(GENERATED_MARK)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _preflight_write(files: list[RenderedFile], root: Path) -> None:
+    """Every reason ``write`` could not finish, found before it writes anything.
+
+    Raises:
+        ConfigError: ``images`` or ``images/<variant>`` is not a folder or is a symbolic link (render would
+            write, and remove files, where it points), a generated path is not a regular
+            file, or a folder of a removed variant holds files ``render`` did not write.
+    """
+    problems = []
+    for folder in sorted({root / "images", *_variant_dirs(files, root)}):
+        if folder.is_symlink():
+            # Followed, it would make render write (and remove unrendered files) in the folder it names.
+            problems.append(
+                f"{folder} is a symbolic link to {os.readlink(folder)}; replace it with a folder so render "
+                "writes inside the checkout"
+            )
+        elif folder.exists() and not folder.is_dir():
+            problems.append(f"{folder} is not a folder; move it away so render can write the variant's files")
+    for folder in _extra_variant_dirs(files, root):
+        if folder.is_symlink():
+            problems.append(f"{folder} is a symbolic link and no variant of the matrix; remove it by hand")
+    for f in files:
+        target = root / f.path
+        if (target.exists() or target.is_symlink()) and (target.is_symlink() or not target.is_file()):
+            problems.append(f"{target} is not a regular file; move it away so render can write it")
+    for folder in _extra_variant_dirs(files, root):
+        if not folder.is_symlink() and not _is_generated_dir(folder):
+            problems.append(
+                f"{folder} is no variant of the matrix and holds files render did not write; remove it by hand"
+            )
+    if problems:
+        raise ConfigError(str(root / "images"), problems)
+
+
+def _replace_atomically(target: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``target``, then ``os.replace`` it: a reader sees the old
+    file or the new one, never a truncated one."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write(files: list[RenderedFile], root: Path = REPO_ROOT) -> list[Path]:
+    """Write ``files`` under ``root``, all or nothing as far as a file system allows: every obstacle is found
+    first (``_preflight_write``), then each changed file is replaced atomically; files no variant renders
+    in the variant folders, and the folders of variants no longer in the matrix, are removed.
+
+    Returns the changed paths (relative to ``root``).
+
+    Raises:
+        ConfigError: an obstacle found before anything was written.
+        OSError: a write failed (the file it was writing keeps its old content).
+    """
+    _preflight_write(files, root)
+    changed: list[Path] = []
+    wanted = {root / f.path for f in files}
+    for f in files:
+        target = root / f.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists() or target.read_text(encoding="utf-8") != f.text:
+            _replace_atomically(target, f.text)
+            changed.append(f.path)
+    for directory in sorted(_variant_dirs(files, root)):
+        for extra in sorted(directory.iterdir()):
+            if extra.is_file() and extra not in wanted:
+                extra.unlink()
+                changed.append(extra.relative_to(root))
+    for folder in _extra_variant_dirs(files, root):
+        for extra in sorted(folder.iterdir()):
+            extra.unlink()
+            changed.append(extra.relative_to(root))
+        folder.rmdir()
+    return changed
+
+
+def _read(path: Path) -> str | None:
+    try:
+        mode = path.lstat().st_mode
+        if not stat.S_ISREG(mode):
+            return None
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def drift_report(files: list[RenderedFile], root: Path = REPO_ROOT) -> tuple[list[Path], str]:
+    """(paths that differ from a fresh render, a unified diff of the changed files and a list of the
+    missing and extra ones). Paths are relative to ``root``; extra ones include every file in a folder of
+    ``images/`` that no variant renders (a removed variant's), and the folder itself when empty."""
+    stale: list[Path] = []
+    notes: list[str] = []
+    linked = {d for d in _variant_dirs(files, root) | {root / "images"} if d.is_symlink()}
+    for folder in sorted(linked):
+        stale.append(folder.relative_to(root))
+        notes.append(f"not a folder: {folder.relative_to(root)} is a symbolic link to {os.readlink(folder)}")
+    for f in files:
+        if any(d in linked for d in (root / f.path).parents):
+            continue
+        current = _read(root / f.path)
+        if current is None:
+            stale.append(f.path)
+            notes.append(f"missing: {f.path}")
+        elif current != f.text:
+            stale.append(f.path)
+            notes.extend(
+                difflib.unified_diff(
+                    current.splitlines(keepends=True),
+                    f.text.splitlines(keepends=True),
+                    fromfile=f"{f.path} (checked in)",
+                    tofile=f"{f.path} (fresh render)",
+                )
+            )
+    wanted = {root / f.path for f in files}
+    for directory in _variant_dirs(files, root) - linked:
+        if directory.is_dir() and root / "images" not in linked:
+            for p in directory.iterdir():
+                if p not in wanted:
+                    stale.append(p.relative_to(root))
+                    notes.append(f"extra: {p.relative_to(root)}")
+    for folder in _extra_variant_dirs(files, root):
+        inside = sorted(folder.rglob("*"))
+        for p in inside or [folder]:
+            stale.append(p.relative_to(root))
+            notes.append(f"extra: {p.relative_to(root)} (no variant of the matrix renders {folder.name})")
+    diff = "".join(line if line.endswith("\n") else line + "\n" for line in notes)
+    return sorted(stale), diff
+
+
+def drift(files: list[RenderedFile], root: Path = REPO_ROOT) -> list[Path]:
+    """Paths (relative to ``root``) whose checked-in content differs from ``files``, or are missing/extra."""
+    return drift_report(files, root)[0]
+
+
+MAX_DIFF_LINES = 200
+
+
+def check_fresh(files: list[RenderedFile], root: Path = REPO_ROOT) -> None:
+    """Raise ``StaleRenderError`` naming each drifted file, with a unified diff (at most ``MAX_DIFF_LINES``
+    lines), when ``images/`` is not a fresh render."""
+    stale, diff = drift_report(files, root)
+    if stale:
+        names = ", ".join(str(p) for p in stale)
+        lines = diff.splitlines()
+        if len(lines) > MAX_DIFF_LINES:
+            lines = [*lines[:MAX_DIFF_LINES], f"... {len(lines) - MAX_DIFF_LINES} more line(s)"]
+        raise StaleRenderError(
+            f"generated files differ from a fresh render of matrix.yaml: {names}; "
+            "run 'tools/matrix render' and commit the result (never edit images/ by hand)\n" + "\n".join(lines)
+        )

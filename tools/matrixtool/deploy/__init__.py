@@ -1,0 +1,1 @@
+"""Running images elsewhere: Kubernetes manifests (a smoke Job among them) and the CI matrix."""

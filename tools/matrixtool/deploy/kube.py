@@ -1,0 +1,445 @@
+"""Kubernetes manifests that run an image exactly as the checks ran it under a deployment profile.
+
+Per variant and profile: a Deployment (the image's own ENTRYPOINT with the serve arguments of the ``serve``
+check, each run condition of the profile as its Pod/Container field, probes on ``/health``), a Service, and
+for a profile without network a NetworkPolicy that allows no egress. ``APPLY`` maps every condition of
+``conditions.ROWS`` to its manifest field (the ``kubernetes`` column of that table says the same in words), and
+``conditions_of`` reads the fields back: a unit test proves the round trip for every profile of matrix.yaml.
+
+Probes: a startupProbe that outlasts a cold start (``STARTUP_MARGIN`` times the measured time to ready, at
+least ``MIN_STARTUP_S``), then readiness and liveness on ``/health``, so a liveness probe never kills a
+server that is still compiling (vLLM's own Helm chart has no startupProbe). ``enableServiceLinks: false``:
+a Service named ``vllm`` would otherwise inject ``VLLM_PORT=tcp://…``, which vLLM reads as its own setting.
+
+Pure: values in, dicts out. ``validate`` checks them against the Kubernetes OpenAPI schemas with
+kubernetes-validate; ``pss_restricted_problems`` applies the Pod Security Standard "restricted" rules, written
+here from https://kubernetes.io/docs/concepts/security/pod-security-standards/ (no library ships them).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import yaml
+
+from matrixtool.core import jsontext
+from matrixtool.core.errors import ConfigError
+from matrixtool.model.conditions import ROWS, Condition, quantity
+from matrixtool.model.model import Variant
+from matrixtool.smoke import serve
+
+# The Kubernetes version the manifests are validated against (kubernetes-validate bundles its schemas).
+K8S_VERSION = "1.33.0"
+PORT_NAME = "http"
+PROBE_PERIOD_S = 5
+STARTUP_MARGIN = 3.0
+MIN_STARTUP_S = 120
+# The longest time to ready a report may give (a day): past it a number is no measurement of a start.
+MAX_READY_S = 86400
+MODEL_VOLUME = "models"
+# A Kubernetes object name of the DNS-1123 label kind (a PersistentVolumeClaim's, as `--model-claim` names one).
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+SHM_PATH = "/dev/shm"
+# PSS restricted: the only volume types allowed.
+PSS_VOLUMES = frozenset(
+    {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Serving:
+    """How the server runs: ``args`` after the image's ENTRYPOINT (``serve MODEL …``), the container ``port``,
+    where the model is mounted (``model_mount``, from the PersistentVolumeClaim ``model_claim``), the stop
+    grace (``grace_s``: ``terminationGracePeriodSeconds``), and the cold start the startupProbe must outlast
+    (``cold_start_s``, seconds) with where that figure came from (``cold_start_source``)."""
+
+    args: tuple[str, ...]
+    port: int
+    model_mount: str
+    model_claim: str = "vllm-models"
+    grace_s: int = 30
+    cold_start_s: float = 100.0
+    cold_start_source: str = "assumed"
+
+
+@dataclass
+class Pod:
+    """The parts of a Deployment's pod that conditions write (mutable while one pod is being assembled)."""
+
+    pod_security: dict[str, Any] = field(default_factory=dict)
+    security: dict[str, Any] = field(default_factory=dict)
+    resources: dict[str, Any] = field(default_factory=dict)
+    env: list[dict[str, str]] = field(default_factory=list)
+    volumes: list[dict[str, Any]] = field(default_factory=list)
+    mounts: list[dict[str, Any]] = field(default_factory=list)
+    annotations: dict[str, str] = field(default_factory=dict)
+    host_network: bool = False
+    no_egress: bool = False
+
+
+def _volume_name(path: str) -> str:
+    return "tmpfs-" + (re.sub(r"[^a-z0-9]+", "-", path.lower()).strip("-") or "root")
+
+
+def _size_of(options: str) -> str | None:
+    """The ``size=`` of tmpfs mount options as a Kubernetes quantity, or None."""
+    found = re.search(r"(?:^|,)size=([0-9]+[bkmgBKMG]?)(?:,|$)", options)
+    return quantity(found.group(1)) if found else None
+
+
+def _memory_dir(pod: Pod, name: str, path: str, size: str | None) -> None:
+    empty: dict[str, Any] = {"medium": "Memory", **({"sizeLimit": size} if size else {})}
+    pod.volumes.append({"name": name, "emptyDir": empty})
+    pod.mounts.append({"name": name, "mountPath": path})
+
+
+def _user(value: str, pod: Pod) -> None:
+    uid, _, gid = value.partition(":")
+    pod.pod_security.update(runAsUser=int(uid), runAsNonRoot=int(uid) != 0)
+    if gid:
+        pod.pod_security["runAsGroup"] = int(gid)
+
+
+def _tmpfs(value: Mapping[str, str], pod: Pod) -> None:
+    for path, options in value.items():
+        _memory_dir(pod, _volume_name(path), path, _size_of(options))
+
+
+def _network(value: str, pod: Pod) -> None:
+    pod.no_egress = value == "none"
+    pod.host_network = value == "host"
+
+
+def _pids(value: int, pod: Pod) -> None:
+    # No Pod field: the kubelet's podPidsLimit bounds every pod of a node; the manifest records what was tested.
+    pod.annotations["io.vllm-matrix/pids-limit"] = str(value)
+
+
+APPLY: dict[Condition, Callable[[Any, Pod], None]] = {
+    Condition.USER: _user,
+    Condition.READ_ONLY: lambda v, pod: pod.security.update(readOnlyRootFilesystem=bool(v)),
+    Condition.TMPFS: _tmpfs,
+    Condition.MEMORY: lambda v, pod: pod.resources.setdefault("limits", {}).update(memory=quantity(v)),
+    Condition.CPUS: lambda v, pod: pod.resources.setdefault("limits", {}).update(cpu=f"{round(v * 1000)}m"),
+    Condition.NETWORK: _network,
+    Condition.SHM_SIZE: lambda v, pod: _memory_dir(pod, "dshm", SHM_PATH, quantity(v)),
+    Condition.CAP_DROP: lambda v, pod: pod.security.setdefault("capabilities", {}).update(drop=list(v)),
+    Condition.NO_NEW_PRIVILEGES: lambda v, pod: pod.security.update(allowPrivilegeEscalation=not v),
+    Condition.SECCOMP: lambda v, pod: pod.pod_security.update(seccompProfile={"type": v}),
+    Condition.PIDS_LIMIT: _pids,
+    Condition.ENV: lambda v, pod: pod.env.extend({"name": k, "value": str(x)} for k, x in v.items()),
+}
+
+
+def flag_problems(*, model: str, claim: str) -> list[str]:
+    """Why ``--model`` (an absolute path in the server) or ``--model-claim`` (a PersistentVolumeClaim's name,
+    ``DNS_LABEL``) cannot go into a manifest; empty when both can."""
+    problems = []
+    if not DNS_LABEL.fullmatch(claim):
+        problems.append(
+            f"--model-claim {claim!r} is not a Kubernetes name (lowercase letters, digits and '-', at most 63, "
+            "starting and ending with a letter or digit)"
+        )
+    if not model.startswith("/") or any(c.isspace() or not c.isprintable() for c in model):
+        problems.append(f"--model {model!r}: give the model's absolute path in the server, e.g. /models/my-model")
+    elif not model.startswith(f"{serve.MODEL_MOUNT}/") or set(model.split("/")[2:]) & {"", ".", ".."}:
+        # The claim is mounted at MODEL_MOUNT: a path elsewhere (or leaving it by '..') serves nothing of it.
+        problems.append(
+            f"--model {model!r} is not a folder on the model claim, which is mounted at {serve.MODEL_MOUNT}: "
+            f"give {serve.MODEL_MOUNT}/<folder> (no '.', '..' or empty parts)"
+        )
+    return problems
+
+
+def serving_for(variant: Variant, profile: str, measured_s: float | None, *, model: str, claim: str) -> Serving:
+    """How ``variant``'s server runs under ``profile`` (the serve check's argv, port and mount; ``stop_grace``),
+    with the cold start its probes must outlast: ``measured_s`` (the serve check's time to ready) where given,
+    else the variant's ``ready_budget``, else 100 s (said so in ``cold_start_source``)."""
+    if measured_s is not None:
+        cold, source = measured_s, f"measured by the serve check under {profile}"
+    elif variant.ready_budget_s is not None:
+        cold, source = variant.ready_budget_s, "the variant's ready_budget"
+    else:
+        cold, source = 100.0, "no measurement or ready_budget: 100 s assumed"
+    return Serving(
+        # The suite's tiny model carries its own options (dtype, length, seed); a user's model serves with none.
+        args=tuple(serve.serve_argv(model, serve.MODEL_OPTIONS if model == serve.MODEL_PATH else ())),
+        port=serve.PORT,
+        model_mount=serve.MODEL_MOUNT,
+        model_claim=claim,
+        grace_s=variant.stop_grace_s or serve.STOP_GRACE_S,
+        cold_start_s=cold,
+        cold_start_source=source,
+    )
+
+
+def ready_times(report: Mapping[str, Any]) -> dict[tuple[str, str], float]:
+    """Seconds to ready per (variant, profile): the ``serve`` results (facts ``ready_s``) of a ``--json`` report.
+
+    Raises KeyError/TypeError/ValueError for a document that is no such report, ValueError for a ``ready_s``
+    that is no time to ready (not a finite number of seconds in (0, ``MAX_READY_S``]: NaN, infinity, 1e308)."""
+    times = {}
+    for c in report["checks"]:
+        facts = c.get("facts") or {}
+        if c["check"] != "serve" or not isinstance(facts, Mapping) or facts.get("ready_s") is None:
+            continue
+        value = facts["ready_s"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):  # JSON true is no time
+            raise ValueError(f"serve of {c['variant']}/{c['profile']}: ready_s {value!r} is not a number of seconds")
+        seconds = float(value) if abs(value) <= MAX_READY_S else math.inf  # a 400-digit int overflows float()
+        if not 0 < seconds <= MAX_READY_S:  # False for NaN too
+            raise ValueError(
+                f"serve of {c['variant']}/{c['profile']}: ready_s {c['facts']['ready_s']!r} is not a time to ready "
+                f"(seconds, above 0, at most {MAX_READY_S})"
+            )
+        times[(c["variant"], c["profile"])] = seconds
+    return times
+
+
+def report_ready_times(report: Path | None) -> dict[tuple[str, str], float]:
+    """``ready_times`` of the JSON report at ``report`` (None: no report, no measurements).
+
+    Raises:
+        ConfigError: the report is unreadable or not a ``run``/``test`` ``--json-file`` document (exit 3).
+    """
+    try:
+        return ready_times(jsontext.loads(report.read_text(encoding="utf-8"))) if report is not None else {}
+    except KeyError as exc:
+        raise ConfigError(
+            str(report), [f"not a 'tools/matrix run/test --json-file' report (a check lacks the key {exc})"]
+        ) from exc
+    except (OSError, ValueError, TypeError, AttributeError) as exc:  # AttributeError: "checks" holds no objects
+        raise ConfigError(str(report), [f"not a 'tools/matrix run/test --json-file' report ({exc})"]) from exc
+
+
+def probes(serving: Serving) -> dict[str, dict[str, Any]]:
+    """startupProbe, readinessProbe and livenessProbe on ``/health`` (periods in seconds).
+
+    The startupProbe allows ``STARTUP_MARGIN`` times the cold start (at least ``MIN_STARTUP_S``) before the
+    kubelet restarts the container; liveness starts only once it passed, so it cannot kill a server still
+    loading or compiling."""
+    check = {"httpGet": {"path": "/health", "port": PORT_NAME}, "periodSeconds": PROBE_PERIOD_S, "timeoutSeconds": 3}
+    startup_s = max(MIN_STARTUP_S, serving.cold_start_s * STARTUP_MARGIN)
+    return {
+        "startupProbe": {**check, "failureThreshold": math.ceil(startup_s / PROBE_PERIOD_S)},
+        "readinessProbe": {**check, "failureThreshold": 3},
+        "livenessProbe": {**check, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
+    }
+
+
+def manifests(
+    *, variant: str, profile: str, values: Mapping[Condition, Any], image: str, serving: Serving
+) -> list[dict[str, Any]]:
+    """The Deployment, Service and (no network) NetworkPolicy of ``image`` under one profile's condition
+    ``values`` (normal forms, ``conditions.ROWS``), named ``vllm-<variant>-<profile>``."""
+    pod = Pod()
+    for row in ROWS:
+        if row.condition in values:
+            APPLY[row.condition](values[row.condition], pod)
+    name = f"vllm-{variant}-{profile}"
+    labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name, "io.vllm-matrix/variant": variant}
+    pod.volumes.append({"name": MODEL_VOLUME, "persistentVolumeClaim": {"claimName": serving.model_claim}})
+    pod.mounts.append({"name": MODEL_VOLUME, "mountPath": serving.model_mount, "readOnly": True})
+    container: dict[str, Any] = {
+        "name": "vllm",
+        "image": image,
+        "args": list(serving.args),
+        "ports": [{"name": PORT_NAME, "containerPort": serving.port, "protocol": "TCP"}],
+        **probes(serving),
+        "volumeMounts": pod.mounts,
+        **({"env": pod.env} if pod.env else {}),
+        **({"resources": pod.resources} if pod.resources else {}),
+        **({"securityContext": pod.security} if pod.security else {}),
+    }
+    spec: dict[str, Any] = {
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": serving.grace_s,
+        **({"hostNetwork": True} if pod.host_network else {}),
+        **({"securityContext": pod.pod_security} if pod.pod_security else {}),
+        "containers": [container],
+        "volumes": pod.volumes,
+    }
+    annotations = {"io.vllm-matrix/cold-start": f"{serving.cold_start_s:.0f}s ({serving.cold_start_source})"}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app.kubernetes.io/instance": name}},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {**annotations, **pod.annotations}},
+                "spec": spec,
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "selector": {"app.kubernetes.io/instance": name},
+            "ports": [{"name": PORT_NAME, "port": serving.port, "targetPort": PORT_NAME, "protocol": "TCP"}],
+        },
+    }
+    docs = [deployment, service]
+    if pod.no_egress:
+        docs.append(
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "NetworkPolicy",
+                "metadata": {"name": f"{name}-no-egress", "labels": labels},
+                "spec": {
+                    "podSelector": {"matchLabels": {"app.kubernetes.io/instance": name}},
+                    "policyTypes": ["Egress"],
+                    "egress": [],
+                },
+            }
+        )
+    return docs
+
+
+def conditions_of(docs: Sequence[Mapping[str, Any]]) -> dict[Condition, Any]:
+    """The run conditions the documents of ``manifests`` set, read back from their fields (normal forms; a tmpfs
+    keeps only its ``size=``, the one option an emptyDir has; no egress is the NetworkPolicy). The inverse of
+    ``APPLY``."""
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod_spec = deployment["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    pod_sec, sec = pod_spec.get("securityContext", {}), container.get("securityContext", {})
+    annotations = deployment["spec"]["template"]["metadata"].get("annotations", {})
+    volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    out: dict[Condition, Any] = {}
+    if "runAsUser" in pod_sec:
+        gid = pod_sec.get("runAsGroup")
+        out[Condition.USER] = f"{pod_sec['runAsUser']}" + (f":{gid}" if gid is not None else "")
+    if sec.get("readOnlyRootFilesystem"):
+        out[Condition.READ_ONLY] = True
+    tmpfs = {}
+    for mount in container.get("volumeMounts", []):
+        empty = volumes[mount["name"]].get("emptyDir")
+        if empty is None:
+            continue
+        size = empty.get("sizeLimit")
+        if mount["mountPath"] == SHM_PATH:
+            out[Condition.SHM_SIZE] = _docker_size(size)
+        else:
+            tmpfs[mount["mountPath"]] = f"size={_docker_size(size)}" if size else ""
+    if tmpfs:
+        out[Condition.TMPFS] = tmpfs
+    limits = container.get("resources", {}).get("limits", {})
+    if "memory" in limits:
+        out[Condition.MEMORY] = _docker_size(limits["memory"])
+    if "cpu" in limits:
+        out[Condition.CPUS] = int(limits["cpu"].removesuffix("m")) / 1000
+    if pod_spec.get("hostNetwork"):
+        out[Condition.NETWORK] = "host"
+    if any(d["kind"] == "NetworkPolicy" and d["spec"].get("egress") == [] for d in docs):
+        out[Condition.NETWORK] = "none"
+    if "drop" in sec.get("capabilities", {}):
+        out[Condition.CAP_DROP] = tuple(sec["capabilities"]["drop"])
+    if sec.get("allowPrivilegeEscalation") is False:
+        out[Condition.NO_NEW_PRIVILEGES] = True
+    if "seccompProfile" in pod_sec:
+        out[Condition.SECCOMP] = pod_sec["seccompProfile"]["type"]
+    if "io.vllm-matrix/pids-limit" in annotations:
+        out[Condition.PIDS_LIMIT] = int(annotations["io.vllm-matrix/pids-limit"])
+    if container.get("env"):
+        out[Condition.ENV] = {e["name"]: e["value"] for e in container["env"]}
+    return out
+
+
+def _docker_size(k8s: str) -> str:
+    """A Kubernetes quantity written by ``quantity`` back in Docker's units (``4Gi`` -> ``4g``)."""
+    for suffix, unit in (("Ki", "k"), ("Mi", "m"), ("Gi", "g")):
+        if k8s.endswith(suffix):
+            return k8s.removesuffix(suffix) + unit
+    return k8s
+
+
+def validate(docs: Sequence[Mapping[str, Any]], version: str = K8S_VERSION) -> list[str]:
+    """Problems of ``docs`` against the Kubernetes ``version`` OpenAPI schemas (kubernetes-validate, strict:
+    unknown fields are problems too); empty when every document is valid."""
+    problems = []
+    for doc in docs:
+        try:
+            kubernetes_validate.validate(dict(doc), version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            problems.append(f"{doc.get('kind')} {doc.get('metadata', {}).get('name')}: {exc.message}")
+    return problems
+
+
+def pss_restricted_problems(docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Where a Deployment or Job of ``docs`` breaks the Pod Security Standard "restricted" (and so "baseline").
+
+    The rules, from the standard's table: no host namespaces or hostPath, volume types of ``PSS_VOLUMES``
+    only, no privileged container or host ports, ``allowPrivilegeEscalation: false``, ``runAsNonRoot: true``
+    with a non-zero ``runAsUser``, seccomp ``RuntimeDefault`` or ``Localhost``, capabilities ``drop: [ALL]``
+    and none added but ``NET_BIND_SERVICE``."""
+    problems = []
+    for doc in docs:
+        if doc.get("kind") not in ("Deployment", "Job"):
+            continue
+        spec = doc["spec"]["template"]["spec"]
+        pod_sec = spec.get("securityContext", {})
+        where = f"{doc['kind']} {doc['metadata']['name']}"
+        for key in ("hostNetwork", "hostPID", "hostIPC"):
+            if spec.get(key):
+                problems.append(f"{where}: {key} is true (host namespaces are forbidden)")
+        for volume in spec.get("volumes", []):
+            kinds = set(volume) - {"name"}
+            if not kinds <= PSS_VOLUMES:
+                problems.append(f"{where}: volume {volume['name']} is {', '.join(sorted(kinds))}")
+        for container in spec.get("containers", []):
+            sec = container.get("securityContext", {})
+            name = f"{where} container {container['name']}"
+            if sec.get("privileged"):
+                problems.append(f"{name}: privileged")
+            if any("hostPort" in p for p in container.get("ports", [])):
+                problems.append(f"{name}: a hostPort")
+            if sec.get("allowPrivilegeEscalation") is not False:
+                problems.append(f"{name}: allowPrivilegeEscalation must be false")
+            non_root = sec.get("runAsNonRoot", pod_sec.get("runAsNonRoot"))
+            if non_root is not True:
+                problems.append(f"{name}: runAsNonRoot must be true")
+            if sec.get("runAsUser", pod_sec.get("runAsUser")) == 0:
+                problems.append(f"{name}: runAsUser 0")
+            seccomp = sec.get("seccompProfile", pod_sec.get("seccompProfile", {})).get("type")
+            if seccomp not in ("RuntimeDefault", "Localhost"):
+                problems.append(f"{name}: seccompProfile.type must be RuntimeDefault or Localhost (is {seccomp})")
+            caps = sec.get("capabilities", {})
+            if "ALL" not in caps.get("drop", []):
+                problems.append(f"{name}: capabilities must drop ALL")
+            if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+                problems.append(f"{name}: capabilities add {caps['add']}")
+    return problems
+
+
+class _NoAliases(yaml.SafeDumper):
+    """A dumper that writes shared values out (no ``&id001`` anchors: kubectl reads them, people do not)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def to_yaml(docs: Sequence[Mapping[str, Any]]) -> str:
+    """``docs`` as one multi-document YAML file (``kubectl apply -f``)."""
+    return yaml.dump_all([dict(d) for d in docs], Dumper=_NoAliases, sort_keys=False)
+
+
+def comparable(values: Mapping[Condition, Any]) -> dict[Condition, Any]:
+    """Condition values as a manifest can hold them: tmpfs options reduced to their ``size=`` (the round trip
+    ``conditions_of(manifests(values)) == comparable(values)``)."""
+    out = dict(values)
+    if Condition.TMPFS in out:
+        out[Condition.TMPFS] = {
+            path: (f"size={m.group(1)}" if (m := re.search(r"(?:^|,)size=([^,]+)", opts)) else "")
+            for path, opts in out[Condition.TMPFS].items()
+        }
+    return out

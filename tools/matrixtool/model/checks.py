@@ -1,0 +1,71 @@
+"""The catalogue of smoke checks, as the in-image package declares it next to each check's code.
+
+The checks run *inside* the image (``incontainer/vllm_smoke``, one module per family); each declares its facts
+once with ``vllm_smoke.common.check`` (the fields of ``Declaration``: what it proves, failure classes, reports,
+fix hint, default timeout, the accelerators it applies to, the run conditions that can change its verdict, its
+suites, prerequisites and interpreter group). The host reads those ``Declaration`` values as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from matrixtool.incontainer.vllm_smoke.catalogue import DECLARATIONS
+from matrixtool.incontainer.vllm_smoke.common import Accelerator, Declaration, Suite
+
+__all__ = [
+    "CHECKS",
+    "DEFAULT_SUITE",
+    "CheckInfo",
+    "applicable",
+    "in_suite",
+    "prerequisites",
+    "readme_table",
+]
+
+# The host's name for one check's declaration.
+CheckInfo = Declaration
+DEFAULT_SUITE = Suite.FULL
+# Every check, in the catalogue's order (``catalogue.ORDER``): the order of a variant's checks and reports.
+CHECKS: Mapping[str, Declaration] = DECLARATIONS
+
+
+def applicable(accelerator: Accelerator | str) -> list[str]:
+    """The checks that apply by default to a variant of ``accelerator`` (``Declaration.accelerators``), in the
+    catalogue's order."""
+    return [name for name, d in CHECKS.items() if accelerator in d.accelerators]
+
+
+def prerequisites(names: Iterable[str]) -> list[str]:
+    """``names`` with every check they need or use (transitively) added, in the catalogue's order."""
+    wanted: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in wanted or name not in CHECKS:
+            continue
+        wanted.add(name)
+        todo += [*CHECKS[name].needs, *CHECKS[name].uses]
+    return [n for n in CHECKS if n in wanted]
+
+
+def in_suite(names: Sequence[str], suite: Suite) -> list[str]:
+    """The checks of ``names`` that ``suite`` runs (``quick`` leaves out the slow ones, e.g. compiled generate)."""
+    return [n for n in names if suite in CHECKS[n].suites]
+
+
+def readme_table() -> str:
+    """The README's check table (between its ``checks-table`` markers), generated from the declarations."""
+    rows = [
+        "| check | proves | classes | applies to | suites | needs | shares an interpreter |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in CHECKS.values():
+        classes = ", ".join(str(n) for n in c.classes) or "—"
+        needs = ", ".join(f"`{n}`" for n in c.needs) or "—"
+        shares = f"group `{c.group}`" if c.group else "no: a fresh one"
+        proves = c.proves.replace("|", "\\|")
+        applies = ", ".join(c.accelerators)
+        suites = ", ".join(str(s) for s in c.suites)
+        rows.append(f"| `{c.name}` | {proves} | {classes} | {applies} | {suites} | {needs} | {shares} |")
+    return "\n".join(rows) + "\n"

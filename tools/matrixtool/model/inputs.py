@@ -1,0 +1,150 @@
+"""Checks of a command's flags that run before the engine is touched: output paths, check selection,
+the wheelhouse, references (``reference.py``).
+
+Each raises ``ConfigError`` (exit 3) naming the flag, its value and what to pass instead, so a bad flag is
+found in milliseconds, not after a build.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from matrixtool.core.errors import ConfigError
+from matrixtool.incontainer.vllm_smoke.common import SUITES, Suite
+from matrixtool.model.checks import CHECKS
+from matrixtool.model.model import Variant
+
+
+def _nearest_existing(path: Path) -> Path:
+    current = path
+    while not current.exists() and current != current.parent:
+        current = current.parent
+    return current
+
+
+def _writable(folder: Path) -> bool:
+    """Whether a file can be made in ``folder``: tried (an unnamed temporary file, gone when closed), since
+    permission bits do not tell for root, a read-only mount or a pseudo file system like /proc."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
+def _broken_link(flag: str, path: Path) -> str | None:
+    """A symbolic link at ``path`` or above it that leads nowhere (dangling, or a loop): ``exists()`` says
+    False, yet nothing can be made there."""
+    for p in (path, *path.parents):
+        if p.is_symlink() and not p.exists():
+            return (
+                f"{flag}: {p} is a symbolic link that leads nowhere (dangling or a loop); "
+                "remove it or pass another path"
+            )
+    return None
+
+
+def _folder_problem(flag: str, folder: Path, *, must_exist: bool) -> str | None:
+    """Why files cannot be written in ``folder`` (created with its parents when missing, unless ``must_exist``)."""
+    broken = _broken_link(flag, folder)
+    if broken:
+        return broken
+    if folder.exists():
+        if not folder.is_dir():
+            return f"{flag}: {folder} is not a folder"
+        if not _writable(folder):
+            return f"{flag}: the folder {folder} is not writable"
+        return None
+    if must_exist:
+        return f"{flag}: the folder {folder} does not exist; create it or pass another path"
+    base = _nearest_existing(folder)
+    if not base.is_dir():
+        return f"{flag}: {base} is not a folder, so {folder} cannot be made"
+    if not _writable(base):
+        return f"{flag}: {folder} cannot be made (the folder {base} is not writable)"
+    return None
+
+
+def _file_problem(flag: str, path: Path, *, must_exist_parent: bool) -> str | None:
+    """Why ``path`` cannot be written as a file."""
+    broken = _broken_link(flag, path)
+    if broken:
+        return broken
+    if path.is_dir():
+        return f"{flag}: {path} is a folder; give a file path"
+    if path.exists() and not path.is_file():
+        return f"{flag}: {path} is not a regular file"
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"{flag}: {path} is not writable"
+    return _folder_problem(flag, path.parent, must_exist=must_exist_parent)
+
+
+def check_outputs(out_dir: Path, *, junit: Path | None = None, json_file: Path | None = None) -> None:
+    """Everything a command will write can be written: ``--out`` is (or can be made) a writable folder,
+    ``--junit`` (default ``<out>/reports/junit.xml``) and ``--json-file`` are files (not folders) whose
+    folder exists and is writable, or can be made: its nearest existing ancestor is a writable folder
+    (CI passes ``--junit build/reports/junit-<variant>.xml`` before ``build/`` exists).
+
+    Raises:
+        ConfigError: one line per flag that cannot be honoured.
+    """
+    problems = [_folder_problem("--out", out_dir, must_exist=False)]
+    if junit is not None:
+        problems.append(_file_problem("--junit", junit, must_exist_parent=False))
+    elif not problems[0]:
+        problems.append(_file_problem("--out", out_dir / "reports" / "junit.xml", must_exist_parent=False))
+    if json_file is not None:
+        problems.append(_file_problem("--json-file", json_file, must_exist_parent=False))
+    found = [p for p in problems if p]
+    if found:
+        raise ConfigError("output paths", found)
+
+
+def check_selection(variants: Sequence[Variant], only: Sequence[str], skip: Sequence[str]) -> None:
+    """``--only``/``--skip`` name checks of every selected variant, and leave each at least one.
+
+    Raises:
+        ConfigError: naming each unknown check (with the variant's checks), before any build.
+    """
+    problems = []
+    unknown = [n for n in dict.fromkeys([*only, *skip]) if n not in CHECKS]
+    for name in unknown:
+        problems.append(f"{name!r} is no smoke check; known checks: {', '.join(sorted(CHECKS))}")
+    for variant in variants:
+        names = [c.name for c in variant.checks]
+        for n in dict.fromkeys([*only, *skip]):
+            if n in CHECKS and n not in names:
+                problems.append(f"{n!r} is not a check of variant {variant.name}; its checks: {', '.join(names)}")
+        if not problems and not [c for c in names if (not only or c in only) and c not in skip]:
+            problems.append(f"the selection leaves no check of variant {variant.name} to run")
+    if problems:
+        raise ConfigError("--only/--skip", problems)
+
+
+def check_suite(suite: str) -> Suite:
+    """The suite of checks ``--suite`` names (``checks.Suite``: ``quick`` or ``full``).
+
+    Raises:
+        ConfigError: naming the value and the suites there are.
+    """
+    if suite not in SUITES:
+        raise ConfigError("--suite", [f"{suite!r} is no suite of checks; use one of: {', '.join(SUITES)}"])
+    return Suite(suite)
+
+
+def warn_unused_wheelhouse(variants: Sequence[Variant], wheelhouse: Path | None) -> None:
+    """A warning on stderr when ``--wheelhouse`` is given but no selected variant takes one (matrix.yaml
+    ``index.wheelhouse``): the flag is then ignored, which the user should know. A warning, not an error,
+    so one command line (``make images``) can serve every variant."""
+    if wheelhouse is not None and variants and not any(v.index.wheelhouse for v in variants):
+        names = ", ".join(v.name for v in variants)
+        click.echo(
+            f"warning: --wheelhouse {wheelhouse} is ignored: no selected variant ({names}) takes a wheelhouse "
+            "(matrix.yaml index.wheelhouse)",
+            err=True,
+        )

@@ -1,0 +1,79 @@
+"""Choose the variants a command works on, and the checks it runs on each."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from matrixtool.core.errors import NothingSelectedError
+from matrixtool.model.checks import CHECKS, DEFAULT_SUITE, in_suite, prerequisites
+from matrixtool.model.inputs import check_selection, check_suite
+from matrixtool.model.model import CheckSpec, Matrix, Variant
+
+
+def select_variants(matrix: Matrix, names: Sequence[str]) -> list[Variant]:
+    """The variants named in ``names`` (in matrix order), or every variant for ``all``/no names.
+
+    Raises:
+        NothingSelectedError: a name matches no variant (the message suggests the nearest one).
+    """
+    if not names or "all" in names:
+        return list(matrix.variants)
+    known = matrix.names()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parts = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, known, n=1)
+            parts.append(f"'{name}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+        raise NothingSelectedError(
+            f"no variant {', '.join(parts)} in {matrix.source.name}; variants: {', '.join(known)}"
+        )
+    return [v for v in matrix.variants if v.name in names]
+
+
+def select_checks(
+    variant: Variant, only: Sequence[str], skip: Sequence[str], suite: str = DEFAULT_SUITE
+) -> list[CheckSpec]:
+    """``variant``'s checks of ``suite``, narrowed by ``--only`` (when given: those run whatever their suites)
+    and ``--skip``, plus every check they need or use (``checks.prerequisites``: a check whose prerequisite
+    failed reports ``skipped: <check> failed``, so the prerequisite's own failure must be in the report).
+    Prerequisites the variant does not list come first, with their declared timeouts.
+
+    Raises:
+        ConfigError: a name is not a check of the variant, nothing is left to run
+            (``inputs.check_selection``, the one place that validates a selection), or an unknown suite.
+    """
+    check_selection([variant], only, skip)
+    suite = check_suite(suite)
+    names = [c.name for c in variant.checks if (not only or c.name in only) and c.name not in skip]
+    if not only:
+        names = in_suite(names, suite)
+    wanted = prerequisites(names)
+    listed = {c.name: c for c in variant.checks}
+    extra = [CheckSpec(name=n, timeout=CHECKS[n].timeout) for n in wanted if n not in listed]
+    return extra + [c for c in variant.checks if c.name in wanted]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Selection:
+    """The checks a smoke run asks for: ``--only``/``--skip`` names and the ``--suite`` (``checks.SUITES``)."""
+
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    suite: str = DEFAULT_SUITE
+
+    def check(self, variants: Sequence[Variant]) -> None:
+        """Validate the suite, then the names against every one of ``variants``.
+
+        Raises:
+            ConfigError: an unknown suite, or a name no check of a variant (``inputs.check_selection``).
+        """
+        check_suite(self.suite)
+        if self.only or self.skip:
+            check_selection(variants, self.only, self.skip)
+
+    def checks_of(self, variant: Variant) -> list[CheckSpec]:
+        """``select_checks`` of ``variant`` under this selection."""
+        return select_checks(variant, self.only, self.skip, self.suite)

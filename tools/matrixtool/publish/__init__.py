@@ -1,0 +1,1 @@
+"""Publishing built images: pushes and multi-architecture manifests."""

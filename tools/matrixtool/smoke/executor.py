@@ -1,0 +1,305 @@
+"""Run the smoke checks: one executor runs a plan (``smoke.plan``) over a runner (``smoke.runners``).
+
+One container per profile, one ``docker exec`` per group of checks: the checks of one declared group share an
+interpreter (one ``import vllm``); groups run in parallel, up to the runner's workers. Each exec runs under
+coreutils ``timeout``, with a host-side deadline as a backstop; the checks of a group that times out without
+their result are ``timeout``, and the container is replaced. Containers carry a session label and are always
+removed (``container.TrackedContainer``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import docker
+
+from matrixtool.core import outputs
+from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL, SESSION_LABEL
+from matrixtool.incontainer.vllm_smoke import common as incontainer
+from matrixtool.incontainer.vllm_smoke.common import Accelerator
+from matrixtool.model import profiles
+from matrixtool.model.checks import DEFAULT_SUITE
+from matrixtool.model.conditions import Condition
+from matrixtool.model.model import CheckSpec, Variant
+from matrixtool.model.profiles import Profile
+from matrixtool.smoke import bundle, hidden, rootcause, serve
+from matrixtool.smoke.plan import (
+    Group,
+    ProfileRun,
+    check_params,
+    check_platform,
+    plan_profiles,
+    profile_run,
+)
+from matrixtool.smoke.result import CheckResult, Status, parse_output_safe, unhidden, verdict
+from matrixtool.smoke.runners import (
+    Runner,
+    container_runner,
+)
+
+__all__ = ["execute", "host_has_gpu", "run_host_suite", "run_profiles", "run_suite"]
+
+J = TypeVar("J")
+R = TypeVar("R")
+
+
+def execute(
+    run: ProfileRun,
+    runner: Runner,
+    variant: str,
+    params: Mapping[str, Any],
+    log_dir: Path,
+    on_result: Callable[[CheckResult], None],
+) -> list[CheckResult]:
+    """Run ``run``'s groups over ``runner``, up to ``runner.workers()`` execs at once, in the plan's order; results
+    in the order of ``run.checks``, each check's full output in ``log_dir/run.log_name(check)``. A group that
+    times out leaves its unfinished checks ``timeout`` and the runner restarts once the others are done."""
+    outputs.make_dirs(log_dir)
+    lock = threading.Lock()
+    timed_out = threading.Event()
+
+    def run_group(group: Group) -> list[CheckResult]:
+        started = time.monotonic()
+        limit = group.timeout
+        exit_code, output = runner.exec(runner.argv(group.checks, params), {}, group.deadline_s)
+        wall = time.monotonic() - started
+        parts = incontainer.split_logs(output)
+        done: list[CheckResult] = []
+        for check in group.checks:
+            log = log_dir / run.log_name(check.name)
+            outputs.write_text(log, parts.get(check.name, output))
+            status, diagnosis, hint, facts = verdict(check.name, exit_code, output, limit, wall)
+            if status is Status.TIMEOUT:
+                timed_out.set()
+                diagnosis = f"no result within the {limit} s of its group ({', '.join(group.names)})"
+            parsed = parse_output_safe(output, check.name)
+            seconds = float(parsed.get("seconds", wall)) if parsed else wall
+            result = CheckResult(
+                variant=variant,
+                image=runner.image,
+                check=check.name,
+                status=status,
+                diagnosis=diagnosis,
+                hint="" if status.ok else hint,
+                seconds=seconds,
+                facts=facts,
+                log=log,
+                profile=run.profile.name,
+                suite=run.suite,
+            )
+            done.append(result)
+            with lock:
+                on_result(result)
+        return done
+
+    finished = in_parallel(run.groups, runner.workers(), run_group)
+    found = {r.check: unhidden(r, run.checks) for results in finished for r in results}
+    if timed_out.is_set():
+        runner.restart()  # a hung check may leave processes behind: what runs next starts clean
+    return [found[c.name] for c in run.checks if c.name in found]  # a host-side check (serve) is not in a group
+
+
+def in_parallel(jobs: Sequence[J], workers: int, run: Callable[[J], R]) -> list[R]:
+    """``run`` over ``jobs`` on up to ``workers`` daemon threads; the results in the order of ``jobs``.
+
+    Daemon threads, and a main thread that waits in short joins: Ctrl-C and SIGTERM reach the main thread at once
+    and its cleanup removes the container (which ends the execs), never waiting for a check to finish. The first
+    exception of a job is raised here once every thread is done."""
+    pending = list(enumerate(jobs))
+    results: dict[int, R] = {}
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not pending or errors:
+                    return
+                index, job = pending.pop(0)
+            try:
+                results[index] = run(job)
+            except BaseException as exc:  # re-raised in the caller's thread
+                with lock:
+                    errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(max(1, min(workers, len(jobs))))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.5)
+    if errors:
+        raise errors[0]
+    return [results[i] for i in range(len(jobs))]
+
+
+def host_has_gpu() -> bool:
+    """True when an NVIDIA GPU device node is visible on this host (then containers get ``--gpus all``).
+
+    ROCm passes /dev/kfd and /dev/dri as devices instead; not wired yet (no ROCm machine to prove it on).
+    """
+    return Path("/dev/nvidia0").exists()
+
+
+def _in_image(
+    client: docker.DockerClient,
+    image: str,
+    attrs: Mapping[str, Any],
+    variant: Variant,
+    runs: Sequence[ProfileRun],
+    *,
+    log_dir: Path,
+    on_result: Callable[[CheckResult], None],
+    announce: Callable[[str], None] = lambda line: None,
+) -> list[CheckResult]:
+    """``runs`` in ``image`` (inspected: ``attrs``), one tracked container per run that has checks."""
+    base = check_params(variant, attrs.get("Config", {}).get("Entrypoint") or [])
+    gpu = variant.accelerator is not Accelerator.CPU and host_has_gpu()
+    results: list[CheckResult] = []
+    for run in runs:
+        announce(run.describe(variant.name))
+        if not run.checks:
+            continue
+        served = next((c for c in run.checks if c.name == serve.CHECK), None)
+        serving = served is not None and (variant.accelerator is Accelerator.CPU or gpu)
+        with contextlib.ExitStack() as stack:
+            volume = stack.enter_context(serve.model_volume(client, {OWNER_LABEL: owner()})) if serving else None
+            mounts = serve.check_mounts(volume) if volume else {}
+            env = serve.check_env() if volume else {}
+            runner = stack.enter_context(
+                container_runner(client, image, gpu=gpu, profile=run.profile, volumes=mounts, environment=env)
+            )
+            params = {**base, "rerun": run.rerun, "suite": run.suite}
+            server = None
+            if served is not None and volume is not None:
+                server = serve.ServeRun(client, image, variant, run, runner, volume, log_dir=log_dir, gpu=gpu)
+                stack.callback(server.sweep)
+                server.start()
+            done = execute(run, runner, variant.name, params, log_dir, on_result)
+            if server is not None and served is not None:
+                outcome = server.result(served.timeout, [*results, *done])
+                on_result(outcome)
+                done.insert([c.name for c in run.checks].index(serve.CHECK), outcome)
+            elif served is not None:
+                skipped = _no_gpu_serve(variant, image, run)
+                done.insert([c.name for c in run.checks].index(serve.CHECK), skipped)
+                on_result(skipped)
+            results += _root_causes(client, image, run, done, announce)
+    return results
+
+
+def _no_gpu_serve(variant: Variant, image: str, run: ProfileRun) -> CheckResult:
+    """The serve check of a GPU variant on a host without a GPU: skipped, as every GPU-only check is."""
+    return CheckResult(
+        variant=variant.name,
+        image=image,
+        check=serve.CHECK,
+        status=Status.SKIPPED,
+        diagnosis=f"no GPU visible: the server of a {variant.accelerator.value} variant needs one",
+        hint="",
+        seconds=0.0,
+        profile=run.profile.name,
+        suite=run.suite,
+    )
+
+
+def _root_causes(
+    client: docker.DockerClient, image: str, run: ProfileRun, done: list[CheckResult], announce: Callable[[str], None]
+) -> list[CheckResult]:
+    """One container's results with what only the host can add: files a tmpfs of the profile hides
+    (``hidden``, named on stderr and in run-conditions' facts), the build step behind an unwritable cache folder
+    and failures that follow from another group's (``rootcause``)."""
+    mounts = list(run.profile.value(Condition.TMPFS))
+    found = hidden.hidden_files(client, image, mounts, {SESSION_LABEL: uuid.uuid4().hex[:12], OWNER_LABEL: owner()})
+    for listed in found:
+        announce(f"[{done[0].variant if done else '?'}] profile {run.profile.name}: warning: {listed.describe()}")
+    out = []
+    for r in done:
+        if r.check == "run-conditions" and found:
+            facts = {**r.facts, "hidden_by_tmpfs": {h.mount_point: dataclasses.asdict(h) for h in found}}
+            r = dataclasses.replace(r, facts=facts, diagnosis="; ".join([r.diagnosis, *(h.describe() for h in found)]))
+        if r.check == "run-conditions" and r.status is Status.FAILED and r.facts.get("unwritable"):
+            steps = rootcause.root_build_steps(client.images.get(image).history(), rootcause.template_end)
+            r = rootcause.with_origin(r, steps)
+        out.append(r)
+    return rootcause.consequences(out)
+
+
+def run_suite(
+    client: docker.DockerClient,
+    image: str,
+    variant: Variant,
+    checks: Sequence[CheckSpec],
+    *,
+    log_dir: Path,
+    on_result: Callable[[CheckResult], None] = lambda r: None,
+    profile: Profile | None = None,
+    rerun: bool = False,
+    suite: str = DEFAULT_SUITE,
+) -> list[CheckResult]:
+    """Run ``checks`` (in order) inside ``image`` with ``variant``'s expectations, under ``profile``'s conditions.
+
+    Full outputs go to ``log_dir/<variant>.<check>.log`` (``<variant>.<profile>.<check>.log`` for a profile other
+    than ``default``); ``on_result`` sees each result as it lands. ``rerun``: the checks ran under ``default`` in
+    this command already (params["rerun"]: offline-generate then runs its compiled half only).
+    Raises docker.errors.ImageNotFound when ``image`` is not on the engine, WrongPlatformError when its platform
+    is not one of ``variant``'s (before any container starts).
+    """
+    run = profile_run(variant.name, profile or Profile(name=profiles.DEFAULT), checks, rerun=rerun, suite=suite)
+    attrs = client.images.get(image).attrs
+    check_platform(image, attrs, variant)
+    return _in_image(client, image, attrs, variant, [run], log_dir=log_dir, on_result=on_result)
+
+
+def run_profiles(
+    client: docker.DockerClient,
+    image: str,
+    variant: Variant,
+    checks: Sequence[CheckSpec],
+    chosen: Sequence[Profile],
+    *,
+    log_dir: Path,
+    on_result: Callable[[CheckResult], None] = lambda r: None,
+    announce: Callable[[str], None] = lambda line: None,
+    suite: str = DEFAULT_SUITE,
+) -> list[CheckResult]:
+    """Run ``checks`` in ``image`` under each profile of ``chosen``, one container per profile, in order
+    (``smoke.plan.plan_profiles``: a profile other than ``default`` runs only the checks a condition it changes
+    can change); ``announce`` names each profile's checks and those left out, and why. Raises as ``run_suite``.
+    """
+    attrs = client.images.get(image).attrs
+    check_platform(image, attrs, variant)  # before anything runs (exit 12)
+    announce(f"[{variant.name}] smoke checks in {image}: {', '.join(c.name for c in checks)}")
+    plan = plan_profiles(variant, checks, chosen, suite)
+    return _in_image(client, image, attrs, variant, plan.runs, log_dir=log_dir, on_result=on_result, announce=announce)
+
+
+def run_host_suite(
+    python: str,
+    variant: Variant,
+    checks: Sequence[CheckSpec],
+    *,
+    env: Mapping[str, str],
+    log_dir: Path,
+    on_result: Callable[[CheckResult], None] = lambda r: None,
+    suite: str = DEFAULT_SUITE,
+) -> list[CheckResult]:
+    """Run ``checks`` with ``python`` on this machine, no Docker (host mode), with ``variant``'s expectations,
+    through the variant's bundle (``bundle.run_bundle``: serve included, as a child process); ``suite`` (quick /
+    full) is recorded in each result and passed to the checks."""
+    facts = bundle.facts(variant, checks, suite, host=True)
+    return bundle.run_bundle(python, facts, env=env, log_dir=log_dir, on_result=on_result)
+
+
+def owner() -> str:
+    """The owner label's value of this process's containers and volumes (MATRIX_OWNER, else empty)."""
+    return os.environ.get(OWNER_ENV_VAR, "")

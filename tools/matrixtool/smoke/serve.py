@@ -1,0 +1,751 @@
+"""The ``serve`` check: the image started as its README tells users to serve it, probed from outside, stopped.
+
+One server per profile: ``docker run`` of the image's own ENTRYPOINT with ``serve_argv()`` (the README's line,
+``readme_block``), the profile's run conditions, and the suite's tiny model mounted read-only at ``/models``.
+The model is made in the profile's check container into a Docker volume backed by a tmpfs (``model_volume``:
+mode 1777, so any UID of any profile writes it; nothing on the host's disk); the engine mounts one tmpfs per
+volume and keeps it while a container uses it, so the server starts while the check container still runs.
+Probes come from outside the server process: the host through a published port where the profile has a network,
+else a client container of the same image sharing the server's network namespace (``network_mode:
+container:<id>``), both running ``programs/serve_probe.py``. Readiness polls ``/health`` and stops the moment
+the server exits, with the root-cause line of its log. The judgement (``judge``) is a pure function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import docker
+import docker.errors
+import docker.types
+
+from matrixtool.core import jsontext, outputs
+from matrixtool.core.container import ContainerSpec, TrackedContainer
+from matrixtool.incontainer.vllm_smoke.programs import generate, serve_probe
+from matrixtool.incontainer.vllm_smoke.vllmchecks import root_cause
+from matrixtool.model import profiles
+from matrixtool.model.conditions import Condition
+from matrixtool.model.profiles import Profile
+from matrixtool.smoke import serve_diagnosis
+from matrixtool.smoke.result import CheckResult, Status
+
+CHECK = "serve"
+PORT = 8000
+MODEL_MOUNT = "/models"
+MODEL_NAME = "tiny-llama"
+MODEL_PATH = f"{MODEL_MOUNT}/{MODEL_NAME}"
+# Where the check container mounts the model volume, and the folder the tiny model is made in (MATRIX_MODEL_DIR).
+CHECK_MOUNT = "/run/matrix-model"
+CHECK_MODEL_DIR = f"{CHECK_MOUNT}/{MODEL_NAME}"
+VOLUME_OPTS = {"type": "tmpfs", "device": "tmpfs", "o": "size=512m,mode=1777"}
+# vLLM's CPU backend asks for 160 MiB of /dev/shm; Docker's default is 64 MB (the server dies at start-up).
+SHM_SIZE = "1g"
+# What the tiny model needs beyond a user's line: offline-generate's settings (float32: vLLM's "auto" would
+# serve a float32 checkpoint in bfloat16, and greedy tokens differ), a context for the stop contract's stream.
+MODEL_OPTIONS = ("--dtype", "float32", "--max-model-len", "256", "--seed", "0")
+# What every user's line needs: on SIGTERM vLLM's default (--shutdown-timeout 0) aborts the engine but leaves
+# in-flight streams open, and uvicorn waits for them until the grace ends in SIGKILL (exit 137, seen on the CPU
+# image); a drain of 15 s finishes them and the server exits 0 within a pod's 30 s grace.
+SERVE_OPTIONS = ("--shutdown-timeout", "15")
+STOP_GRACE_S = 30  # a Kubernetes pod's terminationGracePeriodSeconds
+READY_TIMEOUT_S = 1200
+STREAM_TOKENS = 200  # the stop contract's in-flight stream (the tiny model's context is 256)
+FIRST_CHUNK_S = 120.0
+PROMPT = generate.PROMPTS[0]
+MAX_TOKENS = 8
+# Lines of vLLM's start-up log that open a phase (time to ready, per phase).
+PHASES = (
+    ("cli", "non-default args"),
+    ("engine core", "Initializing a V1 LLM engine"),
+    ("model load", "Starting to load model"),
+    ("compile/warm-up", "Warming up model"),
+    ("api server", "Starting vLLM server"),
+)
+PROBE_SOURCE = Path(serve_probe.__file__).read_text(encoding="utf-8")
+# The in-image package is untyped (stdlib, Python >= 3.9): its functions as this module calls them.
+_health: Callable[[str], dict[str, Any]] = serve_probe.health
+_probe: Callable[[str, dict[str, Any]], dict[str, Any]] = serve_probe.probe
+_stream: Callable[..., dict[str, Any]] = serve_probe.stream
+_completion_body: Callable[[Mapping[str, Any], bool], dict[str, Any]] = serve_probe.completion_body
+_root_cause: Callable[[str], str | None] = root_cause
+FIRST_FILE = "/run/matrix-probe/first"
+# A command run against each server with a published port once ready, before the check's own probes (its URL
+# appended); non-zero fails the check. The integration tests run the official openai client so.
+CLIENT_ENV = "MATRIX_SERVE_CLIENT"
+CLIENT_TIMEOUT_S = 300
+
+
+def serve_argv(model: str = MODEL_PATH, options: Sequence[str] = MODEL_OPTIONS) -> list[str]:
+    """The arguments after the image name: ``serve MODEL SERVE_OPTIONS [options]`` (the ENTRYPOINT is ``vllm``)."""
+    return ["serve", model, *SERVE_OPTIONS, *options]
+
+
+def docker_flags(model_source: str, published: str = f"{PORT}:{PORT}") -> list[str]:
+    """The ``docker run`` flags of the README's serve line: shm, the published port (``published``: the user's
+    ``8000:8000``; the check's ``127.0.0.1::8000``, a loopback port the engine picks), the model read-only."""
+    return ["--shm-size", SHM_SIZE, "-p", published, "-v", f"{model_source}:{MODEL_MOUNT}:ro"]
+
+
+def readme_block() -> str:
+    """The README's serve section (between its ``serve-command`` markers): the user's line and the check's."""
+    user = ["docker", "run", "--rm", *docker_flags('"$PWD/models"'), "IMAGE", *serve_argv(f"{MODEL_MOUNT}/MODEL", ())]
+    check = ["docker", "run", "--rm", *docker_flags("MODEL_VOLUME", f"127.0.0.1::{PORT}"), "IMAGE", *serve_argv()]
+    return (
+        "```sh\n" + " ".join(user) + "\n```\n\n"
+        "The `serve` check runs this line with the suite's tiny model (a volume it made, with the model's own\n"
+        "options), on a loopback port the engine picks, under each profile's run conditions:\n\n"
+        "```sh\n" + " ".join(check) + "\n```\n"
+    )
+
+
+def check_mounts(volume: str) -> dict[str, dict[str, str]]:
+    """The check container's mount of the model volume (read-write: the tiny model is made there)."""
+    return {volume: {"bind": CHECK_MOUNT, "mode": "rw"}}
+
+
+def check_env() -> dict[str, str]:
+    """The check container's environment for the model folder (``vllm_smoke.common.MODEL_DIR``)."""
+    return {"MATRIX_MODEL_DIR": CHECK_MODEL_DIR}
+
+
+@contextlib.contextmanager
+def model_volume(client: docker.DockerClient, labels: Mapping[str, str]) -> Iterator[str]:
+    """A fresh tmpfs-backed volume for the tiny model (``VOLUME_OPTS``), removed on the way out (errors ignored:
+    a container still using it keeps it until the engine removes that container)."""
+    name = f"vllm-matrix-model-{uuid.uuid4().hex[:12]}"
+    client.volumes.create(name=name, driver="local", driver_opts=dict(VOLUME_OPTS), labels=dict(labels))
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(docker.errors.DockerException):
+            client.volumes.get(name).remove(force=True)
+
+
+def server_spec(image: str, profile: Profile, volume: str, *, gpu: bool = False, eager: bool = False) -> ContainerSpec:
+    """The server container: the image's ENTRYPOINT with ``serve_argv()``, ``profile``'s run conditions (its
+    /dev/shm too: ``shm_size``), the model volume read-only at ``/models``, no init (the server is PID 1, as users
+    run it); port 8000 published on 127.0.0.1 (a port the engine picks) where the profile has a network.
+    ``eager``: ``--enforce-eager`` added (the quick suite: about 70 s to ready here instead of 100 s compiled; the
+    full suite's server proves the compiled engine)."""
+    extra = profiles.container_kwargs(profile)
+    if profile.network != "none":
+        extra["ports"] = {f"{PORT}/tcp": ("127.0.0.1", None)}
+    gpus = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpu else []
+    return ContainerSpec(
+        image=image,
+        command=[*serve_argv(), *(["--enforce-eager"] if eager else [])],
+        volumes={volume: {"bind": MODEL_MOUNT, "mode": "ro"}},
+        device_requests=gpus,
+        extra=extra,
+    )
+
+
+def client_spec(image: str, profile: Profile, server_id: str) -> ContainerSpec:
+    """The probe client: ``sleep infinity`` in the image, in the server's network namespace, as the profile's user
+    with a read-only root and a small tmpfs of its own (the first-chunk marker)."""
+    return ContainerSpec(
+        image=image,
+        entrypoint=["sleep"],
+        command=["infinity"],
+        network_mode=f"container:{server_id}",
+        user=profile.user,
+        read_only=True,
+        tmpfs={"/run/matrix-probe": "rw,nosuid,nodev,size=1m,mode=1777"},
+        extra={"healthcheck": {"test": ["NONE"]}},
+    )
+
+
+class Prober(Protocol):
+    """Runs ``serve_probe`` against the server: ``call(command, spec)`` returns its JSON; ``stream`` starts the
+    stop contract's stream and returns (a wait for its first chunk, a wait for its outcome)."""
+
+    def call(self, command: str, spec: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def stream(self, body: Mapping[str, Any]) -> tuple[Callable[[float], bool], Callable[[float], dict[str, Any]]]: ...
+
+
+def _background(work: Callable[[], dict[str, Any]]) -> Callable[[float], dict[str, Any]]:
+    """``work`` on a daemon thread; the returned wait gives its result ({"error": ...} if none within ``s``)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box.update(work())
+        except Exception as exc:  # reported as the stream's outcome
+            box["error"] = f"{type(exc).__name__}: {exc}"
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def wait(seconds: float) -> dict[str, Any]:
+        thread.join(seconds)
+        return dict(box) if not thread.is_alive() else {"error": f"the stream did not end within {seconds:.0f} s"}
+
+    return wait
+
+
+class HostProber:
+    """Probes from this host through the published port (``base`` e.g. ``http://127.0.0.1:32768``)."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+
+    def call(self, command: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """``serve_probe.health`` or ``serve_probe.probe`` here."""
+        if command == "health":
+            return _health(self.base)
+        return _probe(self.base, dict(spec))
+
+    def stream(self, body: Mapping[str, Any]) -> tuple[Callable[[float], bool], Callable[[float], dict[str, Any]]]:
+        """``serve_probe.stream`` on a thread of this process."""
+        first = threading.Event()
+        wait = _background(lambda: _stream(self.base, dict(body), on_first=first.set, timeout=300.0))
+        return first.wait, wait
+
+
+class ClientProber:
+    """Probes from a client container sharing the server's network namespace (``python3 -c serve_probe``)."""
+
+    BASE = f"http://127.0.0.1:{PORT}"
+
+    def __init__(self, box: TrackedContainer) -> None:
+        self.box = box
+
+    def _run(self, command: str, spec: Mapping[str, Any], deadline_s: float) -> dict[str, Any]:
+        argv = ["python3", "-c", PROBE_SOURCE, command, self.BASE, json.dumps(spec)]
+        code, output = self.box.exec(argv, {}, deadline_s)
+        for line in reversed(output.splitlines()):
+            if line.startswith(serve_probe.PROBE_MARK):
+                return dict(jsontext.loads(line[len(serve_probe.PROBE_MARK) :]))
+        return {"status": None, "error": f"the probe client printed no result (exit {code}): {output[-300:]}"}
+
+    def call(self, command: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """One ``serve_probe`` command in the client container."""
+        return self._run(command, spec, 30.0 if command == "health" else 600.0)
+
+    def stream(self, body: Mapping[str, Any]) -> tuple[Callable[[float], bool], Callable[[float], dict[str, Any]]]:
+        """The stream in the client container; its first chunk is seen as a marker file the probe writes."""
+        wait = _background(lambda: self._run("stream", {**body, "_first_file": FIRST_FILE}, 400.0))
+
+        def first(seconds: float) -> bool:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                code, _ = self.box.exec(["test", "-f", FIRST_FILE], {}, 10.0)
+                if code == 0:
+                    return True
+                time.sleep(0.5)
+            return False
+
+        return first, wait
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observed:
+    """What one server run showed: ``ready_s`` seconds from ``docker run`` to /health 200 (None: never),
+    ``phases`` seconds from start to each phase's first log line, ``exit_code`` when it exited before ready,
+    ``probes`` the raw answers (``serve_probe.probe``), ``stop`` the stop contract's observations, ``log`` its
+    log (tail), ``client`` what the command of ``CLIENT_ENV`` did (empty: none ran)."""
+
+    ready_s: float | None
+    phases: Mapping[str, float] = field(default_factory=dict)
+    exit_code: int | None = None
+    probes: Mapping[str, Any] = field(default_factory=dict)
+    stop: Mapping[str, Any] = field(default_factory=dict)
+    log: str = ""
+    client: Mapping[str, Any] = field(default_factory=dict)
+
+
+def phases_seen(log: str, seconds: float, seen: dict[str, float]) -> None:
+    """Record in ``seen`` each phase (``PHASES``) whose opening line is in ``log`` for the first time at ``seconds``."""
+    for name, marker in PHASES:
+        if name not in seen and marker in log:
+            seen[name] = round(seconds, 1)
+
+
+def startup_cause(log: str) -> str:
+    """The root-cause line of a log no diagnosis of ``serve_diagnosis`` knows: the first exception that is not
+    one of vLLM's wrappers (``vllmchecks.root_cause``), else the log's last line."""
+    cause = _root_cause(log)
+    if cause:
+        return cause
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    return lines[-1] if lines else "no log"
+
+
+def observe(
+    client: docker.DockerClient,
+    image: str,
+    profile: Profile,
+    volume: str,
+    *,
+    session: str,
+    grace_s: int = STOP_GRACE_S,
+    gpu: bool = False,
+    eager: bool = False,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+) -> Observed:
+    """Start the server of ``profile`` on ``volume``'s model, wait until ready, probe it, stop it during a stream.
+
+    Once ready and where the port is published, the command of ``CLIENT_ENV`` runs first (``run_client``).
+    Raises docker errors as ``TrackedContainer.start`` does; every container is removed on the way out."""
+    spec = server_spec(image, profile, volume, gpu=gpu, eager=eager)
+    started = time.monotonic()
+    with TrackedContainer(client, spec, session=session) as server:
+        if server.container is None:
+            raise RuntimeError("the server container did not start")
+        server_id = str(server.container.id)
+        with contextlib.ExitStack() as stack:
+            prober: Prober
+            base: str | None = None
+            if profile.network == "none":
+                box = stack.enter_context(
+                    TrackedContainer(client, client_spec(image, profile, server_id), session=session)
+                )
+                prober = ClientProber(box)
+            else:
+                base = f"http://127.0.0.1:{server.host_port(f'{PORT}/tcp')}"
+                prober = HostProber(base)
+            seen: dict[str, float] = {}
+            ready_s = None
+            while time.monotonic() - started < ready_timeout_s:
+                code = server.wait(0.5)
+                log = server.logs()
+                phases_seen(log, time.monotonic() - started, seen)
+                if code is not None:
+                    return Observed(ready_s=None, phases=seen, exit_code=code, log=log)
+                if prober.call("health", {}).get("status") == 200:
+                    ready_s = round(time.monotonic() - started, 1)
+                    break
+                time.sleep(1.0)
+            if ready_s is None:
+                return Observed(ready_s=None, phases=seen, log=server.logs())
+            ran = run_client(base) if base is not None else {}
+            probes = prober.call("probe", {"model": MODEL_PATH, "prompt": PROMPT, "max_tokens": MAX_TOKENS})
+            stop = stop_contract(server, prober, grace_s)
+            return Observed(ready_s=ready_s, phases=seen, probes=probes, stop=stop, log=stop.pop("log", ""), client=ran)
+
+
+def run_client(base: str) -> dict[str, Any]:
+    """Run the command of ``CLIENT_ENV`` (shell words) with ``base`` (the server's URL) as its last argument:
+    {"command", "exit_code", "output" (its last 2000 characters)}; {} when the variable is unset. A client of
+    one's own (the integration tests run the official ``openai`` client) against the server the check started."""
+    command = os.environ.get(CLIENT_ENV, "").strip()
+    if not command:
+        return {}
+    argv = [*shlex.split(command), base]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"command": command, "exit_code": None, "output": f"{type(exc).__name__}: {exc}"}
+    return {"command": command, "exit_code": proc.returncode, "output": (proc.stdout + proc.stderr)[-2000:]}
+
+
+def stop_contract(server: TrackedContainer, prober: Prober, grace_s: int) -> dict[str, Any]:
+    """``docker stop`` with ``grace_s`` during a streaming request: PID 1's command, the exit code, the seconds
+    the stop took, how the stream ended, and the server's log (key ``log``)."""
+    assert server.container is not None
+    pid1 = ""
+    with contextlib.suppress(docker.errors.DockerException, KeyError, ValueError):
+        server.container.reload()
+        host_pid = str(server.container.attrs["State"]["Pid"])
+        top = server.container.top(ps_args="-eo pid,args")
+        column = top["Titles"].index("PID")
+        pid1 = next((" ".join(p[column + 1 :]) for p in top["Processes"] if p[column] == host_pid), "")
+    if not pid1:  # `docker top` with ps_args answers 500 on some engines: ask the kernel inside instead
+        with contextlib.suppress(docker.errors.DockerException):
+            code, out = server.container.exec_run(["cat", "/proc/1/cmdline"])
+            text = out.decode(errors="replace") if isinstance(out, bytes) and code == 0 else ""
+            pid1 = text.replace("\0", " ").strip()
+    body = _completion_body({"model": MODEL_PATH, "prompt": PROMPT, "max_tokens": STREAM_TOKENS}, True)
+    streamed_at = time.monotonic()
+    first, outcome = prober.stream(body)
+    in_flight = first(FIRST_CHUNK_S)
+    began = time.monotonic()
+    code = server.stop(grace_s)
+    seconds = round(time.monotonic() - began, 1)
+    stream = outcome(30.0)
+    # The probe's own clock (its seconds from the request), on this host's: ended before the stop was sent?
+    ended_before = stream.get("seconds") is not None and streamed_at + float(stream["seconds"]) < began
+    log = server.logs()
+    return {
+        "grace_s": grace_s,
+        "in_flight": in_flight,
+        "pid1": pid1,
+        "exit_code": code,
+        "seconds": seconds,
+        "stream": stream_outcome(stream) + (" before docker stop was sent" if ended_before else ""),
+        "stream_ended_before_stop": ended_before,
+        "shutdown_errors": shutdown_errors(log),
+        "log": log,
+    }
+
+
+# vLLM's error lines while it stops on SIGTERM (the engine core is torn down under the API server's output
+# handler): reported, not failed on, as the contract is the exit code and the time.
+SHUTDOWN_ERRORS = ("output_handler failed", "EngineDeadError", "leaked shared_memory")
+
+
+def shutdown_errors(log: str) -> list[str]:
+    """The lines of ``log`` after vLLM's "[shutdown]" start that name one of ``SHUTDOWN_ERRORS`` (first 3)."""
+    _, _, after = log.partition("[shutdown]")
+    found = [line.strip() for line in after.splitlines() if any(e in line for e in SHUTDOWN_ERRORS)]
+    return found[:3]
+
+
+def stream_outcome(stream: Mapping[str, Any]) -> str:
+    """How the stop contract's stream ended, in words, from ``serve_probe.stream``'s result."""
+    chunks = len(stream.get("chunks") or [])
+    if stream.get("done"):
+        return f"completed ([DONE] after {chunks} chunks)"
+    if stream.get("error"):
+        return f"cut after {chunks} chunks: {stream['error']}"
+    return f"closed after {chunks} chunks without [DONE]"
+
+
+def _choice(answer: Mapping[str, Any]) -> dict[str, Any]:
+    """The first choice of a JSON answer's body ({} when unreadable)."""
+    try:
+        return dict(jsontext.loads(answer.get("body") or "{}")["choices"][0])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return {}
+
+
+def _streamed(stream: Mapping[str, Any]) -> tuple[str, list[int]]:
+    """The text and token ids of a streamed completion, its chunks joined."""
+    text, tokens = "", []
+    for chunk in stream.get("chunks") or []:
+        with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
+            choice = jsontext.loads(chunk)["choices"][0]
+            text += choice.get("text") or ""
+            tokens += list(choice.get("token_ids") or [])
+    return text, tokens
+
+
+def counted_requests(metrics: str) -> int:
+    """The finished requests vLLM's /metrics counts (``vllm:request_success_total``, every finished_reason)."""
+    total = 0.0
+    for line in metrics.splitlines():
+        if line.startswith("vllm:request_success_total"):
+            with contextlib.suppress(ValueError):
+                total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+def _failed_route(probes: Mapping[str, Any]) -> str | None:
+    """The first route that did not answer 200, in words; None when every one did."""
+    for key, answer in probes.items():
+        if answer.get("status") != 200:
+            why = answer.get("error") or str(answer.get("body", ""))[:300]
+            return f"{key} answered {answer.get('status')}: {why}"
+    return None
+
+
+# The routes of ``serve_probe.probe``'s keys, as serve_diagnosis names them.
+ROUTES = {
+    "metrics_before": "GET /metrics",
+    "models": "GET /v1/models",
+    "completion": "POST /v1/completions",
+    "stream": "POST /v1/completions",
+    "chat": "POST /v1/chat/completions",
+    "version": "GET /version",
+    "metrics": "GET /metrics",
+}
+# Requests of ``serve_probe.probe`` that the engine finishes (completion, stream, chat).
+GENERATION_REQUESTS = 3
+
+
+def judge(
+    seen: Observed,
+    *,
+    expected_tokens: Sequence[int] | None,
+    vllm_version: str,
+    ready_budget_s: float | None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[Status, str, str, dict[str, Any]]:
+    """Status, diagnosis, hint and facts of one server run (see the module docstring for what is asserted).
+
+    ``expected_tokens``: offline-generate's eager greedy tokens for ``PROMPT`` (None: no comparison, said so);
+    ``ready_budget_s``: the variant's ``ready_budget`` in seconds (None: none); ``env``: the server's
+    environment (the image's and the profile's), where a log names no variable (a Kubernetes service link)."""
+    facts: dict[str, Any] = {"ready_s": seen.ready_s, "phases": dict(seen.phases), "argv": serve_argv()}
+    if seen.ready_s is None:
+        cause = startup_cause(seen.log)
+        if seen.exit_code is not None:
+            facts["exit_code"] = seen.exit_code
+            found = serve_diagnosis.diagnose_log(seen.log, seen.exit_code, env=env)
+            if found is not None:
+                facts["failure_class"] = found.failure_class
+                return (
+                    Status.FAILED,
+                    f"the server exited ({seen.exit_code}) before it was ready: {found.diagnosis}: {found.cause}",
+                    found.fix,
+                    facts,
+                )
+            return (
+                Status.FAILED,
+                f"the server exited ({seen.exit_code}) before it was ready: {cause}",
+                "read the server's log (the root cause is logged before vLLM's wrappers)",
+                facts,
+            )
+        return (
+            Status.FAILED,
+            f"/health did not answer 200 within {READY_TIMEOUT_S} s (last log line: {cause})",
+            "read the server's log; a probe must outlast a cold start (compile) on this machine",
+            facts,
+        )
+    probes = seen.probes
+    if not probes:
+        return Status.FAILED, "the server was ready but no request was sent", "", facts
+    problems: list[str] = []
+    hints: list[str] = []
+    failed = _failed_route(probes)
+    if failed:
+        problems.append(failed)
+        route, answer = next((ROUTES.get(k, k), a) for k, a in probes.items() if a.get("status") != 200)
+        found = serve_diagnosis.diagnose_route(route, answer.get("status"), str(answer.get("body", "")), log=seen.log)
+        if found is not None:
+            problems.append(found.diagnosis)
+            hints.append(found.fix)
+    models = []
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        models = [m["id"] for m in jsontext.loads(probes["models"]["body"])["data"]]
+    facts["models"] = models
+    if MODEL_PATH not in models:
+        problems.append(f"/v1/models lists {models}, not the served {MODEL_PATH}")
+    choice = _choice(probes.get("completion", {}))
+    tokens = list(choice.get("token_ids") or [])
+    facts["tokens"] = tokens
+    facts["expected_tokens"] = list(expected_tokens) if expected_tokens is not None else None
+    if expected_tokens is not None and tokens != list(expected_tokens):
+        problems.append(f"greedy tokens {tokens} differ from offline-generate's eager {list(expected_tokens)}")
+    text, streamed_tokens = _streamed(probes.get("stream", {}))
+    if text != choice.get("text") or streamed_tokens != tokens:
+        wanted = choice.get("text")
+        problems.append(f"streamed {text!r} {streamed_tokens} differs from non-streamed {wanted!r} {tokens}")
+    chat = _choice(probes.get("chat", {})).get("message", {}) or {}
+    facts["chat"] = chat.get("content")
+    if not chat.get("content"):
+        problems.append("/v1/chat/completions gave no content")
+    before = counted_requests(str(probes.get("metrics_before", {}).get("body", "")))
+    counted = counted_requests(str(probes.get("metrics", {}).get("body", ""))) - before
+    facts["metrics_requests"] = counted
+    if counted != GENERATION_REQUESTS:
+        problems.append(f"/metrics counts {counted} finished requests, {GENERATION_REQUESTS} were sent")
+    unlabelled = serve_diagnosis.diagnose_metrics(str(probes.get("metrics", {}).get("body", "")))
+    if unlabelled is not None:  # class 16: every request counted under handler="none"
+        facts["failure_class"] = unlabelled.failure_class
+        problems.append(f"{unlabelled.diagnosis}; fix: {unlabelled.fix}")
+    version = ""
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        version = str(jsontext.loads(probes["version"]["body"])["version"])
+    facts["version"] = version
+    if not version.startswith(vllm_version):
+        problems.append(f"/version is {version!r}, the variant pins {vllm_version}")
+    if seen.client:
+        facts["client"] = dict(seen.client)
+        if seen.client.get("exit_code") != 0:
+            problems.append(
+                f"the {CLIENT_ENV} client exits {seen.client.get('exit_code')}: {seen.client.get('output')}"
+            )
+    stop = dict(seen.stop)
+    facts["stop"] = stop
+    problems += stop_problems(stop)
+    if ready_budget_s is not None and seen.ready_s > ready_budget_s:
+        facts["ready_budget_s"] = ready_budget_s
+        problems.append(f"ready after {seen.ready_s:.0f} s, over its ready_budget of {ready_budget_s:.0f} s")
+    summary = (
+        f"ready in {seen.ready_s:.0f} s; models, greedy completion"
+        f"{' == offline-generate' if expected_tokens is not None else ' (no offline-generate tokens to compare)'}, "
+        f"stream, chat, metrics ({counted}), version {version}; stop: exit {stop.get('exit_code')} in "
+        f"{stop.get('seconds')} s, stream {stop.get('stream')}"
+    )
+    stopped = _stop_diagnosis(stop)
+    if stopped is not None:
+        hints.append(stopped.fix)
+    if problems:
+        return Status.FAILED, "; ".join(problems), "; ".join(hints) or "read the server's log", facts
+    return Status.PASSED, summary, "", facts
+
+
+def stop_problems(stop: Mapping[str, Any]) -> list[str]:
+    """The stop contract's failures: PID 1 not the server, no stream in flight, an exit other than 0/143
+    (137: SIGKILL after the grace), or a stop slower than the grace."""
+    out = []
+    pid1 = str(stop.get("pid1", ""))
+    if "vllm" not in pid1 or "serve" not in pid1:
+        out.append(f"PID 1 is {pid1 or 'unknown'}, not the server (a shell in front of it swallows SIGTERM)")
+    if not stop.get("in_flight"):
+        out.append("no streaming request was in flight when docker stop was sent")
+    code, grace = stop.get("exit_code"), stop.get("grace_s", STOP_GRACE_S)
+    if code not in (0, 143):
+        out.append(
+            f"docker stop -t {grace} during a stream: exit {code} after {stop.get('seconds')} s"
+            + (" (SIGKILL: the server did not exit within the grace)" if code == 137 else "")
+            + f"; the stream {stop.get('stream')}"
+        )
+    elif float(stop.get("seconds") or 0) > float(grace):
+        out.append(f"docker stop took {stop.get('seconds')} s, over the {grace} s grace")
+    return out
+
+
+def _stop_diagnosis(stop: Mapping[str, Any]) -> serve_diagnosis.Diagnosis | None:
+    """``serve_diagnosis.diagnose_stop`` of the stop contract's observations (None: kept, or not observed)."""
+    if stop.get("exit_code") is None or stop.get("seconds") is None:
+        return None
+    return serve_diagnosis.diagnose_stop(
+        exit_code=int(stop["exit_code"]),
+        seconds=float(stop["seconds"]),
+        grace=float(stop.get("grace_s", STOP_GRACE_S)),
+        pid1=str(stop.get("pid1", "")).split(),
+    )
+
+
+def reference_tokens(results: Sequence[CheckResult]) -> list[int] | None:
+    """offline-generate's eager tokens for ``PROMPT`` from ``results`` (the first prompt of ``generate.PROMPTS``);
+    its compiled tokens where only those ran (a profile's rerun); None when it did not pass."""
+    for result in results:
+        if result.check == "offline-generate" and result.status is Status.PASSED:
+            for mode in ("eager", "compiled"):
+                tokens = (result.facts.get(mode) or {}).get("tokens")
+                if tokens:
+                    return list(tokens[0])
+    return None
+
+
+# Makes the tiny model in the check container (the zipapp's ensure_model: once, under a lock; argv[1] the zipapp).
+ENSURE_MODEL = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from vllm_smoke.vllmchecks import ensure_model; "
+    "print('MATRIX-MODEL ' + ensure_model())"
+)
+MODEL_DEADLINE_S = 600.0
+
+
+class ServeRun:
+    """The serve check of one profile run, beside the check container's groups: ``start`` makes the tiny model
+    in ``runner``'s container (its volume) and starts the server on a daemon thread; ``result`` waits for it and
+    judges. Its containers carry a session of their own (``sweep`` removes them)."""
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        image: str,
+        variant: Any,
+        run: Any,
+        runner: Any,
+        volume: str,
+        *,
+        log_dir: Path,
+        gpu: bool = False,
+    ) -> None:
+        self.client, self.image, self.variant, self.run, self.runner = client, image, variant, run, runner
+        self.volume, self.log_dir, self.gpu = volume, log_dir, gpu
+        self.session = uuid.uuid4().hex[:12]
+        self.seen: Observed | None = None
+        self.error: str | None = None
+        self.error_output = ""
+        self.started = time.monotonic()
+        self.thread = threading.Thread(target=self._work, daemon=True)
+
+    def start(self) -> None:
+        """Begin: the model, then the server (``observe``), on a daemon thread."""
+        self.started = time.monotonic()
+        self.thread.start()
+
+    def _work(self) -> None:
+        from matrixtool.smoke.runners import ZIPAPP
+
+        try:
+            code, output = self.runner.exec(["python3", "-c", ENSURE_MODEL, ZIPAPP], {}, MODEL_DEADLINE_S)
+            if "MATRIX-MODEL " not in output:
+                tail = " | ".join(output.strip().splitlines()[-2:])
+                self.error = f"making the tiny model for the server fails (exit {code}): {tail}"
+                self.error_output = output  # the whole traceback: the cause (rootcause.py) may be in its chain
+                return
+            self.seen = observe(
+                self.client,
+                self.image,
+                self.run.profile,
+                self.volume,
+                session=self.session,
+                grace_s=int(getattr(self.variant, "stop_grace_s", None) or STOP_GRACE_S),
+                gpu=self.gpu,
+                eager=str(self.run.suite) == "quick",
+            )
+        except Exception as exc:  # the check fails with it; the run goes on
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def sweep(self) -> None:
+        """Remove this run's server and client containers (by session label)."""
+        from matrixtool.core.container import sweep
+
+        sweep(self.client, self.session)
+
+    def environment(self) -> dict[str, str]:
+        """The server's environment: the image's ``Config.Env`` and the profile's ``env`` over it."""
+        try:
+            pairs = self.client.images.get(self.image).attrs.get("Config", {}).get("Env") or []
+        except docker.errors.DockerException:
+            pairs = []
+        image_env = dict(p.partition("=")[::2] for p in pairs)
+        return {**image_env, **self.run.profile.value(Condition.ENV)}
+
+    def result(self, timeout_s: float, results: Sequence[CheckResult]) -> CheckResult:
+        """Wait for the server run (up to what is left of ``timeout_s`` seconds since ``start``), judge it against
+        ``results`` (offline-generate's tokens) and write its log to ``<log stem>.serve.log``."""
+        self.thread.join(max(1.0, timeout_s - (time.monotonic() - self.started)))
+        log = self.log_dir / self.run.log_name(CHECK)
+        outputs.make_dirs(self.log_dir)
+        facts: dict[str, Any]
+        if self.thread.is_alive():
+            self.sweep()
+            status, diagnosis, hint, facts = Status.TIMEOUT, f"no result within {timeout_s:.0f} s", "", {}
+        elif self.seen is None:
+            status, diagnosis, hint, facts = Status.FAILED, self.error or "no result", "read the log", {}
+        else:
+            status, diagnosis, hint, facts = judge(
+                self.seen,
+                expected_tokens=reference_tokens(results),
+                vllm_version=str(self.variant.vllm.version).split("+")[0],
+                ready_budget_s=getattr(self.variant, "ready_budget_s", None),
+                env=self.environment(),
+            )
+        written = "\n".join(filter(None, [self.error, self.error_output]))
+        outputs.write_text(log, self.seen.log if self.seen is not None else written)
+        return CheckResult(
+            variant=self.variant.name,
+            image=self.image,
+            check=CHECK,
+            status=status,
+            diagnosis=diagnosis,
+            hint="" if status.ok else hint,
+            seconds=round(time.monotonic() - self.started, 1),
+            facts=facts,
+            log=log,
+            profile=self.run.profile.name,
+            suite=self.run.suite,
+        )
+
+
+def host_mode_result(variant: str, python: str, suite: str) -> CheckResult:
+    """The serve check in host mode: skipped (it starts the image; there is none)."""
+    return CheckResult(
+        variant=variant,
+        image=f"host:{python}",
+        check=CHECK,
+        status=Status.SKIPPED,
+        diagnosis="serve starts the image's server in a container: host mode has no image",
+        hint="",
+        seconds=0.0,
+        suite=suite,
+    )

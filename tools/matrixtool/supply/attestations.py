@@ -1,0 +1,154 @@
+"""The reports a security team signs off, written and attached by the commands that build, test and push:
+the entry points the commands call (one line each), so the logic stays in ``sbom``, ``provenance`` and
+``signing``.
+
+- ``write_build_reports``: after ``build``/``run``, the SBOM and the provenance statement of each built image,
+  in ``<out>/reports/`` (``sbom-<variant>.cdx.json``, ``provenance-<variant>.intoto.json``);
+- ``write_sbom_report``: after ``test --image``, the SBOM of the tested image;
+- ``sign_pushed``: after ``push --sign-key``, sign each pushed digest and attach the SBOM, the provenance
+  (where the build wrote one) and the smoke report (``--smoke-report``) as attestations;
+- ``verify_ref``: before ``test --image``, ``pin`` and ``manifest`` with ``--verify-key``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import docker
+
+from matrixtool.build import registry
+from matrixtool.build.plan import BuildPlan, BuildResult
+from matrixtool.publish.push import PushResult
+from matrixtool.supply import provenance, sbom, signing
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def _builder_versions(client: docker.DockerClient) -> dict[str, str]:
+    versions = {"docker-engine": str(client.version().get("Version", "unknown"))}
+    try:
+        proc = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True, timeout=30, check=False)
+        if proc.returncode == 0:
+            versions["buildx"] = proc.stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return versions
+
+
+def write_build_reports(
+    client: docker.DockerClient,
+    plans: Sequence[BuildPlan],
+    results: Sequence[BuildResult],
+    *,
+    matrix_path: Path,
+    out_dir: Path,
+    revision: str,
+    source: str,
+) -> list[Path]:
+    """The SBOM and provenance of each built image (a plan's ``hash_ref``); the paths written. An image whose
+    SBOM cannot be derived gets a warning, not a failure: the run's own result stands."""
+    by_ref = {p.hash_ref: p for p in plans}
+    written: list[Path] = []
+    builder = _builder_versions(client) if results else {}
+    for result in results:
+        the_plan = by_ref.get(result.image)
+        if the_plan is None:
+            continue
+        written += write_sbom_report(client, result.image, result.variant, out_dir=out_dir)
+        try:
+            base_id = None if the_plan.base_digest else str(client.images.get(the_plan.base_ref).id)
+        except docker.errors.ImageNotFound:
+            base_id = None
+        finished = None
+        if not result.cached:
+            finished = datetime.datetime.now(datetime.UTC)
+        doc = provenance.statement(
+            the_plan,
+            image_id=result.image_id,
+            base_id=base_id,
+            matrix_path=matrix_path,
+            templates=provenance.template_digests(matrix_path.parent),
+            wheels=provenance.wheel_digests(the_plan.wheelhouse),
+            builder=builder,
+            revision=revision,
+            source=source,
+            started=finished - datetime.timedelta(seconds=result.seconds) if finished else None,
+            finished=finished,
+        )
+        written.append(sbom.write(provenance.to_json(doc), provenance.report_path(out_dir, result.variant)))
+    return written
+
+
+def write_sbom_report(client: docker.DockerClient, ref: str, variant: str, *, out_dir: Path) -> list[Path]:
+    """The SBOM of ``ref`` as ``<out>/reports/sbom-<variant>.cdx.json`` (a warning when it cannot be derived)."""
+    try:
+        return [sbom.write_report(client, ref, variant, out_dir=out_dir)]
+    except sbom.SbomError as exc:
+        _warn(f"no SBOM for {ref}: {exc}")
+        return []
+
+
+def sign_pushed(
+    client: docker.DockerClient,
+    pushed: Sequence[tuple[PushResult, str]],
+    *,
+    key: Path,
+    out_dir: Path,
+    smoke_report: Path | None,
+    env: Mapping[str, str],
+) -> list[signing.Signed]:
+    """Sign each pushed digest and attach the SBOM, the build's provenance (``<out>/reports/provenance-<variant>
+    .intoto.json`` when that build wrote one) and ``smoke_report``. ``pushed``: each push result with the local
+    ref it was pushed from; the SBOM is derived from that image, or from the pushed digest (pulled) when the
+    engine does not hold it (an image the registry had already).
+
+    Raises:
+        SbomError: the SBOM of a pushed image cannot be derived (nothing is signed before its SBOM exists).
+        RegistryError, EngineUnreachableError: cosign failed or is missing; a pull failed.
+    """
+    signed = []
+    for result, local in pushed:
+        if not result.digest:
+            raise signing.UnverifiedError(f"{result.refs[0]}: the registry reported no digest to sign")
+        ref = signing.by_digest(result.refs[0], result.digest)
+        try:
+            client.images.get(local)
+        except docker.errors.ImageNotFound:
+            registry.pull_if_missing(client, ref, platform=result.platform)
+            local = ref
+        sbom_path = sbom.write_report(client, local, result.variant, out_dir=out_dir)
+        attachments = [signing.Attachment(predicate_type=signing.SBOM_PREDICATE, path=sbom_path)]
+        with tempfile.TemporaryDirectory(prefix="matrix-attest-") as tmp:
+            statement_path = provenance.report_path(out_dir, result.variant)
+            if statement_path.is_file():
+                # cosign attest takes the predicate alone and writes the statement (subject: the pushed digest).
+                predicate = Path(tmp) / "provenance.json"
+                predicate.write_text(json.dumps(json.loads(statement_path.read_text())["predicate"]), encoding="utf-8")
+                attachments.append(signing.Attachment(predicate_type=signing.PROVENANCE_PREDICATE, path=predicate))
+            if smoke_report is not None:
+                attachments.append(signing.Attachment(predicate_type=signing.SMOKE_PREDICATE, path=smoke_report))
+            signed.append(signing.sign_and_attest(ref, key=key, attachments=attachments, env=env))
+    return signed
+
+
+def verify_ref(
+    client: docker.DockerClient | None, ref: str, *, pub: Path, env: Mapping[str, str], local: bool = False
+) -> signing.Verified:
+    """Verify ``ref`` in its registry against ``pub``; with ``local``, the engine's image of ``ref`` must be the
+    signed digest too (``signing.check_local_matches``).
+
+    Raises:
+        UnverifiedError: unsigned, another key, a re-pointed tag, or a local image that is not the signed one.
+    """
+    verified = signing.verify(ref, pub=pub, env=env)
+    if local and client is not None:
+        signing.check_local_matches(client.images.get(ref).attrs, verified)
+    return verified

@@ -1,0 +1,254 @@
+"""Signatures and attestations of pushed images, with cosign 2.x and a key pair (no transparency log, no
+network beyond the registry: it works against a loopback registry and air-gapped).
+
+``push --sign-key cosign.key`` signs each pushed manifest digest (``cosign sign``) and attaches the SBOM, the
+provenance statement and the smoke report as in-toto attestations (``cosign attest``): predicate types
+``cyclonedx``, ``slsaprovenance1`` and ``SMOKE_PREDICATE``. ``--verify-key cosign.pub`` on ``test --image``,
+``pin`` and ``manifest`` verifies a ref before it is used (``cosign verify``): an unsigned image, one signed
+by another key, or a tag re-pointed to another image fails with ``UnverifiedError`` (exit 15).
+
+The key's password comes from ``COSIGN_PASSWORD`` (cosign's own variable; empty for a key without one).
+Each step is a pure argv (``sign_argv``, ``attest_argv``, ``verify_argv``) run by ``run_cosign``, which echoes
+it (``+ cosign …``) and bounds it with a timeout.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from docker_image import reference as oci
+
+from matrixtool.core import jsontext
+from matrixtool.core.errors import ConfigError, EngineUnreachableError, ExitCode, MatrixError, RegistryError
+
+COSIGN_TIMEOUT_S = 180
+PASSWORD_ENV = "COSIGN_PASSWORD"
+SMOKE_PREDICATE = "https://vllm-image-matrix.invalid/attestations/smoke-report/v1"
+SBOM_PREDICATE = "cyclonedx"  # cosign's name for https://cyclonedx.org/bom
+PROVENANCE_PREDICATE = "slsaprovenance1"  # cosign's name for https://slsa.dev/provenance/v1
+# cosign's flags for a key pair without Sigstore's public services (Rekor): nothing leaves for the internet.
+NO_TLOG_SIGN = ("--tlog-upload=false", "--yes")
+NO_TLOG_VERIFY = ("--insecure-ignore-tlog=true",)
+
+
+class UnverifiedError(MatrixError):
+    """An image is unsigned, signed by another key, or its tag names an image that is not the one signed."""
+
+    exit_code = ExitCode.UNVERIFIED
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attachment:
+    """A predicate file attached to a digest as an attestation of ``predicate_type``."""
+
+    predicate_type: str
+    path: Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class Signed:
+    """What ``sign_and_attest`` did for one digest: ``ref`` (``name@sha256:…``) and the predicate types attached."""
+
+    ref: str
+    attestations: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verified:
+    """A verified image: ``ref`` as given, ``digest`` the manifest digest the signature covers."""
+
+    ref: str
+    digest: str
+
+
+def by_digest(ref: str, digest: str) -> str:
+    """``<name>@<digest>`` of a tagged ``ref`` (``127.0.0.1:5000/vllm-matrix/cpu:0.32.0``): what is signed.
+
+    Raises:
+        ConfigError: ``ref`` is not an image reference.
+    """
+    try:
+        parsed = oci.Reference.parse_normalized_named(ref)
+    except oci.InvalidReference as exc:
+        raise ConfigError("flags", [f"{ref!r} is not an image reference ({exc})"]) from exc
+    name = ref.partition("@")[0]
+    if parsed["tag"]:
+        name = name[: -len(parsed["tag"]) - 1]
+    return f"{name}@{digest}"
+
+
+def find_cosign(env: Mapping[str, str]) -> str:
+    """The cosign executable on ``env``'s PATH.
+
+    Raises:
+        EngineUnreachableError: none (``make engine`` installs Debian trixie's cosign 2.x).
+    """
+    found = shutil.which("cosign", path=env.get("PATH"))
+    if found is None:
+        raise EngineUnreachableError("cosign is not installed; run 'make engine' (tools/setup-engine.sh installs it)")
+    return found
+
+
+def check_key(path: Path, *, flag: str, private: bool, env: Mapping[str, str]) -> None:
+    """Refuse a key flag before anything runs: not a readable regular file, or (private) no password variable.
+
+    Raises:
+        ConfigError: naming ``flag`` and what to do.
+    """
+    if not path.is_file():
+        raise ConfigError(
+            "flags", [f"{flag} {str(path)!r} is not a file; make a key pair with 'cosign generate-key-pair'"]
+        )
+    head = path.read_text(encoding="utf-8", errors="replace")[:100]
+    wanted = "PRIVATE KEY" if private else "PUBLIC KEY"
+    if wanted not in head:
+        raise ConfigError("flags", [f"{flag} {str(path)!r} is not a cosign {wanted.lower()} (PEM)"])
+    if private and PASSWORD_ENV not in env:
+        raise ConfigError(
+            "flags", [f"{flag} needs the key's password in {PASSWORD_ENV} (export {PASSWORD_ENV}= for none)"]
+        )
+
+
+def check_key_flags(
+    *, sign_key: Path | None, smoke_report: Path | None, verify_key: Path | None, env: Mapping[str, str]
+) -> None:
+    """The signing flags of a command (``--sign-key``, ``--smoke-report``, ``--verify-key``), checked before
+    anything runs.
+
+    Raises:
+        ConfigError: a key flag names no key of its kind, a private key without ``COSIGN_PASSWORD``, or
+            ``--smoke-report`` without ``--sign-key`` or naming no file.
+    """
+    if sign_key is not None:
+        check_key(sign_key, flag="--sign-key", private=True, env=env)
+    if smoke_report is not None and sign_key is None:
+        raise ConfigError("flags", ["--smoke-report needs --sign-key (it is attached as a signed attestation)"])
+    if smoke_report is not None and not smoke_report.is_file():
+        raise ConfigError("flags", [f"--smoke-report {str(smoke_report)!r} is not a file"])
+    if verify_key is not None:
+        check_key(verify_key, flag="--verify-key", private=False, env=env)
+
+
+def sign_argv(cosign: str, ref: str, key: Path) -> list[str]:
+    """``cosign sign`` of ``ref`` (by digest) with the private ``key``."""
+    return [cosign, "sign", "--key", str(key), *NO_TLOG_SIGN, ref]
+
+
+def attest_argv(cosign: str, ref: str, key: Path, attachment: Attachment) -> list[str]:
+    """``cosign attest`` of ``attachment`` to ``ref`` (by digest) with the private ``key``."""
+    return [
+        cosign, "attest", "--key", str(key), "--type", attachment.predicate_type,
+        "--predicate", str(attachment.path), *NO_TLOG_SIGN, ref,
+    ]  # fmt: skip
+
+
+def verify_argv(cosign: str, ref: str, pub: Path) -> list[str]:
+    """``cosign verify`` of ``ref`` against the public key ``pub`` (prints the verified payloads as JSON)."""
+    return [cosign, "verify", "--key", str(pub), *NO_TLOG_VERIFY, "--output", "json", ref]
+
+
+def verify_attestation_argv(cosign: str, ref: str, pub: Path, predicate_type: str) -> list[str]:
+    """``cosign verify-attestation`` of ``ref``'s attestations of ``predicate_type`` against ``pub``."""
+    return [cosign, "verify-attestation", "--key", str(pub), "--type", predicate_type, *NO_TLOG_VERIFY, ref]
+
+
+def run_cosign(
+    argv: Sequence[str], env: Mapping[str, str], *, timeout: float = COSIGN_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` (echoed on stderr) with ``env``, no stdin (cosign never prompts), at most ``timeout`` seconds;
+    a timeout is returned as exit 124 with a message."""
+    print("+ " + " ".join(Path(argv[0]).name if i == 0 else a for i, a in enumerate(argv)), file=sys.stderr)
+    try:
+        return subprocess.run(
+            list(argv),
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(list(argv), 124, "", f"cosign did not finish within {timeout:.0f} s")
+
+
+def _reason(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.lower().startswith("error")]
+    return (errors or lines or [f"exit {proc.returncode}"])[-1][:500]
+
+
+def sign_and_attest(ref: str, *, key: Path, attachments: Sequence[Attachment], env: Mapping[str, str]) -> Signed:
+    """Sign ``ref`` (``name@sha256:…``) and attach each of ``attachments``.
+
+    Raises:
+        EngineUnreachableError: cosign is missing.
+        RegistryError: cosign failed (the registry refused, or the password does not open the key: the message
+            has cosign's reason).
+    """
+    cosign = find_cosign(env)
+    steps = [sign_argv(cosign, ref, key)] + [attest_argv(cosign, ref, key, a) for a in attachments]
+    for argv in steps:
+        proc = run_cosign(argv, env)
+        if proc.returncode != 0:
+            raise RegistryError(f"cosign {argv[1]} of {ref} failed: {_reason(proc)}", ref=ref)
+    return Signed(ref=ref, attestations=tuple(a.predicate_type for a in attachments))
+
+
+def _signed_digests(stdout: str) -> list[str]:
+    digests = []
+    for line in stdout.splitlines():
+        try:
+            payloads: Any = jsontext.loads(line)
+        except ValueError:
+            continue
+        for payload in payloads if isinstance(payloads, list) else [payloads]:
+            digest = ((payload.get("critical") or {}).get("image") or {}).get("docker-manifest-digest")
+            if isinstance(digest, str):
+                digests.append(digest)
+    return digests
+
+
+def verify(ref: str, *, pub: Path, env: Mapping[str, str], attestations: Sequence[str] = ()) -> Verified:
+    """Verify that ``ref`` (a tag or a digest, in a registry) is signed by the key ``pub``, and that each predicate
+    type of ``attestations`` is attached and signed by it too.
+
+    Raises:
+        EngineUnreachableError: cosign is missing.
+        UnverifiedError: no signature of that key (unsigned, another key, a re-pointed tag), or the registry lacks
+            the image (the message has cosign's reason).
+    """
+    cosign = find_cosign(env)
+    proc = run_cosign(verify_argv(cosign, ref, pub), env)
+    digests = _signed_digests(proc.stdout)
+    if proc.returncode != 0 or not digests:
+        raise UnverifiedError(
+            f"{ref} is not signed by {pub}: {_reason(proc)}; it may be unsigned, signed by another key, or its tag "
+            "may name another image than the one signed: do not use it"
+        )
+    for predicate_type in attestations:
+        attested = run_cosign(verify_attestation_argv(cosign, ref, pub, predicate_type), env)
+        if attested.returncode != 0:
+            raise UnverifiedError(f"{ref} has no {predicate_type} attestation signed by {pub}: {_reason(attested)}")
+    return Verified(ref=ref, digest=digests[0])
+
+
+def check_local_matches(image_attrs: Mapping[str, Any], verified: Verified) -> None:
+    """The engine's image (its ``RepoDigests``) is the verified one: a local tag may name another image than the
+    registry's signed digest (re-tagged or rebuilt on this engine).
+
+    Raises:
+        UnverifiedError: no repo digest of the local image is ``verified.digest``.
+    """
+    digests = [str(d).partition("@")[2] for d in image_attrs.get("RepoDigests") or ()]
+    if verified.digest not in digests:
+        raise UnverifiedError(
+            f"the engine's {verified.ref} is not the signed image {verified.digest} (its digests: "
+            f"{', '.join(digests) or 'none: built or re-tagged here'}); remove it and pull the signed one"
+        )
