@@ -241,3 +241,34 @@ def test_a_bundle_result_reads_back_as_the_tools_result() -> None:
     got = bundle.result_of(r)
     assert isinstance(got, CheckResult) and got.status is Status.FAILED and got.log == Path(r["log"])
     assert got.facts == {"a": [1]} and got.profile == "default" and got.suite == "full"
+
+
+@pytest.mark.subprocess
+def test_a_group_of_the_bundle_is_bounded_and_killed_with_its_process_group_at_its_timeout() -> None:
+    children = standalone.Children()
+    code = "import sys; sys.stderr.write('err\\n'); sys.stdout.write('x' * 20_000_000 + 'END\\n'); sys.exit(4)"
+    exit_code, output, _ = _group(children, code, 60)
+    assert exit_code == 4 and output.endswith("END\n") and "bytes of output left out" in output
+    assert len(output) < standalone.Bounded.HEAD + standalone.Bounded.TAIL + 100
+    # A check that hangs, with a child that ignores SIGTERM: exit 124 (read as a timeout), the output so far kept,
+    # and nothing of its process group left.
+    hang = (
+        "import subprocess, sys, time; print('started', flush=True); "
+        "subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, "
+        "signal.SIG_IGN); time.sleep(600)']); time.sleep(600)"
+    )
+    exit_code, output, wall = _group(children, hang, 2)
+    assert exit_code == standalone.TIMEOUT_EXIT and output.startswith("started\n") and wall < 60
+    assert standalone.verdict("pip-check", exit_code, output, 2, wall)[0] == "timeout"
+    assert not children.procs
+
+
+def _group(children: Any, code: str, timeout: int) -> tuple[int, str, float]:
+    """``standalone.run_group`` with ``self_argv`` pointed at ``python -c code`` (the group's own process)."""
+    original = standalone.self_argv
+    standalone.self_argv = lambda: [sys.executable, "-c", code]
+    try:
+        result: tuple[int, str, float] = standalone.run_group(children, ["pip-check"], {}, {"pip-check": timeout}, {})
+    finally:
+        standalone.self_argv = original
+    return result

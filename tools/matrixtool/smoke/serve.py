@@ -632,9 +632,10 @@ MODEL_DEADLINE_S = 600.0
 
 
 class ServeRun:
-    """The serve check of one profile run, beside the check container's groups: ``start`` makes the tiny model
-    in ``runner``'s container (its volume) and starts the server on a daemon thread; ``result`` waits for it and
-    judges. Its containers carry a session of their own (``sweep`` removes them)."""
+    """The serve check of one profile run, beside the check container's groups (the container runner's step):
+    ``start`` makes the tiny model in ``runner``'s container (its volume; ``zipapp``: the check package's path
+    there) and starts the server on a daemon thread; ``result`` waits for it and judges. Its containers carry a
+    session of their own (``sweep`` removes them)."""
 
     def __init__(
         self,
@@ -646,10 +647,11 @@ class ServeRun:
         volume: str,
         *,
         log_dir: Path,
+        zipapp: str,
         gpu: bool = False,
     ) -> None:
         self.client, self.image, self.variant, self.run, self.runner = client, image, variant, run, runner
-        self.volume, self.log_dir, self.gpu = volume, log_dir, gpu
+        self.volume, self.log_dir, self.gpu, self.zipapp = volume, log_dir, gpu, zipapp
         self.session = uuid.uuid4().hex[:12]
         self.seen: Observed | None = None
         self.error: str | None = None
@@ -663,10 +665,8 @@ class ServeRun:
         self.thread.start()
 
     def _work(self) -> None:
-        from matrixtool.smoke.runners import ZIPAPP
-
         try:
-            code, output = self.runner.exec(["python3", "-c", ENSURE_MODEL, ZIPAPP], {}, MODEL_DEADLINE_S)
+            code, output = self.runner.exec(["python3", "-c", ENSURE_MODEL, self.zipapp], {}, MODEL_DEADLINE_S)
             if "MATRIX-MODEL " not in output:
                 tail = " | ".join(output.strip().splitlines()[-2:])
                 self.error = f"making the tiny model for the server fails (exit {code}): {tail}"
@@ -735,17 +735,3 @@ class ServeRun:
             profile=self.run.profile.name,
             suite=self.run.suite,
         )
-
-
-def host_mode_result(variant: str, python: str, suite: str) -> CheckResult:
-    """The serve check in host mode: skipped (it starts the image; there is none)."""
-    return CheckResult(
-        variant=variant,
-        image=f"host:{python}",
-        check=CHECK,
-        status=Status.SKIPPED,
-        diagnosis="serve starts the image's server in a container: host mode has no image",
-        hint="",
-        seconds=0.0,
-        suite=suite,
-    )
