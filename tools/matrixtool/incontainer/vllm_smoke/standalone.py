@@ -229,9 +229,16 @@ def unhidden(result, names):
     return dict(result, status="failed", diagnosis=diagnosis, hint=str(hint))
 
 
-def has_gpu(accelerator):
-    """A device node of ``accelerator`` is visible here (``/dev/nvidia0`` for cuda, ``/dev/kfd`` for rocm)."""
-    return os.path.exists({"cuda": "/dev/nvidia0", "rocm": "/dev/kfd"}.get(accelerator, "/"))
+def has_gpu(accelerator, dev="/dev"):
+    """A device node of ``accelerator`` is visible here: ``/dev/nvidiaN`` for cuda (a pod's device plugin passes
+    the GPU it allocated, whatever its number), ``/dev/kfd`` for rocm."""
+    try:
+        names = os.listdir(dev)
+    except OSError:
+        return False
+    if accelerator == "cuda":
+        return any(n.startswith("nvidia") and n[len("nvidia") :].isdigit() for n in names)
+    return accelerator == "rocm" and "kfd" in names
 
 
 class Suite:
