@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import pkgutil
+import shutil
 import signal
 import subprocess
 import sys
@@ -509,6 +510,7 @@ def main(argv):
         print(json.dumps(facts, indent=1, sort_keys=True))
         return EXIT_OK
     env = dict(os.environ)
+    own_work = not env.get("MATRIX_SMOKE_DIR")
     work = env.get("MATRIX_SMOKE_DIR") or tempfile.mkdtemp(prefix="vllm-smoke-")
     env["MATRIX_SMOKE_DIR"] = work
     env.setdefault("MATRIX_MODEL_DIR", os.path.join(work, "tiny-llama"))
@@ -518,11 +520,12 @@ def main(argv):
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
             print(f"error: cannot write {path}: {folder} is no writable folder; name a file in one", file=sys.stderr)
             return EXIT_USAGE
-    try:
-        os.makedirs(logs, exist_ok=True)
-    except OSError as exc:
-        print(f"error: --logs {logs}: {exc}; name a writable folder", file=sys.stderr)
-        return EXIT_USAGE
+    for folder, what in ((work, "MATRIX_SMOKE_DIR"), (logs, "--logs")):
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:
+            print(f"error: {what} {folder}: {exc}; name a writable folder", file=sys.stderr)
+            return EXIT_USAGE
     image = args.image or f"host:{sys.executable}"
 
     def on_result(r):
@@ -544,6 +547,8 @@ def main(argv):
         suite.children.kill_all()
         for s, handler in previous.items():
             signal.signal(s, handler)
+        if own_work and args.logs:  # the folder made here holds nothing asked for (the logs are elsewhere)
+            shutil.rmtree(work, ignore_errors=True)
     document = json.dumps(to_json(results), indent=2, default=str)
     if args.junit:
         write(args.junit, junit_xml(results))
