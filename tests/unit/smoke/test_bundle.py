@@ -282,3 +282,13 @@ def test_a_gpu_is_seen_by_any_device_node_of_its_accelerator(tmp_path: Path) -> 
     (tmp_path / "kfd").touch()
     assert standalone.has_gpu("cuda", str(tmp_path)) and standalone.has_gpu("rocm", str(tmp_path))
     assert not standalone.has_gpu("cpu", str(tmp_path))
+
+
+@pytest.mark.subprocess
+def test_host_mode_names_a_bundle_that_printed_no_report(tmp_path: Path) -> None:
+    facts = bundle.facts(CPU, [CheckSpec(name="triton-import", timeout=60), CheckSpec(name="pip-check", timeout=60)])
+    seen: list[CheckResult] = []
+    results = bundle.run_bundle("/bin/false", facts, env={}, log_dir=tmp_path / "logs", on_result=seen.append)
+    assert [r.check for r in results] == ["triton-import", "pip-check"] and not seen
+    assert all(r.status is Status.FAILED and "printed no report (exit 1)" in r.diagnosis for r in results)
+    assert "vllm-smoke-cpu.pyz" in results[0].hint and results[0].image == "host:/bin/false"
