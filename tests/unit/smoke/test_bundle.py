@@ -292,3 +292,27 @@ def test_host_mode_names_a_bundle_that_printed_no_report(tmp_path: Path) -> None
     assert [r.check for r in results] == ["triton-import", "pip-check"] and not seen
     assert all(r.status is Status.FAILED and "printed no report (exit 1)" in r.diagnosis for r in results)
     assert "vllm-smoke-cpu.pyz" in results[0].hint and results[0].image == "host:/bin/false"
+
+
+@pytest.mark.subprocess
+def test_a_serve_step_that_crashes_is_a_failed_check_and_the_report_is_still_written(tmp_path: Path) -> None:
+    facts = bundle.facts(CPU, [CheckSpec(name="tiny-model", timeout=60), CheckSpec(name="serve", timeout=60)])
+    landed: list[dict[str, Any]] = []
+    suite = standalone.Suite(facts, env={}, logs=str(tmp_path), image="img", on_result=landed.append)
+    suite.outcomes["tiny-model"] = {"status": "passed", "facts": {}}
+    model = tmp_path / "model.py"
+    model.write_text("print('MATRIX-MODEL /m')\n")
+    original_argv, original_observe = standalone.self_argv, serving.observe
+    standalone.self_argv = lambda: [sys.executable, str(model)]  # the "model" step prints the model's folder
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("probe exploded")
+
+    serving.observe = broken
+    try:
+        suite.serve()
+    finally:
+        standalone.self_argv, serving.observe = original_argv, original_observe
+    (result,) = landed
+    assert result["status"] == "failed" and "RuntimeError: probe exploded" in result["diagnosis"]
+    assert "probe exploded" in Path(result["log"]).read_text()

@@ -26,12 +26,13 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import xml.etree.ElementTree as ET
 import zipimport
 
 from . import serving
 from .catalogue import DECLARATIONS
-from .common import PACKAGE, parse_results, split_logs
+from .common import PACKAGE, last_error_line, parse_results, split_logs
 
 BUNDLE_FACTS = "bundle_facts.json"
 FACTS_FORMAT = 1
@@ -340,9 +341,14 @@ class Suite:
             seconds = round(time.monotonic() - started, 1)
             return self._land(self._result(serving.CHECK, "failed", why, "read the log", {}, seconds, log))
         spec["model"] = model
-        seen = serving.observe(spec, log, self.env)
-        expected = serving.reference_tokens(self.outcomes)
-        status, diagnosis, hint, facts = serving.judge(seen, spec, expected)
+        try:
+            seen = serving.observe(spec, log, self.env)
+            status, diagnosis, hint, facts = serving.judge(seen, spec, serving.reference_tokens(self.outcomes))
+        except Exception:  # the step fails with it, as a crashed check does; the report is still written
+            text = traceback.format_exc()
+            with open(log, "a", encoding="utf-8") as f:
+                f.write("\n" + text)
+            status, diagnosis, hint, facts = "failed", f"the check crashed: {last_error_line(text)}", "read the log", {}
         seconds = round(time.monotonic() - started, 1)
         self._land(self._result(serving.CHECK, status, diagnosis, hint, facts, seconds, log))
 
