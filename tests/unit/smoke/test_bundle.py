@@ -316,3 +316,13 @@ def test_a_serve_step_that_crashes_is_a_failed_check_and_the_report_is_still_wri
     (result,) = landed
     assert result["status"] == "failed" and "RuntimeError: probe exploded" in result["diagnosis"]
     assert "probe exploded" in Path(result["log"]).read_text()
+
+
+def test_a_report_that_cannot_be_written_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    original = standalone.load_facts
+    standalone.load_facts = lambda: bundle.facts(CPU, [CheckSpec(name="triton-import", timeout=60)])
+    try:
+        code = standalone.main(["--json", str(tmp_path / "missing" / "r.json")])
+    finally:
+        standalone.load_facts = original
+    assert code == standalone.EXIT_USAGE and not (tmp_path / "missing").exists()

@@ -515,17 +515,17 @@ def main(argv):
     if args.facts:
         print(json.dumps(facts, indent=1, sort_keys=True))
         return EXIT_OK
+    for path in [p for p in (args.json_file, args.junit) if p and p != "-"]:
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            print(f"error: cannot write {path}: {folder} is no writable folder; name a file in one", file=sys.stderr)
+            return EXIT_USAGE
     env = dict(os.environ)
     own_work = not env.get("MATRIX_SMOKE_DIR")
     work = env.get("MATRIX_SMOKE_DIR") or tempfile.mkdtemp(prefix="vllm-smoke-")
     env["MATRIX_SMOKE_DIR"] = work
     env.setdefault("MATRIX_MODEL_DIR", os.path.join(work, "tiny-llama"))
     logs = args.logs or os.path.join(work, "logs")
-    for path in [p for p in (args.json_file, args.junit) if p and p != "-"]:
-        folder = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            print(f"error: cannot write {path}: {folder} is no writable folder; name a file in one", file=sys.stderr)
-            return EXIT_USAGE
     for folder, what in ((work, "MATRIX_SMOKE_DIR"), (logs, "--logs")):
         try:
             os.makedirs(folder, exist_ok=True)
