@@ -325,6 +325,9 @@ def test_a_group_reports_each_check_and_timeout_for_the_unfinished(tmp_path: Pat
         def workers(self) -> int:
             return 2
 
+        def step(self, check: CheckSpec, run: Any, log_dir: Path) -> Any:
+            raise AssertionError("this plan has no step")
+
     runner = Runner()
     names = ["pip-check", "offline-generate", "triton-import", "vllm-cli"]
     specs = [CheckSpec(name=n, timeout=5) for n in names]

@@ -15,6 +15,7 @@ from matrixtool.model.profiles import Profile
 from matrixtool.smoke import executor as smoke
 from matrixtool.smoke import plan as smoke_plan
 from matrixtool.smoke import result as smoke_result
+from matrixtool.smoke import runners
 from matrixtool.smoke.plan import Group, ProfileRun, SmokePlan, plan_host, plan_profiles
 from tests.unit._incontainer import incontainer
 
@@ -164,12 +165,26 @@ class RecordingRunner:
     def workers(self) -> int:
         return 1
 
+    def step(self, check: CheckSpec, run: ProfileRun, log_dir: Path) -> runners.Step:
+        with self.lock:
+            self.ran.append(("step", check.name))
+        outcome = smoke_result.CheckResult(
+            variant="cpu", image=self.image, check=check.name, status=smoke_result.Status.PASSED, diagnosis="",
+            hint="", seconds=0.0, profile=run.profile.name,
+        )  # fmt: skip
+        return runners.Skipped(outcome=outcome)
+
 
 def test_the_executor_runs_the_plan_in_its_order(tmp_path: Path) -> None:
-    (_, run) = plan_profiles(cpu(), specs(CPU_FULL), [profile("default"), profile("restricted")]).runs
+    with_serve = [*CPU_FULL[:11], "serve", *CPU_FULL[11:]]
+    (_, run) = plan_profiles(cpu(), specs(with_serve), [profile("default"), profile("restricted")]).runs
+    assert [c.name for c in run.steps] == ["serve"], "serve is a step of the plan, in no group"
     runner = RecordingRunner()
-    results = smoke.execute(run, runner, "cpu", {}, tmp_path, lambda r: None)
-    assert runner.ran == [g.names for g in run.groups]
-    assert [r.check for r in results] == [c.name for c in run.checks]
+    seen: list[str] = []
+    results = smoke.execute(run, runner, "cpu", {}, tmp_path, lambda r: seen.append(r.check))
+    assert runner.ran == [("step", "serve"), *(g.names for g in run.groups)], "the steps start before the groups"
+    assert seen[-1] == "serve", "a step's result is judged once the groups are done"
+    assert [r.check for r in results] == [c.name for c in run.checks], "the plan's order, the step in its place"
     assert {(r.profile, r.status) for r in results} == {("restricted", smoke_result.Status.PASSED)}
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(run.log_name(c.name) for c in run.checks)
+    groups_logs = sorted(run.log_name(c.name) for c in run.checks if c not in run.steps)  # a step logs its own way
+    assert sorted(p.name for p in tmp_path.iterdir()) == groups_logs

@@ -20,6 +20,7 @@ MODULES = (
     "build",
     "run",
     "test",
+    "bundle",
     "ci_matrix",
     "bake",
     "push",

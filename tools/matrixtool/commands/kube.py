@@ -11,8 +11,9 @@ import click
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import outputs
 from matrixtool.core.errors import ConfigError, MatrixError
-from matrixtool.deploy import kube
+from matrixtool.deploy import kube, kube_job
 from matrixtool.model import reference
+from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import Variant
 from matrixtool.model.profiles import ProfileChoice
@@ -29,7 +30,8 @@ class Args:
     """``profiles``: profile names (empty: every profile of each variant); ``image``: the image ref the
     Deployment runs (None: ``<repository>/<variant>:<vLLM version>``); ``report``: a ``--json-file`` report
     of ``run``/``test`` whose ``serve`` results give the measured time to ready per profile; ``out``: the
-    folder written (``<out>/<variant>.<profile>.yaml``)."""
+    folder written (``<out>/<variant>.<profile>.yaml``); ``smoke_job``: instead, the Job that runs the variant's
+    bundle of ``suite`` in a pod of the profile (``kube_job``; ``<out>/<variant>.<profile>.smoke-job.yaml``)."""
 
     variants: tuple[Variant, ...]
     profiles: tuple[str, ...] = ()
@@ -38,6 +40,8 @@ class Args:
     out: Path
     model: str = serve.MODEL_PATH
     model_claim: str = "vllm-models"
+    smoke_job: bool = False
+    suite: str = DEFAULT_SUITE
 
     def __post_init__(self) -> None:
         reference.check_flags(image=self.image)
@@ -77,13 +81,27 @@ def run(args: Args) -> list[Written]:
             docs = kube.manifests(
                 variant=variant.name, profile=profile.name, values=profile.values, image=image, serving=serving
             )
+            name = f"{variant.name}.{profile.name}.yaml"
+            if args.smoke_job:
+                data, deadline = kube_job.bundle_for(variant, args.suite)
+                docs = kube_job.smoke_job(
+                    variant=variant.name,
+                    accelerator=variant.accelerator.value,
+                    profile=profile.name,
+                    values=profile.values,
+                    image=image,
+                    serving=serving,
+                    bundle_data=data,
+                    deadline_s=deadline,
+                )
+                name = f"{variant.name}.{profile.name}.smoke-job.yaml"
             problems = kube.validate(docs)
             strict = profile.name == "restricted"
             if strict:
                 problems += kube.pss_restricted_problems(docs)
             if problems:
                 raise InvalidManifest(f"{variant.name}/{profile.name}: " + "; ".join(problems))
-            path = args.out / f"{variant.name}.{profile.name}.yaml"
+            path = args.out / name
             texts.append((path, kube.to_yaml(docs)))
             written.append(
                 Written(
@@ -115,6 +133,17 @@ def run(args: Args) -> list[Written]:
 )
 @click.option("--model", default=serve.MODEL_PATH, show_default=True, help="The model path the server serves.")
 @click.option("--model-claim", default="vllm-models", show_default=True, help="PersistentVolumeClaim holding it.")
+@click.option(
+    "--smoke-job",
+    is_flag=True,
+    help="Write instead the Job that runs the variant's smoke bundle in a pod of each profile (JSON in its log).",
+)
+@click.option(
+    "--suite",
+    default=DEFAULT_SUITE,
+    show_default=True,
+    help="With --smoke-job: the suite of checks the bundle runs (quick, full).",
+)
 @pass_settings
 def command(
     settings: Settings,
@@ -125,6 +154,8 @@ def command(
     report: Path | None,
     model: str,
     model_claim: str,
+    smoke_job: bool,
+    suite: str,
 ) -> None:
     """Write the Kubernetes manifests (Deployment, Service, NetworkPolicy) that run each variant's image under
     each deployment profile's conditions, to <out>/kube/; validated offline against the Kubernetes schemas
@@ -139,10 +170,17 @@ def command(
             out=settings.out_dir / "kube",
             model=model,
             model_claim=model_claim,
+            smoke_job=smoke_job,
+            suite=suite,
         )
     )
     for w in written:
         pss = "; PSS restricted: ok" if w.pss_restricted else ""
+        if smoke_job:
+            click.echo(
+                f"{w.path}: Kubernetes {kube.K8S_VERSION} schemas: valid{pss}; the Job's log ends with the JSON report"
+            )
+            continue
         click.echo(
             f"{w.path}: Kubernetes {kube.K8S_VERSION} schemas: valid{pss}; startupProbe allows "
             f"{kube.STARTUP_MARGIN:g}x {w.cold_start_s:.0f} s ({w.cold_start_source})"

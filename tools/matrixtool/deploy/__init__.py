@@ -1,1 +1,1 @@
-"""Running images elsewhere: Kubernetes manifests and the CI matrix."""
+"""Running images elsewhere: Kubernetes manifests (a smoke Job among them) and the CI matrix."""

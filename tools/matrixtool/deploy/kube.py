@@ -402,7 +402,7 @@ def validate(docs: Sequence[Mapping[str, Any]], version: str = K8S_VERSION) -> l
 
 
 def pss_restricted_problems(docs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Where a Deployment of ``docs`` breaks the Pod Security Standard "restricted" (and so "baseline").
+    """Where a Deployment or Job of ``docs`` breaks the Pod Security Standard "restricted" (and so "baseline").
 
     The rules, from the standard's table: no host namespaces or hostPath, volume types of ``PSS_VOLUMES``
     only, no privileged container or host ports, ``allowPrivilegeEscalation: false``, ``runAsNonRoot: true``
@@ -410,11 +410,11 @@ def pss_restricted_problems(docs: Sequence[Mapping[str, Any]]) -> list[str]:
     and none added but ``NET_BIND_SERVICE``."""
     problems = []
     for doc in docs:
-        if doc.get("kind") != "Deployment":
+        if doc.get("kind") not in ("Deployment", "Job"):
             continue
         spec = doc["spec"]["template"]["spec"]
         pod_sec = spec.get("securityContext", {})
-        where = f"Deployment {doc['metadata']['name']}"
+        where = f"{doc['kind']} {doc['metadata']['name']}"
         for key in ("hostNetwork", "hostPID", "hostIPC"):
             if spec.get(key):
                 problems.append(f"{where}: {key} is true (host namespaces are forbidden)")

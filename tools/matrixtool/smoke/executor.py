@@ -30,22 +30,17 @@ from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke import hidden, rootcause, serve
+from matrixtool.smoke import bundle, hidden, rootcause, serve
 from matrixtool.smoke.plan import (
     Group,
     ProfileRun,
     check_params,
     check_platform,
-    plan_host,
     plan_profiles,
     profile_run,
 )
 from matrixtool.smoke.result import CheckResult, Status, parse_output_safe, unhidden, verdict
-from matrixtool.smoke.runners import (
-    HostRunner,
-    Runner,
-    container_runner,
-)
+from matrixtool.smoke.runners import Runner, ServeSetup, container_runner
 
 __all__ = ["execute", "host_has_gpu", "run_host_suite", "run_profiles", "run_suite"]
 
@@ -60,11 +55,18 @@ def execute(
     params: Mapping[str, Any],
     log_dir: Path,
     on_result: Callable[[CheckResult], None],
+    earlier: Sequence[CheckResult] = (),
 ) -> list[CheckResult]:
-    """Run ``run``'s groups over ``runner``, up to ``runner.workers()`` execs at once, in the plan's order; results
-    in the order of ``run.checks``, each check's full output in ``log_dir/run.log_name(check)``. A group that
-    times out leaves its unfinished checks ``timeout`` and the runner restarts once the others are done."""
+    """Run ``run``'s plan over ``runner``: its steps (``ProfileRun.steps``, each a ``runner.step``) start first and
+    run beside the groups, up to ``runner.workers()`` execs at once, in the plan's order; each step's result is
+    judged once the groups are done, against ``earlier`` (this command's results of the runs before) and the
+    groups'. Results in the order of ``run.checks``, each check's full output in ``log_dir/run.log_name(check)``.
+    A group that times out leaves its unfinished checks ``timeout`` and the runner restarts once the others are
+    done."""
     outputs.make_dirs(log_dir)
+    steps = [(check, runner.step(check, run, log_dir)) for check in run.steps]
+    for _, step in steps:
+        step.start()
     lock = threading.Lock()
     timed_out = threading.Event()
 
@@ -106,7 +108,11 @@ def execute(
     found = {r.check: unhidden(r, run.checks) for results in finished for r in results}
     if timed_out.is_set():
         runner.restart()  # a hung check may leave processes behind: what runs next starts clean
-    return [found[c.name] for c in run.checks if c.name in found]  # a host-side check (serve) is not in a group
+    for check, step in steps:
+        outcome = step.result(check.timeout, [*earlier, *found.values()])
+        on_result(outcome)
+        found[check.name] = outcome
+    return [found[c.name] for c in run.checks if c.name in found]
 
 
 def in_parallel(jobs: Sequence[J], workers: int, run: Callable[[J], R]) -> list[R]:
@@ -171,47 +177,22 @@ def _in_image(
         announce(run.describe(variant.name))
         if not run.checks:
             continue
-        served = next((c for c in run.checks if c.name == serve.CHECK), None)
-        serving = served is not None and (variant.accelerator is Accelerator.CPU or gpu)
+        served = any(c.name == serve.CHECK for c in run.checks)
+        serving = served and (variant.accelerator is Accelerator.CPU or gpu)
         with contextlib.ExitStack() as stack:
             volume = stack.enter_context(serve.model_volume(client, {OWNER_LABEL: owner()})) if serving else None
             mounts = serve.check_mounts(volume) if volume else {}
             env = serve.check_env() if volume else {}
+            setup = ServeSetup(client=client, variant=variant, volume=volume, gpu=gpu) if served else None
             runner = stack.enter_context(
-                container_runner(client, image, gpu=gpu, profile=run.profile, volumes=mounts, environment=env)
+                container_runner(
+                    client, image, gpu=gpu, profile=run.profile, volumes=mounts, environment=env, serving=setup
+                )
             )
             params = {**base, "rerun": run.rerun, "suite": run.suite}
-            server = None
-            if served is not None and volume is not None:
-                server = serve.ServeRun(client, image, variant, run, runner, volume, log_dir=log_dir, gpu=gpu)
-                stack.callback(server.sweep)
-                server.start()
-            done = execute(run, runner, variant.name, params, log_dir, on_result)
-            if server is not None and served is not None:
-                outcome = server.result(served.timeout, [*results, *done])
-                on_result(outcome)
-                done.insert([c.name for c in run.checks].index(serve.CHECK), outcome)
-            elif served is not None:
-                skipped = _no_gpu_serve(variant, image, run)
-                done.insert([c.name for c in run.checks].index(serve.CHECK), skipped)
-                on_result(skipped)
+            done = execute(run, runner, variant.name, params, log_dir, on_result, earlier=results)
             results += _root_causes(client, image, run, done, announce)
     return results
-
-
-def _no_gpu_serve(variant: Variant, image: str, run: ProfileRun) -> CheckResult:
-    """The serve check of a GPU variant on a host without a GPU: skipped, as every GPU-only check is."""
-    return CheckResult(
-        variant=variant.name,
-        image=image,
-        check=serve.CHECK,
-        status=Status.SKIPPED,
-        diagnosis=f"no GPU visible: the server of a {variant.accelerator.value} variant needs one",
-        hint="",
-        seconds=0.0,
-        profile=run.profile.name,
-        suite=run.suite,
-    )
 
 
 def _root_causes(
@@ -295,15 +276,11 @@ def run_host_suite(
     on_result: Callable[[CheckResult], None] = lambda r: None,
     suite: str = DEFAULT_SUITE,
 ) -> list[CheckResult]:
-    """Run ``checks`` with ``python`` on this machine, no Docker (host mode), with ``variant``'s expectations;
-    ``suite`` (quick / full) is recorded in each result and passed to the checks."""
-    (run,) = plan_host(variant, checks, suite).runs
-    params = {**check_params(variant), "host": True, "suite": suite}
-    results = execute(run, HostRunner(python, env), variant.name, params, log_dir, on_result)
-    if any(c.name == serve.CHECK for c in run.checks):
-        results.append(serve.host_mode_result(variant.name, python, suite))
-        on_result(results[-1])
-    return results
+    """Run ``checks`` with ``python`` on this machine, no Docker (host mode), with ``variant``'s expectations,
+    through the variant's bundle (``bundle.run_bundle``: serve included, as a child process); ``suite`` (quick /
+    full) is recorded in each result and passed to the checks."""
+    facts = bundle.facts(variant, checks, suite, host=True)
+    return bundle.run_bundle(python, facts, env=env, log_dir=log_dir, on_result=on_result)
 
 
 def owner() -> str:

@@ -86,6 +86,12 @@ class ProfileRun:
     suite: str = DEFAULT_SUITE
     log_stem: str
 
+    @property
+    def steps(self) -> tuple[CheckSpec, ...]:
+        """The checks that run beside the groups, each by the runner's own means (``HOST_GROUP``: serve), in
+        report order."""
+        return tuple(c for c in self.checks if CHECKS[c.name].group == HOST_GROUP)
+
     def log_name(self, check: str) -> str:
         """The file name of ``check``'s log."""
         return f"{self.log_stem}.{check}.log"

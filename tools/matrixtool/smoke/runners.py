@@ -1,5 +1,7 @@
 """Where the smoke checks run, behind one interface (``Runner``): in a container of the image (``ContainerRunner``,
-on ``container.TrackedContainer``) or in a Python environment of this machine (``HostRunner``).
+on ``container.TrackedContainer``). A check of the plan that runs beside the groups (``ProfileRun.steps``: serve)
+is a ``Step`` the runner makes: a server container of the image here. On a host or in a pod the whole plan runs
+in the bundle (``smoke.bundle``, ``vllm_smoke.standalone``), whose serve step is a child ``vllm serve`` process.
 
 The checks are the package ``incontainer/vllm_smoke``; it travels as a zipapp written once per container to the
 tool's own tmpfs ``SMOKE_DIR`` (one exec, the bytes as an argument: nothing is written to the image's root, so a
@@ -15,25 +17,24 @@ import functools
 import io
 import json
 import os
-import subprocess
-import threading
-import time
 import zipapp
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 import docker
 import docker.types
 
-from matrixtool.core.bounded import BoundedOutput
 from matrixtool.core.container import OWNER_ENV_VAR, ContainerSpec, TrackedContainer
 from matrixtool.model import profiles
-from matrixtool.model.model import CheckSpec
+from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke.plan import KILL_GRACE, group_timeout
+from matrixtool.smoke import serve
+from matrixtool.smoke.plan import KILL_GRACE, ProfileRun, group_timeout
+from matrixtool.smoke.result import CheckResult, Status
 
-# The folder holding the in-image package ``vllm_smoke`` (host mode imports it from here).
+# The folder holding the in-image package ``vllm_smoke`` (the zipapp and the bundle are made from it).
 CHECKS_DIR = Path(__file__).parent.parent / "incontainer"
 PACKAGE_DIR = CHECKS_DIR / "vllm_smoke"
 # The checks' work dir (tiny model, generate script): a tmpfs of the tool's own, writable by any UID under
@@ -43,8 +44,6 @@ SMOKE_TMPFS = "rw,nosuid,nodev,size=1g,mode=1777"
 ZIPAPP = f"{SMOKE_DIR}/smoke.pyz"
 # Writes argv[2] (base64) to the file argv[1]: how the zipapp gets into the container (Python >= 3.9, stdlib).
 WRITE_FILE = "import base64, sys; open(sys.argv[1], 'wb').write(base64.b64decode(sys.argv[2]))"
-# Host mode: import the package from the checkout (argv[1]) and run it.
-HOST_BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from vllm_smoke.runner import entry; sys.exit(entry())"
 # vLLM's CPU backend asked for 160 MiB of /dev/shm; Docker's default is 64 MB.
 INSTALL_DEADLINE = 120  # seconds
 NO_HEALTHCHECK = {"test": ["NONE"]}
@@ -67,23 +66,13 @@ def install_argv() -> list[str]:
     return ["python3", "-c", WRITE_FILE, ZIPAPP, base64.b64encode(zipapp_bytes()).decode()]
 
 
-def exec_argv(
-    checks: Sequence[CheckSpec],
-    params: Mapping[str, Any],
-    *,
-    python: str = "python3",
-    package_dir: str | None = None,
-) -> list[str]:
-    """The command that runs ``checks`` in one interpreter (in the container, or on the host), bounded by the sum
-    of their timeouts (seconds); each check's own timeout travels in the parameters (``timeouts``), which the
-    in-image runner enforces per check (``vllm_smoke.runner``).
-
-    ``package_dir``: the folder holding ``vllm_smoke`` (host mode); None runs the zipapp ``ZIPAPP`` (containers).
-    """
-    program = [ZIPAPP] if package_dir is None else ["-c", HOST_BOOT, package_dir]
+def exec_argv(checks: Sequence[CheckSpec], params: Mapping[str, Any], *, python: str = "python3") -> list[str]:
+    """The command that runs ``checks`` in one interpreter of the container (the zipapp ``ZIPAPP``), bounded by the
+    sum of their timeouts (seconds); each check's own timeout travels in the parameters (``timeouts``), which the
+    in-image runner enforces per check (``vllm_smoke.runner``)."""
     return [
         "timeout", "-k", str(KILL_GRACE), str(group_timeout(checks)),
-        python, *program, "run", ",".join(c.name for c in checks),
+        python, ZIPAPP, "run", ",".join(c.name for c in checks),
         json.dumps({**params, "timeouts": {c.name: c.timeout for c in checks}}, sort_keys=True),
     ]  # fmt: skip
 
@@ -124,12 +113,49 @@ def container_kwargs(image: str, session: str, *, gpu: bool = False, profile: Pr
     return spec.run_kwargs(session=session, owner=os.environ.get(OWNER_ENV_VAR, ""))
 
 
+class Step(Protocol):
+    """A check of the plan that runs beside the groups, by the runner's own means (``ProfileRun.steps``): ``start``
+    begins it before the groups; ``result`` waits for it (up to ``timeout_s`` seconds since its start) and judges it
+    against ``results``, those of the same command so far (offline-generate's tokens, for serve)."""
+
+    def start(self) -> None: ...
+
+    def result(self, timeout_s: float, results: Sequence[CheckResult]) -> CheckResult: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Skipped:
+    """A step that does not run here, and why (``outcome``: its result, skipped)."""
+
+    outcome: CheckResult
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def result(self, timeout_s: float, results: Sequence[CheckResult]) -> CheckResult:
+        """The skip."""
+        return self.outcome
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeSetup:
+    """What the serve step of a container run needs: the engine, the variant, the model ``volume`` the check
+    container mounts (None: no server can run here, a GPU variant without a GPU), ``gpu`` passed through."""
+
+    client: docker.DockerClient
+    variant: Variant
+    volume: str | None
+    gpu: bool = False
+
+
 class Runner(Protocol):
     """Where a group of checks runs: ``image`` names it in the results; ``exec`` returns (exit code, output) or
     (None, the output so far) past ``deadline_s`` seconds; ``restart`` gives what runs next a clean start after
-    a group timed out; ``workers``: how many groups may run at once."""
+    a group timed out; ``workers``: how many groups may run at once; ``step`` makes a check of the plan's steps."""
 
     image: str
+
+    def step(self, check: CheckSpec, run: ProfileRun, log_dir: Path) -> Step: ...
 
     def argv(self, checks: Sequence[CheckSpec], params: Mapping[str, Any]) -> list[str]: ...
 
@@ -143,10 +169,40 @@ class Runner(Protocol):
 class ContainerRunner:
     """Runs the checks in a tracked container of the image (``container_spec``), the zipapp installed."""
 
-    def __init__(self, box: TrackedContainer, profile: Profile) -> None:
+    def __init__(self, box: TrackedContainer, profile: Profile, serving: ServeSetup | None = None) -> None:
         self.box = box
         self.profile = profile
         self.image = box.spec.image
+        self.serving = serving
+        self.servers: list[serve.ServeRun] = []
+
+    def step(self, check: CheckSpec, run: ProfileRun, log_dir: Path) -> Step:
+        """The serve step (``serve.ServeRun``: the image's server container of this profile, the tiny model made
+        in this container's volume), or ``Skipped`` where no server can run here (a GPU variant, no GPU).
+
+        Raises ValueError for a check that is no step of a container run."""
+        setup = self.serving
+        if check.name != serve.CHECK or setup is None:
+            raise ValueError(f"{check.name} is no step this runner runs")
+        if setup.volume is None:
+            accelerator = setup.variant.accelerator.value
+            why = f"no GPU visible: the server of a {accelerator} variant needs one"
+            skipped = CheckResult(
+                variant=setup.variant.name, image=self.image, check=check.name, status=Status.SKIPPED,
+                diagnosis=why, hint="", seconds=0.0, profile=run.profile.name, suite=run.suite,
+            )  # fmt: skip
+            return Skipped(outcome=skipped)
+        server = serve.ServeRun(
+            setup.client, self.image, setup.variant, run, self, setup.volume, log_dir=log_dir, zipapp=ZIPAPP,
+            gpu=setup.gpu,
+        )  # fmt: skip
+        self.servers.append(server)
+        return server
+
+    def sweep(self) -> None:
+        """Remove the containers of every server this runner started."""
+        for server in self.servers:
+            server.sweep()
 
     def install(self) -> None:
         """Write the checks' zipapp to ``ZIPAPP`` (the tool's tmpfs) with one exec; a failure shows in each check's
@@ -180,70 +236,18 @@ def container_runner(
     profile: Profile,
     volumes: Mapping[str, Mapping[str, str]] | None = None,
     environment: Mapping[str, str] | None = None,
+    serving: ServeSetup | None = None,
 ) -> Iterator[ContainerRunner]:
-    """A ``ContainerRunner`` in a fresh container of ``image`` (a session of its own), removed on the way out;
-    ``volumes``/``environment`` as ``container_spec``.
+    """A ``ContainerRunner`` in a fresh container of ``image`` (a session of its own), removed on the way out with
+    the server containers of its steps; ``volumes``/``environment`` as ``container_spec``; ``serving``: what its
+    serve step needs (None: the run has none).
 
     Raises as ``TrackedContainer.start`` (WrongPlatformError on ``exec format error``)."""
     spec = container_spec(image, gpu=gpu, profile=profile, volumes=volumes, environment=environment)
     with TrackedContainer(client, spec) as box:
-        runner = ContainerRunner(box, profile)
-        runner.install()
-        yield runner
-
-
-class HostRunner:
-    """Runs the checks in a Python environment of this machine (host mode: bare-metal GPU runners)."""
-
-    def __init__(self, python: str, env: Mapping[str, str]) -> None:
-        self.python = python
-        self.env = dict(env)
-        self.image = f"host:{python}"
-
-    def restart(self) -> None:
-        """Nothing to restart: a timed-out check was killed with its process group by ``timeout``."""
-
-    def argv(self, checks: Sequence[CheckSpec], params: Mapping[str, Any]) -> list[str]:
-        """The host command for ``checks``: this checkout's package under ``self.python``."""
-        return exec_argv(checks, params, python=self.python, package_dir=str(CHECKS_DIR))
-
-    def workers(self) -> int:
-        """How many groups may run at once: this machine's CPUs."""
-        return os.cpu_count() or 1
-
-    def exec(self, argv: list[str], env: Mapping[str, str], deadline_s: float) -> tuple[int | None, str]:
-        """Run ``argv`` here: (exit code, stdout then stderr), or (None, the stdout so far; the process killed)
-        past ``deadline_s`` seconds. Each stream is bounded (``bounded.DEFAULT_LIMIT``)."""
-        out, err = BoundedOutput(), BoundedOutput()
-        ends = time.monotonic() + deadline_s
-        proc = subprocess.Popen(argv, env={**self.env, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        readers = [_reader(proc.stdout, out), _reader(proc.stderr, err)]
+        runner = ContainerRunner(box, profile, serving)
         try:
-            proc.wait(deadline_s)
-            for reader in readers:  # a child of the process may hold the pipes past its exit
-                reader.join(max(0.0, ends - time.monotonic()))
-            finished = not any(reader.is_alive() for reader in readers)
-        except subprocess.TimeoutExpired:
-            finished = False
-        if not finished:
-            proc.kill()
-            proc.wait()
-            return None, _newlines(out.text())
-        return proc.returncode, _newlines(out.text()) + _newlines(err.text())
-
-
-def _reader(stream: IO[bytes] | None, sink: BoundedOutput) -> threading.Thread:
-    def pump() -> None:
-        assert stream is not None
-        with stream:
-            for chunk in iter(lambda: os.read(stream.fileno(), 1 << 16), b""):
-                sink.feed(chunk)
-
-    thread = threading.Thread(target=pump, daemon=True)
-    thread.start()
-    return thread
-
-
-def _newlines(text: str) -> str:
-    """Universal newlines, as ``subprocess``'s text mode reads them."""
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+            runner.install()
+            yield runner
+        finally:
+            runner.sweep()

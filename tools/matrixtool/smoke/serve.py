@@ -32,6 +32,7 @@ import docker.types
 
 from matrixtool.core import jsontext, outputs
 from matrixtool.core.container import ContainerSpec, TrackedContainer
+from matrixtool.incontainer.vllm_smoke import serving
 from matrixtool.incontainer.vllm_smoke.programs import generate, serve_probe
 from matrixtool.incontainer.vllm_smoke.vllmchecks import root_cause
 from matrixtool.model import profiles
@@ -64,14 +65,8 @@ STREAM_TOKENS = 200  # the stop contract's in-flight stream (the tiny model's co
 FIRST_CHUNK_S = 120.0
 PROMPT = generate.PROMPTS[0]
 MAX_TOKENS = 8
-# Lines of vLLM's start-up log that open a phase (time to ready, per phase).
-PHASES = (
-    ("cli", "non-default args"),
-    ("engine core", "Initializing a V1 LLM engine"),
-    ("model load", "Starting to load model"),
-    ("compile/warm-up", "Warming up model"),
-    ("api server", "Starting vLLM server"),
-)
+# Lines of vLLM's start-up log that open a phase (time to ready, per phase): the bundle's, shared.
+PHASES: tuple[tuple[str, str], ...] = serving.PHASES
 PROBE_SOURCE = Path(serve_probe.__file__).read_text(encoding="utf-8")
 # The in-image package is untyped (stdlib, Python >= 3.9): its functions as this module calls them.
 _health: Callable[[str], dict[str, Any]] = serve_probe.health
@@ -79,6 +74,15 @@ _probe: Callable[[str, dict[str, Any]], dict[str, Any]] = serve_probe.probe
 _stream: Callable[..., dict[str, Any]] = serve_probe.stream
 _completion_body: Callable[[Mapping[str, Any], bool], dict[str, Any]] = serve_probe.completion_body
 _root_cause: Callable[[str], str | None] = root_cause
+# What the container check and the bundle's process-level check read alike (``vllm_smoke.serving``).
+phases_seen: Callable[[str, float, dict[str, float]], None] = serving.phases_seen
+shutdown_errors: Callable[[str], list[str]] = serving.shutdown_errors
+stream_outcome: Callable[[Mapping[str, Any]], str] = serving.stream_outcome
+counted_requests: Callable[[str], int] = serving.counted_requests
+_choice: Callable[[Mapping[str, Any]], dict[str, Any]] = serving.choice
+_streamed: Callable[[Mapping[str, Any]], tuple[str, list[int]]] = serving.streamed
+SHUTDOWN_ERRORS: tuple[str, ...] = serving.SHUTDOWN_ERRORS
+GENERATION_REQUESTS: int = serving.GENERATION_REQUESTS
 FIRST_FILE = "/run/matrix-probe/first"
 # A command run against each server with a published port once ready, before the check's own probes (its URL
 # appended); non-zero fails the check. The integration tests run the official openai client so.
@@ -272,13 +276,6 @@ class Observed:
     log: str = ""
     client: Mapping[str, Any] = field(default_factory=dict)
     health: Mapping[str, Any] = field(default_factory=dict)
-
-
-def phases_seen(log: str, seconds: float, seen: dict[str, float]) -> None:
-    """Record in ``seen`` each phase (``PHASES``) whose opening line is in ``log`` for the first time at ``seconds``."""
-    for name, marker in PHASES:
-        if name not in seen and marker in log:
-            seen[name] = round(seconds, 1)
 
 
 def startup_cause(log: str) -> str:
@@ -498,57 +495,6 @@ def stop_contract(server: TrackedContainer, prober: Prober, grace_s: int) -> dic
     }
 
 
-# vLLM's error lines while it stops on SIGTERM (the engine core is torn down under the API server's output
-# handler): reported, not failed on, as the contract is the exit code and the time.
-SHUTDOWN_ERRORS = ("output_handler failed", "EngineDeadError", "leaked shared_memory")
-
-
-def shutdown_errors(log: str) -> list[str]:
-    """The lines of ``log`` after vLLM's "[shutdown]" start that name one of ``SHUTDOWN_ERRORS`` (first 3)."""
-    _, _, after = log.partition("[shutdown]")
-    found = [line.strip() for line in after.splitlines() if any(e in line for e in SHUTDOWN_ERRORS)]
-    return found[:3]
-
-
-def stream_outcome(stream: Mapping[str, Any]) -> str:
-    """How the stop contract's stream ended, in words, from ``serve_probe.stream``'s result."""
-    chunks = len(stream.get("chunks") or [])
-    if stream.get("done"):
-        return f"completed ([DONE] after {chunks} chunks)"
-    if stream.get("error"):
-        return f"cut after {chunks} chunks: {stream['error']}"
-    return f"closed after {chunks} chunks without [DONE]"
-
-
-def _choice(answer: Mapping[str, Any]) -> dict[str, Any]:
-    """The first choice of a JSON answer's body ({} when unreadable)."""
-    try:
-        return dict(jsontext.loads(answer.get("body") or "{}")["choices"][0])
-    except (ValueError, KeyError, IndexError, TypeError):
-        return {}
-
-
-def _streamed(stream: Mapping[str, Any]) -> tuple[str, list[int]]:
-    """The text and token ids of a streamed completion, its chunks joined."""
-    text, tokens = "", []
-    for chunk in stream.get("chunks") or []:
-        with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
-            choice = jsontext.loads(chunk)["choices"][0]
-            text += choice.get("text") or ""
-            tokens += list(choice.get("token_ids") or [])
-    return text, tokens
-
-
-def counted_requests(metrics: str) -> int:
-    """The finished requests vLLM's /metrics counts (``vllm:request_success_total``, every finished_reason)."""
-    total = 0.0
-    for line in metrics.splitlines():
-        if line.startswith("vllm:request_success_total"):
-            with contextlib.suppress(ValueError):
-                total += float(line.rsplit(" ", 1)[1])
-    return int(total)
-
-
 def _failed_route(probes: Mapping[str, Any]) -> str | None:
     """The first route that did not answer 200, in words; None when every one did."""
     for key, answer in probes.items():
@@ -568,8 +514,6 @@ ROUTES = {
     "version": "GET /version",
     "metrics": "GET /metrics",
 }
-# Requests of ``serve_probe.probe`` that the engine finishes (completion, stream, chat).
-GENERATION_REQUESTS = 3
 
 
 def judge(
@@ -747,9 +691,10 @@ MODEL_DEADLINE_S = 600.0
 
 
 class ServeRun:
-    """The serve check of one profile run, beside the check container's groups: ``start`` makes the tiny model
-    in ``runner``'s container (its volume) and starts the server on a daemon thread; ``result`` waits for it and
-    judges. Its containers carry a session of their own (``sweep`` removes them)."""
+    """The serve check of one profile run, beside the check container's groups (the container runner's step):
+    ``start`` makes the tiny model in ``runner``'s container (its volume; ``zipapp``: the check package's path
+    there) and starts the server on a daemon thread; ``result`` waits for it and judges. Its containers carry a
+    session of their own (``sweep`` removes them)."""
 
     def __init__(
         self,
@@ -761,10 +706,11 @@ class ServeRun:
         volume: str,
         *,
         log_dir: Path,
+        zipapp: str,
         gpu: bool = False,
     ) -> None:
         self.client, self.image, self.variant, self.run, self.runner = client, image, variant, run, runner
-        self.volume, self.log_dir, self.gpu = volume, log_dir, gpu
+        self.volume, self.log_dir, self.gpu, self.zipapp = volume, log_dir, gpu, zipapp
         self.session = uuid.uuid4().hex[:12]
         self.seen: Observed | None = None
         self.error: str | None = None
@@ -778,10 +724,8 @@ class ServeRun:
         self.thread.start()
 
     def _work(self) -> None:
-        from matrixtool.smoke.runners import ZIPAPP
-
         try:
-            code, output = self.runner.exec(["python3", "-c", ENSURE_MODEL, ZIPAPP], {}, MODEL_DEADLINE_S)
+            code, output = self.runner.exec(["python3", "-c", ENSURE_MODEL, self.zipapp], {}, MODEL_DEADLINE_S)
             if "MATRIX-MODEL " not in output:
                 tail = " | ".join(output.strip().splitlines()[-2:])
                 self.error = f"making the tiny model for the server fails (exit {code}): {tail}"
@@ -850,17 +794,3 @@ class ServeRun:
             profile=self.run.profile.name,
             suite=self.run.suite,
         )
-
-
-def host_mode_result(variant: str, python: str, suite: str) -> CheckResult:
-    """The serve check in host mode: skipped (it starts the image; there is none)."""
-    return CheckResult(
-        variant=variant,
-        image=f"host:{python}",
-        check=CHECK,
-        status=Status.SKIPPED,
-        diagnosis="serve starts the image's server in a container: host mode has no image",
-        hint="",
-        seconds=0.0,
-        suite=suite,
-    )

@@ -119,10 +119,21 @@ def run(names, params):
 def main(argv):
     """``[prog, "run", "A,B", PARAMS_JSON]``, or ``[prog, "A", PARAMS_JSON]`` for one check; the exit status.
 
-    ``[prog, "catalogue"]`` prints the declarations as JSON."""
+    ``[prog, "catalogue"]`` prints the declarations as JSON; ``[prog, "model"]`` makes the tiny model (once) and
+    prints ``MATRIX-MODEL <folder>``; ``[prog]`` or ``[prog, --flag ...]`` is a bundle's whole suite
+    (``standalone``)."""
     args = list(argv[1:])
-    if args and args[0] == "catalogue":
+    if not args or args[0].startswith("-"):
+        from .standalone import main as suite
+
+        return suite(args)
+    if args[0] == "catalogue":
         print(json.dumps({n: d.as_dict() for n, d in DECLARATIONS.items()}, indent=1))
+        return 0
+    if args[0] == "model":
+        from .vllmchecks import ensure_model
+
+        print("MATRIX-MODEL " + ensure_model(), flush=True)
         return 0
     if args and args[0] == "run":
         args = args[1:]

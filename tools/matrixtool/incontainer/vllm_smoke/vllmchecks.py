@@ -552,7 +552,9 @@ def check_vllm_cli(params):
         "stream == non-stream, chat, /metrics counts, /version, the image's own HEALTHCHECK run as Docker runs "
         "it; `docker stop` during a stream exits 0/143 "
         "within the grace, PID 1 the server. Probed from outside: the host's published port, or a client "
-        "container in its network namespace"
+        "container in its network namespace. On a host or in a pod (the bundle): `vllm serve` as a child "
+        "process on a loopback port, SIGTERM during a stream exits 0/-15 within the grace, its process group "
+        "left empty"
     ),
     classes=(15, 16, 17, 18, 19, 20, 22),
     reports=(f"{_VLLM}/issues/14888",),
@@ -564,5 +566,6 @@ def check_vllm_cli(params):
     group=HOST_GROUP,
 )
 def check_serve(params):
-    """Runs on the host (``matrixtool.serve``): its server and probes are containers of their own."""
-    return result("failed", "serve runs on the host (tools/matrix), not inside the image", None)
+    """Never called: serve is a step of the plan that its runner runs (a server container of the image,
+    ``matrixtool.smoke.serve``; in the bundle a child process, ``serving``), in no interpreter of the checks."""
+    return result("failed", "serve is run by the runner (tools/matrix, or the bundle), not inside a check group", None)

@@ -1,0 +1,328 @@
+"""The bundle's pure parts: the facts it carries, the archive, its flags, its report (the same table and JSON as
+the tool's), the verdicts, and the process-level serve judgement and stop contract."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from matrixtool import report
+from matrixtool.incontainer.vllm_smoke import serving as _serving
+from matrixtool.incontainer.vllm_smoke import standalone as _standalone
+from matrixtool.model.checks import CHECKS
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import CheckSpec
+from matrixtool.smoke import bundle, serve
+from matrixtool.smoke import runners as smoke_runners
+from matrixtool.smoke.plan import check_params, plan_host
+from matrixtool.smoke.result import CheckResult, Status, verdict
+
+# The in-image package is untyped (stdlib, Python >= 3.9).
+serving: Any = _serving
+standalone: Any = _standalone
+CPU = next(v for v in load_matrix().variants if v.name == "cpu")
+CUDA = next(v for v in load_matrix().variants if v.name == "cuda")
+
+
+def _facts(variant: Any = CPU, suite: str = "full") -> dict[str, Any]:
+    return bundle.facts(variant, list(variant.checks), suite)
+
+
+def _members(archive: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(archive)) as z:
+        return {name: z.read(name) for name in z.namelist()}
+
+
+def test_the_facts_are_the_variants_plan_and_pins() -> None:
+    facts = _facts()
+    (run,) = plan_host(CPU, list(CPU.checks)).runs
+    assert facts["variant"] == "cpu" and facts["accelerator"] == "cpu"
+    assert facts["params"] == {**check_params(CPU), "host": False, "suite": "full", "rerun": False}
+    assert facts["checks"] == [{"name": c.name, "timeout": c.timeout} for c in CPU.checks]
+    assert facts["groups"] == [list(g.names) for g in run.groups]
+    assert "serve" not in {n for g in facts["groups"] for n in g}, "serve is the bundle's own step, in no group"
+    assert facts["pins"]["vllm"] == str(CPU.vllm.version) and facts["pins"]["triton"] == CPU.triton.value
+    options = facts["serve"]["options"]
+    assert options == [*serve.SERVE_OPTIONS, *serve.MODEL_OPTIONS], "the container check's serve line"
+    assert facts["serve"]["stop_grace_s"] == (CPU.stop_grace_s or serve.STOP_GRACE_S)
+    assert "--enforce-eager" in _facts(suite="quick")["serve"]["options"]
+    assert bundle.facts(CPU, list(CPU.checks), host=True)["params"]["host"] is True
+    assert _facts(CUDA)["params"]["accelerator"] == "cuda"
+
+
+def test_the_archive_carries_the_package_and_the_facts_and_is_reproducible() -> None:
+    facts = _facts()
+    data = bundle.bundle_bytes(facts)
+    assert data.startswith(b"#!/usr/bin/env python3\n")
+    members = _members(data)
+    assert json.loads(members["vllm_smoke/bundle_facts.json"]) == facts
+    assert b"sys.exit(entry())" in members["__main__.py"], "the suite's exit status is the archive's"
+    package = {p.relative_to(smoke_runners.CHECKS_DIR).as_posix() for p in smoke_runners.PACKAGE_DIR.rglob("*.py")}
+    assert package - {n for n in package if "__pycache__" in n} <= set(members)
+    assert not [n for n in members if "__pycache__" in n or n.endswith(".pyc")]
+    assert bundle.bundle_bytes(facts) == data, "the same facts give the same bytes"
+    assert bundle.bundle_bytes(_facts(suite="quick")) != data
+
+
+def test_flags_parse_and_bad_ones_are_one_message() -> None:
+    args = standalone.parse_args(["--json", "r.json", "--junit", "j.xml", "--logs", "/l"])
+    assert (args.json_file, args.junit, args.logs, args.facts) == ("r.json", "j.xml", "/l", False)
+    assert standalone.parse_args([]).json_file is None, "no argument is needed"
+    with pytest.raises(standalone.UsageError, match="unrecognized arguments: --bogus"):
+        standalone.parse_args(["--bogus"])
+
+
+@pytest.mark.subprocess
+def test_the_bundle_runs_with_python_alone_and_exits_by_its_result(tmp_path: Path) -> None:
+    facts = bundle.facts(CPU, [CheckSpec(name="triton-import", timeout=60)], host=True)
+    path = tmp_path / "b.pyz"
+    path.write_bytes(bundle.bundle_bytes(facts))
+    env = {"PATH": os.environ["PATH"], "MATRIX_SMOKE_DIR": str(tmp_path / "work")}
+    argv = [sys.executable, str(path), "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml")]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    doc = json.loads((tmp_path / "r.json").read_text())
+    (only,) = doc["checks"]
+    assert only["check"] == "triton-import" and only["image"] == f"host:{sys.executable}"
+    assert proc.returncode == (0 if doc["ok"] else standalone.EXIT_SMOKE), proc.stderr
+    assert "suite: full" in proc.stdout and "triton-import" in proc.stdout
+    assert "<testcase" in (tmp_path / "j.xml").read_text()
+    plain = tmp_path / "plain.pyz"  # the container package: no facts
+    plain.write_bytes(bundle.bundle_bytes(facts).replace(b"bundle_facts.json", b"bundle_factsXjson"))
+    proc = subprocess.run([sys.executable, str(plain)], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == standalone.EXIT_USAGE and "tools/matrix bundle VARIANT" in proc.stderr
+
+
+def _results() -> list[dict[str, Any]]:
+    base = {"variant": "cpu", "profile": "default", "image": "host:/py", "facts": {}, "suite": "full"}
+    return [
+        {**base, "check": "torch-import", "status": "passed", "diagnosis": "torch 2.9", "hint": "", "seconds": 1.23,
+         "log": "/l/cpu.torch-import.log"},
+        {**base, "check": "vllm-import", "status": "failed", "diagnosis": "x " * 80, "hint": "fix it", "seconds": 9.0,
+         "log": "/l/cpu.vllm-import.log", "facts": {"a": [1]}},
+        {**base, "check": "tiny-model", "status": "skipped", "diagnosis": "vllm-import failed", "hint": "",
+         "seconds": 0.0, "log": None},
+        {**base, "check": "offline-generate", "status": "timeout", "diagnosis": "no result within 900 s",
+         "hint": "h", "seconds": 900.04, "log": "/l/o.log"},
+    ]  # fmt: skip
+
+
+def test_the_table_json_and_junit_are_the_tools_own() -> None:
+    results = _results()
+    run = report.RunReport(checks=[bundle.result_of(r) for r in results])
+    assert standalone.table(results) == report.table(run)
+    assert json.loads(json.dumps(standalone.to_json(results))) == json.loads(report.to_json_text(run))
+    passed = [results[0]]
+    assert standalone.table(passed) == report.table(report.RunReport(checks=[bundle.result_of(passed[0])]))
+    xml = standalone.junit_xml(results)
+    assert xml.count("<testcase") == 4 and 'failures="1"' in xml and 'errors="1"' in xml and 'skipped="1"' in xml
+
+
+def test_verdicts_read_exit_codes_and_output_as_the_tool_does() -> None:
+    line = '\nMATRIX-RESULT {"check": "pip-check", "status": "failed", "diagnosis": "d", "hint": null, "facts": {}}\n'
+    cases = [(0, line, 1.0), (124, "", 5.0), (137, "", 1.0), (137, "", 99.0), (0, "garbage", 1.0), (1, "", 1.0)]
+    for code, output, seconds in cases:
+        ours = standalone.verdict("pip-check", code, output, 60, seconds)
+        tools = verdict("pip-check", code, output, 60, seconds)
+        assert ours[0] == tools[0].value and ours[1] == tools[1], (code, output)
+
+
+def test_a_skip_never_hides_a_failure() -> None:
+    skipped = {"status": "skipped", "diagnosis": "tiny-model failed", "hint": "",
+               "facts": {"failed_need": "tiny-model", "need_diagnosis": "no disk"}}  # fmt: skip
+    assert standalone.unhidden(skipped, ["tiny-model", "serve"]) is skipped
+    shown = standalone.unhidden(skipped, ["serve"])
+    assert shown["status"] == "failed" and "tiny-model failed here: no disk" in shown["diagnosis"]
+    assert shown["hint"] == CHECKS["tiny-model"].hint
+
+
+GOOD_STOP = {"grace_s": 30, "in_flight": True, "exit_code": 0, "seconds": 2.0, "left_in_group": []}
+SPEC = {"model": "/w/tiny-llama", "ready_timeout_s": 1200, "vllm_version": "0.32.0"}
+
+
+def _probes(tokens: list[int]) -> dict[str, Any]:
+    def answer(body: Any) -> dict[str, Any]:
+        return {"status": 200, "body": body if isinstance(body, str) else json.dumps(body), "error": None}
+
+    chunks = [json.dumps({"choices": [{"text": "a", "token_ids": tokens[:1]}]}),
+              json.dumps({"choices": [{"text": "bc", "token_ids": tokens[1:]}]})]  # fmt: skip
+    return {
+        "metrics_before": answer(""),
+        "models": answer({"data": [{"id": SPEC["model"]}]}),
+        "completion": answer({"choices": [{"text": "abc", "token_ids": tokens}]}),
+        "stream": {"status": 200, "chunks": chunks, "done": True, "error": None},
+        "chat": answer({"choices": [{"message": {"content": "hi"}}]}),
+        "version": answer({"version": "0.32.0"}),
+        "metrics": answer('vllm:request_success_total{finished_reason="length"} 3.0\n'),
+    }
+
+
+def test_the_process_server_is_judged_as_the_container_one() -> None:
+    seen = {"ready_s": 90.0, "probes": _probes([1, 2, 3]), "stop": GOOD_STOP, "argv": ["vllm", "serve"]}
+    status, diagnosis, _, facts = serving.judge(seen, SPEC, [1, 2, 3])
+    assert status == "passed" and "no process left" in diagnosis, diagnosis
+    assert facts["tokens"] == [1, 2, 3] and facts["metrics_requests"] == 3 and facts["version"] == "0.32.0"
+    cases = {
+        "differ from offline-generate's eager": ({**seen, "probes": _probes([1, 2, 4])}, [1, 2, 3]),
+        "SIGTERM during a stream: exit 1": ({**seen, "stop": {**GOOD_STOP, "exit_code": 1}}, None),
+        "no exit within the 30 s grace": ({**seen, "stop": {**GOOD_STOP, "killed_after_grace": True}}, None),
+        "over the 30 s grace": ({**seen, "stop": {**GOOD_STOP, "seconds": 31}}, None),
+        "no streaming request was in flight": ({**seen, "stop": {**GOOD_STOP, "in_flight": False}}, None),
+        "1 process(es) of the server's group left": (
+            {**seen, "stop": {**GOOD_STOP, "left_in_group": [{"pid": 7, "cmd": "VLLM::EngineCore"}]}},
+            None,
+        ),
+    }
+    for needle, (case, expected) in cases.items():
+        status, diagnosis, _, _ = serving.judge(case, SPEC, expected)
+        assert status == "failed" and needle in diagnosis, (needle, diagnosis)
+    assert serving.judge({**seen, "stop": {**GOOD_STOP, "exit_code": -signal.SIGTERM}}, SPEC, None)[0] == "passed"
+
+
+def test_a_server_that_exits_before_ready_names_its_exit_and_cause() -> None:
+    log = "INFO start\nRuntimeError: Insufficient space in /dev/shm\nRuntimeError: Engine core initialization failed.\n"
+    status, diagnosis, _, facts = serving.judge({"ready_s": None, "exit_code": 1, "log": log}, SPEC, None)
+    assert status == "failed" and "exited (1) before it was ready" in diagnosis and "/dev/shm" in diagnosis
+    assert facts["exit_code"] == 1 and "Insufficient space" in facts["log_tail"]
+
+
+def test_group_members_reads_the_process_group_from_proc(tmp_path: Path) -> None:
+    def proc(pid: int, comm: str, state: str, pgid: int, cmd: bytes) -> None:
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} ({comm}) {state} 1 {pgid} {pgid} 0 -1")
+        (tmp_path / str(pid) / "cmdline").write_bytes(cmd)
+
+    proc(10, "vllm", "S", 10, b"vllm\0serve\0/m")
+    proc(11, "VLLM::Engine Core", "R", 10, b"VLLM::EngineCore")  # a command name with a space and a ')'-free tail
+    proc(12, "zombie", "Z", 10, b"")
+    proc(13, "other", "S", 99, b"other")
+    (tmp_path / "self").mkdir()
+    found = serving.group_members(10, proc_root=str(tmp_path))
+    assert sorted(p["pid"] for p in found) == [10, 11] and {"pid": 10, "cmd": "vllm serve /m"} in found
+    assert serving.group_members(10, proc_root=str(tmp_path / "missing")) == []
+
+
+@pytest.mark.subprocess
+def test_the_stop_contract_finds_and_ends_a_child_left_in_the_group(tmp_path: Path) -> None:
+    # A real process tree: a parent that exits on SIGTERM, its child ignores SIGTERM and stays in the group.
+    code = (
+        "import os, signal, subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, "
+        "signal.SIG_IGN); time.sleep(600)'])\n"
+        "time.sleep(600)\n"
+    )
+    server = serving.Server([sys.executable, "-c", code], dict(os.environ), str(tmp_path / "log"))
+    try:
+        import time
+
+        time.sleep(1.0)
+        assert len(serving.group_members(server.pgid)) == 2
+        stop = serving.stop_during_stream(server, "http://127.0.0.1:9", {}, grace_s=10, first_chunk_s=0.1)
+    finally:
+        server.close()
+    assert stop["exit_code"] == -signal.SIGTERM and not stop["in_flight"]
+    assert len(stop["left_in_group"]) == 1 and stop["group_killed"]
+    problems = serving.stop_problems(stop)
+    assert any("left after it exited" in p for p in problems)
+    assert serving.group_members(server.pgid) == [], "nothing of the group outlives the check"
+    assert server not in serving.ACTIVE
+
+
+def test_a_bundle_result_reads_back_as_the_tools_result() -> None:
+    r = _results()[1]
+    got = bundle.result_of(r)
+    assert isinstance(got, CheckResult) and got.status is Status.FAILED and got.log == Path(r["log"])
+    assert got.facts == {"a": [1]} and got.profile == "default" and got.suite == "full"
+
+
+@pytest.mark.subprocess
+def test_a_group_of_the_bundle_is_bounded_and_killed_with_its_process_group_at_its_timeout() -> None:
+    children = standalone.Children()
+    code = "import sys; sys.stderr.write('err\\n'); sys.stdout.write('x' * 20_000_000 + 'END\\n'); sys.exit(4)"
+    exit_code, output, _ = _group(children, code, 60)
+    assert exit_code == 4 and output.endswith("END\n") and "bytes of output left out" in output
+    assert len(output) < standalone.Bounded.HEAD + standalone.Bounded.TAIL + 100
+    # A check that hangs, with a child that ignores SIGTERM: exit 124 (read as a timeout), the output so far kept,
+    # and nothing of its process group left.
+    hang = (
+        "import subprocess, sys, time; print('started', flush=True); "
+        "subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, "
+        "signal.SIG_IGN); time.sleep(600)']); time.sleep(600)"
+    )
+    exit_code, output, wall = _group(children, hang, 2)
+    assert exit_code == standalone.TIMEOUT_EXIT and output.startswith("started\n") and wall < 60
+    assert standalone.verdict("pip-check", exit_code, output, 2, wall)[0] == "timeout"
+    assert not children.procs
+
+
+def _group(children: Any, code: str, timeout: int) -> tuple[int, str, float]:
+    """``standalone.run_group`` with ``self_argv`` pointed at ``python -c code`` (the group's own process)."""
+    original = standalone.self_argv
+    standalone.self_argv = lambda: [sys.executable, "-c", code]
+    try:
+        result: tuple[int, str, float] = standalone.run_group(children, ["pip-check"], {}, {"pip-check": timeout}, {})
+    finally:
+        standalone.self_argv = original
+    return result
+
+
+def test_a_gpu_is_seen_by_any_device_node_of_its_accelerator(tmp_path: Path) -> None:
+    assert not standalone.has_gpu("cuda", str(tmp_path)) and not standalone.has_gpu("rocm", str(tmp_path))
+    (tmp_path / "nvidiactl").touch()
+    assert not standalone.has_gpu("cuda", str(tmp_path)), "the control node is no GPU"
+    (tmp_path / "nvidia3").touch()  # a pod's one GPU, as the device plugin numbers it
+    (tmp_path / "kfd").touch()
+    assert standalone.has_gpu("cuda", str(tmp_path)) and standalone.has_gpu("rocm", str(tmp_path))
+    assert not standalone.has_gpu("cpu", str(tmp_path))
+
+
+@pytest.mark.subprocess
+def test_host_mode_names_a_bundle_that_printed_no_report(tmp_path: Path) -> None:
+    facts = bundle.facts(CPU, [CheckSpec(name="triton-import", timeout=60), CheckSpec(name="pip-check", timeout=60)])
+    seen: list[CheckResult] = []
+    results = bundle.run_bundle("/bin/false", facts, env={}, log_dir=tmp_path / "logs", on_result=seen.append)
+    assert [r.check for r in results] == ["triton-import", "pip-check"] and not seen
+    assert all(r.status is Status.FAILED and "printed no report (exit 1)" in r.diagnosis for r in results)
+    assert "vllm-smoke-cpu.pyz" in results[0].hint and results[0].image == "host:/bin/false"
+
+
+@pytest.mark.subprocess
+def test_a_serve_step_that_crashes_is_a_failed_check_and_the_report_is_still_written(tmp_path: Path) -> None:
+    facts = bundle.facts(CPU, [CheckSpec(name="tiny-model", timeout=60), CheckSpec(name="serve", timeout=60)])
+    landed: list[dict[str, Any]] = []
+    suite = standalone.Suite(facts, env={}, logs=str(tmp_path), image="img", on_result=landed.append)
+    suite.outcomes["tiny-model"] = {"status": "passed", "facts": {}}
+    model = tmp_path / "model.py"
+    model.write_text("print('MATRIX-MODEL /m')\n")
+    original_argv, original_observe = standalone.self_argv, serving.observe
+    standalone.self_argv = lambda: [sys.executable, str(model)]  # the "model" step prints the model's folder
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("probe exploded")
+
+    serving.observe = broken
+    try:
+        suite.serve()
+    finally:
+        standalone.self_argv, serving.observe = original_argv, original_observe
+    (result,) = landed
+    assert result["status"] == "failed" and "RuntimeError: probe exploded" in result["diagnosis"]
+    assert "probe exploded" in Path(result["log"]).read_text()
+
+
+def test_a_report_that_cannot_be_written_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    original = standalone.load_facts
+    standalone.load_facts = lambda: bundle.facts(CPU, [CheckSpec(name="triton-import", timeout=60)])
+    try:
+        code = standalone.main(["--json", str(tmp_path / "missing" / "r.json")])
+    finally:
+        standalone.load_facts = original
+    assert code == standalone.EXIT_USAGE and not (tmp_path / "missing").exists()

@@ -1,0 +1,88 @@
+"""``tools/matrix bundle VARIANT``: the smoke suite as one file, ``vllm-smoke-VARIANT.pyz`` (``matrixtool.bundle``),
+to run with ``python3 FILE`` where there is no Docker: a GPU host, a pod, a container of the image."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from matrixtool.commands._flags import selection_flags
+from matrixtool.commands._shared import Settings, pass_settings
+from matrixtool.core import outputs
+from matrixtool.core.errors import ConfigError
+from matrixtool.model.inputs import _file_problem, _folder_problem
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.model import Variant
+from matrixtool.model.select import Selection, select_variants
+from matrixtool.smoke import bundle
+
+
+@dataclass(frozen=True, kw_only=True)
+class Args:
+    """``out``: the file to write (None: ``<out dir>/vllm-smoke-VARIANT.pyz``). Validated on construction.
+
+    Raises:
+        ConfigError: an unknown check or suite, or an output that cannot be written (exit 3).
+    """
+
+    variant: Variant
+    out_dir: Path
+    out: Path | None = None
+    selection: Selection = field(default_factory=Selection)
+
+    def __post_init__(self) -> None:
+        self.selection.check([self.variant])
+        if self.out is None:
+            problem = _folder_problem("--out (the global folder)", self.out_dir, must_exist=False)
+        else:
+            problem = _file_problem("bundle --out", self.out, must_exist_parent=False)
+        if problem:
+            raise ConfigError("output paths", [problem])
+
+    @property
+    def path(self) -> Path:
+        """Where the bundle goes."""
+        return self.out if self.out is not None else self.out_dir / bundle.file_name(self.variant.name)
+
+
+def run(args: Args) -> Path:
+    """Write the bundle of ``args.variant``'s selected checks (whole, executable); its path.
+
+    Raises:
+        OutputError: the file cannot be written (exit 3; nothing is left half-written).
+    """
+    facts = bundle.facts(args.variant, args.selection.checks_of(args.variant), args.selection.suite)
+    data = bundle.bundle_bytes(facts)
+    with outputs.replacing(args.path) as tmp:
+        tmp.write_bytes(data)
+    with outputs.guarded(args.path):
+        os.chmod(args.path, 0o755)  # `./vllm-smoke-VARIANT.pyz` runs it too (its shebang: python3)
+    return args.path
+
+
+@click.command("bundle")
+@click.argument("variant")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The file to write (default: <out>/vllm-smoke-VARIANT.pyz).",
+)
+@selection_flags
+@pass_settings
+def command(settings: Settings, /, variant: str, out: Path | None, selection: Selection) -> None:
+    """Write the smoke suite of VARIANT as one zipapp: `python3 FILE` runs it here, serve included."""
+    if variant == "all":
+        raise click.UsageError("bundle takes one variant name, not 'all'")
+    matrix = load_matrix(settings.matrix_path)
+    (chosen,) = select_variants(matrix, [variant])
+    path = run(Args(variant=chosen, out_dir=settings.out_dir, out=out, selection=selection))
+    click.echo(str(path))
+    click.echo(
+        f"run it where the environment under test is: python3 {path} [--json FILE] [--junit FILE] [--logs DIR]",
+        err=True,
+    )
