@@ -1,0 +1,52 @@
+"""The one process helper runs a real child: echo, exit status, bounded output, timeout, a missing program."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from matrixtool.core import process
+from matrixtool.core.bounded import OutputLimit
+from matrixtool.core.errors import BuildError, ExitCode
+
+pytestmark = pytest.mark.subprocess
+
+
+def test_run_echoes_and_returns_the_output(capsys: pytest.CaptureFixture[str]) -> None:
+    done = process.run([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"])
+    assert done.ok and done.stdout == "out\n" and done.stderr == "err\n"
+    assert capsys.readouterr().err.startswith(f"+ {sys.executable} -c ")
+
+
+def test_run_quiet_does_not_echo(capsys: pytest.CaptureFixture[str]) -> None:
+    assert process.run([sys.executable, "-c", "pass"], echo=False).ok
+    assert capsys.readouterr().err == ""
+
+
+def test_check_raises_the_callers_error_with_the_tail() -> None:
+    code = "import sys; [print(i) for i in range(20)]; print('boom', file=sys.stderr); sys.exit(3)"
+    with pytest.raises(BuildError) as caught:
+        process.check(
+            [sys.executable, "-c", code], echo=False, error=lambda d: BuildError(f"exit {d.returncode}:\n{d.tail(3)}")
+        )
+    assert caught.value.exit_code == ExitCode.BUILD
+    assert str(caught.value) == "exit 3:\n18\n19\nboom"
+
+
+def test_output_is_bounded() -> None:
+    done = process.run(
+        [sys.executable, "-c", "print('x' * 100000)"], echo=False, limit=OutputLimit(head_bytes=10, tail_bytes=10)
+    )
+    assert done.stdout.startswith("x" * 10) and "bytes of output left out" in done.stdout and len(done.stdout) < 100
+
+
+def test_timeout_kills_the_child() -> None:
+    done = process.run([sys.executable, "-c", "import time; time.sleep(60)"], echo=False, timeout=0.5)
+    assert done.returncode == process.TIMED_OUT
+    assert "did not finish within 0 s" in done.stderr or "did not finish within 1 s" in done.stderr
+
+
+def test_a_missing_program_is_a_failure_not_a_traceback() -> None:
+    done = process.run(["/nonexistent/program-x"], echo=False)
+    assert done.returncode == process.NOT_FOUND and "cannot run /nonexistent/program-x" in done.stderr

@@ -1,0 +1,47 @@
+"""The one reader of the marker lines the in-image programs print (``MATRIX-RESULT {json}``,
+``MATRIX-PROBE {json}``, ``MATRIX-SBOM {json}``, ``@@image-facts@@{json}``, ``MATRIX-BEGIN name``): a line that
+starts with the marker carries a payload, everything else is the program's own output (any text: the image
+prints it, so nothing here trusts it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from matrixtool.core import jsontext
+
+
+@dataclass(frozen=True, kw_only=True)
+class MarkedLine:
+    """One marker line: ``line`` as printed (without its line end) and ``payload``, the text after the marker."""
+
+    line: str
+    payload: str
+
+    def json_object(self) -> dict[str, Any]:
+        """``payload`` read as a JSON object.
+
+        Raises:
+            ValueError: it is not JSON (``jsontext.loads``'s reason), or JSON of another type than an object.
+        """
+        data = jsontext.loads(self.payload)
+        if not isinstance(data, dict):
+            raise ValueError(f"a {type(data).__name__}, not an object")
+        return data
+
+
+def marked(output: str, mark: str) -> Iterator[MarkedLine]:
+    """The lines of ``output`` that start with ``mark``, in the order printed."""
+    for line in output.splitlines():
+        if line.startswith(mark):
+            yield MarkedLine(line=line, payload=line[len(mark) :])
+
+
+def last(output: str, mark: str) -> MarkedLine | None:
+    """The last line of ``output`` that starts with ``mark`` (a program's result wins over earlier ones), else
+    None."""
+    for line in reversed(output.splitlines()):
+        if line.startswith(mark):
+            return MarkedLine(line=line, payload=line[len(mark) :])
+    return None

@@ -1,0 +1,118 @@
+"""The one way the host tool runs a program: echoed (``+ argv`` on stderr), its output bounded, with a timeout,
+and a failure turned into the caller's ``MatrixError`` (so its exit code is one of ``errors.MEANING``).
+
+Like cibuildwheel's ``util/cmd.py`` ``call``. A program that cannot start (not installed, not executable) and
+one that outlives its timeout are failures like a non-zero exit, with the exit status a shell gives them (127,
+124) and the reason in ``stderr``, so each caller has one failure path and names the program."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO
+
+from matrixtool.core.bounded import DEFAULT_LIMIT, BoundedOutput, OutputLimit
+from matrixtool.core.engine import echo as echo_argv
+from matrixtool.core.errors import MatrixError
+
+NOT_FOUND = 127  # the shell's status for a program it cannot run
+TIMED_OUT = 124  # timeout(1)'s status for a program it stopped
+
+
+@dataclass(frozen=True, kw_only=True)
+class Completed:
+    """A program that ran (or could not): its exit status and its output, each bounded (``OutputLimit``)."""
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def tail(self, lines: int) -> str:
+        """The last ``lines`` lines of stdout then stderr together, stripped: what a failure message quotes."""
+        return "\n".join((self.stdout + self.stderr).strip().splitlines()[-lines:])
+
+
+def _drain(stream: IO[bytes], sink: BoundedOutput) -> None:
+    with stream:
+        while chunk := stream.read1(1 << 16):  # type: ignore[attr-defined]
+            sink.feed(chunk)
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    timeout: float | None = None,
+    echo: bool = True,
+    env: Mapping[str, str] | None = None,
+    limit: OutputLimit = DEFAULT_LIMIT,
+) -> Completed:
+    """Run ``argv`` (echoed unless ``echo`` is False; stdin is ``/dev/null``) and wait for it, at most
+    ``timeout`` seconds (then it is killed: status ``TIMED_OUT``). ``env`` replaces the environment when given.
+
+    Never raises for the program's failure: a program that cannot start gives status ``NOT_FOUND`` with the
+    OS's reason in ``stderr``. Output is decoded as UTF-8 (bad bytes replaced); each stream keeps ``limit``.
+    """
+    argv = tuple(argv)
+    if echo:
+        echo_argv(argv)
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=None if env is None else dict(env),
+        )
+    except OSError as exc:
+        return Completed(argv=argv, returncode=NOT_FOUND, stdout="", stderr=f"cannot run {argv[0]}: {exc}")
+    out, err = BoundedOutput(limit), BoundedOutput(limit)
+    readers = [
+        threading.Thread(target=_drain, args=(stream, sink), daemon=True)
+        for stream, sink in ((proc.stdout, out), (proc.stderr, err))
+    ]
+    for reader in readers:
+        reader.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        if proc.poll() is None:  # timed out, or Ctrl-C/SIGTERM while waiting: never leave it running
+            proc.kill()
+            proc.wait()
+        for reader in readers:
+            reader.join()
+    if timed_out:
+        note = f"{os.path.basename(argv[0])} did not finish within {timeout:.0f} s"
+        return Completed(argv=argv, returncode=TIMED_OUT, stdout=out.text(), stderr=(err.text() + "\n" + note).lstrip())
+    return Completed(argv=argv, returncode=proc.returncode, stdout=out.text(), stderr=err.text())
+
+
+def check(
+    argv: Sequence[str],
+    *,
+    error: Callable[[Completed], MatrixError],
+    timeout: float | None = None,
+    echo: bool = True,
+    env: Mapping[str, str] | None = None,
+    limit: OutputLimit = DEFAULT_LIMIT,
+) -> Completed:
+    """``run``, then raise ``error(completed)`` unless it exited 0.
+
+    Raises:
+        MatrixError: the one ``error`` makes (its class gives the exit code), for a non-zero exit, a program
+            that cannot start, or a timeout.
+    """
+    done = run(argv, timeout=timeout, echo=echo, env=env, limit=limit)
+    if not done.ok:
+        raise error(done)
+    return done
