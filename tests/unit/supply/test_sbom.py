@@ -14,13 +14,16 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
 from matrixtool.cli import main
+from matrixtool.core.container import OWNER_LABEL, SESSION_LABEL
 from matrixtool.core.errors import ExitCode
-from matrixtool.supply import sbom
+from matrixtool.supply import compare as sbom_compare
+from matrixtool.supply import cyclonedx, sbom
+from matrixtool.supply import inventory as image_inventory
 
 # The in-image program is untyped (Python >= 3.9, standard library only): one Any-typed handle on it.
 sbom_inventory: Any = importlib.import_module("matrixtool.incontainer.sbom_inventory")
 
-IMAGE = sbom.ImageIdentity(
+IMAGE = image_inventory.ImageIdentity(
     ref="vllm-matrix/cpu:0.32.0",
     image_id="sha256:" + "ab" * 32,
     repo_digests=("127.0.0.1:5000/vllm-matrix/cpu@sha256:" + "cd" * 32,),
@@ -28,7 +31,7 @@ IMAGE = sbom.ImageIdentity(
 )
 PROGRAM_OUTPUT = (
     "some noise\n"
-    + sbom.MARKER
+    + image_inventory.MARKER
     + json.dumps(
         {
             "os": {"ID": "debian", "VERSION_ID": "12", "VERSION_CODENAME": "bookworm"},
@@ -75,15 +78,15 @@ PROGRAM_OUTPUT = (
 
 
 def bom_doc() -> dict[str, Any]:
-    inventory = sbom.inventory_of(IMAGE, sbom.parse_output(PROGRAM_OUTPUT))
-    text = sbom.to_json(sbom.to_bom(inventory, variant="cpu", serial=uuid.UUID(int=1)))
+    inventory = image_inventory.inventory_of(IMAGE, image_inventory.parse_output(PROGRAM_OUTPUT))
+    text = cyclonedx.to_json(cyclonedx.to_bom(inventory, variant="cpu", serial=uuid.UUID(int=1)))
     doc: dict[str, Any] = json.loads(text)
     return doc
 
 
 def test_document_is_valid_cyclonedx_bound_to_the_image() -> None:
-    inventory = sbom.inventory_of(IMAGE, sbom.parse_output(PROGRAM_OUTPUT))
-    text = sbom.to_json(sbom.to_bom(inventory, variant="cpu"))
+    inventory = image_inventory.inventory_of(IMAGE, image_inventory.parse_output(PROGRAM_OUTPUT))
+    text = cyclonedx.to_json(cyclonedx.to_bom(inventory, variant="cpu"))
     assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
     doc = json.loads(text)
     assert doc["specVersion"] == "1.6"
@@ -115,17 +118,17 @@ def test_components_carry_purl_license_installer_and_record_hash() -> None:
 
 def test_parse_output_refuses_what_is_not_the_program_output() -> None:
     with pytest.raises(sbom.SbomError, match="printed no MATRIX-SBOM line"):
-        sbom.parse_output("Traceback (most recent call last):\n")
+        image_inventory.parse_output("Traceback (most recent call last):\n")
     with pytest.raises(sbom.SbomError, match="not JSON"):
-        sbom.parse_output(sbom.MARKER + "{")
+        image_inventory.parse_output(image_inventory.MARKER + "{")
     with pytest.raises(sbom.SbomError, match="'python' and 'debian' lists"):
-        sbom.parse_output(sbom.MARKER + '{"python": 1}')
+        image_inventory.parse_output(image_inventory.MARKER + '{"python": 1}')
 
 
 def test_container_is_labelled_without_network() -> None:
-    kwargs = sbom.container_kwargs("img:1", owner="pytest-1")
+    kwargs = image_inventory.container_spec("img:1").run_kwargs(session="s1", owner="pytest-1")
     assert kwargs["network_mode"] == "none"
-    assert kwargs["labels"] == {sbom.PURPOSE_LABEL: "sbom", sbom.OWNER_LABEL: "pytest-1"}
+    assert kwargs["labels"] == {image_inventory.PURPOSE_LABEL: "sbom", SESSION_LABEL: "s1", OWNER_LABEL: "pytest-1"}
     assert kwargs["entrypoint"][:2] == ["python3", "-c"]
     compile(kwargs["entrypoint"][2], "sbom_inventory.py", "exec")
 
@@ -138,21 +141,21 @@ def test_comparison_by_package() -> None:
     by_name["typing_extensions"]["hashes"] = [{"alg": "SHA-256", "content": "33" * 32}]
     derived["components"] = [c for c in derived["components"] if c["name"] != "libc6"]
     derived["components"].append({"type": "library", "name": "evil", "purl": "pkg:pypi/evil@1.0"})
-    result = sbom.compare(published, derived)
+    result = sbom_compare.compare(published, derived)
     assert [p.key for p in result.added] == ["pypi/evil"]
     assert [p.key for p in result.removed] == ["deb/libc6:amd64"]
     assert [(c.key, c.field) for c in result.changed] == [
         ("pypi/torch", "version"),
         ("pypi/typing-extensions", "sha256"),
     ]
-    lines = sbom.comparison_lines(result)
+    lines = sbom_compare.comparison_lines(result)
     assert "~ pypi/torch version: 2.13.0+cpu -> 2.14.0" in lines
     assert lines[-1] == "1 added, 1 removed, 2 changed"
-    assert sbom.compare(published, published).same
+    assert sbom_compare.compare(published, published).same
 
 
 def test_summary_counts_and_largest() -> None:
-    summary = sbom.summarize(bom_doc(), top=2)
+    summary = sbom_compare.summarize(bom_doc(), top=2)
     assert summary.counts == {"python": 3, "debian": 1}
     assert [p.key for p in summary.largest] == ["pypi/torch", "deb/libc6:amd64"]
     assert summary.largest[1].size == 12000 * 1024
@@ -160,7 +163,7 @@ def test_summary_counts_and_largest() -> None:
 
 def test_packages_of_refuses_other_documents() -> None:
     with pytest.raises(sbom.SbomError, match="not a CycloneDX document"):
-        sbom.packages_of({"spdxVersion": "SPDX-2.3"})
+        sbom_compare.packages_of({"spdxVersion": "SPDX-2.3"})
 
 
 # --- the in-image program's pure parts -----------------------------------------------------------------------
@@ -216,5 +219,5 @@ def test_bounded_reads_no_further_than_the_limit() -> None:
         while True:
             yield b"x" * 1000
 
-    assert len(sbom._bounded(endless(), limit=2500)) == 2500
-    assert sbom._bounded(iter([b"ab", b"cd"]), limit=10) == b"abcd"
+    assert len(image_inventory._bounded(endless(), limit=2500)) == 2500
+    assert image_inventory._bounded(iter([b"ab", b"cd"]), limit=10) == b"abcd"

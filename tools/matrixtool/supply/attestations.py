@@ -30,7 +30,7 @@ from matrixtool.core.errors import ConfigError
 from matrixtool.core.untrusted import check_shape
 from matrixtool.model.yamlfile import read_config_text
 from matrixtool.publish.push import PushResult
-from matrixtool.supply import provenance, sbom, signing
+from matrixtool.supply import cyclonedx, provenance, sbom, signing
 
 
 def _warn(message: str) -> None:
@@ -88,14 +88,14 @@ def write_build_reports(
             started=finished - datetime.timedelta(seconds=result.seconds) if finished else None,
             finished=finished,
         )
-        written.append(sbom.write(provenance.to_json(doc), provenance.report_path(out_dir, result.variant)))
+        written.append(cyclonedx.write(provenance.to_json(doc), provenance.report_path(out_dir, result.variant)))
     return written
 
 
 def write_sbom_report(client: docker.DockerClient, ref: str, variant: str, *, out_dir: Path) -> list[Path]:
     """The SBOM of ``ref`` as ``<out>/reports/sbom-<variant>.cdx.json`` (a warning when it cannot be derived)."""
     try:
-        return [sbom.write_report(client, ref, variant, out_dir=out_dir)]
+        return [cyclonedx.write_report(client, ref, variant, out_dir=out_dir)]
     except sbom.SbomError as exc:
         _warn(f"no SBOM for {ref}: {exc}")
         return []
@@ -130,7 +130,7 @@ def sign_pushed(
         except docker.errors.ImageNotFound:
             registry.pull_if_missing(client, ref, platform=result.platform)
             local = ref
-        sbom_path = sbom.write_report(client, local, result.variant, out_dir=out_dir)
+        sbom_path = cyclonedx.write_report(client, local, result.variant, out_dir=out_dir)
         attachments = [signing.Attachment(predicate_type=signing.SBOM_PREDICATE, path=sbom_path)]
         with tempfile.TemporaryDirectory(prefix="matrix-attest-") as tmp:
             statement_path = provenance.report_path(out_dir, result.variant)
