@@ -20,7 +20,7 @@ from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import Platform, TritonState
 from matrixtool.supply import imagediff
 from matrixtool.update import edits, predict, release, targets, update, yamltext
-from matrixtool.update.pyindex import Project, json_api_url, parse_html_page, parse_json_page, requires_dist
+from matrixtool.update.pages import Project, json_api_url, parse_html_page, parse_json_page, requires_dist
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 AMD64 = targets.Target(platform=Platform("linux", "amd64"), python="3.11")

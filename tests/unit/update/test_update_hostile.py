@@ -21,11 +21,12 @@ from matrixtool.commands import diff as diff_command
 from matrixtool.commands import update as update_command
 from matrixtool.core import engine
 from matrixtool.core.errors import ConfigError, IndexUnreachableError, NotBuiltError, SmokeFailure
+from matrixtool.core.http import env_proxies
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.smoke.result import CheckResult, Status
 from matrixtool.supply import imagediff
 from matrixtool.update import edits, pyindex, release, targets, updatefiles
-from matrixtool.update.pyindex import IndexClient, env_proxies, local_wheel_files
+from matrixtool.update.pyindex import IndexClient, local_wheel_files
 from tests.conftest import REPO_ROOT, copy_checkout
 
 
@@ -295,7 +296,7 @@ def test_an_index_connection_broken_mid_body_is_the_index_s_fault_not_the_engine
 
 # --- index pages and wheel metadata: typed, bounded, escaped -------------------------------------------------
 def _page_of(files: list[dict[str, Any]]) -> Any:
-    from matrixtool.update.pyindex import Project, parse_json_page
+    from matrixtool.update.pages import Project, parse_json_page
 
     url = "https://i/simple/vllm/"
     return Project(name="vllm", url=url, api="json", files=tuple(parse_json_page({"files": files}, url)))
@@ -343,7 +344,7 @@ def test_index_page_and_metadata_text_is_escaped() -> None:
 
 
 def test_an_index_page_of_another_shape_is_refused_not_a_crash() -> None:
-    from matrixtool.update.pyindex import parse_json_page
+    from matrixtool.update.pages import parse_json_page
 
     for files in (5, [5], [{"filename": 5, "url": "u"}], [{"filename": "x.whl"}]):
         with pytest.raises(ValueError):
@@ -375,7 +376,7 @@ def test_facts_of_another_shape_are_a_smoke_failure_naming_the_key(facts: str, s
 def test_a_version_past_what_int_converts_is_no_version_not_a_refused_page() -> None:
     """packaging's ``Version`` raises a plain ValueError (no InvalidVersion) for a release of 5000 digits: such a
     file of an index page has no version, the page is still read."""
-    from matrixtool.update.pyindex import parse_json_page
+    from matrixtool.update.pages import parse_json_page
 
     huge = "9" * 5000
     files = [

@@ -12,7 +12,7 @@ from packaging.version import InvalidVersion, Version
 
 from matrixtool.core.errors import ConfigError
 from matrixtool.model.model import Variant
-from matrixtool.update.pyindex import DistFile, LatestRelease, Project, requires_dist
+from matrixtool.update.pages import DistFile, LatestRelease, Project, requires_dist
 from matrixtool.update.targets import Line, Target, applying
 
 # Dependencies whose metadata is read at once (one level below vLLM).

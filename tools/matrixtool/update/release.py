@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from packaging.version import Version
 
-from matrixtool.update.pyindex import DistFile, Project
+from matrixtool.update.pages import DistFile, Project
 from matrixtool.update.targets import Line, Target
 
 

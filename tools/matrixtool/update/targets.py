@@ -14,7 +14,7 @@ from packaging.version import Version
 
 from matrixtool.core.untrusted import shown
 from matrixtool.model.model import Platform, Variant
-from matrixtool.update.pyindex import DistFile
+from matrixtool.update.pages import DistFile
 
 # OCI architecture -> platform_machine (PEP 508) and the wheel platform tag's machine part.
 MACHINES = {"amd64": "x86_64", "arm64": "aarch64", "ppc64le": "ppc64le", "s390x": "s390x"}

@@ -32,12 +32,13 @@ from matrixtool.update.lookup import (
     versions_on,
     wheelhouse_wheel,
 )
+from matrixtool.update.pages import requires_dist
 from matrixtool.update.predict import (
     CONFIG_PY,
     ENVS_PY,
     Prediction,
 )
-from matrixtool.update.pyindex import local_wheel_files, requires_dist
+from matrixtool.update.pyindex import local_wheel_files
 from matrixtool.update.release import choose_torch, local_label, pep440, select_release
 from matrixtool.update.targets import TRITON_DISTRIBUTIONS, Line, Target, applying, named, targets_of
 from matrixtool.update.yamltext import ScalarEdit
