@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -25,7 +24,7 @@ import docker
 
 from matrixtool.build import registry
 from matrixtool.build.plan import BuildPlan, BuildResult
-from matrixtool.core import jsontext
+from matrixtool.core import jsontext, outputs, process
 from matrixtool.core.errors import ConfigError
 from matrixtool.core.untrusted import check_shape
 from matrixtool.model.yamlfile import read_config_text
@@ -39,12 +38,9 @@ def _warn(message: str) -> None:
 
 def _builder_versions(client: docker.DockerClient) -> dict[str, str]:
     versions = {"docker-engine": str(client.version().get("Version", "unknown"))}
-    try:
-        proc = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True, timeout=30, check=False)
-        if proc.returncode == 0:
-            versions["buildx"] = proc.stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        pass
+    proc = process.run(["docker", "buildx", "version"], timeout=30, echo=False)
+    if proc.ok:
+        versions["buildx"] = proc.stdout.strip()
     return versions
 
 
@@ -137,7 +133,7 @@ def sign_pushed(
             if statement_path.is_file():
                 # cosign attest takes the predicate alone and writes the statement (subject: the pushed digest).
                 predicate = Path(tmp) / "provenance.json"
-                predicate.write_text(json.dumps(_predicate_of(statement_path)), encoding="utf-8")
+                outputs.write_text(predicate, json.dumps(_predicate_of(statement_path)))
                 attachments.append(signing.Attachment(predicate_type=signing.PROVENANCE_PREDICATE, path=predicate))
             if smoke_report is not None:
                 attachments.append(signing.Attachment(predicate_type=signing.SMOKE_PREDICATE, path=smoke_report))
