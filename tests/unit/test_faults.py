@@ -22,8 +22,9 @@ from matrixtool import report
 from matrixtool.cli import main
 from matrixtool.core import engine, outputs
 from matrixtool.core.errors import ExitCode, OutputError
-from matrixtool.model.matrixfile import parse_size, validate
+from matrixtool.model.matrixfile import validate
 from matrixtool.model.model import DEFAULT_MATRIX
+from matrixtool.model.variantrules import parse_size
 from matrixtool.smoke.result import CheckResult, Status
 
 

@@ -323,7 +323,7 @@ def test_a_cold_start_past_a_day_never_becomes_a_probe_threshold() -> None:
     ],
 )
 def test_a_tmpfs_size_fits_the_kernels_64_bit_count(options: str, ok: bool) -> None:
-    from matrixtool.model.conditions import parse_tmpfs_options
+    from matrixtool.model.condition_values import parse_tmpfs_options
 
     if ok:
         assert parse_tmpfs_options(options) == options

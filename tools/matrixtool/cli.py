@@ -18,10 +18,9 @@ from typing import Any
 import click
 import docker
 
-from matrixtool.build import executor as build
 from matrixtool.commands import _registry
 from matrixtool.commands._shared import Settings
-from matrixtool.core import engine, interrupts, outlock
+from matrixtool.core import engine, interrupts, outlock, process
 from matrixtool.core.errors import ExitCode, MatrixError
 from matrixtool.core.untrusted import shown
 from matrixtool.model.model import DEFAULT_MATRIX
@@ -71,7 +70,7 @@ class MatrixGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            with interrupts.handled(build.terminate_running):
+            with interrupts.handled(process.terminate_running):
                 return super().invoke(ctx)
         except KeyboardInterrupt as exc:
             # Ctrl-C or SIGTERM: context managers have removed the smoke container, builds were ended.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -207,12 +208,9 @@ def write_junit(report: RunReport, path: Path) -> None:
             case.result = [junitparser.Error(shown(report.errors[variant], lines=True), type_="error")]
             suite.add_testcase(case)
         xml.add_testsuite(suite)
-    if path.exists() and not path.is_file():  # /dev/null, a FIFO: written in place, never replaced
-        with outputs.guarded(path):
-            xml.write(str(path), pretty=True)
-        return
-    with outputs.replacing(path) as tmp:
-        xml.write(str(tmp), pretty=True)
+    content = io.BytesIO()
+    xml.write(content, pretty=True)
+    outputs.write_bytes(path, content.getvalue())
 
 
 def step_summary(report: RunReport) -> str:

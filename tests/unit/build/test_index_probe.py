@@ -36,8 +36,8 @@ def index_server() -> Iterator[str]:
 
 
 def test_probe(index_server: str) -> None:
-    assert index.probe(index_server, ca_cert=None, timeout=5) is None  # a 404 is an answer
-    reason = index.probe(f"http://127.0.0.1:{_closed_port()}/simple", ca_cert=None, timeout=5)
+    assert index.probe(index_server, ca_cert=None, env={}, timeout=5) is None  # a 404 is an answer
+    reason = index.probe(f"http://127.0.0.1:{_closed_port()}/simple", ca_cert=None, env={}, timeout=5)
     assert reason is not None and "refused" in reason.lower()
 
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from matrixtool.build import render
+from matrixtool.build import drift, render
 from matrixtool.cli import main
 from matrixtool.core.errors import ConfigError, ExitCode, StaleRenderError
 from matrixtool.model.matrixfile import load_matrix
@@ -19,7 +19,7 @@ from tests.conftest import copy_checkout
 def test_images_are_a_fresh_render() -> None:
     """Golden-file test: the checked-in images/ equal a fresh render of matrix.yaml."""
     files = render.render_matrix(load_matrix())
-    assert render.drift(files) == []
+    assert drift.drift(files) == []
     assert {str(f.path) for f in files} >= {
         "images/cpu/Dockerfile",
         "images/cuda/Dockerfile",
@@ -75,7 +75,7 @@ def test_check_detects_drift_and_run_refuses_stale(tmp_path: Path) -> None:
     # render repairs it.
     result = runner.invoke(main, ["--matrix", str(matrix_path), "render"], catch_exceptions=False)
     assert result.exit_code == 0 and "wrote images/cpu/Dockerfile" in result.output
-    assert render.drift(render.render_matrix(load_matrix(matrix_path)), tmp_path) == []
+    assert drift.drift(render.render_matrix(load_matrix(matrix_path)), tmp_path) == []
 
 
 def test_render_follows_matrix_changes(tmp_path: Path) -> None:
@@ -84,13 +84,13 @@ def test_render_follows_matrix_changes(tmp_path: Path) -> None:
     data["variants"]["cpu"]["vllm"]["version"] = "0.32.1"
     matrix_path.write_text(yaml.safe_dump(data))
     with pytest.raises(StaleRenderError, match="images/cpu/Dockerfile"):
-        render.check_fresh(render.render_matrix(load_matrix(matrix_path)), tmp_path)
+        drift.check_fresh(render.render_matrix(load_matrix(matrix_path)), tmp_path)
 
 
 def test_extra_file_in_a_variant_dir_is_drift(tmp_path: Path) -> None:
     matrix_path = _copy_project(tmp_path)
     (tmp_path / "images" / "cpu" / "notes.txt").write_text("x")
-    stale = render.drift(render.render_matrix(load_matrix(matrix_path)), tmp_path)
+    stale = drift.drift(render.render_matrix(load_matrix(matrix_path)), tmp_path)
     assert stale == [Path("images/cpu/notes.txt")]
 
 

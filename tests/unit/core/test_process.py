@@ -20,7 +20,7 @@ def test_run_echoes_and_returns_the_output(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_run_quiet_does_not_echo(capsys: pytest.CaptureFixture[str]) -> None:
-    assert process.run([sys.executable, "-c", "pass"], echo=False).ok
+    assert process.run([sys.executable, "-c", "pass"], quiet=True).ok
     assert capsys.readouterr().err == ""
 
 
@@ -28,7 +28,7 @@ def test_check_raises_the_callers_error_with_the_tail() -> None:
     code = "import sys; [print(i) for i in range(20)]; print('boom', file=sys.stderr); sys.exit(3)"
     with pytest.raises(BuildError) as caught:
         process.check(
-            [sys.executable, "-c", code], echo=False, error=lambda d: BuildError(f"exit {d.returncode}:\n{d.tail(3)}")
+            [sys.executable, "-c", code], quiet=True, error=lambda d: BuildError(f"exit {d.returncode}:\n{d.tail(3)}")
         )
     assert caught.value.exit_code == ExitCode.BUILD
     assert str(caught.value) == "exit 3:\n18\n19\nboom"
@@ -36,17 +36,43 @@ def test_check_raises_the_callers_error_with_the_tail() -> None:
 
 def test_output_is_bounded() -> None:
     done = process.run(
-        [sys.executable, "-c", "print('x' * 100000)"], echo=False, limit=OutputLimit(head_bytes=10, tail_bytes=10)
+        [sys.executable, "-c", "print('x' * 100000)"], quiet=True, limit=OutputLimit(head_bytes=10, tail_bytes=10)
     )
     assert done.stdout.startswith("x" * 10) and "bytes of output left out" in done.stdout and len(done.stdout) < 100
 
 
 def test_timeout_kills_the_child() -> None:
-    done = process.run([sys.executable, "-c", "import time; time.sleep(60)"], echo=False, timeout=0.5)
+    done = process.run([sys.executable, "-c", "import time; time.sleep(60)"], quiet=True, timeout=0.5)
     assert done.returncode == process.TIMED_OUT
     assert "did not finish within 0 s" in done.stderr or "did not finish within 1 s" in done.stderr
 
 
 def test_a_missing_program_is_a_failure_not_a_traceback() -> None:
-    done = process.run(["/nonexistent/program-x"], echo=False)
+    done = process.run(["/nonexistent/program-x"], quiet=True)
     assert done.returncode == process.NOT_FOUND and "cannot run /nonexistent/program-x" in done.stderr
+
+
+def test_stream_hands_each_line_as_it_comes() -> None:
+    lines: list[str] = []
+    code = "import sys; print('a'); print('b', file=sys.stderr, flush=True); sys.exit(2)"
+    assert process.stream([sys.executable, "-c", code], on_line=lines.append, quiet=True) == 2
+    assert sorted(lines) == ["a\n", "b\n"]
+
+
+def test_stream_ends_the_program_when_the_reader_fails() -> None:
+    seen: list[str] = []
+
+    def stop(line: str) -> None:
+        seen.append(line)
+        raise KeyboardInterrupt
+
+    code = "import time; print('started', flush=True); time.sleep(60)"
+    with pytest.raises(KeyboardInterrupt):
+        process.stream([sys.executable, "-c", code], on_line=stop, quiet=True)
+    assert seen == ["started\n"] and not process._running
+
+
+def test_stream_of_a_missing_program() -> None:
+    lines: list[str] = []
+    assert process.stream(["/nonexistent/program-x"], on_line=lines.append, quiet=True) == process.NOT_FOUND
+    assert lines and lines[0].startswith("cannot run /nonexistent/program-x")

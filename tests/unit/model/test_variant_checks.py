@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from matrixtool.model import checks
-from matrixtool.model.matrixfile import load_matrix, resolve_checks, resolve_extends, validate
+from matrixtool.model.matrixfile import load_matrix, resolve_extends, validate
 from matrixtool.model.model import DEFAULT_MATRIX
+from matrixtool.model.variantrules import resolve_checks
 
 VARIANTS = ("cpu", "arm64", "cuda", "cuda-arm64", "rocm")
 # Each check's timeout in seconds per variant of VARIANTS (None: the variant does not run it), in the order the

@@ -12,8 +12,9 @@ from click.testing import CliRunner
 
 from matrixtool.cli import main
 from matrixtool.core.errors import ExitCode
-from matrixtool.model.matrixfile import load_matrix, parse_size, validate
+from matrixtool.model.matrixfile import load_matrix, validate
 from matrixtool.model.model import DEFAULT_MATRIX
+from matrixtool.model.variantrules import parse_size
 from matrixtool.smoke import budget
 from matrixtool.smoke import plan as smoke_plan
 

@@ -6,7 +6,6 @@ docker driver BuildKit uses a local image before it tries a registry. This is al
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -18,7 +17,7 @@ import docker.errors
 from docker.models.images import Image
 
 from matrixtool.build.pin import Lock
-from matrixtool.core.engine import echo
+from matrixtool.core import outputs, process
 from matrixtool.core.errors import BuildError
 from matrixtool.model.model import Platform, Variant
 
@@ -107,8 +106,8 @@ def make_stand_in(
         ]
         for argv in steps:
             _check_call(argv, what=f"making the stand-in for {ref}")
-        (work / "Dockerfile").write_text(stand_in_dockerfile(ref, suite), encoding="utf-8")
-        subprocess.run(["rm", "-rf", str(rootfs)], check=False)
+        outputs.write_text(work / "Dockerfile", stand_in_dockerfile(ref, suite))
+        process.run(["rm", "-rf", str(rootfs)], quiet=True)
         _check_call(
             [
                 "docker",
@@ -128,11 +127,9 @@ def make_stand_in(
 
 
 def _check_call(argv: list[str], *, what: str) -> None:
-    echo(argv)
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        raise BuildError(f"{what} failed: '{argv[0]}' exited {proc.returncode}:\n{tail}")
+    process.check(
+        argv, error=lambda done: BuildError(f"{what} failed: '{argv[0]}' exited {done.returncode}:\n{done.tail(15)}")
+    )
 
 
 def provide(
@@ -166,7 +163,7 @@ def provide(
             local_tag=alias,
             stand_in_suite=_suite_of(image),
         )
-    echo(["docker", "pull", "--platform", str(platform), ref])
+    process.echo(["docker", "pull", "--platform", str(platform), ref])
     try:
         client.images.pull(ref, platform=str(platform))
         origin = "pulled"
@@ -230,7 +227,7 @@ def _provide_pinned(client: docker.DockerClient, pinned: str, *, platform: Platf
     image = _local(client, pinned, platform)
     origin = "local"
     if image is None:
-        echo(["docker", "pull", "--platform", str(platform), pinned])
+        process.echo(["docker", "pull", "--platform", str(platform), pinned])
         try:
             client.images.pull(pinned, platform=str(platform))
         except docker.errors.APIError as exc:

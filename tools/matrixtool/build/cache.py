@@ -16,13 +16,12 @@ Two ways to write, by the builder's driver (``docker buildx inspect``; https://d
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from matrixtool.build.plan import BuildPlan, remote_ref
 from matrixtool.build.registry import registry_host
-from matrixtool.core.engine import echo
+from matrixtool.core import process
 from matrixtool.core.errors import RegistryError
 
 CACHE_TAG = "buildcache-{arch}"
@@ -98,14 +97,12 @@ def export_inline(plan: BuildPlan, settings: CacheSettings) -> None:
         RegistryError: the push failed (the message names the registry and the reference).
     """
     for argv in export_steps(plan, settings):
-        echo(argv)
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-        if proc.returncode != 0 and argv[1] != "rmi":
+        done = process.run(argv)
+        if not done.ok and argv[1] != "rmi":
             host = registry_host(argv[-1])
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
             raise RegistryError(
-                f"writing the build cache {argv[-1]} failed (exit {proc.returncode}); is registry {host} running, "
-                f"and are you logged in ('docker login {host}')?\n{tail}",
+                f"writing the build cache {argv[-1]} failed (exit {done.returncode}); is registry {host} running, "
+                f"and are you logged in ('docker login {host}')?\n{done.tail(5)}",
                 registry=host,
                 ref=argv[-1],
             )
@@ -114,8 +111,7 @@ def export_inline(plan: BuildPlan, settings: CacheSettings) -> None:
 def builder_driver(argv: Sequence[str] = ("docker", "buildx", "inspect")) -> str:
     """The driver of the current buildx builder (``docker``, ``docker-container``, …), from ``Driver:`` of
     ``docker buildx inspect``; ``docker`` when it cannot tell (the engine's own builder)."""
-    proc = subprocess.run(list(argv), capture_output=True, text=True, check=False)
-    for line in proc.stdout.splitlines():
+    for line in process.run(argv, quiet=True).stdout.splitlines():
         key, _, value = line.partition(":")
         if key.strip() == "Driver" and value.strip():
             return value.strip()

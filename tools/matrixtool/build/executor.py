@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,39 +17,10 @@ import requests.exceptions
 from matrixtool.build import cache
 from matrixtool.build.plan import CONTENT_HASH_LABEL, BuildPlan, BuildResult, build_spec, buildx_argv, remote_ref
 from matrixtool.build.registry import EngineRegistry, Registry
-from matrixtool.core import engine, outputs
-from matrixtool.core.engine import echo, note
+from matrixtool.core import engine, outputs, process
+from matrixtool.core.engine import note
 from matrixtool.core.errors import BuildError, EngineUnreachableError
 from matrixtool.core.untrusted import shown
-
-# The `docker buildx build` processes running now (any thread): ended by ``terminate_running`` on a signal.
-_running: set[subprocess.Popen[str]] = set()
-_running_lock = threading.Lock()
-TERMINATE_GRACE = 10.0  # seconds a terminated buildx gets to cancel its build before it is killed
-
-
-def terminate_running() -> None:
-    """Send SIGTERM to every running ``docker buildx build`` (BuildKit cancels a build whose client goes).
-
-    Called from the CLI's signal handler: builds may run in worker threads (``run --jobs``) that the
-    handler's exception does not reach.
-    """
-    with _running_lock:
-        procs = list(_running)
-    for proc in procs:
-        if proc.poll() is None:
-            with contextlib.suppress(OSError):
-                proc.terminate()
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(TERMINATE_GRACE)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def untagged(argv: list[str]) -> list[str]:
@@ -220,33 +188,23 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
     iidfile = work_dir / f"{plan.variant}-{arch}.iid"
     stage_context(plan, context_dir)
     argv = untagged(buildx_argv(build_spec(plan, context_dir=context_dir), iidfile=iidfile))
-    echo(argv)
     started = time.monotonic()
     tail: list[str] = []
     prefix = f"[{plan.variant}] "
-    returncode: int | None = None
     try:
-        with (
-            log_path.open("w", encoding="utf-8", buffering=1) as log,  # line-buffered: tail -f shows it live
-            subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
-            ) as proc,
-        ):
-            with _running_lock:
-                _running.add(proc)
-            try:
-                assert proc.stdout is not None
-                for line in proc.stdout:
+        with outputs.guarded(log_path):
+            log = log_path.open("w", encoding="utf-8", buffering=1)  # line-buffered: tail -f shows it live
+        with log:
+
+            def on_line(line: str) -> None:
+                nonlocal tail
+                with outputs.guarded(log_path):
                     log.write(line)
-                    sys.stderr.write(prefix + shown(line, lines=True))  # a package's build prints anything
-                    tail = [*tail, line.rstrip()][-20:]
-                returncode = proc.wait()
-            except BaseException:
-                _stop(proc)  # Ctrl-C or SIGTERM: BuildKit cancels the build when its client ends
-                raise
-            finally:
-                with _running_lock:
-                    _running.discard(proc)
+                sys.stderr.write(prefix + shown(line, lines=True))  # a package's build prints anything
+                tail = [*tail, line.rstrip()][-20:]
+
+            # Ctrl-C or SIGTERM: the build's client ends, and BuildKit cancels the build (no tag was set).
+            returncode = process.stream(argv, on_line=on_line)
     finally:
         shutil.rmtree(context_dir, ignore_errors=True)
     seconds = time.monotonic() - started

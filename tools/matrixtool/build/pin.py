@@ -9,14 +9,13 @@ Pinning is all-or-nothing: when one registry does not answer, the lock file is l
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from matrixtool.build.registry import DIGEST, registry_host
-from matrixtool.core import jsontext
+from matrixtool.core import jsontext, outputs
 from matrixtool.core.errors import ConfigError, RegistryError
 from matrixtool.model.model import Variant
 from matrixtool.model.yamlfile import MAX_FILE_BYTES, read_config_text
@@ -88,13 +87,14 @@ def lock_text(lock: Lock) -> str:
 
 
 def write_lock(lock: Lock, path: Path) -> bool:
-    """Write ``lock`` to ``path`` atomically (temp file + rename); False when the text was already there."""
+    """Write ``lock`` to ``path`` atomically (``outputs.write_text``); False when the text was already there.
+
+    Raises:
+        OutputError: the write failed (exit 3, naming ``path``); ``path`` is unchanged."""
     text = lock_text(lock)
     if path.is_file() and path.read_text(encoding="utf-8") == text:
         return False
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    outputs.write_text(path, text)
     return True
 
 

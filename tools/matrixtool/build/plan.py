@@ -14,14 +14,13 @@ from pathlib import Path
 from matrixtool.build.base import BaseImage, BaseKey
 from matrixtool.build.pin import Lock
 from matrixtool.build.render import RenderedFile, render_variant
+from matrixtool.core import http
 from matrixtool.core.errors import ConfigError, RegistryError
-from matrixtool.model.matrixfile import SUITE_PYTHON
 from matrixtool.model.model import Platform, Variant
+from matrixtool.model.variantrules import SUITE_PYTHON
 
 DEFAULT_REPOSITORY = "vllm-matrix"
 TARGET = "runtime"
-# Environment variables naming a CA bundle, in the order they are consulted (after --ca-cert).
-CA_ENV_VARS = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE")
 # Environment variable naming a folder of local wheels (pip's own name for it).
 WHEELHOUSE_ENV_VAR = "PIP_FIND_LINKS"
 
@@ -355,13 +354,9 @@ def stand_in_python(variant: Variant, suite: str | None) -> str | None:
 
 
 def resolve_ca_cert(flag: Path | None, env: Mapping[str, str]) -> Path | None:
-    """The CA bundle to pass as build secret: ``--ca-cert``, else the first of ``CA_ENV_VARS`` that is set."""
-    if flag is not None:
-        return flag
-    for var in CA_ENV_VARS:
-        if env.get(var):
-            return Path(env[var])
-    return None
+    """The CA bundle to pass as build secret, the one every HTTP request verifies against (``http.ca_bundle``:
+    ``--ca-cert``, else the first of ``http.CA_ENV_VARS`` that is set)."""
+    return http.ca_bundle(flag, env)
 
 
 def existing_ca_cert(flag: Path | None, env: Mapping[str, str]) -> Path | None:
@@ -373,13 +368,13 @@ def existing_ca_cert(flag: Path | None, env: Mapping[str, str]) -> Path | None:
     """
     ca_cert = resolve_ca_cert(flag, env)
     if ca_cert is not None and not ca_cert.is_file():
-        source = "--ca-cert" if flag is not None else next(v for v in CA_ENV_VARS if env.get(v))
+        source = "--ca-cert" if flag is not None else next(v for v in http.CA_ENV_VARS if env.get(v))
         raise ConfigError("flags", [f"{source} {str(ca_cert)!r} is not a file; give a PEM CA bundle or unset it"])
     if ca_cert is not None:
         try:  # OpenSSL's parser reads it now: a bundle of garbage is this flag's fault, not the index's (exit 10)
             ssl.create_default_context(cafile=str(ca_cert))
         except (ssl.SSLError, OSError) as exc:
-            source = "--ca-cert" if flag is not None else next(v for v in CA_ENV_VARS if env.get(v))
+            source = "--ca-cert" if flag is not None else next(v for v in http.CA_ENV_VARS if env.get(v))
             raise ConfigError(
                 "flags",
                 [f"{source} {str(ca_cert)!r} is not a usable CA bundle ({exc}); give a PEM CA bundle or unset it"],

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import docker
 
-from matrixtool.build import index, plan, render
+from matrixtool.build import drift, index, plan, render
 from matrixtool.build import wheelhouse as wheelhouses
-from matrixtool.core import engine
+from matrixtool.core import engine, http
 from matrixtool.core.errors import ConfigError, EngineUnreachableError, IndexUnreachableError, MatrixError
 from matrixtool.model.model import Matrix, Variant
 
@@ -52,15 +52,19 @@ class Needs:
 
 @dataclass(frozen=True, kw_only=True)
 class Inputs:
-    """The resolved inputs shared by every variant: CA bundle and wheelhouse (flag, else environment)."""
+    """The resolved inputs shared by every variant: CA bundle and wheelhouse (flag, else environment), and the
+    environment whose proxy variables the index probes use (``core.http``)."""
 
     ca_cert: Path | None
     wheelhouse: Path | None
+    env: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def resolve(cls, *, ca_cert: Path | None, wheelhouse: Path | None, env: Mapping[str, str]) -> Inputs:
         """The flags ``--ca-cert``/``--wheelhouse``, else the variables of ``env`` (``plan.resolve_*``)."""
-        return cls(ca_cert=plan.resolve_ca_cert(ca_cert, env), wheelhouse=plan.resolve_wheelhouse(wheelhouse, env))
+        return cls(
+            ca_cert=plan.resolve_ca_cert(ca_cert, env), wheelhouse=plan.resolve_wheelhouse(wheelhouse, env), env=env
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,7 +100,7 @@ class Resolved:
 
 def check_fresh(matrix: Matrix) -> None:
     """Raise ``StaleRenderError`` when ``images/`` next to the matrix file is not a fresh render of it."""
-    render.check_fresh(render.render_matrix(matrix), matrix.root)
+    drift.check_fresh(render.render_matrix(matrix), matrix.root)
 
 
 def check_inputs(variant: Variant, inputs: Inputs) -> None:
@@ -110,7 +114,7 @@ def check_inputs(variant: Variant, inputs: Inputs) -> None:
     problems = []
     if ca_cert is not None and not ca_cert.is_file():
         problems.append(
-            f"CA bundle {ca_cert} (from --ca-cert or {'/'.join(plan.CA_ENV_VARS)}) is not a file; "
+            f"CA bundle {ca_cert} (from --ca-cert or {'/'.join(http.CA_ENV_VARS)}) is not a file; "
             "pass --ca-cert FILE or unset the variable"
         )
     # Each platform needs a wheel whose tags fit it and the variant's Python (wheelhouse.py), not any torch wheel.
@@ -124,7 +128,7 @@ def unreachable_indexes(variant: Variant, inputs: Inputs) -> list[tuple[str, str
     (``index.probe``, at most ``index.PROBE_TIMEOUT`` seconds each)."""
     found = []
     for url in (variant.index.url, *variant.index.extra_urls):
-        problem = index.probe(url, ca_cert=inputs.ca_cert, timeout=index.PROBE_TIMEOUT)
+        problem = index.probe(url, ca_cert=inputs.ca_cert, env=inputs.env, timeout=index.PROBE_TIMEOUT)
         if problem is not None:
             found.append((url, problem))
     return found

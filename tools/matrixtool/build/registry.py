@@ -20,8 +20,8 @@ import docker.auth
 import docker.errors
 import docker.utils
 
-from matrixtool.core.engine import echo
 from matrixtool.core.errors import RegistryError
+from matrixtool.core.process import echo
 from matrixtool.model.model import Platform
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")

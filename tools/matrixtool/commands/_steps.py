@@ -3,7 +3,6 @@ smoke checks of one image (progress lines on stderr as they happen)."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +12,7 @@ import docker
 from matrixtool.build import base, pin, plan
 from matrixtool.build import executor as build
 from matrixtool.build.preflight import Inputs
+from matrixtool.core import process
 from matrixtool.core.engine import note
 from matrixtool.core.untrusted import shown
 from matrixtool.model.model import Matrix, Variant
@@ -27,11 +27,8 @@ def provenance(root: Path) -> tuple[str, str]:
     """The git revision and origin URL of the checkout at ``root`` (``unknown``/the folder outside git)."""
 
     def git(*args: str) -> str | None:
-        try:
-            proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
-        except OSError:
-            return None
-        return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
+        done = process.run(["git", "-C", str(root), *args], quiet=True)
+        return done.stdout.strip() if done.ok and done.stdout.strip() else None
 
     return git("rev-parse", "HEAD") or "unknown", git("remote", "get-url", "origin") or str(root)
 

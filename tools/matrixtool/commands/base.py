@@ -11,9 +11,10 @@ from matrixtool.build import base
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import engine
 from matrixtool.core.errors import ConfigError
-from matrixtool.model.matrixfile import load_matrix, url_problem
+from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import Variant
 from matrixtool.model.select import select_variants
+from matrixtool.model.variantrules import url_problem
 
 
 @dataclass(frozen=True, kw_only=True)

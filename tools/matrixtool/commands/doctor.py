@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,7 +27,7 @@ class Args:
 
 def run(args: Args) -> Sequence[engine.Finding]:
     """The findings, one per probe (``engine.doctor``)."""
-    return engine.doctor(args.registry)
+    return engine.doctor(args.registry, env=os.environ)
 
 
 @click.command("doctor")

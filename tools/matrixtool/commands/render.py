@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from matrixtool.build import render
+from matrixtool.build import drift, render
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import Matrix
@@ -39,7 +39,7 @@ def run(args: Args) -> RenderReport:
     files = render.render_matrix(args.matrix)
     root = args.matrix.root
     if args.check:
-        render.check_fresh(files, root)
+        drift.check_fresh(files, root)
         return RenderReport(root=root, rendered=len(files))
     return RenderReport(root=root, rendered=len(files), changed=tuple(render.write(files, root)))
 

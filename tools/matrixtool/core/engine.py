@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +15,9 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from matrixtool.core import http, process
 from matrixtool.core.errors import EngineUnreachableError
+from matrixtool.core.process import echo as echo  # imported from here by supply/imagediff
 
 SETUP_HINT = "run 'make engine' (as root on Debian 12/13) or start your Docker engine"
 DEFAULT_HOST = "unix:///var/run/docker.sock"
@@ -83,15 +83,6 @@ def connect() -> docker.DockerClient:
     return client
 
 
-def echo(argv: Sequence[str], *, via: str | None = None) -> None:
-    """Print an external command the way it is about to run (``+ docker buildx build …``) to stderr.
-
-    ``via``: what really runs it when it is not this command line but its equivalent through a library
-    (``echo(["docker", "push", ref], via="Docker SDK")`` prints ``+ docker push REF  # Docker SDK``).
-    """
-    print("+ " + shlex.join(argv) + (f"  # {via}" if via else ""), file=sys.stderr, flush=True)
-
-
 def note(message: str) -> None:
     """A progress line on stderr (what a command is doing, as it happens; the result goes to stdout)."""
     print(message, file=sys.stderr, flush=True)
@@ -115,8 +106,8 @@ class Finding:
     fix: str = ""
 
 
-def _run(argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+def _run(argv: list[str], timeout: float = 30) -> process.Completed:
+    return process.run(argv, timeout=timeout, quiet=True)
 
 
 # QEMU 7.2 (Debian 12) dies with SIGSEGV in `import torch` of PyPI's aarch64 torch 2.13.0; 10.0 runs it
@@ -142,7 +133,7 @@ def qemu_finding(platforms: str) -> Finding:
         # Resolved: Debian's .../aarch64-binfmt-P wrapper name makes QEMU take `--version` for a program.
         interpreter = os.path.realpath(line.split(" ", 1)[1])
         text = (_run([interpreter, "--version"]).stdout.splitlines() or [""])[0]
-    except (OSError, StopIteration, subprocess.SubprocessError):
+    except (OSError, StopIteration):
         interpreter, text = "", ""
     major = qemu_major(text)
     if major is None or major < QEMU_MIN_MAJOR:
@@ -164,8 +155,9 @@ def builder_platforms() -> set[str]:
     return {p.strip().rstrip("*") for p in line.split(":", 1)[-1].split(",") if p.strip()}
 
 
-def doctor(registry: str = "registry-1.docker.io") -> list[Finding]:
-    """Probe engine, buildx, arm64 emulation and registry reachability (each probe ≤ 30 s)."""
+def doctor(registry: str = "registry-1.docker.io", *, env: Mapping[str, str]) -> list[Finding]:
+    """Probe engine, buildx, arm64 emulation and registry reachability (each probe ≤ 30 s); the registry through
+    the CA bundle and proxies of ``env`` (``core.http``)."""
     findings: list[Finding] = []
     try:
         client = docker.from_env(timeout=30)
@@ -216,31 +208,25 @@ def doctor(registry: str = "registry-1.docker.io") -> list[Finding]:
                     fix="install qemu-user-static and binfmt-support ('make engine') to build linux/arm64 variants",
                 )
             )
-    findings.append(_registry_finding(registry))
+    findings.append(_registry_finding(registry, env))
     return findings
 
 
-def _registry_finding(registry: str) -> Finding:
-    import urllib.error
-    import urllib.request
-
+def _registry_finding(registry: str, env: Mapping[str, str]) -> Finding:
     url = f"https://{registry}/v2/"
-    try:
-        urllib.request.urlopen(url, timeout=10)
-    except urllib.error.HTTPError as exc:
-        # 401 is the normal answer of a registry to an anonymous /v2/ probe.
-        ok = exc.code in (200, 401)
-        return Finding(
-            name="registry",
-            status=FindingStatus.OK if ok else FindingStatus.WARN,
-            detail=f"{url} answered {exc.code}",
-            fix="" if ok else "check the registry address or your proxy",
-        )
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+    answer = http.answer(http.session(ca_cert=http.ca_bundle(None, env), env=env), url, timeout=10)
+    if isinstance(answer, str):
         return Finding(
             name="registry",
             status=FindingStatus.WARN,
-            detail=f"{url} unreachable ({getattr(exc, 'reason', exc)})",
+            detail=f"{url} unreachable ({answer})",
             fix="air-gapped: 'tools/matrix base <variant>' makes stand-in base images with debootstrap",
         )
-    return Finding(name="registry", status=FindingStatus.OK, detail=f"{url} answered 200")
+    # 401 is the normal answer of a registry to an anonymous /v2/ probe.
+    ok = answer in (200, 401)
+    return Finding(
+        name="registry",
+        status=FindingStatus.OK if ok else FindingStatus.WARN,
+        detail=f"{url} answered {answer}",
+        fix="" if ok else "check the registry address or your proxy",
+    )

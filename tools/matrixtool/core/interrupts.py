@@ -4,7 +4,7 @@ SIGTERM is what CI cancellation, ``timeout`` and Kubernetes send. Python's defau
 without running a ``finally``, leaving the smoke container up and ``docker buildx build`` running. The
 handler here raises ``Terminated`` (a ``KeyboardInterrupt``) in the main thread instead, so every context
 manager runs (``container.TrackedContainer`` removes its container), and first ends the running builds
-(``build.terminate_running``), which may run in worker threads that no exception reaches.
+(``process.terminate_running``), which may run in worker threads that no exception reaches.
 A second signal while cleaning up is ignored, so the cleanup finishes.
 """
 

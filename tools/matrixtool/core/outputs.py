@@ -95,3 +95,20 @@ def write_text(path: Path, text: str) -> Path:
         out.flush()
         os.fsync(out.fileno())
     return path
+
+
+def write_bytes(path: Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` as ``write_text`` writes text: whole or not at all; returns ``path``.
+
+    Raises:
+        OutputError: the write failed (exit 3); a regular ``path`` is unchanged.
+    """
+    if path.exists() and not path.is_file():
+        with guarded(path), open(path, "wb") as out:
+            out.write(data)
+        return path
+    with replacing(path) as tmp, open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    return path

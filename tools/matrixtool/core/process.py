@@ -7,19 +7,36 @@ one that outlives its timeout are failures like a non-zero exit, with the exit s
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
 from matrixtool.core.bounded import DEFAULT_LIMIT, BoundedOutput, OutputLimit
-from matrixtool.core.engine import echo as echo_argv
 from matrixtool.core.errors import MatrixError
+
+
+def echo(argv: Sequence[str], *, via: str | None = None) -> None:
+    """Print an external command the way it is about to run (``+ docker buildx build …``) to stderr.
+
+    ``via``: what really runs it when it is not this command line but its equivalent through a library
+    (``echo(["docker", "push", ref], via="Docker SDK")`` prints ``+ docker push REF  # Docker SDK``).
+    """
+    print("+ " + shlex.join(argv) + (f"  # {via}" if via else ""), file=sys.stderr, flush=True)
+
 
 NOT_FOUND = 127  # the shell's status for a program it cannot run
 TIMED_OUT = 124  # timeout(1)'s status for a program it stopped
+TERMINATE_GRACE = 10.0  # seconds a streamed program gets to end after SIGTERM before it is killed
+
+# The streamed programs running now (any thread): ended by ``terminate_running`` on a signal.
+_running: set[subprocess.Popen[str]] = set()
+_running_lock = threading.Lock()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,19 +67,19 @@ def run(
     argv: Sequence[str],
     *,
     timeout: float | None = None,
-    echo: bool = True,
+    quiet: bool = False,
     env: Mapping[str, str] | None = None,
     limit: OutputLimit = DEFAULT_LIMIT,
 ) -> Completed:
-    """Run ``argv`` (echoed unless ``echo`` is False; stdin is ``/dev/null``) and wait for it, at most
+    """Run ``argv`` (echoed unless ``quiet``; stdin is ``/dev/null``) and wait for it, at most
     ``timeout`` seconds (then it is killed: status ``TIMED_OUT``). ``env`` replaces the environment when given.
 
     Never raises for the program's failure: a program that cannot start gives status ``NOT_FOUND`` with the
     OS's reason in ``stderr``. Output is decoded as UTF-8 (bad bytes replaced); each stream keeps ``limit``.
     """
     argv = tuple(argv)
-    if echo:
-        echo_argv(argv)
+    if not quiet:
+        echo(argv)
     try:
         proc = subprocess.Popen(
             argv,
@@ -102,7 +119,7 @@ def check(
     *,
     error: Callable[[Completed], MatrixError],
     timeout: float | None = None,
-    echo: bool = True,
+    quiet: bool = False,
     env: Mapping[str, str] | None = None,
     limit: OutputLimit = DEFAULT_LIMIT,
 ) -> Completed:
@@ -112,7 +129,72 @@ def check(
         MatrixError: the one ``error`` makes (its class gives the exit code), for a non-zero exit, a program
             that cannot start, or a timeout.
     """
-    done = run(argv, timeout=timeout, echo=echo, env=env, limit=limit)
+    done = run(argv, timeout=timeout, quiet=quiet, env=env, limit=limit)
     if not done.ok:
         raise error(done)
     return done
+
+
+def terminate_running() -> None:
+    """Send SIGTERM to every program ``stream`` runs now (``docker buildx build``: BuildKit cancels a build
+    whose client goes). Called from the CLI's signal handler: they may run in worker threads (``run --jobs``)
+    that the handler's exception does not reach."""
+    with _running_lock:
+        procs = list(_running)
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.terminate()
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(TERMINATE_GRACE)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def stream(
+    argv: Sequence[str], *, on_line: Callable[[str], None], quiet: bool = False, env: Mapping[str, str] | None = None
+) -> int:
+    """Run ``argv`` (echoed unless ``quiet``), its stdout and stderr merged, handing each line as it comes
+    (UTF-8, bad bytes replaced, with its line end) to ``on_line``; returns the exit status. A program that
+    cannot start gives ``NOT_FOUND``, its reason handed to ``on_line`` as one line.
+
+    Raises:
+        BaseException: what ``on_line`` raises, or Ctrl-C/SIGTERM (``Terminated``) while it runs: after the
+            program got SIGTERM (and SIGKILL ``TERMINATE_GRACE`` seconds later) and ended.
+    """
+    argv = tuple(argv)
+    if not quiet:
+        echo(argv)
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            env=None if env is None else dict(env),
+        )
+    except OSError as exc:
+        on_line(f"cannot run {argv[0]}: {exc}\n")
+        return NOT_FOUND
+    with proc:
+        with _running_lock:
+            _running.add(proc)
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                on_line(line)
+            return proc.wait()
+        except BaseException:
+            _stop(proc)
+            raise
+        finally:
+            with _running_lock:
+                _running.discard(proc)

@@ -11,7 +11,6 @@ repositories of one registry and speaks to it with the docker CLI's credentials
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,7 @@ from typing import Any
 
 from matrixtool.build.plan import remote_ref
 from matrixtool.build.registry import registry_host
-from matrixtool.core import jsontext
-from matrixtool.core.engine import echo
+from matrixtool.core import jsontext, process
 from matrixtool.core.errors import ConfigError, RegistryError
 from matrixtool.core.untrusted import check_shape
 from matrixtool.model.model import Platform, Variant
@@ -231,16 +229,16 @@ def execute(plan: ManifestPlan) -> str:
     """
     tag = plan.tags[0]
     host = registry_host(tag)
-    for argv in (plan.argv(), ["docker", "buildx", "imagetools", "inspect", tag]):
-        echo(argv)
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
-            raise RegistryError(
-                f"'{' '.join(argv[:4])}' of {tag} failed (exit {proc.returncode}); are the per-platform images "
-                f"pushed, is registry {host} running, and are you logged in ('docker login {host}')?\n{tail}",
-                registry=host,
-                ref=tag,
-            )
-    digest = next((line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("Digest:")), "")
+
+    def failed(done: process.Completed) -> RegistryError:
+        return RegistryError(
+            f"'{' '.join(done.argv[:4])}' of {tag} failed (exit {done.returncode}); are the per-platform images "
+            f"pushed, is registry {host} running, and are you logged in ('docker login {host}')?\n{done.tail(10)}",
+            registry=host,
+            ref=tag,
+        )
+
+    process.check(plan.argv(), error=failed)
+    inspected = process.check(["docker", "buildx", "imagetools", "inspect", tag], error=failed)
+    digest = next((line.split()[-1] for line in inspected.stdout.splitlines() if line.startswith("Digest:")), "")
     return digest

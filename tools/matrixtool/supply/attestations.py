@@ -38,7 +38,7 @@ def _warn(message: str) -> None:
 
 def _builder_versions(client: docker.DockerClient) -> dict[str, str]:
     versions = {"docker-engine": str(client.version().get("Version", "unknown"))}
-    proc = process.run(["docker", "buildx", "version"], timeout=30, echo=False)
+    proc = process.run(["docker", "buildx", "version"], timeout=30, quiet=True)
     if proc.ok:
         versions["buildx"] = proc.stdout.strip()
     return versions

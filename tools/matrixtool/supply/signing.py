@@ -27,7 +27,6 @@ from typing import Any
 from docker_image import reference as oci
 
 from matrixtool.core import jsontext, process, untrusted
-from matrixtool.core.engine import echo
 from matrixtool.core.errors import ConfigError, EngineUnreachableError, ExitCode, MatrixError, RegistryError
 from matrixtool.model.yamlfile import read_config_text
 from matrixtool.report import READ_BACK_SCHEMA
@@ -124,7 +123,7 @@ def _public_key_problem(pem: bytes) -> str | None:
     with tempfile.NamedTemporaryFile(suffix=".pem") as scratch:
         scratch.write(pem)
         scratch.flush()
-        done = process.run([openssl, "pkey", "-pubin", "-noout", "-in", scratch.name], timeout=30, echo=False)
+        done = process.run([openssl, "pkey", "-pubin", "-noout", "-in", scratch.name], timeout=30, quiet=True)
     if done.returncode in (process.NOT_FOUND, process.TIMED_OUT):
         return f"openssl could not read it ({done.stderr.strip().splitlines()[-1]})"
     return None if done.ok else "its PEM body is no public key (openssl pkey -pubin cannot read it)"
@@ -233,8 +232,8 @@ def verify_attestation_argv(cosign: str, ref: str, pub: Path, predicate_type: st
 def run_cosign(argv: Sequence[str], env: Mapping[str, str], *, timeout: float = COSIGN_TIMEOUT_S) -> process.Completed:
     """Run ``argv`` (echoed on stderr by the program's name) with ``env``, no stdin (cosign never prompts), at
     most ``timeout`` seconds (then exit 124, the reason on stderr)."""
-    echo([Path(argv[0]).name, *argv[1:]])
-    return process.run(argv, env=env, timeout=timeout, echo=False)
+    process.echo([Path(argv[0]).name, *argv[1:]])
+    return process.run(argv, env=env, timeout=timeout, quiet=True)
 
 
 def _reason(proc: process.Completed) -> str:
