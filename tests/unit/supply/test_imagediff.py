@@ -72,7 +72,7 @@ def test_parse_output_and_container_kwargs() -> None:
     assert imagediff.parse_output('noise\n@@image-facts@@{"python": "3.11.2"}\n', "r") == {"python": "3.11.2"}
     with pytest.raises(SmokeFailure, match="printed no result"):
         imagediff.parse_output("python3: not found", "r")
-    kwargs = imagediff.container_kwargs("img", "diff-1")
+    kwargs = imagediff.container_spec("img").run_kwargs(session="diff-1", owner="")
     assert kwargs["network_disabled"] is True and kwargs["labels"][SESSION_LABEL] == "diff-1"
     assert kwargs["entrypoint"][:2] == ["python3", "-c"] and "@@image-facts@@" in kwargs["entrypoint"][2]
 
@@ -108,19 +108,16 @@ def test_diff_names_a_bad_image_reference_before_the_engine(a: str, b: str, what
 
 
 class _Container:
-    def __init__(self, start_error: Exception | None) -> None:
-        self.start_error, self.removed = start_error, False
-
-    def start(self) -> None:
-        if self.start_error is not None:
-            raise self.start_error
+    def __init__(self, labels: dict[str, str]) -> None:
+        self.labels, self.removed = labels, False
 
     def remove(self, force: bool) -> None:
         self.removed = force
 
 
 class _Client:
-    """Images ``known``; containers whose start raises ``start_error`` (runc: no python3 in the image)."""
+    """Images ``known``; containers whose start raises ``start_error`` (runc: no python3 in the image), found
+    by label."""
 
     def __init__(self, known: set[str], start_error: Exception | None = None) -> None:
         self.known = known
@@ -133,10 +130,17 @@ class _Client:
             raise docker.errors.ImageNotFound(ref)
         return _Image()
 
-    def create(self, **kwargs: Any) -> _Container:
-        container = _Container(self.start_error)
+    def run(self, **kwargs: Any) -> _Container:
+        """As the Docker SDK's: the container is created, then its start may fail (it stays behind)."""
+        container = _Container(kwargs["labels"])
         self.created.append((kwargs, container))
+        if self.start_error is not None:
+            raise self.start_error
         return container
+
+    def list(self, all: bool, filters: dict[str, str]) -> list[_Container]:
+        key, _, value = filters["label"].partition("=")
+        return [c for _, c in self.created if c.labels.get(key) == value and not c.removed]
 
 
 class _Image:
