@@ -73,8 +73,7 @@ class Unaudited:
 
 @dataclass(frozen=True, kw_only=True)
 class AuditReport:
-    """The gate's result for one SBOM: ``source`` names the advisory source; ``audited`` counts the packages
-    checked against advisories."""
+    """The gate's result for one SBOM; ``audited``: packages compared with advisories (not those ``unaudited``)."""
 
     source: str
     image: str

@@ -19,7 +19,7 @@ FAIL_ON_NONE = "none"
 
 @dataclass(frozen=True, kw_only=True)
 class Acceptance:
-    """An accepted advisory: ``id`` (its OSV ID or an alias: ``GHSA-…``, ``CVE-…``), why, and until when."""
+    """An accepted advisory; ``id`` may be its OSV ID or an alias (``GHSA-…``, ``CVE-…``); ``expires`` inclusive."""
 
     id: str
     reason: str

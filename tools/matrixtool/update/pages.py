@@ -48,7 +48,7 @@ class DistFile:
 
 @dataclass(frozen=True, kw_only=True)
 class Project:
-    """A project page: ``files`` as listed, ``url`` the page read, ``api`` ``json`` (PEP 691) or ``html``."""
+    """A project page as read; ``api``: ``json`` (PEP 691) or ``html`` (PEP 503)."""
 
     name: str
     url: str

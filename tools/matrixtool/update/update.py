@@ -46,7 +46,7 @@ from matrixtool.update.yamltext import ScalarEdit
 
 @dataclass(frozen=True, kw_only=True)
 class Options:
-    """``update``'s choices: ``cooldown`` since upload, ``same_minor``, ``now`` (aware), the wheelhouse folder."""
+    """What ``update`` was asked; ``now`` is aware (compared with upload times, which are)."""
 
     cooldown: timedelta = timedelta(0)
     same_minor: bool = False
