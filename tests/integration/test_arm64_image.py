@@ -20,7 +20,7 @@ from typing import Any
 import docker
 import pytest
 
-from matrixtool.build.plan import WHEELHOUSE_ENV_VAR, resolve_wheelhouse
+from matrixtool.build.hostfiles import WHEELHOUSE_ENV_VAR, resolve_wheelhouse
 from matrixtool.build.wheelhouse import problems
 from matrixtool.core import engine
 from matrixtool.model.matrixfile import load_matrix

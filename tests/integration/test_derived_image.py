@@ -17,7 +17,7 @@ from typing import Any
 import docker
 import pytest
 
-from matrixtool.build import plan
+from matrixtool.build import hostfiles
 from matrixtool.core.errors import ExitCode
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import TEST_REPOSITORY, json_of, matrix_cli
@@ -48,7 +48,7 @@ def build_derived(client: docker.DockerClient, tmp_path_factory: pytest.TempPath
     """A factory: ``build_derived(lines)`` builds a Dockerfile of ``lines`` with the CA bundle as secret ``ca``
     (where this machine has one, as `tools/matrix build` passes it); images removed afterwards."""
     made: list[str] = []
-    ca = plan.resolve_ca_cert(None, dict(os.environ))
+    ca = hostfiles.resolve_ca_cert(None, dict(os.environ))
 
     def build(lines: list[str]) -> str:
         tag = f"{TEST_REPOSITORY}/derived-{uuid.uuid4().hex[:8]}:latest"

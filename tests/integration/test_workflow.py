@@ -37,7 +37,7 @@ import docker
 import pytest
 import yaml
 
-from matrixtool.build.plan import resolve_wheelhouse
+from matrixtool.build.hostfiles import resolve_wheelhouse
 from matrixtool.model.checks import prerequisites
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import MATRIX

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from matrixtool.build import plan, render
+from matrixtool.build import hostfiles, plan, render
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import Platform, Variant
 
@@ -89,16 +89,17 @@ def test_content_hash_covers_inputs_but_not_the_ca_bundle() -> None:
 
 def test_resolve_ca_cert_order() -> None:
     env = {"PIP_CERT": "/p", "REQUESTS_CA_BUNDLE": "/r"}
-    assert plan.resolve_ca_cert(Path("/flag"), env) == Path("/flag")
-    assert plan.resolve_ca_cert(None, env) == Path("/p")
-    assert plan.resolve_ca_cert(None, {"SSL_CERT_FILE": "/s", **env}) == Path("/s")
-    assert plan.resolve_ca_cert(None, {}) is None
+    assert hostfiles.resolve_ca_cert(Path("/flag"), env) == Path("/flag")
+    assert hostfiles.resolve_ca_cert(None, env) == Path("/p")
+    assert hostfiles.resolve_ca_cert(None, {"SSL_CERT_FILE": "/s", **env}) == Path("/s")
+    assert hostfiles.resolve_ca_cert(None, {}) is None
 
 
 def test_resolve_wheelhouse() -> None:
-    assert plan.resolve_wheelhouse(Path("/w"), {"PIP_FIND_LINKS": "/x"}) == Path("/w")
-    assert plan.resolve_wheelhouse(None, {"PIP_FIND_LINKS": "https://h/x file:///opt/wheels"}) == Path("/opt/wheels")
-    assert plan.resolve_wheelhouse(None, {}) is None
+    assert hostfiles.resolve_wheelhouse(Path("/w"), {"PIP_FIND_LINKS": "/x"}) == Path("/w")
+    links = {"PIP_FIND_LINKS": "https://h/x file:///opt/wheels"}
+    assert hostfiles.resolve_wheelhouse(None, links) == Path("/opt/wheels")
+    assert hostfiles.resolve_wheelhouse(None, {}) is None
 
 
 def test_wheelhouse_fingerprint(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import docker
 
-from matrixtool.build import drift, index, plan, render
+from matrixtool.build import drift, hostfiles, index, render
 from matrixtool.build import wheelhouse as wheelhouses
 from matrixtool.core import engine, http
 from matrixtool.core.errors import ConfigError, EngineUnreachableError, IndexUnreachableError, MatrixError
@@ -61,9 +61,11 @@ class Inputs:
 
     @classmethod
     def resolve(cls, *, ca_cert: Path | None, wheelhouse: Path | None, env: Mapping[str, str]) -> Inputs:
-        """The flags ``--ca-cert``/``--wheelhouse``, else the variables of ``env`` (``plan.resolve_*``)."""
+        """The flags ``--ca-cert``/``--wheelhouse``, else the variables of ``env`` (``hostfiles.resolve_*``)."""
         return cls(
-            ca_cert=plan.resolve_ca_cert(ca_cert, env), wheelhouse=plan.resolve_wheelhouse(wheelhouse, env), env=env
+            ca_cert=hostfiles.resolve_ca_cert(ca_cert, env),
+            wheelhouse=hostfiles.resolve_wheelhouse(wheelhouse, env),
+            env=env,
         )
 
 
@@ -118,7 +120,7 @@ def check_inputs(variant: Variant, inputs: Inputs) -> None:
             "pass --ca-cert FILE or unset the variable"
         )
     # Each platform needs a wheel whose tags fit it and the variant's Python (wheelhouse.py), not any torch wheel.
-    problems += wheelhouses.problems(variant, wheelhouse, env_var=plan.WHEELHOUSE_ENV_VAR)
+    problems += wheelhouses.problems(variant, wheelhouse, env_var=hostfiles.WHEELHOUSE_ENV_VAR)
     if problems:
         raise ConfigError(f"inputs of variant {variant.name}", problems)
 

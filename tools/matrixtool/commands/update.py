@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from matrixtool.build import plan
+from matrixtool.build import hostfiles
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core.errors import ConfigError, MatrixError
 from matrixtool.model.matrixfile import load_matrix
@@ -27,7 +27,7 @@ MAX_COOLDOWN_DAYS = 36500
 @dataclass(frozen=True, kw_only=True)
 class Args:
     """``update``'s flags: ``cooldown_days`` (0: none), ``same_minor``, ``write``; ``ca_cert``/``wheelhouse``
-    None take the environment's (``plan.resolve_ca_cert``, ``plan.resolve_wheelhouse``); ``now``: the clock of
+    None take the environment's (``hostfiles.resolve_ca_cert``, ``hostfiles.resolve_wheelhouse``); ``now``: the clock of
     the cooldown (None: now, UTC); ``index``: the package-index seam (None: ``IndexClient`` over HTTPS)."""
 
     matrix_path: Path
@@ -61,13 +61,13 @@ def run(args: Args) -> updatefiles.UpdateReport:
     matrix = load_matrix(args.matrix_path)
     raw: Any = parse_yaml(read_config_text(args.matrix_path), str(args.matrix_path))
     selected = select_variants(matrix, args.variants)
-    ca_cert = plan.existing_ca_cert(args.ca_cert, args.env)
+    ca_cert = hostfiles.existing_ca_cert(args.ca_cert, args.env)
     client: Index = args.index if args.index is not None else IndexClient(ca_cert=ca_cert, env=args.env)
     options = update.Options(
         cooldown=timedelta(days=args.cooldown_days),
         same_minor=args.same_minor,
         now=args.now or datetime.now(UTC),
-        wheelhouse=plan.resolve_wheelhouse(args.wheelhouse, args.env),
+        wheelhouse=hostfiles.resolve_wheelhouse(args.wheelhouse, args.env),
     )
     proposals = []
     for variant in selected:
