@@ -422,7 +422,7 @@ def test_the_rendered_alias_step_refuses_a_distribution_the_python_has(tmp_path:
 
 
 def test_advisory_and_sbom_text_reach_the_terminal_escaped(tmp_path: Path) -> None:
-    from matrixtool.supply import sbom
+    from matrixtool.supply import compare as sbom_compare
 
     (tmp_path / "adv" / "PyPI").mkdir(parents=True)
     (tmp_path / "adv" / "PyPI" / "a.json").write_text(
@@ -436,7 +436,7 @@ def test_advisory_and_sbom_text_reach_the_terminal_escaped(tmp_path: Path) -> No
     assert result.exit_code == ExitCode.NOT_AUDITED, result.output  # the version cannot be compared: fail closed
     assert "with GHSA-1\\x1b[31m's ranges" in result.output and not any(c in result.output for c in "\x1b\r")
     published = {"bomFormat": "CycloneDX", "components": [{"purl": "pkg:pypi/torch@2.0.0%1B%5B2J"}]}
-    lines = sbom.comparison_lines(sbom.compare(published, {"bomFormat": "CycloneDX", "components": []}))
+    lines = sbom_compare.comparison_lines(sbom_compare.compare(published, {"bomFormat": "CycloneDX", "components": []}))
     assert lines[0] == "- pypi/torch 2.0.0\\x1b[2J"
 
 
@@ -519,10 +519,11 @@ def test_a_junit_report_quoting_control_characters_is_still_xml(tmp_path: Path) 
 )
 def test_an_inventory_of_another_shape_is_an_sbom_error(inventory: str, says: str) -> None:
     """The image's own python3 prints the inventory: its shape is checked before any field is used (exit 16)."""
+    from matrixtool.supply import inventory as image_inventory
     from matrixtool.supply import sbom
 
     with pytest.raises(sbom.SbomError, match="of another shape") as caught:
-        sbom.parse_output(f"{sbom.MARKER}{inventory}\n")
+        image_inventory.parse_output(f"{image_inventory.MARKER}{inventory}\n")
     assert says in str(caught.value) and caught.value.exit_code == ExitCode.SBOM
 
 
@@ -574,10 +575,11 @@ def test_the_progress_line_escapes_what_an_image_printed(capsys: pytest.CaptureF
 def test_a_published_sbom_size_that_is_no_count_is_no_size(size: str) -> None:
     """``str.isdigit`` takes ``²`` and 5000 digits, which ``int`` refuses: a size property is ASCII digits of
     an int64, else unknown (0), never a crash of ``sbom --compare``."""
+    from matrixtool.supply import compare as sbom_compare
     from matrixtool.supply import sbom
 
     prop = {"name": sbom.PROPERTY_PREFIX + "size-bytes", "value": size}
     doc = {"bomFormat": "CycloneDX", "components": [{"purl": "pkg:pypi/x@1", "properties": [prop]}]}
-    assert sbom.packages_of(doc)["pypi/x"].size == 0
+    assert sbom_compare.packages_of(doc)["pypi/x"].size == 0
     prop["value"] = "123"
-    assert sbom.packages_of(doc)["pypi/x"].size == 123
+    assert sbom_compare.packages_of(doc)["pypi/x"].size == 123

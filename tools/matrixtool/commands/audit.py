@@ -21,7 +21,9 @@ from matrixtool.commands.sbom import read_document, variant_of
 from matrixtool.core.errors import ConfigError
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.select import select_variants
+from matrixtool.supply import advisories as sources
 from matrixtool.supply import audit as gate
+from matrixtool.supply.policy import policy_for
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,12 +34,12 @@ class Args:
     sbom: Path
     advisories: Path | None
     osv_api: bool
-    api_url: str = gate.OSV_API
+    api_url: str = sources.OSV_API
     variant: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
 
 
-def run(args: Args, *, fetch: gate.Fetch | None = None, today: datetime.date | None = None) -> gate.AuditReport:
+def run(args: Args, *, fetch: sources.Fetch | None = None, today: datetime.date | None = None) -> gate.AuditReport:
     """Audit ``args.sbom``; ``fetch`` replaces HTTP (tests), ``today`` the date acceptances expire against.
 
     With ``--osv-api`` the service is probed first: when it does not answer, every package is not audited and
@@ -54,29 +56,29 @@ def run(args: Args, *, fetch: gate.Fetch | None = None, today: datetime.date | N
         raise ConfigError("flags", [f"--as VARIANT is needed ({args.sbom} names no variant)"])
     matrix = load_matrix(args.matrix_path)
     select_variants(matrix, [variant])
-    policy = gate.policy_for(matrix, variant)
-    source: gate.AdvisorySource
+    policy = policy_for(matrix, variant)
+    source: sources.AdvisorySource
     if args.advisories is not None:
-        source = gate.DirectorySource(args.advisories)
+        source = sources.DirectorySource(args.advisories)
     else:
-        the_fetch = fetch if fetch is not None else gate.default_fetch(args.env)
-        source = gate.ApiSource(the_fetch, args.api_url)
-        problem = gate.probe_api(the_fetch, args.api_url)
+        the_fetch = fetch if fetch is not None else sources.default_fetch(args.env)
+        source = sources.ApiSource(the_fetch, args.api_url)
+        problem = sources.probe_api(the_fetch, args.api_url)
         if problem is not None:
             source = _Unreachable(source.name, problem)
     return gate.audit(doc, source, policy, today=today or datetime.date.today())
 
 
-class _Unreachable(gate.AdvisorySource):
+class _Unreachable(sources.AdvisorySource):
     """A source that did not answer its probe: it knows nothing, and says why for every package."""
 
     def __init__(self, name: str, problem: str) -> None:
         self.name = f"{name} (unreachable)"
         self.problem = problem
 
-    def lookup(self, targets: Any) -> gate.Lookup:
+    def lookup(self, targets: Any) -> sources.Lookup:
         reason = f"{self.problem}; use --advisories DIR with OSV records"
-        return gate.Lookup(advisories={}, missing={t.key: reason for t in targets})
+        return sources.Lookup(advisories={}, missing={t.key: reason for t in targets})
 
 
 @click.command("audit")
@@ -87,7 +89,7 @@ class _Unreachable(gate.AdvisorySource):
     default=None,
     help="Folder of OSV records, one folder per ecosystem (PyPI/, Debian:12/ or Debian/; JSON files or all.zip).",
 )
-@click.option("--osv-api", is_flag=True, help=f"Query the OSV API ({gate.OSV_API}); probed first.")
+@click.option("--osv-api", is_flag=True, help=f"Query the OSV API ({sources.OSV_API}); probed first.")
 @click.option("--as", "as_variant", default=None, help="Variant whose audit policy applies (default: the SBOM's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @pass_settings

@@ -23,6 +23,8 @@ from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.select import select_variants
 from matrixtool.model.yamlfile import read_config_text
 from matrixtool.report import human_size
+from matrixtool.supply import compare as sbom_compare
+from matrixtool.supply import cyclonedx, inventory
 from matrixtool.supply import sbom as sbom_module
 
 MAX_SBOM_BYTES = 64 * 1024 * 1024
@@ -46,8 +48,8 @@ class Report:
 
     document: Mapping[str, Any]
     text: str
-    summary: sbom_module.Summary
-    comparison: sbom_module.Comparison | None
+    summary: sbom_compare.Summary
+    comparison: sbom_compare.Comparison | None
 
 
 def read_document(path: Path, *, what: str) -> dict[str, Any]:
@@ -96,14 +98,14 @@ def run(args: Args) -> Report:
         raise ConfigError("flags", ["--as VARIANT is needed (the published SBOM names no variant)"])
     select_variants(load_matrix(args.matrix_path), [variant])
     client = engine.connect()
-    bom = sbom_module.to_bom(sbom_module.read_inventory(client, args.image), variant=variant)
-    text = sbom_module.to_json(bom)
+    bom = cyclonedx.to_bom(inventory.read_inventory(client, args.image), variant=variant)
+    text = cyclonedx.to_json(bom)
     document = jsontext.loads(text)
-    comparison = sbom_module.compare(published, document) if published is not None else None
-    return Report(document=document, text=text, summary=sbom_module.summarize(document), comparison=comparison)
+    comparison = sbom_compare.compare(published, document) if published is not None else None
+    return Report(document=document, text=text, summary=sbom_compare.summarize(document), comparison=comparison)
 
 
-def summary_lines(summary: sbom_module.Summary) -> list[str]:
+def summary_lines(summary: sbom_compare.Summary) -> list[str]:
     """Counts by kind and the largest packages, for the terminal."""
     counts = ", ".join(f"{n} {kind}" for kind, n in sorted(summary.counts.items()))
     lines = [f"packages: {counts}"]
@@ -132,17 +134,17 @@ def command(
     for line in summary_lines(report.summary):
         click.echo(line, err=True)
     if report.comparison is not None:
-        for line in sbom_module.comparison_lines(report.comparison):
+        for line in sbom_compare.comparison_lines(report.comparison):
             click.echo(line)
         if output is not None:
-            sbom_module.write(report.text, output)
+            cyclonedx.write(report.text, output)
         if not report.comparison.same:
             raise sbom_module.SbomDiffers(
                 f"{image} differs from {compare}: see the lines above ('+' only in the image, '-' only published)"
             )
         return
     if output is not None:
-        sbom_module.write(report.text, output)
+        cyclonedx.write(report.text, output)
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(report.text, nl=False)

@@ -17,6 +17,7 @@ from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.select import select_variants
 from matrixtool.model.yamlfile import parse_yaml, read_config_text
 from matrixtool.update import update, updatefiles
+from matrixtool.update.lookup import Index
 from matrixtool.update.pyindex import IndexClient
 
 # The longest --cooldown: a century (a datetime cannot reach far beyond that from now).
@@ -38,7 +39,7 @@ class Args:
     wheelhouse: Path | None = None
     env: Mapping[str, str]
     now: datetime | None = None
-    index: update.Index | None = None
+    index: Index | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.cooldown_days <= MAX_COOLDOWN_DAYS:
@@ -61,7 +62,7 @@ def run(args: Args) -> updatefiles.UpdateReport:
     raw: Any = parse_yaml(read_config_text(args.matrix_path), str(args.matrix_path))
     selected = select_variants(matrix, args.variants)
     ca_cert = hostfiles.existing_ca_cert(args.ca_cert, args.env)
-    client: update.Index = args.index if args.index is not None else IndexClient(ca_cert=ca_cert, env=args.env)
+    client: Index = args.index if args.index is not None else IndexClient(ca_cert=ca_cert, env=args.env)
     options = update.Options(
         cooldown=timedelta(days=args.cooldown_days),
         same_minor=args.same_minor,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -25,12 +24,12 @@ import docker
 
 from matrixtool.build import registry
 from matrixtool.build.plan import BuildPlan, BuildResult
-from matrixtool.core import jsontext
+from matrixtool.core import jsontext, outputs, process
 from matrixtool.core.errors import ConfigError
 from matrixtool.core.untrusted import check_shape
 from matrixtool.model.yamlfile import read_config_text
 from matrixtool.publish.push import PushResult
-from matrixtool.supply import provenance, sbom, signing
+from matrixtool.supply import cyclonedx, provenance, sbom, signing
 
 
 def _warn(message: str) -> None:
@@ -39,12 +38,9 @@ def _warn(message: str) -> None:
 
 def _builder_versions(client: docker.DockerClient) -> dict[str, str]:
     versions = {"docker-engine": str(client.version().get("Version", "unknown"))}
-    try:
-        proc = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True, timeout=30, check=False)
-        if proc.returncode == 0:
-            versions["buildx"] = proc.stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        pass
+    proc = process.run(["docker", "buildx", "version"], timeout=30, quiet=True)
+    if proc.ok:
+        versions["buildx"] = proc.stdout.strip()
     return versions
 
 
@@ -88,14 +84,14 @@ def write_build_reports(
             started=finished - datetime.timedelta(seconds=result.seconds) if finished else None,
             finished=finished,
         )
-        written.append(sbom.write(provenance.to_json(doc), provenance.report_path(out_dir, result.variant)))
+        written.append(cyclonedx.write(provenance.to_json(doc), provenance.report_path(out_dir, result.variant)))
     return written
 
 
 def write_sbom_report(client: docker.DockerClient, ref: str, variant: str, *, out_dir: Path) -> list[Path]:
     """The SBOM of ``ref`` as ``<out>/reports/sbom-<variant>.cdx.json`` (a warning when it cannot be derived)."""
     try:
-        return [sbom.write_report(client, ref, variant, out_dir=out_dir)]
+        return [cyclonedx.write_report(client, ref, variant, out_dir=out_dir)]
     except sbom.SbomError as exc:
         _warn(f"no SBOM for {ref}: {exc}")
         return []
@@ -130,14 +126,14 @@ def sign_pushed(
         except docker.errors.ImageNotFound:
             registry.pull_if_missing(client, ref, platform=result.platform)
             local = ref
-        sbom_path = sbom.write_report(client, local, result.variant, out_dir=out_dir)
+        sbom_path = cyclonedx.write_report(client, local, result.variant, out_dir=out_dir)
         attachments = [signing.Attachment(predicate_type=signing.SBOM_PREDICATE, path=sbom_path)]
         with tempfile.TemporaryDirectory(prefix="matrix-attest-") as tmp:
             statement_path = provenance.report_path(out_dir, result.variant)
             if statement_path.is_file():
                 # cosign attest takes the predicate alone and writes the statement (subject: the pushed digest).
                 predicate = Path(tmp) / "provenance.json"
-                predicate.write_text(json.dumps(_predicate_of(statement_path)), encoding="utf-8")
+                outputs.write_text(predicate, json.dumps(_predicate_of(statement_path)))
                 attachments.append(signing.Attachment(predicate_type=signing.PROVENANCE_PREDICATE, path=predicate))
             if smoke_report is not None:
                 attachments.append(signing.Attachment(predicate_type=signing.SMOKE_PREDICATE, path=smoke_report))

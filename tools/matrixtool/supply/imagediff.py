@@ -2,7 +2,7 @@
 of vLLM, torch and Triton need, env, entrypoint, user, labels and layers; ranked for a failing check.
 
 Engine facts come from ``docker inspect``/``history`` (Docker SDK); in-image facts from one short program
-(``incontainer/imagefacts.py``) run once per image in a labelled container that is always removed.
+(``incontainer/imagefacts.py``) run once per image in a ``TrackedContainer`` (labelled, always removed).
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from typing import Any
 import docker
 import docker.errors
 
-from matrixtool.core import engine, jsontext
-from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL, SESSION_LABEL
-from matrixtool.core.errors import ConfigError, NotBuiltError, SmokeFailure
+from matrixtool.core import jsontext, markers, process
+from matrixtool.core.bounded import OutputLimit
+from matrixtool.core.container import OWNER_ENV_VAR, ContainerSpec, TrackedContainer
+from matrixtool.core.errors import ConfigError, NotBuiltError, SmokeFailure, WrongPlatformError
 from matrixtool.core.untrusted import shape_problems
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.yamlfile import read_config_text
@@ -113,17 +114,12 @@ def facts_program() -> str:
     return importlib.resources.files("matrixtool.incontainer").joinpath("imagefacts.py").read_text(encoding="utf-8")
 
 
-def container_kwargs(image: str, session: str, owner: str = "") -> dict[str, Any]:
-    """Keyword arguments of ``client.containers.create`` for the facts program: no network, labelled like the
-    smoke containers (``io.vllm-matrix.session``, and ``owner``: the value of ``OWNER_ENV_VAR``), the image's
-    entrypoint replaced."""
-    return {
-        "image": image,
-        "entrypoint": ["python3", "-c", facts_program()],
-        "command": [],
-        "network_disabled": True,
-        "labels": {SESSION_LABEL: session, OWNER_LABEL: owner},
-    }
+def container_spec(image: str) -> ContainerSpec:
+    """The facts program's container: the image's entrypoint replaced by it, no network (``TrackedContainer``
+    adds the session and owner labels)."""
+    return ContainerSpec(
+        image=image, entrypoint=["python3", "-c", facts_program()], command=[], extra={"network_disabled": True}
+    )
 
 
 _NULLABLE_STRING = {"type": ["string", "null"]}
@@ -167,19 +163,17 @@ def parse_output(text: str, ref: str) -> dict[str, Any]:
         SmokeFailure: no marker line (no python3 in the image, or it crashed), or one that is not a JSON
             object of that shape: the message holds the output tail or the key path.
     """
-    for line in reversed(text.splitlines()):
-        if line.startswith(MARK):
-            try:
-                data = jsontext.loads(line[len(MARK) :])
-            except ValueError as exc:
-                raise SmokeFailure(
-                    f"{ref}: the facts program printed a malformed result ({exc}): {line[:200]}"
-                ) from exc
-            problems = shape_problems(data, FACTS_SCHEMA, limit=3)
-            if problems:
-                raise SmokeFailure(f"{ref}: the facts program printed a result of another shape: {'; '.join(problems)}")
-            return dict(data)
-    raise SmokeFailure(f"{ref}: the facts program printed no result (needs python3 in the image): {text[-800:]}")
+    line = markers.last(text, MARK)
+    if line is None:
+        raise SmokeFailure(f"{ref}: the facts program printed no result (needs python3 in the image): {text[-800:]}")
+    try:
+        data = jsontext.loads(line.payload)
+    except ValueError as exc:
+        raise SmokeFailure(f"{ref}: the facts program printed a malformed result ({exc}): {line.line[:200]}") from exc
+    problems = shape_problems(data, FACTS_SCHEMA, limit=3)
+    if problems:
+        raise SmokeFailure(f"{ref}: the facts program printed a result of another shape: {'; '.join(problems)}")
+    return dict(data)
 
 
 def get_image(client: docker.DockerClient, ref: str) -> Any:
@@ -205,28 +199,19 @@ def read_facts(client: docker.DockerClient, ref: str, *, env: Mapping[str, str] 
     image = get_image(client, ref)
     config = image.attrs.get("Config") or {}
     history = image.history()
-    kwargs = container_kwargs(ref, f"diff-{uuid.uuid4().hex[:12]}", (env or {}).get(OWNER_ENV_VAR, ""))
-    engine.echo(
+    owner = (env or {}).get(OWNER_ENV_VAR, "")
+    tracked = TrackedContainer(client, container_spec(ref), session=f"diff-{uuid.uuid4().hex[:12]}", owner=owner)
+    process.echo(
         ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", ref, "-c", "<imagefacts.py>"],
         via="Docker SDK",
     )
-    container = client.containers.create(**kwargs)
     try:
-        try:
-            container.start()
-        except docker.errors.APIError as exc:
-            raise SmokeFailure(
-                f"{ref}: the facts program did not start (it needs python3 in the image): {exc.explanation or exc}"
-            ) from exc
-        try:
-            status = container.wait(timeout=FACTS_TIMEOUT)
-        except Exception as exc:  # requests' ReadTimeout through the SDK
-            raise SmokeFailure(f"{ref}: the facts program ran past {FACTS_TIMEOUT} s ({exc})") from exc
-        output = container.logs(stdout=True, stderr=True)[-MAX_OUTPUT_BYTES:].decode("utf-8", "replace")
-        if status.get("StatusCode") != 0:
-            raise SmokeFailure(f"{ref}: the facts program exited {status.get('StatusCode')}: {output[-800:]}")
+        output = _run_facts(tracked, ref)
+    except BaseException:
+        tracked.sweep()  # a container the engine created but could not start is held by no one
+        raise
     finally:
-        container.remove(force=True)
+        tracked.remove()
     env = dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e)
     return ImageFacts(
         ref=ref,
@@ -240,6 +225,30 @@ def read_facts(client: docker.DockerClient, ref: str, *, env: Mapping[str, str] 
         layers=tuple((str(h.get("CreatedBy", ""))[:120], int(h.get("Size") or 0)) for h in reversed(history)),
         inside=parse_output(output, ref),
     )
+
+
+def _run_facts(tracked: TrackedContainer, ref: str) -> str:
+    """Start the facts program and wait for it: its output (stdout and stderr, the last ``MAX_OUTPUT_BYTES``).
+
+    Raises:
+        SmokeFailure: it could not start (no python3 in the image), ran past ``FACTS_TIMEOUT`` or exited non-zero.
+    """
+    try:
+        container = tracked.start()
+    except (docker.errors.APIError, WrongPlatformError) as exc:
+        cause = exc.__cause__ if isinstance(exc, WrongPlatformError) else exc
+        explained = cause.explanation if isinstance(cause, docker.errors.APIError) else None
+        raise SmokeFailure(
+            f"{ref}: the facts program did not start (it needs python3 in the image): {explained or cause}"
+        ) from exc
+    try:
+        status = container.wait(timeout=FACTS_TIMEOUT)
+    except Exception as exc:  # requests' ReadTimeout through the SDK
+        raise SmokeFailure(f"{ref}: the facts program ran past {FACTS_TIMEOUT} s ({exc})") from exc
+    output = tracked.logs(limit=OutputLimit(head_bytes=0, tail_bytes=MAX_OUTPUT_BYTES))
+    if status.get("StatusCode") != 0:
+        raise SmokeFailure(f"{ref}: the facts program exited {status.get('StatusCode')}: {output[-800:]}")
+    return output
 
 
 def _dist_text(d: Mapping[str, Any]) -> str:

@@ -18,8 +18,7 @@ import base64
 import binascii
 import re
 import shutil
-import subprocess
-import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 from docker_image import reference as oci
 
-from matrixtool.core import jsontext, untrusted
+from matrixtool.core import jsontext, process, untrusted
 from matrixtool.core.errors import ConfigError, EngineUnreachableError, ExitCode, MatrixError, RegistryError
 from matrixtool.model.yamlfile import read_config_text
 from matrixtool.report import READ_BACK_SCHEMA
@@ -121,13 +120,13 @@ def _public_key_problem(pem: bytes) -> str | None:
     openssl = shutil.which("openssl")
     if openssl is None:
         return None
-    try:
-        done = subprocess.run(
-            [openssl, "pkey", "-pubin", "-noout"], input=pem, capture_output=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"openssl could not read it ({exc})"
-    return None if done.returncode == 0 else "its PEM body is no public key (openssl pkey -pubin cannot read it)"
+    with tempfile.NamedTemporaryFile(suffix=".pem") as scratch:
+        scratch.write(pem)
+        scratch.flush()
+        done = process.run([openssl, "pkey", "-pubin", "-noout", "-in", scratch.name], timeout=30, quiet=True)
+    if done.returncode in (process.NOT_FOUND, process.TIMED_OUT):
+        return f"openssl could not read it ({done.stderr.strip().splitlines()[-1]})"
+    return None if done.ok else "its PEM body is no public key (openssl pkey -pubin cannot read it)"
 
 
 def _private_key_problem(body: bytes) -> str | None:
@@ -230,27 +229,14 @@ def verify_attestation_argv(cosign: str, ref: str, pub: Path, predicate_type: st
     return [cosign, "verify-attestation", "--key", str(pub), "--type", predicate_type, *NO_TLOG_VERIFY, ref]
 
 
-def run_cosign(
-    argv: Sequence[str], env: Mapping[str, str], *, timeout: float = COSIGN_TIMEOUT_S
-) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` (echoed on stderr) with ``env``, no stdin (cosign never prompts), at most ``timeout`` seconds;
-    a timeout is returned as exit 124 with a message."""
-    print("+ " + " ".join(Path(argv[0]).name if i == 0 else a for i, a in enumerate(argv)), file=sys.stderr)
-    try:
-        return subprocess.run(
-            list(argv),
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(list(argv), 124, "", f"cosign did not finish within {timeout:.0f} s")
+def run_cosign(argv: Sequence[str], env: Mapping[str, str], *, timeout: float = COSIGN_TIMEOUT_S) -> process.Completed:
+    """Run ``argv`` (echoed on stderr by the program's name) with ``env``, no stdin (cosign never prompts), at
+    most ``timeout`` seconds (then exit 124, the reason on stderr)."""
+    process.echo([Path(argv[0]).name, *argv[1:]])
+    return process.run(argv, env=env, timeout=timeout, quiet=True)
 
 
-def _reason(proc: subprocess.CompletedProcess[str]) -> str:
+def _reason(proc: process.Completed) -> str:
     lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
     errors = [line for line in lines if line.lower().startswith("error")]
     return (errors or lines or [f"exit {proc.returncode}"])[-1][:500]

@@ -44,7 +44,7 @@ class StaticCheckFailure(MatrixError):
 
 @dataclass(frozen=True, kw_only=True)
 class StaticResult:
-    """One check: ``name``, whether it ``passed``, and the ``detail`` (what was found, and the fix when failed)."""
+    """One static check's result; ``detail``: what was found, and the fix when it failed."""
 
     name: str
     passed: bool

@@ -4,40 +4,41 @@ API for upload times and latest requirements, and files inside remote wheels by 
 The wheel reader is ``remotezip`` (PyPI ``remotezip``: ``zipfile.ZipFile`` over HTTP ``Range`` requests, the
 end of central directory first), so reading a 900 MB torch wheel's ``METADATA`` costs a few hundred KiB.
 Where the server answers a range request with the whole file, the wheel is downloaded to a temporary file
-(at most ``MAX_DOWNLOAD_BYTES``) and read there. One ``requests.Session`` carries the CA bundle
-(``plan.resolve_ca_cert``: ``--ca-cert``, then ``plan.CA_ENV_VARS`` in order) and the proxies of the
-environment it is given (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``; never ``os.environ``).
+(at most ``MAX_DOWNLOAD_BYTES``) and read there. The session is the tool's one (``core.http``):
+the CA bundle given, and the proxies of the environment given (never ``os.environ``). Pages are parsed by
+``pages``.
 Only ``http``/``https`` URLs from a page are opened; a local wheel (a wheelhouse) has ``local_wheel_files``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import email.parser
-import html.parser
 import sys
 import tempfile
 import urllib.parse
 import zipfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
 import remotezip
 import requests
-from packaging.tags import Tag
-from packaging.utils import (
-    canonicalize_name,
-    parse_sdist_filename,
-    parse_wheel_filename,
-)
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from matrixtool.core import jsontext
+from matrixtool.core import http
 from matrixtool.core.errors import ConfigError, IndexUnreachableError
 from matrixtool.core.untrusted import shown
+from matrixtool.update.pages import (
+    LatestRelease,
+    Project,
+    json_api_url,
+    parse_html_page,
+    parse_json_page,
+    parse_time,
+    response_json,
+)
 
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 ACCEPT = f"{PEP691_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
@@ -50,194 +51,6 @@ MAX_PAGE_BYTES = 64 * 1024 * 1024
 MAX_DOWNLOAD_BYTES = 4 * 1024 * 1024 * 1024
 # The largest archive member read (a METADATA is a few KiB; vllm/config/vllm.py about 200 KiB).
 MAX_MEMBER_BYTES = 8 * 1024 * 1024
-
-
-@dataclass(frozen=True, kw_only=True)
-class DistFile:
-    """One file of a project page.
-
-    ``version``: from the file name (None when the name is neither a wheel's nor an sdist's).
-    ``upload_time``: PEP 700 ``upload-time`` where the page gives it (aware, UTC), else None.
-    ``tags``: a wheel's compatibility tags (empty for an sdist).
-    """
-
-    filename: str
-    url: str
-    version: Version | None
-    yanked: bool
-    yanked_reason: str | None
-    upload_time: datetime | None
-    requires_python: str | None
-    tags: frozenset[Tag]
-
-    @property
-    def is_wheel(self) -> bool:
-        return self.filename.endswith(".whl")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Project:
-    """A project page: ``files`` as listed, ``url`` the page read, ``api`` ``json`` (PEP 691) or ``html``."""
-
-    name: str
-    url: str
-    api: str
-    files: tuple[DistFile, ...]
-
-
-@dataclass(frozen=True, kw_only=True)
-class LatestRelease:
-    """The JSON API's ``info`` of a project: its newest release and that release's ``Requires-Dist`` lines."""
-
-    version: str
-    requires_dist: tuple[str, ...]
-
-
-def _parse_time(text: Any) -> datetime | None:
-    """An upload time of an index (ISO 8601; one without an offset is UTC, as PyPI writes them), None when
-    ``text`` is none: always aware, so it compares with any other (a naive one would not: TypeError)."""
-    if not isinstance(text, str) or not text or len(text) > 64:
-        return None
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
-
-
-def _version_of(filename: str) -> tuple[Version | None, frozenset[Tag]]:
-    try:
-        if filename.endswith(".whl"):
-            _, version, _, tags = parse_wheel_filename(filename)
-            return version, frozenset(tags)
-        return parse_sdist_filename(filename)[1], frozenset()
-    except ValueError:  # InvalidWheelFilename, InvalidSdistFilename, InvalidVersion; int() of 5000 digits
-        return None, frozenset()
-
-
-def _dist_file(
-    filename: str, url: str, yanked: Any, upload_time: Any, requires_python: Any
-) -> DistFile:  # one place for both page formats
-    version, tags = _version_of(filename)
-    return DistFile(
-        filename=filename,
-        url=url,
-        version=version,
-        yanked=bool(yanked) or (isinstance(yanked, str)),
-        yanked_reason=shown(yanked[:200]) if isinstance(yanked, str) and yanked else None,
-        upload_time=_parse_time(upload_time),
-        requires_python=requires_python if isinstance(requires_python, str) and requires_python else None,
-        tags=tags,
-    )
-
-
-def parse_json_page(data: Mapping[str, Any], page_url: str) -> list[DistFile]:
-    """The files of a PEP 691 JSON project page (relative URLs resolved against ``page_url``).
-
-    ``yanked`` is PEP 592's (``false``, ``true`` or a reason string); ``upload-time`` PEP 700's.
-
-    Raises:
-        ValueError: ``files`` is missing or not a list of objects with ``filename`` and ``url``.
-    """
-    files = data.get("files")
-    if not isinstance(files, list):
-        raise ValueError("no 'files' list")
-    out = []
-    for entry in files:
-        if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str) or "url" not in entry:
-            raise ValueError("a file entry without 'filename' and 'url'")
-        out.append(
-            _dist_file(
-                entry["filename"],
-                urllib.parse.urljoin(page_url, str(entry["url"])),
-                entry.get("yanked", False),
-                entry.get("upload-time"),
-                entry.get("requires-python"),
-            )
-        )
-    return out
-
-
-class _AnchorParser(html.parser.HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.anchors: list[tuple[dict[str, str | None], str]] = []
-        self._open: dict[str, str | None] | None = None
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._open, self._text = dict(attrs), []
-
-    def handle_data(self, data: str) -> None:
-        if self._open is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self._open is not None:
-            self.anchors.append((self._open, "".join(self._text).strip()))
-            self._open = None
-
-
-def parse_html_page(text: str, page_url: str) -> list[DistFile]:
-    """The files of a PEP 503 HTML project page: one per ``<a href>``; ``data-yanked`` (PEP 592) marks a
-    yanked file (its value the reason), ``data-requires-python`` is unescaped by the parser."""
-    parser = _AnchorParser()
-    parser.feed(text)
-    out = []
-    for attrs, label in parser.anchors:
-        href = attrs.get("href")
-        if not href:
-            continue
-        url = urllib.parse.urljoin(page_url, href)
-        filename = label or urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
-        yanked: Any = attrs.get("data-yanked", False)
-        if yanked is None:
-            yanked = True
-        out.append(_dist_file(filename, url, yanked, None, attrs.get("data-requires-python")))
-    return out
-
-
-def json_api_url(index_url: str, name: str) -> str | None:
-    """The JSON API URL (``/pypi/NAME/json``) beside a ``.../simple`` index, None for any other index URL."""
-    parts = urllib.parse.urlsplit(index_url)
-    path = parts.path.rstrip("/")
-    if not path.endswith("/simple"):
-        return None
-    base = path[: -len("/simple")]
-    return urllib.parse.urlunsplit(parts._replace(path=f"{base}/pypi/{canonicalize_name(name)}/json", query=""))
-
-
-def env_proxies(url: str, env: Mapping[str, str]) -> dict[str, str]:
-    """The proxy ``requests`` should use for ``url`` by ``env`` (curl's and pip's variables: ``https_proxy``,
-    ``http_proxy``, ``all_proxy``, lower case first, then upper case; ``no_proxy`` hosts, domain suffixes or
-    ``*`` bypass them): ``{scheme: proxy}``, empty for a direct connection."""
-
-    def get(name: str) -> str:
-        return env.get(name) or env.get(name.upper()) or ""
-
-    parts = urllib.parse.urlsplit(url)
-    proxy = get(f"{parts.scheme}_proxy") or get("all_proxy")
-    if not proxy or not parts.hostname:
-        return {}
-    if _bypassed(parts.hostname.lower(), parts.port, get("no_proxy")):
-        return {}
-    return {parts.scheme: proxy}
-
-
-def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:
-    """``host`` is named by ``no_proxy`` (comma-separated: ``*``, a host, a domain with or without its
-    leading dot, each with an optional ``:port``)."""
-    for entry in (e.strip().lower() for e in no_proxy.split(",")):
-        name, _, entry_port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
-        if entry == "*":
-            return True
-        if not name or (entry_port and str(port) != entry_port):
-            continue
-        name = name.lstrip(".")
-        if host == name or host.endswith(f".{name}"):
-            return True
-    return False
 
 
 def _body(response: requests.Response, url: str) -> Iterator[bytes]:
@@ -253,27 +66,11 @@ def _body(response: requests.Response, url: str) -> Iterator[bytes]:
         raise IndexUnreachableError(f"{url}: the answer broke off ({type(exc).__name__}: {exc})") from exc
 
 
-class _Session(requests.Session):
-    """A session whose proxies come from the given environment only (``env_proxies``), for every request,
-    the range reads of ``remotezip`` included; no netrc, no ``os.environ``."""
-
-    def __init__(self, env: Mapping[str, str]) -> None:
-        super().__init__()
-        self.trust_env = False
-        self.env = dict(env)
-
-    def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any) -> Any:
-        merged = dict(proxies or {})
-        for scheme, proxy in env_proxies(str(url), self.env).items():
-            merged.setdefault(scheme, proxy)
-        return super().merge_environment_settings(url, merged, stream, verify, cert)
-
-
 class IndexClient:
     """Reads project pages, the JSON API and remote wheels over one HTTP session.
 
     ``ca_cert``: the CA bundle every TLS connection verifies against (None: the system's, via certifi).
-    ``env``: the environment whose proxy variables apply (``env_proxies``; ``os.environ`` is never read).
+    ``env``: the environment whose proxy variables apply (``core.http.env_proxies``; ``os.environ`` is never read).
     ``log``: where each request is echoed (``+ GET URL``); None keeps it quiet (tests).
     """
 
@@ -285,9 +82,8 @@ class IndexClient:
         timeout: float = TIMEOUT,
         log: IO[str] | None = sys.stderr,
     ) -> None:
-        self.session = _Session(env or {})
+        self.session = http.session(ca_cert=ca_cert, env=env or {}, timeout=timeout)
         self.session.headers["User-Agent"] = USER_AGENT
-        self.session.verify = str(ca_cert) if ca_cert else True
         self.timeout = timeout
         self.log = log
         self._pages: dict[tuple[str, str], Project | None] = {}
@@ -378,7 +174,7 @@ class IndexClient:
                 for f in files if isinstance(files, list) else []:
                     if not isinstance(f, dict):
                         continue
-                    when = _parse_time(f.get("upload_time_iso_8601") or f.get("upload_time"))
+                    when = parse_time(f.get("upload_time_iso_8601") or f.get("upload_time"))
                     if isinstance(f.get("filename"), str) and when is not None:
                         out[f["filename"]] = when if when.tzinfo else when.replace(tzinfo=UTC)
         return out
@@ -480,24 +276,6 @@ def _members(archive: zipfile.ZipFile, wanted: tuple[str, ...]) -> dict[str, str
         if info is not None and info.file_size <= MAX_MEMBER_BYTES:
             out[key] = archive.read(info).decode("utf-8", "replace")
     return out
-
-
-def response_json(body: bytes, url: str) -> dict[str, Any]:
-    """``body`` parsed as a JSON object.
-
-    Raises:
-        ValueError: not JSON, or not an object.
-    """
-    data = jsontext.loads(body)
-    if not isinstance(data, dict):
-        raise ValueError(f"{url}: not a JSON object")
-    return data
-
-
-def requires_dist(metadata: str) -> list[str]:
-    """The ``Requires-Dist`` values of a core-metadata text (RFC 822 headers up to the first blank line)."""
-    headers = email.parser.HeaderParser().parsestr(metadata, headersonly=True)
-    return [str(v) for v in headers.get_all("Requires-Dist") or []]
 
 
 def local_wheel_files(path: Path, wanted: tuple[str, ...]) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Applying an ``update`` proposal to a checkout: the diffs of ``matrix.yaml`` and of the rendered ``images/``, the
 all-or-nothing write of both, the report as text, and the variant groups the update workflow opens a pull request
-for (``update.groups``)."""
+for (``edits.groups``)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from matrixtool.build import render
+from matrixtool.core import outputs
 from matrixtool.core.errors import ConfigError, ExitCode, VariantsFailed, most_severe
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import Matrix
 from matrixtool.model.select import select_variants
 from matrixtool.model.yamlfile import parse_yaml, read_config_text
-from matrixtool.update import update, yamltext
+from matrixtool.update import edits, update, yamltext
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,38 +51,37 @@ def render_text(text: str, source: Path) -> list[render.RenderedFile]:
     """
     with tempfile.TemporaryDirectory(prefix="matrix-update-") as scratch:
         path = Path(scratch) / source.name
-        path.write_text(text, encoding="utf-8")
+        outputs.write_text(path, text)
         matrix = load_matrix(path)
     return render.render_matrix(dataclasses.replace(matrix, source=source))
 
 
 def write_all(matrix_path: Path, text: str, files: list[render.RenderedFile]) -> list[Path]:
     """Write the edited ``matrix.yaml`` and ``images/`` in one step that fails before changing either: the new
-    matrix is staged beside the old one first (same folder, same mode), ``render.write`` checks every
-    obstacle before it writes, and ``os.replace`` puts the matrix in place last. Returns the changed paths
-    of ``images/`` (relative to the matrix's folder).
+    matrix is staged beside the old one first (``outputs.replacing``), ``render.write`` checks every obstacle
+    before it writes, and the staged matrix replaces the old one last, keeping its mode. Returns the changed
+    paths of ``images/`` (relative to the matrix's folder).
 
     Raises:
         ConfigError: ``render.write`` found an obstacle; nothing was written.
-        OSError: the matrix cannot be staged (nothing written) or a write failed.
+        OutputError: a write failed (exit 3), naming the file; the matrix is unchanged unless its own replace
+            succeeded.
     """
-    fd, staged = tempfile.mkstemp(dir=matrix_path.parent, prefix=f".{matrix_path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+    with outputs.guarded(matrix_path):
+        mode = matrix_path.stat().st_mode & 0o7777
+    with outputs.replacing(matrix_path) as staged:
+        with open(staged, "w", encoding="utf-8", newline="") as out:
             out.write(text)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(staged, matrix_path.stat().st_mode & 0o7777)
         changed = render.write(files, matrix_path.parent)
-        os.replace(staged, matrix_path)
-    except BaseException:
-        Path(staged).unlink(missing_ok=True)
-        raise
+    with outputs.guarded(matrix_path):
+        os.chmod(matrix_path, mode)
     return changed
 
 
 def groups_json(matrix_path: Path, variants: tuple[str, ...]) -> str:
-    """``update.groups`` of the selected variants as one line of JSON: ``{"include": [{"group": owner,
+    """``edits.groups`` of the selected variants as one line of JSON: ``{"include": [{"group": owner,
     "variants": "a b"}]}`` (a space-separated list: what ``tools/matrix update`` takes as arguments).
 
     Raises:
@@ -90,7 +90,7 @@ def groups_json(matrix_path: Path, variants: tuple[str, ...]) -> str:
     matrix = load_matrix(matrix_path)
     raw: Any = parse_yaml(read_config_text(matrix_path), str(matrix_path))
     names = [v.name for v in select_variants(matrix, variants)]
-    include = [{"group": owner, "variants": " ".join(members)} for owner, members in update.groups(raw, names)]
+    include = [{"group": owner, "variants": " ".join(members)} for owner, members in edits.groups(raw, names)]
     return json.dumps({"include": include}, separators=(",", ":"))
 
 

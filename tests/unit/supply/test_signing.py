@@ -1,26 +1,19 @@
-"""Signing argv and verification logic, provenance statements and OpenShift's static checks (issue 21): pure parts."""
+"""Signing: cosign argv (no transparency log), key flags first, verification before a manifest list or a lock."""
 
 from __future__ import annotations
 
-import datetime
-import hashlib
-import io
 import json
-import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
-from matrixtool.build.plan import BuildPlan
-from matrixtool.build.render import RenderedFile
 from matrixtool.cli import main
 from matrixtool.core.errors import ConfigError, ExitCode
-from matrixtool.model.model import Platform
-from matrixtool.supply import provenance, signing, static
+from matrixtool.supply import signing
+from tests.unit.supply._signing_fixtures import DIGEST
 
-DIGEST = "sha256:" + "ab" * 32
 # A cosign key pair made by 'cosign generate-key-pair' (empty password), for checks that parse keys.
 KEYS = Path(__file__).parent.parent / "data" / "keys"
 
@@ -103,98 +96,6 @@ def test_cli_refuses_bad_key_flags_before_the_engine(tmp_path: Path) -> None:
     push = ["push", "cpu", "--registry", "127.0.0.1:5000", "--smoke-report", str(report)]
     result = runner.invoke(main, push, catch_exceptions=False)
     assert result.exit_code == ExitCode.CONFIG and "--smoke-report needs --sign-key" in result.output
-
-
-# --- provenance ----------------------------------------------------------------------------------------------
-def test_provenance_statement(tmp_path: Path) -> None:
-    matrix = tmp_path / "matrix.yaml"
-    matrix.write_text("schema_version: 1\n")
-    plan = BuildPlan(
-        variant="cpu",
-        platform=Platform(os="linux", arch="amd64"),
-        files=(RenderedFile(path=Path("images/cpu/Dockerfile"), text="FROM x\n"),),
-        wheelhouse=None,
-        ca_cert=None,
-        base_image="debian:bookworm-slim",
-        content_hash="f" * 64,
-        refs=("vllm-matrix/cpu:ffffffffffffffff", "vllm-matrix/cpu:0.32.0"),
-        base_digest="sha256:" + "cd" * 32,
-    )
-    started = datetime.datetime(2026, 12, 1, 9, 0, tzinfo=datetime.UTC)
-    doc = provenance.statement(
-        plan, image_id=DIGEST, base_id=None, matrix_path=matrix, templates={"templates/Dockerfile.j2": "12" * 32},
-        wheels={"torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl": "34" * 32}, builder={"docker-engine": "20.10.24"},
-        revision="abc123", source="https://example.invalid/repo.git", started=started,
-        finished=started + datetime.timedelta(seconds=60),
-    )  # fmt: skip
-    assert doc["_type"] == "https://in-toto.io/Statement/v1"
-    assert doc["predicateType"] == "https://slsa.dev/provenance/v1"
-    assert doc["subject"] == [{"name": "vllm-matrix/cpu", "digest": {"sha256": "ab" * 32}}]
-    definition = doc["predicate"]["buildDefinition"]
-    assert definition["externalParameters"]["matrix"]["sha256"] == hashlib.sha256(b"schema_version: 1\n").hexdigest()
-    uris = {d["uri"]: d["digest"] for d in definition["resolvedDependencies"]}
-    assert uris["docker-image:debian:bookworm-slim"] == {"sha256": "cd" * 32}
-    assert uris["file:wheelhouse/torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"] == {"sha256": "34" * 32}
-    assert uris["file:images/cpu/Dockerfile"] == {"sha256": hashlib.sha256(b"FROM x\n").hexdigest()}
-    assert uris["git+https://example.invalid/repo.git@abc123"] == {"gitCommit": "abc123"}
-    run = doc["predicate"]["runDetails"]
-    assert run["builder"]["version"]["docker-engine"] == "20.10.24"
-    assert run["metadata"] == {
-        "invocationId": "f" * 64, "startedOn": "2026-12-01T09:00:00Z", "finishedOn": "2026-12-01T09:01:00Z",
-    }  # fmt: skip
-
-
-# --- OpenShift static checks ---------------------------------------------------------------------------------
-GOOD_LABELS = {k: "x" for k in (*static.REQUIRED_LABELS, "maintainer")}
-
-
-def attrs(user: str = "1000:0", labels: dict[str, str] | None = None, layers: int = 11) -> dict[str, Any]:
-    return {
-        "Config": {"User": user, "Labels": GOOD_LABELS if labels is None else labels},
-        "RootFS": {"Layers": [f"sha256:{i}" for i in range(layers)]},
-    }
-
-
-def test_static_checks_pass() -> None:
-    results = static.judge("vllm-matrix/cpu:0.32.0", attrs(), ["licenses/torch/LICENSE"])
-    assert all(r.passed for r in results), results
-    static.raise_for("x", results)
-
-
-@pytest.mark.parametrize(
-    ("ref", "image", "files", "failed", "detail"),
-    [
-        ("r/cpu:1", attrs(), [], "licenses", "/licenses is missing or empty"),
-        ("r/cpu:1", attrs(layers=41), ["l"], "layers", "41 layers (at most 40)"),
-        ("r/cpu:1", attrs(labels={"name": "n"}), ["l"], "labels", "missing: vendor, version, release"),
-        ("r/cpu:1", attrs(user=""), ["l"], "user", "runs as root"),
-        ("r/cpu:1", attrs(user="vllm"), ["l"], "user", "is a name"),
-        ("r/cpu:1", attrs(user="0:0"), ["l"], "user", "is root"),
-        ("r/cpu:latest", attrs(), ["l"], "tag", "not latest"),
-        ("r/cpu", attrs(), ["l"], "tag", "'none'"),
-    ],
-)
-def test_static_check_failures(ref: str, image: dict[str, Any], files: list[str], failed: str, detail: str) -> None:
-    results = static.judge(ref, image, files)
-    assert [r.name for r in results if not r.passed] == [failed]
-    assert detail in next(r.detail for r in results if r.name == failed)
-    with pytest.raises(static.StaticCheckFailure) as caught:
-        static.raise_for(ref, results)
-    assert caught.value.exit_code == int(ExitCode.STATIC) == 18
-
-
-def test_license_listing_of_a_tar_stream() -> None:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        folder = tarfile.TarInfo("licenses/torch")
-        folder.type = tarfile.DIRTYPE
-        archive.addfile(folder)
-        data = b"BSD"
-        info = tarfile.TarInfo("licenses/torch/LICENSE")
-        info.size = len(data)
-        archive.addfile(info, io.BytesIO(data))
-    chunks = [buffer.getvalue()[i : i + 100] for i in range(0, len(buffer.getvalue()), 100)]
-    assert static.license_listing(iter(chunks)) == ["licenses/torch/LICENSE"]
 
 
 # --- the hooks: verification comes before the list, the lock file, the checks --------------------------------

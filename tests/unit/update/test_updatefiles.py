@@ -1,0 +1,45 @@
+"""The all-or-nothing --write and the groups of the update workflow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from matrixtool.build import render
+from matrixtool.core.errors import ConfigError
+from matrixtool.model.matrixfile import load_matrix
+from matrixtool.update import edits, updatefiles
+from tests.conftest import REPO_ROOT, copy_checkout
+
+
+def test_write_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    matrix = copy_checkout(tmp_path)
+    before = matrix.read_text()
+    edited = before.replace("version: 0.33.0}", "version: 0.34.0}", 1)
+    files = updatefiles.render_text(edited, matrix)
+
+    def refuse(*args: Any) -> Any:
+        raise ConfigError(str(tmp_path / "images"), ["images/cuda is a symbolic link"])
+
+    monkeypatch.setattr(render, "write", refuse)
+    with pytest.raises(ConfigError):
+        updatefiles.write_all(matrix, edited, files)
+    assert matrix.read_text() == before and not list(tmp_path.glob(".matrix.yaml.*"))
+    monkeypatch.undo()
+    changed = updatefiles.write_all(matrix, edited, files)
+    assert matrix.read_text() == edited and changed and not list(tmp_path.glob(".matrix.yaml.*"))
+
+
+def test_groups_follow_the_key_owner() -> None:
+    raw = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    names = [v.name for v in load_matrix().variants]
+    got = dict(edits.groups(raw, names))
+    assert got["cuda"] == ["cuda", "cuda-arm64"] and "cuda-arm64" not in got
+    assert sorted(n for members in got.values() for n in members) == sorted(names)
+    assert edits.groups(raw, ["cuda-arm64"]) == [("cuda", ["cuda-arm64"])]
+    line = json.loads(updatefiles.groups_json(REPO_ROOT / "matrix.yaml", ("cuda-arm64", "cuda")))
+    assert {"group": "cuda", "variants": "cuda cuda-arm64"} in line["include"]
