@@ -43,10 +43,8 @@ def platform_tag(ref: str, platform: Platform) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class BaseImage:
-    """A base image present on the engine: ``ref`` as in matrix.yaml, its local ``image_id``,
-    and how it got there (``local``, ``pulled`` or ``stand-in``). ``stand_in_suite``: the Debian suite
-    when the image is a stand-in made by ``make_stand_in`` (read from its label, so a stand-in made by an
-    earlier run is recognised too), else None."""
+    """``stand_in_suite``: the Debian suite when the image is a stand-in (read from its label, so a stand-in made
+    by an earlier run is recognised too), else None."""
 
     ref: str
     platform: Platform
@@ -244,12 +242,7 @@ def _provide_pinned(client: docker.DockerClient, pinned: str, *, platform: Platf
 
 
 def provide_bases(client: docker.DockerClient, variants: Sequence[Variant], lock: Lock) -> dict[BaseKey, BaseImage]:
-    """Make every (variant, platform)'s base image present (``provide``: local, pulled or a stand-in;
-    ``ref@digest`` when pinned in ``lock``).
-
-    Raises:
-        BuildError: a base could not be provided.
-    """
+    """Raises BuildError: a base could not be provided (``provide``)."""
     return {
         (v.name, p): provide(client, v.base_image, platform=p, suite=v.stand_in_suite, digest=lock.digest(v.base_image))
         for v in variants

@@ -31,9 +31,7 @@ EXPORTING_DRIVERS = frozenset({"docker-container", "remote", "kubernetes"})
 
 @dataclass(frozen=True, kw_only=True)
 class CacheSettings:
-    """``registry``: ``HOST[:PORT][/NAMESPACE]`` holding the cache; ``write``: export to it after a build
-    (false: read only, for pull requests); ``driver``: the BuildKit builder's driver (``docker``,
-    ``docker-container``, …)."""
+    """``registry``: ``HOST[:PORT][/NAMESPACE]``; ``write`` false: read only (pull requests)."""
 
     registry: str
     write: bool
@@ -91,11 +89,7 @@ def export_steps(plan: BuildPlan, settings: CacheSettings) -> list[list[str]]:
 
 
 def export_inline(plan: BuildPlan, settings: CacheSettings) -> None:
-    """Run ``export_steps`` (each echoed).
-
-    Raises:
-        RegistryError: the push failed (the message names the registry and the reference).
-    """
+    """Raises RegistryError: the push failed (the message names the registry and the reference)."""
     for argv in export_steps(plan, settings):
         done = process.run(argv)
         if not done.ok and argv[1] != "rmi":

@@ -50,10 +50,7 @@ def tag_built(client: docker.DockerClient, image_id: str, tags: tuple[str, ...])
 
 
 def stage_context(plan: BuildPlan, context_dir: Path) -> None:
-    """Write the rendered files into ``context_dir`` and link the wheelhouse in as ``wheelhouse/``.
-
-    Wheels are hard-linked when the filesystem allows (no copy of a 200 MB torch wheel), else copied.
-    """
+    """Wheels are hard-linked when the filesystem allows (no copy of a 200 MB torch wheel), else copied."""
     with outputs.guarded(context_dir):
         if context_dir.exists():
             shutil.rmtree(context_dir)
@@ -171,9 +168,7 @@ def published(plan: BuildPlan, prefix: str, registry: Registry) -> BuildResult |
 
 
 def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log_dir: Path) -> BuildResult:
-    """Run ``plan`` with ``docker buildx build``; stream its output to stderr, prefixed ``[variant]``.
-
-    The full output is saved to ``log_dir/<variant>-<arch>.build.log``.
+    """Run ``plan`` with ``docker buildx build``, its output streamed to stderr and saved under ``log_dir``.
 
     Raises:
         BuildError: BuildKit exited non-zero (the message names the log file and its last lines; a full disk of the
@@ -227,10 +222,7 @@ def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log
 
 @dataclass(frozen=True, kw_only=True)
 class BuildPolicy:
-    """When and where to build: ``force`` rebuilds a plan whose content-hash tag exists; ``registry``
-    (``HOST[:PORT][/NAMESPACE]``) is also searched for that tag; ``cache_registry`` keeps BuildKit's cache
-    there (``cache.py``), read only with ``cache_read_only``; ``out_dir`` holds the staged contexts
-    (``<out>/context``) and build logs (``<out>/logs``)."""
+    """When and where to build: ``registry`` and ``cache_registry`` are ``HOST[:PORT][/NAMESPACE]``."""
 
     out_dir: Path
     force: bool = False
@@ -240,12 +232,7 @@ class BuildPolicy:
 
 
 def execute_plans(client: docker.DockerClient, plans: Sequence[BuildPlan], policy: BuildPolicy) -> list[BuildResult]:
-    """Build ``plans`` in order, skipping (unless ``policy.force``) those whose content-hash tag is on the
-    engine or, with ``policy.registry``, in that registry.
-
-    Raises:
-        BuildError, RegistryError (the registry did not answer).
-    """
+    """Raises BuildError, RegistryError (the registry did not answer)."""
     results = []
     settings = None
     if policy.cache_registry is not None:

@@ -30,12 +30,8 @@ CONTENT_HASH_LABEL = "io.vllm-matrix.content-hash"
 class BuildPlan:
     """Everything needed to build one variant for one platform.
 
-    ``files``: the rendered ``images/<variant>/`` files staged into the build context;
-    ``wheelhouse``: a folder staged as ``wheelhouse/`` in the build context (bind-mounted by the
-    Dockerfile, never copied into a layer); ``ca_cert``: the file passed as build secret ``ca``;
-    ``content_hash``: sha256 hex of every input (see ``content_hash``); ``refs``: full image references,
-    the content-hash tag first; ``base_digest``: the ``sha256:…`` manifest digest of ``base_image``
-    recorded by ``tools/matrix pin`` in the lock file, or None when the base is not pinned.
+    ``wheelhouse`` is bind-mounted by the Dockerfile, never copied into a layer; ``refs``: the content-hash tag
+    first; ``base_digest``: pinned by ``tools/matrix pin`` in the lock file, None when the base is not pinned.
     """
 
     variant: str
@@ -87,11 +83,8 @@ class BuildPlan:
 @dataclass(frozen=True, kw_only=True)
 class BuildSpec:
     """One BuildKit build, described once: ``buildx_argv`` renders it as a ``docker buildx build`` command and
-    ``bake.bake_target`` as a bake target, so the two cannot drift apart.
-
-    ``context``: the staged build context (absolute); ``dockerfile``: relative to it; ``tags``: full image
-    references; ``secrets``: ``id=…,src=…`` specs; ``cache_from``/``cache_to``/``outputs``: BuildKit's
-    ``type=…`` specs.
+    ``bake.bake_target`` as a bake target, so the two cannot drift apart. ``dockerfile`` is relative to
+    ``context``.
     """
 
     context: Path
@@ -253,10 +246,8 @@ def image_repository(repository: str, variant: Variant, platform: Platform) -> s
 
 @dataclass(frozen=True, kw_only=True)
 class BaseFacts:
-    """What is known of a variant's base image on one platform: ``image_id`` its local ID (None: not looked
-    up, see ``content_hash``), ``digest`` its manifest digest pinned in the lock file (None: unpinned),
-    ``local_tag`` the engine's per-platform tag of it, ``stand_in_suite`` the Debian suite when it is a
-    stand-in (its Python may differ: ``stand_in_python``)."""
+    """A variant's base image on one platform: ``image_id`` None: not looked up (see ``content_hash``);
+    ``digest`` None: unpinned; ``stand_in_suite``: the Debian suite of a stand-in (``stand_in_python``)."""
 
     image_id: str | None = None
     digest: str | None = None
@@ -273,10 +264,8 @@ class BaseFacts:
 
 @dataclass(frozen=True, kw_only=True)
 class BuildInputs:
-    """The inputs of a build besides the rendered files and the base: ``wheelhouse`` (staged only for a
-    variant that takes one) and its listing ``wheelhouse_rows`` (``wheelhouse_fingerprint``: part of the
-    content hash), the CA bundle, the checkout's ``revision`` and ``source_url`` (labels), the repository
-    prefix of the image names."""
+    """The inputs of a build besides the rendered files and the base; ``wheelhouse_rows`` are part of the
+    content hash, ``revision`` and ``source_url`` go into labels."""
 
     wheelhouse: Path | None = None
     wheelhouse_rows: tuple[str, ...] = ()
@@ -351,9 +340,7 @@ def stand_in_python(variant: Variant, suite: str | None) -> str | None:
 
 @dataclass(frozen=True, kw_only=True)
 class PlanContext:
-    """What every plan of one command shares: the templates, the lock file's pins, the resolved CA bundle and
-    wheelhouse (None: none), the image repository prefix, and the checkout's ``revision`` and ``source`` URL
-    (image labels)."""
+    """What every plan of one command shares (None: no CA bundle, no wheelhouse)."""
 
     templates_dir: Path
     lock: Lock
@@ -367,10 +354,8 @@ class PlanContext:
 def plan_variants(
     variants: Sequence[Variant], bases: Mapping[BaseKey, BaseImage], context: PlanContext
 ) -> list[BuildPlan]:
-    """Plan every (variant, platform), pure: ``bases`` are what providing or looking up found (a key missing:
-    the base is unchecked, named as in matrix.yaml, or ``ref@digest`` when pinned in ``context.lock``).
-
-    ``build``, ``run``, ``bake`` and ``push`` all plan here, so their tags, labels and content hashes agree.
+    """Plan every (variant, platform), pure: a variant missing from ``bases`` has an unchecked base, named as in
+    matrix.yaml, or ``ref@digest`` when pinned in ``context.lock``.
 
     Raises:
         ConfigError: a stand-in base ships another Python than the variant accepts (``stand_in_python``).

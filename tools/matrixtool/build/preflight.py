@@ -1,9 +1,5 @@
-"""The one preflight of the commands that build or plan (``build``, ``run``, ``bake``, ``push``): what is
-checked before anything is built, in this order: a fresh render of ``images/``, each variant's local inputs
-(CA bundle, wheelhouse), each variant's package index (``index.probe``), then the engine.
-
-A command says what it needs as a ``Needs`` value and gets the resolved inputs back as ``Resolved``.
-"""
+"""The one preflight of the commands that build or plan (``build``, ``run``, ``bake``, ``push``), in this order:
+a fresh render of ``images/``, each variant's local inputs, each variant's package index, then the engine."""
 
 from __future__ import annotations
 
@@ -72,10 +68,8 @@ class Inputs:
 
 @dataclass(frozen=True, kw_only=True)
 class Resolved:
-    """The preflight's result: the inputs, the engine client (None: ``EngineNeed.OPTIONAL`` and none answers),
-    the variants to go on with, and under ``keep_going`` the failed (variant -> error) and skipped (variant ->
-    reason) ones; ``warnings``: one line each (``IndexProbe.WARN``); ``unreachable``: under ``IndexProbe.DEFER``,
-    the error of each variant whose index does not answer, for ``index_error`` to raise if it needs a build."""
+    """``client`` None: ``EngineNeed.OPTIONAL`` and no engine answers; ``unreachable``: under ``IndexProbe.DEFER``,
+    each variant's index error, for ``index_error`` to raise if the variant needs a build."""
 
     inputs: Inputs
     client: docker.DockerClient | None
@@ -179,9 +173,8 @@ def _connect(need: EngineNeed) -> docker.DockerClient | None:
 
 
 def preflight(matrix: Matrix, variants: Sequence[Variant], inputs: Inputs, needs: Needs) -> Resolved:
-    """Everything checked before a build: a fresh render, every variant's inputs, then every variant's index
-    (as ``needs.index`` says), then the engine; under ``needs.keep_going`` the engine first, then the
-    builder's platforms, then each variant, recording its failure instead of raising it.
+    """Under ``needs.keep_going`` the engine comes first, then the builder's platforms, then each variant,
+    recording its failure instead of raising it.
 
     Raises:
         StaleRenderError; EngineUnreachableError (``EngineNeed.REQUIRED``); without ``keep_going`` also

@@ -1,11 +1,7 @@
 """Container registries, spoken to through the Docker engine (the Docker SDK): manifest digests, tags, pushes.
 
-The engine does the talking, so ``docker login`` credentials (``~/.docker/config.json``), the engine's proxy,
-CA and insecure-registry settings apply, as for ``docker pull``/``docker push``. Loopback registries
-(127.0.0.0/8) are plain HTTP: the engine treats them as insecure by default.
-
-``Registry`` is the seam: the commands use ``EngineRegistry`` (one Docker client per command); unit tests
-pass a fake and need no engine. ``registry_host`` names a ref's registry for messages.
+So ``docker login`` credentials, the engine's proxy, CA and insecure-registry settings apply, as for ``docker
+pull``/``docker push``; loopback registries (127.0.0.0/8) are plain HTTP (the engine's default).
 """
 
 from __future__ import annotations
@@ -44,7 +40,7 @@ class Registry(Protocol):
         ...
 
     def push(self, ref: str) -> str:
-        """Push ``ref`` (``docker push``); returns the manifest digest the registry stored.
+        """Returns the manifest digest the registry stored.
 
         Raises:
             RegistryError: the push failed (the message names the registry and the engine's reason).

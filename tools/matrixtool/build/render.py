@@ -77,10 +77,8 @@ def requirement_files(variant: Variant) -> dict[str, str]:
 
 
 def dist_alias_files(alias: PackagePin) -> dict[str, str]:
-    """The files of a metadata-only ``.dist-info`` folder for ``alias`` (relative name -> content).
-
-    RECORD lists every file, so an uninstall of the alias removes exactly these.
-    """
+    """The files of a metadata-only ``.dist-info`` folder for ``alias``; RECORD lists every file, so an
+    uninstall of the alias removes exactly these."""
     folder = f"{alias.package.replace('-', '_')}-{alias.version}.dist-info"
     metadata = (
         f"Metadata-Version: 2.1\nName: {alias.package}\nVersion: {alias.version}\n"
@@ -303,9 +301,7 @@ def check_instructions(variant: Variant, dockerfile: str, templates_dir: Path | 
 
 
 def render_variant(variant: Variant, templates_dir: Path | None = None) -> list[RenderedFile]:
-    """The files of ``images/<variant>/``: the Dockerfile and its requirement files.
-
-    ``templates_dir``: the folder holding ``Dockerfile.j2`` (``Matrix.templates_dir``; default: this checkout's).
+    """The files of ``images/<variant>/`` (default ``templates_dir``: this checkout's).
 
     Raises:
         ConfigError: a template error, or a value that changes the Dockerfile's instructions.
@@ -385,9 +381,7 @@ def _preflight_write(files: list[RenderedFile], root: Path) -> None:
 
 def write(files: list[RenderedFile], root: Path = REPO_ROOT) -> list[Path]:
     """Write ``files`` under ``root``, all or nothing as far as a file system allows: every obstacle is found
-    first (``_preflight_write``), then each changed file is replaced atomically; files no variant renders
-    in the variant folders, and the folders of variants no longer in the matrix, are removed.
-
+    first, then each changed file is replaced atomically; stale files and folders of removed variants go.
     Returns the changed paths (relative to ``root``).
 
     Raises:

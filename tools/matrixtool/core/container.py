@@ -48,13 +48,9 @@ _NOT_YET: tuple[type[Exception], ...] = (docker.errors.DockerException, *engine.
 class ContainerSpec:
     """What to run, in the Docker SDK's terms (``client.containers.run``).
 
-    ``entrypoint``/``command`` None keep the image's own ENTRYPOINT/CMD. ``ports``: container port
-    (``"8000/tcp"``) to host port, None letting the engine pick one (``host_port`` reads it). ``mem_limit`` in
-    Docker's units (``4g``); ``nano_cpus`` in 10^-9 CPUs. ``auto_remove``: the engine removes the container once
-    it exits, also one its own restart stopped (for a container nobody reads after it exits: the smoke checks'
-    exec target). ``extra``: further keyword arguments (a profile's run
-    conditions, ``profiles.container_kwargs``); its ``tmpfs``, ``environment`` and ``labels`` are merged below
-    the spec's own, any other key of the spec's that is set wins over it.
+    ``entrypoint``/``command`` None keep the image's own. ``ports``: a host port of None lets the engine pick.
+    ``mem_limit`` in Docker's units (``4g``); ``nano_cpus`` in 10^-9 CPUs. ``extra``: its ``tmpfs``,
+    ``environment`` and ``labels`` are merged below the spec's own; any other key the spec sets wins over it.
     """
 
     image: str
@@ -150,10 +146,8 @@ def remove_when_back(
 class TrackedContainer:
     """One container of ``spec`` at a time: a context manager that starts it and always removes it.
 
-    ``session``: the label value shared by the containers of one run (default: a fresh 12-hex id); ``owner``:
-    the owner label (default: MATRIX_OWNER of the environment, else empty); ``failure_log``: where to keep the
-    container's log (bounded) when the block raises (not on Ctrl-C/SIGTERM: the cleanup must be quick) or the
-    container exited non-zero.
+    ``failure_log`` keeps the container's log (bounded) when the block raises (not on Ctrl-C/SIGTERM: the
+    cleanup must be quick) or the container exited non-zero.
     """
 
     def __init__(

@@ -110,11 +110,7 @@ class EngineUnreachableError(MatrixError):
 
 
 class RegistryError(MatrixError):
-    """A container registry did not answer, refused a request, or lacks an image that must be there.
-
-    ``registry`` is the host (``registry-1.docker.io``, ``127.0.0.1:5000``) and ``ref`` the image ref
-    the request was about, so the message can name both.
-    """
+    """A container registry did not answer, refused a request, or lacks an image that must be there."""
 
     exit_code = ExitCode.REGISTRY
 
@@ -278,11 +274,7 @@ MEANING: dict[ExitCode, tuple[str, str]] = {
 
 
 def exit_code_table() -> str:
-    """The exit-code table of docs/commands.md (markdown), one row per ``ExitCode`` from ``MEANING``.
-
-    Raises:
-        KeyError: an exit code has no entry in ``MEANING``.
-    """
+    """Raises KeyError: an exit code has no entry in ``MEANING``."""
     rows = ["| code | class | when |", "|---|---|---|"]
     for code in ExitCode:
         label, when = MEANING[code]

@@ -123,12 +123,8 @@ def check(
     env: Mapping[str, str] | None = None,
     limit: OutputLimit = DEFAULT_LIMIT,
 ) -> Completed:
-    """``run``, then raise ``error(completed)`` unless it exited 0.
-
-    Raises:
-        MatrixError: the one ``error`` makes (its class gives the exit code), for a non-zero exit, a program
-            that cannot start, or a timeout.
-    """
+    """Raises MatrixError (``error(completed)``; its class gives the exit code) for a non-zero exit, a program
+    that cannot start, or a timeout."""
     done = run(argv, timeout=timeout, quiet=quiet, env=env, limit=limit)
     if not done.ok:
         raise error(done)

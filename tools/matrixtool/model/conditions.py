@@ -1,16 +1,8 @@
 """Run conditions of a container, as one table (``ROWS``): a condition is one row (docs/profiles.md).
 
-A row says everything about one condition: its ``matrix.yaml`` key (the ``Condition`` value), the rule that
-validates a value and gives it its normal form (``parse``, the same for ``matrix.yaml`` and the command
-line), its command-line flag, the ``docker.containers.run`` keyword arguments it becomes, the Kubernetes
-Pod/Container field it corresponds to, and how a profile's one-line description names it. ``profiles.py``
-(the ``Profile`` model, merging, overrides, container kwargs, the checks a profile runs) and
-``profile_flags.py`` (the flags) are driven from this table; ``matrix.schema.json``'s ``$defs.profile`` and
-the in-image ``vllm_smoke.common.CONDITIONS`` are compared with it by unit tests.
-
-Every ``parse`` (``condition_values``) raises ``ValueError`` with a message that says what to write instead;
-the caller names the key or flag (``profiles.profile_problems``, ``profile_flags``), so a bad value ends in
-exit 3 before any engine call. Pure values and functions only.
+``matrix.schema.json``'s ``$defs.profile`` and the in-image ``vllm_smoke.common.CONDITIONS`` are compared with
+it by unit tests. Every ``parse`` raises ``ValueError`` saying what to write instead; the caller names the key
+or flag, so a bad value ends in exit 3 before any engine call.
 """
 
 from __future__ import annotations
@@ -91,14 +83,11 @@ def _any_key(value: Any) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Row:
-    """Everything about one run condition (module docstring).
+    """Everything about one run condition.
 
-    ``parse``: one value (of a mapping: one entry's value) -> its normal form, ValueError saying what to
-    write; ``parse_key``: a mapping's entry key; ``split``: a mapping flag's one value -> (key, value);
-    ``flag``/``flag_off``/``metavar``/``help``: the command-line option; ``docker``: the normal value ->
-    ``containers.run`` kwargs (lists under one key are joined); ``docker_text`` and ``kubernetes``: the
-    mapping in words (the README's and the manifests' table); ``describe``: the parts of a profile's
-    one-line description; ``schema``: the value's JSON Schema (``matrix.schema.json`` ``$defs.profile``).
+    ``parse`` raises ValueError saying what to write; ``split``: a mapping flag's one value -> (key, value);
+    ``docker``: the normal value -> ``containers.run`` kwargs (lists under one key are joined); ``schema``: the
+    value's JSON Schema (``matrix.schema.json`` ``$defs.profile``).
     """
 
     condition: Condition

@@ -1,10 +1,6 @@
 """Deployment profiles: named sets of run conditions the smoke checks run under (docs/profiles.md).
 
-A profile says how the check container is run: which value each run condition of ``conditions.ROWS`` has
-(user, read-only root, tmpfs mounts, memory, CPUs, network, /dev/shm size, dropped capabilities,
-no-new-privileges, seccomp, pids limit, extra environment). ``matrix.yaml`` declares them once at the top
-level (``profiles:``) and a variant may override them key by key (``variants.<name>.profiles``). The
-conditions come from real reports:
+The conditions come from real reports:
 
 - arbitrary UID with GID 0 (OpenShift): ``KeyError: 'getpwuid(): uid not found'``, pytorch/pytorch#140765;
 - read-only root without a tmpfs: ``No usable temporary directory found`` at ``import torch``;
@@ -13,9 +9,6 @@ conditions come from real reports:
 - no network (air-gapped clusters);
 - the Pod Security Standard "restricted" (capabilities dropped, no privilege escalation, a seccomp profile)
   and a pod's 64 MB ``/dev/shm`` unless an ``emptyDir`` of medium Memory is mounted there.
-
-Pure values and functions only: ``container_kwargs`` returns the keyword arguments of
-``docker.containers.run``; the smoke executor (``smoke.executor``) passes them on.
 """
 
 from __future__ import annotations
@@ -44,10 +37,8 @@ def _normal(values: Mapping[Condition, Any]) -> dict[Condition, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class Profile:
-    """Run conditions of the check container: ``values`` holds each condition set (``conditions.ROWS`` says what
-    each means and its normal form: ``tmpfs``/``env`` dicts, ``cap_drop`` a tuple); one left out keeps the
-    engine's default. ``profile.user`` (any condition key) reads one value, the row's default when not set.
-    """
+    """Run conditions of the check container (``conditions.ROWS`` gives each one's meaning and normal form); one
+    left out keeps the engine's default, and reading it gives the row's default."""
 
     name: str
     values: Mapping[Condition, Any] = field(default_factory=dict)
@@ -133,11 +124,8 @@ def profile_problems(data: Any) -> list[str]:
 
 
 def merge_profiles(shared: Mapping[str, Any], variant: Mapping[str, Any]) -> tuple[Profile, ...]:
-    """The profiles of one variant: the top-level ``profiles`` with the variant's overrides merged on.
-
-    A name only the variant has adds a profile. ``default`` always exists (the engine's defaults unless
-    matrix.yaml declares it) and comes first; the others keep file order (shared ones first).
-    """
+    """The profiles of one variant: ``default`` always exists (the engine's defaults unless matrix.yaml declares
+    it) and comes first; the others keep file order (shared ones first)."""
     names = list(dict.fromkeys([DEFAULT, *shared, *variant]))
     out = []
     for name in names:
@@ -180,10 +168,9 @@ def parse_flag_entries(row: Row, values: Iterable[str]) -> dict[str, str]:
 
 
 def select_profiles(available: Sequence[Profile], names: Sequence[str]) -> list[Profile]:
-    """The profiles called ``names`` (all of ``available`` when empty), in ``available``'s order.
+    """The profiles called ``names`` (all when empty), in ``available``'s order.
 
-    Raises KeyError with a message naming the unknown names and the known ones.
-    """
+    Raises KeyError naming the unknown names and the known ones."""
     if not names:
         return list(available)
     known = [p.name for p in available]

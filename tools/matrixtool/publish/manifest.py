@@ -105,10 +105,8 @@ def _read_json(path: Path, what: str) -> Any:
 
 
 def read_pushed(paths: Sequence[Path]) -> list[Pushed]:
-    """The ``pushed`` records of ``tools/matrix push --json`` documents.
-
-    Raises:
-        ConfigError: a file is missing, not JSON, or not such a document (names the file).
+    """Raises:
+    ConfigError: a file is missing, not JSON, or not a ``push --json`` document (names the file).
     """
     found: list[Pushed] = []
     what = "a 'tools/matrix push --json' document"
@@ -165,8 +163,6 @@ def plan_manifests(
     variants: Sequence[Variant], pushed: Sequence[Pushed], *, registry: str, repository: str
 ) -> list[ManifestPlan]:
     """One manifest list per published name that ``pushed`` touches and that spans several platforms.
-
-    ``variants``: every variant of the matrix (a name's members are all variants published under it).
 
     Raises:
         ConfigError: a record names no variant of the matrix or fails ``record_problems``, or members of one

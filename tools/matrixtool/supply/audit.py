@@ -199,12 +199,8 @@ def to_dict(report: AuditReport) -> dict[str, Any]:
 
 
 def raise_for(report: AuditReport) -> None:
-    """Raise the gate's error when it failed: ``VulnerableError`` when an advisory fails it (exit 13), else
-    ``NotAuditedError`` when packages were not audited (exit 14).
-
-    Raises:
-        VulnerableError, NotAuditedError.
-    """
+    """Raises VulnerableError (exit 13) when an advisory fails the gate, else NotAuditedError (exit 14) when
+    packages were not audited."""
     if report.failing:
         names = ", ".join(sorted({f"{f.advisory} ({f.package})" for f in report.failing})[:10])
         raise VulnerableError(f"the vulnerability gate failed: {names}; upgrade, or accept in matrix.yaml audit.accept")

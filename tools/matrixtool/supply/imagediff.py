@@ -177,11 +177,7 @@ def parse_output(text: str, ref: str) -> dict[str, Any]:
 
 
 def get_image(client: docker.DockerClient, ref: str) -> Any:
-    """The engine's image ``ref`` (``docker.models.images.Image``).
-
-    Raises:
-        NotBuiltError: the engine has no image ``ref``.
-    """
+    """Raises NotBuiltError: the engine has no image ``ref``."""
     try:
         return client.images.get(ref)
     except docker.errors.ImageNotFound as exc:
@@ -189,8 +185,7 @@ def get_image(client: docker.DockerClient, ref: str) -> Any:
 
 
 def read_facts(client: docker.DockerClient, ref: str, *, env: Mapping[str, str] | None = None) -> ImageFacts:
-    """Inspect ``ref`` and run the facts program in it once (container removed in every case); ``env``: the
-    environment whose ``OWNER_ENV_VAR`` labels the container.
+    """Inspect ``ref`` and run the facts program in it once (container removed in every case).
 
     Raises:
         NotBuiltError: the engine has no image ``ref``.

@@ -1,15 +1,9 @@
 """Signatures and attestations of pushed images, with cosign 2.x and a key pair (no transparency log, no
 network beyond the registry: it works against a loopback registry and air-gapped).
 
-``push --sign-key cosign.key`` signs each pushed manifest digest (``cosign sign``) and attaches the SBOM, the
-provenance statement and the smoke report as in-toto attestations (``cosign attest``): predicate types
-``cyclonedx``, ``slsaprovenance1`` and ``SMOKE_PREDICATE``. ``--verify-key cosign.pub`` on ``test --image``,
-``pin`` and ``manifest`` verifies a ref before it is used (``cosign verify``): an unsigned image, one signed
-by another key, or a tag re-pointed to another image fails with ``UnverifiedError`` (exit 15).
-
-The key's password comes from ``COSIGN_PASSWORD`` (cosign's own variable; empty for a key without one).
-Each step is a pure argv (``sign_argv``, ``attest_argv``, ``verify_argv``) run by ``run_cosign``, which echoes
-it (``+ cosign …``) and bounds it with a timeout.
+Predicate types: ``cyclonedx``, ``slsaprovenance1`` and ``SMOKE_PREDICATE``. A failed verification is
+``UnverifiedError`` (exit 15). The key's password comes from ``COSIGN_PASSWORD`` (cosign's own variable; empty
+for a key without one).
 """
 
 from __future__ import annotations
@@ -88,11 +82,7 @@ def by_digest(ref: str, digest: str) -> str:
 
 
 def find_cosign(env: Mapping[str, str]) -> str:
-    """The cosign executable on ``env``'s PATH.
-
-    Raises:
-        EngineUnreachableError: none (``make engine`` installs Debian trixie's cosign 2.x).
-    """
+    """Raises EngineUnreachableError: none on ``env``'s PATH (``make engine`` installs Debian trixie's cosign)."""
     found = shutil.which("cosign", path=env.get("PATH"))
     if found is None:
         raise EngineUnreachableError("cosign is not installed; run 'make engine' (tools/setup-engine.sh installs it)")
@@ -182,13 +172,10 @@ def check_key(path: Path, *, flag: str, private: bool, env: Mapping[str, str]) -
 def check_key_flags(
     *, sign_key: Path | None, smoke_report: Path | None, verify_key: Path | None, env: Mapping[str, str]
 ) -> None:
-    """The signing flags of a command (``--sign-key``, ``--smoke-report``, ``--verify-key``), checked before
-    anything runs.
-
-    Raises:
-        ConfigError: a key flag names no key of its kind, a private key without ``COSIGN_PASSWORD``, or
-            ``--smoke-report`` without ``--sign-key`` or naming no regular file holding a ``--json-file`` report
-            (``report.READ_BACK_SCHEMA``).
+    """Raises:
+    ConfigError: a key flag names no key of its kind, a private key without ``COSIGN_PASSWORD``, or
+        ``--smoke-report`` without ``--sign-key`` or naming no regular file holding a ``--json-file`` report
+        (``report.READ_BACK_SCHEMA``).
     """
     if sign_key is not None:
         check_key(sign_key, flag="--sign-key", private=True, env=env)

@@ -1,13 +1,9 @@
 """A package index, read the way an installer reads it: PEP 691 JSON (PEP 503 HTML as fallback), the JSON
 API for upload times and latest requirements, and files inside remote wheels by HTTP range requests.
 
-The wheel reader is ``remotezip`` (PyPI ``remotezip``: ``zipfile.ZipFile`` over HTTP ``Range`` requests, the
-end of central directory first), so reading a 900 MB torch wheel's ``METADATA`` costs a few hundred KiB.
-Where the server answers a range request with the whole file, the wheel is downloaded to a temporary file
-(at most ``MAX_DOWNLOAD_BYTES``) and read there. The session is the tool's one (``core.http``):
-the CA bundle given, and the proxies of the environment given (never ``os.environ``). Pages are parsed by
-``pages``.
-Only ``http``/``https`` URLs from a page are opened; a local wheel (a wheelhouse) has ``local_wheel_files``.
+``remotezip`` reads a 900 MB torch wheel's ``METADATA`` for a few hundred KiB; a server that answers a range
+request with the whole file gets a download to a temporary file (at most ``MAX_DOWNLOAD_BYTES``).
+Only ``http``/``https`` URLs from a page are opened; ``os.environ`` is never read.
 """
 
 from __future__ import annotations
@@ -69,9 +65,8 @@ def _body(response: requests.Response, url: str) -> Iterator[bytes]:
 class IndexClient:
     """Reads project pages, the JSON API and remote wheels over one HTTP session.
 
-    ``ca_cert``: the CA bundle every TLS connection verifies against (None: the system's, via certifi).
-    ``env``: the environment whose proxy variables apply (``core.http.env_proxies``; ``os.environ`` is never read).
-    ``log``: where each request is echoed (``+ GET URL``); None keeps it quiet (tests).
+    ``ca_cert`` None: the system's CA bundle (certifi); ``env``: whose proxy variables apply (``os.environ`` is
+    never read); ``log`` None keeps requests unechoed (tests).
     """
 
     def __init__(
@@ -279,11 +274,10 @@ def _members(archive: zipfile.ZipFile, wanted: tuple[str, ...]) -> dict[str, str
 
 
 def local_wheel_files(path: Path, wanted: tuple[str, ...]) -> dict[str, str]:
-    """``IndexClient.wheel_files`` for a wheel on the local file system (a wheelhouse).
+    """``IndexClient.wheel_files`` for a wheel in a wheelhouse.
 
     Raises:
-        ConfigError: the file is not a readable wheel (not a zip, unreadable, no METADATA), naming it and
-            ``--wheelhouse``.
+        ConfigError: not a readable wheel (not a zip, unreadable, no METADATA), naming it and ``--wheelhouse``.
     """
     try:
         with zipfile.ZipFile(path) as archive:

@@ -1,6 +1,5 @@
-"""Applying an ``update`` proposal to a checkout: the diffs of ``matrix.yaml`` and of the rendered ``images/``, the
-all-or-nothing write of both, the report as text, and the variant groups the update workflow opens a pull request
-for (``edits.groups``)."""
+"""Applying an ``update`` proposal to a checkout: diffs, the all-or-nothing write, the report, and the variant
+groups the update workflow opens a pull request for."""
 
 from __future__ import annotations
 
@@ -26,9 +25,7 @@ from matrixtool.update import edits, update, yamltext
 
 @dataclass(frozen=True, kw_only=True)
 class UpdateReport:
-    """The proposals in matrix order, key conflicts between them, comments of ``matrix.yaml`` naming a pin
-    the proposals replace (``update.stale_comments``), the unified diffs of ``matrix.yaml`` and of ``images/``
-    (empty: nothing changes), and the paths written under ``--write``."""
+    """Diffs empty: nothing changes; ``stale_comments``: comments of ``matrix.yaml`` naming a replaced pin."""
 
     proposals: tuple[update.Proposal, ...]
     conflicts: tuple[str, ...]
@@ -46,8 +43,7 @@ def unified(old: str, new: str, name: str) -> str:
 def render_text(text: str, source: Path) -> list[render.RenderedFile]:
     """The rendered files of the matrix ``text`` as if it were ``source`` (templates next to it).
 
-    Raises:
-        ConfigError: the edited matrix no longer validates (a bug of the proposal: it names the problem).
+    Raises ConfigError: the edited matrix no longer validates (a bug of the proposal: it names the problem).
     """
     with tempfile.TemporaryDirectory(prefix="matrix-update-") as scratch:
         path = Path(scratch) / source.name
