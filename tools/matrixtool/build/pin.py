@@ -1,9 +1,6 @@
-"""Pin base images: the lock file ``matrix.lock.json`` beside matrix.yaml maps each base image ref to
-the manifest digest its registry served when ``tools/matrix pin`` ran.
-
-Builds read the lock: a pinned base is built ``FROM <ref>@<digest>`` (the ``BASE_IMAGE`` build arg) and
-its digest enters the content hash (``plan.content_hash``). A ref missing from the lock builds unpinned.
-Pinning is all-or-nothing: when one registry does not answer, the lock file is left as it was.
+"""The lock file ``matrix.lock.json`` beside matrix.yaml: each base image ref -> the manifest digest its
+registry served when ``tools/matrix pin`` ran. A ref missing from the lock builds unpinned; pinning is
+all-or-nothing (one registry not answering leaves the lock file as it was).
 """
 
 from __future__ import annotations
@@ -41,11 +38,7 @@ def lock_path(matrix_path: Path) -> Path:
 
 
 def parse_lock(text: str, source: str) -> Lock:
-    """The ``Lock`` in ``text`` (the JSON of ``lock_text``).
-
-    Raises:
-        ConfigError: not JSON, another schema_version, or an entry that is not ``ref: sha256:<64 hex>``.
-    """
+    """Raises ConfigError: not JSON, another schema_version, or an entry that is not ``ref: sha256:<64 hex>``."""
     try:
         data: Any = jsontext.loads(text)
     except json.JSONDecodeError as exc:
@@ -68,10 +61,9 @@ def parse_lock(text: str, source: str) -> Lock:
 
 
 def read_lock(path: Path) -> Lock:
-    """The lock at ``path``; an empty ``Lock`` when the file does not exist (nothing is pinned).
+    """An empty ``Lock`` when ``path`` does not exist (nothing is pinned).
 
-    Raises:
-        ConfigError: the file exists but is not a valid lock (see ``parse_lock``).
+    Raises ConfigError: the file exists but is not a valid lock (see ``parse_lock``).
     """
     if not path.exists() and not path.is_symlink():
         return Lock()
@@ -87,10 +79,9 @@ def lock_text(lock: Lock) -> str:
 
 
 def write_lock(lock: Lock, path: Path) -> bool:
-    """Write ``lock`` to ``path`` atomically (``outputs.write_text``); False when the text was already there.
+    """False when the text was already there.
 
-    Raises:
-        OutputError: the write failed (exit 3, naming ``path``); ``path`` is unchanged."""
+    Raises OutputError: the write failed (exit 3, naming ``path``); ``path`` is unchanged."""
     text = lock_text(lock)
     if path.is_file() and path.read_text(encoding="utf-8") == text:
         return False
@@ -104,9 +95,7 @@ def base_refs(variants: Iterable[Variant]) -> list[str]:
 
 
 def pin(refs: Iterable[str], *, lock: Lock, resolve: Callable[[str], str | None]) -> Lock:
-    """``lock`` with every ref in ``refs`` pinned to the digest ``resolve(ref)`` returns (other entries kept).
-
-    ``resolve`` is ``registry.EngineRegistry(client).digest`` in the CLI and a fake in unit tests.
+    """``lock`` with every ref in ``refs`` pinned to ``resolve(ref)`` (other entries kept).
 
     Raises:
         RegistryError: a registry is unreachable (raised by ``resolve``) or has no such tag; nothing is

@@ -1,10 +1,5 @@
-"""Which wheel of a wheelhouse a variant's build can install, per platform.
-
-A wheelhouse variant (matrix.yaml ``index.wheelhouse: true``) installs its torch pin from a local folder.
-A wheel only satisfies a build when its tags fit the variant's Python and the platform being built:
-``torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl`` serves ``cpu`` (Python 3.11, linux/amd64), never
-``arm64`` (Python 3.13, linux/arm64). Tags are read with ``packaging.utils.parse_wheel_filename``
-(PEP 427 file names, PEP 425 tags).
+"""Which wheel of a wheelhouse a variant's build can install, per platform: its tags must fit the variant's
+Python and the platform (PEP 427 file names, PEP 425 tags, read by ``packaging.utils.parse_wheel_filename``).
 """
 
 from __future__ import annotations
@@ -100,11 +95,8 @@ def wanted_wheel(variant: Variant, platform: Platform) -> str:
 
 
 def problems(variant: Variant, folder: Path | None, *, env_var: str) -> list[str]:
-    """What keeps ``variant`` from building with the wheelhouse ``folder`` (None: no folder given; ``env_var``
-    is the variable that could have named one): one line per platform whose wheel is missing, naming the
-    wheel, PyTorch's index that has it and ``--wheelhouse``. Empty when every platform has its wheel, or the
-    variant needs no wheelhouse.
-    """
+    """What keeps ``variant`` from building with the wheelhouse ``folder``: one line per platform whose wheel is
+    missing, naming the wheel, PyTorch's index that has it and ``--wheelhouse``."""
     if not variant.index.wheelhouse:
         return []
     if folder is not None and not folder.is_dir():

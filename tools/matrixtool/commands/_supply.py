@@ -1,6 +1,4 @@
-"""The supply-chain steps of the commands that build, test, push, pin and publish: the signing flags and the
-calls into ``attestations`` (SBOM and provenance after a build, the SBOM after a test, signatures after a
-push, verification before an image is used). ``docs/supply-chain.md`` describes them."""
+"""The supply-chain steps of the commands that build, test, push, pin and publish (docs/supply-chain.md)."""
 
 from __future__ import annotations
 
@@ -30,11 +28,7 @@ class SignFlags:
     smoke_report: Path | None = None
 
     def check(self, env: Mapping[str, str]) -> None:
-        """``check_keys`` of these flags.
-
-        Raises:
-            ConfigError: exit 3.
-        """
+        """Raises ConfigError (exit 3): see ``check_keys``."""
         check_keys(env, sign_key=self.sign_key, smoke_report=self.smoke_report)
 
 
@@ -76,11 +70,9 @@ def check_keys(
     smoke_report: Path | None = None,
     verify_key: Path | None = None,
 ) -> None:
-    """The signing flags, checked before anything runs (``signing.check_key_flags``).
-
-    Raises:
-        ConfigError: a key flag names no key of its kind, a private key without ``COSIGN_PASSWORD``, or a
-            ``--smoke-report`` without ``--sign-key`` or naming no file (exit 3).
+    """Raises:
+    ConfigError: a key flag names no key of its kind, a private key without ``COSIGN_PASSWORD``, or a
+        ``--smoke-report`` without ``--sign-key`` or naming no file (exit 3).
     """
     signing.check_key_flags(sign_key=sign_key, smoke_report=smoke_report, verify_key=verify_key, env=env)
 
@@ -101,10 +93,9 @@ def write_build_reports(
 
 
 def verify_refs(refs: Iterable[str], *, pub: Path | None, env: Mapping[str, str]) -> None:
-    """Each of ``refs`` (once) in its registry against ``pub``; nothing when ``pub`` is None.
+    """Nothing when ``pub`` is None.
 
-    Raises:
-        UnverifiedError: a ref is unsigned, signed by another key, or its tag names another image (exit 15).
+    Raises UnverifiedError: a ref is unsigned, signed by another key, or its tag names another image (exit 15).
     """
     if pub is not None:
         for ref in dict.fromkeys(refs):

@@ -46,11 +46,7 @@ def guarded(path: Path | str) -> Iterator[None]:
 
 
 def make_dirs(path: Path) -> None:
-    """``path`` and its parents as folders (``mkdir -p``).
-
-    Raises:
-        OutputError: one cannot be made (exit 3).
-    """
+    """Raises OutputError: one cannot be made (exit 3)."""
     with guarded(path):
         path.mkdir(parents=True, exist_ok=True)
 
@@ -98,11 +94,7 @@ def write_text(path: Path, text: str) -> Path:
 
 
 def write_bytes(path: Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` as ``write_text`` writes text: whole or not at all; returns ``path``.
-
-    Raises:
-        OutputError: the write failed (exit 3); a regular ``path`` is unchanged.
-    """
+    """As ``write_text``. Raises OutputError: the write failed (exit 3); a regular ``path`` is unchanged."""
     if path.exists() and not path.is_file():
         with guarded(path), open(path, "wb") as out:
             out.write(data)

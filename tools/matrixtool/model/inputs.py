@@ -1,9 +1,5 @@
-"""Checks of a command's flags that run before the engine is touched: output paths, check selection,
-the wheelhouse, references (``reference.py``).
-
-Each raises ``ConfigError`` (exit 3) naming the flag, its value and what to pass instead, so a bad flag is
-found in milliseconds, not after a build.
-"""
+"""Checks of a command's flags that run before the engine is touched. Each raises ``ConfigError`` (exit 3)
+naming the flag, its value and what to pass instead."""
 
 from __future__ import annotations
 
@@ -106,11 +102,7 @@ def check_outputs(out_dir: Path, *, junit: Path | None = None, json_file: Path |
 
 
 def check_selection(variants: Sequence[Variant], only: Sequence[str], skip: Sequence[str]) -> None:
-    """``--only``/``--skip`` name checks of every selected variant, and leave each at least one.
-
-    Raises:
-        ConfigError: naming each unknown check (with the variant's checks), before any build.
-    """
+    """Raises ConfigError: naming each unknown check (with the variant's checks), before any build."""
     problems = []
     unknown = [n for n in dict.fromkeys([*only, *skip]) if n not in CHECKS]
     for name in unknown:
@@ -127,11 +119,7 @@ def check_selection(variants: Sequence[Variant], only: Sequence[str], skip: Sequ
 
 
 def check_suite(suite: str) -> Suite:
-    """The suite of checks ``--suite`` names (``checks.Suite``: ``quick`` or ``full``).
-
-    Raises:
-        ConfigError: naming the value and the suites there are.
-    """
+    """Raises ConfigError: naming the value and the suites there are."""
     if suite not in SUITES:
         raise ConfigError("--suite", [f"{suite!r} is no suite of checks; use one of: {', '.join(SUITES)}"])
     return Suite(suite)

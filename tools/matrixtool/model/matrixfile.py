@@ -1,9 +1,5 @@
-"""Read and validate ``matrix.yaml`` into the frozen values of ``model``.
-
-The whole file is validated before anything touches Docker: the JSON Schema (``matrix.schema.json``,
-shipped inside this package; the copy at the repository root, which editors use, is kept identical by a
-unit test) and the rules it cannot say (``variantrules``); every problem is collected with its key path and,
-for unknown keys, the nearest valid key. ``extends`` is resolved here.
+"""Read and validate ``matrix.yaml``, whole, before anything touches Docker. The schema is shipped inside this
+package; the copy at the repository root, which editors use, is kept identical by a unit test.
 """
 
 from __future__ import annotations

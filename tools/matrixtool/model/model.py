@@ -52,10 +52,8 @@ _PLATFORM = re.compile(r"(?P<os>[^/]+)/(?P<arch>[^/]+)(?:/(?P<variant>[^/]+))?")
 
 @dataclass(frozen=True, order=True)
 class Platform:
-    """An OCI platform: ``os``/``arch``[/``variant``] (``linux/amd64``, ``linux/arm64``, ``linux/arm/v7``).
-
-    ``str()`` gives the form BuildKit, the engine and matrix.yaml use; ``parse`` reads it back.
-    """
+    """An OCI platform: ``os``/``arch``[/``variant``]; ``str()`` gives the form BuildKit, the engine and
+    matrix.yaml use."""
 
     os: str
     arch: str
@@ -63,11 +61,7 @@ class Platform:
 
     @classmethod
     def parse(cls, text: str) -> Platform:
-        """``linux/arm64`` -> ``Platform("linux", "arm64")``.
-
-        Raises:
-            ValueError: not two or three non-empty ``/``-separated parts.
-        """
+        """Raises ValueError: not two or three non-empty ``/``-separated parts."""
         match = _PLATFORM.fullmatch(text)
         if match is None:
             raise ValueError(f"{text!r} is not an OS/ARCH[/VARIANT] platform")

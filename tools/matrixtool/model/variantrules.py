@@ -1,7 +1,4 @@
-"""The rules of ``matrix.yaml`` a JSON Schema cannot say (``matrixfile.validate`` runs them after the schema):
-whole values that reach a Dockerfile or a requirement file (names, versions, URLs, sizes), a stand-in's
-Python, a variant's smoke checks (``resolve_checks``) and ``publish_as``. Each problem is one
-``key.path: message`` line. Pure values and functions only."""
+"""The rules of ``matrix.yaml`` a JSON Schema cannot say; each problem is one ``key.path: message`` line."""
 
 from __future__ import annotations
 

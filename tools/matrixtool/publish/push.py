@@ -1,9 +1,5 @@
 """Push built images to a registry: the content-hash tag and the version tag, re-homed under
-``--registry HOST[:PORT][/NAMESPACE]``.
-
-``plan_push`` says what is pushed as a value; ``execute_push`` does it through a ``registry.Registry``
-(``EngineRegistry``: the Docker SDK, so ``docker login`` credentials and the engine's registry settings apply).
-"""
+``--registry HOST[:PORT][/NAMESPACE]``."""
 
 from __future__ import annotations
 
@@ -36,11 +32,7 @@ class PushResult:
 
 
 def plan_push(build_plan: BuildPlan, *, registry: str) -> PushPlan:
-    """Publish the image of ``build_plan``: its refs (content hash, version) re-homed under ``registry``.
-
-    Raises:
-        RegistryError: ``registry`` is not ``HOST[:PORT][/NAMESPACE]``.
-    """
+    """Raises RegistryError: ``registry`` is not ``HOST[:PORT][/NAMESPACE]``."""
     targets = tuple(remote_ref(registry, ref) for ref in build_plan.refs)
     return PushPlan(
         variant=build_plan.variant, platform=build_plan.platform, source=build_plan.hash_ref, targets=targets
@@ -48,10 +40,8 @@ def plan_push(build_plan: BuildPlan, *, registry: str) -> PushPlan:
 
 
 def execute_push(plan: PushPlan, registry: Registry, *, keep_tags: bool = True) -> PushResult:
-    """Tag ``plan.source`` as every target, push each, and with ``keep_tags=False`` remove those tags afterwards,
-    also when a push failed (the registry went away mid-push).
-
-    ``digest``: what the registry stored (the last push's; every target names the same image).
+    """With ``keep_tags=False`` the tags are removed afterwards, also when a push failed. ``digest``: the last
+    push's (every target names the same image).
 
     Raises:
         RegistryError: a push failed (the message names the registry, the ref and the engine's reason).
@@ -77,14 +67,10 @@ def ensure_published(
     *,
     keep_tags: bool = True,
 ) -> PushResult:
-    """Publish an image the registry has already under its content-hash tag (``plan.targets[0]``, manifest
-    ``digest``) but the engine did not build: CI's image job skips such a build (``build --registry``), and its
-    push step must still succeed and report the image, for the multi-arch ``manifest`` job.
-
-    Each other target (the version tag) that does not name ``digest`` in the registry is re-pointed: the image
-    is pulled (``pull(ref, platform)``; nothing is pulled when every tag is right), tagged and pushed; its
-    layers are in the registry already, so only the tag moves. With ``keep_tags=False`` the engine's tags
-    made here are removed afterwards.
+    """Publish an image the registry has already under its content-hash tag but the engine did not build: CI's
+    image job skips such a build (``build --registry``), and its push step must still report the image, for the
+    multi-arch ``manifest`` job. A version tag that does not name ``digest`` is re-pointed (pulled, tagged,
+    pushed: only the tag moves).
 
     Raises:
         RegistryError: the registry did not answer, or a pull or push failed.

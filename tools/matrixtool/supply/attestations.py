@@ -1,14 +1,5 @@
-"""The reports a security team signs off, written and attached by the commands that build, test and push:
-the entry points the commands call (one line each), so the logic stays in ``sbom``, ``provenance`` and
-``signing``.
-
-- ``write_build_reports``: after ``build``/``run``, the SBOM and the provenance statement of each built image,
-  in ``<out>/reports/`` (``sbom-<variant>.cdx.json``, ``provenance-<variant>.intoto.json``);
-- ``write_sbom_report``: after ``test --image``, the SBOM of the tested image;
-- ``sign_pushed``: after ``push --sign-key``, sign each pushed digest and attach the SBOM, the provenance
-  (where the build wrote one) and the smoke report (``--smoke-report``) as attestations;
-- ``verify_ref``: before ``test --image``, ``pin`` and ``manifest`` with ``--verify-key``.
-"""
+"""The reports a security team signs off (SBOM, provenance, signatures): the entry points the commands call,
+so the logic stays in ``sbom``, ``provenance`` and ``signing``."""
 
 from __future__ import annotations
 
@@ -106,10 +97,8 @@ def sign_pushed(
     smoke_report: Path | None,
     env: Mapping[str, str],
 ) -> list[signing.Signed]:
-    """Sign each pushed digest and attach the SBOM, the build's provenance (``<out>/reports/provenance-<variant>
-    .intoto.json`` when that build wrote one) and ``smoke_report``. ``pushed``: each push result with the local
-    ref it was pushed from; the SBOM is derived from that image, or from the pushed digest (pulled) when the
-    engine does not hold it (an image the registry had already).
+    """Sign each pushed digest and attach the SBOM, the build's provenance (when that build wrote one) and
+    ``smoke_report``; the SBOM comes from the pushed digest (pulled) when the engine does not hold the image.
 
     Raises:
         SbomError: the SBOM of a pushed image cannot be derived (nothing is signed before its SBOM exists).

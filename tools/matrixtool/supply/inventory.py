@@ -79,11 +79,7 @@ class Inventory:
 
 # --- reading the image ---------------------------------------------------------------------------------------
 def identify(client: docker.DockerClient, ref: str) -> ImageIdentity:
-    """The identity of the local image ``ref``.
-
-    Raises:
-        SbomError: the engine has no image ``ref`` (the message names the pull or build to run).
-    """
+    """Raises SbomError: the engine has no image ``ref`` (the message names the pull or build to run)."""
     try:
         image = client.images.get(ref)
     except docker.errors.ImageNotFound as exc:
@@ -220,12 +216,9 @@ def inventory_of(identity: ImageIdentity, doc: Mapping[str, Any]) -> Inventory:
 def read_inventory(
     client: docker.DockerClient, ref: str, *, env: Mapping[str, str] | None = None, timeout: float = TIMEOUT_S
 ) -> Inventory:
-    """Run the inventory program in ``ref`` (a container that is removed whatever happens) and read its output.
+    """Run the inventory program in ``ref`` (the container is removed whatever happens); ``timeout`` in seconds.
 
-    ``timeout``: seconds before the container is killed.
-
-    Raises:
-        SbomError: no such image, the image has no ``python3``, the program failed or timed out.
+    Raises SbomError: no such image, the image has no ``python3``, the program failed or timed out.
     """
     identity = identify(client, ref)
     owner = (env if env is not None else os.environ).get(OWNER_ENV_VAR, "")

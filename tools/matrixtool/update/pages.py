@@ -25,12 +25,7 @@ from matrixtool.core.untrusted import shown
 
 @dataclass(frozen=True, kw_only=True)
 class DistFile:
-    """One file of a project page.
-
-    ``version``: from the file name (None when the name is neither a wheel's nor an sdist's).
-    ``upload_time``: PEP 700 ``upload-time`` where the page gives it (aware, UTC), else None.
-    ``tags``: a wheel's compatibility tags (empty for an sdist).
-    """
+    """``version`` None: the name is neither a wheel's nor an sdist's; ``upload_time``: PEP 700, aware UTC."""
 
     filename: str
     url: str
@@ -180,11 +175,7 @@ def json_api_url(index_url: str, name: str) -> str | None:
 
 
 def response_json(body: bytes, url: str) -> dict[str, Any]:
-    """``body`` parsed as a JSON object.
-
-    Raises:
-        ValueError: not JSON, or not an object.
-    """
+    """Raises ValueError: not JSON, or not an object."""
     data = jsontext.loads(body)
     if not isinstance(data, dict):
         raise ValueError(f"{url}: not a JSON object")

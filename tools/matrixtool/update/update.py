@@ -1,10 +1,5 @@
-"""Move a variant's coupled pins together: the newest vLLM release, the torch it requires, the Triton that
-torch requires, and the matrix keys that follow (``dist_alias``, ``triton_distribution``, ``index.wheelhouse``);
-with predictions, from metadata alone, of what the failure classes would do to the new pins.
-
-Facts come from the variant's index (``pyindex``): project pages, the JSON API's upload times and latest
-``requires_dist``, and ``METADATA`` (plus two vLLM sources, below) read from the wheels themselves.
-"""
+"""Move a variant's coupled pins together (vLLM, the torch it requires, the Triton that torch requires) and
+predict, from metadata alone, what the failure classes would do to the new pins."""
 
 from __future__ import annotations
 
@@ -56,11 +51,7 @@ class Options:
 
 @dataclass(frozen=True, kw_only=True)
 class Proposal:
-    """One variant's consistent change (``edits`` empty: nothing newer) and what it predicts.
-
-    ``torch``/``triton``: the new torch version and the Triton requirement lines its METADATA carries per
-    target (``none`` where it requires none); ``notes``: facts worth a line (skipped releases, inherited keys).
-    """
+    """``edits`` empty: nothing newer; ``triton`` holds ``none`` where a target requires no Triton."""
 
     variant: str
     vllm_package: str
