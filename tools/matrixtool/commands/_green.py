@@ -1,6 +1,5 @@
-"""The last green image for ``run`` and ``test``: one JSON report per variant under ``<out>/reports/`` (so a
-later failure finds the image that last passed), and, for a variant whose check failed, a line naming that
-image and the head of the ``tools/matrix diff --for CHECK`` against it."""
+"""The last green image for ``run`` and ``test``: one JSON report per variant under ``<out>/reports/``, and for
+a failed check the image that last passed and the head of the diff against it."""
 
 from __future__ import annotations
 
@@ -66,10 +65,9 @@ def write_variant_reports(
     labels: Callable[[str], Mapping[str, str] | None],
     notice: Callable[[str], None] = lambda line: None,
 ) -> list[Path]:
-    """For each variant with checks in ``result``: its checks as a ``report.to_json`` document in
-    ``<variant>.json``, and in ``<variant>.green.json`` too when every one passed or was skipped and each image
-    tested is one of the variant's own (``own_image_problem`` of the ref and ``labels(image)``; else ``notice`` says why
-    not), kept until the next green run, whatever red runs come between. Returns the paths written.
+    """Each variant's checks as ``<variant>.json``, and as ``<variant>.green.json`` too when every one passed
+    or was skipped and each image tested is the variant's own (``own_image_problem``); the green one is kept
+    until the next green run, whatever red runs come between.
 
     Raises:
         OSError: a report cannot be written.
@@ -104,9 +102,8 @@ def failure_lines(
     *,
     connect: Callable[[], docker.DockerClient] = engine.connect,
 ) -> list[str]:
-    """One block per variant with a failed check on an image: the last green image of that variant (from
-    ``reports``, ``imagediff.last_green``) and the head of the diff ranked for its first failed check, or
-    the reason there is none. The engine is asked only when a green image is on record.
+    """One block per variant with a failed check on an image. The engine is asked only when a green image is on
+    record.
 
     Raises:
         MatrixError or docker's errors: the engine or an image could not be read (the caller reports it).

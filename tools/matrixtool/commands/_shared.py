@@ -69,11 +69,7 @@ class ReportFlags:
     junit: Path | None = None
 
     def check(self, out_dir: Path) -> None:
-        """Every report (and ``out_dir``) can be written (``inputs.check_outputs``).
-
-        Raises:
-            ConfigError: one line per flag that cannot be honoured.
-        """
+        """Raises ConfigError: one line per flag that cannot be honoured (``inputs.check_outputs``)."""
         check_outputs(out_dir, junit=self.junit, json_file=self.json_file)
 
 
@@ -107,11 +103,8 @@ def finish(
     env: Mapping[str, str],
     last_green: Callable[[report.RunReport, Path, Mapping[str, str]], None] | None = None,
 ) -> None:
-    """Write the reports (JUnit, JSON file, GitHub summary), print the table or JSON, then exit by the result.
-    With ``last_green`` (``run``, ``test --image``: ``_green.report_last_green``), called with the result, the
-    reports folder ``<out>/reports/`` and ``env`` after the table: each variant's JSON report there and, for a
-    failed check, the last green image of its variant and the head of the diff against it (stderr). That part
-    never fails the command: a problem there is one ``warning:`` line.
+    """Write the reports, print the table or JSON, then exit by the result. The ``last_green`` part never fails
+    the command: a problem there is one ``warning:`` line.
 
     Raises:
         VariantsFailed: a variant failed before its checks (``--keep-going``); its exit code is the most

@@ -34,11 +34,7 @@ def provenance(root: Path) -> tuple[str, str]:
 
 
 def plan_context(matrix: Matrix, inputs: Inputs, *, repository: str) -> plan.PlanContext:
-    """The ``PlanContext`` of one command: the lock file beside ``matrix``, ``inputs``, the git provenance.
-
-    Raises:
-        ConfigError: the lock file is invalid.
-    """
+    """Raises ConfigError: the lock file is invalid."""
     revision, source = provenance(matrix.root)
     return plan.PlanContext(
         templates_dir=matrix.templates_dir,
@@ -54,10 +50,9 @@ def plan_context(matrix: Matrix, inputs: Inputs, *, repository: str) -> plan.Pla
 def provide_and_plan(
     client: docker.DockerClient, matrix: Matrix, variants: Sequence[Variant], inputs: Inputs, *, repository: str
 ) -> list[plan.BuildPlan]:
-    """``base.provide_bases`` then ``plan.plan_variants``, saying when a stand-in base changes the build's Python.
+    """Says when a stand-in base changes the build's Python.
 
-    Raises:
-        ConfigError (lock file, stand-in Python), BuildError (base image).
+    Raises ConfigError (lock file, stand-in Python), BuildError (base image).
     """
     context = plan_context(matrix, inputs, repository=repository)
     bases = base.provide_bases(client, variants, context.lock)
@@ -104,12 +99,7 @@ def progress(quiet: bool) -> Callable[[smoke_result.CheckResult], None]:
 def smoke_image(
     client: docker.DockerClient, image: str, variant: Variant, request: SmokeRequest
 ) -> list[smoke_result.CheckResult]:
-    """Run ``variant``'s selected checks inside ``image`` under each chosen deployment profile
-    (``smoke.run_profiles``), then judge its size budget (``budget.check_budget``).
-
-    Raises:
-        ConfigError (an unknown profile), WrongPlatformError (the image's platform is not the variant's).
-    """
+    """Raises ConfigError (an unknown profile), WrongPlatformError (the image's platform is not the variant's)."""
     selected = request.selection.checks_of(variant)
     chosen = request.choice.resolve(variant.name, variant.profiles)
     results = smoke.run_profiles(

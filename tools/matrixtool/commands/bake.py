@@ -23,11 +23,9 @@ from matrixtool.model.select import select_variants
 
 @dataclass(frozen=True, kw_only=True)
 class Args:
-    """``ca_cert``/``wheelhouse``: the flags (None: from ``env``); ``repository``: the image repository prefix;
-    ``registry``: also tag each target under it and use those tags as cache-from. Validated on construction.
+    """``ca_cert``/``wheelhouse`` None: from ``env``; ``registry``: its tags are also the cache source.
 
-    Raises:
-        ConfigError: a flag cannot be honoured (exit 3).
+    Raises ConfigError: a flag cannot be honoured (exit 3).
     """
 
     matrix: Matrix
@@ -47,9 +45,7 @@ class Args:
 
 @dataclass(frozen=True, kw_only=True)
 class BakeReport:
-    """The bake file, the plans it holds, what could not be checked (one line each), and the variants left
-    out of it with their error (``failed``: their local inputs are not there, e.g. a wheelhouse without
-    their torch wheel)."""
+    """``failed``: variants left out, with the error of their missing local inputs."""
 
     path: Path
     plans: Sequence[plan.BuildPlan]

@@ -28,12 +28,9 @@ from matrixtool.supply import attestations
 
 @dataclass(frozen=True, kw_only=True)
 class Args:
-    """``variant``: whose expectations apply (``--as``); ``image``: the ref to test, or None for host mode
-    with the interpreter ``python``; ``verify_key``: a cosign public key the image must be signed by (image
-    mode). Validated on construction.
+    """``variant``: whose expectations apply (``--as``); ``image`` None: host mode with the interpreter ``python``.
 
-    Raises:
-        ConfigError: a flag cannot be honoured (exit 3).
+    Raises ConfigError: a flag cannot be honoured (exit 3).
     """
 
     variant: Variant
@@ -57,11 +54,7 @@ class Args:
 
 
 def _check_interpreter(python: str) -> None:
-    """``--python`` names an executable file, as a path or on ``PATH`` (``shutil.which``).
-
-    Raises:
-        ConfigError: naming the flag and its value (exit 3): no check runs on a missing interpreter.
-    """
+    """Raises ConfigError: naming the flag and its value (exit 3): no check runs on a missing interpreter."""
     if python.startswith("-") or shutil.which(python) is None:
         raise ConfigError(
             "flags",

@@ -70,11 +70,7 @@ def no_space_line(lines: Sequence[str]) -> str | None:
 
 
 def connect() -> docker.DockerClient:
-    """A client for the engine that DOCKER_HOST (or the default socket) names.
-
-    Raises:
-        EngineUnreachableError: no engine answers a ping.
-    """
+    """Raises EngineUnreachableError: no engine answers a ping."""
     try:
         client = docker.from_env(timeout=600)
         client.ping()

@@ -1,11 +1,6 @@
-"""The one way the host tool speaks HTTP: a ``requests.Session`` whose CA bundle, proxies and timeout come
-from the same settings everywhere, like pip's ``network/session.py``.
-
-- CA bundle: ``--ca-cert``, else the first of ``CA_ENV_VARS`` that is set (``ca_bundle``); None: certifi's.
-- Proxies: curl's and pip's variables of the given environment (``env_proxies``), for every request (range
-  reads of ``remotezip`` included); the process environment is read only when the caller passes it, and netrc
-  never.
-- Timeout: every request gets the session's unless it names its own (requests has none by default).
+"""The one way the host tool speaks HTTP, like pip's ``network/session.py``: CA bundle, proxies and timeout come
+from the same settings everywhere; the process environment is read only when the caller passes it, netrc
+never, and every request gets the session's timeout (requests has none by default).
 """
 
 from __future__ import annotations

@@ -122,11 +122,7 @@ def registry_problem(value: str) -> str | None:
 
 
 def check_flags(*, image: str | None = None, registry: str | None = None, repository: str | None = None) -> None:
-    """Validate reference flags before the engine is touched.
-
-    Raises:
-        ConfigError: naming each bad flag, its value and the form it must have (exit 3).
-    """
+    """Raises ConfigError: naming each bad flag, its value and the form it must have (exit 3)."""
     problems = []
     for flag, value, check in (
         ("--image", image, image_problem),

@@ -13,10 +13,9 @@ from matrixtool.model.model import CheckSpec, Matrix, Variant
 
 
 def select_variants(matrix: Matrix, names: Sequence[str]) -> list[Variant]:
-    """The variants named in ``names`` (in matrix order), or every variant for ``all``/no names.
+    """Every variant for ``all``/no names.
 
-    Raises:
-        NothingSelectedError: a name matches no variant (the message suggests the nearest one).
+    Raises NothingSelectedError: a name matches no variant (the message suggests the nearest one).
     """
     if not names or "all" in names:
         return list(matrix.variants)
@@ -65,11 +64,7 @@ class Selection:
     suite: str = DEFAULT_SUITE
 
     def check(self, variants: Sequence[Variant]) -> None:
-        """Validate the suite, then the names against every one of ``variants``.
-
-        Raises:
-            ConfigError: an unknown suite, or a name no check of a variant (``inputs.check_selection``).
-        """
+        """Raises ConfigError: an unknown suite, or a name no check of a variant (``inputs.check_selection``)."""
         check_suite(self.suite)
         if self.only or self.skip:
             check_selection(variants, self.only, self.skip)

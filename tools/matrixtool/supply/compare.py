@@ -118,12 +118,7 @@ class Comparison:
 
 
 def compare(published: Mapping[str, Any], derived: Mapping[str, Any]) -> Comparison:
-    """Compare two CycloneDX documents package by package (``packages_of``): added, removed, and for packages in
-    both a changed version or (where both have one) a changed SHA-256.
-
-    Raises:
-        SbomError: either is not a CycloneDX document.
-    """
+    """Raises SbomError: either is not a CycloneDX document."""
     old, new = packages_of(published), packages_of(derived)
     changed: list[Change] = []
     for key in sorted(old.keys() & new.keys()):

@@ -1,13 +1,7 @@
-"""Build provenance written by the tool: an in-toto Statement (v1) with an SLSA provenance v1 predicate, beside
-the SBOM (``<out>/reports/provenance-<variant>.intoto.json``).
+"""Build provenance: an in-toto Statement (v1) with an SLSA provenance v1 predicate, beside the SBOM.
 
-It records what went into an image: the base image (its pinned digest, else the engine's image ID of the base
-used), every wheel of the wheelhouse (SHA-256), the matrix file, the templates and each rendered file (SHA-256),
-the content hash that tags the image, the checkout's revision, and the builder (this tool, the engine, buildx).
-
-BuildKit writes its own SLSA provenance attestations (``--provenance``/``--attest type=provenance``) from
-BuildKit 0.11 on, which needs Docker Engine 23+ or buildx's docker-container driver; the engine 20.10 here
-runs BuildKit 0.8, so the tool writes the statement itself.
+BuildKit writes its own SLSA provenance from 0.11 on (Docker Engine 23+ or buildx's docker-container driver);
+the engine 20.10 here runs BuildKit 0.8, so the tool writes the statement itself.
 """
 
 from __future__ import annotations
@@ -62,13 +56,8 @@ def statement(
     started: datetime.datetime | None = None,
     finished: datetime.datetime | None = None,
 ) -> dict[str, Any]:
-    """The in-toto Statement of the image ``image_id`` built from ``plan``.
-
-    ``base_id``: the engine's image ID of the base used when it is not pinned; ``templates``: ``{path: sha256}``
-    of the template files; ``wheels``: ``wheel_digests``; ``builder``: component versions (``engine``,
-    ``buildx``); ``started``/``finished``: the build's times (None for an image built before, found by its
-    content-hash tag).
-    """
+    """``base_id``: the base's image ID when it is not pinned; ``started``/``finished`` None for an image built
+    before (found by its content-hash tag)."""
     name = plan.hash_ref.rsplit(":", 1)[0]
     base: dict[str, Any] = {"uri": f"docker-image:{plan.base_image}"}
     if plan.base_digest:

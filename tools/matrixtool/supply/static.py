@@ -1,14 +1,7 @@
-"""OpenShift's static checks of an image (Red Hat's container certification, "preflight"): judged from the
-engine's image record and the image's ``/licenses`` folder, without running the image.
+"""OpenShift's static checks of an image (Red Hat's container certification, "preflight"), without running it.
 
-- ``licenses``: ``/licenses`` holds at least one file (read from a created, never started container);
-- ``layers``: at most ``MAX_LAYERS`` (40) layers;
-- ``labels``: the labels ``REQUIRED_LABELS`` are set and not empty (``maintainer`` is recommended only);
-- ``user``: ``USER`` is a numeric UID other than 0 (OpenShift runs images as an arbitrary UID; a name cannot
-  be resolved by the platform);
-- ``tag``: the ref's tag is not ``latest`` (and there is one).
-
-``judge`` is pure (an image record and a ``/licenses`` listing in, results out); ``inspect`` reads them.
+``user``: a numeric UID other than 0 (OpenShift runs images as an arbitrary UID; a name cannot be resolved by
+the platform).
 """
 
 from __future__ import annotations
@@ -136,11 +129,9 @@ def license_listing(stream: Any, *, limit: int = MAX_LICENSES_BYTES) -> list[str
 
 
 def inspect(client: docker.DockerClient, ref: str, *, owner: str = "") -> list[StaticResult]:
-    """Read ``ref``'s record and /licenses (a created container, never started, always removed, labelled with
-    ``owner``) and judge them.
+    """Read ``ref``'s record and /licenses (a created container, never started, always removed) and judge them.
 
-    Raises:
-        docker.errors.ImageNotFound: no such image on the engine.
+    Raises docker.errors.ImageNotFound: no such image on the engine.
     """
     image = client.images.get(ref)
     labels = {PURPOSE_LABEL: "static", OWNER_LABEL: owner}

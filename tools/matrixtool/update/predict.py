@@ -39,11 +39,8 @@ class Kind(str, Enum):
 
 @dataclass(frozen=True, kw_only=True)
 class Prediction:
-    """What the new pins would do to a check, from metadata alone.
-
-    ``breaks``: True when the image as proposed would fail a check; False when the proposal (or the matrix as
-    it is) handles it. ``line``: the requirement line (or source line) the prediction comes from.
-    """
+    """``breaks`` False: the proposal (or the matrix as it is) handles it; ``line``: where the prediction comes
+    from."""
 
     kind: Kind
     target: str
@@ -54,11 +51,8 @@ class Prediction:
 
 @dataclass(frozen=True, kw_only=True)
 class RunnerEvidence:
-    """What vLLM's own sources say about the default model runner where Triton is missing.
-
-    ``v2_without_triton``: True when an image without Triton gets V2 by default (then ``Model Runner V2
-    requires Triton``), False when it gets V1, None when the sources do not tell. ``line``: the evidence.
-    """
+    """What vLLM's own sources say about the default model runner where Triton is missing: ``v2_without_triton``
+    True means ``Model Runner V2 requires Triton`` on an image without it; None: the sources do not tell."""
 
     v2_without_triton: bool | None
     line: str

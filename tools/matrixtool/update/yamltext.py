@@ -63,11 +63,7 @@ def _line_end(text: str, index: int) -> int:
 
 
 def apply_edit(text: str, edit: ScalarEdit) -> str:
-    """``text`` with ``edit`` applied.
-
-    Raises:
-        KeyError: a mapping on the way to ``edit.path`` is missing, or the value there is not a scalar.
-    """
+    """Raises KeyError: a mapping on the way to ``edit.path`` is missing, or the value there is not a scalar."""
     node = yaml.compose(text, Loader=yaml.SafeLoader)
     if node is None:
         raise KeyError(".".join(edit.path))
