@@ -1,11 +1,6 @@
-"""Export the build matrix as a ``docker-bake.json`` so BuildKit's own ``docker buildx bake`` (and remote
-builders) build exactly what ``tools/matrix build`` builds.
-
-Each target is ``plan.build_spec`` of a ``plan.BuildPlan`` — the same description ``tools/matrix build``
-renders as its ``docker buildx build`` argv (args, labels, tags, cache, secrets) — and its build context
-is staged by ``build.stage_context`` under the output folder: engine 20.10's BuildKit has no named build
-contexts, so the rendered files and the wheelhouse are laid out in one folder per target.
-Bake file format: https://docs.docker.com/build/bake/reference/ (JSON form).
+"""Export the build matrix as a ``docker-bake.json`` so ``docker buildx bake`` builds exactly what ``tools/matrix
+build`` builds (https://docs.docker.com/build/bake/reference/, JSON form). Engine 20.10's BuildKit has no named
+build contexts, so each target's files and wheelhouse are staged in one folder per target.
 """
 
 from __future__ import annotations
@@ -47,10 +42,7 @@ def bake_target(spec: BuildSpec) -> dict[str, Any]:
 
 
 def bake_document(plans: Sequence[BuildPlan], *, contexts_dir: Path, registry: str | None = None) -> dict[str, Any]:
-    """The whole bake file: one target per plan, a group per variant, and ``default`` with every target.
-
-    ``contexts_dir``: absolute folder under which each target's context is ``<target name>/``.
-    """
+    """``contexts_dir``: absolute folder under which each target's context is ``<target name>/``."""
     targets = {
         target_name(p): bake_target(build_spec(p, context_dir=contexts_dir / target_name(p), registry=registry))
         for p in plans
@@ -62,10 +54,7 @@ def bake_document(plans: Sequence[BuildPlan], *, contexts_dir: Path, registry: s
 
 
 def write_bake(plans: Sequence[BuildPlan], *, out_dir: Path, registry: str | None = None) -> Path:
-    """Stage every plan's build context under ``out_dir/bake/`` and write ``out_dir/docker-bake.json``.
-
-    Returns the bake file's path. Build with ``docker buildx bake -f <path> [TARGET|GROUP…]``.
-    """
+    """Returns the bake file's path. Build with ``docker buildx bake -f <path> [TARGET|GROUP…]``."""
     out_dir = out_dir.resolve()
     contexts_dir = out_dir / CONTEXTS_DIR
     for p in plans:

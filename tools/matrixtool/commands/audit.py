@@ -1,8 +1,5 @@
-"""``tools/matrix audit SBOM.json --advisories DIR | --osv-api [--as VARIANT]``: the vulnerability gate.
-
-The SBOM's packages are checked against OSV advisories under the variant's ``audit`` policy (matrix.yaml;
-``matrixtool.supply.audit``). Exit 0: passed; 13: an advisory fails it; 14: packages could not be audited (fail
-closed: no advisory data for their ecosystem, or the source did not answer), each named with the reason.
+"""``tools/matrix audit``: the vulnerability gate. Exit 0: passed; 13: an advisory fails it; 14: packages could
+not be audited (fail closed: no advisory data for their ecosystem, or the source did not answer).
 """
 
 from __future__ import annotations
@@ -40,10 +37,8 @@ class Args:
 
 
 def run(args: Args, *, fetch: sources.Fetch | None = None, today: datetime.date | None = None) -> gate.AuditReport:
-    """Audit ``args.sbom``; ``fetch`` replaces HTTP (tests), ``today`` the date acceptances expire against.
-
-    With ``--osv-api`` the service is probed first: when it does not answer, every package is not audited and
-    the report says why (the gate fails closed, exit 14).
+    """``fetch`` replaces HTTP (tests), ``today`` the date acceptances expire against. An ``--osv-api`` that does
+    not answer its probe leaves every package not audited (exit 14).
 
     Raises:
         ConfigError (flags, files, policy), NothingSelectedError (``--as``), SbomError (not an SBOM).

@@ -16,11 +16,9 @@ from matrixtool.supply import imagediff
 
 @dataclass(frozen=True, kw_only=True)
 class Args:
-    """Two image references (local engine), the check to rank for (None: section order), lines to print (0: all),
-    the environment (``imagediff.read_facts``). Validated on construction.
+    """``check`` None: section order; ``lines`` 0: all.
 
-    Raises:
-        ConfigError: an argument is not an image reference, or ``--for`` names no check (exit 3).
+    Raises ConfigError: an argument is not an image reference, or ``--for`` names no check (exit 3).
     """
 
     a: str
@@ -52,8 +50,7 @@ class DiffReport:
 
 
 def run(args: Args) -> DiffReport:
-    """Read both images' facts (one labelled, removed container each) and rank their differences. Both images
-    are looked up before either runs anything.
+    """Both images are looked up before either runs anything.
 
     Raises:
         EngineUnreachableError: no engine answers.

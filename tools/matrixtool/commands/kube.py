@@ -27,11 +27,9 @@ class InvalidManifest(MatrixError):
 
 @dataclass(frozen=True, kw_only=True)
 class Args:
-    """``profiles``: profile names (empty: every profile of each variant); ``image``: the image ref the
-    Deployment runs (None: ``<repository>/<variant>:<vLLM version>``); ``report``: a ``--json-file`` report
-    of ``run``/``test`` whose ``serve`` results give the measured time to ready per profile; ``out``: the
-    folder written (``<out>/<variant>.<profile>.yaml``); ``smoke_job``: instead, the Job that runs the variant's
-    bundle of ``suite`` in a pod of the profile (``kube_job``; ``<out>/<variant>.<profile>.smoke-job.yaml``)."""
+    """``profiles`` empty: every profile of each variant; ``image`` None: ``<repository>/<variant>:<vLLM
+    version>``; ``report``: its ``serve`` results give the measured time to ready per profile; ``smoke_job``:
+    write the Job that runs the variant's bundle in a pod of the profile instead."""
 
     variants: tuple[Variant, ...]
     profiles: tuple[str, ...] = ()
@@ -63,8 +61,7 @@ class Written:
 
 
 def run(args: Args) -> list[Written]:
-    """Write each variant x profile's manifests (``kube.manifests``), validated offline (``kube.validate``) and,
-    for profiles named ``restricted``, against PSS restricted.
+    """Profiles named ``restricted`` are also validated against PSS restricted.
 
     Raises:
         ConfigError: an unknown profile or an unreadable report (exit 3).

@@ -28,13 +28,10 @@ from matrixtool.publish import push
 
 @dataclass(frozen=True, kw_only=True)
 class Args:
-    """``registry``: ``HOST[:PORT][/NAMESPACE]`` pushed to; ``keep_tags``: keep the ``<registry>/…`` tags on
-    the engine after pushing; ``ca_cert``/``wheelhouse``/``repository`` as for ``build`` (the plans, hence the
-    tags, must be the build's); ``signing``: the key that signs each pushed digest (``_supply.SignFlags``; the
-    SBOM and provenance go to ``<out_dir>/reports/``). Validated on construction.
+    """``registry``: ``HOST[:PORT][/NAMESPACE]``; ``ca_cert``/``wheelhouse``/``repository`` must be the build's
+    (the plans, hence the tags, must agree).
 
-    Raises:
-        ConfigError: a flag cannot be honoured (exit 3).
+    Raises ConfigError: a flag cannot be honoured (exit 3).
     """
 
     matrix: Matrix
@@ -62,9 +59,8 @@ class PushReport:
 
 
 def run(args: Args) -> PushReport:
-    """Push every plan whose image the engine has; one the registry has already under its content-hash tag
-    (``build --registry`` skipped it) only gets a stale version tag moved (``push.ensure_published``). With
-    ``signing.sign_key``, every pushed digest is then signed and attested (``_supply.sign_pushed``).
+    """An image the registry has already under its content-hash tag (``build --registry`` skipped it) only gets
+    a stale version tag moved.
 
     Raises:
         NotBuiltError: an image is not built yet (the message names the ``build`` to run).

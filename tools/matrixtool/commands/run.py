@@ -31,11 +31,9 @@ from matrixtool.smoke import result as smoke_result
 
 @dataclass(frozen=True, kw_only=True)
 class Args:
-    """``commands.build.Args`` plus the checks (``selection``), the deployment profiles (``choice``; no names: every
-    profile of the variant), ``keep_going`` and ``jobs`` (variants built at once). Validated on construction.
+    """``choice`` with no names: every profile of the variant; ``jobs``: variants built at once.
 
-    Raises:
-        ConfigError: a flag cannot be honoured (exit 3).
+    Raises ConfigError: a flag cannot be honoured (exit 3).
     """
 
     matrix: Matrix
@@ -60,9 +58,7 @@ class Args:
 
 def run(args: Args) -> report.RunReport:
     """Without ``keep_going`` the first error is raised. With it, only a stale render stops everything; a
-    variant's own failure (inputs, index, base, build) is recorded in ``RunReport.errors`` and the others
-    go on, and variants whose platforms the builder cannot build are recorded in ``RunReport.skipped``. After
-    the checks, each built image's SBOM and provenance are written under ``<out>/reports/``.
+    variant's own failure is recorded in ``RunReport.errors`` and the others go on.
 
     Raises:
         StaleRenderError, EngineUnreachableError, and without ``keep_going`` every ``MatrixError`` of a variant.

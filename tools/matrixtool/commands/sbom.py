@@ -1,9 +1,5 @@
-"""``tools/matrix sbom IMAGE --as VARIANT [-o FILE]`` and ``tools/matrix sbom --compare PUBLISHED.json IMAGE``.
-
-The first derives the CycloneDX SBOM of a local image (``matrixtool.supply.sbom``) and writes it (``-o``, else stdout);
-the second derives it again and says, package by package, what differs from a published one (exit 17 when
-anything does). A summary (counts by kind, the largest packages) goes to stderr.
-"""
+"""``tools/matrix sbom``: derive an image's CycloneDX SBOM, or compare it with a published one (exit 17 when
+anything differs)."""
 
 from __future__ import annotations
 
@@ -55,8 +51,7 @@ class Report:
 def read_document(path: Path, *, what: str) -> dict[str, Any]:
     """A CycloneDX JSON file (at most 64 MiB).
 
-    Raises:
-        ConfigError: unreadable, not JSON. SbomError: not a CycloneDX document.
+    Raises ConfigError: unreadable, not JSON. SbomError: not a CycloneDX document.
     """
     text = read_config_text(path, limit=MAX_SBOM_BYTES, what=what)
     try:
@@ -86,11 +81,8 @@ def variant_of(doc: Mapping[str, Any]) -> str | None:
 
 
 def run(args: Args) -> Report:
-    """Derive the SBOM of ``args.image`` (and compare it with ``args.compare``).
-
-    Raises:
-        ConfigError (flags, files), NothingSelectedError (``--as``), SbomError (exit 16), EngineUnreachableError.
-    """
+    """Raises ConfigError (flags, files), NothingSelectedError (``--as``), SbomError (exit 16),
+    EngineUnreachableError."""
     reference.check_flags(image=args.image)
     published = read_document(args.compare, what="--compare FILE") if args.compare is not None else None
     variant = args.variant or (variant_of(published) if published is not None else None)

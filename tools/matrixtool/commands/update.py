@@ -26,9 +26,7 @@ MAX_COOLDOWN_DAYS = 36500
 
 @dataclass(frozen=True, kw_only=True)
 class Args:
-    """``update``'s flags: ``cooldown_days`` (0: none), ``same_minor``, ``write``; ``ca_cert``/``wheelhouse``
-    None take the environment's (``hostfiles.resolve_ca_cert``, ``hostfiles.resolve_wheelhouse``); ``now``: the clock of
-    the cooldown (None: now, UTC); ``index``: the package-index seam (None: ``IndexClient`` over HTTPS)."""
+    """``cooldown_days`` 0: none; ``now`` None: now, UTC; ``index`` None: ``IndexClient`` over HTTPS."""
 
     matrix_path: Path
     variants: tuple[str, ...]
@@ -47,16 +45,13 @@ class Args:
 
 
 def run(args: Args) -> updatefiles.UpdateReport:
-    """Propose per selected variant; diff ``matrix.yaml`` and ``images/``; apply both under ``write``.
-
-    A variant whose index does not answer keeps its error in its proposal (the others go on); ``run`` raises
-    after writing nothing for it.
+    """A variant whose index does not answer keeps its error in its proposal (the others go on; the command
+    exits with the most severe).
 
     Raises:
         ConfigError: the matrix is invalid, or the edited matrix would be; the CA bundle is not a file;
             ``write`` while proposals edit one key differently (``update.conflicts``): nothing is written.
         NothingSelectedError: a name matches no variant.
-    A variant that could not be proposed keeps its error in its proposal (``command`` exits with the most severe).
     """
     matrix = load_matrix(args.matrix_path)
     raw: Any = parse_yaml(read_config_text(args.matrix_path), str(args.matrix_path))

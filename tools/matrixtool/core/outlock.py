@@ -1,10 +1,6 @@
-"""One run at a time per ``--out`` folder: an exclusive ``flock`` on ``<out>/.lock``, held by every command that
-writes there (``WRITERS``) from its start to its exit, so two runs side by side in one checkout never write
-each other's reports, logs or build contexts.
-
-The holder writes its pid and command line into the lock file; a second run waits for it, printing one line
-naming them every ``NOTICE_S`` seconds, or with ``--no-wait`` refuses at once (``OutLockedError``, exit 19).
-The kernel drops the lock when its process ends, killed or not: a stale lock file is never a problem.
+"""One run at a time per ``--out`` folder: an exclusive ``flock`` on ``<out>/.lock``. A second run waits (a line
+every ``NOTICE_S`` seconds) or with ``--no-wait`` refuses (exit 19). The kernel drops the lock when its process
+ends, killed or not: a stale lock file is never a problem.
 """
 
 from __future__ import annotations
@@ -57,11 +53,9 @@ def held(
     notice: Callable[[str], None],
     notice_s: float = NOTICE_S,
 ) -> Iterator[None]:
-    """Hold the lock of ``out_dir`` for the block; ``argv`` is this run's command line (written for the others).
-
-    When ``out_dir`` cannot be made, the block runs unlocked: the command's own check of ``--out`` reports
-    why (exit 3). A run that leaves nothing but the lock file in a folder it created (a
-    command refused for its input) removes both, so a refused command writes nothing.
+    """When ``out_dir`` cannot be made, the block runs unlocked: the command's own check of ``--out`` reports
+    why (exit 3). A lock file left alone in a folder this run created is removed with it, so a refused command
+    writes nothing.
 
     Raises:
         OutLockedError: ``wait`` is False and another run holds it (exit 19).

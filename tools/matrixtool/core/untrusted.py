@@ -1,7 +1,5 @@
-"""Input the tool did not write itself (a user's report, a published SBOM, an advisory record, a lock file, a
-server's log line): shown with its control characters escaped (``shown``), and checked against a declared
-shape, a JSON Schema, before any field of it is used (``shape_problems``, ``check_shape``).
-"""
+"""Input the tool did not write itself: shown with its control characters escaped, and checked against a JSON
+Schema before any field of it is used."""
 
 from __future__ import annotations
 

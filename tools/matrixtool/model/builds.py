@@ -1,11 +1,9 @@
-"""Which accelerator a variant's vLLM, torch and Triton wheels are built for, from what the matrix says alone:
-the pinned version's local tag, the distribution's name, and the index the installer takes the package from.
+"""Which accelerator a variant's vLLM, torch and Triton wheels are built for, from what the matrix says alone.
 
-The installer is uv (templates/Dockerfile.j2: ``uv pip install --index-url URL --extra-index-url …``), whose
-default index strategy (``first-index``) takes a package from the first index that has the project at all, the
-``--extra-index-url`` ones before ``--index-url`` (uv docs, "Package indexes"). PyPI's ``vllm`` and ``torch``
-Linux wheels are CUDA builds; PyTorch's ``/whl/<tag>`` indexes and vLLM's ROCm index hold the builds their path
-names. Pure: no network (``preflight`` refuses a variant with ``foreign_builds`` before anything is built).
+uv's default index strategy (``first-index``) takes a package from the first index that has the project at
+all, the ``--extra-index-url`` ones before ``--index-url`` (uv docs, "Package indexes"). PyPI's ``vllm`` and
+``torch`` Linux wheels are CUDA builds; PyTorch's ``/whl/<tag>`` indexes and vLLM's ROCm index hold the builds
+their path names.
 """
 
 from __future__ import annotations

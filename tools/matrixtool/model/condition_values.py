@@ -1,7 +1,5 @@
-"""The value rules of the run conditions (``conditions.ROWS``'s ``parse``): each takes a value as written in
-``matrix.yaml`` or on the command line and returns its normal form, or raises ``ValueError`` saying what to
-write instead (the caller names the key or flag). The bounds are the kernel's, the Engine API's and
-Kubernetes'; each constant says whose. Pure values and functions only."""
+"""The value rules of the run conditions: each returns the normal form or raises ``ValueError`` saying what to
+write instead. The bounds are the kernel's, the Engine API's and Kubernetes'; each constant says whose."""
 
 from __future__ import annotations
 

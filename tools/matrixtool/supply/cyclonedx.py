@@ -168,11 +168,7 @@ def to_json(bom: Bom) -> str:
 
 
 def write(text: str, path: Path) -> Path:
-    """Write ``text`` to ``path`` whole (``outputs.write_text``); the path.
-
-    Raises:
-        OutputError: it cannot be written (exit 3); ``path`` is unchanged.
-    """
+    """Raises OutputError: it cannot be written (exit 3); ``path`` is unchanged."""
     return outputs.write_text(path, text)
 
 
@@ -182,10 +178,6 @@ def report_path(out_dir: Path, variant: str) -> Path:
 
 
 def write_report(client: docker.DockerClient, ref: str, variant: str, *, out_dir: Path) -> Path:
-    """Derive the SBOM of image ``ref`` and write it as ``report_path(out_dir, variant)``; the path.
-
-    Raises:
-        SbomError: the inventory could not be read (``read_inventory``).
-    """
+    """Returns the path. Raises SbomError: the inventory could not be read (``read_inventory``)."""
     bom = to_bom(read_inventory(client, ref), variant=variant)
     return write(to_json(bom), report_path(out_dir, variant))

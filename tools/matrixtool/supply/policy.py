@@ -76,11 +76,7 @@ def parse_policy(raw: Mapping[str, Any] | None, *, where: str) -> Policy:
 
 
 def policy_for(matrix: Matrix, variant: str) -> Policy:
-    """``variant``'s ``audit`` policy, read from the matrix file (already validated by ``load_matrix``).
-
-    Raises:
-        ConfigError: ``variant`` is not in the matrix, or a date is not a date.
-    """
+    """Raises ConfigError: ``variant`` is not in the matrix, or a date is not a date."""
     data = parse_yaml(read_config_text(matrix.source), str(matrix.source))
     resolved, _ = resolve_extends(data)
     variants = resolved.get("variants") or {}

@@ -1,20 +1,8 @@
-"""The software bill of materials of an image: what is really installed, read inside the image, written as a
-CycloneDX 1.6 JSON document bound to the image, and compared with a published one.
+"""The software bill of materials of an image, read inside the image, as CycloneDX 1.6 JSON.
 
-``inventory.read_inventory`` runs ``incontainer/sbom_inventory.py`` (standard library only) in a labelled container that
-is always removed, with no network and a timeout, and reads its one bounded line of output. ``cyclonedx.to_bom`` turns
-the inventory into a CycloneDX document (cyclonedx-python-lib; package URLs by packageurl-python):
-
-- the metadata component is the image (type ``container``): its image ID (the config digest) as the version,
-  its registry digests where the engine knows any, the variant and platform as properties;
-- each Python distribution is a ``library`` with a ``pkg:pypi`` purl, its license (``License-Expression``, a
-  one-line ``License`` or the ``License ::`` classifiers), ``INSTALLER``, and as its SHA-256 hash the digest
-  of its ``RECORD`` file (which lists the SHA-256 of every file it installed: a changed file changes it);
-- each Debian package is a ``library`` with a ``pkg:deb/debian`` purl (arch, distro), its source package, and
-  the licenses of its machine-readable ``copyright`` file.
-
-``compare.compare`` says what differs between two such documents, package by package. Here: the errors, and the
-part of a CycloneDX document the tool reads.
+A Python distribution's SHA-256 is the digest of its ``RECORD`` file (which lists the SHA-256 of every file it
+installed: a changed file changes it); a Debian package's licenses come from its machine-readable
+``copyright`` file.
 """
 
 from __future__ import annotations
