@@ -1,8 +1,7 @@
 """``tools/matrix`` (installed: ``matrix``): the click group and the registration of the commands.
 
-Each command is a module of ``matrixtool.commands`` (registered in ``commands._registry``). Errors print one
-``error:`` message and exit with the code of their class (``errors.ExitCode``); ``--debug`` shows the traceback instead;
-SIGINT/SIGTERM end running builds and smoke containers (``interrupts``).
+Errors print one ``error:`` message and exit with the code of their class (``errors.ExitCode``); ``--debug``
+shows the traceback instead.
 """
 
 from __future__ import annotations

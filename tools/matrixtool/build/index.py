@@ -14,14 +14,10 @@ PROBE_TIMEOUT = 15.0
 
 
 def probe(url: str, *, ca_cert: Path | None, env: Mapping[str, str], timeout: float = PROBE_TIMEOUT) -> str | None:
-    """GET ``url`` (a PEP 503 simple index root) through ``core.http``'s session with the proxies of ``env``;
-    None when it answers, else the reason in a few words.
+    """None when ``url`` answers, else the reason in a few words. Any HTTP answer (even 404 for an index without a
+    root page) counts as reachable.
 
-    ``ca_cert``: CA bundle for TLS-intercepting proxies (the same file the build gets as secret ``ca``).
-    Any HTTP answer (even 404 for an index without a root page) counts as reachable.
-
-    Raises:
-        ConfigError: ``ca_cert`` is not a readable PEM bundle.
+    Raises ConfigError: ``ca_cert`` is not a readable PEM bundle.
     """
     try:
         ssl.create_default_context(cafile=str(ca_cert) if ca_cert else None)

@@ -1,6 +1,4 @@
-"""The flags several commands take. A group of flags reaches its command as one value (``BuildFlags``,
-``select.Selection``), packed by name (``_shared.packing``); the command's ``Args`` validates it after the
-matrix is loaded and the variants are selected."""
+"""The flags several commands take; a command's ``Args`` validates them after the matrix is loaded."""
 
 from __future__ import annotations
 
@@ -63,11 +61,7 @@ class BuildFlags:
     cache_read_only: bool = False
 
     def check(self) -> None:
-        """Validate the references (``reference.check_flags``) and the cache flags.
-
-        Raises:
-            ConfigError: naming each bad flag and its value (exit 3).
-        """
+        """Raises ConfigError: naming each bad flag and its value (exit 3)."""
         reference.check_flags(registry=self.registry, repository=self.repository)
         problem = reference.registry_problem(self.cache_registry) if self.cache_registry is not None else None
         if problem is not None:

@@ -1,9 +1,6 @@
-"""The commands of ``tools/matrix``, one module each (``commands/<name>.py``).
-
-Each module holds a frozen keyword-only ``Args`` (validated on construction), ``run(args)`` returning a
-report value (no click, no printing of the result), and ``command``, the click command that parses its
-flags into ``Args`` by name, calls ``run`` and renders the value. A new command is a new module and one
-line in ``MODULES`` (here); ``tests/unit/commands/test_commands.py`` fails when a module is not registered.
+"""The commands of ``tools/matrix``, one module each: a frozen ``Args`` (validated on construction), ``run(args)``
+returning a report value, and ``command``, the click command. ``tests/unit/commands/test_commands.py`` fails
+when a module is not registered in ``MODULES``.
 """
 
 from __future__ import annotations
@@ -36,11 +33,7 @@ MODULES = (
 
 
 def all_commands() -> list[click.Command]:
-    """The ``command`` of every module of ``MODULES``, imported now.
-
-    Raises:
-        TypeError: a module's ``command`` is not a click command (a defect of that module).
-    """
+    """Raises TypeError: a module's ``command`` is not a click command (a defect of that module)."""
     found = []
     for name in MODULES:
         command = importlib.import_module(f"matrixtool.commands.{name}").command

@@ -31,11 +31,7 @@ class Args:
 
 
 def run(args: Args) -> Sequence[tuple[str, base.BaseImage]]:
-    """Each (variant name, base image) provided, per platform, in matrix order.
-
-    Raises:
-        EngineUnreachableError, BuildError (a stand-in could not be made).
-    """
+    """Raises EngineUnreachableError, BuildError (a stand-in could not be made)."""
     client = engine.connect()
     return [
         (

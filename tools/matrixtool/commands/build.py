@@ -24,12 +24,9 @@ from matrixtool.model.select import select_variants
 
 @dataclass(frozen=True, kw_only=True)
 class Args:
-    """The selected ``variants`` of ``matrix``; ``out_dir``: logs, reports and staged contexts; ``env``: the
-    CA bundle and wheelhouse variables, ``GITHUB_*``. Validated on construction, before the engine is
-    touched (an unused ``--wheelhouse`` is a warning on stderr).
+    """Validated on construction, before the engine is touched (an unused ``--wheelhouse`` is a warning).
 
-    Raises:
-        ConfigError: a flag cannot be honoured (exit 3).
+    Raises ConfigError: a flag cannot be honoured (exit 3).
     """
 
     matrix: Matrix
@@ -46,12 +43,8 @@ class Args:
 
 
 def run(args: Args) -> report.RunReport:
-    """Build every plan of ``args.variants``, skipping those whose content-hash tag exists (``build.execute_plans``),
-    then write each image's SBOM and provenance under ``<out>/reports/``.
-
-    Raises:
-        StaleRenderError, ConfigError, IndexUnreachableError, EngineUnreachableError, BuildError, RegistryError.
-    """
+    """Raises StaleRenderError, ConfigError, IndexUnreachableError, EngineUnreachableError, BuildError,
+    RegistryError."""
     needs = preflight.Needs(index=preflight.IndexProbe.DEFER)
     got = preflight.preflight(args.matrix, args.variants, args.flags.inputs(args.env), needs)
     client = got.engine()

@@ -22,10 +22,9 @@ from matrixtool.smoke import bundle
 
 @dataclass(frozen=True, kw_only=True)
 class Args:
-    """``out``: the file to write (None: ``<out dir>/vllm-smoke-VARIANT.pyz``). Validated on construction.
+    """``out`` None: ``<out dir>/vllm-smoke-VARIANT.pyz``.
 
-    Raises:
-        ConfigError: an unknown check or suite, or an output that cannot be written (exit 3).
+    Raises ConfigError: an unknown check or suite, or an output that cannot be written (exit 3).
     """
 
     variant: Variant
@@ -49,11 +48,7 @@ class Args:
 
 
 def run(args: Args) -> Path:
-    """Write the bundle of ``args.variant``'s selected checks (whole, executable); its path.
-
-    Raises:
-        OutputError: the file cannot be written (exit 3; nothing is left half-written).
-    """
+    """Raises OutputError: the file cannot be written (exit 3; nothing is left half-written)."""
     facts = bundle.facts(args.variant, args.selection.checks_of(args.variant), args.selection.suite)
     data = bundle.bundle_bytes(facts)
     with outputs.replacing(args.path) as tmp:

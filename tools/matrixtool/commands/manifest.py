@@ -19,10 +19,7 @@ from matrixtool.publish import manifest
 
 @dataclass(frozen=True, kw_only=True)
 class Args:
-    """``matrix_path``: the matrix file (read by ``run``); ``pushed``: the records of ``tools/matrix push
-    --json``; ``registry``/``repository``: where the lists go (validated here by the OCI grammar before the
-    matrix is read: ``ConfigError``, exit 3); ``verify_key``: a cosign public key each platform's image must be
-    signed by."""
+    """``registry``/``repository`` are checked by the OCI grammar before the matrix is read (ConfigError, exit 3)."""
 
     matrix_path: Path
     pushed: tuple[Path, ...]
@@ -37,8 +34,7 @@ class Args:
 
 
 def run(args: Args) -> Sequence[tuple[manifest.ManifestPlan, str]]:
-    """Each published list's plan and digest (``sha256:…``); empty when no name in the records spans several
-    platforms (matrix.yaml ``publish_as``).
+    """Empty when no name in the records spans several platforms (matrix.yaml ``publish_as``).
 
     Raises:
         ConfigError: a file is no push record, or the records do not fit the matrix (``manifest.plan_manifests``).

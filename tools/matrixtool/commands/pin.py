@@ -20,9 +20,7 @@ from matrixtool.model.select import select_variants
 
 @dataclass(frozen=True, kw_only=True)
 class Args:
-    """``resolve``: the registry seam (None: ``EngineRegistry`` on a new engine client); ``verify_key``: a
-    cosign public key every base image must be signed by. Validated on construction (``ConfigError``, exit 3).
-    """
+    """``resolve`` None: ``EngineRegistry`` on a new engine client. Validated on construction (ConfigError, exit 3)."""
 
     matrix: Matrix
     variants: tuple[Variant, ...]
@@ -46,11 +44,9 @@ class PinReport:
 
 
 def run(args: Args) -> PinReport:
-    """Pin every selected variant's base ref (``pin.pin``) and write the lock file when it changed.
-
-    Raises:
-        RegistryError: a registry did not answer or lacks a ref; the lock file is left unchanged.
-        UnverifiedError: a base image is not signed by ``verify_key`` (before the lock file is touched).
+    """Raises:
+    RegistryError: a registry did not answer or lacks a ref; the lock file is left unchanged.
+    UnverifiedError: a base image is not signed by ``verify_key`` (before the lock file is touched).
     """
     path = pin.lock_path(args.matrix.source)
     before = pin.read_lock(path)

@@ -31,11 +31,7 @@ class RenderReport:
 
 
 def run(args: Args) -> RenderReport:
-    """Render every variant; with ``args.check`` compare with ``images/``, else write what differs.
-
-    Raises:
-        StaleRenderError: ``check`` and ``images/`` differs from a fresh render (exit 5).
-    """
+    """Raises StaleRenderError: ``check`` and ``images/`` differs from a fresh render (exit 5)."""
     files = render.render_matrix(args.matrix)
     root = args.matrix.root
     if args.check:

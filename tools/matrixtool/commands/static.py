@@ -25,11 +25,7 @@ class Args:
 
 
 def run(args: Args) -> list[checks.StaticResult]:
-    """The static checks of ``args.image``.
-
-    Raises:
-        ConfigError: not an image reference, or the engine lacks it. EngineUnreachableError.
-    """
+    """Raises ConfigError: not an image reference, or the engine lacks it. EngineUnreachableError."""
     reference.check_flags(image=args.image)
     client = engine.connect()
     try:

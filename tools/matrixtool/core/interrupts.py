@@ -1,11 +1,7 @@
 """SIGINT and SIGTERM: stop at once, clean up, exit 130 or 143.
 
-SIGTERM is what CI cancellation, ``timeout`` and Kubernetes send. Python's default would end the process
-without running a ``finally``, leaving the smoke container up and ``docker buildx build`` running. The
-handler here raises ``Terminated`` (a ``KeyboardInterrupt``) in the main thread instead, so every context
-manager runs (``container.TrackedContainer`` removes its container), and first ends the running builds
-(``process.terminate_running``), which may run in worker threads that no exception reaches.
-A second signal while cleaning up is ignored, so the cleanup finishes.
+Python's default SIGTERM ends the process without running a ``finally``, leaving the smoke container up and
+``docker buildx build`` running; a second signal while cleaning up is ignored, so the cleanup finishes.
 """
 
 from __future__ import annotations

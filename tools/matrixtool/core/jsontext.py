@@ -1,10 +1,5 @@
-"""JSON from outside the tool (a user's file, a record, an image's or a server's output), parsed so that every way
-it can be malformed is one ``ValueError``.
-
-The standard library's decoder recurses once per nested array or object: a document nested past Python's
-recursion limit (``[[[[…`` 100 000 deep, a few hundred kB) raises ``RecursionError``, which no caller expects
-from a parse and which would end the tool as an unexpected error (exit 1).
-"""
+"""JSON from outside the tool, every malformation one ``ValueError``: the standard decoder recurses once per
+nesting level, so ``[[[[…`` 100 000 deep (a few hundred kB) would raise ``RecursionError`` (exit 1)."""
 
 from __future__ import annotations
 
@@ -13,12 +8,7 @@ from typing import Any
 
 
 def loads(text: str | bytes) -> Any:
-    """``json.loads(text)``.
-
-    Raises:
-        ValueError: ``text`` is not JSON (``json.JSONDecodeError``), or it is nested deeper than the decoder can
-            recurse (``RecursionError`` becomes a ``ValueError`` saying so).
-    """
+    """Raises ValueError: not JSON, or nested deeper than the decoder can recurse."""
     try:
         return json.loads(text)
     except RecursionError:

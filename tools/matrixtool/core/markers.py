@@ -1,7 +1,5 @@
-"""The one reader of the marker lines the in-image programs print (``MATRIX-RESULT {json}``,
-``MATRIX-PROBE {json}``, ``MATRIX-SBOM {json}``, ``@@image-facts@@{json}``, ``MATRIX-BEGIN name``): a line that
-starts with the marker carries a payload, everything else is the program's own output (any text: the image
-prints it, so nothing here trusts it)."""
+"""The one reader of the marker lines the in-image programs print; everything else is the program's own output
+(the image prints it, so nothing here trusts it)."""
 
 from __future__ import annotations
 
@@ -20,11 +18,7 @@ class MarkedLine:
     payload: str
 
     def json_object(self) -> dict[str, Any]:
-        """``payload`` read as a JSON object.
-
-        Raises:
-            ValueError: it is not JSON (``jsontext.loads``'s reason), or JSON of another type than an object.
-        """
+        """Raises ValueError: not JSON, or JSON of another type than an object."""
         data = jsontext.loads(self.payload)
         if not isinstance(data, dict):
             raise ValueError(f"a {type(data).__name__}, not an object")

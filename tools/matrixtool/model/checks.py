@@ -1,10 +1,5 @@
-"""The catalogue of smoke checks, as the in-image package declares it next to each check's code.
-
-The checks run *inside* the image (``incontainer/vllm_smoke``, one module per family); each declares its facts
-once with ``vllm_smoke.common.check`` (the fields of ``Declaration``: what it proves, failure classes, reports,
-fix hint, default timeout, the accelerators it applies to, the run conditions that can change its verdict, its
-suites, prerequisites and interpreter group). The host reads those ``Declaration`` values as they are.
-"""
+"""The catalogue of smoke checks, as the in-image package (``incontainer/vllm_smoke``) declares them next to each
+check's code; the host reads those ``Declaration`` values as they are."""
 
 from __future__ import annotations
 

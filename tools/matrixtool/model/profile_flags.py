@@ -1,10 +1,5 @@
-"""The command-line flags of deployment profiles (``--profile`` and one flag per row of ``conditions.ROWS``) for
-``run`` and ``test``.
-
-They reach the command as one argument, ``choice: profiles.ProfileChoice`` (docs/profiles.md). Each
-value goes through its row's ``parse``, the rule ``matrix.yaml`` values go through: a bad one is a ConfigError
-(exit 3) naming the flag, the value and what to write, raised before the command runs.
-"""
+"""The command-line flags of deployment profiles for ``run`` and ``test``: each value goes through its row's
+``parse``, as ``matrix.yaml`` values do, so a bad one is a ConfigError (exit 3) before the command runs."""
 
 from __future__ import annotations
 
@@ -45,10 +40,7 @@ def _from_flag(row: Row, given: Any) -> Any:
 
 
 def overrides_from_flags(flags: dict[str, Any]) -> profiles.Overrides:
-    """The overrides the condition flags in ``flags`` (click's values, popped) give.
-
-    Raises ConfigError ("flags", exit 3) listing every bad value.
-    """
+    """``flags``: click's values, popped. Raises ConfigError (exit 3) listing every bad value."""
     values, problems = {}, []
     for row in ROWS:
         try:

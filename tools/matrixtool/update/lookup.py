@@ -35,8 +35,7 @@ def index_urls(variant: Variant) -> list[str]:
 def merged_project(index: Index, variant: Variant, name: str) -> Project:
     """``name``'s files on every index of ``variant`` together (pip's view with ``--extra-index-url``).
 
-    Raises:
-        ConfigError: no index of the variant has ``name``.
+    Raises ConfigError: no index of the variant has ``name``.
     """
     pages = [p for p in (index.project(url, name) for url in index_urls(variant)) if p is not None]
     if not pages:
