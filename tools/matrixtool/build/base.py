@@ -85,13 +85,10 @@ def stand_in_dockerfile(ref: str, suite: str) -> str:
 def make_stand_in(
     ref: str, *, platform: Platform, suite: str, mirror: str = DEFAULT_MIRROR, native: bool = True
 ) -> None:
-    """debootstrap ``suite`` for ``platform`` and build it as ``platform_tag(ref, platform)`` and, when
-    ``platform`` is the engine's own (``native``), as ``ref`` too: a foreign-arch stand-in must not take over
-    the plain tag that ``docker run ref`` uses. About 30 s native, 1.5 min for arm64 under QEMU.
-
-    Raises:
-        BuildError: debootstrap or the image build failed (the message has the command's last output).
-    """
+    """debootstrap ``suite`` for ``platform`` and build it as ``platform_tag(ref, platform)`` and, when ``platform`` is
+    the engine's own (``native``), as ``ref`` too: a foreign-arch stand-in must not take over the plain tag that
+    ``docker run ref`` uses. About 30 s native, 1.5 min for arm64 under QEMU. Raises BuildError: debootstrap or the
+    image build failed (the message has the command's last output)."""
     arch = DEBIAN_ARCH.get(platform.arch) if platform.os == "linux" else None
     if arch is None:
         raise BuildError(f"no stand-in for platform {platform}; supported: linux/{', linux/'.join(DEBIAN_ARCH)}")
@@ -141,12 +138,9 @@ def provide(
 ) -> BaseImage:
     """Make sure ``ref`` exists locally for ``platform``: use it, else pull it, else make a stand-in.
 
-    With ``digest`` (pinned in the lock file) only ``ref@digest`` will do: it is used when local, else
-    pulled; a stand-in cannot satisfy a pin, so a failed pull is an error.
-
-    Raises:
-        BuildError: the stand-in could not be made, or a pinned base could not be pulled.
-    """
+    With ``digest`` (pinned in the lock file) only ``ref@digest`` will do: it is used when local, else pulled; a
+    stand-in cannot satisfy a pin, so a failed pull is an error. Raises BuildError: the stand-in could not be made, or a
+    pinned base could not be pulled."""
     if digest:
         return _provide_pinned(client, f"{ref}@{digest}", platform=platform)
     alias = platform_tag(ref, platform)

@@ -44,11 +44,8 @@ class CacheSettings:
 
 
 def cache_ref(plan: BuildPlan, registry: str) -> str:
-    """The cache reference of ``plan``: ``<registry>/<repository>/<variant>:buildcache-<arch>``.
-
-    Raises:
-        RegistryError: ``registry`` is not ``HOST[:PORT][/NAMESPACE]``.
-    """
+    """The cache reference of ``plan``: ``<registry>/<repository>/<variant>:buildcache-<arch>``. Raises RegistryError:
+    ``registry`` is not ``HOST[:PORT][/NAMESPACE]``."""
     repository = plan.hash_ref.rpartition(":")[0]
     return remote_ref(registry, f"{repository}:{CACHE_TAG.format(arch=plan.arch)}")
 

@@ -145,12 +145,9 @@ def existing(client: docker.DockerClient, plan: BuildPlan) -> BuildResult | None
 
 def published(plan: BuildPlan, prefix: str, registry: Registry) -> BuildResult | None:
     """The result of an earlier build with the same content hash that was pushed under ``prefix``
-    (``HOST[:PORT][/NAMESPACE]``; its content-hash tag is there, as ``registry`` reports), else None.
-    ``image`` is the registry ref, ``image_id`` the manifest digest, ``size_bytes`` 0 (unknown until pulled).
-
-    Raises:
-        RegistryError: the registry did not answer.
-    """
+    (``HOST[:PORT][/NAMESPACE]``; its content-hash tag is there, as ``registry`` reports), else None. ``image`` is the
+    registry ref, ``image_id`` the manifest digest, ``size_bytes`` 0 (unknown until pulled). Raises RegistryError: the
+    registry did not answer."""
     ref = remote_ref(prefix, plan.hash_ref)
     digest = registry.digest(ref)
     if digest is None:
@@ -170,12 +167,9 @@ def published(plan: BuildPlan, prefix: str, registry: Registry) -> BuildResult |
 def execute(client: docker.DockerClient, plan: BuildPlan, *, work_dir: Path, log_dir: Path) -> BuildResult:
     """Run ``plan`` with ``docker buildx build``, its output streamed to stderr and saved under ``log_dir``.
 
-    Raises:
-        BuildError: BuildKit exited non-zero (the message names the log file and its last lines; a full disk of the
-            engine names its data root).
-        EngineUnreachableError: the engine went away during the build (``failure``).
-        KeyboardInterrupt (``Terminated`` included): after ending ``docker buildx build``; no tag was set.
-    """
+    Raises BuildError: BuildKit exited non-zero (the message names the log file and its last lines; a full disk of the
+    engine names its data root); EngineUnreachableError: the engine went away during the build (``failure``);
+    KeyboardInterrupt (``Terminated`` included): after ending ``docker buildx build``; no tag was set."""
     arch = plan.arch
     context_dir = work_dir / f"{plan.variant}-{arch}"
     outputs.make_dirs(log_dir)

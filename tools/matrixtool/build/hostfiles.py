@@ -21,12 +21,9 @@ def resolve_ca_cert(flag: Path | None, env: Mapping[str, str]) -> Path | None:
 
 
 def existing_ca_cert(flag: Path | None, env: Mapping[str, str]) -> Path | None:
-    """``resolve_ca_cert``, checked: the CA bundle that is read on the host (not only passed to a build).
-
-    Raises:
-        ConfigError: the bundle named by ``--ca-cert`` or the variable is not a file, or holds no certificate
-            OpenSSL reads (exit 3).
-    """
+    """``resolve_ca_cert``, checked: the CA bundle that is read on the host (not only passed to a build). Raises
+    ConfigError: the bundle named by ``--ca-cert`` or the variable is not a file, or holds no certificate OpenSSL reads
+    (exit 3)."""
     ca_cert = resolve_ca_cert(flag, env)
     if ca_cert is not None and not ca_cert.is_file():
         source = "--ca-cert" if flag is not None else next(v for v in http.CA_ENV_VARS if env.get(v))

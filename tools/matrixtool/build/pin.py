@@ -95,12 +95,9 @@ def base_refs(variants: Iterable[Variant]) -> list[str]:
 
 
 def pin(refs: Iterable[str], *, lock: Lock, resolve: Callable[[str], str | None]) -> Lock:
-    """``lock`` with every ref in ``refs`` pinned to ``resolve(ref)`` (other entries kept).
-
-    Raises:
-        RegistryError: a registry is unreachable (raised by ``resolve``) or has no such tag; nothing is
-            returned, so the caller writes nothing.
-    """
+    """``lock`` with every ref in ``refs`` pinned to ``resolve(ref)`` (other entries kept). Raises RegistryError: a
+    registry is unreachable (raised by ``resolve``) or has no such tag; nothing is returned, so the caller writes
+    nothing."""
     pinned = dict(lock.base_images)
     for ref in refs:
         digest = resolve(ref)

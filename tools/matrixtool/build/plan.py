@@ -125,11 +125,8 @@ def build_spec(plan: BuildPlan, *, context_dir: Path, registry: str | None = Non
     """The build of ``plan`` from the context staged at ``context_dir``.
 
     With ``registry`` (``HOST[:PORT][/NAMESPACE]``) the plan's refs are added re-homed under it too and its published
-    images (content-hash tag, then version) are the cache source.
-
-    Raises:
-        RegistryError: ``registry`` is not ``HOST[:PORT][/NAMESPACE]``.
-    """
+    images (content-hash tag, then version) are the cache source. Raises RegistryError: ``registry`` is not
+    ``HOST[:PORT][/NAMESPACE]``."""
     remote = tuple(remote_ref(registry, ref) for ref in plan.refs) if registry else ()
     return BuildSpec(
         context=context_dir,
@@ -176,11 +173,8 @@ def buildx_argv(spec: BuildSpec, *, iidfile: Path) -> list[str]:
 
 
 def remote_ref(registry: str, local_ref: str) -> str:
-    """``local_ref`` (``vllm-matrix/cpu:0.32.0``) re-homed under ``registry`` (``HOST[:PORT][/NAMESPACE]``).
-
-    Raises:
-        RegistryError: ``registry`` is empty or has a scheme (``http://…``): give the host only.
-    """
+    """``local_ref`` (``vllm-matrix/cpu:0.32.0``) re-homed under ``registry`` (``HOST[:PORT][/NAMESPACE]``). Raises
+    RegistryError: ``registry`` is empty or has a scheme (``http://…``): give the host only."""
     prefix = registry.strip().rstrip("/")
     if not prefix or "://" in prefix:
         raise RegistryError(
@@ -317,12 +311,9 @@ def plan_build(
 
 
 def stand_in_python(variant: Variant, suite: str | None) -> str | None:
-    """The Python a stand-in of Debian ``suite`` ships when it is not ``variant.python``, else None.
-
-    Raises:
-        ConfigError: the suite's Python differs and matrix.yaml does not accept it (stand_in.python unset),
-            e.g. a stand-in from an older run whose suite no longer matches the variant.
-    """
+    """The Python a stand-in of Debian ``suite`` ships when it is not ``variant.python``, else None. Raises ConfigError:
+    the suite's Python differs and matrix.yaml does not accept it (stand_in.python unset), e.g. a stand-in from an older
+    run whose suite no longer matches the variant."""
     if suite is None or SUITE_PYTHON.get(suite) in (None, variant.python):
         return None
     ships = SUITE_PYTHON[suite]
@@ -355,11 +346,8 @@ def plan_variants(
     variants: Sequence[Variant], bases: Mapping[BaseKey, BaseImage], context: PlanContext
 ) -> list[BuildPlan]:
     """Plan every (variant, platform), pure: a variant missing from ``bases`` has an unchecked base, named as in
-    matrix.yaml, or ``ref@digest`` when pinned in ``context.lock``.
-
-    Raises:
-        ConfigError: a stand-in base ships another Python than the variant accepts (``stand_in_python``).
-    """
+    matrix.yaml, or ``ref@digest`` when pinned in ``context.lock``. Raises ConfigError: a stand-in base ships another
+    Python than the variant accepts (``stand_in_python``)."""
     plans = []
     for variant in variants:
         files = tuple(render_variant(variant, context.templates_dir))

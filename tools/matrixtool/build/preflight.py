@@ -101,12 +101,9 @@ def check_fresh(matrix: Matrix) -> None:
 
 
 def check_inputs(variant: Variant, inputs: Inputs) -> None:
-    """Check ``variant``'s local inputs: the CA bundle is a file; a wheelhouse variant has a wheelhouse
-    holding its torch wheel; its vLLM, torch and Triton resolve to builds of its accelerator (``builds``).
-
-    Raises:
-        ConfigError: every problem found, each with what to pass instead.
-    """
+    """Check ``variant``'s local inputs: the CA bundle is a file; a wheelhouse variant has a wheelhouse holding its
+    torch wheel; its vLLM, torch and Triton resolve to builds of its accelerator (``builds``). Raises ConfigError: every
+    problem found, each with what to pass instead."""
     wheelhouse, ca_cert = inputs.wheelhouse, inputs.ca_cert
     problems = []
     if ca_cert is not None and not ca_cert.is_file():
@@ -133,12 +130,9 @@ def unreachable_indexes(variant: Variant, inputs: Inputs) -> list[tuple[str, str
 
 
 def check_index(variant: Variant, inputs: Inputs, probe: IndexProbe) -> list[str]:
-    """Probe ``variant``'s package indexes as ``probe`` says; returns the warnings (``IndexProbe.WARN``).
-
-    Raises:
-        IndexUnreachableError (``IndexProbe.FAIL``): naming the index and the ways out (a wheelhouse, or
-            another index in matrix.yaml).
-    """
+    """Probe ``variant``'s package indexes as ``probe`` says; returns the warnings (``IndexProbe.WARN``). Raises
+    IndexUnreachableError (``IndexProbe.FAIL``): naming the index and the ways out (a wheelhouse, or another index in
+    matrix.yaml)."""
     if probe is IndexProbe.SKIP:
         return []
     found = unreachable_indexes(variant, inputs)
@@ -173,13 +167,9 @@ def _connect(need: EngineNeed) -> docker.DockerClient | None:
 
 
 def preflight(matrix: Matrix, variants: Sequence[Variant], inputs: Inputs, needs: Needs) -> Resolved:
-    """Under ``needs.keep_going`` the engine comes first, then the builder's platforms, then each variant,
-    recording its failure instead of raising it.
-
-    Raises:
-        StaleRenderError; EngineUnreachableError (``EngineNeed.REQUIRED``); without ``keep_going`` also
-        ConfigError (inputs) and IndexUnreachableError.
-    """
+    """Under ``needs.keep_going`` the engine comes first, then the builder's platforms, then each variant, recording its
+    failure instead of raising it. Raises StaleRenderError; EngineUnreachableError (``EngineNeed.REQUIRED``); without
+    ``keep_going`` also ConfigError (inputs) and IndexUnreachableError."""
     check_fresh(matrix)
     probe = IndexProbe.FAIL if needs.index is IndexProbe.DEFER else needs.index
     unreachable: dict[str, IndexUnreachableError] = {}

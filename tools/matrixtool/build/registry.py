@@ -28,11 +28,8 @@ class Registry(Protocol):
     """What the tool asks of registries (and of the engine's tags on their behalf)."""
 
     def digest(self, ref: str) -> str | None:
-        """The ``sha256:…`` manifest digest the registry of ``ref`` stores for it, or None when it has none.
-
-        Raises:
-            RegistryError: the registry is unreachable or refused the request.
-        """
+        """The ``sha256:…`` manifest digest the registry of ``ref`` stores for it, or None when it has none. Raises
+        RegistryError: the registry is unreachable or refused the request."""
         ...
 
     def tag(self, source: str, target: str) -> None:
@@ -40,11 +37,8 @@ class Registry(Protocol):
         ...
 
     def push(self, ref: str) -> str:
-        """Returns the manifest digest the registry stored.
-
-        Raises:
-            RegistryError: the push failed (the message names the registry and the engine's reason).
-        """
+        """Returns the manifest digest the registry stored. Raises RegistryError: the push failed (the message names the
+        registry and the engine's reason)."""
         ...
 
     def untag(self, ref: str) -> None:
@@ -128,14 +122,10 @@ def pushed_digest(record: dict[str, Any]) -> str | None:
 
 
 def pull_if_missing(client: docker.DockerClient, ref: str, *, platform: Platform | None = None) -> bool:
-    """Pull ``ref`` unless the engine has it (of ``platform``, e.g. ``linux/arm64``, when given: from a
-    multi-arch manifest list the engine pulls that platform's image); True when it was pulled. An image the
-    engine has of another platform is kept when no registry has the wanted one (the caller's platform check
-    then reports the mismatch).
-
-    Raises:
-        RegistryError: pulling failed (the message names the registry, the ref and the engine's reason).
-    """
+    """Pull ``ref`` unless the engine has it (of ``platform``, e.g. ``linux/arm64``, when given: from a multi-arch
+    manifest list the engine pulls that platform's image); True when it was pulled. An image the engine has of another
+    platform is kept when no registry has the wanted one (the caller's platform check then reports the mismatch). Raises
+    RegistryError: pulling failed (the message names the registry, the ref and the engine's reason)."""
     local = False
     try:
         image = client.images.get(ref)

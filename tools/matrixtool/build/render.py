@@ -196,11 +196,8 @@ def _environment(templates_dir: Path) -> jinja2.Environment:
 
 
 def _render_dockerfile(variant: Variant, templates_dir: Path | None = None) -> str:
-    """The template rendered with ``variant``'s values.
-
-    Raises:
-        ConfigError: the template is missing, has a syntax error, or reads a value that is not there.
-    """
+    """The template rendered with ``variant``'s values. Raises ConfigError: the template is missing, has a syntax error,
+    or reads a value that is not there."""
     templates_dir = templates_dir or TEMPLATES_DIR
     where = f"{templates_dir.name}/{TEMPLATE_NAME}"
     try:
@@ -249,12 +246,9 @@ def sentinel_variant(variant: Variant) -> Variant:
 
 
 def instruction_shape(dockerfile: str) -> list[tuple[str, int]]:
-    """Each instruction of ``dockerfile`` (``dockerfile_parse``, comments included) as (instruction, width):
-    width is the number of keys of LABEL/ENV, the number of words of any other instruction, 0 for a comment.
-
-    Raises:
-        ValueError: a LABEL or ENV value does not split as shell words (an unbalanced quote).
-    """
+    """Each instruction of ``dockerfile`` (``dockerfile_parse``, comments included) as (instruction, width): width is
+    the number of keys of LABEL/ENV, the number of words of any other instruction, 0 for a comment. Raises ValueError: a
+    LABEL or ENV value does not split as shell words (an unbalanced quote)."""
     parser = DockerfileParser(fileobj=io.StringIO(dockerfile), env_replace=False)
     shape = []
     for item in parser.structure:
@@ -271,12 +265,9 @@ def instruction_shape(dockerfile: str) -> list[tuple[str, int]]:
 
 
 def check_instructions(variant: Variant, dockerfile: str, templates_dir: Path | None = None) -> None:
-    """Compare the instructions of ``dockerfile`` (rendered from ``variant``) with those the template gives
-    a sentinel variant of the same shape: a value can add no instruction, word, flag or key.
-
-    Raises:
-        ConfigError: naming the variant and the first instruction that differs.
-    """
+    """Compare the instructions of ``dockerfile`` (rendered from ``variant``) with those the template gives a sentinel
+    variant of the same shape: a value can add no instruction, word, flag or key. Raises ConfigError: naming the variant
+    and the first instruction that differs."""
     expected = instruction_shape(_render_dockerfile(sentinel_variant(variant), templates_dir))
     try:
         got = instruction_shape(dockerfile)
@@ -301,11 +292,8 @@ def check_instructions(variant: Variant, dockerfile: str, templates_dir: Path | 
 
 
 def render_variant(variant: Variant, templates_dir: Path | None = None) -> list[RenderedFile]:
-    """The files of ``images/<variant>/`` (default ``templates_dir``: this checkout's).
-
-    Raises:
-        ConfigError: a template error, or a value that changes the Dockerfile's instructions.
-    """
+    """The files of ``images/<variant>/`` (default ``templates_dir``: this checkout's). Raises ConfigError: a template
+    error, or a value that changes the Dockerfile's instructions."""
     directory = Path("images") / variant.name
     dockerfile = _render_dockerfile(variant, templates_dir)
     check_instructions(variant, dockerfile, templates_dir)
@@ -346,13 +334,9 @@ def _is_generated_dir(folder: Path) -> bool:
 
 
 def _preflight_write(files: list[RenderedFile], root: Path) -> None:
-    """Every reason ``write`` could not finish, found before it writes anything.
-
-    Raises:
-        ConfigError: ``images`` or ``images/<variant>`` is not a folder or is a symbolic link (render would
-            write, and remove files, where it points), a generated path is not a regular
-            file, or a folder of a removed variant holds files ``render`` did not write.
-    """
+    """Every reason ``write`` could not finish, found before it writes anything. Raises ConfigError: ``images`` or
+    ``images/<variant>`` is not a folder or is a symbolic link (render would write, and remove files, where it points),
+    a generated path is not a regular file, or a folder of a removed variant holds files ``render`` did not write."""
     problems = []
     for folder in sorted({root / "images", *variant_dirs(files, root)}):
         if folder.is_symlink():
@@ -384,10 +368,8 @@ def write(files: list[RenderedFile], root: Path = REPO_ROOT) -> list[Path]:
     first, then each changed file is replaced atomically; stale files and folders of removed variants go.
     Returns the changed paths (relative to ``root``).
 
-    Raises:
-        ConfigError: an obstacle found before anything was written.
-        OutputError: a write failed (exit 3; the file it was writing keeps its old content).
-    """
+    Raises ConfigError: an obstacle found before anything was written; OutputError: a write failed (exit 3; the file it
+    was writing keeps its old content)."""
     _preflight_write(files, root)
     changed: list[Path] = []
     wanted = {root / f.path for f in files}

@@ -22,12 +22,9 @@ PYTORCH_INDEX = "https://download.pytorch.org/whl/{label}"
 
 
 def wheelhouse_index(variant: Variant) -> str:
-    """Where CI downloads the torch wheel of a ``wheelhouse`` variant: PyTorch's index for the local
-    version label of its torch pin (``2.13.0+cpu`` -> ``https://download.pytorch.org/whl/cpu``).
-
-    Raises:
-        ConfigError: the pin has no local label, so no index can be derived.
-    """
+    """Where CI downloads the torch wheel of a ``wheelhouse`` variant: PyTorch's index for the local version label of
+    its torch pin (``2.13.0+cpu`` -> ``https://download.pytorch.org/whl/cpu``). Raises ConfigError: the pin has no local
+    label, so no index can be derived."""
     _, plus, label = variant.torch.version.partition("+")
     if not plus or not label:
         raise ConfigError(

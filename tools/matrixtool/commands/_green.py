@@ -65,13 +65,9 @@ def write_variant_reports(
     labels: Callable[[str], Mapping[str, str] | None],
     notice: Callable[[str], None] = lambda line: None,
 ) -> list[Path]:
-    """Each variant's checks as ``<variant>.json``, and as ``<variant>.green.json`` too when every one passed
-    or was skipped and each image tested is the variant's own (``own_image_problem``); the green one is kept
-    until the next green run, whatever red runs come between.
-
-    Raises:
-        OSError: a report cannot be written.
-    """
+    """Each variant's checks as ``<variant>.json``, and as ``<variant>.green.json`` too when every one passed or was
+    skipped and each image tested is the variant's own (``own_image_problem``); the green one is kept until the next
+    green run, whatever red runs come between. Raises OSError: a report cannot be written."""
     written = []
     for variant in dict.fromkeys(c.variant for c in result.checks):
         checks = [c for c in result.checks if c.variant == variant]
@@ -102,12 +98,8 @@ def failure_lines(
     *,
     connect: Callable[[], docker.DockerClient] = engine.connect,
 ) -> list[str]:
-    """One block per variant with a failed check on an image. The engine is asked only when a green image is on
-    record.
-
-    Raises:
-        MatrixError or docker's errors: the engine or an image could not be read (the caller reports it).
-    """
+    """One block per variant with a failed check on an image. The engine is asked only when a green image is on record.
+    Raises MatrixError or docker's errors: the engine or an image could not be read (the caller reports it)."""
     out: list[str] = []
     failed: dict[str, Any] = {}
     for c in result.checks:

@@ -106,11 +106,9 @@ def finish(
     """Write the reports, print the table or JSON, then exit by the result. The ``last_green`` part never fails
     the command: a problem there is one ``warning:`` line.
 
-    Raises:
-        VariantsFailed: a variant failed before its checks (``--keep-going``); its exit code is the most
-            severe of the variants' ``RunReport.error_codes`` and of a failed check (``errors.most_severe``).
-        SmokeFailure: a check failed or timed out (exit 7).
-    """
+    Raises VariantsFailed: a variant failed before its checks (``--keep-going``); its exit code is the most severe of
+    the variants' ``RunReport.error_codes`` and of a failed check (``errors.most_severe``); SmokeFailure: a check failed
+    or timed out (exit 7)."""
     junit_path = flags.junit or out_dir / "reports" / "junit.xml"
     if result.checks or result.errors:
         report.write_junit(result, junit_path)

@@ -112,13 +112,10 @@ def sign_pushed(
     out_dir: Path,
     env: Mapping[str, str],
 ) -> None:
-    """After ``push --sign-key`` (nothing without it): rewrite the provenance of each image built here (the
-    build's ``--out`` may be another folder), then sign each pushed digest and attach its attestations
-    (``attestations.sign_pushed``). ``results`` are in the order of ``plans``.
-
-    Raises:
-        SbomError, UnverifiedError, RegistryError, EngineUnreachableError (cosign missing or failed).
-    """
+    """After ``push --sign-key`` (nothing without it): rewrite the provenance of each image built here (the build's
+    ``--out`` may be another folder), then sign each pushed digest and attach its attestations
+    (``attestations.sign_pushed``). ``results`` are in the order of ``plans``. Raises SbomError, UnverifiedError,
+    RegistryError, EngineUnreachableError (cosign missing or failed)."""
     key = signing_flags.sign_key
     if key is None:
         return
@@ -131,12 +128,9 @@ def sign_pushed(
 def verified_pull(
     client: docker.DockerClient, image: str, *, platform: Platform, pub: Path | None, env: Mapping[str, str]
 ) -> None:
-    """Pull ``image`` when the engine lacks it (``platform``: the variant's); with ``pub``, verify it in its
-    registry before, and that the engine's image is the signed digest after (not a local re-tag).
-
-    Raises:
-        UnverifiedError (exit 15), RegistryError (the pull failed).
-    """
+    """Pull ``image`` when the engine lacks it (``platform``: the variant's); with ``pub``, verify it in its registry
+    before, and that the engine's image is the signed digest after (not a local re-tag). Raises UnverifiedError (exit
+    15), RegistryError (the pull failed)."""
     if pub is not None:
         attestations.verify_ref(client, image, pub=pub, env=env)
     registry.pull_if_missing(client, image, platform=platform)

@@ -37,12 +37,9 @@ class Args:
 
 
 def run(args: Args, *, fetch: sources.Fetch | None = None, today: datetime.date | None = None) -> gate.AuditReport:
-    """``fetch`` replaces HTTP (tests), ``today`` the date acceptances expire against. An ``--osv-api`` that does
-    not answer its probe leaves every package not audited (exit 14).
-
-    Raises:
-        ConfigError (flags, files, policy), NothingSelectedError (``--as``), SbomError (not an SBOM).
-    """
+    """``fetch`` replaces HTTP (tests), ``today`` the date acceptances expire against. An ``--osv-api`` that does not
+    answer its probe leaves every package not audited (exit 14). Raises ConfigError (flags, files, policy),
+    NothingSelectedError (``--as``), SbomError (not an SBOM)."""
     if (args.advisories is None) == (not args.osv_api):
         raise ConfigError("flags", ["give exactly one of --advisories DIR and --osv-api"])
     doc = read_document(args.sbom, what="an SBOM file (tools/matrix sbom IMAGE -o FILE)")

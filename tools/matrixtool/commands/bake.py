@@ -54,13 +54,10 @@ class BakeReport:
 
 
 def run(args: Args) -> BakeReport:
-    """Local inputs (render, wheelhouse, CA bundle) are checked; an index that does not answer, a base the
-    engine lacks, or no engine at all become ``BakeReport.warnings``. A variant whose inputs are not there
-    is left out of the bake file (``BakeReport.failed``); the others are exported.
-
-    Raises:
-        StaleRenderError; ConfigError (the first variant's, when no variant can be exported).
-    """
+    """Local inputs (render, wheelhouse, CA bundle) are checked; an index that does not answer, a base the engine lacks,
+    or no engine at all become ``BakeReport.warnings``. A variant whose inputs are not there is left out of the bake
+    file (``BakeReport.failed``); the others are exported. Raises StaleRenderError; ConfigError (the first variant's,
+    when no variant can be exported)."""
     inputs = preflight.Inputs.resolve(ca_cert=args.ca_cert, wheelhouse=args.wheelhouse, env=args.env)
     failed: dict[str, MatrixError] = {}
     exported: list[Variant] = []

@@ -52,11 +52,8 @@ class DiffReport:
 def run(args: Args) -> DiffReport:
     """Both images are looked up before either runs anything.
 
-    Raises:
-        EngineUnreachableError: no engine answers.
-        NotBuiltError: an image is not on the engine.
-        SmokeFailure: the facts program could not start (no python3) or failed in an image.
-    """
+    Raises EngineUnreachableError: no engine answers; NotBuiltError: an image is not on the engine; SmokeFailure: the
+    facts program could not start (no python3) or failed in an image."""
     client = engine.connect()
     for ref in (args.a, args.b):
         imagediff.get_image(client, ref)

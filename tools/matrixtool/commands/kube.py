@@ -63,10 +63,8 @@ class Written:
 def run(args: Args) -> list[Written]:
     """Profiles named ``restricted`` are also validated against PSS restricted.
 
-    Raises:
-        ConfigError: an unknown profile or an unreadable report (exit 3).
-        InvalidManifest: a written manifest is invalid (a bug of this tool).
-    """
+    Raises ConfigError: an unknown profile or an unreadable report (exit 3); InvalidManifest: a written manifest is
+    invalid (a bug of this tool)."""
     ready = kube.report_ready_times(args.report)
     written, texts = [], []
     for variant in args.variants:

@@ -36,11 +36,9 @@ class Args:
 def run(args: Args) -> Sequence[tuple[manifest.ManifestPlan, str]]:
     """Empty when no name in the records spans several platforms (matrix.yaml ``publish_as``).
 
-    Raises:
-        ConfigError: a file is no push record, or the records do not fit the matrix (``manifest.plan_manifests``).
-        RegistryError: a platform is not pushed, or creating the list failed.
-        UnverifiedError: a platform's image, as pushed (by digest), is not signed by ``verify_key``.
-    """
+    Raises ConfigError: a file is no push record, or the records do not fit the matrix (``manifest.plan_manifests``);
+    RegistryError: a platform is not pushed, or creating the list failed; UnverifiedError: a platform's image, as pushed
+    (by digest), is not signed by ``verify_key``."""
     matrix = load_matrix(args.matrix_path)
     records = manifest.read_pushed(args.pushed)
     plans = manifest.plan_manifests(matrix.variants, records, registry=args.registry, repository=args.repository)

@@ -62,11 +62,8 @@ def run(args: Args) -> PushReport:
     """An image the registry has already under its content-hash tag (``build --registry`` skipped it) only gets
     a stale version tag moved.
 
-    Raises:
-        NotBuiltError: an image is not built yet (the message names the ``build`` to run).
-        RegistryError: a push failed.
-        SbomError, UnverifiedError, EngineUnreachableError: signing failed.
-    """
+    Raises NotBuiltError: an image is not built yet (the message names the ``build`` to run); RegistryError: a push
+    failed; SbomError, UnverifiedError, EngineUnreachableError: signing failed."""
     # No index probe: a push installs nothing, so an index this machine cannot reach does not matter.
     inputs = preflight.Inputs.resolve(ca_cert=args.ca_cert, wheelhouse=args.wheelhouse, env=args.env)
     got = preflight.preflight(args.matrix, args.variants, inputs, preflight.Needs(index=preflight.IndexProbe.SKIP))

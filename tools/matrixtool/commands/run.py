@@ -57,12 +57,9 @@ class Args:
 
 
 def run(args: Args) -> report.RunReport:
-    """Without ``keep_going`` the first error is raised. With it, only a stale render stops everything; a
-    variant's own failure is recorded in ``RunReport.errors`` and the others go on.
-
-    Raises:
-        StaleRenderError, EngineUnreachableError, and without ``keep_going`` every ``MatrixError`` of a variant.
-    """
+    """Without ``keep_going`` the first error is raised. With it, only a stale render stops everything; a variant's own
+    failure is recorded in ``RunReport.errors`` and the others go on. Raises StaleRenderError, EngineUnreachableError,
+    and without ``keep_going`` every ``MatrixError`` of a variant."""
     needs = preflight.Needs(keep_going=args.keep_going, index=preflight.IndexProbe.DEFER)
     got = preflight.preflight(args.matrix, args.variants, args.flags.inputs(args.env), needs)
     client = got.engine()

@@ -66,15 +66,12 @@ def _check_interpreter(python: str) -> None:
 
 
 def run(args: Args) -> report.RunReport:
-    """Image mode: verify ``args.image`` (``verify_key``), pull it when the engine lacks it, run the checks in
-    it under every profile hardened (``profiles.UNTRUSTED``: capabilities dropped, no new privileges, a pids
-    limit), then write its SBOM under ``<out>/reports/``. Host mode: the checks in ``args.python``'s environment
-    on this machine (``smoke.run_host_suite``), no Docker.
-
-    Raises:
-        ConfigError (check selection), RegistryError (the pull failed), EngineUnreachableError,
-        WrongPlatformError (the image's platform is not the variant's), UnverifiedError (not signed by the key).
-    """
+    """Image mode: verify ``args.image`` (``verify_key``), pull it when the engine lacks it, run the checks in it under
+    every profile hardened (``profiles.UNTRUSTED``: capabilities dropped, no new privileges, a pids limit), then write
+    its SBOM under ``<out>/reports/``. Host mode: the checks in ``args.python``'s environment on this machine
+    (``smoke.run_host_suite``), no Docker. Raises ConfigError (check selection), RegistryError (the pull failed),
+    EngineUnreachableError, WrongPlatformError (the image's platform is not the variant's), UnverifiedError (not signed
+    by the key)."""
     selected = args.selection.checks_of(args.variant)
     log_dir = args.out_dir / "logs"
     if args.image is None:

@@ -48,11 +48,9 @@ def run(args: Args) -> updatefiles.UpdateReport:
     """A variant whose index does not answer keeps its error in its proposal (the others go on; the command
     exits with the most severe).
 
-    Raises:
-        ConfigError: the matrix is invalid, or the edited matrix would be; the CA bundle is not a file;
-            ``write`` while proposals edit one key differently (``update.conflicts``): nothing is written.
-        NothingSelectedError: a name matches no variant.
-    """
+    Raises ConfigError: the matrix is invalid, or the edited matrix would be; the CA bundle is not a file; ``write``
+    while proposals edit one key differently (``update.conflicts``): nothing is written; NothingSelectedError: a name
+    matches no variant."""
     matrix = load_matrix(args.matrix_path)
     raw: Any = parse_yaml(read_config_text(args.matrix_path), str(args.matrix_path))
     selected = select_variants(matrix, args.variants)

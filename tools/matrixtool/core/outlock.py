@@ -57,10 +57,8 @@ def held(
     why (exit 3). A lock file left alone in a folder this run created is removed with it, so a refused command
     writes nothing.
 
-    Raises:
-        OutLockedError: ``wait`` is False and another run holds it (exit 19).
-        OutputError: the lock file cannot be opened (a symlink, no permission; exit 3).
-    """
+    Raises OutLockedError: ``wait`` is False and another run holds it (exit 19); OutputError: the lock file cannot be
+    opened (a symlink, no permission; exit 3)."""
     path = out_dir / LOCK_NAME
     made = [p for p in (out_dir, *out_dir.parents) if not p.exists() and not p.is_symlink()]
     try:

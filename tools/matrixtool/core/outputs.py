@@ -53,13 +53,10 @@ def make_dirs(path: Path) -> None:
 
 @contextmanager
 def replacing(path: Path) -> Iterator[Path]:
-    """A temporary path beside ``path`` for the block to write; on success it replaces ``path``
-    (``os.replace``), on any failure it is removed and ``path`` keeps its old content (or stays absent).
-    For a regular file only (``write_text`` says what happens to others).
-
-    Raises:
-        OutputError: the folder cannot be made, or the block or the replace failed with an ``OSError``.
-    """
+    """A temporary path beside ``path`` for the block to write; on success it replaces ``path`` (``os.replace``), on any
+    failure it is removed and ``path`` keeps its old content (or stays absent). For a regular file only (``write_text``
+    says what happens to others). Raises OutputError: the folder cannot be made, or the block or the replace failed with
+    an ``OSError``."""
     make_dirs(path.parent)
     with guarded(path):
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -75,13 +72,9 @@ def replacing(path: Path) -> Iterator[Path]:
 
 
 def write_text(path: Path, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` whole or not at all (``replacing``); returns ``path``. A ``path`` that
-    exists and is no regular file (``/dev/null``, a FIFO, ``/dev/stdout``) is written in place: replacing it
-    would put a regular file where a device was.
-
-    Raises:
-        OutputError: the write failed (exit 3); a regular ``path`` is unchanged.
-    """
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all (``replacing``); returns ``path``. A ``path`` that exists
+    and is no regular file (``/dev/null``, a FIFO, ``/dev/stdout``) is written in place: replacing it would put a
+    regular file where a device was. Raises OutputError: the write failed (exit 3); a regular ``path`` is unchanged."""
     if path.exists() and not path.is_file():
         with guarded(path), open(path, "w", encoding="utf-8", newline="") as out:
             out.write(text)

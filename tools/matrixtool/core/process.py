@@ -156,14 +156,11 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 def stream(
     argv: Sequence[str], *, on_line: Callable[[str], None], quiet: bool = False, env: Mapping[str, str] | None = None
 ) -> int:
-    """Run ``argv`` (echoed unless ``quiet``), its stdout and stderr merged, handing each line as it comes
-    (UTF-8, bad bytes replaced, with its line end) to ``on_line``; returns the exit status. A program that
-    cannot start gives ``NOT_FOUND``, its reason handed to ``on_line`` as one line.
-
-    Raises:
-        BaseException: what ``on_line`` raises, or Ctrl-C/SIGTERM (``Terminated``) while it runs: after the
-            program got SIGTERM (and SIGKILL ``TERMINATE_GRACE`` seconds later) and ended.
-    """
+    """Run ``argv`` (echoed unless ``quiet``), its stdout and stderr merged, handing each line as it comes (UTF-8, bad
+    bytes replaced, with its line end) to ``on_line``; returns the exit status. A program that cannot start gives
+    ``NOT_FOUND``, its reason handed to ``on_line`` as one line. Raises BaseException: what ``on_line`` raises, or
+    Ctrl-C/SIGTERM (``Terminated``) while it runs: after the program got SIGTERM (and SIGKILL ``TERMINATE_GRACE``
+    seconds later) and ended."""
     argv = tuple(argv)
     if not quiet:
         echo(argv)

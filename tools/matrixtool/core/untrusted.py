@@ -63,13 +63,10 @@ def check_shape(
     what: str,
     error: type[MatrixError] | None = None,
 ) -> None:
-    """Refuse ``doc`` unless it fits ``schema``: one message naming ``source`` (the file), each key path and
-    what is wrong there, and that it is not ``what`` (a noun phrase: "a CycloneDX JSON document"), to pass one.
-
-    Raises:
-        ConfigError (exit 3), or ``error`` (its message holds the same lines) where a command documents another
-        exit code for such a file (``SbomError``, exit 16).
-    """
+    """Refuse ``doc`` unless it fits ``schema``: one message naming ``source`` (the file), each key path and what is
+    wrong there, and that it is not ``what`` (a noun phrase: "a CycloneDX JSON document"), to pass one. Raises
+    ConfigError (exit 3), or ``error`` (its message holds the same lines) where a command documents another exit code
+    for such a file (``SbomError``, exit 16)."""
     problems = shape_problems(doc, schema)
     if not problems:
         return

@@ -81,14 +81,11 @@ def _file_problem(flag: str, path: Path, *, must_exist_parent: bool) -> str | No
 
 
 def check_outputs(out_dir: Path, *, junit: Path | None = None, json_file: Path | None = None) -> None:
-    """Everything a command will write can be written: ``--out`` is (or can be made) a writable folder,
-    ``--junit`` (default ``<out>/reports/junit.xml``) and ``--json-file`` are files (not folders) whose
-    folder exists and is writable, or can be made: its nearest existing ancestor is a writable folder
-    (CI passes ``--junit build/reports/junit-<variant>.xml`` before ``build/`` exists).
-
-    Raises:
-        ConfigError: one line per flag that cannot be honoured.
-    """
+    """Everything a command will write can be written: ``--out`` is (or can be made) a writable folder, ``--junit``
+    (default ``<out>/reports/junit.xml``) and ``--json-file`` are files (not folders) whose folder exists and is
+    writable, or can be made: its nearest existing ancestor is a writable folder (CI passes
+    ``--junit build/reports/junit-<variant>.xml`` before ``build/`` exists). Raises ConfigError: one line per flag that
+    cannot be honoured."""
     problems = [_folder_problem("--out", out_dir, must_exist=False)]
     if junit is not None:
         problems.append(_file_problem("--junit", junit, must_exist_parent=False))

@@ -43,13 +43,9 @@ def load_schema() -> dict[str, Any]:
 
 
 def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
-    """Read, validate and convert ``path``.
-
-    Raises:
-        ConfigError: the file is missing, not a regular file, too large, not UTF-8, is not YAML (duplicate
-            keys, non-string keys, alias bombs included), or breaks the schema or a semantic rule;
-            ``problems`` holds one line per problem (``variants.cpu.tourch: unknown key; did you mean 'torch'?``).
-    """
+    """Read, validate and convert ``path``. Raises ConfigError: the file is missing, not a regular file, too large, not
+    UTF-8, is not YAML (duplicate keys, non-string keys, alias bombs included), or breaks the schema or a semantic rule;
+    ``problems`` holds one line per problem (``variants.cpu.tourch: unknown key; did you mean 'torch'?``)."""
     data = parse_yaml(read_config_text(path), str(path))
     if data is None:
         raise ConfigError(str(path), ["the file is empty; a matrix file has schema_version and variants (README)"])

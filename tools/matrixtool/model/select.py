@@ -35,14 +35,11 @@ def select_variants(matrix: Matrix, names: Sequence[str]) -> list[Variant]:
 def select_checks(
     variant: Variant, only: Sequence[str], skip: Sequence[str], suite: str = DEFAULT_SUITE
 ) -> list[CheckSpec]:
-    """``variant``'s checks of ``suite``, narrowed by ``--only`` (when given: those run whatever their suites)
-    and ``--skip``, plus every check they need or use (``checks.prerequisites``: a check whose prerequisite
-    failed reports ``skipped: <check> failed``, so the prerequisite's own failure must be in the report).
-    Prerequisites the variant does not list come first, with their declared timeouts.
-
-    Raises:
-        ConfigError: a name is not a check of the variant, nothing is left to run
-            (``inputs.check_selection``, the one place that validates a selection), or an unknown suite.
+    """``variant``'s checks of ``suite``, narrowed by ``--only`` (when given: those run whatever their suites) and
+    ``--skip``, plus every check they need or use (``checks.prerequisites``: a check whose prerequisite failed reports
+    ``skipped: <check> failed``, so the prerequisite's own failure must be in the report). Prerequisites the variant
+    does not list come first, with their declared timeouts. Raises ConfigError: a name is not a check of the variant,
+    nothing is left to run (``inputs.check_selection``, the one place that validates a selection), or an unknown suite.
     """
     check_selection([variant], only, skip)
     suite = check_suite(suite)

@@ -62,12 +62,8 @@ def show(value: str, limit: int = 60) -> str:
 
 def parse_size(text: str) -> int:
     """Bytes of a size written as a number and a unit: ``"3GiB"`` -> 3221225472, ``"2500MB"`` -> 2500000000,
-    ``"2.5 GB"`` -> 2500000000 (units: ``SIZE_UNITS``, case as written there; one optional space).
-
-    Raises:
-        ValueError: not such a size, not above zero, or above ``MAX_SIZE_BYTES``; the message says what to
-            write instead.
-    """
+    ``"2.5 GB"`` -> 2500000000 (units: ``SIZE_UNITS``, case as written there; one optional space). Raises ValueError:
+    not such a size, not above zero, or above ``MAX_SIZE_BYTES``; the message says what to write instead."""
     match = _SIZE_TEXT.fullmatch(text) if isinstance(text, str) else None
     if match is None or match.group(2) not in SIZE_UNITS:
         raise ValueError(

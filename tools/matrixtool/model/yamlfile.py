@@ -24,13 +24,10 @@ MAX_YAML_NODES = 100_000
 def read_config_text(path: Path, *, limit: int = MAX_FILE_BYTES, what: str = "--matrix FILE") -> str:
     """The UTF-8 text of the regular file ``path``, at most ``limit`` bytes (a leading BOM is dropped).
 
-    Only a regular file is read: a FIFO, a device (``/dev/zero``), a socket or a folder is refused
-    without reading it (opened non-blocking, so a FIFO with no writer cannot hang the tool).
-
-    Raises:
-        ConfigError: the file is missing or unreadable, not a regular file, over ``limit`` bytes, or not
-            UTF-8 (naming the byte offset); the message says to pass ``what``.
-    """
+    Only a regular file is read: a FIFO, a device (``/dev/zero``), a socket or a folder is refused without reading it
+    (opened non-blocking, so a FIFO with no writer cannot hang the tool). Raises ConfigError: the file is missing or
+    unreadable, not a regular file, over ``limit`` bytes, or not UTF-8 (naming the byte offset); the message says to
+    pass ``what``."""
     name = str(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -112,11 +109,8 @@ class _StrictLoader(_BaseLoader):  # type: ignore[misc]
 
 
 def _expanded_nodes(root: yaml.Node, limit: int) -> int:
-    """How many nodes ``root`` stands for once every alias is expanded; stops counting past ``limit``.
-
-    Raises:
-        ValueError: an alias refers to a node that holds it (a cycle).
-    """
+    """How many nodes ``root`` stands for once every alias is expanded; stops counting past ``limit``. Raises
+    ValueError: an alias refers to a node that holds it (a cycle)."""
     sizes: dict[int, int] = {}
     active: set[int] = set()
 
@@ -217,13 +211,10 @@ def _foreign_values(root: yaml.Node) -> list[str]:
 
 
 def parse_yaml(text: str, source: str) -> Any:
-    """Parse one YAML document with ``_StrictLoader``, its alias expansion bounded by ``MAX_YAML_NODES``.
-
-    Raises:
-        ConfigError: not YAML, a duplicate or non-string key (both lines named), an alias cycle, or an
-            expansion past the bound (an alias bomb), each with its line; a value of a type a matrix never holds
-            (``_implicit_problem``: dates, binary, NaN, sexagesimal, huge integers) with its key path.
-    """
+    """Parse one YAML document with ``_StrictLoader``, its alias expansion bounded by ``MAX_YAML_NODES``. Raises
+    ConfigError: not YAML, a duplicate or non-string key (both lines named), an alias cycle, or an expansion past the
+    bound (an alias bomb), each with its line; a value of a type a matrix never holds (``_implicit_problem``: dates,
+    binary, NaN, sexagesimal, huge integers) with its key path."""
     try:
         loader = _StrictLoader(text)
         try:

@@ -93,10 +93,8 @@ MAX_PUSHED_BYTES = 16 * 1024 * 1024
 
 
 def _read_json(path: Path, what: str) -> Any:
-    """The JSON of the regular file ``path`` (never waited on when a FIFO).
-
-    Raises:
-        ConfigError: not a regular file, over ``MAX_PUSHED_BYTES``, or not JSON (exit 3)."""
+    """The JSON of the regular file ``path`` (never waited on when a FIFO). Raises ConfigError: not a regular file, over
+    ``MAX_PUSHED_BYTES``, or not JSON (exit 3)."""
     text = read_config_text(path, limit=MAX_PUSHED_BYTES, what=what)
     try:
         return jsontext.loads(text)
@@ -164,12 +162,9 @@ def plan_manifests(
 ) -> list[ManifestPlan]:
     """One manifest list per published name that ``pushed`` touches and that spans several platforms.
 
-    Raises:
-        ConfigError: a record names no variant of the matrix or fails ``record_problems``, or members of one
-            name pin different vLLM versions (the tag is the version).
-        RegistryError: a member platform has no pushed record (push it, after its checks, first), or a record
-            has no digest.
-    """
+    Raises ConfigError: a record names no variant of the matrix or fails ``record_problems``, or members of one name pin
+    different vLLM versions (the tag is the version); RegistryError: a member platform has no pushed record (push it,
+    after its checks, first), or a record has no digest."""
     by_name = {v.name: v for v in variants}
     unknown = sorted({p.variant for p in pushed} - set(by_name))
     if unknown:
@@ -218,11 +213,8 @@ def plan_manifests(
 def execute(plan: ManifestPlan) -> str:
     """Create the list (echoed), then read back its digest with ``docker buildx imagetools inspect``.
 
-    Returns the manifest list's digest (``sha256:…``).
-
-    Raises:
-        RegistryError: creating or inspecting failed (names the registry, the tag and the tool's output).
-    """
+    Returns the manifest list's digest (``sha256:…``). Raises RegistryError: creating or inspecting failed (names the
+    registry, the tag and the tool's output)."""
     tag = plan.tags[0]
     host = registry_host(tag)
 

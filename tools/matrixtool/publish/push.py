@@ -40,12 +40,9 @@ def plan_push(build_plan: BuildPlan, *, registry: str) -> PushPlan:
 
 
 def execute_push(plan: PushPlan, registry: Registry, *, keep_tags: bool = True) -> PushResult:
-    """With ``keep_tags=False`` the tags are removed afterwards, also when a push failed. ``digest``: the last
-    push's (every target names the same image).
-
-    Raises:
-        RegistryError: a push failed (the message names the registry, the ref and the engine's reason).
-    """
+    """With ``keep_tags=False`` the tags are removed afterwards, also when a push failed. ``digest``: the last push's
+    (every target names the same image). Raises RegistryError: a push failed (the message names the registry, the ref
+    and the engine's reason)."""
     digest = ""
     try:
         for target in plan.targets:
@@ -67,14 +64,10 @@ def ensure_published(
     *,
     keep_tags: bool = True,
 ) -> PushResult:
-    """Publish an image the registry has already under its content-hash tag but the engine did not build: CI's
-    image job skips such a build (``build --registry``), and its push step must still report the image, for the
-    multi-arch ``manifest`` job. A version tag that does not name ``digest`` is re-pointed (pulled, tagged,
-    pushed: only the tag moves).
-
-    Raises:
-        RegistryError: the registry did not answer, or a pull or push failed.
-    """
+    """Publish an image the registry has already under its content-hash tag but the engine did not build: CI's image job
+    skips such a build (``build --registry``), and its push step must still report the image, for the multi-arch
+    ``manifest`` job. A version tag that does not name ``digest`` is re-pointed (pulled, tagged, pushed: only the tag
+    moves). Raises RegistryError: the registry did not answer, or a pull or push failed."""
     source = plan.targets[0]
     stale = [t for t in plan.targets[1:] if registry.digest(t) != digest]
     if stale:

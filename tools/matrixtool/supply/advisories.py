@@ -43,11 +43,8 @@ class AdvisorySource:
 
 
 def _records_of_folder(folder: Path) -> Iterable[Mapping[str, Any]]:
-    """The OSV records of ``folder``: its ``*.json`` files (any depth) and the members of its ``*.zip`` files.
-
-    Raises:
-        ConfigError: a file over ``MAX_RECORD_BYTES``, not JSON, or a broken zip.
-    """
+    """The OSV records of ``folder``: its ``*.json`` files (any depth) and the members of its ``*.zip`` files. Raises
+    ConfigError: a file over ``MAX_RECORD_BYTES``, not JSON, or a broken zip."""
     for path in sorted(folder.rglob("*")):
         if path.is_symlink() or path.is_dir():
             continue  # a FIFO or a device named *.json is read, and refused (``_bounded_read``): never skipped

@@ -100,11 +100,9 @@ def sign_pushed(
     """Sign each pushed digest and attach the SBOM, the build's provenance (when that build wrote one) and
     ``smoke_report``; the SBOM comes from the pushed digest (pulled) when the engine does not hold the image.
 
-    Raises:
-        SbomError: the SBOM of a pushed image cannot be derived (nothing is signed before its SBOM exists).
-        ConfigError: the build's provenance statement is no statement (``_predicate_of``).
-        RegistryError, EngineUnreachableError: cosign failed or is missing; a pull failed.
-    """
+    Raises SbomError: the SBOM of a pushed image cannot be derived (nothing is signed before its SBOM exists);
+    ConfigError: the build's provenance statement is no statement (``_predicate_of``); RegistryError,
+    EngineUnreachableError: cosign failed or is missing; a pull failed."""
     signed = []
     for result, local in pushed:
         if not result.digest:
@@ -136,11 +134,8 @@ _STATEMENT_SCHEMA = {"type": "object", "required": ["predicate"], "properties": 
 
 def _predicate_of(path: Path) -> Any:
     """The predicate of the in-toto statement at ``path`` (``build`` wrote it under ``--out``; anything may have
-    replaced it since).
-
-    Raises:
-        ConfigError: not a regular file, not JSON, or no statement with a predicate object (exit 3).
-    """
+    replaced it since). Raises ConfigError: not a regular file, not JSON, or no statement with a predicate object (exit
+    3)."""
     what = "the provenance statement 'tools/matrix build' writes (build again to write it)"
     text = read_config_text(path, limit=16 * 1024 * 1024, what=what)
     try:
@@ -154,12 +149,9 @@ def _predicate_of(path: Path) -> Any:
 def verify_ref(
     client: docker.DockerClient | None, ref: str, *, pub: Path, env: Mapping[str, str], local: bool = False
 ) -> signing.Verified:
-    """Verify ``ref`` in its registry against ``pub``; with ``local``, the engine's image of ``ref`` must be the
-    signed digest too (``signing.check_local_matches``).
-
-    Raises:
-        UnverifiedError: unsigned, another key, a re-pointed tag, or a local image that is not the signed one.
-    """
+    """Verify ``ref`` in its registry against ``pub``; with ``local``, the engine's image of ``ref`` must be the signed
+    digest too (``signing.check_local_matches``). Raises UnverifiedError: unsigned, another key, a re-pointed tag, or a
+    local image that is not the signed one."""
     verified = signing.verify(ref, pub=pub, env=env)
     if local and client is not None:
         signing.check_local_matches(client.images.get(ref).attrs, verified)

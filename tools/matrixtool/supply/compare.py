@@ -46,12 +46,9 @@ def _property(component: Mapping[str, Any], name: str) -> str:
 
 
 def packages_of(doc: Mapping[str, Any]) -> dict[str, Package]:
-    """The packages of a CycloneDX JSON document (any producer's: components with a ``pkg:pypi`` or ``pkg:deb``
-    purl), by key. A key seen twice (one distribution in two folders) gets ``#2``, ``#3``.
-
-    Raises:
-        SbomError: ``doc`` is not a CycloneDX document.
-    """
+    """The packages of a CycloneDX JSON document (any producer's: components with a ``pkg:pypi`` or ``pkg:deb`` purl),
+    by key. A key seen twice (one distribution in two folders) gets ``#2``, ``#3``. Raises SbomError: ``doc`` is not a
+    CycloneDX document."""
     if not isinstance(doc, Mapping) or doc.get("bomFormat") != "CycloneDX":
         raise SbomError('not a CycloneDX document (no "bomFormat": "CycloneDX")')
     untrusted.check_shape(doc, CYCLONEDX_SCHEMA, source="the SBOM", what="a CycloneDX JSON document", error=SbomError)

@@ -157,12 +157,9 @@ FACTS_SCHEMA: dict[str, Any] = {
 
 
 def parse_output(text: str, ref: str) -> dict[str, Any]:
-    """The facts document after ``MARK`` in the program's output, of the shape ``FACTS_SCHEMA`` declares.
-
-    Raises:
-        SmokeFailure: no marker line (no python3 in the image, or it crashed), or one that is not a JSON
-            object of that shape: the message holds the output tail or the key path.
-    """
+    """The facts document after ``MARK`` in the program's output, of the shape ``FACTS_SCHEMA`` declares. Raises
+    SmokeFailure: no marker line (no python3 in the image, or it crashed), or one that is not a JSON object of that
+    shape: the message holds the output tail or the key path."""
     line = markers.last(text, MARK)
     if line is None:
         raise SmokeFailure(f"{ref}: the facts program printed no result (needs python3 in the image): {text[-800:]}")
@@ -187,10 +184,8 @@ def get_image(client: docker.DockerClient, ref: str) -> Any:
 def read_facts(client: docker.DockerClient, ref: str, *, env: Mapping[str, str] | None = None) -> ImageFacts:
     """Inspect ``ref`` and run the facts program in it once (container removed in every case).
 
-    Raises:
-        NotBuiltError: the engine has no image ``ref``.
-        SmokeFailure: the program could not start (no python3 in the image), failed or timed out.
-    """
+    Raises NotBuiltError: the engine has no image ``ref``; SmokeFailure: the program could not start (no python3 in the
+    image), failed or timed out."""
     image = get_image(client, ref)
     config = image.attrs.get("Config") or {}
     history = image.history()
@@ -223,11 +218,8 @@ def read_facts(client: docker.DockerClient, ref: str, *, env: Mapping[str, str] 
 
 
 def _run_facts(tracked: TrackedContainer, ref: str) -> str:
-    """Start the facts program and wait for it: its output (stdout and stderr, the last ``MAX_OUTPUT_BYTES``).
-
-    Raises:
-        SmokeFailure: it could not start (no python3 in the image), ran past ``FACTS_TIMEOUT`` or exited non-zero.
-    """
+    """Start the facts program and wait for it: its output (stdout and stderr, the last ``MAX_OUTPUT_BYTES``). Raises
+    SmokeFailure: it could not start (no python3 in the image), ran past ``FACTS_TIMEOUT`` or exited non-zero."""
     try:
         container = tracked.start()
     except (docker.errors.APIError, WrongPlatformError) as exc:

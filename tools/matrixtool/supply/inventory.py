@@ -155,12 +155,9 @@ INVENTORY_SCHEMA: dict[str, Any] = {
 
 
 def parse_output(output: str) -> dict[str, Any]:
-    """The inventory document of the program's output (its last ``MATRIX-SBOM`` line).
-
-    Raises:
-        SbomError: no such line, or it is not a JSON object with ``python`` and ``debian`` lists of the shape
-            ``INVENTORY_SCHEMA`` declares (the key path named).
-    """
+    """The inventory document of the program's output (its last ``MATRIX-SBOM`` line). Raises SbomError: no such line,
+    or it is not a JSON object with ``python`` and ``debian`` lists of the shape ``INVENTORY_SCHEMA`` declares (the key
+    path named)."""
     line = markers.last(output, MARKER)
     if line is None:
         tail = output.strip()[-500:]
@@ -243,11 +240,8 @@ def read_inventory(
 
 
 def _stdout(container: Container, ref: str, timeout: float) -> str:
-    """The program's stdout (bounded) once it exits 0 within ``timeout`` seconds.
-
-    Raises:
-        SbomError: it did not exit in time, or exited non-zero (its stderr's end quoted).
-    """
+    """The program's stdout (bounded) once it exits 0 within ``timeout`` seconds. Raises SbomError: it did not exit in
+    time, or exited non-zero (its stderr's end quoted)."""
     try:
         status = container.wait(timeout=timeout)
     except Exception as exc:  # requests' ReadTimeout, or the engine went away

@@ -237,11 +237,8 @@ def normal(ecosystem: str, name: str) -> str:
 
 
 def affects(advisory: Advisory, target: Target) -> tuple[bool, tuple[str, ...]]:
-    """Whether ``advisory`` affects ``target`` (OSV range evaluation), and the ``fixed`` versions it names.
-
-    Raises:
-        ValueError: ``target.version`` or an event's version cannot be parsed in the ecosystem.
-    """
+    """Whether ``advisory`` affects ``target`` (OSV range evaluation), and the ``fixed`` versions it names. Raises
+    ValueError: ``target.version`` or an event's version cannot be parsed in the ecosystem."""
     hit = False
     fixed: list[str] = []
     version = _parse_version(target.ecosystem, target.version)

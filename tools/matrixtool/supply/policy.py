@@ -42,12 +42,8 @@ class Verdict(str, Enum):
 
 
 def parse_policy(raw: Mapping[str, Any] | None, *, where: str) -> Policy:
-    """The ``Policy`` of a matrix.yaml ``audit`` mapping (None: the default). ``expires``: ``YYYY-MM-DD`` (YAML may
-    give a date already).
-
-    Raises:
-        ConfigError: a value the schema lets through but is not a date or a severity.
-    """
+    """The ``Policy`` of a matrix.yaml ``audit`` mapping (None: the default). ``expires``: ``YYYY-MM-DD`` (YAML may give
+    a date already). Raises ConfigError: a value the schema lets through but is not a date or a severity."""
     if raw is None:
         return Policy()
     problems: list[str] = []

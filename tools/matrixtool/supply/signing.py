@@ -66,11 +66,8 @@ class Verified:
 
 
 def by_digest(ref: str, digest: str) -> str:
-    """``<name>@<digest>`` of a tagged ``ref`` (``127.0.0.1:5000/vllm-matrix/cpu:0.32.0``): what is signed.
-
-    Raises:
-        ConfigError: ``ref`` is not an image reference.
-    """
+    """``<name>@<digest>`` of a tagged ``ref`` (``127.0.0.1:5000/vllm-matrix/cpu:0.32.0``): what is signed. Raises
+    ConfigError: ``ref`` is not an image reference."""
     try:
         parsed = oci.Reference.parse_normalized_named(ref)
     except oci.InvalidReference as exc:
@@ -131,14 +128,10 @@ def _private_key_problem(body: bytes) -> str | None:
 
 
 def check_key(path: Path, *, flag: str, private: bool, env: Mapping[str, str]) -> None:
-    """Refuse a key flag before anything runs: not a readable regular file (at most ``MAX_KEY_BYTES``; a FIFO is
-    never waited on), not one PEM block of the kind wanted with a base64 body, a public key OpenSSL cannot read
-    (``_public_key_problem``), a private key that is not cosign's encrypted JSON, or (private) no password
-    variable.
-
-    Raises:
-        ConfigError: naming ``flag`` and what to do (exit 3).
-    """
+    """Refuse a key flag before anything runs: not a readable regular file (at most ``MAX_KEY_BYTES``; a FIFO is never
+    waited on), not one PEM block of the kind wanted with a base64 body, a public key OpenSSL cannot read
+    (``_public_key_problem``), a private key that is not cosign's encrypted JSON, or (private) no password variable.
+    Raises ConfigError: naming ``flag`` and what to do (exit 3)."""
     wanted = "PRIVATE KEY" if private else "PUBLIC KEY"
     make = "make a key pair with 'cosign generate-key-pair'"
     shown_path = repr(untrusted.shown(str(path)))
@@ -232,11 +225,8 @@ def _reason(proc: process.Completed) -> str:
 def sign_and_attest(ref: str, *, key: Path, attachments: Sequence[Attachment], env: Mapping[str, str]) -> Signed:
     """Sign ``ref`` (``name@sha256:…``) and attach each of ``attachments``.
 
-    Raises:
-        EngineUnreachableError: cosign is missing.
-        RegistryError: cosign failed (the registry refused, or the password does not open the key: the message
-            has cosign's reason).
-    """
+    Raises EngineUnreachableError: cosign is missing; RegistryError: cosign failed (the registry refused, or the
+    password does not open the key: the message has cosign's reason)."""
     cosign = find_cosign(env)
     steps = [sign_argv(cosign, ref, key)] + [attest_argv(cosign, ref, key, a) for a in attachments]
     for argv in steps:
@@ -286,11 +276,8 @@ def verify(ref: str, *, pub: Path, env: Mapping[str, str], attestations: Sequenc
     """Verify that ``ref`` (a tag or a digest, in a registry) is signed by the key ``pub``, and that each predicate
     type of ``attestations`` is attached and signed by it too.
 
-    Raises:
-        EngineUnreachableError: cosign is missing.
-        UnverifiedError: no signature of that key (unsigned, another key, a re-pointed tag), or the registry lacks
-            the image (the message has cosign's reason).
-    """
+    Raises EngineUnreachableError: cosign is missing; UnverifiedError: no signature of that key (unsigned, another key,
+    a re-pointed tag), or the registry lacks the image (the message has cosign's reason)."""
     cosign = find_cosign(env)
     proc = run_cosign(verify_argv(cosign, ref, pub), env)
     digests = _signed_digests(proc.stdout)
@@ -308,11 +295,8 @@ def verify(ref: str, *, pub: Path, env: Mapping[str, str], attestations: Sequenc
 
 def check_local_matches(image_attrs: Mapping[str, Any], verified: Verified) -> None:
     """The engine's image (its ``RepoDigests``) is the verified one: a local tag may name another image than the
-    registry's signed digest (re-tagged or rebuilt on this engine).
-
-    Raises:
-        UnverifiedError: no repo digest of the local image is ``verified.digest``.
-    """
+    registry's signed digest (re-tagged or rebuilt on this engine). Raises UnverifiedError: no repo digest of the local
+    image is ``verified.digest``."""
     digests = [str(d).partition("@")[2] for d in image_attrs.get("RepoDigests") or ()]
     if verified.digest not in digests:
         raise UnverifiedError(

@@ -100,11 +100,8 @@ def _dist_file(
 def parse_json_page(data: Mapping[str, Any], page_url: str) -> list[DistFile]:
     """The files of a PEP 691 JSON project page (relative URLs resolved against ``page_url``).
 
-    ``yanked`` is PEP 592's (``false``, ``true`` or a reason string); ``upload-time`` PEP 700's.
-
-    Raises:
-        ValueError: ``files`` is missing or not a list of objects with ``filename`` and ``url``.
-    """
+    ``yanked`` is PEP 592's (``false``, ``true`` or a reason string); ``upload-time`` PEP 700's. Raises ValueError:
+    ``files`` is missing or not a list of objects with ``filename`` and ``url``."""
     files = data.get("files")
     if not isinstance(files, list):
         raise ValueError("no 'files' list")

@@ -50,12 +50,9 @@ MAX_MEMBER_BYTES = 8 * 1024 * 1024
 
 
 def _body(response: requests.Response, url: str) -> Iterator[bytes]:
-    """``response``'s body in 1 MiB chunks.
-
-    Raises:
-        IndexUnreachableError: the connection broke mid-body (requests' ConnectionError, ChunkedEncodingError,
-            a read timeout): the index's fault, never to be taken for the Docker engine's (exit 10, not 8).
-    """
+    """``response``'s body in 1 MiB chunks. Raises IndexUnreachableError: the connection broke mid-body (requests'
+    ConnectionError, ChunkedEncodingError, a read timeout): the index's fault, never to be taken for the Docker engine's
+    (exit 10, not 8)."""
     try:
         yield from response.iter_content(1024 * 1024)
     except requests.RequestException as exc:
@@ -110,12 +107,9 @@ class IndexClient:
         return b"".join(chunks)
 
     def project(self, index_url: str, name: str) -> Project | None:
-        """The project page of ``name`` on ``index_url`` (a PEP 503 root such as ``https://pypi.org/simple``),
-        or None when the index answers 404 (no such project). Cached per (index, name).
-
-        Raises:
-            IndexUnreachableError: no answer, TLS failure, another HTTP error, or a page that is not one.
-        """
+        """The project page of ``name`` on ``index_url`` (a PEP 503 root such as ``https://pypi.org/simple``), or None
+        when the index answers 404 (no such project). Cached per (index, name). Raises IndexUnreachableError: no answer,
+        TLS failure, another HTTP error, or a page that is not one."""
         key = (index_url.rstrip("/"), canonicalize_name(name))
         if key in self._pages:
             return self._pages[key]
@@ -192,14 +186,10 @@ class IndexClient:
 
     @contextlib.contextmanager
     def open_wheel(self, url: str) -> Iterator[zipfile.ZipFile]:
-        """The wheel at ``url`` as a ``ZipFile``: read by range requests where the server honours them, else
-        downloaded whole to a temporary file (removed on exit). Only ``http``/``https`` URLs: a page cannot make
-        this open a local file.
-
-        Raises:
-            IndexUnreachableError: another URL scheme, no answer, an HTTP error, a file over
-                ``MAX_DOWNLOAD_BYTES``, not a zip.
-        """
+        """The wheel at ``url`` as a ``ZipFile``: read by range requests where the server honours them, else downloaded
+        whole to a temporary file (removed on exit). Only ``http``/``https`` URLs: a page cannot make this open a local
+        file. Raises IndexUnreachableError: another URL scheme, no answer, an HTTP error, a file over
+        ``MAX_DOWNLOAD_BYTES``, not a zip."""
         scheme = urllib.parse.urlsplit(url).scheme.lower()
         if scheme not in ("http", "https"):
             raise IndexUnreachableError(
@@ -240,12 +230,9 @@ class IndexClient:
         scratch.seek(0)
 
     def wheel_files(self, url: str, wanted: tuple[str, ...]) -> dict[str, str]:
-        """The text of the wheel's ``METADATA`` (key ``METADATA``) and of each member named in ``wanted`` that
-        the wheel holds (absent keys: not in the wheel). Members over ``MAX_MEMBER_BYTES`` are left out.
-
-        Raises:
-            IndexUnreachableError: as ``open_wheel``; also a wheel without ``*.dist-info/METADATA``.
-        """
+        """The text of the wheel's ``METADATA`` (key ``METADATA``) and of each member named in ``wanted`` that the wheel
+        holds (absent keys: not in the wheel). Members over ``MAX_MEMBER_BYTES`` are left out. Raises
+        IndexUnreachableError: as ``open_wheel``; also a wheel without ``*.dist-info/METADATA``."""
         with self.open_wheel(url) as archive:
             try:
                 return _members(archive, wanted)
@@ -256,11 +243,8 @@ class IndexClient:
 
 
 def _members(archive: zipfile.ZipFile, wanted: tuple[str, ...]) -> dict[str, str]:
-    """``METADATA`` and each of ``wanted`` the archive holds (each at most ``MAX_MEMBER_BYTES``), as text.
-
-    Raises:
-        KeyError: no ``*.dist-info/METADATA`` at the top of the archive.
-    """
+    """``METADATA`` and each of ``wanted`` the archive holds (each at most ``MAX_MEMBER_BYTES``), as text. Raises
+    KeyError: no ``*.dist-info/METADATA`` at the top of the archive."""
     infos = {i.filename: i for i in archive.infolist()}
     metadata = [n for n in infos if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
     if not metadata:
@@ -274,11 +258,8 @@ def _members(archive: zipfile.ZipFile, wanted: tuple[str, ...]) -> dict[str, str
 
 
 def local_wheel_files(path: Path, wanted: tuple[str, ...]) -> dict[str, str]:
-    """``IndexClient.wheel_files`` for a wheel in a wheelhouse.
-
-    Raises:
-        ConfigError: not a readable wheel (not a zip, unreadable, no METADATA), naming it and ``--wheelhouse``.
-    """
+    """``IndexClient.wheel_files`` for a wheel in a wheelhouse. Raises ConfigError: not a readable wheel (not a zip,
+    unreadable, no METADATA), naming it and ``--wheelhouse``."""
     try:
         with zipfile.ZipFile(path) as archive:
             return _members(archive, wanted)

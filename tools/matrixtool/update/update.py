@@ -91,10 +91,8 @@ def propose(
 ) -> Proposal:
     """The proposal for ``variant`` (``raw``: the matrix document as parsed, for ``extends`` ownership).
 
-    Raises:
-        IndexUnreachableError: an index of the variant does not answer, or a wheel cannot be read.
-        ConfigError: the variant's vLLM distribution is not on its index.
-    """
+    Raises IndexUnreachableError: an index of the variant does not answer, or a wheel cannot be read; ConfigError: the
+    variant's vLLM distribution is not on its index."""
     targets = targets_of(variant)
     package = variant.vllm.package
     project = merged_project(index, variant, package)

@@ -58,11 +58,8 @@ def write_all(matrix_path: Path, text: str, files: list[render.RenderedFile]) ->
     before it writes, and the staged matrix replaces the old one last, keeping its mode. Returns the changed
     paths of ``images/`` (relative to the matrix's folder).
 
-    Raises:
-        ConfigError: ``render.write`` found an obstacle; nothing was written.
-        OutputError: a write failed (exit 3), naming the file; the matrix is unchanged unless its own replace
-            succeeded.
-    """
+    Raises ConfigError: ``render.write`` found an obstacle; nothing was written; OutputError: a write failed (exit 3),
+    naming the file; the matrix is unchanged unless its own replace succeeded."""
     with outputs.guarded(matrix_path):
         mode = matrix_path.stat().st_mode & 0o7777
     with outputs.replacing(matrix_path) as staged:
@@ -77,12 +74,9 @@ def write_all(matrix_path: Path, text: str, files: list[render.RenderedFile]) ->
 
 
 def groups_json(matrix_path: Path, variants: tuple[str, ...]) -> str:
-    """``edits.groups`` of the selected variants as one line of JSON: ``{"include": [{"group": owner,
-    "variants": "a b"}]}`` (a space-separated list: what ``tools/matrix update`` takes as arguments).
-
-    Raises:
-        ConfigError, NothingSelectedError: as ``load_matrix`` and ``select_variants``.
-    """
+    """``edits.groups`` of the selected variants as one line of JSON:
+    ``{"include": [{"group": owner, "variants": "a b"}]}`` (a space-separated list: what ``tools/matrix update`` takes
+    as arguments). Raises ConfigError, NothingSelectedError: as ``load_matrix`` and ``select_variants``."""
     matrix = load_matrix(matrix_path)
     raw: Any = parse_yaml(read_config_text(matrix_path), str(matrix_path))
     names = [v.name for v in select_variants(matrix, variants)]
@@ -116,12 +110,9 @@ def format_report(report: UpdateReport) -> str:
 
 
 def diffs(matrix: Matrix, path: Path, proposals: Sequence[update.Proposal]) -> tuple[str, str, str, str]:
-    """(the matrix file's text, that text with ``proposals``' edits, the unified diff of the two, the unified
-    diff of ``images/`` rendered from each).
-
-    Raises:
-        ConfigError: an edit names no scalar key of the file, or the edited matrix does not validate.
-    """
+    """(the matrix file's text, that text with ``proposals``' edits, the unified diff of the two, the unified diff of
+    ``images/`` rendered from each). Raises ConfigError: an edit names no scalar key of the file, or the edited matrix
+    does not validate."""
     text = read_config_text(path)
     try:
         edited = yamltext.apply_edits(text, update.merged_edits(proposals))

@@ -97,12 +97,9 @@ def apply_edit(text: str, edit: ScalarEdit) -> str:
 
 
 def _append_item(text: str, seq: yaml.Node, edit: ScalarEdit) -> str:
-    """``text`` with ``edit.value`` added as the last item of the sequence ``seq`` (block: a new ``- item`` line
-    under the others; flow: ``, item`` before the ``]``), unchanged when an item equals it already.
-
-    Raises:
-        KeyError: the node at ``edit.path`` is not a sequence.
-    """
+    """``text`` with ``edit.value`` added as the last item of the sequence ``seq`` (block: a new ``- item`` line under
+    the others; flow: ``, item`` before the ``]``), unchanged when an item equals it already. Raises KeyError: the node
+    at ``edit.path`` is not a sequence."""
     if not isinstance(seq, yaml.SequenceNode):
         raise KeyError(f"{'.'.join(edit.path)} is not a sequence")
     if any(isinstance(item, yaml.ScalarNode) and item.value == str(edit.value) for item in seq.value):
