@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from matrixtool.incontainer.vllm_smoke import rootcause as shared
-from matrixtool.smoke import rootcause
+from matrixtool.smoke import rootcause, serve_diagnosis
 from matrixtool.smoke.result import CheckResult, Status
 
 # Untyped, as the in-image package is (it runs on Python >= 3.9 in images).
@@ -116,3 +116,19 @@ def test_no_torch_makes_what_imports_it_consequences() -> None:
     assert (out["gpu-archs"]["status"], out["gpu-archs"]["diagnosis"]) == ("skipped", "torch-import failed")
     assert out["gpu-archs"]["facts"]["need_hint"] == "h"
     assert out["vllm-cli"]["status"] == "failed"
+
+
+def test_the_bundle_names_unlabelled_metrics_as_the_host_does() -> None:
+    """Class 16: /metrics counting every request under handler="none" fails the bundle's serve with the host's
+    diagnosis and fix (one definition, ``servediag``)."""
+    body = 'http_requests_total{handler="none",method="POST",status="2xx"} 6.0\n'
+    host = serve_diagnosis.diagnose_metrics(body)
+    assert host is not None and host.failure_class == 16
+    probes = {name: {"status": 200, "body": "{}"} for name in ("models", "completion", "stream", "chat", "version")}
+    probes["metrics"] = {"status": 200, "body": body}
+    seen = {"ready_s": 1.0, "probes": probes, "stop": {}}
+    status, diagnosis, _, facts = serving.judge(seen, {"model": "m", "vllm_version": "0.25.0"}, None)
+    assert status == "failed"
+    assert f"{host.diagnosis}; fix: {host.fix}" in diagnosis
+    assert facts["failure_class"] == 16
+    assert serve_diagnosis.diagnose_metrics(body.replace('"none"', '"/v1/completions"')) is None
