@@ -384,8 +384,8 @@ class Suite:
         if serving.CHECK in names:
             self.serve()
         # Failures that follow from another group's, as the host reports them for a container (one definition).
-        landed = rootcause.consequences([self.outcomes[n] for n in names if n in self.outcomes])
-        return [unhidden(r, names) for r in landed]
+        # In the host's order: a hidden skip made a failure first, then consequences.
+        return rootcause.consequences([unhidden(self.outcomes[n], names) for n in names if n in self.outcomes])
 
 
 def shorten(text, width=100):
