@@ -1,11 +1,6 @@
-"""One root cause across groups: a failure that only follows from another check's failure is reported as its
-consequence (``skipped: <check> failed``), and the cause's diagnosis says where in the image it came from.
-
-Inside one interpreter the in-image runner already skips a check whose ``needs`` failed. Checks of different
-groups run in different interpreters, in parallel, and cannot see each other's verdicts: a cache folder that
-``run-conditions`` found unwritable also makes ``vllm-import`` fail with ``PermissionError``, a wrong Triton
-that ``triton-import`` rejected also breaks ``import vllm``, and a vendored library that ``native-libs`` found
-unloadable fails every import of the extension. This pass runs on the host over one container's results.
+"""One root cause across groups on the host: the consequence rules (``incontainer.vllm_smoke.rootcause``, the one
+definition the bundle applies too) over one container's results, and the build step that made a folder
+``run-conditions`` found unwritable.
 
 Pure: results in, results out (``CheckResult`` values), plus the image history for the build step that made a
 folder (the Docker SDK's ``Image.history()``: newest first, ``CreatedBy`` per layer).
@@ -18,18 +13,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from matrixtool.incontainer.vllm_smoke.common import compile_cause
+from matrixtool.incontainer.vllm_smoke import rootcause as shared
 from matrixtool.smoke.result import CheckResult, Status
 
-# Checks whose failure names a cause that others fail by, in the order a cause is looked for.
-CAUSES = ("run-conditions", "native-libs", "triton-import")
-# Checks whose failure names a cause that others fail by, and that may themselves fail by one of ``CAUSES``
-# (a wrong Triton breaks inductor too): then theirs is a consequence, and what follows from it points at the root.
-LATER_CAUSES = ("inductor-compile", "pip-check")
-# Checks that only observe the stack (their verdict is the class they diagnose): never made a consequence.
-OWN_CLASS = frozenset({"no-fake-triton", "triton-drivers", "triton-kernel", "pip-check", "cuda-weight", "gpu-driver"})
-_PERMISSION = re.compile(r"Permission denied|PermissionError|Errno 13")
-_TRITON = re.compile(r"\btriton\b", re.IGNORECASE)
 _USER = re.compile(r"^USER\s+(\S+)")
 
 
@@ -38,124 +24,25 @@ def template_end(created_by: str) -> bool:
     return 'CMD ["--help"]' in created_by
 
 
-def _text(result: CheckResult) -> str:
-    """What a result says of its failure: its diagnosis and its log (bounded: the log's last 64 kB)."""
-    log = ""
-    if result.log is not None:
-        try:
-            log = result.log.read_text(encoding="utf-8", errors="replace")[-65536:]
-        except OSError:
-            log = ""
-    return f"{result.diagnosis}\n{log}"
-
-
-def _unwritable_paths(cause: CheckResult) -> list[str]:
-    """The folders ``run-conditions`` found unwritable (facts ``unwritable``: path and the folder that blocks)."""
-    paths = []
-    for entry in cause.facts.get("unwritable") or []:
-        if isinstance(entry, Mapping):
-            paths += [str(entry[k]) for k in ("path", "blocker") if entry.get(k)]
-    return paths
-
-
-def _follows_from(cause: CheckResult, result: CheckResult) -> bool:
-    """True when ``result``'s failure is explained by ``cause``'s (see the module docstring)."""
-    text = _text(result)
-    if cause.check == "run-conditions":
-        paths = _unwritable_paths(cause)
-        return bool(paths) and bool(_PERMISSION.search(text)) and any(p in text for p in paths)
-    if cause.check == "triton-import":
-        return bool(_TRITON.search(text))
-    if cause.check == "native-libs":
-        missing = [str(m) for m in cause.facts.get("root_errors") or [] if m]
-        return any(m in text for m in missing)
-    if cause.check == "inductor-compile":
-        # The same missing compiler or headers: vLLM's compiled engine (and its server) build with inductor too.
-        lacks = cause.facts.get("compile_cause") or compile_cause(cause.diagnosis)
-        return bool(lacks) and compile_cause(text) == lacks
-    if cause.check == "pip-check":
-        return any(_import_fails_on(dist, text) for dist in _unmet(cause))
-    return False
-
-
-def _unmet(cause: CheckResult) -> list[str]:
-    """The distributions ``pip-check`` found missing or at a version their dependents do not accept."""
-    found = []
-    for problem in cause.facts.get("problems") or []:
-        m = re.search(r" requires ([A-Za-z0-9_.\-]+)", str(problem))
-        if m:
-            found.append(m.group(1))
-    return sorted(set(found))
-
-
-def _import_fails_on(dist: str, text: str) -> bool:
-    """True when ``text`` holds an import error of ``dist``'s top-level module (``-`` read as ``_``): ``No module
-    named 'openai'``, ``cannot import name 'X' from 'openai.types'``."""
-    module = re.escape(dist.lower().replace("-", "_"))
-    return bool(
-        re.search(rf"No module named '{module}[.']|cannot import name '[^']+' from '{module}[.']", text, re.IGNORECASE)
-    )
-
-
-def _only_about(cause: CheckResult, result: CheckResult) -> bool:
-    """True when an observing check's failure (``OWN_CLASS``) is only about what ``cause`` blamed: every unmet
-    requirement ``pip-check`` lists is one of the triton distribution(s) that ``triton-import`` rejected (a ROCm
-    triton on a CPU image: ``pytorch-triton-rocm 2.0.1 requires cmake, which is not installed``); removing it
-    removes them."""
-    if cause.check != "triton-import" or result.check != "pip-check" or result.facts.get("clashes"):
-        return False
-    blamed = [str(p) for p in cause.facts.get("providers") or [] if p]
-    problems = [str(p) for p in result.facts.get("problems") or []]
-    return bool(blamed and problems) and all(any(p.startswith(f"{b} ") for b in blamed) for p in problems)
-
-
 def consequences(results: Sequence[CheckResult]) -> list[CheckResult]:
-    """``results`` with each failure that follows from a failed cause check (``CAUSES``) turned into
-    ``skipped: <cause> failed`` (facts ``failed_need``, ``need_diagnosis``, ``need_hint``, as the in-image runner
-    writes them), and each check skipped for such a consequence pointed at the cause. Order is kept."""
-    failed = {r.check: r for r in results if r.status is Status.FAILED}
-    causes = [failed[name] for name in CAUSES if name in failed]
-    became: dict[str, CheckResult] = {}
-
-    def explained(r: CheckResult) -> CheckResult | None:
-        """The root cause of ``r``'s failure among ``causes`` (a later cause stands for its own root), or None."""
-        if r.check in OWN_CLASS:
-            cause = next((c for c in causes if _only_about(c, r)), None)
-        else:
-            cause = next((c for c in causes if _follows_from(c, r)), None)
-        return became.get(cause.check, cause) if cause is not None else None
-
-    # A later cause first: one that follows from an earlier cause points what it explains at that root.
-    for r in [failed[name] for name in LATER_CAUSES if name in failed]:
-        cause = explained(r)
-        if cause is not None:
-            became[r.check] = cause
-        causes.append(r)
-    for r in results:
-        if r.status is not Status.FAILED or r.check in CAUSES or r.check in LATER_CAUSES:
-            continue
-        cause = explained(r)
-        if cause is not None:
-            became[r.check] = cause
+    """``results`` with each failure that follows from another check's failure turned into ``skipped: <cause>
+    failed``, by the rules the bundle applies too (``incontainer.vllm_smoke.rootcause.consequences``). Order is
+    kept."""
+    plain = [
+        {"check": r.check, "status": r.status.value, "diagnosis": r.diagnosis, "hint": r.hint, "facts": r.facts,
+         "log": str(r.log) if r.log is not None else None}
+        for r in results
+    ]  # fmt: skip
     out = []
-    for r in results:
-        cause = became.get(r.check)
-        if cause is None and r.status is Status.SKIPPED and r.facts.get("failed_need") in became:
-            cause = became[str(r.facts["failed_need"])]
-        if cause is None:
+    for r, d in zip(results, shared.consequences(plain), strict=True):
+        if d["facts"] is r.facts:  # not a consequence: the same result
             out.append(r)
-            continue
-        facts = {
-            **r.facts,
-            "failed_need": cause.check,
-            "need_diagnosis": cause.diagnosis,
-            "need_hint": cause.hint,
-            "consequence_of": cause.check,
-            "own_diagnosis": r.diagnosis,
-        }
-        out.append(
-            dataclasses.replace(r, status=Status.SKIPPED, diagnosis=f"{cause.check} failed", hint="", facts=facts)
-        )
+        else:
+            out.append(
+                dataclasses.replace(
+                    r, status=Status(d["status"]), diagnosis=d["diagnosis"], hint=d["hint"], facts=d["facts"]
+                )
+            )
     return out
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from matrixtool.core import jsontext
+from matrixtool.incontainer.vllm_smoke import servediag
 
 # docs/failure-classes.md numbers of the serving classes.
 SHM = 15
@@ -449,30 +450,14 @@ _MULTIPROC_FILES = ("mmap_dict.py", "multiprocess.py")
 _WEB_PACKAGES = ("fastapi", "starlette", "prometheus_fastapi_instrumentator", "prometheus_client", "uvicorn")
 
 
-_HANDLER = re.compile(r'^http_requests_total\{[^}]*handler="(?P<handler>[^"]*)"', re.MULTILINE)
-
-
 def diagnose_metrics(text: str) -> Diagnosis | None:
-    """The cause of a ``/metrics`` answer (``text``, Prometheus' text format) that counts HTTP requests but names no
-    route: prometheus-fastapi-instrumentator counted every request under ``handler="none"``. Seen on images built on
-    ours with fastapi 0.163.2 (``pip install -U fastapi``) and with fastapi 0.137.1 plus the instrumentator 8.0.0:
-    vLLM 0.32 replaces the instrumentator's route walk with one that skips routes without a ``path``, and fastapi
-    >= 0.137 keeps included routers as such routes. None when a route is named or no request was counted."""
-    handlers = {m["handler"] for m in _HANDLER.finditer(text)}
-    if handlers != {"none"}:
+    """The cause of a ``/metrics`` answer that names no route (class 16; ``servediag.unlabelled_metrics``, which
+    the bundle applies too). None when a route is named or no request was counted."""
+    found = servediag.unlabelled_metrics(text)
+    if found is None:
         return None
-    line = next(m.group(0) for m in _HANDLER.finditer(text))
-    return Diagnosis(
-        failure_class=WEB_STACK,
-        name="metrics-handler-none",
-        cause=line + "...",
-        diagnosis='/metrics counts every HTTP request under handler="none": the route names are not resolved, as '
-        "with a fastapi newer than vLLM declares (>= 0.137 keeps included routers as `_IncludedRouter` routes "
-        "without a path, which vLLM's patch of prometheus-fastapi-instrumentator skips), so per-route request "
-        "metrics are lost while every route answers",
-        fix="keep the web stack vLLM declares (vLLM 0.32: fastapi<0.137; `pip check` in the image names the "
-        "conflict); do not upgrade fastapi alone in an image built on this one",
-    )
+    cause, diagnosis, fix = found
+    return Diagnosis(failure_class=WEB_STACK, name="metrics-handler-none", cause=cause, diagnosis=diagnosis, fix=fix)
 
 
 # --- stopping ----------------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 
+from . import servediag
 from .programs import serve_probe
 
 CHECK = "serve"
@@ -387,6 +388,10 @@ def judge(seen, spec, expected_tokens):
     facts["metrics_requests"] = counted
     if counted != GENERATION_REQUESTS:
         problems.append(f"/metrics counts {counted} finished requests, {GENERATION_REQUESTS} were sent")
+    unlabelled = servediag.unlabelled_metrics(str(probes.get("metrics", {}).get("body", "")))
+    if unlabelled is not None:  # class 16: every request counted under handler="none"
+        facts["failure_class"] = servediag.WEB_STACK
+        problems.append(f"{unlabelled[1]}; fix: {unlabelled[2]}")
     version = ""
     with contextlib.suppress(ValueError, KeyError, TypeError):
         version = str(_loads(probes["version"]["body"])["version"])

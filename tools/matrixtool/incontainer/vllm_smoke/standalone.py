@@ -30,7 +30,7 @@ import traceback
 import xml.etree.ElementTree as ET
 import zipimport
 
-from . import serving
+from . import rootcause, serving
 from .catalogue import DECLARATIONS
 from .common import PACKAGE, last_error_line, parse_results, split_logs
 
@@ -354,7 +354,7 @@ class Suite:
 
     def run(self):
         """Every group (up to this machine's CPUs at once, longest first as planned), then serve; the results in
-        the plan's report order."""
+        the plan's report order, a failure that follows from another's as its consequence (``rootcause``)."""
         pending = [list(g) for g in self.facts["groups"]]
         errors = []
 
@@ -383,7 +383,9 @@ class Suite:
         names = [c["name"] for c in self.facts["checks"]]
         if serving.CHECK in names:
             self.serve()
-        return [unhidden(self.outcomes[n], names) for n in names if n in self.outcomes]
+        # Failures that follow from another group's, as the host reports them for a container (one definition).
+        # In the host's order: a hidden skip made a failure first, then consequences.
+        return rootcause.consequences([unhidden(self.outcomes[n], names) for n in names if n in self.outcomes])
 
 
 def shorten(text, width=100):

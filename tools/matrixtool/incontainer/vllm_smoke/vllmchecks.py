@@ -334,11 +334,15 @@ def _with_root_cause(error, text):
 
 # vLLM's wrappers around a failure in its engine or worker processes: the cause is logged before them.
 _WRAPPERS = ("Engine core initialization failed", "WorkerProc initialization failed", "WorkerProc failed to start")
+# A line vLLM logs at level DEBUG, INFO or WARNING ("WARNING 12-01 20:41:19 [system_utils.py:299] ..."): an error
+# it names is advice (the ulimit warning quotes "OSError: [Errno 24] Too many open files"), not what failed.
+_NOTICE = re.compile(r"\b(DEBUG|INFO|WARNING) \d\d-\d\d \d\d:\d\d:\d\d")
 
 
 def root_cause(text):
-    """The first exception line of ``text`` that is not one of vLLM's wrapper messages (``_WRAPPERS``): the
-    worker's own error, which vLLM logs in its child process before the parent's RuntimeError. None if none."""
+    """The first exception line of ``text`` that is not one of vLLM's wrapper messages (``_WRAPPERS``) nor a
+    notice it logs (``_NOTICE``): the worker's own error, which vLLM logs in its child process before the
+    parent's RuntimeError. None if none."""
     # A native extension that fails to load is only a warning in vLLM's log (seen on arm64: vllm._C
     # "undefined symbol: sbgemm_"), and everything after it follows from it: report it first.
     m = re.search(r"\b([A-Za-z_.]*Error)\('([^']*undefined symbol[^']*)'\)", text)
@@ -346,7 +350,7 @@ def root_cause(text):
         return f"{m.group(1)}: {m.group(2)}"
     for line in text.splitlines():
         m = re.search(r"\b([A-Za-z_.]*(Error|Exception)): (.+)$", line)
-        if m and not any(w in line for w in _WRAPPERS):
+        if m and not any(w in line for w in _WRAPPERS) and not _NOTICE.search(line):
             return f"{m.group(1)}: {m.group(3).strip()}"
     return None
 

@@ -1,0 +1,134 @@
+"""The bundle's diagnoses on the H200 (vLLM 0.25.0): its server-log cause picker and the root-cause rules it shares
+with the host. The data are the real run's: ``data/bundle/cuda.serve.log`` is 41 lines of the as-pinned run's
+server log (flashinfer not installed), ``data/bundle/h200-results.json`` the bundle's JSON results of that run
+(``as-pinned``) and of the run with Triton hidden from every Python (``hidden``), the server's log tails left out."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+from matrixtool.incontainer.vllm_smoke import rootcause as shared
+from matrixtool.smoke import rootcause, serve_diagnosis
+from matrixtool.smoke.result import CheckResult, Status
+
+# Untyped, as the in-image package is (it runs on Python >= 3.9 in images).
+serving: Any = importlib.import_module("matrixtool.incontainer.vllm_smoke.serving")
+DATA = Path(__file__).parent.parent / "data" / "bundle"
+SERVE_LOG = (DATA / "cuda.serve.log").read_text(encoding="utf-8")
+FLASHINFER = "ModuleNotFoundError: No module named 'flashinfer'"
+
+
+def _runs() -> dict[str, list[dict[str, Any]]]:
+    runs: dict[str, list[dict[str, Any]]] = json.loads((DATA / "h200-results.json").read_text(encoding="utf-8"))
+    return runs
+
+
+def _by_check(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["check"]: r for r in results}
+
+
+def test_the_server_log_cause_is_the_engine_exception_not_the_ulimit_warning() -> None:
+    """vLLM's start-up WARNING quotes "OSError: [Errno 24] Too many open files"; the cause is the EngineCore's."""
+    assert "Too many open files" in SERVE_LOG
+    assert serving.root_cause(SERVE_LOG) == FLASHINFER
+    status, diagnosis, _, facts = serving.judge({"ready_s": None, "exit_code": 1, "log": SERVE_LOG}, {}, None)
+    assert (status, diagnosis) == ("failed", f"the server exited (1) before it was ready: {FLASHINFER}")
+    assert facts["exit_code"] == 1
+
+
+def test_the_server_failing_by_offline_generates_missing_package_is_its_consequence() -> None:
+    """As pinned: the server fails by the flashinfer import that offline-generate named; its hint is the fix."""
+    results = _runs()["as-pinned"]
+    serve = _by_check(results)["serve"]
+    serve["diagnosis"] = serving.judge({"ready_s": None, "exit_code": 1, "log": SERVE_LOG}, {}, None)[1]
+    out = _by_check(shared.consequences(results))
+    assert out["offline-generate"]["status"] == "failed"
+    assert out["serve"]["status"] == "skipped"
+    assert out["serve"]["diagnosis"] == "offline-generate failed"
+    assert out["serve"]["facts"]["failed_need"] == "offline-generate"
+    hint = out["serve"]["facts"]["need_hint"]
+    assert "flashinfer-python" in hint and "VLLM_USE_FLASHINFER_SAMPLER=0" in hint
+    # Failures of their own stay failures.
+    assert out["vllm-cli"]["status"] == "failed" and out["pip-check"]["status"] == "failed"
+
+
+def test_the_old_serve_diagnosis_is_no_consequence() -> None:
+    """A server failing by another exception than offline-generate's is its own failure."""
+    results = _runs()["as-pinned"]
+    out = _by_check(shared.consequences(results))  # the serve diagnosis as the old picker gave it: Errno 24
+    assert "Too many open files" in out["serve"]["diagnosis"]
+    assert out["serve"]["status"] == "failed"
+
+
+def test_triton_hidden_on_a_gpu_makes_its_knock_on_failures_consequences() -> None:
+    """Triton hidden: triton-import and the named model-runner failure stay; inductor on cuda, the engine, the server
+    and the Triton observers follow from it, with its hint; pip-check's unrelated conflicts stay."""
+    results = _runs()["hidden"]
+    before = _by_check(results)
+    out = _by_check(shared.consequences(results))
+    for check in ("triton-import", "model-runner", "pip-check"):
+        assert out[check]["status"] == "failed", check
+    assert "Model Runner V2 requires Triton." in out["model-runner"]["diagnosis"]
+    for check in ("inductor-compile", "offline-generate", "serve", "triton-drivers", "triton-kernel"):
+        got = out[check]
+        assert got["status"] == "skipped", check
+        assert got["diagnosis"] == "triton-import failed"
+        assert got["facts"]["failed_need"] == "triton-import"
+        assert got["facts"]["need_hint"] == before["triton-import"]["hint"]
+        assert got["facts"]["own_diagnosis"] == before[check]["diagnosis"]
+    failed = {r["check"] for r in out.values() if r["status"] == "failed"}
+    assert failed == {"triton-import", "model-runner", "pip-check"}
+
+
+def test_the_host_applies_the_same_rules() -> None:
+    """The host's pass over CheckResult values gives the bundle's verdicts for the same results."""
+    results = _runs()["hidden"]
+    host = [
+        CheckResult(
+            variant="cuda",
+            image="h200",
+            check=r["check"],
+            status=Status(r["status"]),
+            diagnosis=r["diagnosis"],
+            hint=r["hint"],
+            seconds=0.0,
+            facts=r["facts"],
+        )
+        for r in results
+    ]
+    got = [(r.check, r.status.value, r.diagnosis) for r in rootcause.consequences(host)]
+    assert got == [(r["check"], r["status"], r["diagnosis"]) for r in shared.consequences(results)]
+
+
+def test_no_torch_makes_what_imports_it_consequences() -> None:
+    """The bundle run with plain python3 and no torch: gpu-archs fails by the same missing torch."""
+    no_torch = "ModuleNotFoundError: No module named 'torch'"
+    results = [
+        {"check": "torch-import", "status": "failed", "diagnosis": f"`import torch` fails: {no_torch}", "hint": "h"},
+        {"check": "gpu-archs", "status": "failed", "diagnosis": f"torch's arch list cannot be read: {no_torch}"},
+        {"check": "vllm-cli", "status": "failed", "diagnosis": "no `vllm` executable on PATH"},
+    ]
+    out = _by_check(shared.consequences(results))
+    assert out["torch-import"]["status"] == "failed"
+    assert (out["gpu-archs"]["status"], out["gpu-archs"]["diagnosis"]) == ("skipped", "torch-import failed")
+    assert out["gpu-archs"]["facts"]["need_hint"] == "h"
+    assert out["vllm-cli"]["status"] == "failed"
+
+
+def test_the_bundle_names_unlabelled_metrics_as_the_host_does() -> None:
+    """Class 16: /metrics counting every request under handler="none" fails the bundle's serve with the host's
+    diagnosis and fix (one definition, ``servediag``)."""
+    body = 'http_requests_total{handler="none",method="POST",status="2xx"} 6.0\n'
+    host = serve_diagnosis.diagnose_metrics(body)
+    assert host is not None and host.failure_class == 16
+    probes = {name: {"status": 200, "body": "{}"} for name in ("models", "completion", "stream", "chat", "version")}
+    probes["metrics"] = {"status": 200, "body": body}
+    seen = {"ready_s": 1.0, "probes": probes, "stop": {}}
+    status, diagnosis, _, facts = serving.judge(seen, {"model": "m", "vllm_version": "0.25.0"}, None)
+    assert status == "failed"
+    assert f"{host.diagnosis}; fix: {host.fix}" in diagnosis
+    assert facts["failure_class"] == 16
+    assert serve_diagnosis.diagnose_metrics(body.replace('"none"', '"/v1/completions"')) is None
