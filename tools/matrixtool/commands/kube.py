@@ -18,7 +18,7 @@ from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import Variant
 from matrixtool.model.profiles import ProfileChoice
 from matrixtool.model.select import select_variants
-from matrixtool.smoke import serve
+from matrixtool.smoke import serve_line
 
 
 class InvalidManifest(MatrixError):
@@ -38,7 +38,7 @@ class Args:
     image: str | None = None
     report: Path | None = None
     out: Path
-    model: str = serve.MODEL_PATH
+    model: str = serve_line.MODEL_PATH
     model_claim: str = "vllm-models"
     smoke_job: bool = False
     suite: str = DEFAULT_SUITE
@@ -131,7 +131,7 @@ def run(args: Args) -> list[Written]:
     default=None,
     help="A run/test --json-file report: its serve results give the measured time to ready for the probes.",
 )
-@click.option("--model", default=serve.MODEL_PATH, show_default=True, help="The model path the server serves.")
+@click.option("--model", default=serve_line.MODEL_PATH, show_default=True, help="The model path the server serves.")
 @click.option("--model-claim", default="vllm-models", show_default=True, help="PersistentVolumeClaim holding it.")
 @click.option(
     "--smoke-job",

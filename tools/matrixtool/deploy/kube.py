@@ -35,7 +35,7 @@ from matrixtool.model.conditions import ROWS, Condition, quantity
 from matrixtool.model.model import Variant
 from matrixtool.model.yamlfile import read_config_text
 from matrixtool.report import READ_BACK_SCHEMA
-from matrixtool.smoke import serve
+from matrixtool.smoke import serve, serve_line
 
 # The Kubernetes version the manifests are validated against (kubernetes-validate bundles its schemas).
 K8S_VERSION = "1.33.0"
@@ -154,11 +154,11 @@ def flag_problems(*, model: str, claim: str) -> list[str]:
         )
     if not model.startswith("/") or any(c.isspace() or not c.isprintable() for c in model):
         problems.append(f"--model {model!r}: give the model's absolute path in the server, e.g. /models/my-model")
-    elif not model.startswith(f"{serve.MODEL_MOUNT}/") or set(model.split("/")[2:]) & {"", ".", ".."}:
+    elif not model.startswith(f"{serve_line.MODEL_MOUNT}/") or set(model.split("/")[2:]) & {"", ".", ".."}:
         # The claim is mounted at MODEL_MOUNT: a path elsewhere (or leaving it by '..') serves nothing of it.
         problems.append(
-            f"--model {model!r} is not a folder on the model claim, which is mounted at {serve.MODEL_MOUNT}: "
-            f"give {serve.MODEL_MOUNT}/<folder> (no '.', '..' or empty parts)"
+            f"--model {model!r} is not a folder on the model claim, which is mounted at {serve_line.MODEL_MOUNT}: "
+            f"give {serve_line.MODEL_MOUNT}/<folder> (no '.', '..' or empty parts)"
         )
     return problems
 
@@ -175,9 +175,9 @@ def serving_for(variant: Variant, profile: str, measured_s: float | None, *, mod
         cold, source = 100.0, "no measurement or ready_budget: 100 s assumed"
     return Serving(
         # The suite's tiny model carries its own options (dtype, length, seed); a user's model serves with none.
-        args=tuple(serve.serve_argv(model, serve.MODEL_OPTIONS if model == serve.MODEL_PATH else ())),
-        port=serve.PORT,
-        model_mount=serve.MODEL_MOUNT,
+        args=tuple(serve_line.serve_argv(model, serve_line.MODEL_OPTIONS if model == serve_line.MODEL_PATH else ())),
+        port=serve_line.PORT,
+        model_mount=serve_line.MODEL_MOUNT,
         model_claim=claim,
         grace_s=variant.stop_grace_s or serve.STOP_GRACE_S,
         cold_start_s=cold,

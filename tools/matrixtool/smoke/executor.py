@@ -30,7 +30,7 @@ from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke import bundle, hidden, rootcause, serve
+from matrixtool.smoke import bundle, hidden, rootcause, serve, serve_line
 from matrixtool.smoke.plan import (
     Group,
     ProfileRun,
@@ -180,9 +180,9 @@ def _in_image(
         served = any(c.name == serve.CHECK for c in run.checks)
         serving = served and (variant.accelerator is Accelerator.CPU or gpu)
         with contextlib.ExitStack() as stack:
-            volume = stack.enter_context(serve.model_volume(client, {OWNER_LABEL: owner()})) if serving else None
-            mounts = serve.check_mounts(volume) if volume else {}
-            env = serve.check_env() if volume else {}
+            volume = stack.enter_context(serve_line.model_volume(client, {OWNER_LABEL: owner()})) if serving else None
+            mounts = serve_line.check_mounts(volume) if volume else {}
+            env = serve_line.check_env() if volume else {}
             setup = ServeSetup(client=client, variant=variant, volume=volume, gpu=gpu) if served else None
             runner = stack.enter_context(
                 container_runner(
