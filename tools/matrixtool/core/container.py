@@ -213,6 +213,10 @@ class TrackedContainer:
             raise RuntimeError(f"no container of {self.spec.image} is running: start() it first")
         return self.container
 
+    def held(self) -> Container:
+        """The container held (started, or created only); RuntimeError when none is."""
+        return self._running()
+
     def exec(
         self, argv: Sequence[str], env: Mapping[str, str], deadline_s: float, limit: OutputLimit = DEFAULT_LIMIT
     ) -> tuple[int | None, str]:

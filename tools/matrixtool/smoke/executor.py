@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import docker
 
 from matrixtool.core import outputs
-from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL, SESSION_LABEL
+from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL
 from matrixtool.incontainer.vllm_smoke import common as incontainer
 from matrixtool.incontainer.vllm_smoke.common import Accelerator
 from matrixtool.model import profiles
@@ -202,7 +202,7 @@ def _root_causes(
     (``hidden``, named on stderr and in run-conditions' facts), the build step behind an unwritable cache folder
     and failures that follow from another group's (``rootcause``)."""
     mounts = list(run.profile.value(Condition.TMPFS))
-    found = hidden.hidden_files(client, image, mounts, {SESSION_LABEL: uuid.uuid4().hex[:12], OWNER_LABEL: owner()})
+    found = hidden.hidden_files(client, image, mounts, session=uuid.uuid4().hex[:12], owner=owner())
     for listed in found:
         announce(f"[{done[0].variant if done else '?'}] profile {run.profile.name}: warning: {listed.describe()}")
     out = []

@@ -143,9 +143,8 @@ def inspect(client: docker.DockerClient, ref: str, *, owner: str = "") -> list[S
     image = client.images.get(ref)
     spec = ContainerSpec(image=ref, entrypoint=["true"], command=[], labels={PURPOSE_LABEL: "static"})
     with TrackedContainer(client, spec, owner=owner, create_only=True) as tracked:
-        assert tracked.container is not None
         try:
-            stream, _ = tracked.container.get_archive(LICENSES_DIR)
+            stream, _ = tracked.held().get_archive(LICENSES_DIR)
             files = license_listing(stream)
         except docker.errors.NotFound:
             files = []
