@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import docker
 import docker.errors
@@ -32,8 +32,10 @@ from matrixtool.incontainer.vllm_smoke import serving
 from matrixtool.incontainer.vllm_smoke.programs import generate, serve_probe
 from matrixtool.incontainer.vllm_smoke.vllmchecks import root_cause
 from matrixtool.model.conditions import Condition
+from matrixtool.model.model import Variant
 from matrixtool.model.profiles import Profile
 from matrixtool.smoke import serve_diagnosis, serve_health, serve_line, serve_probing
+from matrixtool.smoke.plan import ProfileRun
 from matrixtool.smoke.result import CheckResult, Status
 
 CHECK = "serve"
@@ -404,6 +406,12 @@ ENSURE_MODEL = (
 MODEL_DEADLINE_S = 600.0
 
 
+class Execs(Protocol):
+    """What runs the tiny model's maker: the check container (``TrackedContainer.exec``'s contract)."""
+
+    def exec(self, argv: list[str], env: Mapping[str, str], deadline_s: float) -> tuple[int | None, str]: ...
+
+
 class ServeRun:
     """The serve check of one profile run, beside the check container's groups (the container runner's step):
     ``start`` makes the tiny model in ``runner``'s container (its volume; ``zipapp``: the check package's path
@@ -414,9 +422,9 @@ class ServeRun:
         self,
         client: docker.DockerClient,
         image: str,
-        variant: Any,
-        run: Any,
-        runner: Any,
+        variant: Variant,
+        run: ProfileRun,
+        runner: Execs,
         volume: str,
         *,
         log_dir: Path,
@@ -451,7 +459,7 @@ class ServeRun:
                 self.run.profile,
                 self.volume,
                 session=self.session,
-                grace_s=int(getattr(self.variant, "stop_grace_s", None) or STOP_GRACE_S),
+                grace_s=int(self.variant.stop_grace_s or STOP_GRACE_S),
                 gpu=self.gpu,
                 eager=str(self.run.suite) == "quick",
             )
@@ -490,7 +498,7 @@ class ServeRun:
                 self.seen,
                 expected_tokens=reference_tokens(results),
                 vllm_version=str(self.variant.vllm.version).split("+")[0],
-                ready_budget_s=getattr(self.variant, "ready_budget_s", None),
+                ready_budget_s=self.variant.ready_budget_s,
                 env=self.environment(),
             )
         written = "\n".join(filter(None, [self.error, self.error_output]))
