@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from matrixtool.deploy import kube, kube_job
+from matrixtool.deploy import kube, kube_checks, kube_job
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.select import select_checks
 from matrixtool.smoke import bundle, serve_line
@@ -37,9 +37,9 @@ def _docs(variant: str, profile: str, suite: str = "quick") -> tuple[list[dict[s
 @pytest.mark.parametrize("profile", ["default", "restricted"])
 def test_the_job_is_the_profiles_pod_running_the_bundle(variant: str, profile: str) -> None:
     job, deployment = _docs(variant, profile)
-    assert kube.validate(job) == []
+    assert kube_checks.validate(job) == []
     if profile == "restricted":
-        assert kube.pss_restricted_problems(job) == []
+        assert kube_checks.pss_restricted_problems(job) == []
     config_map, job_doc = job[0], job[1]
     assert [d["kind"] for d in job] == ["ConfigMap", "Job"] + (["NetworkPolicy"] * (len(deployment) - 2))
     pod, server_pod = job_doc["spec"]["template"]["spec"], deployment[0]["spec"]["template"]["spec"]

@@ -11,7 +11,7 @@ import click
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import outputs
 from matrixtool.core.errors import ConfigError, MatrixError
-from matrixtool.deploy import kube, kube_job
+from matrixtool.deploy import kube, kube_checks, kube_job
 from matrixtool.model import reference
 from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.matrixfile import load_matrix
@@ -63,7 +63,7 @@ class Written:
 
 
 def run(args: Args) -> list[Written]:
-    """Write each variant x profile's manifests (``kube.manifests``), validated offline (``kube.validate``) and,
+    """Write each variant x profile's manifests (``kube.manifests``), validated offline (``kube_checks.validate``) and,
     for profiles named ``restricted``, against PSS restricted.
 
     Raises:
@@ -95,14 +95,14 @@ def run(args: Args) -> list[Written]:
                     deadline_s=deadline,
                 )
                 name = f"{variant.name}.{profile.name}.smoke-job.yaml"
-            problems = kube.validate(docs)
+            problems = kube_checks.validate(docs)
             strict = profile.name == "restricted"
             if strict:
-                problems += kube.pss_restricted_problems(docs)
+                problems += kube_checks.pss_restricted_problems(docs)
             if problems:
                 raise InvalidManifest(f"{variant.name}/{profile.name}: " + "; ".join(problems))
             path = args.out / name
-            texts.append((path, kube.to_yaml(docs)))
+            texts.append((path, kube_checks.to_yaml(docs)))
             written.append(
                 Written(
                     variant=variant.name,
@@ -178,10 +178,11 @@ def command(
         pss = "; PSS restricted: ok" if w.pss_restricted else ""
         if smoke_job:
             click.echo(
-                f"{w.path}: Kubernetes {kube.K8S_VERSION} schemas: valid{pss}; the Job's log ends with the JSON report"
+                f"{w.path}: Kubernetes {kube_checks.K8S_VERSION} schemas: valid{pss}; "
+                "the Job's log ends with the JSON report"
             )
             continue
         click.echo(
-            f"{w.path}: Kubernetes {kube.K8S_VERSION} schemas: valid{pss}; startupProbe allows "
+            f"{w.path}: Kubernetes {kube_checks.K8S_VERSION} schemas: valid{pss}; startupProbe allows "
             f"{kube.STARTUP_MARGIN:g}x {w.cold_start_s:.0f} s ({w.cold_start_source})"
         )
