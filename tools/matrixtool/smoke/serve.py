@@ -34,7 +34,7 @@ from matrixtool.incontainer.vllm_smoke.vllmchecks import root_cause
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import Variant
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke import serve_diagnosis, serve_health, serve_line, serve_probing
+from matrixtool.smoke import serve_diagnosis, serve_health, serve_line, serve_probing, serve_route_diagnosis
 from matrixtool.smoke.plan import ProfileRun
 from matrixtool.smoke.result import CheckResult, Status
 
@@ -292,7 +292,7 @@ def _answer_problems(
     if failed:
         problems.append(failed)
         route, answer = next((ROUTES.get(k, k), a) for k, a in probes.items() if a.get("status") != 200)
-        found = serve_diagnosis.diagnose_route(route, answer.get("status"), str(answer.get("body", "")), log=log)
+        found = serve_route_diagnosis.diagnose_route(route, answer.get("status"), str(answer.get("body", "")), log=log)
         if found is not None:
             problems.append(found.diagnosis)
             hints.append(found.fix)
@@ -321,7 +321,7 @@ def _answer_problems(
     facts["metrics_requests"] = counted
     if counted != GENERATION_REQUESTS:
         problems.append(f"/metrics counts {counted} finished requests, {GENERATION_REQUESTS} were sent")
-    unlabelled = serve_diagnosis.diagnose_metrics(str(probes.get("metrics", {}).get("body", "")))
+    unlabelled = serve_route_diagnosis.diagnose_metrics(str(probes.get("metrics", {}).get("body", "")))
     if unlabelled is not None:  # class 16: every request counted under handler="none"
         facts["failure_class"] = unlabelled.failure_class
         problems.append(f"{unlabelled.diagnosis}; fix: {unlabelled.fix}")
@@ -375,10 +375,10 @@ def stop_problems(stop: Mapping[str, Any]) -> list[str]:
 
 
 def _stop_diagnosis(stop: Mapping[str, Any]) -> serve_diagnosis.Diagnosis | None:
-    """``serve_diagnosis.diagnose_stop`` of the stop contract's observations (None: kept, or not observed)."""
+    """``serve_route_diagnosis.diagnose_stop`` of the stop contract's observations (None: kept, or not observed)."""
     if stop.get("exit_code") is None or stop.get("seconds") is None:
         return None
-    return serve_diagnosis.diagnose_stop(
+    return serve_route_diagnosis.diagnose_stop(
         exit_code=int(stop["exit_code"]),
         seconds=float(stop["seconds"]),
         grace=float(stop.get("grace_s", STOP_GRACE_S)),

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from matrixtool.core.container import TrackedContainer
-from matrixtool.smoke import serve_diagnosis
+from matrixtool.smoke import serve_route_diagnosis
 
 # Docker's defaults for a HEALTHCHECK option the image leaves out (docker run --help: --health-*), in seconds.
 HEALTH_INTERVAL_S, HEALTH_TIMEOUT_S, HEALTH_RETRIES = 30.0, 30.0, 3
@@ -97,7 +97,7 @@ def health_problem(health: Mapping[str, Any]) -> tuple[str, str] | None:
             "in a row while /health answered 200: Docker marks the container unhealthy",
             "give the HEALTHCHECK a --timeout above what its command takes, or probe /health directly",
         )
-    found = serve_diagnosis.diagnose_healthcheck(output, int(code))
+    found = serve_route_diagnosis.diagnose_healthcheck(output, int(code))
     if found is not None:
         return f"{found.diagnosis} ({found.cause})", found.fix
     tail = " | ".join(output.strip().splitlines()[-2:])
