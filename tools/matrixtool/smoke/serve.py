@@ -8,34 +8,23 @@ volume and keeps it while a container uses it, so the server starts while the ch
 Probes come from outside the server process: the host through a published port where the profile has a network,
 else a client container of the same image sharing the server's network namespace (``network_mode:
 container:<id>``), both running ``programs/serve_probe.py``. Readiness polls ``/health`` and stops the moment
-the server exits, with the root-cause line of its log. The judgement (``judge``) is a pure function.
+the server exits, with the root-cause line of its log. Here: what a run showed (``Observed``) and the judgement
+(``judge``, a pure function); the serve line and its containers are ``serve_line``, probing ``serve_probing``,
+the run itself ``serve_run``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
-import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import docker
-import docker.errors
-import docker.types
-
-from matrixtool.core import jsontext, outputs
-from matrixtool.core.container import TrackedContainer
+from matrixtool.core import jsontext
 from matrixtool.incontainer.vllm_smoke import serving
-from matrixtool.incontainer.vllm_smoke.programs import generate, serve_probe
+from matrixtool.incontainer.vllm_smoke.programs import generate
 from matrixtool.incontainer.vllm_smoke.vllmchecks import root_cause
-from matrixtool.model.conditions import Condition
-from matrixtool.model.model import Variant
-from matrixtool.model.profiles import Profile
 from matrixtool.smoke import serve_diagnosis, serve_health, serve_line, serve_probing, serve_route_diagnosis
-from matrixtool.smoke.plan import ProfileRun
 from matrixtool.smoke.result import CheckResult, Status
 
 CHECK = "serve"
@@ -47,7 +36,6 @@ PROMPT = generate.PROMPTS[0]
 MAX_TOKENS = 8
 # Lines of vLLM's start-up log that open a phase (time to ready, per phase): the bundle's, shared.
 PHASES: tuple[tuple[str, str], ...] = serving.PHASES
-_completion_body: Callable[[Mapping[str, Any], bool], dict[str, Any]] = serve_probe.completion_body
 _root_cause: Callable[[str], str | None] = root_cause
 # What the container check and the bundle's process-level check read alike (``vllm_smoke.serving``).
 phases_seen: Callable[[str, float, dict[str, float]], None] = serving.phases_seen
@@ -86,101 +74,6 @@ def startup_cause(log: str) -> str:
         return cause
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     return lines[-1] if lines else "no log"
-
-
-def observe(
-    client: docker.DockerClient,
-    image: str,
-    profile: Profile,
-    volume: str,
-    *,
-    session: str,
-    grace_s: int = STOP_GRACE_S,
-    gpu: bool = False,
-    eager: bool = False,
-    ready_timeout_s: float = READY_TIMEOUT_S,
-) -> Observed:
-    """Start the server of ``profile`` on ``volume``'s model, wait until ready, probe it, stop it during a stream.
-
-    Once ready and where the port is published, the command of ``CLIENT_ENV`` runs first (``run_client``).
-    Raises docker errors as ``TrackedContainer.start`` does; every container is removed on the way out."""
-    spec = serve_line.server_spec(image, profile, volume, gpu=gpu, eager=eager)
-    started = time.monotonic()
-    with TrackedContainer(client, spec, session=session) as server:
-        if server.container is None:
-            raise RuntimeError("the server container did not start")
-        server_id = str(server.container.id)
-        with contextlib.ExitStack() as stack:
-            prober: serve_probing.Prober
-            base: str | None = None
-            if profile.network == "none":
-                box = stack.enter_context(
-                    TrackedContainer(client, serve_line.client_spec(image, profile, server_id), session=session)
-                )
-                prober = serve_probing.ClientProber(box)
-            else:
-                base = f"http://127.0.0.1:{server.host_port(f'{serve_line.PORT}/tcp')}"
-                prober = serve_probing.HostProber(base)
-            seen: dict[str, float] = {}
-            ready_s = None
-            while time.monotonic() - started < ready_timeout_s:
-                code = server.wait(0.5)
-                log = server.logs()
-                phases_seen(log, time.monotonic() - started, seen)
-                if code is not None:
-                    return Observed(ready_s=None, phases=seen, exit_code=code, log=log)
-                if prober.call("health", {}).get("status") == 200:
-                    ready_s = round(time.monotonic() - started, 1)
-                    break
-                time.sleep(1.0)
-            if ready_s is None:
-                return Observed(ready_s=None, phases=seen, log=server.logs())
-            ran = serve_probing.run_client(base) if base is not None else {}
-            health = serve_health.run_healthcheck(server, serve_health.healthcheck_of(client.images.get(image).attrs))
-            probes = prober.call("probe", {"model": serve_line.MODEL_PATH, "prompt": PROMPT, "max_tokens": MAX_TOKENS})
-            stop = stop_contract(server, prober, grace_s)
-            log = stop.pop("log", "")
-            return Observed(ready_s=ready_s, phases=seen, probes=probes, stop=stop, log=log, client=ran, health=health)
-
-
-def stop_contract(server: TrackedContainer, prober: serve_probing.Prober, grace_s: int) -> dict[str, Any]:
-    """``docker stop`` with ``grace_s`` during a streaming request: PID 1's command, the exit code, the seconds
-    the stop took, how the stream ended, and the server's log (key ``log``)."""
-    assert server.container is not None
-    pid1 = ""
-    with contextlib.suppress(docker.errors.DockerException, KeyError, ValueError):
-        server.container.reload()
-        host_pid = str(server.container.attrs["State"]["Pid"])
-        top = server.container.top(ps_args="-eo pid,args")
-        column = top["Titles"].index("PID")
-        pid1 = next((" ".join(p[column + 1 :]) for p in top["Processes"] if p[column] == host_pid), "")
-    if not pid1:  # `docker top` with ps_args answers 500 on some engines: ask the kernel inside instead
-        with contextlib.suppress(docker.errors.DockerException):
-            code, out = server.container.exec_run(["cat", "/proc/1/cmdline"])
-            text = out.decode(errors="replace") if isinstance(out, bytes) and code == 0 else ""
-            pid1 = text.replace("\0", " ").strip()
-    body = _completion_body({"model": serve_line.MODEL_PATH, "prompt": PROMPT, "max_tokens": STREAM_TOKENS}, True)
-    streamed_at = time.monotonic()
-    first, outcome = prober.stream(body)
-    in_flight = first(FIRST_CHUNK_S)
-    began = time.monotonic()
-    code = server.stop(grace_s)
-    seconds = round(time.monotonic() - began, 1)
-    stream = outcome(30.0)
-    # The probe's own clock (its seconds from the request), on this host's: ended before the stop was sent?
-    ended_before = stream.get("seconds") is not None and streamed_at + float(stream["seconds"]) < began
-    log = server.logs()
-    return {
-        "grace_s": grace_s,
-        "in_flight": in_flight,
-        "pid1": pid1,
-        "exit_code": code,
-        "seconds": seconds,
-        "stream": stream_outcome(stream) + (" before docker stop was sent" if ended_before else ""),
-        "stream_ended_before_stop": ended_before,
-        "shutdown_errors": shutdown_errors(log),
-        "log": log,
-    }
 
 
 def _failed_route(probes: Mapping[str, Any]) -> str | None:
@@ -396,123 +289,3 @@ def reference_tokens(results: Sequence[CheckResult]) -> list[int] | None:
                 if tokens:
                     return list(tokens[0])
     return None
-
-
-# Makes the tiny model in the check container (the zipapp's ensure_model: once, under a lock; argv[1] the zipapp).
-ENSURE_MODEL = (
-    "import sys; sys.path.insert(0, sys.argv[1]); from vllm_smoke.vllmchecks import ensure_model; "
-    "print('MATRIX-MODEL ' + ensure_model())"
-)
-MODEL_DEADLINE_S = 600.0
-
-
-class Execs(Protocol):
-    """What runs the tiny model's maker: the check container (``TrackedContainer.exec``'s contract)."""
-
-    def exec(self, argv: list[str], env: Mapping[str, str], deadline_s: float) -> tuple[int | None, str]: ...
-
-
-class ServeRun:
-    """The serve check of one profile run, beside the check container's groups (the container runner's step):
-    ``start`` makes the tiny model in ``runner``'s container (its volume; ``zipapp``: the check package's path
-    there) and starts the server on a daemon thread; ``result`` waits for it and judges. Its containers carry a
-    session of their own (``sweep`` removes them)."""
-
-    def __init__(
-        self,
-        client: docker.DockerClient,
-        image: str,
-        variant: Variant,
-        run: ProfileRun,
-        runner: Execs,
-        volume: str,
-        *,
-        log_dir: Path,
-        zipapp: str,
-        gpu: bool = False,
-    ) -> None:
-        self.client, self.image, self.variant, self.run, self.runner = client, image, variant, run, runner
-        self.volume, self.log_dir, self.gpu, self.zipapp = volume, log_dir, gpu, zipapp
-        self.session = uuid.uuid4().hex[:12]
-        self.seen: Observed | None = None
-        self.error: str | None = None
-        self.error_output = ""
-        self.started = time.monotonic()
-        self.thread = threading.Thread(target=self._work, daemon=True)
-
-    def start(self) -> None:
-        """Begin: the model, then the server (``observe``), on a daemon thread."""
-        self.started = time.monotonic()
-        self.thread.start()
-
-    def _work(self) -> None:
-        try:
-            code, output = self.runner.exec(["python3", "-c", ENSURE_MODEL, self.zipapp], {}, MODEL_DEADLINE_S)
-            if "MATRIX-MODEL " not in output:
-                tail = " | ".join(output.strip().splitlines()[-2:])
-                self.error = f"making the tiny model for the server fails (exit {code}): {tail}"
-                self.error_output = output  # the whole traceback: the cause (rootcause.py) may be in its chain
-                return
-            self.seen = observe(
-                self.client,
-                self.image,
-                self.run.profile,
-                self.volume,
-                session=self.session,
-                grace_s=int(self.variant.stop_grace_s or STOP_GRACE_S),
-                gpu=self.gpu,
-                eager=str(self.run.suite) == "quick",
-            )
-        except Exception as exc:  # the check fails with it; the run goes on
-            self.error = f"{type(exc).__name__}: {exc}"
-
-    def sweep(self) -> None:
-        """Remove this run's server and client containers (by session label)."""
-        from matrixtool.core.container import sweep
-
-        sweep(self.client, self.session)
-
-    def environment(self) -> dict[str, str]:
-        """The server's environment: the image's ``Config.Env`` and the profile's ``env`` over it."""
-        try:
-            pairs = self.client.images.get(self.image).attrs.get("Config", {}).get("Env") or []
-        except docker.errors.DockerException:
-            pairs = []
-        image_env = dict(p.partition("=")[::2] for p in pairs)
-        return {**image_env, **self.run.profile.value(Condition.ENV)}
-
-    def result(self, timeout_s: float, results: Sequence[CheckResult]) -> CheckResult:
-        """Wait for the server run (up to what is left of ``timeout_s`` seconds since ``start``), judge it against
-        ``results`` (offline-generate's tokens) and write its log to ``<log stem>.serve.log``."""
-        self.thread.join(max(1.0, timeout_s - (time.monotonic() - self.started)))
-        log = self.log_dir / self.run.log_name(CHECK)
-        outputs.make_dirs(self.log_dir)
-        facts: dict[str, Any]
-        if self.thread.is_alive():
-            self.sweep()
-            status, diagnosis, hint, facts = Status.TIMEOUT, f"no result within {timeout_s:.0f} s", "", {}
-        elif self.seen is None:
-            status, diagnosis, hint, facts = Status.FAILED, self.error or "no result", "read the log", {}
-        else:
-            status, diagnosis, hint, facts = judge(
-                self.seen,
-                expected_tokens=reference_tokens(results),
-                vllm_version=str(self.variant.vllm.version).split("+")[0],
-                ready_budget_s=self.variant.ready_budget_s,
-                env=self.environment(),
-            )
-        written = "\n".join(filter(None, [self.error, self.error_output]))
-        outputs.write_text(log, self.seen.log if self.seen is not None else written)
-        return CheckResult(
-            variant=self.variant.name,
-            image=self.image,
-            check=CHECK,
-            status=status,
-            diagnosis=diagnosis,
-            hint="" if status.ok else hint,
-            seconds=round(time.monotonic() - self.started, 1),
-            facts=facts,
-            log=log,
-            profile=self.run.profile.name,
-            suite=self.run.suite,
-        )
