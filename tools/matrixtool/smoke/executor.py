@@ -23,7 +23,6 @@ import docker
 
 from matrixtool.core import outputs
 from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL
-from matrixtool.incontainer.vllm_smoke import common as incontainer
 from matrixtool.incontainer.vllm_smoke.common import Accelerator
 from matrixtool.model import profiles
 from matrixtool.model.checks import DEFAULT_SUITE
@@ -39,7 +38,7 @@ from matrixtool.smoke.plan import (
     plan_profiles,
     profile_run,
 )
-from matrixtool.smoke.result import CheckResult, Status, parse_output_safe, unhidden, verdict
+from matrixtool.smoke.result import CheckResult, Status, parse_output_safe, split_logs, unhidden, verdict
 from matrixtool.smoke.runners import Runner, ServeSetup, container_runner
 
 __all__ = ["execute", "host_has_gpu", "run_host_suite", "run_profiles", "run_suite"]
@@ -75,7 +74,7 @@ def execute(
         limit = group.timeout
         exit_code, output = runner.exec(runner.argv(group.checks, params), {}, group.deadline_s)
         wall = time.monotonic() - started
-        parts = incontainer.split_logs(output)
+        parts = split_logs(output)
         done: list[CheckResult] = []
         for check in group.checks:
             log = log_dir / run.log_name(check.name)
