@@ -3,7 +3,7 @@
 (``docs/checks.md``), the command table from the click commands and the exit-code table from
 ``errors.ExitCode`` (``docs/commands.md``), the run-condition table from ``conditions.ROWS``
 (``docs/profiles.md``), the README's serve command line from the one the serve check
-runs (``matrixtool.smoke.serve.readme_block``), and the wings of ``tools/matrixtool/`` with the levels of its
+runs (``matrixtool.smoke.serve_line.readme_block``), and the wings of ``tools/matrixtool/`` with the levels of its
 import graph from the tree (``docs/architecture.md``).
 
 Each table sits between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` in its file. ``tools/docs_tables.py``
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from matrixtool.core.errors import exit_code_table
 from matrixtool.model.checks import readme_table
-from matrixtool.smoke.serve import readme_block
+from matrixtool.smoke.serve_line import readme_block
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tools" / "matrixtool"

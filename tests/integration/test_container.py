@@ -9,6 +9,8 @@ import urllib.request
 from pathlib import Path
 
 import docker
+import docker.errors
+import pytest
 
 from matrixtool.core.bounded import OutputLimit
 from matrixtool.core.container import OWNER_LABEL, SESSION_LABEL, ContainerSpec, TrackedContainer
@@ -72,3 +74,18 @@ def test_the_log_of_a_failed_container_is_kept(client: docker.DockerClient, cpu_
     with TrackedContainer(client, spec, failure_log=log) as box:
         assert box.wait(60) == 3
     assert log.read_text() == "boom\n"
+
+
+def test_a_start_that_fails_after_the_engine_created_the_container_leaves_none(
+    client: docker.DockerClient, cpu_image: str
+) -> None:
+    """The SDK's ``containers.run`` creates, then starts: a start the engine refuses leaves the created container
+    unless the tracker removes it; a create-only container is removed as well."""
+    spec = ContainerSpec(image=cpu_image, entrypoint=["/no/such/program"], command=[], network_mode="none")
+    tracked = TrackedContainer(client, spec)
+    with pytest.raises(docker.errors.APIError), tracked:
+        pass
+    assert client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={tracked.session}"}) == []
+    with TrackedContainer(client, sleeper(cpu_image), create_only=True) as created:
+        assert created.held().status == "created"
+    assert client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={created.session}"}) == []

@@ -34,6 +34,7 @@ from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
 from matrixtool.core.container import OWNER_LABEL
 from matrixtool.smoke import serve_diagnosis as sd
+from matrixtool.smoke import serve_route_diagnosis as srd
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import INSTALL_WHEELS, OWNER, TEST_REPOSITORY
 
@@ -180,7 +181,7 @@ def test_too_little_shm(cpu_image: str, tiny_model: Path) -> None:
     assert re.search(r"asked for \d+ MiB of /dev/shm .* has 64 MiB free", d.diagnosis), d.diagnosis
     assert "--shm-size" in d.fix and "emptyDir: {medium: Memory" in d.fix
     # Every probe after that fails only because the server died.
-    route = sd.diagnose_route("GET /health", None, "", server=d)
+    route = srd.diagnose_route("GET /health", None, "", server=d)
     assert route is not None and route.consequence_of == d
 
 
@@ -267,7 +268,7 @@ def test_chat_without_template(served: Served) -> None:
         {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
     )
     assert status == 400, body
-    d = sd.diagnose_route("POST /v1/chat/completions", status, body, log=logs(served.container))
+    d = srd.diagnose_route("POST /v1/chat/completions", status, body, log=logs(served.container))
     assert d is not None, body
     assert (d.failure_class, d.name) == (17, "no-chat-template")
     assert "chat template" in d.cause and "--chat-template" in d.fix
@@ -276,7 +277,7 @@ def test_chat_without_template(served: Served) -> None:
 def test_model_id_the_server_does_not_serve(served: Served) -> None:
     status, body = http(f"{served.outcome.url}/v1/completions", {"model": "/model", "prompt": "hi", "max_tokens": 2})
     assert status == 404, body
-    d = sd.diagnose_route("POST /v1/completions", status, body)
+    d = srd.diagnose_route("POST /v1/completions", status, body)
     assert d is not None, body
     assert (d.failure_class, d.name) == (17, "unknown-model-id")
     assert "'/model'" in d.diagnosis and "serves 'tiny'" in d.diagnosis
@@ -288,7 +289,7 @@ def test_metrics_500_from_a_corrupted_multiprocess_file(served: Served) -> None:
     assert http(f"{served.outcome.url}/health")[0] == 200
     status, body = http(f"{served.outcome.url}/metrics")
     assert status == 500, body[:500]
-    d = sd.diagnose_route("GET /metrics", status, body, log=logs(served.container))
+    d = srd.diagnose_route("GET /metrics", status, body, log=logs(served.container))
     assert d is not None, logs(served.container)[-3000:]
     assert (d.failure_class, d.name) == (22, "metrics-file-corrupted"), d
     assert "file is corrupted" in d.cause and "PROMETHEUS_MULTIPROC_DIR" in d.diagnosis
@@ -302,7 +303,7 @@ def test_metrics_name_the_routes_once_the_file_is_gone(served: Served) -> None:
     status, text = http(f"{served.outcome.url}/metrics")
     assert status == 200, text[:500]
     assert 'http_requests_total{handler="/v1/completions"' in text, text[:3000]
-    assert sd.diagnose_metrics(text) is None
+    assert srd.diagnose_metrics(text) is None
 
 
 def test_shell_as_pid1_swallows_sigterm(served: Served) -> None:
@@ -318,7 +319,7 @@ def test_shell_as_pid1_swallows_sigterm(served: Served) -> None:
     wrapped.reload()
     exit_code = int(wrapped.attrs["State"]["ExitCode"])
     assert exit_code == 137 and seconds >= grace, (exit_code, seconds)
-    d = sd.diagnose_stop(exit_code=exit_code, seconds=seconds, grace=grace, pid1=pid1)
+    d = srd.diagnose_stop(exit_code=exit_code, seconds=seconds, grace=grace, pid1=pid1)
     assert d is not None
     assert (d.failure_class, d.name) == (19, "shell-pid1-swallows-sigterm")
     assert d.cause.startswith("PID 1: /bin/sh -c")
@@ -358,7 +359,7 @@ def test_fastapi_upgraded_in_a_derived_image(
     finally:
         client.images.remove(image, force=True)
     assert status == 200, text[:500]
-    d = sd.diagnose_metrics(text)
+    d = srd.diagnose_metrics(text)
     assert d is not None, text[:3000]
     assert (d.failure_class, d.name) == (16, "metrics-handler-none")
     assert "fastapi<0.137" in d.fix
@@ -413,7 +414,7 @@ def test_healthcheck_calls_a_binary_the_image_lacks(
         client.images.remove(image, force=True)
     assert log, "no health check ran"
     entry = log[0]
-    d = sd.diagnose_healthcheck(str(entry["Output"]), int(str(entry["ExitCode"])))
+    d = srd.diagnose_healthcheck(str(entry["Output"]), int(str(entry["ExitCode"])))
     assert d is not None, entry
     assert (d.failure_class, d.name) == (20, "healthcheck-binary-missing")
     assert "`curl`" in d.diagnosis

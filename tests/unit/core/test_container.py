@@ -56,12 +56,17 @@ class FakeContainers:
     def __init__(self, engine: FakeEngine) -> None:
         self.engine = engine
 
-    def run(self, **kwargs: Any) -> FakeContainer:
-        if self.engine.fail_with is not None:
-            raise self.engine.fail_with
+    def create(self, **kwargs: Any) -> FakeContainer:
         made = FakeContainer(self.engine, kwargs)
         self.engine.created.append(made)
         return made
+
+    def run(self, **kwargs: Any) -> FakeContainer:
+        if self.engine.fail_with is not None:
+            if self.engine.created_before_failing:
+                self.create(**kwargs)  # the SDK's run: create, then start, which fails
+            raise self.engine.fail_with
+        return self.create(**kwargs)
 
     def list(self, all: bool, filters: dict[str, str]) -> list[FakeContainer]:
         key, value = filters["label"].split("=", 1)
@@ -90,6 +95,7 @@ class FakeEngine:
         self.created: list[FakeContainer] = []
         self.execs: list[tuple[str, list[str], dict[str, str]]] = []
         self.fail_with: Exception | None = None
+        self.created_before_failing = False
         self.containers = FakeContainers(self)
         self.api = FakeApi(self)
         self.stream: Any = lambda: iter([b"hello ", b"world\n"])
@@ -163,6 +169,30 @@ def test_exec_format_error_is_wrong_platform() -> None:
     engine.fail_with = docker.errors.APIError("no such network")
     with pytest.raises(docker.errors.APIError), tracked(engine):
         pass
+
+
+def test_a_container_created_before_the_start_failed_is_removed_and_its_siblings_kept() -> None:
+    engine = FakeEngine()
+    sibling = FakeContainer(engine, {"labels": {container.SESSION_LABEL: "s1"}})
+    engine.created.append(sibling)
+    engine.fail_with = docker.errors.APIError("OCI runtime create failed: exec format error")
+    engine.created_before_failing = True
+    with pytest.raises(WrongPlatformError), tracked(engine):
+        pass
+    left = engine.created[1]
+    assert left.labels[container.CONTAINER_LABEL] and left.removed
+    assert not sibling.removed, "a failed start removes its own container, not the session's"
+
+
+def test_create_only_creates_and_never_starts() -> None:
+    engine = FakeEngine()
+    engine.fail_with = docker.errors.APIError("run must not be called")
+    with tracked(engine, create_only=True) as box:
+        made = engine.created[0]
+        assert box.container is made  # type: ignore[comparison-overlap]
+        assert "detach" not in made.kwargs
+        assert made.labels[container.SESSION_LABEL] == "s1" and made.labels[container.OWNER_LABEL] == "me"
+    assert made.removed
 
 
 def test_exec_returns_the_exit_code_and_output() -> None:

@@ -27,3 +27,24 @@ def test_a_payload_that_is_no_object() -> None:
         markers.MarkedLine(line="MARK {", payload="{").json_object()
     with pytest.raises(ValueError, match="too deeply"):
         markers.MarkedLine(line="", payload="[" * 200_000).json_object()
+
+
+def test_sections_run_from_a_begin_line_through_the_next_end_line() -> None:
+    output = "noise\nB one\nout 1\nE {}\nbetween\nB two\nout 2\nE {}\nB one\nagain\n"
+    assert markers.sections(output, "B ", "E ") == {
+        "one": "B one\nout 1\nE {}\nB one\nagain\n",
+        "two": "B two\nout 2\nE {}\n",
+    }
+
+
+def test_the_host_reads_the_in_image_markers_as_the_in_image_reader_does() -> None:
+    from matrixtool.incontainer.vllm_smoke import common
+    from matrixtool.smoke import result
+
+    passed = common.result_line("a", common.result("passed"))  # type: ignore[no-untyped-call]
+    failed = common.result_line("b", common.result("failed", "x"))  # type: ignore[no-untyped-call]
+    output = f"{common.BEGIN_MARK}a\nlog a\n{passed}\n{common.BEGIN_MARK}b\nlog b\n{failed}\ntrailer\n"
+    assert result.split_logs(output) == common.split_logs(output)
+    assert result.parse_output(output, "b") == common.parse_results(output)["b"]
+    with pytest.raises(ValueError, match="a result is no object"):
+        result.parse_output(f"{common.RESULT_MARK}[1]\n")

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from matrixtool.cli import main
 from matrixtool.core.errors import ExitCode
-from matrixtool.deploy import kube
+from matrixtool.deploy import kube, kube_checks
 from matrixtool.model.conditions import ROWS, Condition
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.profiles import Profile
@@ -30,8 +30,8 @@ def test_the_manifest_holds_exactly_the_profile_the_checks_ran_under(variant: st
     values = profile.values
     docs = kube.manifests(variant=variant, profile=profile.name, values=values, image="i:1", serving=SERVING)
     assert kube.conditions_of(docs) == kube.comparable(values)
-    assert kube.validate(docs) == []
-    assert list(yaml.safe_load_all(kube.to_yaml(docs))) == docs and "&id" not in kube.to_yaml(docs)
+    assert kube_checks.validate(docs) == []
+    assert list(yaml.safe_load_all(kube_checks.to_yaml(docs))) == docs and "&id" not in kube_checks.to_yaml(docs)
 
 
 def test_restricted_is_pss_restricted_and_default_is_not() -> None:
@@ -39,11 +39,11 @@ def test_restricted_is_pss_restricted_and_default_is_not() -> None:
     restricted = kube.manifests(
         variant="cpu", profile="restricted", values=profiles["restricted"].values, image="i", serving=SERVING
     )
-    assert kube.pss_restricted_problems(restricted) == []
+    assert kube_checks.pss_restricted_problems(restricted) == []
     default = kube.manifests(
         variant="cpu", profile="default", values=profiles["default"].values, image="i", serving=SERVING
     )
-    problems = kube.pss_restricted_problems(default)
+    problems = kube_checks.pss_restricted_problems(default)
     assert any("allowPrivilegeEscalation" in p for p in problems) and any("runAsNonRoot" in p for p in problems)
     kinds = [d["kind"] for d in restricted]
     assert kinds == ["Deployment", "Service", "NetworkPolicy"] and [d["kind"] for d in default] == kinds[:2]
@@ -55,7 +55,7 @@ def test_pss_rules_catch_what_they_name() -> None:
     spec["hostNetwork"] = True
     spec["volumes"].append({"name": "h", "hostPath": {"path": "/etc"}})
     spec["containers"][0]["securityContext"] = {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}
-    text = "\n".join(kube.pss_restricted_problems(docs))
+    text = "\n".join(kube_checks.pss_restricted_problems(docs))
     for needle in ("hostNetwork", "volume h is hostPath", "privileged", "capabilities add", "drop ALL"):
         assert needle in text, text
 

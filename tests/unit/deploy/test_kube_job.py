@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from matrixtool.deploy import kube, kube_job
+from matrixtool.deploy import kube, kube_checks, kube_job
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.select import select_checks
-from matrixtool.smoke import bundle, serve
+from matrixtool.smoke import bundle, serve_line
 
 VARIANTS = {v.name: v for v in load_matrix().variants}
 
@@ -23,7 +23,7 @@ def _docs(variant: str, profile: str, suite: str = "quick") -> tuple[list[dict[s
     v = VARIANTS[variant]
     p = v.profile(profile)
     assert p is not None
-    serving = kube.serving_for(v, profile, None, model=serve.MODEL_PATH, claim="vllm-models")
+    serving = kube.serving_for(v, profile, None, model=serve_line.MODEL_PATH, claim="vllm-models")
     data, deadline = kube_job.bundle_for(v, suite)
     job = kube_job.smoke_job(
         variant=v.name, accelerator=v.accelerator.value, profile=profile, values=p.values, image="img:1",
@@ -37,9 +37,9 @@ def _docs(variant: str, profile: str, suite: str = "quick") -> tuple[list[dict[s
 @pytest.mark.parametrize("profile", ["default", "restricted"])
 def test_the_job_is_the_profiles_pod_running_the_bundle(variant: str, profile: str) -> None:
     job, deployment = _docs(variant, profile)
-    assert kube.validate(job) == []
+    assert kube_checks.validate(job) == []
     if profile == "restricted":
-        assert kube.pss_restricted_problems(job) == []
+        assert kube_checks.pss_restricted_problems(job) == []
     config_map, job_doc = job[0], job[1]
     assert [d["kind"] for d in job] == ["ConfigMap", "Job"] + (["NetworkPolicy"] * (len(deployment) - 2))
     pod, server_pod = job_doc["spec"]["template"]["spec"], deployment[0]["spec"]["template"]["spec"]
@@ -58,7 +58,7 @@ def test_the_job_is_the_profiles_pod_running_the_bundle(variant: str, profile: s
     # The bundle: read-only from the ConfigMap; the JSON report on stdout; the work folder a memory emptyDir.
     assert container["command"][:4] == ["python3", "/smoke/bundle.pyz", "--json", "-"]
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-    assert mounts["/smoke"]["readOnly"] is True and serve.MODEL_MOUNT not in mounts
+    assert mounts["/smoke"]["readOnly"] is True and serve_line.MODEL_MOUNT not in mounts
     assert pod["restartPolicy"] == "Never" and job_doc["spec"]["backoffLimit"] == 0
     data = base64.b64decode(config_map["binaryData"][kube_job.BUNDLE_KEY])
     with zipfile.ZipFile(io.BytesIO(data)) as z:

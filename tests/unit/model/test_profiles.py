@@ -179,6 +179,9 @@ class _FakeClient:
                 outer.started.append(kwargs)
                 raise docker.errors.APIError("OCI runtime create failed: exec format error")
 
+            def list(self, all: bool, filters: dict[str, str]) -> list[Any]:
+                return []  # the failed start's sweep: nothing was created
+
         self.containers = Containers()
 
 

@@ -21,7 +21,7 @@ from matrixtool.incontainer.vllm_smoke import standalone as _standalone
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import CheckSpec
-from matrixtool.smoke import bundle, serve
+from matrixtool.smoke import bundle, serve, serve_line
 from matrixtool.smoke import runners as smoke_runners
 from matrixtool.smoke.plan import check_params, plan_host
 from matrixtool.smoke.result import CheckResult, Status, verdict
@@ -52,7 +52,7 @@ def test_the_facts_are_the_variants_plan_and_pins() -> None:
     assert "serve" not in {n for g in facts["groups"] for n in g}, "serve is the bundle's own step, in no group"
     assert facts["pins"]["vllm"] == str(CPU.vllm.version) and facts["pins"]["triton"] == CPU.triton.value
     options = facts["serve"]["options"]
-    assert options == [*serve.SERVE_OPTIONS, *serve.MODEL_OPTIONS], "the container check's serve line"
+    assert options == [*serve_line.SERVE_OPTIONS, *serve_line.MODEL_OPTIONS], "the container check's serve line"
     assert facts["serve"]["stop_grace_s"] == (CPU.stop_grace_s or serve.STOP_GRACE_S)
     assert "--enforce-eager" in _facts(suite="quick")["serve"]["options"]
     assert bundle.facts(CPU, list(CPU.checks), host=True)["params"]["host"] is True

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from matrixtool.incontainer.vllm_smoke import rootcause as shared
-from matrixtool.smoke import rootcause, serve_diagnosis
+from matrixtool.smoke import rootcause, serve_route_diagnosis
 from matrixtool.smoke.result import CheckResult, Status
 
 # Untyped, as the in-image package is (it runs on Python >= 3.9 in images).
@@ -122,7 +122,7 @@ def test_the_bundle_names_unlabelled_metrics_as_the_host_does() -> None:
     """Class 16: /metrics counting every request under handler="none" fails the bundle's serve with the host's
     diagnosis and fix (one definition, ``servediag``)."""
     body = 'http_requests_total{handler="none",method="POST",status="2xx"} 6.0\n'
-    host = serve_diagnosis.diagnose_metrics(body)
+    host = serve_route_diagnosis.diagnose_metrics(body)
     assert host is not None and host.failure_class == 16
     probes = {name: {"status": 200, "body": "{}"} for name in ("models", "completion", "stream", "chat", "version")}
     probes["metrics"] = {"status": 200, "body": body}
@@ -131,4 +131,4 @@ def test_the_bundle_names_unlabelled_metrics_as_the_host_does() -> None:
     assert status == "failed"
     assert f"{host.diagnosis}; fix: {host.fix}" in diagnosis
     assert facts["failure_class"] == 16
-    assert serve_diagnosis.diagnose_metrics(body.replace('"none"', '"/v1/completions"')) is None
+    assert serve_route_diagnosis.diagnose_metrics(body.replace('"none"', '"/v1/completions"')) is None

@@ -15,7 +15,7 @@ from matrixtool.model.checks import CHECKS
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import CheckSpec
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke import serve
+from matrixtool.smoke import serve, serve_health, serve_line
 from matrixtool.smoke.plan import SERVED_REASON, plan_profiles
 from matrixtool.smoke.result import Status
 
@@ -37,11 +37,11 @@ def test_the_server_container_runs_the_readme_line() -> None:
     flags, args = argv[3:image_at], argv[image_at + 1 :]
     # /dev/shm is the default profile's (matrix.yaml declares it; the tool adds none of its own).
     (default,) = [p for v in load_matrix().variants if v.name == "cpu" for p in v.profiles if p.name == "default"]
-    spec = serve.server_spec("img", default, "vol")
+    spec = serve_line.server_spec("img", default, "vol")
     assert list(spec.command or []) == args and spec.entrypoint is None  # the image's own ENTRYPOINT
     assert flags[flags.index("--shm-size") + 1] == spec.run_kwargs(session="s", owner="o")["shm_size"]
-    assert flags[flags.index("-p") + 1] == f"127.0.0.1::{serve.PORT}"  # a loopback port the engine picks
-    assert spec.extra["ports"] == {f"{serve.PORT}/tcp": ("127.0.0.1", None)}
+    assert flags[flags.index("-p") + 1] == f"127.0.0.1::{serve_line.PORT}"  # a loopback port the engine picks
+    assert spec.extra["ports"] == {f"{serve_line.PORT}/tcp": ("127.0.0.1", None)}
     source, target, mode = flags[flags.index("-v") + 1].split(":")
     assert spec.volumes == {"vol": {"bind": target, "mode": mode}} and source == "MODEL_VOLUME"
     assert not spec.init  # PID 1 is the server, as `docker run IMAGE serve` makes it
@@ -49,11 +49,11 @@ def test_the_server_container_runs_the_readme_line() -> None:
 
 def test_a_profile_without_network_publishes_nothing_and_its_client_shares_the_namespace() -> None:
     restricted = profiles.profile_from_mapping("restricted", RESTRICTED)
-    spec = serve.server_spec("img", restricted, "vol")
+    spec = serve_line.server_spec("img", restricted, "vol")
     kwargs = spec.run_kwargs(session="s", owner="o")
     assert "ports" not in kwargs and kwargs["network_mode"] == "none" and kwargs["user"] == "1000770000:0"
     assert kwargs["read_only"] is True and kwargs["tmpfs"] == {"/tmp": "rw,exec"}
-    client = serve.client_spec("img", restricted, "abc").run_kwargs(session="s", owner="o")
+    client = serve_line.client_spec("img", restricted, "abc").run_kwargs(session="s", owner="o")
     assert client["network_mode"] == "container:abc" and client["user"] == "1000770000:0"
 
 
@@ -65,7 +65,7 @@ def _probes(tokens: list[int], text: str = "abc", *, chat: str = "hi", requests:
     chunks = [json.dumps({"choices": [{"text": text[:1], "token_ids": tokens[:1]}]})]
     chunks.append(json.dumps({"choices": [{"text": text[1:], "token_ids": tokens[1:]}]}))
     return {
-        "models": _answer({"data": [{"id": serve.MODEL_PATH}]}),
+        "models": _answer({"data": [{"id": serve_line.MODEL_PATH}]}),
         "completion": _answer({"choices": [{"text": text, "token_ids": tokens}]}),
         "stream": {"status": 200, "chunks": chunks, "done": True, "error": None},
         "chat": _answer({"choices": [{"message": {"content": chat}}]}),
@@ -191,15 +191,15 @@ def test_the_images_healthcheck_is_read_as_docker_runs_it() -> None:
         "StartPeriod": 600_000_000_000,
         "Retries": 3,
     }
-    check = serve.healthcheck_of({"Config": {"Healthcheck": template}})
-    assert check == serve.Healthcheck(
+    check = serve_health.healthcheck_of({"Config": {"Healthcheck": template}})
+    assert check == serve_health.Healthcheck(
         argv=("python3", "-c", "import urllib.request"), timeout_s=5.0, interval_s=30.0, retries=3
     )
-    shell = serve.healthcheck_of({"Config": {"Healthcheck": {"Test": ["CMD-SHELL", "curl -f localhost:8000"]}}})
+    shell = serve_health.healthcheck_of({"Config": {"Healthcheck": {"Test": ["CMD-SHELL", "curl -f localhost:8000"]}}})
     assert shell is not None and shell.argv == ("/bin/sh", "-c", "curl -f localhost:8000")
     assert (shell.timeout_s, shell.interval_s, shell.retries) == (30.0, 30.0, 3)
-    assert serve.healthcheck_of({"Config": {"Healthcheck": {"Test": ["NONE"]}}}) is None
-    assert serve.healthcheck_of({"Config": {}}) is None
+    assert serve_health.healthcheck_of({"Config": {"Healthcheck": {"Test": ["NONE"]}}}) is None
+    assert serve_health.healthcheck_of({"Config": {}}) is None
 
 
 def test_a_healthcheck_that_fails_against_a_ready_server_fails_serve() -> None:
@@ -239,12 +239,12 @@ def test_a_failing_healthcheck_runs_up_to_its_retries_and_a_pass_ends_it(monkeyp
             self.calls.append((argv, deadline_s))
             return self.codes[len(self.calls) - 1], "out"
 
-    check = serve.Healthcheck(argv=("curl", "-f", "x"), timeout_s=5.0, interval_s=30.0, retries=3)
+    check = serve_health.Healthcheck(argv=("curl", "-f", "x"), timeout_s=5.0, interval_s=30.0, retries=3)
     failing = Server([1, None, 1])
-    health = serve.run_healthcheck(failing, check)  # type: ignore[arg-type]
+    health = serve_health.run_healthcheck(failing, check)  # type: ignore[arg-type]
     assert health["healthy"] is False and [r["exit_code"] for r in health["runs"]] == [1, None, 1]
     assert failing.calls == [(["curl", "-f", "x"], 5.0)] * 3
     recovering = Server([1, 0, 1])
-    assert serve.run_healthcheck(recovering, check)["healthy"] is True  # type: ignore[arg-type]
+    assert serve_health.run_healthcheck(recovering, check)["healthy"] is True  # type: ignore[arg-type]
     assert len(recovering.calls) == 2
-    assert serve.run_healthcheck(failing, None) == {}  # type: ignore[arg-type]
+    assert serve_health.run_healthcheck(failing, None) == {}  # type: ignore[arg-type]

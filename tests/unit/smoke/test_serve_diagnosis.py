@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from matrixtool.smoke import serve_diagnosis as sd
+from matrixtool.smoke import serve_route_diagnosis as srd
 
 DATA = Path(__file__).parent.parent / "data" / "serve"
 
@@ -140,7 +141,7 @@ def test_running_or_clean_exit_without_known_cause_is_no_failure() -> None:
     ],
 )
 def test_client_mismatch(route: str, status: int, body: str, name: str) -> None:
-    d = sd.diagnose_route(route, status, body)
+    d = srd.diagnose_route(route, status, body)
     assert d is not None
     assert (d.failure_class, d.name) == (17, name)
     assert d.cause.startswith(("As of transformers", "The model `/model` does not exist"))
@@ -148,21 +149,21 @@ def test_client_mismatch(route: str, status: int, body: str, name: str) -> None:
 
 def test_unknown_model_names_asked_and_served() -> None:
     body = '{"error":{"message":"The model `/model` does not exist. Valid aliases: tiny.","code":404}}'
-    d = sd.diagnose_route("POST /v1/completions", 404, body)
+    d = srd.diagnose_route("POST /v1/completions", 404, body)
     assert d is not None
     assert "'/model'" in d.diagnosis and "serves 'tiny'" in d.diagnosis and "--served-model-name" in d.fix
 
 
 def test_chat_template_fix_names_both_ways() -> None:
     body = '{"error":{"message":"default chat template is no longer allowed","code":400}}'
-    d = sd.diagnose_route("POST /v1/chat/completions", 400, body)
+    d = srd.diagnose_route("POST /v1/chat/completions", 400, body)
     assert d is not None and "--chat-template" in d.fix and "tokenizer_config.json" in d.fix
 
 
 def test_route_of_a_dead_server_is_a_consequence() -> None:
     server = sd.diagnose_log(log("shm-64m.log"), 1)
     assert server is not None
-    d = sd.diagnose_route("GET /metrics", None, "", server=server)
+    d = srd.diagnose_route("GET /metrics", None, "", server=server)
     assert d is not None
     assert d.consequence_of is server and d.failure_class == 15
     assert "a consequence of" in d.render() and "160 MiB" in d.render()
@@ -175,7 +176,7 @@ def test_metrics_500_from_a_corrupted_multiprocess_file() -> None:
         '"param":null,"code":500}}'
     )
     access = 'INFO:     172.17.0.1:59134 - "GET /metrics HTTP/1.1" 500 Internal Server Error\n'
-    d = sd.diagnose_route("GET /metrics", 500, body, log=access)
+    d = srd.diagnose_route("GET /metrics", 500, body, log=access)
     assert d is not None
     assert (d.failure_class, d.name) == (22, "metrics-file-corrupted")
     assert d.cause == "Read beyond file size detected, file is corrupted."
@@ -196,33 +197,33 @@ def test_route_500_with_a_web_stack_traceback() -> None:
             "AttributeError: '_IncludedRouter' object has no attribute 'path'",
         ]
     )
-    d = sd.diagnose_route("GET /v1/models", 500, "Internal Server Error", log=text)
+    d = srd.diagnose_route("GET /v1/models", 500, "Internal Server Error", log=text)
     assert d is not None
     assert (d.failure_class, d.name) == (16, "fastapi-instrumentator-skew")
     assert d.cause == "AttributeError: '_IncludedRouter' object has no attribute 'path'"
     other = text.replace("AttributeError: '_IncludedRouter' object has no attribute 'path'", "KeyError: 'x'")
-    d = sd.diagnose_route("GET /v1/models", 500, "Internal Server Error", log=other)
+    d = srd.diagnose_route("GET /v1/models", 500, "Internal Server Error", log=other)
     assert d is not None and (d.failure_class, d.name, d.cause) == (16, "route-500", "KeyError: 'x'")
 
 
 def test_answers_below_400_are_no_failure() -> None:
-    assert sd.diagnose_route("GET /health", 200, "") is None
+    assert srd.diagnose_route("GET /health", 200, "") is None
 
 
 def test_metrics_without_route_names() -> None:
     # /metrics of an image built on ours with fastapi 0.163.2 (`pip install -U fastapi`), after 4 requests.
-    d = sd.diagnose_metrics(log("metrics-handler-none.txt"))
+    d = srd.diagnose_metrics(log("metrics-handler-none.txt"))
     assert d is not None
     assert (d.failure_class, d.name) == (16, "metrics-handler-none")
     assert d.cause.startswith('http_requests_total{handler="none"')
     assert "fastapi<0.137" in d.fix and "pip check" in d.fix
     named = 'http_requests_total{handler="/v1/completions",method="POST",status="2xx"} 1.0\n'
-    assert sd.diagnose_metrics(named) is None
-    assert sd.diagnose_metrics("# no requests counted\n") is None
+    assert srd.diagnose_metrics(named) is None
+    assert srd.diagnose_metrics("# no requests counted\n") is None
 
 
 def test_shell_pid1_swallowing_sigterm() -> None:
-    d = sd.diagnose_stop(exit_code=137, seconds=10.4, grace=10, pid1=["/bin/sh", "-c", 'vllm "$@"', "vllm", "serve"])
+    d = srd.diagnose_stop(exit_code=137, seconds=10.4, grace=10, pid1=["/bin/sh", "-c", 'vllm "$@"', "vllm", "serve"])
     assert d is not None
     assert (d.failure_class, d.name) == (19, "shell-pid1-swallows-sigterm")
     assert "10 s of a 10 s grace" in d.diagnosis and "exit 137" in d.diagnosis
@@ -232,9 +233,9 @@ def test_shell_pid1_swallowing_sigterm() -> None:
 
 def test_stop_within_grace_keeps_the_contract() -> None:
     vllm = ["/opt/venv/bin/python", "/opt/venv/bin/vllm", "serve"]
-    assert sd.diagnose_stop(exit_code=0, seconds=0.8, grace=30, pid1=vllm) is None
-    assert sd.diagnose_stop(exit_code=143, seconds=2, grace=30, pid1=["vllm"]) is None
-    d = sd.diagnose_stop(exit_code=137, seconds=30.2, grace=30, pid1=vllm)
+    assert srd.diagnose_stop(exit_code=0, seconds=0.8, grace=30, pid1=vllm) is None
+    assert srd.diagnose_stop(exit_code=143, seconds=2, grace=30, pid1=["vllm"]) is None
+    d = srd.diagnose_stop(exit_code=137, seconds=30.2, grace=30, pid1=vllm)
     assert d is not None and d.name == "stop-not-within-grace"
 
 
@@ -247,7 +248,7 @@ def test_stop_within_grace_keeps_the_contract() -> None:
     ],
 )
 def test_healthcheck_binary_missing(output: str) -> None:
-    d = sd.diagnose_healthcheck(output, 1)
+    d = srd.diagnose_healthcheck(output, 1)
     assert d is not None
     assert (d.failure_class, d.name) == (20, "healthcheck-binary-missing")
     assert "`curl`" in d.diagnosis and "python3 -c" in d.fix

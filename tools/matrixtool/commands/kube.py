@@ -11,14 +11,14 @@ import click
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import outputs
 from matrixtool.core.errors import ConfigError, MatrixError
-from matrixtool.deploy import kube, kube_job
+from matrixtool.deploy import kube, kube_checks, kube_job
 from matrixtool.model import reference
 from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import Variant
 from matrixtool.model.profiles import ProfileChoice
 from matrixtool.model.select import select_variants
-from matrixtool.smoke import serve
+from matrixtool.smoke import serve_line
 
 
 class InvalidManifest(MatrixError):
@@ -36,7 +36,7 @@ class Args:
     image: str | None = None
     report: Path | None = None
     out: Path
-    model: str = serve.MODEL_PATH
+    model: str = serve_line.MODEL_PATH
     model_claim: str = "vllm-models"
     smoke_job: bool = False
     suite: str = DEFAULT_SUITE
@@ -90,14 +90,14 @@ def run(args: Args) -> list[Written]:
                     deadline_s=deadline,
                 )
                 name = f"{variant.name}.{profile.name}.smoke-job.yaml"
-            problems = kube.validate(docs)
+            problems = kube_checks.validate(docs)
             strict = profile.name == "restricted"
             if strict:
-                problems += kube.pss_restricted_problems(docs)
+                problems += kube_checks.pss_restricted_problems(docs)
             if problems:
                 raise InvalidManifest(f"{variant.name}/{profile.name}: " + "; ".join(problems))
             path = args.out / name
-            texts.append((path, kube.to_yaml(docs)))
+            texts.append((path, kube_checks.to_yaml(docs)))
             written.append(
                 Written(
                     variant=variant.name,
@@ -126,7 +126,7 @@ def run(args: Args) -> list[Written]:
     default=None,
     help="A run/test --json-file report: its serve results give the measured time to ready for the probes.",
 )
-@click.option("--model", default=serve.MODEL_PATH, show_default=True, help="The model path the server serves.")
+@click.option("--model", default=serve_line.MODEL_PATH, show_default=True, help="The model path the server serves.")
 @click.option("--model-claim", default="vllm-models", show_default=True, help="PersistentVolumeClaim holding it.")
 @click.option(
     "--smoke-job",
@@ -173,10 +173,11 @@ def command(
         pss = "; PSS restricted: ok" if w.pss_restricted else ""
         if smoke_job:
             click.echo(
-                f"{w.path}: Kubernetes {kube.K8S_VERSION} schemas: valid{pss}; the Job's log ends with the JSON report"
+                f"{w.path}: Kubernetes {kube_checks.K8S_VERSION} schemas: valid{pss}; "
+                "the Job's log ends with the JSON report"
             )
             continue
         click.echo(
-            f"{w.path}: Kubernetes {kube.K8S_VERSION} schemas: valid{pss}; startupProbe allows "
+            f"{w.path}: Kubernetes {kube_checks.K8S_VERSION} schemas: valid{pss}; startupProbe allows "
             f"{kube.STARTUP_MARGIN:g}x {w.cold_start_s:.0f} s ({w.cold_start_source})"
         )

@@ -11,6 +11,7 @@ import docker
 
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import engine
+from matrixtool.core.container import OWNER_ENV_VAR
 from matrixtool.core.errors import ConfigError
 from matrixtool.model import reference
 from matrixtool.supply import static as checks
@@ -29,7 +30,7 @@ def run(args: Args) -> list[checks.StaticResult]:
     reference.check_flags(image=args.image)
     client = engine.connect()
     try:
-        return checks.inspect(client, args.image, owner=args.env.get(checks.OWNER_ENV_VAR, ""))
+        return checks.inspect(client, args.image, owner=args.env.get(OWNER_ENV_VAR, ""))
     except docker.errors.ImageNotFound as exc:
         raise ConfigError("IMAGE", [f"no image {args.image!r} on this engine; build or pull it first"]) from exc
 

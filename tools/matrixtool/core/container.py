@@ -29,6 +29,9 @@ from matrixtool.core.bounded import DEFAULT_LIMIT, BoundedOutput, OutputLimit, r
 from matrixtool.core.errors import WrongPlatformError
 
 SESSION_LABEL = "io.vllm-matrix.session"
+# One container of one tracker (a fresh value per start): what a failed start sweeps, since the engine may have
+# created the container before ``containers.run`` failed (the SDK then leaves it), and siblings share the session.
+CONTAINER_LABEL = "io.vllm-matrix.container"
 # Who started the container: the value of MATRIX_OWNER in the environment (the test suite sets it, so its
 # leak check sees only its own containers, not those of a `tools/matrix run` beside it).
 OWNER_LABEL = "io.vllm-matrix.owner"
@@ -73,14 +76,17 @@ class ContainerSpec:
     device_requests: Sequence[docker.types.DeviceRequest] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    def run_kwargs(self, *, session: str, owner: str) -> dict[str, Any]:
-        """Keyword arguments of ``client.containers.run`` (detached), labelled with ``session`` and ``owner``."""
+    def run_kwargs(self, *, session: str, owner: str, container: str = "") -> dict[str, Any]:
+        """Keyword arguments of ``client.containers.run`` (detached), labelled with ``session``, ``owner`` and
+        ``container`` (the tracker's own label, when given)."""
         out: dict[str, Any] = dict(self.extra)
         merged = {"tmpfs": self.tmpfs, "environment": self.environment, "labels": self.labels}
         for key, own in merged.items():
             if own or key in out:
                 out[key] = {**out.get(key, {}), **own}
         out["labels"] = {**out.get("labels", {}), SESSION_LABEL: session, OWNER_LABEL: owner}
+        if container:
+            out["labels"][CONTAINER_LABEL] = container
         optional = {
             "entrypoint": list(self.entrypoint) if self.entrypoint is not None else None,
             "command": list(self.command) if self.command is not None else None,
@@ -111,11 +117,12 @@ def _close(streams: list[Any]) -> None:
                 getattr(closable, "close", lambda: None)()
 
 
-def sweep(client: docker.DockerClient, session: str) -> None:
-    """Remove every container labelled with ``session``: a signal (Ctrl-C, SIGTERM) may land between the engine
-    creating a container and its tracker holding it. Errors are ignored (the engine may be gone)."""
+def sweep(client: docker.DockerClient, session: str, *, label: str = SESSION_LABEL) -> None:
+    """Remove every container whose ``label`` (default: the session label) is ``session``: a signal (Ctrl-C,
+    SIGTERM) or a failed start may land between the engine creating a container and its tracker holding it.
+    Errors are ignored (the engine may be gone)."""
     with contextlib.suppress(docker.errors.DockerException, *engine.GONE):
-        for container in client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session}"}):
+        for container in client.containers.list(all=True, filters={"label": f"{label}={session}"}):
             with contextlib.suppress(docker.errors.DockerException, *engine.GONE):
                 container.remove(force=True)
 
@@ -148,6 +155,7 @@ class TrackedContainer:
 
     ``failure_log`` keeps the container's log (bounded) when the block raises (not on Ctrl-C/SIGTERM: the
     cleanup must be quick) or the container exited non-zero.
+    ``create_only``: the container is created and never started (its files are read with ``get_archive``).
     """
 
     def __init__(
@@ -158,25 +166,35 @@ class TrackedContainer:
         session: str | None = None,
         owner: str | None = None,
         failure_log: Path | None = None,
+        create_only: bool = False,
     ) -> None:
         self.client = client
         self.spec = spec
         self.session = session or uuid.uuid4().hex[:12]
         self.owner = owner if owner is not None else os.environ.get(OWNER_ENV_VAR, "")
         self.failure_log = failure_log
+        self.create_only = create_only
         self.container: Container | None = None
+        self._container_label = ""
 
     def start(self) -> Container:
-        """Start the container (removing the one it held first: a restart).
+        """Start the container, or only create it (``create_only``), removing the one it held first (a restart).
+        A container the engine created before the start failed is removed (swept by its own label).
 
         Raises WrongPlatformError (exit 12) when the engine cannot run the image's binaries (``exec format
         error``), docker.errors.ImageNotFound / APIError as the engine does."""
         self.remove()
-        kwargs = self.spec.run_kwargs(session=self.session, owner=self.owner)
+        self._container_label = uuid.uuid4().hex
+        kwargs = self.spec.run_kwargs(session=self.session, owner=self.owner, container=self._container_label)
         try:
-            self.container = self.client.containers.run(**kwargs)
-        except docker.errors.APIError as exc:
-            if EXEC_FORMAT_ERROR in str(exc).lower():
+            if self.create_only:
+                kwargs.pop("detach", None)
+                self.container = self.client.containers.create(**kwargs)
+            else:
+                self.container = self.client.containers.run(**kwargs)
+        except BaseException as exc:
+            sweep(self.client, self._container_label, label=CONTAINER_LABEL)
+            if isinstance(exc, docker.errors.APIError) and EXEC_FORMAT_ERROR in str(exc).lower():
                 raise WrongPlatformError(
                     f"{EXEC_FORMAT_ERROR} starting {self.spec.image}: this engine cannot run the image's "
                     f"architecture; {QEMU_HINT}"
@@ -188,6 +206,10 @@ class TrackedContainer:
         if self.container is None:
             raise RuntimeError(f"no container of {self.spec.image} is running: start() it first")
         return self.container
+
+    def held(self) -> Container:
+        """The container held (started, or created only); RuntimeError when none is."""
+        return self._running()
 
     def exec(
         self, argv: Sequence[str], env: Mapping[str, str], deadline_s: float, limit: OutputLimit = DEFAULT_LIMIT

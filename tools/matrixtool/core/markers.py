@@ -39,3 +39,18 @@ def last(output: str, mark: str) -> MarkedLine | None:
         if line.startswith(mark):
             return MarkedLine(line=line, payload=line[len(mark) :])
     return None
+
+
+def sections(output: str, begin: str, end: str) -> dict[str, str]:
+    """{name: its part of ``output``}: from a line ``begin`` + name through the next line that starts with
+    ``end`` (line ends kept); a name begun twice gets both parts, in order."""
+    parts: dict[str, str] = {}
+    current: str | None = None
+    for line in output.splitlines(keepends=True):
+        if line.startswith(begin):
+            current = line[len(begin) :].strip()
+        if current is not None:
+            parts[current] = parts.get(current, "") + line
+        if line.startswith(end):
+            current = None
+    return parts

@@ -11,9 +11,7 @@ least ``MIN_STARTUP_S``), then readiness and liveness on ``/health``, so a liven
 server that is still compiling (vLLM's own Helm chart has no startupProbe). ``enableServiceLinks: false``:
 a Service named ``vllm`` would otherwise inject ``VLLM_PORT=tcp://…``, which vLLM reads as its own setting.
 
-Pure: values in, dicts out. ``validate`` checks them against the Kubernetes OpenAPI schemas with
-kubernetes-validate; ``pss_restricted_problems`` applies the Pod Security Standard "restricted" rules, written
-here from https://kubernetes.io/docs/concepts/security/pod-security-standards/ (no library ships them).
+Pure: values in, dicts out; ``kube_checks`` validates them and writes them as YAML.
 """
 
 from __future__ import annotations
@@ -25,9 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
-import yaml
-
 from matrixtool.core import jsontext
 from matrixtool.core.errors import ConfigError
 from matrixtool.core.untrusted import check_shape
@@ -35,10 +30,8 @@ from matrixtool.model.conditions import ROWS, Condition, quantity
 from matrixtool.model.model import Variant
 from matrixtool.model.yamlfile import read_config_text
 from matrixtool.report import READ_BACK_SCHEMA
-from matrixtool.smoke import serve
+from matrixtool.smoke import serve, serve_line
 
-# The Kubernetes version the manifests are validated against (kubernetes-validate bundles its schemas).
-K8S_VERSION = "1.33.0"
 PORT_NAME = "http"
 PROBE_PERIOD_S = 5
 STARTUP_MARGIN = 3.0
@@ -52,10 +45,6 @@ MODEL_VOLUME = "models"
 # A Kubernetes object name of the DNS-1123 label kind (a PersistentVolumeClaim's, as `--model-claim` names one).
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 SHM_PATH = "/dev/shm"
-# PSS restricted: the only volume types allowed.
-PSS_VOLUMES = frozenset(
-    {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,11 +143,11 @@ def flag_problems(*, model: str, claim: str) -> list[str]:
         )
     if not model.startswith("/") or any(c.isspace() or not c.isprintable() for c in model):
         problems.append(f"--model {model!r}: give the model's absolute path in the server, e.g. /models/my-model")
-    elif not model.startswith(f"{serve.MODEL_MOUNT}/") or set(model.split("/")[2:]) & {"", ".", ".."}:
+    elif not model.startswith(f"{serve_line.MODEL_MOUNT}/") or set(model.split("/")[2:]) & {"", ".", ".."}:
         # The claim is mounted at MODEL_MOUNT: a path elsewhere (or leaving it by '..') serves nothing of it.
         problems.append(
-            f"--model {model!r} is not a folder on the model claim, which is mounted at {serve.MODEL_MOUNT}: "
-            f"give {serve.MODEL_MOUNT}/<folder> (no '.', '..' or empty parts)"
+            f"--model {model!r} is not a folder on the model claim, which is mounted at {serve_line.MODEL_MOUNT}: "
+            f"give {serve_line.MODEL_MOUNT}/<folder> (no '.', '..' or empty parts)"
         )
     return problems
 
@@ -175,9 +164,9 @@ def serving_for(variant: Variant, profile: str, measured_s: float | None, *, mod
         cold, source = 100.0, "no measurement or ready_budget: 100 s assumed"
     return Serving(
         # The suite's tiny model carries its own options (dtype, length, seed); a user's model serves with none.
-        args=tuple(serve.serve_argv(model, serve.MODEL_OPTIONS if model == serve.MODEL_PATH else ())),
-        port=serve.PORT,
-        model_mount=serve.MODEL_MOUNT,
+        args=tuple(serve_line.serve_argv(model, serve_line.MODEL_OPTIONS if model == serve_line.MODEL_PATH else ())),
+        port=serve_line.PORT,
+        model_mount=serve_line.MODEL_MOUNT,
         model_claim=claim,
         grace_s=variant.stop_grace_s or serve.STOP_GRACE_S,
         cold_start_s=cold,
@@ -387,76 +376,6 @@ def _docker_size(k8s: str) -> str:
         if k8s.endswith(suffix):
             return k8s.removesuffix(suffix) + unit
     return k8s
-
-
-def validate(docs: Sequence[Mapping[str, Any]], version: str = K8S_VERSION) -> list[str]:
-    """Problems of ``docs`` against the Kubernetes ``version`` OpenAPI schemas (kubernetes-validate, strict:
-    unknown fields are problems too); empty when every document is valid."""
-    problems = []
-    for doc in docs:
-        try:
-            kubernetes_validate.validate(dict(doc), version, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            problems.append(f"{doc.get('kind')} {doc.get('metadata', {}).get('name')}: {exc.message}")
-    return problems
-
-
-def pss_restricted_problems(docs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Where a Deployment or Job of ``docs`` breaks the Pod Security Standard "restricted" (and so "baseline").
-
-    The rules, from the standard's table: no host namespaces or hostPath, volume types of ``PSS_VOLUMES``
-    only, no privileged container or host ports, ``allowPrivilegeEscalation: false``, ``runAsNonRoot: true``
-    with a non-zero ``runAsUser``, seccomp ``RuntimeDefault`` or ``Localhost``, capabilities ``drop: [ALL]``
-    and none added but ``NET_BIND_SERVICE``."""
-    problems = []
-    for doc in docs:
-        if doc.get("kind") not in ("Deployment", "Job"):
-            continue
-        spec = doc["spec"]["template"]["spec"]
-        pod_sec = spec.get("securityContext", {})
-        where = f"{doc['kind']} {doc['metadata']['name']}"
-        for key in ("hostNetwork", "hostPID", "hostIPC"):
-            if spec.get(key):
-                problems.append(f"{where}: {key} is true (host namespaces are forbidden)")
-        for volume in spec.get("volumes", []):
-            kinds = set(volume) - {"name"}
-            if not kinds <= PSS_VOLUMES:
-                problems.append(f"{where}: volume {volume['name']} is {', '.join(sorted(kinds))}")
-        for container in spec.get("containers", []):
-            sec = container.get("securityContext", {})
-            name = f"{where} container {container['name']}"
-            if sec.get("privileged"):
-                problems.append(f"{name}: privileged")
-            if any("hostPort" in p for p in container.get("ports", [])):
-                problems.append(f"{name}: a hostPort")
-            if sec.get("allowPrivilegeEscalation") is not False:
-                problems.append(f"{name}: allowPrivilegeEscalation must be false")
-            non_root = sec.get("runAsNonRoot", pod_sec.get("runAsNonRoot"))
-            if non_root is not True:
-                problems.append(f"{name}: runAsNonRoot must be true")
-            if sec.get("runAsUser", pod_sec.get("runAsUser")) == 0:
-                problems.append(f"{name}: runAsUser 0")
-            seccomp = sec.get("seccompProfile", pod_sec.get("seccompProfile", {})).get("type")
-            if seccomp not in ("RuntimeDefault", "Localhost"):
-                problems.append(f"{name}: seccompProfile.type must be RuntimeDefault or Localhost (is {seccomp})")
-            caps = sec.get("capabilities", {})
-            if "ALL" not in caps.get("drop", []):
-                problems.append(f"{name}: capabilities must drop ALL")
-            if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
-                problems.append(f"{name}: capabilities add {caps['add']}")
-    return problems
-
-
-class _NoAliases(yaml.SafeDumper):
-    """A dumper that writes shared values out (no ``&id001`` anchors: kubectl reads them, people do not)."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
-def to_yaml(docs: Sequence[Mapping[str, Any]]) -> str:
-    """``docs`` as one multi-document YAML file (``kubectl apply -f``)."""
-    return yaml.dump_all([dict(d) for d in docs], Dumper=_NoAliases, sort_keys=False)
 
 
 def comparable(values: Mapping[Condition, Any]) -> dict[Condition, Any]:

@@ -5,7 +5,7 @@ comes as a ConfigMap's ``binaryData``, mounted read-only; the suite's work (the 
 ``emptyDir`` of its own (``SMOKE_DIR``, as the container check's tmpfs). The JSON report is the last thing the
 pod prints (``report_of`` reads it back from ``kubectl logs``).
 
-Pure: values in, dicts out; validated as the other manifests (``kube.validate``, ``kube.pss_restricted_problems``).
+Pure: values in, dicts out; validated as the other manifests (``kube_checks``).
 """
 
 from __future__ import annotations

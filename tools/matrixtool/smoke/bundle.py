@@ -26,7 +26,7 @@ from matrixtool.core.bounded import BoundedOutput
 from matrixtool.incontainer.vllm_smoke import standalone
 from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.model import CheckSpec, Variant
-from matrixtool.smoke import serve
+from matrixtool.smoke import serve, serve_line
 from matrixtool.smoke.plan import HOST_SLACK, KILL_GRACE, check_params, plan_host
 from matrixtool.smoke.result import CheckResult, Status
 from matrixtool.smoke.runners import CHECKS_DIR, PACKAGE_DIR
@@ -45,12 +45,12 @@ def file_name(variant: str) -> str:
 
 
 def serve_facts(variant: Variant, suite: str) -> dict[str, Any]:
-    """The serve step of ``variant``: the serve line's options (``serve.SERVE_OPTIONS``, the tiny model's
-    ``serve.MODEL_OPTIONS``, ``--enforce-eager`` in the quick suite, as the container check), the timeouts
+    """The serve step of ``variant``: the serve line's options (``serve_line.SERVE_OPTIONS``, the tiny model's
+    ``serve_line.MODEL_OPTIONS``, ``--enforce-eager`` in the quick suite, as the container check), the timeouts
     (seconds) and what the probes send."""
     eager = ["--enforce-eager"] if str(suite) == "quick" else []
     return {
-        "options": [*serve.SERVE_OPTIONS, *serve.MODEL_OPTIONS, *eager],
+        "options": [*serve_line.SERVE_OPTIONS, *serve_line.MODEL_OPTIONS, *eager],
         "ready_timeout_s": serve.READY_TIMEOUT_S,
         "stop_grace_s": variant.stop_grace_s or serve.STOP_GRACE_S,
         "ready_budget_s": variant.ready_budget_s,

@@ -22,15 +22,14 @@ from typing import Any, TypeVar
 import docker
 
 from matrixtool.core import outputs
-from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL, SESSION_LABEL
-from matrixtool.incontainer.vllm_smoke import common as incontainer
+from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL
 from matrixtool.incontainer.vllm_smoke.common import Accelerator
 from matrixtool.model import profiles
 from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke import bundle, hidden, rootcause, serve
+from matrixtool.smoke import bundle, hidden, rootcause, serve, serve_line
 from matrixtool.smoke.plan import (
     Group,
     ProfileRun,
@@ -39,7 +38,7 @@ from matrixtool.smoke.plan import (
     plan_profiles,
     profile_run,
 )
-from matrixtool.smoke.result import CheckResult, Status, parse_output_safe, unhidden, verdict
+from matrixtool.smoke.result import CheckResult, Status, parse_output_safe, split_logs, unhidden, verdict
 from matrixtool.smoke.runners import Runner, ServeSetup, container_runner
 
 __all__ = ["execute", "host_has_gpu", "run_host_suite", "run_profiles", "run_suite"]
@@ -75,7 +74,7 @@ def execute(
         limit = group.timeout
         exit_code, output = runner.exec(runner.argv(group.checks, params), {}, group.deadline_s)
         wall = time.monotonic() - started
-        parts = incontainer.split_logs(output)
+        parts = split_logs(output)
         done: list[CheckResult] = []
         for check in group.checks:
             log = log_dir / run.log_name(check.name)
@@ -180,9 +179,9 @@ def _in_image(
         served = any(c.name == serve.CHECK for c in run.checks)
         serving = served and (variant.accelerator is Accelerator.CPU or gpu)
         with contextlib.ExitStack() as stack:
-            volume = stack.enter_context(serve.model_volume(client, {OWNER_LABEL: owner()})) if serving else None
-            mounts = serve.check_mounts(volume) if volume else {}
-            env = serve.check_env() if volume else {}
+            volume = stack.enter_context(serve_line.model_volume(client, {OWNER_LABEL: owner()})) if serving else None
+            mounts = serve_line.check_mounts(volume) if volume else {}
+            env = serve_line.check_env() if volume else {}
             setup = ServeSetup(client=client, variant=variant, volume=volume, gpu=gpu) if served else None
             runner = stack.enter_context(
                 container_runner(
@@ -202,7 +201,7 @@ def _root_causes(
     (``hidden``, named on stderr and in run-conditions' facts), the build step behind an unwritable cache folder
     and failures that follow from another group's (``rootcause``)."""
     mounts = list(run.profile.value(Condition.TMPFS))
-    found = hidden.hidden_files(client, image, mounts, {SESSION_LABEL: uuid.uuid4().hex[:12], OWNER_LABEL: owner()})
+    found = hidden.hidden_files(client, image, mounts, session=uuid.uuid4().hex[:12], owner=owner())
     for listed in found:
         announce(f"[{done[0].variant if done else '?'}] profile {run.profile.name}: warning: {listed.describe()}")
     out = []

@@ -8,14 +8,15 @@ The files are read from a created, never started container (Docker's archive API
 
 from __future__ import annotations
 
-import contextlib
 import tarfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO
 
 import docker
 import docker.errors
+
+from matrixtool.core.container import ContainerSpec, TrackedContainer
 
 # Stop reading a mount point's archive after this many bytes of the stream or this many entries.
 MAX_BYTES = 256 * 2**20
@@ -94,28 +95,25 @@ def list_archive(mount_point: str, stream: IO[bytes] | _Bounded, *, max_entries:
 
 
 def hidden_files(
-    client: docker.DockerClient, image: str, mount_points: Sequence[str], labels: Mapping[str, str]
+    client: docker.DockerClient, image: str, mount_points: Sequence[str], *, session: str, owner: str
 ) -> list[Hidden]:
     """What ``image`` holds under each of ``mount_points`` (a profile's tmpfs mounts), for those that hold files.
 
-    The container is created with ``labels`` (the tool's session labels, so a signal sweep finds it), never
-    started, and always removed. A mount point the image lacks holds nothing.
+    The container is a ``TrackedContainer`` of ``session`` and ``owner`` (so a signal sweep finds it), created,
+    never started, and always removed. A mount point the image lacks holds nothing.
 
     Raises:
         docker.errors.DockerException: the engine refused to create the container.
     """
     found = []
-    container = client.containers.create(image, entrypoint=["true"], command=[], labels=dict(labels))
-    try:
+    spec = ContainerSpec(image=image, entrypoint=["true"], command=[])
+    with TrackedContainer(client, spec, session=session, owner=owner, create_only=True) as tracked:
         for point in mount_points:
             try:
-                chunks, _ = container.get_archive(point)
+                chunks, _ = tracked.held().get_archive(point)
             except docker.errors.NotFound:
                 continue
             listed = list_archive(point, _Bounded(chunks, MAX_BYTES))
             if listed.count:
                 found.append(listed)
-    finally:
-        with contextlib.suppress(docker.errors.DockerException):
-            container.remove(force=True)
     return found

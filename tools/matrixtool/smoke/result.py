@@ -10,6 +10,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from matrixtool.core import jsontext, markers
 from matrixtool.core.container import EXEC_FORMAT_ERROR
 from matrixtool.incontainer.vllm_smoke import common as incontainer
 from matrixtool.model import profiles
@@ -50,13 +51,24 @@ class CheckResult:
 
 
 def parse_output(output: str, check: str | None = None) -> dict[str, Any] | None:
-    """The result object of ``check`` (None: of any check) from the last of its ``MATRIX-RESULT`` lines, or None.
+    """The result object of ``check`` (None: of any check) from the last of its ``MATRIX-RESULT`` lines, or None;
+    a line without a check name is keyed None.
 
     Raises ValueError when that line is not JSON."""
-    results: dict[str | None, dict[str, Any]] = incontainer.parse_results(output)
+    results: dict[str | None, dict[str, Any]] = {}
+    for found in markers.marked(output, incontainer.RESULT_MARK):
+        parsed = jsontext.loads(found.payload)  # ValueError: not JSON
+        if not isinstance(parsed, dict):
+            raise ValueError(f"a result is no object: {found.line[:200]}")
+        results[parsed.get("check")] = parsed
     if check is None:
         return list(results.values())[-1] if results else None
     return results.get(check, results.get(None))
+
+
+def split_logs(output: str) -> dict[str, str]:
+    """{check name: its part of ``output``}: from its ``MATRIX-BEGIN`` line to its result line."""
+    return markers.sections(output, incontainer.BEGIN_MARK, incontainer.RESULT_MARK)
 
 
 def parse_output_safe(output: str, check: str) -> dict[str, Any] | None:

@@ -30,7 +30,7 @@ from matrixtool.core.container import OWNER_ENV_VAR, ContainerSpec, TrackedConta
 from matrixtool.model import profiles
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke import serve
+from matrixtool.smoke import serve, serve_run
 from matrixtool.smoke.plan import KILL_GRACE, ProfileRun, group_timeout
 from matrixtool.smoke.result import CheckResult, Status
 
@@ -174,10 +174,10 @@ class ContainerRunner:
         self.profile = profile
         self.image = box.spec.image
         self.serving = serving
-        self.servers: list[serve.ServeRun] = []
+        self.servers: list[serve_run.ServeRun] = []
 
     def step(self, check: CheckSpec, run: ProfileRun, log_dir: Path) -> Step:
-        """The serve step (``serve.ServeRun``: the image's server container of this profile, the tiny model made
+        """The serve step (``serve_run.ServeRun``: the image's server container of this profile, the tiny model made
         in this container's volume), or ``Skipped`` where no server can run here (a GPU variant, no GPU).
 
         Raises ValueError for a check that is no step of a container run."""
@@ -192,7 +192,7 @@ class ContainerRunner:
                 diagnosis=why, hint="", seconds=0.0, profile=run.profile.name, suite=run.suite,
             )  # fmt: skip
             return Skipped(outcome=skipped)
-        server = serve.ServeRun(
+        server = serve_run.ServeRun(
             setup.client, self.image, setup.variant, run, self, setup.volume, log_dir=log_dir, zipapp=ZIPAPP,
             gpu=setup.gpu,
         )  # fmt: skip

@@ -8,57 +8,26 @@ volume and keeps it while a container uses it, so the server starts while the ch
 Probes come from outside the server process: the host through a published port where the profile has a network,
 else a client container of the same image sharing the server's network namespace (``network_mode:
 container:<id>``), both running ``programs/serve_probe.py``. Readiness polls ``/health`` and stops the moment
-the server exits, with the root-cause line of its log. The judgement (``judge``) is a pure function.
+the server exits, with the root-cause line of its log. Here: what a run showed (``Observed``) and the judgement
+(``judge``, a pure function); the serve line and its containers are ``serve_line``, probing ``serve_probing``,
+the run itself ``serve_run``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import shlex
-import subprocess
-import threading
-import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import docker
-import docker.errors
-import docker.types
-
-from matrixtool.core import jsontext, outputs
-from matrixtool.core.container import ContainerSpec, TrackedContainer
+from matrixtool.core import jsontext
 from matrixtool.incontainer.vllm_smoke import serving
-from matrixtool.incontainer.vllm_smoke.programs import generate, serve_probe
+from matrixtool.incontainer.vllm_smoke.programs import generate
 from matrixtool.incontainer.vllm_smoke.vllmchecks import root_cause
-from matrixtool.model import profiles
-from matrixtool.model.conditions import Condition
-from matrixtool.model.profiles import Profile
-from matrixtool.smoke import serve_diagnosis
+from matrixtool.smoke import serve_diagnosis, serve_health, serve_line, serve_probing, serve_route_diagnosis
 from matrixtool.smoke.result import CheckResult, Status
 
 CHECK = "serve"
-PORT = 8000
-MODEL_MOUNT = "/models"
-MODEL_NAME = "tiny-llama"
-MODEL_PATH = f"{MODEL_MOUNT}/{MODEL_NAME}"
-# Where the check container mounts the model volume, and the folder the tiny model is made in (MATRIX_MODEL_DIR).
-CHECK_MOUNT = "/run/matrix-model"
-CHECK_MODEL_DIR = f"{CHECK_MOUNT}/{MODEL_NAME}"
-VOLUME_OPTS = {"type": "tmpfs", "device": "tmpfs", "o": "size=512m,mode=1777"}
-# vLLM's CPU backend asks for 160 MiB of /dev/shm; Docker's default is 64 MB (the server dies at start-up).
-SHM_SIZE = "1g"
-# What the tiny model needs beyond a user's line: offline-generate's settings (float32: vLLM's "auto" would
-# serve a float32 checkpoint in bfloat16, and greedy tokens differ), a context for the stop contract's stream.
-MODEL_OPTIONS = ("--dtype", "float32", "--max-model-len", "256", "--seed", "0")
-# What every user's line needs: on SIGTERM vLLM's default (--shutdown-timeout 0) aborts the engine but leaves
-# in-flight streams open, and uvicorn waits for them until the grace ends in SIGKILL (exit 137, seen on the CPU
-# image); a drain of 15 s finishes them and the server exits 0 within a pod's 30 s grace.
-SERVE_OPTIONS = ("--shutdown-timeout", "15")
 STOP_GRACE_S = 30  # a Kubernetes pod's terminationGracePeriodSeconds
 READY_TIMEOUT_S = 1200
 STREAM_TOKENS = 200  # the stop contract's in-flight stream (the tiny model's context is 256)
@@ -67,12 +36,6 @@ PROMPT = generate.PROMPTS[0]
 MAX_TOKENS = 8
 # Lines of vLLM's start-up log that open a phase (time to ready, per phase): the bundle's, shared.
 PHASES: tuple[tuple[str, str], ...] = serving.PHASES
-PROBE_SOURCE = Path(serve_probe.__file__).read_text(encoding="utf-8")
-# The in-image package is untyped (stdlib, Python >= 3.9): its functions as this module calls them.
-_health: Callable[[str], dict[str, Any]] = serve_probe.health
-_probe: Callable[[str, dict[str, Any]], dict[str, Any]] = serve_probe.probe
-_stream: Callable[..., dict[str, Any]] = serve_probe.stream
-_completion_body: Callable[[Mapping[str, Any], bool], dict[str, Any]] = serve_probe.completion_body
 _root_cause: Callable[[str], str | None] = root_cause
 # What the container check and the bundle's process-level check read alike (``vllm_smoke.serving``).
 phases_seen: Callable[[str, float, dict[str, float]], None] = serving.phases_seen
@@ -83,181 +46,6 @@ _choice: Callable[[Mapping[str, Any]], dict[str, Any]] = serving.choice
 _streamed: Callable[[Mapping[str, Any]], tuple[str, list[int]]] = serving.streamed
 SHUTDOWN_ERRORS: tuple[str, ...] = serving.SHUTDOWN_ERRORS
 GENERATION_REQUESTS: int = serving.GENERATION_REQUESTS
-FIRST_FILE = "/run/matrix-probe/first"
-# A command run against each server with a published port once ready, before the check's own probes (its URL
-# appended); non-zero fails the check. The integration tests run the official openai client so.
-CLIENT_ENV = "MATRIX_SERVE_CLIENT"
-CLIENT_TIMEOUT_S = 300
-
-
-def serve_argv(model: str = MODEL_PATH, options: Sequence[str] = MODEL_OPTIONS) -> list[str]:
-    """The arguments after the image name: ``serve MODEL SERVE_OPTIONS [options]`` (the ENTRYPOINT is ``vllm``)."""
-    return ["serve", model, *SERVE_OPTIONS, *options]
-
-
-def docker_flags(model_source: str, published: str = f"{PORT}:{PORT}") -> list[str]:
-    """The ``docker run`` flags of the README's serve line: shm, the published port (``published``: the user's
-    ``8000:8000``; the check's ``127.0.0.1::8000``, a loopback port the engine picks), the model read-only."""
-    return ["--shm-size", SHM_SIZE, "-p", published, "-v", f"{model_source}:{MODEL_MOUNT}:ro"]
-
-
-def readme_block() -> str:
-    """The README's serve section (between its ``serve-command`` markers): the user's line and the check's."""
-    user = ["docker", "run", "--rm", *docker_flags('"$PWD/models"'), "IMAGE", *serve_argv(f"{MODEL_MOUNT}/MODEL", ())]
-    check = ["docker", "run", "--rm", *docker_flags("MODEL_VOLUME", f"127.0.0.1::{PORT}"), "IMAGE", *serve_argv()]
-    return (
-        "```sh\n" + " ".join(user) + "\n```\n\n"
-        "The `serve` check runs this line with the suite's tiny model (a volume it made, with the model's own\n"
-        "options), on a loopback port the engine picks, under each profile's run conditions:\n\n"
-        "```sh\n" + " ".join(check) + "\n```\n"
-    )
-
-
-def check_mounts(volume: str) -> dict[str, dict[str, str]]:
-    """The check container's mount of the model volume (read-write: the tiny model is made there)."""
-    return {volume: {"bind": CHECK_MOUNT, "mode": "rw"}}
-
-
-def check_env() -> dict[str, str]:
-    """The check container's environment for the model folder (``vllm_smoke.common.MODEL_DIR``)."""
-    return {"MATRIX_MODEL_DIR": CHECK_MODEL_DIR}
-
-
-@contextlib.contextmanager
-def model_volume(client: docker.DockerClient, labels: Mapping[str, str]) -> Iterator[str]:
-    """A fresh tmpfs-backed volume for the tiny model (``VOLUME_OPTS``), removed on the way out (errors ignored:
-    a container still using it keeps it until the engine removes that container)."""
-    name = f"vllm-matrix-model-{uuid.uuid4().hex[:12]}"
-    client.volumes.create(name=name, driver="local", driver_opts=dict(VOLUME_OPTS), labels=dict(labels))
-    try:
-        yield name
-    finally:
-        with contextlib.suppress(docker.errors.DockerException):
-            client.volumes.get(name).remove(force=True)
-
-
-def server_spec(image: str, profile: Profile, volume: str, *, gpu: bool = False, eager: bool = False) -> ContainerSpec:
-    """The server container: the image's ENTRYPOINT with ``serve_argv()``, ``profile``'s run conditions (its
-    /dev/shm too: ``shm_size``), the model volume read-only at ``/models``, no init (the server is PID 1, as users
-    run it); port 8000 published on 127.0.0.1 (a port the engine picks) where the profile has a network.
-    ``eager``: ``--enforce-eager`` added (the quick suite: about 70 s to ready here instead of 100 s compiled; the
-    full suite's server proves the compiled engine)."""
-    extra = profiles.container_kwargs(profile)
-    if profile.network != "none":
-        extra["ports"] = {f"{PORT}/tcp": ("127.0.0.1", None)}
-    gpus = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpu else []
-    return ContainerSpec(
-        image=image,
-        command=[*serve_argv(), *(["--enforce-eager"] if eager else [])],
-        volumes={volume: {"bind": MODEL_MOUNT, "mode": "ro"}},
-        device_requests=gpus,
-        extra=extra,
-    )
-
-
-def client_spec(image: str, profile: Profile, server_id: str) -> ContainerSpec:
-    """The probe client: ``sleep infinity`` in the image, in the server's network namespace, as the profile's user
-    with a read-only root and a small tmpfs of its own (the first-chunk marker)."""
-    return ContainerSpec(
-        image=image,
-        entrypoint=["sleep"],
-        command=["infinity"],
-        network_mode=f"container:{server_id}",
-        user=profile.user,
-        read_only=True,
-        tmpfs={"/run/matrix-probe": "rw,nosuid,nodev,size=1m,mode=1777"},
-        extra={"healthcheck": {"test": ["NONE"]}},
-    )
-
-
-class Prober(Protocol):
-    """Runs ``serve_probe`` against the server: ``call(command, spec)`` returns its JSON; ``stream`` starts the
-    stop contract's stream and returns (a wait for its first chunk, a wait for its outcome)."""
-
-    def call(self, command: str, spec: Mapping[str, Any]) -> dict[str, Any]: ...
-
-    def stream(self, body: Mapping[str, Any]) -> tuple[Callable[[float], bool], Callable[[float], dict[str, Any]]]: ...
-
-
-def _background(work: Callable[[], dict[str, Any]]) -> Callable[[float], dict[str, Any]]:
-    """``work`` on a daemon thread; the returned wait gives its result ({"error": ...} if none within ``s``)."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box.update(work())
-        except Exception as exc:  # reported as the stream's outcome
-            box["error"] = f"{type(exc).__name__}: {exc}"
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-
-    def wait(seconds: float) -> dict[str, Any]:
-        thread.join(seconds)
-        return dict(box) if not thread.is_alive() else {"error": f"the stream did not end within {seconds:.0f} s"}
-
-    return wait
-
-
-class HostProber:
-    """Probes from this host through the published port (``base`` e.g. ``http://127.0.0.1:32768``)."""
-
-    def __init__(self, base: str) -> None:
-        self.base = base
-
-    def call(self, command: str, spec: Mapping[str, Any]) -> dict[str, Any]:
-        """``serve_probe.health`` or ``serve_probe.probe`` here."""
-        if command == "health":
-            return _health(self.base)
-        return _probe(self.base, dict(spec))
-
-    def stream(self, body: Mapping[str, Any]) -> tuple[Callable[[float], bool], Callable[[float], dict[str, Any]]]:
-        """``serve_probe.stream`` on a thread of this process."""
-        first = threading.Event()
-        wait = _background(lambda: _stream(self.base, dict(body), on_first=first.set, timeout=300.0))
-        return first.wait, wait
-
-
-class ClientProber:
-    """Probes from a client container sharing the server's network namespace (``python3 -c serve_probe``)."""
-
-    BASE = f"http://127.0.0.1:{PORT}"
-
-    def __init__(self, box: TrackedContainer) -> None:
-        self.box = box
-
-    def _run(self, command: str, spec: Mapping[str, Any], deadline_s: float) -> dict[str, Any]:
-        argv = ["python3", "-c", PROBE_SOURCE, command, self.BASE, json.dumps(spec)]
-        code, output = self.box.exec(argv, {}, deadline_s)
-        for line in reversed(output.splitlines()):
-            if line.startswith(serve_probe.PROBE_MARK):
-                try:  # printed by the image's own python3: any text
-                    answer = jsontext.loads(line[len(serve_probe.PROBE_MARK) :])
-                except ValueError:
-                    answer = None
-                if isinstance(answer, dict):
-                    return answer
-                return {"status": None, "error": f"the probe client printed no JSON object: {line[:300]}"}
-        return {"status": None, "error": f"the probe client printed no result (exit {code}): {output[-300:]}"}
-
-    def call(self, command: str, spec: Mapping[str, Any]) -> dict[str, Any]:
-        """One ``serve_probe`` command in the client container."""
-        return self._run(command, spec, 30.0 if command == "health" else 600.0)
-
-    def stream(self, body: Mapping[str, Any]) -> tuple[Callable[[float], bool], Callable[[float], dict[str, Any]]]:
-        """The stream in the client container; its first chunk is seen as a marker file the probe writes."""
-        wait = _background(lambda: self._run("stream", {**body, "_first_file": FIRST_FILE}, 400.0))
-
-        def first(seconds: float) -> bool:
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                code, _ = self.box.exec(["test", "-f", FIRST_FILE], {}, 10.0)
-                if code == 0:
-                    return True
-                time.sleep(0.5)
-            return False
-
-        return first, wait
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -286,213 +74,6 @@ def startup_cause(log: str) -> str:
         return cause
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     return lines[-1] if lines else "no log"
-
-
-def observe(
-    client: docker.DockerClient,
-    image: str,
-    profile: Profile,
-    volume: str,
-    *,
-    session: str,
-    grace_s: int = STOP_GRACE_S,
-    gpu: bool = False,
-    eager: bool = False,
-    ready_timeout_s: float = READY_TIMEOUT_S,
-) -> Observed:
-    """Start the server of ``profile`` on ``volume``'s model, wait until ready, probe it, stop it during a stream.
-
-    Once ready and where the port is published, the command of ``CLIENT_ENV`` runs first (``run_client``).
-    Raises docker errors as ``TrackedContainer.start`` does; every container is removed on the way out."""
-    spec = server_spec(image, profile, volume, gpu=gpu, eager=eager)
-    started = time.monotonic()
-    with TrackedContainer(client, spec, session=session) as server:
-        if server.container is None:
-            raise RuntimeError("the server container did not start")
-        server_id = str(server.container.id)
-        with contextlib.ExitStack() as stack:
-            prober: Prober
-            base: str | None = None
-            if profile.network == "none":
-                box = stack.enter_context(
-                    TrackedContainer(client, client_spec(image, profile, server_id), session=session)
-                )
-                prober = ClientProber(box)
-            else:
-                base = f"http://127.0.0.1:{server.host_port(f'{PORT}/tcp')}"
-                prober = HostProber(base)
-            seen: dict[str, float] = {}
-            ready_s = None
-            while time.monotonic() - started < ready_timeout_s:
-                code = server.wait(0.5)
-                log = server.logs()
-                phases_seen(log, time.monotonic() - started, seen)
-                if code is not None:
-                    return Observed(ready_s=None, phases=seen, exit_code=code, log=log)
-                if prober.call("health", {}).get("status") == 200:
-                    ready_s = round(time.monotonic() - started, 1)
-                    break
-                time.sleep(1.0)
-            if ready_s is None:
-                return Observed(ready_s=None, phases=seen, log=server.logs())
-            ran = run_client(base) if base is not None else {}
-            health = run_healthcheck(server, healthcheck_of(client.images.get(image).attrs))
-            probes = prober.call("probe", {"model": MODEL_PATH, "prompt": PROMPT, "max_tokens": MAX_TOKENS})
-            stop = stop_contract(server, prober, grace_s)
-            log = stop.pop("log", "")
-            return Observed(ready_s=ready_s, phases=seen, probes=probes, stop=stop, log=log, client=ran, health=health)
-
-
-def run_client(base: str) -> dict[str, Any]:
-    """Run the command of ``CLIENT_ENV`` (shell words) with ``base`` (the server's URL) as its last argument:
-    {"command", "exit_code", "output" (its last 2000 characters)}; {} when the variable is unset. A client of
-    one's own (the integration tests run the official ``openai`` client) against the server the check started."""
-    command = os.environ.get(CLIENT_ENV, "").strip()
-    if not command:
-        return {}
-    argv = [*shlex.split(command), base]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"command": command, "exit_code": None, "output": f"{type(exc).__name__}: {exc}"}
-    return {"command": command, "exit_code": proc.returncode, "output": (proc.stdout + proc.stderr)[-2000:]}
-
-
-# Docker's defaults for a HEALTHCHECK option the image leaves out (docker run --help: --health-*), in seconds.
-HEALTH_INTERVAL_S, HEALTH_TIMEOUT_S, HEALTH_RETRIES = 30.0, 30.0, 3
-# The most this check waits between two runs of a failing HEALTHCHECK (Docker waits its interval).
-HEALTH_SPACING_S = 5.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class Healthcheck:
-    """An image's HEALTHCHECK as Docker runs it: ``argv`` (``CMD-SHELL`` through ``/bin/sh -c``), seconds per
-    run before it counts as failed (``timeout_s``), between runs (``interval_s``), and ``retries``: the
-    consecutive failures after which Docker calls the container unhealthy."""
-
-    argv: tuple[str, ...]
-    timeout_s: float
-    interval_s: float
-    retries: int
-
-
-def healthcheck_of(attrs: Mapping[str, Any]) -> Healthcheck | None:
-    """The HEALTHCHECK of an image from its ``docker image inspect`` attributes (``Config.Healthcheck``: ``Test``,
-    durations in nanoseconds, 0 for Docker's default); None when it has none or ``NONE``."""
-    config = (attrs.get("Config") or {}).get("Healthcheck") or {}
-    test = [str(t) for t in config.get("Test") or []]
-    if not test or test[0] == "NONE":
-        return None
-    if test[0] == "CMD-SHELL":
-        argv: tuple[str, ...] = ("/bin/sh", "-c", " ".join(test[1:]))
-    elif test[0] == "CMD":
-        argv = tuple(test[1:])
-    else:  # an exec form without its marker (never written by docker build)
-        argv = tuple(test)
-    if not argv:
-        return None
-
-    def seconds(key: str, default: float) -> float:
-        value = config.get(key) or 0
-        return float(value) / 1e9 if isinstance(value, int | float) and value > 0 else default
-
-    retries = config.get("Retries")
-    return Healthcheck(
-        argv=argv,
-        timeout_s=seconds("Timeout", HEALTH_TIMEOUT_S),
-        interval_s=seconds("Interval", HEALTH_INTERVAL_S),
-        retries=int(retries) if isinstance(retries, int) and retries > 0 else HEALTH_RETRIES,
-    )
-
-
-def run_healthcheck(server: TrackedContainer, check: Healthcheck | None) -> dict[str, Any]:
-    """Run ``check`` in the ready ``server`` as Docker does (an exec as the container's user, in its environment
-    and run conditions, each run failed past ``timeout_s``), until one run passes or ``retries`` runs in a row
-    failed (Docker's ``unhealthy``), at most ``HEALTH_SPACING_S`` apart. {} without a HEALTHCHECK; else
-    ``argv``, ``healthy`` and each run's ``exit_code`` (None: past its timeout) and ``output`` (last 500 chars)."""
-    if check is None:
-        return {}
-    runs: list[dict[str, Any]] = []
-    for attempt in range(check.retries):
-        if attempt:
-            time.sleep(min(check.interval_s, HEALTH_SPACING_S))
-        code, output = server.exec(list(check.argv), {}, check.timeout_s)
-        runs.append({"exit_code": code, "output": output[-500:]})
-        if code == 0:
-            break
-    return {
-        "argv": list(check.argv),
-        "timeout_s": check.timeout_s,
-        "healthy": runs[-1]["exit_code"] == 0,
-        "runs": runs,
-    }
-
-
-def health_problem(health: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(problem, fix) for an image HEALTHCHECK that failed against a ready server (``run_healthcheck``'s record),
-    or None when it passed or there is none."""
-    if not health or health.get("healthy"):
-        return None
-    last = (health.get("runs") or [{}])[-1]
-    code, output = last.get("exit_code"), str(last.get("output") or "")
-    shown = shlex.join(str(a) for a in health.get("argv") or [])
-    runs = len(health.get("runs") or [])
-    if code is None:
-        return (
-            f"the image's HEALTHCHECK `{shown}` ran past its timeout of {health.get('timeout_s')} s {runs} time(s) "
-            "in a row while /health answered 200: Docker marks the container unhealthy",
-            "give the HEALTHCHECK a --timeout above what its command takes, or probe /health directly",
-        )
-    found = serve_diagnosis.diagnose_healthcheck(output, int(code))
-    if found is not None:
-        return f"{found.diagnosis} ({found.cause})", found.fix
-    tail = " | ".join(output.strip().splitlines()[-2:])
-    return (
-        f"the image's HEALTHCHECK `{shown}` exits {code} {runs} time(s) in a row while /health answered 200: "
-        f"Docker marks the container unhealthy ({tail or 'no output'})",
-        "make the HEALTHCHECK ask the server's /health on the port it listens on (127.0.0.1:8000) with a "
-        "program the image has",
-    )
-
-
-def stop_contract(server: TrackedContainer, prober: Prober, grace_s: int) -> dict[str, Any]:
-    """``docker stop`` with ``grace_s`` during a streaming request: PID 1's command, the exit code, the seconds
-    the stop took, how the stream ended, and the server's log (key ``log``)."""
-    assert server.container is not None
-    pid1 = ""
-    with contextlib.suppress(docker.errors.DockerException, KeyError, ValueError):
-        server.container.reload()
-        host_pid = str(server.container.attrs["State"]["Pid"])
-        top = server.container.top(ps_args="-eo pid,args")
-        column = top["Titles"].index("PID")
-        pid1 = next((" ".join(p[column + 1 :]) for p in top["Processes"] if p[column] == host_pid), "")
-    if not pid1:  # `docker top` with ps_args answers 500 on some engines: ask the kernel inside instead
-        with contextlib.suppress(docker.errors.DockerException):
-            code, out = server.container.exec_run(["cat", "/proc/1/cmdline"])
-            text = out.decode(errors="replace") if isinstance(out, bytes) and code == 0 else ""
-            pid1 = text.replace("\0", " ").strip()
-    body = _completion_body({"model": MODEL_PATH, "prompt": PROMPT, "max_tokens": STREAM_TOKENS}, True)
-    streamed_at = time.monotonic()
-    first, outcome = prober.stream(body)
-    in_flight = first(FIRST_CHUNK_S)
-    began = time.monotonic()
-    code = server.stop(grace_s)
-    seconds = round(time.monotonic() - began, 1)
-    stream = outcome(30.0)
-    # The probe's own clock (its seconds from the request), on this host's: ended before the stop was sent?
-    ended_before = stream.get("seconds") is not None and streamed_at + float(stream["seconds"]) < began
-    log = server.logs()
-    return {
-        "grace_s": grace_s,
-        "in_flight": in_flight,
-        "pid1": pid1,
-        "exit_code": code,
-        "seconds": seconds,
-        "stream": stream_outcome(stream) + (" before docker stop was sent" if ended_before else ""),
-        "stream_ended_before_stop": ended_before,
-        "shutdown_errors": shutdown_errors(log),
-        "log": log,
-    }
 
 
 def _failed_route(probes: Mapping[str, Any]) -> str | None:
@@ -529,42 +110,82 @@ def judge(
     ``expected_tokens``: offline-generate's eager greedy tokens for ``PROMPT`` (None: no comparison, said so);
     ``ready_budget_s``: the variant's ``ready_budget`` in seconds (None: none); ``env``: the server's
     environment (the image's and the profile's), where a log names no variable (a Kubernetes service link)."""
-    facts: dict[str, Any] = {"ready_s": seen.ready_s, "phases": dict(seen.phases), "argv": serve_argv()}
+    facts: dict[str, Any] = {"ready_s": seen.ready_s, "phases": dict(seen.phases), "argv": serve_line.serve_argv()}
     if seen.ready_s is None:
-        cause = startup_cause(seen.log)
-        if seen.exit_code is not None:
-            facts["exit_code"] = seen.exit_code
-            found = serve_diagnosis.diagnose_log(seen.log, seen.exit_code, env=env)
-            if found is not None:
-                facts["failure_class"] = found.failure_class
-                return (
-                    Status.FAILED,
-                    f"the server exited ({seen.exit_code}) before it was ready: {found.diagnosis}: {found.cause}",
-                    found.fix,
-                    facts,
-                )
-            return (
-                Status.FAILED,
-                f"the server exited ({seen.exit_code}) before it was ready: {cause}",
-                "read the server's log (the root cause is logged before vLLM's wrappers)",
-                facts,
-            )
-        return (
-            Status.FAILED,
-            f"/health did not answer 200 within {READY_TIMEOUT_S} s (last log line: {cause})",
-            "read the server's log; a probe must outlast a cold start (compile) on this machine",
-            facts,
-        )
+        return _not_ready(seen, facts, env)
     probes = seen.probes
     if not probes:
         return Status.FAILED, "the server was ready but no request was sent", "", facts
     problems: list[str] = []
     hints: list[str] = []
+    _answer_problems(probes, seen.log, expected_tokens, vllm_version, facts, problems, hints)
+    _run_problems(seen, facts, problems, hints)
+    stop = facts["stop"]
+    if ready_budget_s is not None and seen.ready_s > ready_budget_s:
+        facts["ready_budget_s"] = ready_budget_s
+        problems.append(f"ready after {seen.ready_s:.0f} s, over its ready_budget of {ready_budget_s:.0f} s")
+    summary = (
+        f"ready in {seen.ready_s:.0f} s; models, greedy completion"
+        f"{' == offline-generate' if expected_tokens is not None else ' (no offline-generate tokens to compare)'}, "
+        f"stream, chat, metrics ({facts['metrics_requests']}), version {facts['version']}; stop: exit "
+        f"{stop.get('exit_code')} in "
+        f"{stop.get('seconds')} s, stream {stop.get('stream')}"
+        + ("; the image's HEALTHCHECK passes" if seen.health else "")
+    )
+    stopped = _stop_diagnosis(stop)
+    if stopped is not None:
+        hints.append(stopped.fix)
+    if problems:
+        return Status.FAILED, "; ".join(problems), "; ".join(hints) or "read the server's log", facts
+    return Status.PASSED, summary, "", facts
+
+
+def _not_ready(
+    seen: Observed, facts: dict[str, Any], env: Mapping[str, str] | None
+) -> tuple[Status, str, str, dict[str, Any]]:
+    """``judge`` of a server that never answered /health 200: it exited (diagnosed from its log) or timed out."""
+    cause = startup_cause(seen.log)
+    if seen.exit_code is not None:
+        facts["exit_code"] = seen.exit_code
+        found = serve_diagnosis.diagnose_log(seen.log, seen.exit_code, env=env)
+        if found is not None:
+            facts["failure_class"] = found.failure_class
+            return (
+                Status.FAILED,
+                f"the server exited ({seen.exit_code}) before it was ready: {found.diagnosis}: {found.cause}",
+                found.fix,
+                facts,
+            )
+        return (
+            Status.FAILED,
+            f"the server exited ({seen.exit_code}) before it was ready: {cause}",
+            "read the server's log (the root cause is logged before vLLM's wrappers)",
+            facts,
+        )
+    return (
+        Status.FAILED,
+        f"/health did not answer 200 within {READY_TIMEOUT_S} s (last log line: {cause})",
+        "read the server's log; a probe must outlast a cold start (compile) on this machine",
+        facts,
+    )
+
+
+def _answer_problems(
+    probes: Mapping[str, Any],
+    log: str,
+    expected_tokens: Sequence[int] | None,
+    vllm_version: str,
+    facts: dict[str, Any],
+    problems: list[str],
+    hints: list[str],
+) -> None:
+    """The routes' answers against what they must say (models, greedy tokens, stream, chat, metrics, version):
+    appends to ``problems`` and ``hints``, records what was read in ``facts``."""
     failed = _failed_route(probes)
     if failed:
         problems.append(failed)
         route, answer = next((ROUTES.get(k, k), a) for k, a in probes.items() if a.get("status") != 200)
-        found = serve_diagnosis.diagnose_route(route, answer.get("status"), str(answer.get("body", "")), log=seen.log)
+        found = serve_route_diagnosis.diagnose_route(route, answer.get("status"), str(answer.get("body", "")), log=log)
         if found is not None:
             problems.append(found.diagnosis)
             hints.append(found.fix)
@@ -572,8 +193,8 @@ def judge(
     with contextlib.suppress(ValueError, KeyError, TypeError):
         models = [m["id"] for m in jsontext.loads(probes["models"]["body"])["data"]]
     facts["models"] = models
-    if MODEL_PATH not in models:
-        problems.append(f"/v1/models lists {models}, not the served {MODEL_PATH}")
+    if serve_line.MODEL_PATH not in models:
+        problems.append(f"/v1/models lists {models}, not the served {serve_line.MODEL_PATH}")
     choice = _choice(probes.get("completion", {}))
     tokens = list(choice.get("token_ids") or [])
     facts["tokens"] = tokens
@@ -593,7 +214,7 @@ def judge(
     facts["metrics_requests"] = counted
     if counted != GENERATION_REQUESTS:
         problems.append(f"/metrics counts {counted} finished requests, {GENERATION_REQUESTS} were sent")
-    unlabelled = serve_diagnosis.diagnose_metrics(str(probes.get("metrics", {}).get("body", "")))
+    unlabelled = serve_route_diagnosis.diagnose_metrics(str(probes.get("metrics", {}).get("body", "")))
     if unlabelled is not None:  # class 16: every request counted under handler="none"
         facts["failure_class"] = unlabelled.failure_class
         problems.append(f"{unlabelled.diagnosis}; fix: {unlabelled.fix}")
@@ -603,15 +224,19 @@ def judge(
     facts["version"] = version
     if not version.startswith(vllm_version):
         problems.append(f"/version is {version!r}, the variant pins {vllm_version}")
+
+
+def _run_problems(seen: Observed, facts: dict[str, Any], problems: list[str], hints: list[str]) -> None:
+    """The client of ``CLIENT_ENV``, the image's HEALTHCHECK and the stop contract: appends to ``problems`` and
+    ``hints``, records them in ``facts``."""
     if seen.client:
         facts["client"] = dict(seen.client)
         if seen.client.get("exit_code") != 0:
-            problems.append(
-                f"the {CLIENT_ENV} client exits {seen.client.get('exit_code')}: {seen.client.get('output')}"
-            )
+            code, output = seen.client.get("exit_code"), seen.client.get("output")
+            problems.append(f"the {serve_probing.CLIENT_ENV} client exits {code}: {output}")
     if seen.health:
         facts["healthcheck"] = dict(seen.health)
-        unhealthy = health_problem(seen.health)
+        unhealthy = serve_health.health_problem(seen.health)
         if unhealthy is not None:
             facts["failure_class"] = serve_diagnosis.PROBES
             problems.append(unhealthy[0])
@@ -619,22 +244,6 @@ def judge(
     stop = dict(seen.stop)
     facts["stop"] = stop
     problems += stop_problems(stop)
-    if ready_budget_s is not None and seen.ready_s > ready_budget_s:
-        facts["ready_budget_s"] = ready_budget_s
-        problems.append(f"ready after {seen.ready_s:.0f} s, over its ready_budget of {ready_budget_s:.0f} s")
-    summary = (
-        f"ready in {seen.ready_s:.0f} s; models, greedy completion"
-        f"{' == offline-generate' if expected_tokens is not None else ' (no offline-generate tokens to compare)'}, "
-        f"stream, chat, metrics ({counted}), version {version}; stop: exit {stop.get('exit_code')} in "
-        f"{stop.get('seconds')} s, stream {stop.get('stream')}"
-        + ("; the image's HEALTHCHECK passes" if seen.health else "")
-    )
-    stopped = _stop_diagnosis(stop)
-    if stopped is not None:
-        hints.append(stopped.fix)
-    if problems:
-        return Status.FAILED, "; ".join(problems), "; ".join(hints) or "read the server's log", facts
-    return Status.PASSED, summary, "", facts
 
 
 def stop_problems(stop: Mapping[str, Any]) -> list[str]:
@@ -659,10 +268,10 @@ def stop_problems(stop: Mapping[str, Any]) -> list[str]:
 
 
 def _stop_diagnosis(stop: Mapping[str, Any]) -> serve_diagnosis.Diagnosis | None:
-    """``serve_diagnosis.diagnose_stop`` of the stop contract's observations (None: kept, or not observed)."""
+    """``serve_route_diagnosis.diagnose_stop`` of the stop contract's observations (None: kept, or not observed)."""
     if stop.get("exit_code") is None or stop.get("seconds") is None:
         return None
-    return serve_diagnosis.diagnose_stop(
+    return serve_route_diagnosis.diagnose_stop(
         exit_code=int(stop["exit_code"]),
         seconds=float(stop["seconds"]),
         grace=float(stop.get("grace_s", STOP_GRACE_S)),
@@ -680,117 +289,3 @@ def reference_tokens(results: Sequence[CheckResult]) -> list[int] | None:
                 if tokens:
                     return list(tokens[0])
     return None
-
-
-# Makes the tiny model in the check container (the zipapp's ensure_model: once, under a lock; argv[1] the zipapp).
-ENSURE_MODEL = (
-    "import sys; sys.path.insert(0, sys.argv[1]); from vllm_smoke.vllmchecks import ensure_model; "
-    "print('MATRIX-MODEL ' + ensure_model())"
-)
-MODEL_DEADLINE_S = 600.0
-
-
-class ServeRun:
-    """The serve check of one profile run, beside the check container's groups (the container runner's step):
-    ``start`` makes the tiny model in ``runner``'s container (its volume; ``zipapp``: the check package's path
-    there) and starts the server on a daemon thread; ``result`` waits for it and judges. Its containers carry a
-    session of their own (``sweep`` removes them)."""
-
-    def __init__(
-        self,
-        client: docker.DockerClient,
-        image: str,
-        variant: Any,
-        run: Any,
-        runner: Any,
-        volume: str,
-        *,
-        log_dir: Path,
-        zipapp: str,
-        gpu: bool = False,
-    ) -> None:
-        self.client, self.image, self.variant, self.run, self.runner = client, image, variant, run, runner
-        self.volume, self.log_dir, self.gpu, self.zipapp = volume, log_dir, gpu, zipapp
-        self.session = uuid.uuid4().hex[:12]
-        self.seen: Observed | None = None
-        self.error: str | None = None
-        self.error_output = ""
-        self.started = time.monotonic()
-        self.thread = threading.Thread(target=self._work, daemon=True)
-
-    def start(self) -> None:
-        """Begin: the model, then the server (``observe``), on a daemon thread."""
-        self.started = time.monotonic()
-        self.thread.start()
-
-    def _work(self) -> None:
-        try:
-            code, output = self.runner.exec(["python3", "-c", ENSURE_MODEL, self.zipapp], {}, MODEL_DEADLINE_S)
-            if "MATRIX-MODEL " not in output:
-                tail = " | ".join(output.strip().splitlines()[-2:])
-                self.error = f"making the tiny model for the server fails (exit {code}): {tail}"
-                self.error_output = output  # the whole traceback: the cause (rootcause.py) may be in its chain
-                return
-            self.seen = observe(
-                self.client,
-                self.image,
-                self.run.profile,
-                self.volume,
-                session=self.session,
-                grace_s=int(getattr(self.variant, "stop_grace_s", None) or STOP_GRACE_S),
-                gpu=self.gpu,
-                eager=str(self.run.suite) == "quick",
-            )
-        except Exception as exc:  # the check fails with it; the run goes on
-            self.error = f"{type(exc).__name__}: {exc}"
-
-    def sweep(self) -> None:
-        """Remove this run's server and client containers (by session label)."""
-        from matrixtool.core.container import sweep
-
-        sweep(self.client, self.session)
-
-    def environment(self) -> dict[str, str]:
-        """The server's environment: the image's ``Config.Env`` and the profile's ``env`` over it."""
-        try:
-            pairs = self.client.images.get(self.image).attrs.get("Config", {}).get("Env") or []
-        except docker.errors.DockerException:
-            pairs = []
-        image_env = dict(p.partition("=")[::2] for p in pairs)
-        return {**image_env, **self.run.profile.value(Condition.ENV)}
-
-    def result(self, timeout_s: float, results: Sequence[CheckResult]) -> CheckResult:
-        """Wait for the server run (up to what is left of ``timeout_s`` seconds since ``start``), judge it against
-        ``results`` (offline-generate's tokens) and write its log to ``<log stem>.serve.log``."""
-        self.thread.join(max(1.0, timeout_s - (time.monotonic() - self.started)))
-        log = self.log_dir / self.run.log_name(CHECK)
-        outputs.make_dirs(self.log_dir)
-        facts: dict[str, Any]
-        if self.thread.is_alive():
-            self.sweep()
-            status, diagnosis, hint, facts = Status.TIMEOUT, f"no result within {timeout_s:.0f} s", "", {}
-        elif self.seen is None:
-            status, diagnosis, hint, facts = Status.FAILED, self.error or "no result", "read the log", {}
-        else:
-            status, diagnosis, hint, facts = judge(
-                self.seen,
-                expected_tokens=reference_tokens(results),
-                vllm_version=str(self.variant.vllm.version).split("+")[0],
-                ready_budget_s=getattr(self.variant, "ready_budget_s", None),
-                env=self.environment(),
-            )
-        written = "\n".join(filter(None, [self.error, self.error_output]))
-        outputs.write_text(log, self.seen.log if self.seen is not None else written)
-        return CheckResult(
-            variant=self.variant.name,
-            image=self.image,
-            check=CHECK,
-            status=status,
-            diagnosis=diagnosis,
-            hint="" if status.ok else hint,
-            seconds=round(time.monotonic() - self.started, 1),
-            facts=facts,
-            log=log,
-            profile=self.run.profile.name,
-            suite=self.run.suite,
-        )

@@ -15,6 +15,7 @@ from typing import Any
 import docker
 from docker_image import reference as oci
 
+from matrixtool.core.container import ContainerSpec, TrackedContainer
 from matrixtool.core.errors import ExitCode, MatrixError
 
 MAX_LAYERS = 40
@@ -24,9 +25,6 @@ LICENSES_DIR = "/licenses"
 # /licenses is a few MB of text; the tar stream is read no further than this.
 MAX_LICENSES_BYTES = 256 * 1024 * 1024
 PURPOSE_LABEL = "io.vllm-matrix.purpose"
-# Who made the container: MATRIX_OWNER, as the smoke executor and sbom label theirs (the test suite's leak check).
-OWNER_LABEL = "io.vllm-matrix.owner"
-OWNER_ENV_VAR = "MATRIX_OWNER"
 
 
 class StaticCheckFailure(MatrixError):
@@ -134,16 +132,13 @@ def inspect(client: docker.DockerClient, ref: str, *, owner: str = "") -> list[S
     Raises docker.errors.ImageNotFound: no such image on the engine.
     """
     image = client.images.get(ref)
-    labels = {PURPOSE_LABEL: "static", OWNER_LABEL: owner}
-    container = client.containers.create(ref, entrypoint=["true"], command=[], labels=labels)
-    try:
+    spec = ContainerSpec(image=ref, entrypoint=["true"], command=[], labels={PURPOSE_LABEL: "static"})
+    with TrackedContainer(client, spec, owner=owner, create_only=True) as tracked:
         try:
-            stream, _ = container.get_archive(LICENSES_DIR)
+            stream, _ = tracked.held().get_archive(LICENSES_DIR)
             files = license_listing(stream)
         except docker.errors.NotFound:
             files = []
-    finally:
-        container.remove(force=True)
     return judge(ref, image.attrs, files)
 
 

@@ -1,0 +1,90 @@
+"""Checks of rendered manifests, and their YAML: ``validate`` against the Kubernetes OpenAPI schemas with
+kubernetes-validate; ``pss_restricted_problems`` applies the Pod Security Standard "restricted" rules, written
+here from https://kubernetes.io/docs/concepts/security/pod-security-standards/ (no library ships them);
+``to_yaml`` for ``kubectl apply -f``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import kubernetes_validate
+import yaml
+
+# The Kubernetes version the manifests are validated against (kubernetes-validate bundles its schemas).
+K8S_VERSION = "1.33.0"
+# PSS restricted: the only volume types allowed.
+PSS_VOLUMES = frozenset(
+    {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+)
+
+
+def validate(docs: Sequence[Mapping[str, Any]], version: str = K8S_VERSION) -> list[str]:
+    """Problems of ``docs`` against the Kubernetes ``version`` OpenAPI schemas (kubernetes-validate, strict:
+    unknown fields are problems too); empty when every document is valid."""
+    problems = []
+    for doc in docs:
+        try:
+            kubernetes_validate.validate(dict(doc), version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            problems.append(f"{doc.get('kind')} {doc.get('metadata', {}).get('name')}: {exc.message}")
+    return problems
+
+
+def pss_restricted_problems(docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Where a Deployment or Job of ``docs`` breaks the Pod Security Standard "restricted" (and so "baseline").
+
+    The rules, from the standard's table: no host namespaces or hostPath, volume types of ``PSS_VOLUMES``
+    only, no privileged container or host ports, ``allowPrivilegeEscalation: false``, ``runAsNonRoot: true``
+    with a non-zero ``runAsUser``, seccomp ``RuntimeDefault`` or ``Localhost``, capabilities ``drop: [ALL]``
+    and none added but ``NET_BIND_SERVICE``."""
+    problems = []
+    for doc in docs:
+        if doc.get("kind") not in ("Deployment", "Job"):
+            continue
+        spec = doc["spec"]["template"]["spec"]
+        pod_sec = spec.get("securityContext", {})
+        where = f"{doc['kind']} {doc['metadata']['name']}"
+        for key in ("hostNetwork", "hostPID", "hostIPC"):
+            if spec.get(key):
+                problems.append(f"{where}: {key} is true (host namespaces are forbidden)")
+        for volume in spec.get("volumes", []):
+            kinds = set(volume) - {"name"}
+            if not kinds <= PSS_VOLUMES:
+                problems.append(f"{where}: volume {volume['name']} is {', '.join(sorted(kinds))}")
+        for container in spec.get("containers", []):
+            sec = container.get("securityContext", {})
+            name = f"{where} container {container['name']}"
+            if sec.get("privileged"):
+                problems.append(f"{name}: privileged")
+            if any("hostPort" in p for p in container.get("ports", [])):
+                problems.append(f"{name}: a hostPort")
+            if sec.get("allowPrivilegeEscalation") is not False:
+                problems.append(f"{name}: allowPrivilegeEscalation must be false")
+            non_root = sec.get("runAsNonRoot", pod_sec.get("runAsNonRoot"))
+            if non_root is not True:
+                problems.append(f"{name}: runAsNonRoot must be true")
+            if sec.get("runAsUser", pod_sec.get("runAsUser")) == 0:
+                problems.append(f"{name}: runAsUser 0")
+            seccomp = sec.get("seccompProfile", pod_sec.get("seccompProfile", {})).get("type")
+            if seccomp not in ("RuntimeDefault", "Localhost"):
+                problems.append(f"{name}: seccompProfile.type must be RuntimeDefault or Localhost (is {seccomp})")
+            caps = sec.get("capabilities", {})
+            if "ALL" not in caps.get("drop", []):
+                problems.append(f"{name}: capabilities must drop ALL")
+            if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+                problems.append(f"{name}: capabilities add {caps['add']}")
+    return problems
+
+
+class _NoAliases(yaml.SafeDumper):
+    """A dumper that writes shared values out (no ``&id001`` anchors: kubectl reads them, people do not)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def to_yaml(docs: Sequence[Mapping[str, Any]]) -> str:
+    """``docs`` as one multi-document YAML file (``kubectl apply -f``)."""
+    return yaml.dump_all([dict(d) for d in docs], Dumper=_NoAliases, sort_keys=False)

@@ -1,0 +1,115 @@
+"""The serve line: the README's ``docker run ... vllm serve`` line (``serve_argv``, ``docker_flags``,
+``readme_block``), the tiny model's volume (``model_volume``: a tmpfs-backed Docker volume, mode 1777, nothing on
+the host's disk) and the containers of the serve check (``server_spec``, ``client_spec``)."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+
+import docker
+import docker.errors
+import docker.types
+
+from matrixtool.core.container import ContainerSpec
+from matrixtool.model import profiles
+from matrixtool.model.profiles import Profile
+
+PORT = 8000
+MODEL_MOUNT = "/models"
+MODEL_NAME = "tiny-llama"
+MODEL_PATH = f"{MODEL_MOUNT}/{MODEL_NAME}"
+# Where the check container mounts the model volume, and the folder the tiny model is made in (MATRIX_MODEL_DIR).
+CHECK_MOUNT = "/run/matrix-model"
+CHECK_MODEL_DIR = f"{CHECK_MOUNT}/{MODEL_NAME}"
+VOLUME_OPTS = {"type": "tmpfs", "device": "tmpfs", "o": "size=512m,mode=1777"}
+# vLLM's CPU backend asks for 160 MiB of /dev/shm; Docker's default is 64 MB (the server dies at start-up).
+SHM_SIZE = "1g"
+# What the tiny model needs beyond a user's line: offline-generate's settings (float32: vLLM's "auto" would
+# serve a float32 checkpoint in bfloat16, and greedy tokens differ), a context for the stop contract's stream.
+MODEL_OPTIONS = ("--dtype", "float32", "--max-model-len", "256", "--seed", "0")
+# What every user's line needs: on SIGTERM vLLM's default (--shutdown-timeout 0) aborts the engine but leaves
+# in-flight streams open, and uvicorn waits for them until the grace ends in SIGKILL (exit 137, seen on the CPU
+# image); a drain of 15 s finishes them and the server exits 0 within a pod's 30 s grace.
+SERVE_OPTIONS = ("--shutdown-timeout", "15")
+
+
+def serve_argv(model: str = MODEL_PATH, options: Sequence[str] = MODEL_OPTIONS) -> list[str]:
+    """The arguments after the image name: ``serve MODEL SERVE_OPTIONS [options]`` (the ENTRYPOINT is ``vllm``)."""
+    return ["serve", model, *SERVE_OPTIONS, *options]
+
+
+def docker_flags(model_source: str, published: str = f"{PORT}:{PORT}") -> list[str]:
+    """The ``docker run`` flags of the README's serve line: shm, the published port (``published``: the user's
+    ``8000:8000``; the check's ``127.0.0.1::8000``, a loopback port the engine picks), the model read-only."""
+    return ["--shm-size", SHM_SIZE, "-p", published, "-v", f"{model_source}:{MODEL_MOUNT}:ro"]
+
+
+def readme_block() -> str:
+    """The README's serve section (between its ``serve-command`` markers): the user's line and the check's."""
+    user = ["docker", "run", "--rm", *docker_flags('"$PWD/models"'), "IMAGE", *serve_argv(f"{MODEL_MOUNT}/MODEL", ())]
+    check = ["docker", "run", "--rm", *docker_flags("MODEL_VOLUME", f"127.0.0.1::{PORT}"), "IMAGE", *serve_argv()]
+    return (
+        "```sh\n" + " ".join(user) + "\n```\n\n"
+        "The `serve` check runs this line with the suite's tiny model (a volume it made, with the model's own\n"
+        "options), on a loopback port the engine picks, under each profile's run conditions:\n\n"
+        "```sh\n" + " ".join(check) + "\n```\n"
+    )
+
+
+def check_mounts(volume: str) -> dict[str, dict[str, str]]:
+    """The check container's mount of the model volume (read-write: the tiny model is made there)."""
+    return {volume: {"bind": CHECK_MOUNT, "mode": "rw"}}
+
+
+def check_env() -> dict[str, str]:
+    """The check container's environment for the model folder (``vllm_smoke.common.MODEL_DIR``)."""
+    return {"MATRIX_MODEL_DIR": CHECK_MODEL_DIR}
+
+
+@contextlib.contextmanager
+def model_volume(client: docker.DockerClient, labels: Mapping[str, str]) -> Iterator[str]:
+    """A fresh tmpfs-backed volume for the tiny model (``VOLUME_OPTS``), removed on the way out (errors ignored:
+    a container still using it keeps it until the engine removes that container)."""
+    name = f"vllm-matrix-model-{uuid.uuid4().hex[:12]}"
+    client.volumes.create(name=name, driver="local", driver_opts=dict(VOLUME_OPTS), labels=dict(labels))
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(docker.errors.DockerException):
+            client.volumes.get(name).remove(force=True)
+
+
+def server_spec(image: str, profile: Profile, volume: str, *, gpu: bool = False, eager: bool = False) -> ContainerSpec:
+    """The server container: the image's ENTRYPOINT with ``serve_argv()``, ``profile``'s run conditions (its
+    /dev/shm too: ``shm_size``), the model volume read-only at ``/models``, no init (the server is PID 1, as users
+    run it); port 8000 published on 127.0.0.1 (a port the engine picks) where the profile has a network.
+    ``eager``: ``--enforce-eager`` added (the quick suite: about 70 s to ready here instead of 100 s compiled; the
+    full suite's server proves the compiled engine)."""
+    extra = profiles.container_kwargs(profile)
+    if profile.network != "none":
+        extra["ports"] = {f"{PORT}/tcp": ("127.0.0.1", None)}
+    gpus = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpu else []
+    return ContainerSpec(
+        image=image,
+        command=[*serve_argv(), *(["--enforce-eager"] if eager else [])],
+        volumes={volume: {"bind": MODEL_MOUNT, "mode": "ro"}},
+        device_requests=gpus,
+        extra=extra,
+    )
+
+
+def client_spec(image: str, profile: Profile, server_id: str) -> ContainerSpec:
+    """The probe client: ``sleep infinity`` in the image, in the server's network namespace, as the profile's user
+    with a read-only root and a small tmpfs of its own (the first-chunk marker)."""
+    return ContainerSpec(
+        image=image,
+        entrypoint=["sleep"],
+        command=["infinity"],
+        network_mode=f"container:{server_id}",
+        user=profile.user,
+        read_only=True,
+        tmpfs={"/run/matrix-probe": "rw,nosuid,nodev,size=1m,mode=1777"},
+        extra={"healthcheck": {"test": ["NONE"]}},
+    )

@@ -1,0 +1,250 @@
+"""The serve check run: the server of one profile started (``observe``: ready, probed, stopped during a stream,
+``stop_contract``) and ``ServeRun``, the smoke plan's serve step beside the check container, which makes the
+tiny model, runs ``observe`` on a thread and judges it (``serve.judge``)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import docker
+import docker.errors
+
+from matrixtool.core import outputs
+from matrixtool.core.container import TrackedContainer
+from matrixtool.incontainer.vllm_smoke.programs import serve_probe
+from matrixtool.model.conditions import Condition
+from matrixtool.model.model import Variant
+from matrixtool.model.profiles import Profile
+from matrixtool.smoke import serve, serve_health, serve_line, serve_probing
+from matrixtool.smoke.plan import ProfileRun
+from matrixtool.smoke.result import CheckResult, Status
+
+# The in-image package is untyped (stdlib, Python >= 3.9): its function as this module calls it.
+_completion_body: Callable[[Mapping[str, Any], bool], dict[str, Any]] = serve_probe.completion_body
+
+
+def observe(
+    client: docker.DockerClient,
+    image: str,
+    profile: Profile,
+    volume: str,
+    *,
+    session: str,
+    grace_s: int = serve.STOP_GRACE_S,
+    gpu: bool = False,
+    eager: bool = False,
+    ready_timeout_s: float = serve.READY_TIMEOUT_S,
+) -> serve.Observed:
+    """Start the server of ``profile`` on ``volume``'s model, wait until ready, probe it, stop it during a stream.
+
+    Once ready and where the port is published, the command of ``CLIENT_ENV`` runs first (``run_client``).
+    Raises docker errors as ``TrackedContainer.start`` does; every container is removed on the way out."""
+    spec = serve_line.server_spec(image, profile, volume, gpu=gpu, eager=eager)
+    started = time.monotonic()
+    with TrackedContainer(client, spec, session=session) as server:
+        if server.container is None:
+            raise RuntimeError("the server container did not start")
+        server_id = str(server.container.id)
+        with contextlib.ExitStack() as stack:
+            prober: serve_probing.Prober
+            base: str | None = None
+            if profile.network == "none":
+                box = stack.enter_context(
+                    TrackedContainer(client, serve_line.client_spec(image, profile, server_id), session=session)
+                )
+                prober = serve_probing.ClientProber(box)
+            else:
+                base = f"http://127.0.0.1:{server.host_port(f'{serve_line.PORT}/tcp')}"
+                prober = serve_probing.HostProber(base)
+            seen: dict[str, float] = {}
+            ready_s = None
+            while time.monotonic() - started < ready_timeout_s:
+                code = server.wait(0.5)
+                log = server.logs()
+                serve.phases_seen(log, time.monotonic() - started, seen)
+                if code is not None:
+                    return serve.Observed(ready_s=None, phases=seen, exit_code=code, log=log)
+                if prober.call("health", {}).get("status") == 200:
+                    ready_s = round(time.monotonic() - started, 1)
+                    break
+                time.sleep(1.0)
+            if ready_s is None:
+                return serve.Observed(ready_s=None, phases=seen, log=server.logs())
+            ran = serve_probing.run_client(base) if base is not None else {}
+            health = serve_health.run_healthcheck(server, serve_health.healthcheck_of(client.images.get(image).attrs))
+            probes = prober.call(
+                "probe", {"model": serve_line.MODEL_PATH, "prompt": serve.PROMPT, "max_tokens": serve.MAX_TOKENS}
+            )
+            stop = stop_contract(server, prober, grace_s)
+            log = stop.pop("log", "")
+            return serve.Observed(
+                ready_s=ready_s, phases=seen, probes=probes, stop=stop, log=log, client=ran, health=health
+            )
+
+
+def stop_contract(server: TrackedContainer, prober: serve_probing.Prober, grace_s: int) -> dict[str, Any]:
+    """``docker stop`` with ``grace_s`` during a streaming request: PID 1's command, the exit code, the seconds
+    the stop took, how the stream ended, and the server's log (key ``log``)."""
+    assert server.container is not None
+    pid1 = ""
+    with contextlib.suppress(docker.errors.DockerException, KeyError, ValueError):
+        server.container.reload()
+        host_pid = str(server.container.attrs["State"]["Pid"])
+        top = server.container.top(ps_args="-eo pid,args")
+        column = top["Titles"].index("PID")
+        pid1 = next((" ".join(p[column + 1 :]) for p in top["Processes"] if p[column] == host_pid), "")
+    if not pid1:  # `docker top` with ps_args answers 500 on some engines: ask the kernel inside instead
+        with contextlib.suppress(docker.errors.DockerException):
+            code, out = server.container.exec_run(["cat", "/proc/1/cmdline"])
+            text = out.decode(errors="replace") if isinstance(out, bytes) and code == 0 else ""
+            pid1 = text.replace("\0", " ").strip()
+    body = _completion_body(
+        {"model": serve_line.MODEL_PATH, "prompt": serve.PROMPT, "max_tokens": serve.STREAM_TOKENS}, True
+    )
+    streamed_at = time.monotonic()
+    first, outcome = prober.stream(body)
+    in_flight = first(serve.FIRST_CHUNK_S)
+    began = time.monotonic()
+    code = server.stop(grace_s)
+    seconds = round(time.monotonic() - began, 1)
+    stream = outcome(30.0)
+    # The probe's own clock (its seconds from the request), on this host's: ended before the stop was sent?
+    ended_before = stream.get("seconds") is not None and streamed_at + float(stream["seconds"]) < began
+    log = server.logs()
+    return {
+        "grace_s": grace_s,
+        "in_flight": in_flight,
+        "pid1": pid1,
+        "exit_code": code,
+        "seconds": seconds,
+        "stream": serve.stream_outcome(stream) + (" before docker stop was sent" if ended_before else ""),
+        "stream_ended_before_stop": ended_before,
+        "shutdown_errors": serve.shutdown_errors(log),
+        "log": log,
+    }
+
+
+# Makes the tiny model in the check container (the zipapp's ensure_model: once, under a lock; argv[1] the zipapp).
+ENSURE_MODEL = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from vllm_smoke.vllmchecks import ensure_model; "
+    "print('MATRIX-MODEL ' + ensure_model())"
+)
+MODEL_DEADLINE_S = 600.0
+
+
+class Execs(Protocol):
+    """What runs the tiny model's maker: the check container (``TrackedContainer.exec``'s contract)."""
+
+    def exec(self, argv: list[str], env: Mapping[str, str], deadline_s: float) -> tuple[int | None, str]: ...
+
+
+class ServeRun:
+    """The serve check of one profile run, beside the check container's groups (the container runner's step):
+    ``start`` makes the tiny model in ``runner``'s container (its volume; ``zipapp``: the check package's path
+    there) and starts the server on a daemon thread; ``result`` waits for it and judges. Its containers carry a
+    session of their own (``sweep`` removes them)."""
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        image: str,
+        variant: Variant,
+        run: ProfileRun,
+        runner: Execs,
+        volume: str,
+        *,
+        log_dir: Path,
+        zipapp: str,
+        gpu: bool = False,
+    ) -> None:
+        self.client, self.image, self.variant, self.run, self.runner = client, image, variant, run, runner
+        self.volume, self.log_dir, self.gpu, self.zipapp = volume, log_dir, gpu, zipapp
+        self.session = uuid.uuid4().hex[:12]
+        self.seen: serve.Observed | None = None
+        self.error: str | None = None
+        self.error_output = ""
+        self.started = time.monotonic()
+        self.thread = threading.Thread(target=self._work, daemon=True)
+
+    def start(self) -> None:
+        """Begin: the model, then the server (``observe``), on a daemon thread."""
+        self.started = time.monotonic()
+        self.thread.start()
+
+    def _work(self) -> None:
+        try:
+            code, output = self.runner.exec(["python3", "-c", ENSURE_MODEL, self.zipapp], {}, MODEL_DEADLINE_S)
+            if "MATRIX-MODEL " not in output:
+                tail = " | ".join(output.strip().splitlines()[-2:])
+                self.error = f"making the tiny model for the server fails (exit {code}): {tail}"
+                self.error_output = output  # the whole traceback: the cause (rootcause.py) may be in its chain
+                return
+            self.seen = observe(
+                self.client,
+                self.image,
+                self.run.profile,
+                self.volume,
+                session=self.session,
+                grace_s=int(self.variant.stop_grace_s or serve.STOP_GRACE_S),
+                gpu=self.gpu,
+                eager=str(self.run.suite) == "quick",
+            )
+        except Exception as exc:  # the check fails with it; the run goes on
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def sweep(self) -> None:
+        """Remove this run's server and client containers (by session label)."""
+        from matrixtool.core.container import sweep
+
+        sweep(self.client, self.session)
+
+    def environment(self) -> dict[str, str]:
+        """The server's environment: the image's ``Config.Env`` and the profile's ``env`` over it."""
+        try:
+            pairs = self.client.images.get(self.image).attrs.get("Config", {}).get("Env") or []
+        except docker.errors.DockerException:
+            pairs = []
+        image_env = dict(p.partition("=")[::2] for p in pairs)
+        return {**image_env, **self.run.profile.value(Condition.ENV)}
+
+    def result(self, timeout_s: float, results: Sequence[CheckResult]) -> CheckResult:
+        """Wait for the server run (up to what is left of ``timeout_s`` seconds since ``start``), serve.judge it against
+        ``results`` (offline-generate's tokens) and write its log to ``<log stem>.serve.log``."""
+        self.thread.join(max(1.0, timeout_s - (time.monotonic() - self.started)))
+        log = self.log_dir / self.run.log_name(serve.CHECK)
+        outputs.make_dirs(self.log_dir)
+        facts: dict[str, Any]
+        if self.thread.is_alive():
+            self.sweep()
+            status, diagnosis, hint, facts = Status.TIMEOUT, f"no result within {timeout_s:.0f} s", "", {}
+        elif self.seen is None:
+            status, diagnosis, hint, facts = Status.FAILED, self.error or "no result", "read the log", {}
+        else:
+            status, diagnosis, hint, facts = serve.judge(
+                self.seen,
+                expected_tokens=serve.reference_tokens(results),
+                vllm_version=str(self.variant.vllm.version).split("+")[0],
+                ready_budget_s=self.variant.ready_budget_s,
+                env=self.environment(),
+            )
+        written = "\n".join(filter(None, [self.error, self.error_output]))
+        outputs.write_text(log, self.seen.log if self.seen is not None else written)
+        return CheckResult(
+            variant=self.variant.name,
+            image=self.image,
+            check=serve.CHECK,
+            status=status,
+            diagnosis=diagnosis,
+            hint="" if status.ok else hint,
+            seconds=round(time.monotonic() - self.started, 1),
+            facts=facts,
+            log=log,
+            profile=self.run.profile.name,
+            suite=self.run.suite,
+        )
