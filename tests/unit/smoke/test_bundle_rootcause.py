@@ -132,3 +132,39 @@ def test_the_bundle_names_unlabelled_metrics_as_the_host_does() -> None:
     assert f"{host.diagnosis}; fix: {host.fix}" in diagnosis
     assert facts["failure_class"] == 16
     assert serve_route_diagnosis.diagnose_metrics(body.replace('"none"', '"/v1/completions"')) is None
+
+
+# The two results of the H200 run with /sbin/ldconfig moved away (docs/gpu-proof.md), as the bundle printed them.
+_NO_LDCONFIG: list[dict[str, Any]] = [
+    {
+        "check": "triton-kernel",
+        "status": "failed",
+        "diagnosis": "compiling or launching a triton kernel fails: FileNotFoundError: [Errno 2] No such file or "
+        "directory: '/sbin/ldconfig'",
+        "hint": "install the triton that torch pins and make sure the GPU driver is visible in the container",
+        "facts": {},
+        "log": None,
+    },
+    {
+        "check": "gpu-driver",
+        "status": "failed",
+        "diagnosis": "/sbin/ldconfig is missing and TRITON_LIBCUDA_PATH is unset: Triton finds libcuda.so.1 only "
+        "through `/sbin/ldconfig -p` (triton/backends/nvidia/driver.py, libcuda_dirs()), so the first Triton kernel "
+        "fails with FileNotFoundError: '/sbin/ldconfig'",
+        "hint": "keep /sbin/ldconfig in the image (Debian/Ubuntu: libc-bin), or set TRITON_LIBCUDA_PATH",
+        "facts": {"ldconfig": False, "TRITON_LIBCUDA_PATH": None, "compat": []},
+        "log": None,
+    },
+]
+
+
+def test_a_triton_kernel_failing_without_ldconfig_is_gpu_drivers_consequence() -> None:
+    """Without /sbin/ldconfig the kernel's FileNotFoundError is gpu-driver's cause, with its hint (not a Triton
+    one); with TRITON_LIBCUDA_PATH set, gpu-driver blames nothing and the kernel's failure stays its own."""
+    out = {r["check"]: r for r in shared.consequences(_NO_LDCONFIG)}
+    assert out["gpu-driver"]["status"] == "failed"
+    kernel = out["triton-kernel"]
+    assert kernel["status"] == "skipped" and kernel["diagnosis"] == "gpu-driver failed"
+    assert "libc-bin" in kernel["facts"]["need_hint"]
+    set_path = [dict(_NO_LDCONFIG[0]), dict(_NO_LDCONFIG[1], facts={"ldconfig": False, "TRITON_LIBCUDA_PATH": "/x"})]
+    assert {r["check"]: r["status"] for r in shared.consequences(set_path)}["triton-kernel"] == "failed"

@@ -24,7 +24,7 @@ from .common import compile_cause
 Result = Mapping[str, Any]
 
 # Checks whose failure names a cause that others fail by, in the order a cause is looked for.
-CAUSES = ("run-conditions", "native-libs", "triton-import")
+CAUSES = ("run-conditions", "native-libs", "gpu-driver", "triton-import")
 # Checks whose failure names a cause that others fail by, and that may themselves fail by one of ``CAUSES`` (a
 # vendored library breaks torch; a wrong Triton breaks inductor and the engine): then theirs is a consequence, and
 # what follows from it points at the root.
@@ -43,6 +43,10 @@ _NEED_TRITON_ON_GPU = frozenset({"inductor-compile", "offline-generate", "serve"
 _NO_TRITON = re.compile(r"\bno triton (is )?installed\b", re.IGNORECASE)
 # The exception offline-generate's engine failed by (vllmchecks.root_cause: "ModuleNotFoundError: No module ...").
 _EXCEPTION = re.compile(r"\b([A-Za-z_.]*(?:Error|Exception)): (.+)$")
+# What a Triton kernel fails by where gpu-driver found no /sbin/ldconfig and no TRITON_LIBCUDA_PATH
+# (triton/backends/nvidia/driver.py, libcuda_dirs()), or a forward-compat libcuda ahead of the host's driver.
+_NO_LDCONFIG = re.compile(r"No such file or directory: '/sbin/ldconfig'")
+_DRIVER_MISMATCH = re.compile(r"Error 803|unsupported display driver / cuda driver combination|DriverMismatch")
 
 
 def _text(result: Result) -> str:
@@ -86,6 +90,12 @@ def _follows_from(cause: Result, result: Result) -> bool:
         # (vLLM's placeholder kernels: "TypeError: 'function' object is not subscriptable").
         absent = _ABSENT.search(str(cause.get("diagnosis") or "")) and result["check"] in _NEED_TRITON_ON_GPU
         return bool(absent) or bool(_TRITON.search(text))
+    if check == "gpu-driver":
+        facts = _facts(cause)
+        no_ldconfig = facts.get("ldconfig") is False and not facts.get("TRITON_LIBCUDA_PATH")
+        return bool(no_ldconfig and _NO_LDCONFIG.search(text)) or bool(
+            facts.get("compat") and _DRIVER_MISMATCH.search(text)
+        )
     if check == "native-libs":
         missing = [str(m) for m in _facts(cause).get("root_errors") or [] if m]
         return any(m in text for m in missing)
@@ -134,7 +144,7 @@ def _only_about(cause: Result, result: Result) -> bool:
     removes them. Where no triton is installed, triton-drivers' and triton-kernel's "no triton installed" is
     triton-import's failure said again; a missing torch is torch-import's."""
     check = result["check"]
-    if cause["check"] == "torch-import":
+    if cause["check"] in ("torch-import", "gpu-driver"):
         return _follows_from(cause, result)
     if cause["check"] != "triton-import":
         return False
