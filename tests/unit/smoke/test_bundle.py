@@ -333,9 +333,18 @@ def _canned_suite(monkeypatch: pytest.MonkeyPatch, results: list[dict[str, Any]]
     ``Suite.run`` and ``Suite.stop`` are recorded in the list returned."""
     calls: list[str] = []
     monkeypatch.setattr(standalone, "load_facts", lambda: bundle.facts(CPU, [CheckSpec(name="pip-check", timeout=60)]))
-    monkeypatch.setattr(standalone.Suite, "run", lambda self: calls.append("run") or results)
     original_stop = standalone.Suite.stop
-    monkeypatch.setattr(standalone.Suite, "stop", lambda self: calls.append("stop") or original_stop(self))
+
+    def run(self: Any) -> list[dict[str, Any]]:
+        calls.append("run")
+        return results
+
+    def stop(self: Any) -> None:
+        calls.append("stop")
+        original_stop(self)
+
+    monkeypatch.setattr(standalone.Suite, "run", run)
+    monkeypatch.setattr(standalone.Suite, "stop", stop)
     return calls
 
 
