@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from matrixtool import report
+from matrixtool.core.errors import ConfigError, ExitCode
 from matrixtool.incontainer.vllm_smoke import serving as _serving
 from matrixtool.incontainer.vllm_smoke import standalone as _standalone
 from matrixtool.model.checks import CHECKS
@@ -451,3 +452,11 @@ def test_a_stopped_suite_starts_no_group_and_ends_a_child_started_late(tmp_path:
     assert late.wait(30) == -signal.SIGKILL, "a child started after the kill is ended at once"
     assert late.stdout is not None
     late.stdout.close()
+
+
+@pytest.mark.subprocess
+def test_host_mode_names_an_interpreter_that_cannot_start(tmp_path: Path) -> None:
+    facts = bundle.facts(CPU, [CheckSpec(name="triton-import", timeout=60)])
+    with pytest.raises(ConfigError, match="--python '/no/python' cannot run the bundle") as caught:
+        bundle.run_bundle("/no/python", facts, env={}, log_dir=tmp_path / "logs")
+    assert caught.value.exit_code == ExitCode.CONFIG
