@@ -124,7 +124,8 @@ def wings(package: Path = PACKAGE) -> str:
         if entry.is_dir() and (entry / "__init__.py").is_file():
             doc = ast.get_docstring(ast.parse((entry / "__init__.py").read_text(encoding="utf-8"))) or ""
             inside = ", ".join(f"`{p.stem}`" for p in sorted(entry.glob("*.py")) if p.stem != "__init__")
-            first = IN_IMAGE_SAYS if entry.name == IN_IMAGE else f"{' '.join(doc.split(chr(10) + chr(10))[0].split())} {inside}."
+            paragraph = " ".join(doc.split("\n\n")[0].split())
+            first = IN_IMAGE_SAYS if entry.name == IN_IMAGE else f"{paragraph} {inside}."
             rows.append(f"- `{entry.name}/`: {first}")
     for entry in sorted(package.glob("*.py")):
         doc = ast.get_docstring(ast.parse(entry.read_text(encoding="utf-8"))) or ""

@@ -2,7 +2,7 @@
 with the variant's facts inside (``vllm_smoke.standalone.BUNDLE_FACTS``), run with ``python3 FILE`` in any
 environment (a GPU host, a pod, a container of the image); ``run_bundle`` is how host mode runs it.
 
-The facts are computed here from matrix.yaml, once: the check parameters (``smoke_plan.check_params``: pins,
+The facts are computed here from matrix.yaml, once: the check parameters (``smoke.plan.check_params``: pins,
 Triton promise), the checks in report order with their timeouts and the groups in start order (``plan_host``),
 and the serve step (``serve_facts``: the options of the serve line, the tiny model's, the timeouts).
 """

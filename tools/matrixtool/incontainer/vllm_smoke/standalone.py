@@ -10,7 +10,9 @@ group of its own, killed past its checks' timeouts summed (exit 124, as coreutil
 and judged against offline-generate's eager tokens of the same run.
 
 Standard library only, Python >= 3.9. Exit status: 0 when every check passed or was skipped, 7 (the tool's
-smoke-failure code) otherwise, 2 for bad arguments or a package without facts, 130/143 on SIGINT/SIGTERM.
+smoke-failure code) otherwise, 2 for bad arguments, a package without facts, a report or log folder that cannot
+be written (refused before anything runs; a report that fails at the end is named after the table), 130/143 on
+SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
