@@ -116,14 +116,16 @@ def module_map(package: Path = PACKAGE) -> str:
 
 
 def wings(package: Path = PACKAGE) -> str:
-    """One line per entry of ``tools/matrixtool/``: a folder with the first line of its ``__init__`` docstring
-    and its modules, then the modules at the top with the first line of theirs."""
+    """One line per entry of ``tools/matrixtool/``: a folder with the first paragraph of its ``__init__``
+    docstring (joined into one line) and its modules, then the modules at the top with the first paragraph of
+    theirs."""
     rows = []
     for entry in sorted(package.iterdir()):
         if entry.is_dir() and (entry / "__init__.py").is_file():
             doc = ast.get_docstring(ast.parse((entry / "__init__.py").read_text(encoding="utf-8"))) or ""
             inside = ", ".join(f"`{p.stem}`" for p in sorted(entry.glob("*.py")) if p.stem != "__init__")
-            first = IN_IMAGE_SAYS if entry.name == IN_IMAGE else f"{doc.split(chr(10))[0].strip()} {inside}."
+            paragraph = " ".join(doc.split("\n\n")[0].split())
+            first = IN_IMAGE_SAYS if entry.name == IN_IMAGE else f"{paragraph} {inside}."
             rows.append(f"- `{entry.name}/`: {first}")
     for entry in sorted(package.glob("*.py")):
         doc = ast.get_docstring(ast.parse(entry.read_text(encoding="utf-8"))) or ""

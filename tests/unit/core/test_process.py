@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import time
 
 import pytest
 
@@ -76,3 +79,33 @@ def test_stream_of_a_missing_program() -> None:
     lines: list[str] = []
     assert process.stream(["/nonexistent/program-x"], on_line=lines.append, quiet=True) == process.NOT_FOUND
     assert lines and lines[0].startswith("cannot run /nonexistent/program-x")
+
+
+def test_session_runs_a_group_of_its_own_that_terminate_running_ends(capsys: pytest.CaptureFixture[str]) -> None:
+    # The child reads stdin (/dev/null: at once EOF), writes each stream, then leaves a grandchild and sleeps.
+    code = (
+        "import os, subprocess, sys, time; sys.stdin.read(); print(os.getpgid(0) == os.getpid(), flush=True); "
+        "print('err', file=sys.stderr, flush=True); subprocess.Popen(['sleep', '600']); time.sleep(600)"
+    )
+    with process.session([sys.executable, "-c", code], error=lambda exc: BuildError(str(exc))) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline() == b"True\n", "it leads its own process group"
+        assert proc.stderr.readline() == b"err\n", "stderr is a stream of its own"
+        process.terminate_running()
+        assert proc.wait(30) == -signal.SIGTERM
+        with pytest.raises(ProcessLookupError):
+            for _ in range(100):  # the grandchild got its group's SIGTERM too
+                os.killpg(proc.pid, 0)
+                time.sleep(0.1)
+        proc.stdout.close()
+        proc.stderr.close()
+    assert proc not in process._running, "no longer registered after the block"
+    assert capsys.readouterr().err.startswith(f"+ {sys.executable} -c ")
+
+
+def test_session_of_a_program_that_cannot_start_raises_the_callers_error() -> None:
+    with (
+        pytest.raises(BuildError, match="no-such-program"),
+        process.session(["/no-such-program"], error=lambda exc: BuildError(f"cannot run {exc.filename}"), quiet=True),
+    ):
+        pass

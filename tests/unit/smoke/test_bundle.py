@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from matrixtool import report
+from matrixtool.core.errors import ConfigError, ExitCode
 from matrixtool.incontainer.vllm_smoke import serving as _serving
 from matrixtool.incontainer.vllm_smoke import standalone as _standalone
 from matrixtool.model.checks import CHECKS
@@ -326,3 +327,136 @@ def test_a_report_that_cannot_be_written_is_refused_before_anything_runs(tmp_pat
     finally:
         standalone.load_facts = original
     assert code == standalone.EXIT_USAGE and not (tmp_path / "missing").exists()
+
+
+def _canned_suite(monkeypatch: pytest.MonkeyPatch, results: list[dict[str, Any]]) -> list[str]:
+    """``standalone.main`` with facts of one check and a suite whose run returns ``results``; the calls of
+    ``Suite.run`` and ``Suite.stop`` are recorded in the list returned."""
+    calls: list[str] = []
+    monkeypatch.setattr(standalone, "load_facts", lambda: bundle.facts(CPU, [CheckSpec(name="pip-check", timeout=60)]))
+    original_stop = standalone.Suite.stop
+
+    def run(self: Any) -> list[dict[str, Any]]:
+        calls.append("run")
+        return results
+
+    def stop(self: Any) -> None:
+        calls.append("stop")
+        original_stop(self)
+
+    monkeypatch.setattr(standalone.Suite, "run", run)
+    monkeypatch.setattr(standalone.Suite, "stop", stop)
+    return calls
+
+
+def test_a_report_path_that_is_a_folder_is_refused_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = _canned_suite(monkeypatch, _results())
+    for flag in ("--json", "--junit"):
+        assert standalone.main([flag, str(tmp_path), "--logs", str(tmp_path / "l")]) == standalone.EXIT_USAGE
+        err = capsys.readouterr().err
+        assert err.count("error:") == 1 and f"cannot write {tmp_path}: it is a folder" in err, err
+    assert not calls and not (tmp_path / "l").exists(), "nothing ran"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_report_that_fails_to_write_at_the_end_is_named_after_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = _canned_suite(monkeypatch, _results())
+    code = standalone.main(["--junit", "/dev/full", "--json", str(tmp_path / "r.json"), "--logs", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == standalone.EXIT_USAGE and calls[0] == "run" and "stop" in calls
+    assert "vllm-import" in out and "FAILED" in out, "the check results are still printed"
+    assert "error: cannot write /dev/full: No space left on device" in err and "Traceback" not in err
+    assert json.loads((tmp_path / "r.json").read_text())["ok"] is False, "the other report is written"
+
+
+def test_a_logs_folder_that_cannot_be_written_is_refused_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = _canned_suite(monkeypatch, _results())
+    afile = tmp_path / "f"
+    afile.write_text("")
+    for logs in ("/proc/1", str(afile)):
+        assert standalone.main(["--logs", logs]) == standalone.EXIT_USAGE, logs
+        err = capsys.readouterr().err
+        assert err.count("error:") == 1 and f"--logs {logs}" in err and "writable folder" in err, err
+    assert not calls
+
+
+class _ClosedPipe(io.TextIOBase):
+    """A stdout whose reader went (``| head``): every write raises BrokenPipeError; ``fileno`` is a real pipe."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def fileno(self) -> int:
+        return self.fd
+
+
+@pytest.mark.parametrize("flags", [[], ["--json", "-"], ["--facts"]])
+def test_a_closed_stdout_ends_the_run_quietly_with_its_status(
+    flags: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = _canned_suite(monkeypatch, _results())
+    read, write = os.pipe()
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(sys, "stdout", _ClosedPipe(write))
+            code = standalone.main([*flags, "--logs", str(tmp_path)])
+        os.close(write)
+        assert os.read(read, 100) == b"", "stdout was pointed at /dev/null"
+    finally:
+        os.close(read)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    if flags == ["--facts"]:
+        assert code == standalone.EXIT_OK and not calls
+    else:
+        assert code == standalone.EXIT_SMOKE, "the run's own status (a check failed)"
+        assert calls[0] == "run" and "stop" in calls, "the children are ended"
+
+
+@pytest.mark.subprocess
+def test_facts_piped_to_head_print_no_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "b.pyz"
+    path.write_bytes(bundle.bundle_bytes(_facts()))
+    line = f"{sys.executable} {path} --facts | head -1"
+    proc = subprocess.run(line, shell=True, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.stdout == "{\n" and proc.stderr == "", proc.stderr
+
+
+def test_a_sigkill_before_the_timeout_names_host_memory_and_the_cpu_knob_only_on_cpu() -> None:
+    for accelerator in ("cpu", "cuda", "rocm"):
+        ours = standalone.verdict("pip-check", 137, "", 60, 1.0, accelerator)
+        tools = verdict("pip-check", 137, "", 60, 1.0, accelerator=accelerator)
+        for hint in (ours[2], tools[2]):
+            assert "memory" in hint and ("VLLM_CPU_KVCACHE_SPACE" in hint) == (accelerator == "cpu"), hint
+            if accelerator != "cpu":
+                assert "OOM killer" in hint and "pod" in hint and "gpu_memory_utilization" not in hint
+
+
+@pytest.mark.subprocess
+def test_a_stopped_suite_starts_no_group_and_ends_a_child_started_late(tmp_path: Path) -> None:
+    facts = bundle.facts(CPU, [CheckSpec(name="triton-import", timeout=60), CheckSpec(name="pip-check", timeout=60)])
+    suite = standalone.Suite(facts, env=dict(os.environ), logs=str(tmp_path), image="img", on_result=lambda r: None)
+    suite.pending[:] = [["triton-import"], ["pip-check"]]
+    suite.stop()
+    assert suite.pending == [] and suite.children.closed
+    late = suite.children.start([sys.executable, "-c", "import time; time.sleep(600)"], dict(os.environ))
+    assert late.wait(30) == -signal.SIGKILL, "a child started after the kill is ended at once"
+    assert late.stdout is not None
+    late.stdout.close()
+
+
+@pytest.mark.subprocess
+def test_host_mode_names_an_interpreter_that_cannot_start(tmp_path: Path) -> None:
+    facts = bundle.facts(CPU, [CheckSpec(name="triton-import", timeout=60)])
+    with pytest.raises(ConfigError, match="--python '/no/python' cannot run the bundle") as caught:
+        bundle.run_bundle("/no/python", facts, env={}, log_dir=tmp_path / "logs")
+    assert caught.value.exit_code == ExitCode.CONFIG

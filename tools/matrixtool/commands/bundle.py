@@ -1,5 +1,6 @@
-"""``tools/matrix bundle VARIANT``: the smoke suite as one file, ``vllm-smoke-VARIANT.pyz`` (``matrixtool.bundle``),
-to run with ``python3 FILE`` where there is no Docker: a GPU host, a pod, a container of the image."""
+"""``tools/matrix bundle VARIANT``: the smoke suite as one file, ``vllm-smoke-VARIANT.pyz``
+(``matrixtool.smoke.bundle``), to run with ``python3 FILE`` where there is no Docker: a GPU host, a pod, a container
+of the image."""
 
 from __future__ import annotations
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
 from matrixtool.core.bounded import DEFAULT_LIMIT, BoundedOutput, OutputLimit
 from matrixtool.core.errors import MatrixError
@@ -34,8 +35,10 @@ NOT_FOUND = 127  # the shell's status for a program it cannot run
 TIMED_OUT = 124  # timeout(1)'s status for a program it stopped
 TERMINATE_GRACE = 10.0  # seconds a streamed program gets to end after SIGTERM before it is killed
 
-# The streamed programs running now (any thread): ended by ``terminate_running`` on a signal.
-_running: set[subprocess.Popen[str]] = set()
+# The streamed programs running now (any thread): ended by ``terminate_running`` on a signal; ``_groups``: those
+# leading a process group of their own (``session``), ended with their group.
+_running: set[subprocess.Popen[Any]] = set()
+_groups: set[subprocess.Popen[Any]] = set()
 _running_lock = threading.Lock()
 
 
@@ -140,7 +143,10 @@ def terminate_running() -> None:
     for proc in procs:
         if proc.poll() is None:
             with contextlib.suppress(OSError):
-                proc.terminate()
+                if proc in _groups:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                else:
+                    proc.terminate()
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -191,3 +197,42 @@ def stream(
         finally:
             with _running_lock:
                 _running.discard(proc)
+
+
+@contextlib.contextmanager
+def session(
+    argv: Sequence[str],
+    *,
+    error: Callable[[OSError], MatrixError],
+    env: Mapping[str, str] | None = None,
+    quiet: bool = False,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``with session(argv, error=...) as proc``: ``argv`` (echoed unless ``quiet``) started in a session and
+    process group of its own, stdin ``/dev/null``, stdout and stderr two pipes (bytes) for the caller to read;
+    ``env`` replaces the environment when given. While the block runs, ``terminate_running`` (Ctrl-C, SIGTERM)
+    sends SIGTERM to its group; ending it otherwise, and waiting, is the caller's part.
+
+    Raises MatrixError (``error(exc)``; its class gives the exit code) where the program cannot start."""
+    argv = tuple(argv)
+    if not quiet:
+        echo(argv)
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=None if env is None else dict(env),
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise error(exc) from exc
+    with _running_lock:
+        _running.add(proc)
+        _groups.add(proc)
+    try:
+        yield proc
+    finally:
+        with _running_lock:
+            _running.discard(proc)
+            _groups.discard(proc)

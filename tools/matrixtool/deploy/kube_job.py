@@ -1,4 +1,4 @@
-"""A Kubernetes Job that runs a variant's bundle (``matrixtool.bundle``) in a pod of the image under a deployment
+"""A Kubernetes Job that runs a variant's bundle (``matrixtool.smoke.bundle``) in a pod of the image under a deployment
 profile: the pod spec is the profile's Deployment pod (``kube.manifests``: securityContext, volumes, env,
 resources, grace) with the server's container turned into ``python3 /smoke/bundle.pyz --json -``; the bundle
 comes as a ConfigMap's ``binaryData``, mounted read-only; the suite's work (the tiny model) goes to a memory

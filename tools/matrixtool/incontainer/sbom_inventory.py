@@ -1,4 +1,4 @@
-"""What is installed in this image, as one JSON line on stdout: run inside the image by ``matrixtool.sbom``.
+"""What is installed in this image, as one JSON line on stdout: run inside the image by ``matrixtool.supply.inventory``.
 
 Standard library only, Python >= 3.9 (whatever the image holds). Reads:
 - every Python distribution (``*.dist-info``) on the interpreter's ``sys.path`` and in the usual system folders:

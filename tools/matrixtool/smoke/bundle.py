@@ -2,7 +2,7 @@
 with the variant's facts inside (``vllm_smoke.standalone.BUNDLE_FACTS``), run with ``python3 FILE`` in any
 environment (a GPU host, a pod, a container of the image); ``run_bundle`` is how host mode runs it.
 
-The facts are computed here from matrix.yaml, once: the check parameters (``smoke_plan.check_params``: pins,
+The facts are computed here from matrix.yaml, once: the check parameters (``smoke.plan.check_params``: pins,
 Triton promise), the checks in report order with their timeouts and the groups in start order (``plan_host``),
 and the serve step (``serve_facts``: the options of the serve line, the tiny model's, the timeouts).
 """
@@ -22,7 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from matrixtool.core import process
 from matrixtool.core.bounded import BoundedOutput
+from matrixtool.core.errors import ConfigError
 from matrixtool.incontainer.vllm_smoke import standalone
 from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.model import CheckSpec, Variant
@@ -158,37 +160,8 @@ def run_bundle(
         tail = BoundedOutput()
         # The checks' work (the tiny model) in this call's folder, removed with it, unless env names one.
         work = {} if env.get("MATRIX_SMOKE_DIR") else {"MATRIX_SMOKE_DIR": str(Path(folder) / "work")}
-        proc = subprocess.Popen(
-            argv, env={**env, **work}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
-        )
-
-        def pump_err() -> None:
-            assert proc.stderr is not None
-            for chunk in iter(lambda: os.read(proc.stderr.fileno(), 1 << 16), b""):  # type: ignore[union-attr]
-                err.feed(chunk)
-
-        reader = threading.Thread(target=pump_err, daemon=True)
-        reader.start()
-        # The backstop: past it the bundle's whole group goes (its checks and server with it).
-        timer = threading.Timer(deadline_s(bundle_facts), lambda: _signal(proc.pid, signal.SIGTERM))
-        timer.daemon = True
-        timer.start()
-        try:
-            assert proc.stdout is not None
-            for raw in proc.stdout:
-                tail.feed(raw)
-                line = raw.decode("utf-8", "replace")
-                if line.startswith(standalone.CHECK_MARK):
-                    with contextlib.suppress(ValueError, KeyError, TypeError):
-                        on_result(result_of(json.loads(line[len(standalone.CHECK_MARK) :])))
-            proc.wait()
-        finally:
-            timer.cancel()
-            _end(proc)  # on an interrupt too: nothing of the bundle outlives this call
-            reader.join(5)
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
+        with process.session(argv, env={**env, **work}, error=lambda exc: _cannot_start(python, exc)) as proc:
+            _watch(proc, bundle_facts, err, tail, on_result)
         try:
             data = json.loads(report.read_text(encoding="utf-8"))
             return [result_of(c) for c in data["checks"]]
@@ -208,6 +181,50 @@ def run_bundle(
                 )
                 for c in bundle_facts["checks"]
             ]
+
+
+def _cannot_start(python: str, exc: OSError) -> ConfigError:
+    """The interpreter of host mode cannot start the bundle (exit 3, naming ``--python``)."""
+    return ConfigError("flags", [f"--python {python!r} cannot run the bundle: {exc.strerror or exc}; name a Python"])
+
+
+def _watch(
+    proc: subprocess.Popen[bytes],
+    bundle_facts: Mapping[str, Any],
+    err: BoundedOutput,
+    tail: BoundedOutput,
+    on_result: Callable[[CheckResult], None],
+) -> None:
+    """Read a running bundle to its end: stderr into ``err``, stdout into ``tail``, each streamed result to
+    ``on_result``; past ``deadline_s`` its group gets SIGTERM. The bundle is ended on the way out, however."""
+
+    def pump_err() -> None:
+        assert proc.stderr is not None
+        for chunk in iter(lambda: os.read(proc.stderr.fileno(), 1 << 16), b""):  # type: ignore[union-attr]
+            err.feed(chunk)
+
+    reader = threading.Thread(target=pump_err, daemon=True)
+    reader.start()
+    # The backstop: past it the bundle's whole group goes (its checks and server with it).
+    timer = threading.Timer(deadline_s(bundle_facts), lambda: _signal(proc.pid, signal.SIGTERM))
+    timer.daemon = True
+    timer.start()
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            tail.feed(raw)
+            line = raw.decode("utf-8", "replace")
+            if line.startswith(standalone.CHECK_MARK):
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    on_result(result_of(json.loads(line[len(standalone.CHECK_MARK) :])))
+        proc.wait()
+    finally:
+        timer.cancel()
+        _end(proc)  # on an interrupt too: nothing of the bundle outlives this call
+        reader.join(5)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def _signal(pgid: int, sig: int) -> None:

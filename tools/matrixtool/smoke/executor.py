@@ -79,7 +79,9 @@ def execute(
         for check in group.checks:
             log = log_dir / run.log_name(check.name)
             outputs.write_text(log, parts.get(check.name, output))
-            status, diagnosis, hint, facts = verdict(check.name, exit_code, output, limit, wall)
+            status, diagnosis, hint, facts = verdict(
+                check.name, exit_code, output, limit, wall, accelerator=str(params.get("accelerator", "cpu"))
+            )
             if status is Status.TIMEOUT:
                 timed_out.set()
                 diagnosis = f"no result within the {limit} s of its group ({', '.join(group.names)})"

@@ -80,13 +80,20 @@ def parse_output_safe(output: str, check: str) -> dict[str, Any] | None:
 
 
 def verdict(
-    check: str, exit_code: int | None, output: str, timeout: int, seconds: float | None = None
+    check: str,
+    exit_code: int | None,
+    output: str,
+    timeout: int,
+    seconds: float | None = None,
+    *,
+    accelerator: str = "cpu",
 ) -> tuple[Status, str, str, dict[str, Any]]:
     """Status, diagnosis, hint and facts of one check from its exit code, output and wall time (seconds).
 
     ``exit_code`` None means the host deadline passed; 124 is coreutils ``timeout`` firing, and 137
     (SIGKILL) is its ``-k`` follow-up only once ``timeout`` seconds have passed: earlier it is another
-    SIGKILL, most often the kernel's OOM killer.
+    SIGKILL, most often the kernel's OOM killer (host memory, whatever the ``accelerator``: its hint names
+    VLLM_CPU_KVCACHE_SPACE for cpu only).
     """
     hint = CHECKS[check].hint
     tail = " | ".join(output.strip().splitlines()[-3:])
@@ -102,7 +109,7 @@ def verdict(
         return (
             Status.FAILED,
             f"killed by SIGKILL after {seconds:.0f} s, before its {timeout} s timeout (out of memory?): {tail}",
-            "give the container more memory, or lower VLLM_CPU_KVCACHE_SPACE",
+            oom_hint("container", accelerator),
             {},
         )
     if exit_code is None or exit_code in (124, 137):
@@ -119,6 +126,17 @@ def verdict(
         str(parsed.get("diagnosis", "")),
         str(parsed.get("hint") or hint),
         dict(parsed.get("facts", {})),
+    )
+
+
+def oom_hint(where: str, accelerator: str) -> str:
+    """The hint for a check SIGKILLed before its timeout in ``where`` (container, environment): the kernel's OOM
+    killer ends a process short of host memory; on cpu the KV cache lives there (VLLM_CPU_KVCACHE_SPACE)."""
+    if accelerator == "cpu":
+        return f"give the {where} more memory, or lower VLLM_CPU_KVCACHE_SPACE"
+    return (
+        f"the host's or pod's memory limit killed it (the kernel's OOM killer, host memory, not GPU memory): "
+        f"give the {where} (or its pod) more memory"
     )
 
 

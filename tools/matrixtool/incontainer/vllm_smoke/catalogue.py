@@ -1,7 +1,7 @@
 """Every check, in the declared order the reports keep: the family modules register them with ``common.check``.
 
 Stdlib only at import time (the checks import torch/vLLM inside their functions), so the host reads the same
-declarations (``matrixtool.checks``) that run inside the image.
+declarations (``matrixtool.model.checks``) that run inside the image.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What every family of checks shares: declarations, results and their marker lines, child Pythons, error lines.
 
 Standard library only, Python >= 3.9: this runs inside images this project did not build (as a zipapp written
-to the tool's tmpfs), and on the host, where ``matrixtool.checks`` reads the declarations (``CATALOGUE``).
+to the tool's tmpfs), and on the host, where ``matrixtool.model.checks`` reads the declarations (``CATALOGUE``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ MODEL_DIR = os.environ.get("MATRIX_MODEL_DIR") or os.path.join(WORK_DIR, "tiny-l
 # runner never calls its function; the host leaves it out of the execs and runs it itself.
 HOST_GROUP = "host"
 PACKAGE = __name__.rpartition(".")[0]
-# Run conditions (matrixtool.profiles.Condition values) a profile may set.
+# Run conditions (matrixtool.model.conditions.Condition values) a profile may set.
 CONDITIONS = (
     "user",
     "read_only",
@@ -83,7 +83,7 @@ ACCELERATORS = tuple(a.value for a in Accelerator)
 @dataclasses.dataclass(frozen=True)
 class Declaration:
     """One check's facts, declared next to its code with ``@check(name, **facts)``; the host reads it as it is
-    (``matrixtool.checks.CHECKS``).
+    (``matrixtool.model.checks.CHECKS``).
 
     ``proves``: what a pass shows; ``classes``: failure-class numbers (FAILURE-CLASSES.md); ``reports``: URLs;
     ``hint``: the fix when the check names none of its own; ``timeout``: seconds (a variant scales or overrides
@@ -311,7 +311,7 @@ def python_dev_package():
 
 
 # What a C/C++ build of inductor (or of Triton's launcher) lacks, by the error text that shows it: the key names
-# the cause (``compile_cause``), the same key in two checks' errors is one cause (matrixtool.rootcause).
+# the cause (``compile_cause``), the same key in two checks' errors is one cause (matrixtool.smoke.rootcause).
 _COMPILE_CAUSES = (
     ("python-headers", re.compile(r"Python\.h")),
     (

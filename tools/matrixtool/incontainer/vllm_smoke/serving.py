@@ -3,7 +3,7 @@ container): ``vllm serve MODEL OPTIONS --host 127.0.0.1 --port PORT`` in a proce
 ``programs/serve_probe`` (the same requests the container check sends), stopped with SIGTERM during a stream.
 
 Standard library only, Python >= 3.9. ``observe`` starts, probes and stops the server and returns what it saw
-(the keys of ``matrixtool.serve.Observed``); ``judge`` turns that into a result. The process-level stop contract:
+(the keys of ``matrixtool.smoke.serve.Observed``); ``judge`` turns that into a result. The process-level stop contract:
 SIGTERM to the server during a streaming request, exit 0 or -15 (the signal's own default action) within the
 grace, and no process of its group left once it exited (``group_members``).
 """
@@ -331,7 +331,7 @@ def stop_problems(stop):
 
 
 def judge(seen, spec, expected_tokens):
-    """(status, diagnosis, hint, facts) of one server run, asserting what ``matrixtool.serve.judge`` asserts of a
+    """(status, diagnosis, hint, facts) of one server run, asserting what ``matrixtool.smoke.serve.judge`` asserts of a
     container: ready, every route 200, /v1/models lists the model, greedy tokens == offline-generate's eager
     ``expected_tokens`` (None: not compared, said so), stream == non-stream, chat content, /metrics counts the
     requests, /version is the pin; then the process-level stop contract (``stop_problems``)."""

@@ -10,7 +10,9 @@ group of its own, killed past its checks' timeouts summed (exit 124, as coreutil
 and judged against offline-generate's eager tokens of the same run.
 
 Standard library only, Python >= 3.9. Exit status: 0 when every check passed or was skipped, 7 (the tool's
-smoke-failure code) otherwise, 2 for bad arguments or a package without facts, 130/143 on SIGINT/SIGTERM.
+smoke-failure code) otherwise, 2 for bad arguments, a package without facts, a report or log folder that cannot
+be written (refused before anything runs; a report that fails at the end is named after the table), 130/143 on
+SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import os
 import pkgutil
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -109,16 +112,21 @@ def self_argv():
 
 
 class Children:
-    """The process groups this run started (each child leads its own); ``kill_all`` ends every one left."""
+    """The process groups this run started (each child leads its own); ``kill_all`` ends every one left, and a
+    child started after it is ended at once."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.procs = set()
+        self.closed = False
 
     def start(self, argv, env):
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         with self.lock:
             self.procs.add(proc)
+            closed = self.closed
+        if closed:
+            serving.kill_group(proc.pid)
         return proc
 
     def done(self, proc):
@@ -127,6 +135,7 @@ class Children:
 
     def kill_all(self):
         with self.lock:
+            self.closed = True
             procs = list(self.procs)
         for proc in procs:
             serving.kill_group(proc.pid)
@@ -136,7 +145,7 @@ class Children:
 
 class Bounded:
     """The head (``HEAD``) and tail (``TAIL``) bytes of a stream, what lies between counted and named (as
-    ``matrixtool.bounded``): a check that prints without end cannot exhaust this run's memory."""
+    ``matrixtool.core.bounded``): a check that prints without end cannot exhaust this run's memory."""
 
     HEAD, TAIL = 1 << 20, 4 << 20
 
@@ -193,16 +202,27 @@ def run_group(children, names, params, timeouts, env):
     return code, output, time.monotonic() - started
 
 
-def verdict(check, exit_code, output, timeout, seconds):
+def oom_hint(accelerator):
+    """The hint for a check SIGKILLed before its timeout (``matrixtool.smoke.result.oom_hint``): the kernel's OOM
+    killer ends a process short of host memory; on cpu the KV cache lives there (VLLM_CPU_KVCACHE_SPACE)."""
+    if accelerator == "cpu":
+        return "give the environment more memory, or lower VLLM_CPU_KVCACHE_SPACE"
+    return (
+        "the host's or pod's memory limit killed it (the kernel's OOM killer, host memory, not GPU memory): "
+        "give the environment (or its pod) more memory"
+    )
+
+
+def verdict(check, exit_code, output, timeout, seconds, accelerator="cpu"):
     """(status, diagnosis, hint, facts) of one check from its group's exit status, output and wall time; as
-    ``matrixtool.smoke_result.verdict`` (137 before the timeout: killed, most often out of memory)."""
+    ``matrixtool.smoke.result.verdict`` (137 before the timeout: killed, most often out of memory)."""
     hint = DECLARATIONS[check].hint if check in DECLARATIONS else ""
     tail = " | ".join(output.strip().splitlines()[-3:])
     if exit_code == 137 and seconds < timeout:
         return (
             "failed",
             f"killed by SIGKILL after {seconds:.0f} s, before its {timeout} s timeout (out of memory?): {tail}",
-            "give the environment more memory, or lower VLLM_CPU_KVCACHE_SPACE",
+            oom_hint(accelerator),
             {},
         )
     if exit_code is None or exit_code in (TIMEOUT_EXIT, 137):
@@ -222,7 +242,7 @@ def verdict(check, exit_code, output, timeout, seconds):
 
 def unhidden(result, names):
     """A skip for a prerequisite that failed but is not among ``names`` becomes that failure (a skip never hides
-    a failure; as ``matrixtool.smoke_result.unhidden``)."""
+    a failure; as ``matrixtool.smoke.result.unhidden``)."""
     need = (result.get("facts") or {}).get("failed_need")
     if result["status"] != "skipped" or not need or need in names:
         return result
@@ -253,6 +273,14 @@ class Suite:
         self.lock = threading.Lock()
         self.outcomes = {}  # check -> result dict (the report's fields)
         self.timeouts = {c["name"]: int(c["timeout"]) for c in facts["checks"]}
+        self.pending = []  # the groups no worker has started yet
+
+    def stop(self):
+        """End the run: no worker starts another group (``pending`` cleared under the lock), then every child
+        ends (``Children.kill_all``)."""
+        with self.lock:
+            self.pending.clear()
+        self.children.kill_all()
 
     def _result(self, check, status, diagnosis, hint, facts, seconds, log):
         return {
@@ -282,7 +310,8 @@ class Suite:
             log = os.path.join(self.logs, f"{self.facts['variant']}.{name}.log")
             with open(log, "w", encoding="utf-8") as f:
                 f.write(parts.get(name, output))
-            status, diagnosis, hint, facts = verdict(name, code, output, limit, wall)
+            accelerator = self.facts["params"].get("accelerator", "cpu")
+            status, diagnosis, hint, facts = verdict(name, code, output, limit, wall, accelerator)
             if status == "timeout":
                 diagnosis = f"no result within the {limit} s of its group ({', '.join(names)})"
             try:
@@ -355,7 +384,8 @@ class Suite:
     def run(self):
         """Every group (up to this machine's CPUs at once, longest first as planned), then serve; the results in
         the plan's report order, a failure that follows from another's as its consequence (``rootcause``)."""
-        pending = [list(g) for g in self.facts["groups"]]
+        pending = self.pending
+        pending[:] = [list(g) for g in self.facts["groups"]]
         errors = []
 
         def work():
@@ -506,8 +536,58 @@ def _raise_interrupted(signum, frame):
     raise Interrupted(EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED)
 
 
+def _unwritable(path):
+    """Why the report ``path`` cannot be written (a message), or None: '-' is stdout; an existing folder is
+    refused, as is a non-regular file other than a FIFO or character device (a pipe, ``/dev/stdout``); a new
+    file needs a writable folder."""
+    if path == "-":
+        return None
+    if os.path.isdir(path):
+        return f"cannot write {path}: it is a folder; name a file"
+    if os.path.exists(path) and not os.path.isfile(path):
+        mode = os.stat(path).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+            return f"cannot write {path}: it is no regular file, FIFO or character device; name a file"
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        return f"cannot write {path}: {folder} is no writable folder; name a file in one"
+    return None
+
+
+def _unwritable_folder(folder):
+    """Why no file can be made in ``folder`` (the OS's reason), or None: ``os.access`` and then a probe file
+    (root passes ``os.access`` where the file system still refuses, as in ``/proc``)."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "no write permission"
+    try:
+        with tempfile.TemporaryFile(dir=folder, prefix=".vllm-smoke-probe-"):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def _quiet_stdout():
+    """After a closed pipe (``| head``): stdout points at /dev/null so the interpreter's final flush prints
+    nothing (the signal module's "Note on SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv):
-    """The bundle's command line (``argv`` without the program): the exit status."""
+    """The bundle's command line (``argv`` without the program): the exit status. A reader that closes stdout
+    early (``| head``) ends nothing early: the run's children are ended as always and its status returned."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # stderr's reader went: the run (its children ended) had no result anyone saw
+        _quiet_stdout()
+        return EXIT_SMOKE
+
+
+def _main(argv):
     try:
         args = parse_args(argv)
         facts = load_facts()
@@ -515,13 +595,19 @@ def main(argv):
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.facts:
-        print(json.dumps(facts, indent=1, sort_keys=True))
+        try:
+            print(json.dumps(facts, indent=1, sort_keys=True), flush=True)
+        except BrokenPipeError:
+            _quiet_stdout()
         return EXIT_OK
-    for path in [p for p in (args.json_file, args.junit) if p and p != "-"]:
-        folder = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            print(f"error: cannot write {path}: {folder} is no writable folder; name a file in one", file=sys.stderr)
+    for path in [p for p in (args.json_file, args.junit) if p]:
+        why = _unwritable(path)
+        if why:
+            print(f"error: {why}", file=sys.stderr)
             return EXIT_USAGE
+    if args.logs and not (os.path.isdir(args.logs) or not os.path.lexists(args.logs)):
+        print(f"error: --logs {args.logs} is no folder; name a writable folder", file=sys.stderr)
+        return EXIT_USAGE
     env = dict(os.environ)
     own_work = not env.get("MATRIX_SMOKE_DIR")
     work = env.get("MATRIX_SMOKE_DIR") or tempfile.mkdtemp(prefix="vllm-smoke-")
@@ -534,12 +620,26 @@ def main(argv):
         except OSError as exc:
             print(f"error: {what} {folder}: {exc}; name a writable folder", file=sys.stderr)
             return EXIT_USAGE
+        why = _unwritable_folder(folder)
+        if why:
+            print(f"error: {what} {folder} is not writable ({why}); name a writable folder", file=sys.stderr)
+            return EXIT_USAGE
     image = args.image or f"host:{sys.executable}"
+    piped = []  # stdout's reader went (``| head``): nothing more is printed there, the run goes on
+
+    def out(text, flush=False):
+        if piped:
+            return
+        try:
+            print(text, flush=flush)
+        except BrokenPipeError:
+            piped.append(True)
+            _quiet_stdout()
 
     def on_result(r):
         print(f"[{r['variant']}] {r['check']}: {r['status']} ({r['seconds']:.1f} s) {r['diagnosis']}", file=sys.stderr)
         if args.stream_results:
-            print(CHECK_MARK + json.dumps(r, default=str), flush=True)
+            out(CHECK_MARK + json.dumps(r, default=str), flush=True)
 
     names = ", ".join(c["name"] for c in facts["checks"])
     print(f"[{facts['variant']}] smoke checks in {image} (bundle): {names}; logs in {logs}", file=sys.stderr)
@@ -548,23 +648,33 @@ def main(argv):
     try:
         results = suite.run()
     except Interrupted as exc:
-        suite.children.kill_all()
+        suite.stop()
         print("interrupted: every check process was ended", file=sys.stderr)
         return exc.code
     finally:
-        suite.children.kill_all()
+        suite.stop()
         for s, handler in previous.items():
             signal.signal(s, handler)
         if own_work and args.logs:  # the folder made here holds nothing asked for (the logs are elsewhere)
             shutil.rmtree(work, ignore_errors=True)
+    code = EXIT_OK if ok(results) else EXIT_SMOKE
     document = json.dumps(to_json(results), indent=2, default=str)
+    failed = []  # (path, OSError) of a report that could not be written: named after the table
     if args.junit:
-        write(args.junit, junit_xml(results))
+        try:
+            write(args.junit, junit_xml(results))
+        except OSError as exc:
+            failed.append((args.junit, exc))
     if args.json_file == "-":  # the document alone on stdout (last in a pod's log), the table for people on stderr
         print("\n" + table(results), file=sys.stderr, flush=True)
-        print(document)
+        out(document, flush=True)
     else:
         if args.json_file:
-            write(args.json_file, document)
-        print("\n" + table(results))
-    return EXIT_OK if ok(results) else EXIT_SMOKE
+            try:
+                write(args.json_file, document)
+            except OSError as exc:
+                failed.append((args.json_file, exc))
+        out("\n" + table(results), flush=True)
+    for path, exc in failed:
+        print(f"error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+    return EXIT_USAGE if failed else code

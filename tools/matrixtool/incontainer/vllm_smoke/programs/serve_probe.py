@@ -4,7 +4,7 @@ Run on the host against a published port, or in a client container that shares t
 (a profile with no network): ``serve_probe.py health|probe|stream BASE_URL [JSON]`` prints one
 ``MATRIX-PROBE {json}`` line (``stream`` prints ``MATRIX-STREAM-FIRST`` once its first chunk is in, and creates
 the file the JSON's ``_first_file`` names, if any).
-The host judges what they return (``matrixtool.serve``).
+The host judges what they return (``matrixtool.smoke.serve``).
 """
 
 import json
