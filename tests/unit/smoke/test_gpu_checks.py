@@ -276,3 +276,13 @@ def test_every_arch_compiled_is_proof_and_no_compile_falls_back_on_ptxas_help() 
     old = {"triton": "3.1.0", "results": {}, "lacking": "TypeError: ASTSource takes neither constexprs nor constants"}
     assert mod.aot_findings(old, ["sm_90"]) == ([], [], None)
     assert mod.aot_findings(None, ["sm_90"]) == ([], [], None)
+
+
+def test_compiles_that_all_fail_before_ptxas_are_this_tritons_api_not_the_archs() -> None:
+    error = "TypeError: ASTSource.__init__() got an unexpected keyword argument 'constexprs'"
+    results = {"sm_80": error, "sm_90": error}
+    report: dict[str, Any] = {"triton": "3.2.0", "results": results, "lacking": None}
+    assert incontainer().aot_findings(report, ["sm_80", "sm_90"]) == ([], [], None)
+    # One arch compiled: the others' errors are theirs, whatever stage they failed at.
+    results["sm_80"] = "ok"
+    assert incontainer().aot_findings(report, ["sm_80", "sm_90"])[2] is False

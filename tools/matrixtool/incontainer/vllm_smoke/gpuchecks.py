@@ -431,7 +431,8 @@ def aot_error_line(text):
 def aot_findings(report, wanted):
     """(problems, fixes, compiled) of the ahead-of-time compiles of programs/triton_aot.py (its ``MATRIX-AOT``
     object, or None when it printed none) for the archs ``wanted``: ``compiled`` is True when every arch was
-    compiled, False when one failed, None when no compile answered (the caller falls back on ``ptxas --help``).
+    compiled, False when one failed, None when no compile answered or every compile failed before ptxas (an API
+    this Triton has otherwise; the caller falls back on ``ptxas --help``).
     Pure."""
     if not report or report.get("lacking"):
         return [], [], None
@@ -439,6 +440,9 @@ def aot_findings(report, wanted):
     failed = {a: aot_error_line(results[a]) for a in wanted if a in results and results[a] != "ok"}
     if not failed:
         return [], [], True if all(a in results for a in wanted) else None
+    if "ok" not in results.values() and not any("ptxas" in results[a] for a in failed):
+        # No arch compiled and ptxas was never reached: this Triton's API, not an arch, failed.
+        return [], [], None
     version = report.get("triton")
     problems = [
         f"Triton {version} cannot compile a kernel for {arch} (`{line}`): every Triton kernel fails there"
@@ -466,6 +470,12 @@ def _triton_aot(wanted):
         return None, f"not compiled ahead of time ({last_error_line(proc.stderr) or f'exit {proc.returncode}'})"
     if report.get("lacking"):
         return report, f"not compiled ahead of time (triton {report.get('triton')} lacks {report['lacking']})"
+    if aot_findings(report, wanted)[2] is None and "ok" not in report.get("results", {}).values():
+        errors = [aot_error_line(r) for r in (report.get("results") or {}).values()]
+        return (
+            report,
+            f"not compiled ahead of time (triton {report.get('triton')}: {errors[0] if errors else 'no arch'})",
+        )
     return report, {a: r if r == "ok" else aot_error_line(r) for a, r in (report.get("results") or {}).items()}
 
 
