@@ -237,3 +237,52 @@ def test_pip_check_says_when_only_gpu_kernel_packages_are_missing(monkeypatch: p
     installed[1] = _Dist("openai", "1.0.0", [])
     out = mod.check_pip_check({})
     assert "3 dependency conflict(s)" in out["diagnosis"] and "2 of them GPU-kernel packages" in out["diagnosis"]
+
+
+# triton.compile's error for an arch its ptxas does not know (Triton 3.8.0, vllm-matrix/cuda, gpu_archs with sm_999).
+_PTXAS_ERROR = (
+    "PTXASError: PTXAS error: Internal Triton PTX codegen error\n`ptxas` stderr:\n"
+    "ptxas-blackwell fatal   : Value 'sm_999a' is not defined for option 'gpu-name'\n\n"
+    "Repro command: /opt/venv/lib/python3.11/site-packages/triton/backends/nvidia/bin/ptxas-blackwell -lineinfo -v "
+    "--gpu-name=sm_999a /tmp/tmpp6qeycrz.ptx -o /tmp/tmpp6qeycrz.ptx.o\n"
+)
+
+
+def test_a_triton_compile_error_is_told_by_ptxas_fatal_line() -> None:
+    mod = incontainer()
+    assert (
+        mod.aot_error_line(_PTXAS_ERROR)
+        == "ptxas-blackwell fatal : Value 'sm_999a' is not defined for option 'gpu-name'"
+    )
+    assert mod.aot_error_line("\nCompilationError: at 1:4\nmore") == "CompilationError: at 1:4"
+    assert mod.aot_error_line("") == "no error text"
+
+
+def test_an_arch_triton_cannot_compile_for_fails_naming_it_the_version_and_the_fix() -> None:
+    report = {"triton": "3.8.0", "results": {"sm_90": "ok", "sm_999": _PTXAS_ERROR}, "lacking": None}
+    problems, fixes, compiled = incontainer().aot_findings(report, ["sm_90", "sm_999"])
+    assert compiled is False and len(problems) == 1
+    assert "Triton 3.8.0 cannot compile a kernel for sm_999" in problems[0]
+    assert "Value 'sm_999a' is not defined for option 'gpu-name'" in problems[0]
+    assert "newer than 3.8.0" in fixes[0] and "sm_999" in fixes[0] and "TRITON_PTXAS_PATH" in fixes[0]
+
+
+def test_every_arch_compiled_is_proof_and_no_compile_falls_back_on_ptxas_help() -> None:
+    mod = incontainer()
+    ok = {"triton": "3.8.0", "results": {"sm_90": "ok", "sm_120": "ok"}, "lacking": None}
+    assert mod.aot_findings(ok, ["sm_90", "sm_120"]) == ([], [], True)
+    # An arch the program was not asked about (gfx*, or a report cut short) proves nothing either way.
+    assert mod.aot_findings(ok, ["sm_90", "sm_100"]) == ([], [], None)
+    old = {"triton": "3.1.0", "results": {}, "lacking": "TypeError: ASTSource takes neither constexprs nor constants"}
+    assert mod.aot_findings(old, ["sm_90"]) == ([], [], None)
+    assert mod.aot_findings(None, ["sm_90"]) == ([], [], None)
+
+
+def test_compiles_that_all_fail_before_ptxas_are_this_tritons_api_not_the_archs() -> None:
+    error = "TypeError: ASTSource.__init__() got an unexpected keyword argument 'constexprs'"
+    results = {"sm_80": error, "sm_90": error}
+    report: dict[str, Any] = {"triton": "3.2.0", "results": results, "lacking": None}
+    assert incontainer().aot_findings(report, ["sm_80", "sm_90"]) == ([], [], None)
+    # One arch compiled: the others' errors are theirs, whatever stage they failed at.
+    results["sm_80"] = "ok"
+    assert incontainer().aot_findings(report, ["sm_80", "sm_90"])[2] is False

@@ -11,7 +11,7 @@ import glob
 import os
 import re
 
-from .common import check, dist_version, result, run_python
+from .common import WORK_DIR, check, dist_version, marked, result, run_program, run_python
 
 _VLLM = "https://github.com/vllm-project/vllm"
 # Where Triton's NVIDIA backend asks for libcuda (triton/backends/nvidia/driver.py, libcuda_dirs(): the
@@ -418,6 +418,67 @@ def ptxas_targets(help_text):
     return sorted(set(re.findall(r"'(sm_\d+[af]?)'", m.group(1)))) if m else []
 
 
+def aot_error_line(text):
+    """The line of a Triton compile error that names the cause: ptxas's ``fatal`` line (``ptxas-blackwell fatal :
+    Value 'sm_999a' is not defined for option 'gpu-name'``) where there is one, else the first non-empty line."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    for line in lines:
+        if re.search(r"\bfatal\b", line):
+            return re.sub(r"\s+:", " :", line)
+    return lines[0] if lines else "no error text"
+
+
+def aot_findings(report, wanted):
+    """(problems, fixes, compiled) of the ahead-of-time compiles of programs/triton_aot.py (its ``MATRIX-AOT``
+    object, or None when it printed none) for the archs ``wanted``: ``compiled`` is True when every arch was
+    compiled, False when one failed, None when no compile answered or every compile failed before ptxas (an API
+    this Triton has otherwise; the caller falls back on ``ptxas --help``).
+    Pure."""
+    if not report or report.get("lacking"):
+        return [], [], None
+    results = report.get("results") or {}
+    failed = {a: aot_error_line(results[a]) for a in wanted if a in results and results[a] != "ok"}
+    if not failed:
+        return [], [], True if all(a in results for a in wanted) else None
+    if "ok" not in results.values() and not any("ptxas" in results[a] for a in failed):
+        # No arch compiled and ptxas was never reached: this Triton's API, not an arch, failed.
+        return [], [], None
+    version = report.get("triton")
+    problems = [
+        f"Triton {version} cannot compile a kernel for {arch} (`{line}`): every Triton kernel fails there"
+        for arch, line in failed.items()
+    ]
+    fixes = [
+        f"install a Triton (with it the torch that pins it) newer than {version} whose bundled ptxas targets "
+        f"{', '.join(failed)}, or point TRITON_PTXAS_PATH at a CUDA toolkit's ptxas that does"
+    ]
+    return problems, fixes, False
+
+
+def _triton_aot(wanted):
+    """(MATRIX-AOT object, facts) of programs/triton_aot.py compiling for ``wanted`` in a child Python, its kernel
+    cache under WORK_DIR (the tool's tmpfs); facts say per arch "ok", the error's line, or why none was compiled."""
+    env = {"TRITON_CACHE_DIR": os.path.join(WORK_DIR, "triton-aot-cache")}
+    try:
+        proc = run_program("triton_aot.py", [a for a in wanted if a.startswith("sm_")], env, timeout=120)
+    except Exception as e:  # subprocess.TimeoutExpired, OSError: no compile answered
+        return None, f"not compiled ahead of time ({type(e).__name__}: {e})"
+    report = marked(proc, "MATRIX-AOT")
+    if report is None:
+        from .common import last_error_line
+
+        return None, f"not compiled ahead of time ({last_error_line(proc.stderr) or f'exit {proc.returncode}'})"
+    if report.get("lacking"):
+        return report, f"not compiled ahead of time (triton {report.get('triton')} lacks {report['lacking']})"
+    if aot_findings(report, wanted)[2] is None and "ok" not in report.get("results", {}).values():
+        errors = [aot_error_line(r) for r in (report.get("results") or {}).values()]
+        return (
+            report,
+            f"not compiled ahead of time (triton {report.get('triton')}: {errors[0] if errors else 'no arch'})",
+        )
+    return report, {a: r if r == "ok" else aot_error_line(r) for a, r in (report.get("results") or {}).items()}
+
+
 _HIP_TARGET = re.compile(rb"amdgcn-amd-amdhsa-[^\x00\s]*?-(gfx[0-9a-f]+)")
 
 
@@ -468,7 +529,8 @@ def _triton_ptxas():
     "gpu-archs",
     proves=(
         "without a GPU: every architecture of the variant's gpu_archs is covered by torch's arch list, by vLLM's "
-        "extensions (SASS, or PTX the driver compiles) and, on CUDA, by what Triton's bundled ptxas can target"
+        "extensions (SASS, or PTX the driver compiles) and, on CUDA, by Triton: a kernel compiled ahead of time "
+        "for each (its bundled ptxas included; `ptxas --help`'s targets where no compile answers)"
     ),
     classes=(24,),
     reports=(f"{_VLLM}/issues/29469", "https://github.com/triton-lang/triton/issues/8539"),
@@ -546,6 +608,11 @@ def check_gpu_archs(params):
                     f"PTX {', '.join(found['ptx']) or 'none'})"
                 )
                 fixes.append("install a vLLM built with those archs (TORCH_CUDA_ARCH_LIST / PYTORCH_ROCM_ARCH)")
+    if accelerator == "cuda" and dist_version("triton") is not None:
+        report, facts["triton_aot"] = _triton_aot(wanted)
+        aot_problems, aot_fixes, facts["triton_compiled"] = aot_findings(report, wanted)
+        problems += aot_problems
+        fixes += aot_fixes
     if accelerator == "cuda":
         ptxas = _triton_ptxas()
         facts["ptxas"] = ptxas
@@ -554,7 +621,8 @@ def check_gpu_archs(params):
             targets = ptxas_targets(proc.stdout)
             facts["ptxas_targets"] = targets
             lacking = [a for a in wanted if targets and a not in targets and a + "a" not in targets]
-            if lacking:
+            # The compiles, where they answered, are the proof (Triton may pick another ptxas, ptxas-blackwell).
+            if lacking and facts.get("triton_compiled") is None:
                 problems.append(
                     f"Triton's ptxas ({ptxas}) cannot target {', '.join(lacking)} (`ptxas fatal : Value '{lacking[0]}' "
                     "is not defined for option 'gpu-name'`): every Triton kernel fails to compile there"
@@ -572,7 +640,9 @@ def check_gpu_archs(params):
         "passed",
         f"{', '.join(wanted)} covered by torch, vLLM's extensions"
         + (
-            " and Triton's ptxas"
+            " and Triton (a kernel compiled ahead of time for each)"
+            if facts.get("triton_compiled")
+            else " and Triton's ptxas"
             if facts.get("ptxas")
             else " (no Triton ptxas to ask)"
             if accelerator == "cuda"
