@@ -638,7 +638,14 @@ def check_gpu_archs(params):
         return result("failed", "; ".join(problems), "; ".join(dict.fromkeys(fixes)), **facts)
     return result(
         "passed",
-        f"{', '.join(wanted)} covered by torch, vLLM's extensions"
+        f"{', '.join(wanted)} covered by torch"
+        + (
+            ", vLLM's extensions"
+            if kernels
+            else " (no vLLM installed: its extensions not checked)"
+            if dist_version("vllm") is None
+            else ""
+        )
         + (
             " and Triton (a kernel compiled ahead of time for each)"
             if facts.get("triton_compiled")
