@@ -279,3 +279,14 @@ def test_root_cause_skips_vllms_wrapper_messages() -> None:
     assert mod.root_cause(seen) == (
         "ImportError: /opt/venv/lib/python3.13/site-packages/vllm/_C.abi3.so: undefined symbol: sbgemm_"
     )
+
+
+def test_a_marker_line_starts_a_line_after_a_progress_bar_left_open(capsys: pytest.CaptureFixture[str]) -> None:
+    """The engine merges stdout and stderr; a tqdm bar on stderr ends with a carriage return only. Seen in the cuda
+    image's tiny-model ("Writing model shards: 100%|...|MATRIX-RESULT {...}": the check printed no result)."""
+    runner = importlib.import_module("matrixtool.incontainer.vllm_smoke.runner")
+    common = importlib.import_module("matrixtool.incontainer.vllm_smoke.common")
+    runner._marker_line(common.result_line("tiny-model", common.result("passed", "made")))
+    merged = "Writing model shards:   0%|  | 0/1\rWriting model shards: 100%|##| 1/1" + capsys.readouterr().out
+    found = smoke_result.parse_output(merged, "tiny-model")
+    assert found is not None and found["status"] == "passed"

@@ -111,9 +111,18 @@ def run(names, params):
         return 2
     session = Session(params)
     for name in names:
-        print(BEGIN_MARK + name, flush=True)
-        print(result_line(name, session.outcome(name)), flush=True)
+        _marker_line(BEGIN_MARK + name)
+        _marker_line(result_line(name, session.outcome(name)))
     return 0
+
+
+def _marker_line(text):
+    """Print a marker line so that it starts a line of the output the host reads, stdout and stderr merged by the
+    engine: a progress bar on stderr (tqdm's "Writing model shards: 100%|...|", ended by a carriage return only)
+    can leave its line open just before it, and the host reads a marker only at the start of a line."""
+    sys.stderr.flush()
+    sys.stdout.write("\n" + text + "\n")
+    sys.stdout.flush()
 
 
 def main(argv):
