@@ -49,7 +49,9 @@ PORT = 8000
 # A cold eager start takes 70-100 s on 2 quiet cores; shared machines take several times that.
 START_TIMEOUT = 900
 STARTED = re.compile(re.escape("Application startup complete."))
-SERVE_ARGS = ("serve", "/model", "--enforce-eager", "--max-model-len", "128")
+# float32 as the serve check runs the tiny model: bfloat16 (vLLM's CPU default) killed the worker at the first
+# forward on these machines' CPUs (AMX and AVX512-BF16 advertised; "Worker proc VllmWorker-0 died unexpectedly").
+SERVE_ARGS = ("serve", "/model", "--enforce-eager", "--max-model-len", "128", "--dtype", "float32")
 
 
 def _build(client: docker.DockerClient, context: Path, lines: Sequence[str], base: str) -> str:

@@ -131,7 +131,12 @@ def test_push_signs_and_attests_then_test_verifies(
     env = {"COSIGN_PASSWORD": PASSWORD}
     smoke_report = tmp_path / "smoke.json"
     smoke_report.write_text(
-        json.dumps({"schema_version": 1, "checks": [{"check": "torch-import", "status": "passed"}]})
+        json.dumps(
+            {
+                "schema_version": 1,
+                "checks": [{"variant": "cpu", "profile": "default", "check": "torch-import", "status": "passed"}],
+            }
+        )
     )
     proc = matrix_cli(
         "push", "cpu", "--registry", local_registry, "--json", "--no-keep-tags",
