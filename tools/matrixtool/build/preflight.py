@@ -102,8 +102,8 @@ def check_fresh(matrix: Matrix) -> None:
 
 def check_inputs(variant: Variant, inputs: Inputs) -> None:
     """Check ``variant``'s local inputs: the CA bundle is a file; a wheelhouse variant has a wheelhouse holding its
-    torch wheel; its vLLM, torch and Triton resolve to builds of its accelerator (``builds``). Raises ConfigError: every
-    problem found, each with what to pass instead."""
+    torch wheel; its vLLM, torch and Triton resolve to builds of its accelerator and, with its base image, of one
+    CUDA or ROCm version (``builds``). Raises ConfigError: every problem found, each with what to pass instead."""
     wheelhouse, ca_cert = inputs.wheelhouse, inputs.ca_cert
     problems = []
     if ca_cert is not None and not ca_cert.is_file():
@@ -114,6 +114,7 @@ def check_inputs(variant: Variant, inputs: Inputs) -> None:
     # Each platform needs a wheel whose tags fit it and the variant's Python (wheelhouse.py), not any torch wheel.
     problems += wheelhouses.problems(variant, wheelhouse, env_var=hostfiles.WHEELHOUSE_ENV_VAR)
     problems += builds.foreign_builds(variant)
+    problems += builds.toolkit_mismatches(variant)
     if problems:
         raise ConfigError(f"inputs of variant {variant.name}", problems)
 

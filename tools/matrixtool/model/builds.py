@@ -1,9 +1,12 @@
-"""Which accelerator a variant's vLLM, torch and Triton wheels are built for, from what the matrix says alone.
+"""Which accelerator, and which version of its toolkit (CUDA, ROCm), a variant's vLLM, torch and Triton wheels and
+its base image are built for, from what the matrix says alone.
 
 uv's default index strategy (``first-index``) takes a package from the first index that has the project at
 all, the ``--extra-index-url`` ones before ``--index-url`` (uv docs, "Package indexes"). PyPI's ``vllm`` and
 ``torch`` Linux wheels are CUDA builds; PyTorch's ``/whl/<tag>`` indexes and vLLM's ROCm index hold the builds
-their path names.
+their path names. vLLM's ROCm index (``wheels.vllm.ai/rocm/<version>/<variant>``) also holds the torch, Triton and
+the rest of the stack its wheel was built against and pins exactly (vllm-project/vllm
+``tools/vllm-rocm/pin_rocm_dependencies.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from matrixtool.incontainer.vllm_smoke.common import Accelerator
+from matrixtool.incontainer.vllm_smoke.common import Accelerator, toolkit_of_tag
 from matrixtool.model.model import PackagePin, TritonState, Variant
 
 _LOCAL = re.compile(r"\+(?P<tag>[A-Za-z]+)")
@@ -27,6 +30,11 @@ _PYTORCH_PROJECTS = frozenset(
 )
 # PyPI's Linux wheels of these projects are CUDA builds (torch's default wheel is CUDA's; vLLM's too).
 _PYPI_CUDA = frozenset({"torch", "vllm"})
+# What vLLM's ROCm index holds beside vLLM: the builds its release pipeline makes and pins in the wheel's
+# Requires-Dist (vllm-project/vllm tools/vllm-rocm/pin_rocm_dependencies.py, ``package_mapping``).
+_VLLM_ROCM_PROJECTS = frozenset(
+    {"vllm", "torch", "triton", "triton-kernels", "torchvision", "torchaudio", "amdsmi", "flash-attn", "aiter"}
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +60,8 @@ def index_holds(url: str, project: str) -> bool | None:
     if parts.hostname == "download.pytorch.org":
         return project in _PYTORCH_PROJECTS
     if parts.hostname == "pypi.org":
+        return True
+    if parts.hostname == "wheels.vllm.ai" and "/rocm" in parts.path.lower() and project in _VLLM_ROCM_PROJECTS:
         return True
     return None
 
@@ -110,3 +120,149 @@ def foreign_builds(variant: Variant) -> list[str]:
             f"an index that holds it first (uv asks --extra-index-url before --index-url)"
         )
     return found
+
+
+# --- Toolkit versions: one accelerator, another CUDA or ROCm ------------------------------------------------------
+_NAMES = {Accelerator.CUDA: "CUDA", Accelerator.ROCM: "ROCm"}
+# How many leading components must agree (major.minor): a toolkit's minor releases change its libraries (ROCm's
+# hipBLASLt, rocBLAS, RCCL; CUDA's runtime features) and vLLM's ROCm variants are named per minor release. A patch
+# release keeps them.
+_DEPTH = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class Toolkit:
+    """The CUDA or ROCm version a build names, as far as the name states it (``rocm6.4``: (6, 4); ``rocm721``:
+    (7, 2, 1); ``cu130``: (13, 0))."""
+
+    accelerator: Accelerator
+    version: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{_NAMES[self.accelerator]} {'.'.join(str(n) for n in self.version)}"
+
+    def agrees(self, other: Toolkit, depth: int = _DEPTH) -> bool:
+        """Whether ``other`` is the same toolkit as far as ``depth`` components and both names state them (ROCm 7.2
+        agrees with 7.2.1; 6.4 does not). Another accelerator agrees: ``foreign_builds`` reports that."""
+        if self.accelerator is not other.accelerator:
+            return True
+        n = min(depth, len(self.version), len(other.version))
+        return self.version[:n] == other.version[:n]
+
+
+def toolkit_tag(tag: str) -> Toolkit | None:
+    """The toolkit a build tag names (``cu130``, ``rocm6.4``, ``rocm721``; ``common.toolkit_of_tag``, which the
+    in-image rocm-build check shares), or None (``cpu``, ``git1c57644``)."""
+    found = toolkit_of_tag(tag)
+    return Toolkit(accelerator=found[0], version=found[1]) if found else None
+
+
+def local_toolkit(version: str) -> Toolkit | None:
+    """The toolkit a pinned version's local label names (``2.14.0+rocm6.4``: ROCm 6.4), or None."""
+    _, plus, label = version.partition("+")
+    return toolkit_tag(label) if plus else None
+
+
+def index_toolkit(url: str) -> Toolkit | None:
+    """The toolkit whose builds an index holds, from its path: PyTorch's ``/whl/cu130`` or ``/whl/rocm6.4`` (also
+    under ``nightly/`` or ``test/``), vLLM's ``/rocm/<version>/rocm721`` or ``/<version>/cu130``; None for any
+    other index (PyPI: its builds carry no toolkit in a name)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname not in ("download.pytorch.org", "wheels.vllm.ai"):
+        return None
+    for segment in reversed([s for s in parts.path.split("/") if s]):
+        found = toolkit_tag(segment)
+        if found is not None:
+            return found
+    return None
+
+
+def image_toolkit(image: str, accelerator: Accelerator) -> Toolkit | None:
+    """The ROCm or CUDA version of a base image from its tag, for the images that name it there: AMD's ``rocm/*``
+    (``rocm/dev-ubuntu-24.04:7.2.1-complete``, ``rocm/pytorch:rocm7.0_ubuntu22.04_…``) and NVIDIA's ``*/cuda``
+    (``nvidia/cuda:13.0.2-base-ubuntu24.04``); None for any other image or a tag without a version."""
+    ref = image.split("@", 1)[0]
+    name, colon, tag = ref.rpartition(":")
+    if not colon or "/" in tag:
+        return None
+    repo = name.lower()
+    if accelerator is Accelerator.ROCM and (repo.startswith("rocm/") or "/rocm/" in repo):
+        m = re.match(r"(?:rocm)?(\d+(?:\.\d+)+)", tag, re.IGNORECASE)
+    elif accelerator is Accelerator.CUDA and (repo == "cuda" or repo.endswith("/cuda")):
+        m = re.match(r"(\d+(?:\.\d+)+)", tag)
+    else:
+        return None
+    if not m:
+        return None
+    return Toolkit(accelerator=accelerator, version=tuple(int(p) for p in m.group(1).split(".")))
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Named:
+    """A part of a variant with the toolkit it is built for: ``key`` (matrix.yaml path), ``shown`` (its value),
+    ``why`` (where the toolkit was read)."""
+
+    key: str
+    shown: str
+    toolkit: Toolkit
+    why: str
+
+
+def _wheel_toolkit(pin: PackagePin, variant: Variant) -> tuple[Toolkit, str] | None:
+    tagged = local_toolkit(pin.version)
+    if tagged is not None:
+        return tagged, "its version"
+    chosen = source(pin, variant.index.url, variant.index.extra_urls).index
+    found = index_toolkit(chosen)
+    return (found, f"the index it resolves from, {chosen}") if found is not None else None
+
+
+def toolkit_mismatches(variant: Variant) -> list[str]:
+    """One line per part of ``variant`` built for the same accelerator as its vLLM wheel but another toolkit
+    version (torch ``+rocm6.4`` beside vLLM ``+rocm721``, torch ``+cu126`` beside vLLM ``+cu130``, a base image of
+    another ROCm or CUDA), naming both keys and versions and the fix. vLLM's wheel is the reference (its compiled
+    extensions are what fails to load); without a known vLLM toolkit, torch's. Wheels and a ROCm base image must
+    agree in major.minor (the ROCm libraries vLLM's torch links are the base image's); a CUDA base image in the
+    major only (the CUDA wheels carry their own runtime; the base sets the driver floor and the JIT toolchain)."""
+    v = f"variants.{variant.name}"
+    named: list[_Named] = []
+    wheels = [(f"{v}.vllm", variant.vllm), (f"{v}.torch", variant.torch)]
+    if variant.triton is TritonState.REQUIRED and variant.triton_distribution:
+        wheels.append((f"{v}.triton_distribution", PackagePin(package=variant.triton_distribution, version="")))
+    for key, pin in wheels:
+        found = _wheel_toolkit(pin, variant)
+        if found is not None:
+            shown = f"{pin.package}=={pin.version}" if pin.version else pin.package
+            named.append(_Named(key=key, shown=shown, toolkit=found[0], why=found[1]))
+    base = image_toolkit(variant.base_image, variant.accelerator)
+    if not named:
+        return []
+    ref = named[0]
+    problems = []
+    for other in named[1:]:
+        if not ref.toolkit.agrees(other.toolkit):
+            problems.append(_mismatch(variant, ref, other, fix=_wheel_fix(variant, ref, other)))
+    if base is not None:
+        depth = 1 if base.accelerator is Accelerator.CUDA else _DEPTH
+        if not ref.toolkit.agrees(base, depth):
+            image = _Named(key=f"{v}.base_image", shown=variant.base_image, toolkit=base, why="its tag")
+            wanted = ".".join(str(n) for n in ref.toolkit.version[:depth])
+            fix = f"set {v}.base_image to a {_NAMES[base.accelerator]} {wanted} image (as {ref.key})"
+            problems.append(_mismatch(variant, ref, image, fix=fix))
+    return problems
+
+
+def _wheel_fix(variant: Variant, ref: _Named, other: _Named) -> str:
+    index = f"variants.{variant.name}.index"
+    return (
+        f"take {other.key.rsplit('.', 1)[-1]} from the index of {ref.key}'s build ({ref.toolkit}) first in {index}, "
+        f"at the version its wheel pins (its Requires-Dist; `tools/matrix update {variant.name}` reads it)"
+    )
+
+
+def _mismatch(variant: Variant, ref: _Named, other: _Named, *, fix: str) -> str:
+    return (
+        f"{other.key} {other.shown} is for {other.toolkit} ({other.why}), but {ref.key} {ref.shown} for "
+        f"{ref.toolkit} ({ref.why}): an extension compiled against one {_NAMES[ref.toolkit.accelerator]} and torch "
+        f"fails to load beside another (undefined symbol, or a library of another version missing). Fix: {fix}"
+    )

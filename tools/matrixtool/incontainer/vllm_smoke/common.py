@@ -343,6 +343,25 @@ def compile_hint(error):
     return None
 
 
+_TOOLKIT_TAG = re.compile(r"^(cu|rocm)(\d+(?:\.\d+)*)$", re.IGNORECASE)
+
+
+def toolkit_of_tag(tag: str) -> tuple[Accelerator, tuple[int, ...]] | None:  # annotated: builds.py calls it
+    """``(accelerator, version)`` of a build tag: ``cu130`` is CUDA (13, 0) (the last digit the minor, as PyTorch
+    names them), ``rocm6.4`` / ``rocm6.4.1`` ROCm dotted, ``rocm721`` ROCm (7, 2, 1) (vLLM's dotless variants:
+    one digit per component); None for any other tag (``cpu``, ``git1c57644``)."""
+    m = _TOOLKIT_TAG.match(tag or "")
+    if not m:
+        return None
+    kind, digits = m.group(1).lower(), m.group(2)
+    if kind == "cu":
+        if "." in digits or len(digits) < 2:
+            return None
+        return Accelerator.CUDA, (int(digits[:-1]), int(digits[-1]))
+    parts = digits.split(".") if "." in digits else list(digits)
+    return Accelerator.ROCM, tuple(int(part) for part in parts)
+
+
 def dist_version(name):
     """The installed version of distribution ``name``, or None."""
     try:

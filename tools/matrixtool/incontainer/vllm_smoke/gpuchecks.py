@@ -11,7 +11,7 @@ import glob
 import os
 import re
 
-from .common import WORK_DIR, check, dist_version, marked, result, run_program, run_python
+from .common import WORK_DIR, Accelerator, check, dist_version, marked, result, run_program, run_python, toolkit_of_tag
 
 _VLLM = "https://github.com/vllm-project/vllm"
 # Where Triton's NVIDIA backend asks for libcuda (triton/backends/nvidia/driver.py, libcuda_dirs(): the
@@ -253,15 +253,79 @@ def _vllm_extensions():
     return found
 
 
+# Where a ROCm image's installed ROCm says its version ("7.2.1-81"): the rocm-core package writes it.
+ROCM_INFO = "/opt/rocm/.info/version"
+
+
+def torch_hip_version():
+    """``torch.version.hip`` as torch's ``version.py`` writes it (``7.2.53211-e4ba3ffb04``), read from the file
+    without importing torch; None where no torch is installed or it is no ROCm build."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            with open(os.path.join(folder, "version.py"), encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        m = re.search(r"^hip\s*(?::[^=\n]*)?=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+        return m.group(1) if m else None
+    return None
+
+
+def _major_minor(text):
+    m = re.match(r"\s*(\d+)\.(\d+)", text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def rocm_toolkit_problems(vllm_version, torch_hip, image_rocm):
+    """``(problems, fixes)`` where vLLM's ROCm build (the ``+rocm721`` label of ``vllm_version``), torch's HIP
+    (``torch_hip``: ``torch.version.hip``, whose third number is a build, not a patch) and the image's ROCm
+    (``image_rocm``: the text of /opt/rocm/.info/version) name another major.minor; vLLM is the reference, else
+    torch. A part that names none is left out. Pure."""
+    label = (vllm_version or "").partition("+")[2]
+    tagged = toolkit_of_tag(label)
+    vllm = tagged[1][:2] if tagged and tagged[0] is Accelerator.ROCM else None
+    torch, image = _major_minor(torch_hip), _major_minor(image_rocm)
+
+    def shown(version):
+        return ".".join(str(n) for n in version)
+
+    problems, fixes = [], []
+    ref = ("vLLM " + vllm_version, vllm) if vllm else ("torch (HIP " + str(torch_hip) + ")", torch) if torch else None
+    if ref is None:
+        return problems, fixes
+    if vllm and torch and torch != vllm:
+        problems.append(
+            f"{ref[0]} is built for ROCm {shown(vllm)}, but torch for ROCm {shown(torch)} (torch.version.hip "
+            f"{torch_hip}): vLLM's extensions, compiled against another torch and ROCm, fail to load (undefined "
+            "symbol) or misbehave"
+        )
+        fixes.append(
+            "install the torch vLLM's ROCm wheel pins (its Requires-Dist), from vLLM's ROCm index first in the "
+            "variant's index, not PyTorch's index of another ROCm"
+        )
+    if image and image != ref[1]:
+        problems.append(
+            f"{ref[0]} is built for ROCm {shown(ref[1])}, but the image's ROCm is {shown(image)} ({ROCM_INFO} "
+            f"{image_rocm.strip()}): the ROCm libraries it links (libamdhip64, hipBLASLt, rocBLAS, RCCL) are another "
+            "release's"
+        )
+        fixes.append(f"base the image on ROCm {shown(ref[1])} (matrix.yaml base_image)")
+    return problems, fixes
+
+
 @check(
     "rocm-build",
     proves=(
-        "without a GPU: vLLM's extensions are a ROCm build (none links CUDA's libcudart/libcublas), and amdsmi, "
-        "which vLLM's platform detection needs to see an AMD GPU, imports"
+        "without a GPU: vLLM's extensions are a ROCm build (none links CUDA's libcudart/libcublas), its torch and "
+        "the image's ROCm are the ROCm release vLLM's build names (major.minor), and amdsmi, which vLLM's platform "
+        "detection needs to see an AMD GPU, imports"
     ),
-    classes=(28, 29),
+    classes=(28, 29, 30),
     reports=(f"{_VLLM}/issues/44660", f"{_VLLM}/issues/24576"),
-    hint="install vLLM's ROCm build (a ROCm wheel index, or AMD's rocm/vllm images) and amdsmi",
+    hint="install vLLM's ROCm build (a ROCm wheel index, or AMD's rocm/vllm images), the torch it pins, and amdsmi",
     timeout=120,
     accelerators=("rocm",),
     group="light",
@@ -277,12 +341,20 @@ def check_rocm_build(params):
             unreadable.append(f"{path}: {exc}")
     foreign = foreign_links(needed_by, "rocm")
     amdsmi = importlib.util.find_spec("amdsmi") is not None
+    try:
+        with open(ROCM_INFO, encoding="utf-8", errors="replace") as f:
+            image_rocm = f.read(200)
+    except OSError:
+        image_rocm = None
+    torch_hip = torch_hip_version()
     facts = {
         "vllm": dist_version("vllm"),
         "extensions": {os.path.basename(p): n for p, n in needed_by.items()},
         "foreign": {os.path.basename(p): n for p, n in foreign.items()},
         "unreadable": unreadable,
         "amdsmi": dist_version("amdsmi") or (True if amdsmi else None),
+        "torch_hip": torch_hip,
+        "image_rocm": image_rocm.strip() if image_rocm else None,
     }
     problems, fixes = [], []
     if foreign:
@@ -304,11 +376,18 @@ def check_rocm_build(params):
             "imports amdsmi to find an AMD GPU, so vLLM stays on UnspecifiedPlatform and fails to infer the device"
         )
         fixes.append("pip install amdsmi at the image's ROCm version (or ROCm's amd-smi-lib, /opt/rocm/share/amd_smi)")
+    if not foreign:
+        versions, version_fixes = rocm_toolkit_problems(facts["vllm"], torch_hip, image_rocm)
+        problems += versions
+        fixes += version_fixes
     if problems:
         return result("failed", "; ".join(problems), "; ".join(fixes), **facts)
     names = ", ".join(os.path.basename(p) for p in needed_by)
+    hip = f"; torch's HIP {torch_hip}" if torch_hip else ""
     return result(
-        "passed", f"vLLM {facts['vllm']}'s extensions ({names}) link no CUDA runtime; amdsmi is installed", **facts
+        "passed",
+        f"vLLM {facts['vllm']}'s extensions ({names}) link no CUDA runtime{hip}; amdsmi is installed",
+        **facts,
     )
 
 
