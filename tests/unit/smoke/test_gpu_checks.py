@@ -286,3 +286,43 @@ def test_compiles_that_all_fail_before_ptxas_are_this_tritons_api_not_the_archs(
     # One arch compiled: the others' errors are theirs, whatever stage they failed at.
     results["sm_80"] = "ok"
     assert incontainer().aot_findings(report, ["sm_80", "sm_90"])[2] is False
+
+
+# --- rocm-build: vLLM's ROCm release against torch's and the image's ------------------------------------------
+# torch/version.py of PyTorch's 2.14.0+rocm6.4 wheel, as it writes it (hip: the HIP version and its build).
+_TORCH_ROCM64 = """__version__ = '2.14.0+rocm6.4'
+debug = False
+cuda: Optional[str] = None
+git_version = '0000000000000000000000000000000000000000'
+hip: Optional[str] = '6.4.43482-0f2d60242'
+xpu: Optional[str] = None
+"""
+
+
+def test_torch_hip_is_read_from_its_version_file_without_importing_torch() -> None:
+    mod = incontainer()
+    assert mod.hip_of_version_py(_TORCH_ROCM64) == "6.4.43482-0f2d60242"
+    assert mod.hip_of_version_py(_TORCH_ROCM64.replace("'6.4.43482-0f2d60242'", "None")) is None
+
+
+def test_a_torch_and_image_of_another_rocm_than_vllms_build_are_named_with_their_fixes() -> None:
+    mod = incontainer()
+    problems, fixes = mod.rocm_toolkit_problems("0.33.0+rocm721", "6.4.43482-0f2d60242", "6.4.1-103\n")
+    assert problems[0].startswith(
+        "vLLM 0.33.0+rocm721 is built for ROCm 7.2, but torch for ROCm 6.4 (torch.version.hip 6.4.43482-0f2d60242)"
+    )
+    assert "vLLM's ROCm index" in fixes[0] and "Requires-Dist" in fixes[0]
+    assert "the image's ROCm is 6.4 (/opt/rocm/.info/version 6.4.1-103)" in problems[1]
+    assert fixes[1] == "base the image on ROCm 7.2 (matrix.yaml base_image)"
+
+
+def test_vllms_rocm_stack_agrees_and_what_names_no_rocm_is_left_out() -> None:
+    mod = incontainer()
+    # vLLM's torch 2.14.0+git<sha> built on ROCm 7.2.1: HIP 7.2.<build>.
+    assert mod.rocm_toolkit_problems("0.33.0+rocm721", "7.2.53211-e4ba3ffb04", "7.2.1-81") == ([], [])
+    assert mod.rocm_toolkit_problems("0.33.0+rocm721", None, None) == ([], [])
+    assert mod.rocm_toolkit_problems("0.33.0", "7.2.53211-e4ba3ffb04", "7.2.1-81") == ([], [])
+    assert mod.rocm_toolkit_problems(None, None, "7.2.1") == ([], [])
+    # Without a vLLM label torch is the reference for the image's ROCm.
+    (problem,), _ = mod.rocm_toolkit_problems("0.33.0", "7.2.53211-e4ba3ffb04", "6.4.1")
+    assert problem.startswith("torch (HIP 7.2.53211-e4ba3ffb04) is built for ROCm 7.2, but the image's ROCm is 6.4")

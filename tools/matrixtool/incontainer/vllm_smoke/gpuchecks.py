@@ -257,20 +257,25 @@ def _vllm_extensions():
 ROCM_INFO = "/opt/rocm/.info/version"
 
 
+def hip_of_version_py(text):
+    """The ``hip`` value torch's ``version.py`` sets (``hip: Optional[str] = '7.2.53211-e4ba3ffb04'``), or None
+    (``hip = None``: no ROCm build). Pure."""
+    m = re.search(r"^hip\s*(?::[^=\n]*)?=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    return m.group(1) if m else None
+
+
 def torch_hip_version():
-    """``torch.version.hip`` as torch's ``version.py`` writes it (``7.2.53211-e4ba3ffb04``), read from the file
-    without importing torch; None where no torch is installed or it is no ROCm build."""
+    """``torch.version.hip`` read from the installed torch's ``version.py`` without importing torch; None where no
+    torch is installed or it is no ROCm build."""
     import importlib.util
 
     spec = importlib.util.find_spec("torch")
     for folder in (spec.submodule_search_locations or []) if spec else []:
         try:
             with open(os.path.join(folder, "version.py"), encoding="utf-8", errors="replace") as f:
-                text = f.read()
+                return hip_of_version_py(f.read())
         except OSError:
             continue
-        m = re.search(r"^hip\s*(?::[^=\n]*)?=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
-        return m.group(1) if m else None
     return None
 
 
