@@ -7,15 +7,20 @@ index and ROCm 6.4.1 base beside vLLM's 0.33.0+rocm721 (ROCm 7.2.1) wheel."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
+import yaml
+from click.testing import CliRunner
 
 from matrixtool.build import preflight
+from matrixtool.cli import main
 from matrixtool.core.errors import ConfigError, ExitCode
 from matrixtool.incontainer.vllm_smoke.common import Accelerator
 from matrixtool.model import builds
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import IndexSettings, PackagePin, Variant
+from tests.conftest import REPO_ROOT, copy_checkout
 
 PYPI = "https://pypi.org/simple"
 ROCM_TORCH = "https://download.pytorch.org/whl/rocm6.4"
@@ -107,6 +112,24 @@ def test_a_rocm64_torch_and_base_beside_vllms_rocm721_wheel_are_refused_naming_k
     with pytest.raises(ConfigError) as exc:
         preflight.check_inputs(old, preflight.Inputs(ca_cert=None, wheelhouse=None))
     assert exc.value.exit_code is ExitCode.CONFIG and exc.value.problems == [torch, base]
+
+
+def test_build_refuses_the_rocm64_pins_before_anything_else_with_exit_3(tmp_path: Path) -> None:
+    """Through the command: no engine (the unit guard makes it unreachable), no index asked, nothing written."""
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    rocm = data["variants"]["rocm"]
+    rocm["base_image"] = "rocm/dev-ubuntu-24.04:6.4.1"
+    rocm["torch"] = {"package": "torch", "version": "2.14.0+rocm6.4"}
+    rocm["triton_distribution"] = "pytorch-triton-rocm"
+    rocm["index"] = {"url": ROCM_TORCH, "extra_urls": [VLLM_ROCM, PYPI], "wheelhouse": False}
+    matrix = copy_checkout(tmp_path / "checkout", yaml.safe_dump(data, sort_keys=False))
+    runner = CliRunner()
+    assert runner.invoke(main, ["--matrix", str(matrix), "render"]).exit_code == 0
+    result = runner.invoke(main, ["--matrix", str(matrix), "build", "rocm"])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert "variants.rocm.torch torch==2.14.0+rocm6.4 is for ROCm 6.4" in result.output
+    assert "variants.rocm.base_image rocm/dev-ubuntu-24.04:6.4.1 is for ROCm 6.4.1" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_a_triton_from_another_rocms_index_is_refused() -> None:
