@@ -364,9 +364,10 @@ def check_rocm_build(params):
     problems, fixes = [], []
     if foreign:
         shown = "; ".join(f"{p} needs {', '.join(n)}" for p, n in foreign.items())
+        first = next(iter(foreign.values()))[0]
         problems.append(
             f"vLLM {facts['vllm']} is a CUDA build: {shown}. In a ROCm image its extensions fail to load "
-            "(`libcudart.so.12: cannot open shared object file`) and vLLM has no kernels"
+            f"(`{first}: cannot open shared object file`) and vLLM has no kernels"
         )
         fixes.append(
             "install vLLM's ROCm build: the variant's vllm source must be a ROCm index (matrix.yaml "
