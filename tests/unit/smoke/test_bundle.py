@@ -276,13 +276,17 @@ def _group(children: Any, code: str, timeout: int) -> tuple[int, str, float]:
 
 
 def test_a_gpu_is_seen_by_any_device_node_of_its_accelerator(tmp_path: Path) -> None:
-    assert not standalone.has_gpu("cuda", str(tmp_path)) and not standalone.has_gpu("rocm", str(tmp_path))
+    assert (
+        standalone.attached_gpu("cuda", str(tmp_path)) is None
+        and standalone.attached_gpu("rocm", str(tmp_path)) is None
+    )
     (tmp_path / "nvidiactl").touch()
-    assert not standalone.has_gpu("cuda", str(tmp_path)), "the control node is no GPU"
+    assert standalone.attached_gpu("cuda", str(tmp_path)) is None, "the control node is no GPU"
     (tmp_path / "nvidia3").touch()  # a pod's one GPU, as the device plugin numbers it
     (tmp_path / "kfd").touch()
-    assert standalone.has_gpu("cuda", str(tmp_path)) and standalone.has_gpu("rocm", str(tmp_path))
-    assert not standalone.has_gpu("cpu", str(tmp_path))
+    assert standalone.attached_gpu("cuda", str(tmp_path)) == str(tmp_path / "nvidia3")
+    assert standalone.attached_gpu("rocm", str(tmp_path)) == str(tmp_path / "kfd")
+    assert standalone.attached_gpu("cpu", str(tmp_path)) is None
 
 
 @pytest.mark.subprocess

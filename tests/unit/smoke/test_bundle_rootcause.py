@@ -168,3 +168,21 @@ def test_a_triton_kernel_failing_without_ldconfig_is_gpu_drivers_consequence() -
     assert "libc-bin" in kernel["facts"]["need_hint"]
     set_path = [dict(_NO_LDCONFIG[0]), dict(_NO_LDCONFIG[1], facts={"ldconfig": False, "TRITON_LIBCUDA_PATH": "/x"})]
     assert {r["check"]: r["status"] for r in shared.consequences(set_path)}["triton-kernel"] == "failed"
+
+
+def test_a_gpu_unusable_behind_a_compat_libcuda_is_gpu_drivers_consequence() -> None:
+    """The H200 run with Debian's libcuda 535.261.03 first on LD_LIBRARY_PATH (``data/bundle/h200-compat.json``:
+    the bundle's results before the root-cause pass, hints left out): torch's "driver ... too old (found version
+    12020)" fails triton-kernel and inductor's GPU part; both are gpu-driver's consequences, with its hint."""
+    runs = json.loads((DATA / "h200-compat.json").read_text(encoding="utf-8"))
+    results = runs["h200-compat-ld-library-path"]
+    kernel = _by_check(results)["triton-kernel"]
+    assert kernel["status"] == "failed" and "found version 12020" in kernel["diagnosis"]
+    out = _by_check(shared.consequences(results))
+    assert out["gpu-driver"]["status"] == "failed" and "driver 535.261.03" in out["gpu-driver"]["diagnosis"]
+    for check in ("triton-kernel", "inductor-compile"):
+        assert out[check]["status"] == "skipped" and out[check]["diagnosis"] == "gpu-driver failed", check
+        assert "compat folder" in out[check]["facts"]["need_hint"]
+    # Without the compat finding (gpu-driver passed), the same failure stays the kernel's own.
+    passed = [dict(r, status="passed", facts={}) if r["check"] == "gpu-driver" else r for r in results]
+    assert _by_check(shared.consequences(passed))["triton-kernel"]["status"] == "failed"

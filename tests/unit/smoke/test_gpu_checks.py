@@ -49,12 +49,29 @@ def test_forward_compat_libcuda_on_the_loaders_path_is_named(tmp_path: Path) -> 
     (tmp_path / "ld.so.conf.d" / "x86_64-linux-gnu.conf").write_text("/usr/lib/x86_64-linux-gnu\n")
     dirs = mod.ld_conf_dirs(str(conf))
     assert dirs == ["/usr/local/cuda-12.9/compat", "/usr/lib/x86_64-linux-gnu"]
-    found = mod.compat_shadows("/usr/local/nvidia/lib64:/usr/local/cuda/compat", dirs, exists=lambda p: True)
-    assert found == [("/usr/local/cuda/compat", "LD_LIBRARY_PATH"), ("/usr/local/cuda-12.9/compat", "ld.so.conf")]
+    # The loader takes the first folder holding a libcuda.so.1: LD_LIBRARY_PATH's, then ld.so.conf's.
+    found = mod.compat_shadows("/usr/local/cuda/compat:/usr/local/nvidia/lib64", dirs, exists=lambda p: True)
+    assert found == [("/usr/local/cuda/compat", "LD_LIBRARY_PATH")]
+    # The host driver's folder first on LD_LIBRARY_PATH (the H200 host's /usr/local/nvidia/lib64): the compat
+    # folder in ld.so.conf shadows nothing there, and CUDA worked on that host with it in place.
+    assert mod.compat_shadows("/usr/local/nvidia/lib64:/usr/local/cuda/compat", dirs, exists=lambda p: True) == []
+    # An image without a GPU: the compat folder of ld.so.conf is the only libcuda.so.1 the loader finds.
+    only_compat = lambda p: "compat" in p  # noqa: E731
+    assert mod.compat_shadows("/usr/local/nvidia/lib64", dirs, exists=only_compat) == [
+        ("/usr/local/cuda-12.9/compat", "ld.so.conf")
+    ]
     assert mod.compat_shadows("", dirs, exists=lambda p: False) == []
     problems, fixes = _findings(compat=found)
-    assert "Error 803" in problems[0] and "/usr/local/cuda/compat (LD_LIBRARY_PATH)" in problems[0]
-    assert "ld.so.conf.d" in fixes[0]
+    assert "Error 803" in problems[0] and "/usr/local/cuda/compat (LD_LIBRARY_PATH" in problems[0]
+    assert "driver on your system is too old" in problems[0] and "ld.so.conf.d" in fixes[0]
+
+
+def test_the_compat_libcuda_names_its_driver(tmp_path: Path) -> None:
+    mod = incontainer()
+    (tmp_path / "libcuda.so.535.261.03").touch()
+    (tmp_path / "libcuda.so.1").symlink_to("libcuda.so.535.261.03")
+    assert mod.driver_of(str(tmp_path)) == "535.261.03"
+    assert mod.driver_of(str(tmp_path / "none")) is None
 
 
 def test_every_cache_of_the_gpu_libraries_is_known() -> None:

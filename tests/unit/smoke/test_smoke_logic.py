@@ -290,3 +290,20 @@ def test_a_marker_line_starts_a_line_after_a_progress_bar_left_open(capsys: pyte
     merged = "Writing model shards:   0%|  | 0/1\rWriting model shards: 100%|##| 1/1" + capsys.readouterr().out
     found = smoke_result.parse_output(merged, "tiny-model")
     assert found is not None and found["status"] == "passed"
+
+
+def test_an_attached_gpu_torch_cannot_use_fails_instead_of_skipping(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device node present (/dev/nvidia0) and torch seeing no GPU is no "no GPU visible" skip: the H200 with a
+    535 libcuda first on the loader's path gave torch's "driver ... too old (found version 12020)"."""
+    mod = _incontainer()
+    check = mod.needs_gpu(lambda params: mod.result("passed", "ran"))
+    why = "RuntimeError: The NVIDIA driver on your system is too old (found version 12020)."
+    monkeypatch.setattr(mod.common, "gpu_probe", lambda: (False, why))
+    monkeypatch.setattr(mod.common, "attached_gpu", lambda accelerator, dev="/dev": "/dev/nvidia0")
+    failed = check({"accelerator": "cuda"})
+    assert (
+        failed["status"] == "failed" and "attached (/dev/nvidia0)" in failed["diagnosis"] and why in failed["diagnosis"]
+    )
+    assert "libcuda.so.1" in failed["hint"]
+    monkeypatch.setattr(mod.common, "attached_gpu", lambda accelerator, dev="/dev": None)
+    assert check({"accelerator": "cuda"})["status"] == "skipped"

@@ -51,17 +51,28 @@ def ld_conf_dirs(root="/etc/ld.so.conf"):
 
 
 def compat_shadows(ld_library_path, conf_dirs, exists=os.path.exists):
-    """The forward-compat folders holding a ``libcuda.so.1`` that the loader searches (``LD_LIBRARY_PATH`` first,
-    then ld.so.conf), as ``(folder, where)`` pairs: ``where`` names the setting. Pure but for ``exists``."""
-    found = []
+    """The forward-compat folder whose ``libcuda.so.1`` the loader takes first, as ``[(folder, where)]`` (``where``
+    names the setting), else ``[]``. The loader's order: ``LD_LIBRARY_PATH``, then ld.so.conf's folders (ldconfig
+    caches them in that order); the first folder holding a ``libcuda.so.1`` wins, so a compat folder behind the
+    host driver's (``/usr/local/nvidia/lib64`` on LD_LIBRARY_PATH, seen on an H200 host) shadows nothing.
+    Pure but for ``exists``."""
     for where, dirs in (
         ("LD_LIBRARY_PATH", [d for d in (ld_library_path or "").split(":") if d]),
         ("ld.so.conf", conf_dirs),
     ):
         for folder in dirs:
-            if _COMPAT.search(folder.rstrip("/") + "/") and exists(os.path.join(folder, "libcuda.so.1")):
-                found.append((folder, where))
-    return found
+            if exists(os.path.join(folder, "libcuda.so.1")):
+                return [(folder, where)] if _COMPAT.search(folder.rstrip("/") + "/") else []
+    return []
+
+
+def driver_of(folder, realpath=os.path.realpath):
+    """The driver version a folder's ``libcuda.so.1`` belongs to (``libcuda.so.535.261.03`` -> ``535.261.03``),
+    or None where its name carries none."""
+    m = re.match(
+        r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)$", os.path.basename(realpath(os.path.join(folder, "libcuda.so.1")))
+    )
+    return m.group(1) if m else None
 
 
 def declared_cuda(env):
@@ -92,11 +103,15 @@ def driver_findings(*, ldconfig, libcuda_env, compat, declared, torch_cuda):
             "container runtime mounts the driver into (e.g. /usr/lib/x86_64-linux-gnu)"
         )
     if compat:
-        shown = ", ".join(f"{folder} ({where})" for folder, where in compat)
+        shown = ", ".join(
+            f"{folder} ({where}{', driver ' + driver_of(folder) if driver_of(folder) else ''})"
+            for folder, where in compat
+        )
         problems.append(
-            f"a forward-compatibility libcuda.so.1 is on the loader's path: {shown}; it shadows the host's driver "
-            "and fails on a newer one with `Error 803: system has unsupported display driver / cuda driver "
-            "combination`"
+            f"a forward-compatibility libcuda.so.1 is first on the loader's path: {shown}; every process loads it "
+            "instead of the host driver's, and CUDA fails where the two differ: `Error 803: system has unsupported "
+            "display driver / cuda driver combination`, or torch's `The NVIDIA driver on your system is too old` "
+            "where that libcuda is older than torch's CUDA"
         )
         fixes.append(
             "take the compat folder out of LD_LIBRARY_PATH and /etc/ld.so.conf.d (the container runtime mounts the "

@@ -46,7 +46,10 @@ _EXCEPTION = re.compile(r"\b([A-Za-z_.]*(?:Error|Exception)): (.+)$")
 # What a Triton kernel fails by where gpu-driver found no /sbin/ldconfig and no TRITON_LIBCUDA_PATH
 # (triton/backends/nvidia/driver.py, libcuda_dirs()), or a forward-compat libcuda ahead of the host's driver.
 _NO_LDCONFIG = re.compile(r"No such file or directory: '/sbin/ldconfig'")
-_DRIVER_MISMATCH = re.compile(r"Error 803|unsupported display driver / cuda driver combination|DriverMismatch")
+_DRIVER_MISMATCH = re.compile(
+    r"Error 803|unsupported display driver / cuda driver combination|DriverMismatch"
+    r"|NVIDIA driver on your system is too old"
+)
 
 
 def _text(result: Result) -> str:
@@ -93,9 +96,10 @@ def _follows_from(cause: Result, result: Result) -> bool:
     if check == "gpu-driver":
         facts = _facts(cause)
         no_ldconfig = facts.get("ldconfig") is False and not facts.get("TRITON_LIBCUDA_PATH")
-        return bool(no_ldconfig and _NO_LDCONFIG.search(text)) or bool(
-            facts.get("compat") and _DRIVER_MISMATCH.search(text)
-        )
+        # A compat libcuda first on the loader's path, or a declared CUDA older than torch's (the runtime admits
+        # a driver too old for torch): CUDA's init fails by it (H200: "found version 12020" from a 535 libcuda).
+        driver = facts.get("compat") or "torch is built for CUDA" in str(cause.get("diagnosis") or "")
+        return bool(no_ldconfig and _NO_LDCONFIG.search(text)) or bool(driver and _DRIVER_MISMATCH.search(text))
     if check == "native-libs":
         missing = [str(m) for m in _facts(cause).get("root_errors") or [] if m]
         return any(m in text for m in missing)

@@ -35,7 +35,7 @@ import zipimport
 
 from . import rootcause, serving
 from .catalogue import DECLARATIONS
-from .common import PACKAGE, last_error_line, parse_results, split_logs
+from .common import PACKAGE, attached_gpu, last_error_line, parse_results, split_logs
 
 BUNDLE_FACTS = "bundle_facts.json"
 FACTS_FORMAT = 1
@@ -251,18 +251,6 @@ def unhidden(result, names):
     return dict(result, status="failed", diagnosis=diagnosis, hint=str(hint))
 
 
-def has_gpu(accelerator, dev="/dev"):
-    """A device node of ``accelerator`` is visible here: ``/dev/nvidiaN`` for cuda (a pod's device plugin passes
-    the GPU it allocated, whatever its number), ``/dev/kfd`` for rocm."""
-    try:
-        names = os.listdir(dev)
-    except OSError:
-        return False
-    if accelerator == "cuda":
-        return any(n.startswith("nvidia") and n[len("nvidia") :].isdigit() for n in names)
-    return accelerator == "rocm" and "kfd" in names
-
-
 class Suite:
     """One run of the bundle's plan (``facts``) in this environment: ``env`` for every child, logs to ``logs``,
     ``image`` naming this environment in the results, ``on_result`` seeing each result as it lands."""
@@ -350,7 +338,7 @@ class Suite:
         if skipped is not None:
             return self._land(self._result(serving.CHECK, "skipped", skipped[0], "", skipped[1], 0.0, None))
         accelerator = self.facts["params"].get("accelerator", "cpu")
-        if accelerator != "cpu" and not has_gpu(accelerator):
+        if accelerator != "cpu" and attached_gpu(accelerator) is None:
             why = f"no GPU visible: the server of a {accelerator} variant needs one"
             return self._land(self._result(serving.CHECK, "skipped", why, "", {}, 0.0, None))
         proc = self.children.start([*self_argv(), "model"], self.env)

@@ -8,14 +8,17 @@ import time
 import traceback
 
 from .common import (
+    UNUSABLE_GPU_HINT,
     check,
     compile_cause,
     compile_hint,
     dist_version,
+    gpu_probe,
     import_hint,
     last_error_line,
     result,
     run_python,
+    unusable_gpu,
 )
 
 TORCH_FAMILY = ("torchvision", "torchaudio", "torchcodec")
@@ -173,6 +176,10 @@ def check_inductor_compile(params):
             return result("failed", f"inductor's result on {device} differs from eager", None, **facts)
     note = ""
     if params.get("accelerator", "cpu") != "cpu" and "cuda" not in devices:
+        visible, why = gpu_probe()
+        unusable = unusable_gpu(params["accelerator"], visible, why)
+        if unusable:  # the GPU part cannot run: not a pass on the CPU part alone
+            return result("failed", f"{unusable} (inductor's GPU part not run)", UNUSABLE_GPU_HINT, **facts)
         note = f" (no GPU visible: the {params['accelerator']} device part was not run)"
         facts["gpu_part"] = "skipped: no GPU visible"
     return result("passed", f"inductor compiles and matches eager on {', '.join(devices)}{note}", **facts)

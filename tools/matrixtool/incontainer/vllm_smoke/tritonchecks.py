@@ -11,9 +11,11 @@ import traceback
 
 from .common import (
     TRITON_AT_START,
+    UNUSABLE_GPU_HINT,
     check,
     compile_hint,
     dist_version,
+    gpu_probe,
     last_error_line,
     marked,
     metadata,
@@ -22,6 +24,7 @@ from .common import (
     result,
     run_program,
     run_python,
+    unusable_gpu,
 )
 
 
@@ -428,6 +431,10 @@ def check_triton_kernel(params):
     except Exception:
         gpu = False
     if not gpu:
+        visible, why = gpu_probe()  # torch's reason, from a child: this process may not init CUDA twice
+        unusable = unusable_gpu(params.get("accelerator", "cuda"), visible, why)
+        if unusable:
+            return result("failed", unusable, UNUSABLE_GPU_HINT)
         return result("skipped", "no GPU visible")
     if importlib.util.find_spec("triton") is None:
         return result("failed", "a GPU is visible but no triton is installed", None)
