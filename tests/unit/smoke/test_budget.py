@@ -11,6 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from matrixtool.cli import main
+from matrixtool.core import imagebytes
 from matrixtool.core.errors import ExitCode
 from matrixtool.model.matrixfile import load_matrix, validate
 from matrixtool.model.model import DEFAULT_MATRIX
@@ -112,7 +113,7 @@ def test_top_layers_leave_out_empty_ones_and_shorten_the_instruction() -> None:
     layers = budget.top_layers(HISTORY)
     assert [size for size, _ in layers] == [2_100_000_000, 300_000_000, 74_800_000, 5_000, 1_000]
     assert layers[0][1].startswith("RUN uv pip install --python /opt/venv/bi…xxx")
-    assert len(layers[0][1]) == budget.CREATED_BY_WIDTH and layers[0][1].endswith("xxx torch==2.13.0+cpu")
+    assert len(layers[0][1]) == imagebytes.CREATED_BY_WIDTH and layers[0][1].endswith("xxx torch==2.13.0+cpu")
     assert "…" in layers[0][1] and "# buildkit" not in layers[0][1]
     assert layers[2][1] == "ADD file:abc in /"
 

@@ -1,0 +1,132 @@
+"""Slim the virtual environment in the layer that installed it (run by the image's install steps, stdlib only).
+
+``python slim.py SITE`` does, in SITE (the venv's site-packages) and the files its distributions install
+elsewhere (intel-openmp's ``../../libiomp5.so``):
+
+- strips the DWARF debug sections (``strip --strip-debug``: ``.debug_*`` only; ``.symtab`` and the dynamic
+  symbols stay, so backtraces keep their names and nothing links differently) from every ELF file a
+  distribution's RECORD lists that has any, and writes the file's new sha256 and size into that RECORD, so
+  RECORD still describes the files on disk. A file whose content no longer matches its RECORD row (another
+  distribution overwrote it) is left as it is, and so is a file with no debug section: rewriting it would only
+  copy it into this layer;
+- compiles every ``.py`` under SITE to bytecode (``compileall``; a ``.pyc`` that is up to date is kept, so the
+  vLLM step adds only the new distributions' bytecode). Under a read-only root no process can write its
+  ``__pycache__``: without this, every process start compiles torch's and vLLM's sources again.
+
+Prints one line per action with bytes before and after; exits non-zero when ``strip`` fails on a file.
+"""
+
+import base64
+import compileall
+import csv
+import hashlib
+import io
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+
+def debug_bytes(path):
+    """Bytes of the ``.debug_*`` sections of the ELF file ``path`` (0: none, or not a 64-bit little-endian ELF)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return 0
+            shoff = struct.unpack_from("<Q", head, 0x28)[0]
+            entsize, count, names_index = struct.unpack_from("<HHH", head, 0x3A)
+            if not shoff or not count or entsize < 64 or names_index >= count:
+                return 0
+            f.seek(shoff)
+            table = f.read(entsize * count)
+            sections = [struct.unpack_from("<IIQQQQ", table, i * entsize) for i in range(count)]
+            names = sections[names_index]
+            f.seek(names[4])
+            strings = f.read(names[5])
+    except (OSError, struct.error):
+        return 0
+    total = 0
+    for name_at, kind, _flags, _addr, _offset, size in sections:
+        end = strings.find(b"\0", name_at)
+        if kind != 8 and strings[name_at:end].startswith(b".debug"):  # 8: SHT_NOBITS (no bytes in the file)
+            total += size
+    return total
+
+
+def record_hash(data):
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def file_hash(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+
+
+def strip_record(site, record):
+    """Strip the debug sections of the ELF files ``record`` (a RECORD path) lists; rewrite it. Returns bytes saved."""
+    rows = list(csv.reader(io.StringIO(record.read_text(encoding="utf-8"))))
+    saved = 0
+    changed = False
+    for row in rows:
+        if len(row) < 3 or not row[1].startswith("sha256="):
+            continue
+        path = os.path.normpath(os.path.join(site, row[0]))
+        if ".so" not in os.path.basename(path) or os.path.islink(path) or not os.path.isfile(path):
+            continue
+        if debug_bytes(path) == 0 or file_hash(path) != row[1]:
+            continue
+        before = os.path.getsize(path)
+        subprocess.run(["strip", "--strip-debug", "--preserve-dates", path], check=True)
+        after = os.path.getsize(path)
+        row[1], row[2] = file_hash(path), str(after)
+        saved += before - after
+        changed = True
+        print(f"slim: strip --strip-debug {row[0]}: {before} -> {after} bytes")
+    if changed:
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\n").writerows(rows)
+        tmp = record.with_name("RECORD.slim")
+        tmp.write_text(out.getvalue(), encoding="utf-8")
+        os.replace(tmp, record)
+    return saved
+
+
+def tree_bytes(root):
+    total = 0
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def main(argv):
+    if len(argv) != 2 or not os.path.isdir(argv[1]):
+        print("usage: python slim.py SITE_PACKAGES_DIR", file=sys.stderr)
+        return 2
+    site = argv[1]
+    if shutil.which("strip") is None:
+        print("slim: error: no `strip` on PATH (binutils, which g++ brings)", file=sys.stderr)
+        return 1
+    saved = sum(strip_record(site, record) for record in sorted(Path(site).glob("*.dist-info/RECORD")))
+    print(f"slim: debug sections stripped: {saved} bytes")
+    before = tree_bytes(site)
+    ok = compileall.compile_dir(site, quiet=1, workers=os.cpu_count() or 1)
+    print(f"slim: bytecode: {tree_bytes(site) - before} bytes added")
+    if not ok:
+        # Test fixtures and templates that are not Python (a distribution's own choice) fail to compile and are
+        # never imported; compileall has printed each one.
+        print("slim: some files did not compile (listed above); they are left as sources")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

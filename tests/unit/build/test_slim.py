@@ -1,0 +1,89 @@
+"""templates/slim.py, the in-image step that strips debug sections and compiles bytecode (stdlib only)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import shutil
+import subprocess
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from matrixtool.model.model import REPO_ROOT
+
+
+def _slim() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("slim", REPO_ROOT / "templates" / "slim.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def test_debug_bytes_of_files_that_are_not_elf(tmp_path: Path) -> None:
+    slim = _slim()
+    (tmp_path / "text.so").write_bytes(b"not an ELF file at all" * 10)
+    (tmp_path / "short.so").write_bytes(b"\x7fELF")
+    assert slim.debug_bytes(str(tmp_path / "text.so")) == 0
+    assert slim.debug_bytes(str(tmp_path / "short.so")) == 0
+    assert slim.debug_bytes(str(tmp_path / "missing.so")) == 0
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(shutil.which("cc") is None or shutil.which("strip") is None, reason="needs cc and strip")
+def test_strip_record_strips_debug_sections_and_rewrites_record(tmp_path: Path) -> None:
+    slim = _slim()
+    site = tmp_path / "site"
+    (site / "pkg").mkdir(parents=True)
+    (site / "pkg-1.0.dist-info").mkdir()
+    source = tmp_path / "m.c"
+    source.write_text("int answer(void) { return 42; }\n")
+    so = site / "pkg" / "_m.so"
+    subprocess.run(["cc", "-g", "-shared", "-fPIC", "-o", str(so), str(source)], check=True)
+    other = site / "pkg" / "_other.so"
+    shutil.copy(so, other)
+    record = site / "pkg-1.0.dist-info" / "RECORD"
+    data = so.read_bytes()
+    # _other.so's row does not match its file (another distribution overwrote it): it is left alone.
+    record.write_text(
+        f"pkg/_m.so,{_hash(data)},{len(data)}\npkg/_other.so,sha256=abc,1\npkg-1.0.dist-info/RECORD,,\n"
+    )
+    assert slim.debug_bytes(str(so)) > 0
+    saved = slim.strip_record(str(site), record)
+    stripped = so.read_bytes()
+    assert saved == len(data) - len(stripped) > 0
+    assert slim.debug_bytes(str(so)) == 0
+    assert record.read_text().splitlines() == [
+        f"pkg/_m.so,{_hash(stripped)},{len(stripped)}",
+        "pkg/_other.so,sha256=abc,1",
+        "pkg-1.0.dist-info/RECORD,,",
+    ]
+    assert other.read_bytes() == data
+    # A second pass finds nothing left to strip and rewrites nothing.
+    assert slim.strip_record(str(site), record) == 0
+
+
+def test_main_refuses_a_missing_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _slim().main(["slim.py", str(tmp_path / "nowhere")]) == 2
+    assert "usage" in capsys.readouterr().err
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(shutil.which("strip") is None, reason="needs strip")
+def test_main_compiles_bytecode_and_keeps_what_does_not_compile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "mod.py").write_text("X = 1\n")
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    assert _slim().main(["slim.py", str(tmp_path)]) == 0
+    assert list((tmp_path / "__pycache__").glob("mod.*.pyc"))
+    assert not list((tmp_path / "__pycache__").glob("broken.*.pyc"))
+    assert (tmp_path / "broken.py").exists()
+    assert "some files did not compile" in capsys.readouterr().out
