@@ -27,18 +27,18 @@ def _hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def test_debug_bytes_of_files_that_are_not_elf(tmp_path: Path) -> None:
+def test_strippable_bytes_of_files_that_are_not_elf(tmp_path: Path) -> None:
     slim = _slim()
     (tmp_path / "text.so").write_bytes(b"not an ELF file at all" * 10)
     (tmp_path / "short.so").write_bytes(b"\x7fELF")
-    assert slim.debug_bytes(str(tmp_path / "text.so")) == 0
-    assert slim.debug_bytes(str(tmp_path / "short.so")) == 0
-    assert slim.debug_bytes(str(tmp_path / "missing.so")) == 0
+    assert slim.strippable_bytes(str(tmp_path / "text.so")) == 0
+    assert slim.strippable_bytes(str(tmp_path / "short.so")) == 0
+    assert slim.strippable_bytes(str(tmp_path / "missing.so")) == 0
 
 
 @pytest.mark.subprocess
 @pytest.mark.skipif(shutil.which("cc") is None or shutil.which("strip") is None, reason="needs cc and strip")
-def test_strip_record_strips_debug_sections_and_rewrites_record(tmp_path: Path) -> None:
+def test_strip_record_strips_debug_sections_and_symbols_and_rewrites_record(tmp_path: Path) -> None:
     slim = _slim()
     site = tmp_path / "site"
     (site / "pkg").mkdir(parents=True)
@@ -55,11 +55,11 @@ def test_strip_record_strips_debug_sections_and_rewrites_record(tmp_path: Path) 
     record.write_text(
         f"pkg/_m.so,{_hash(data)},{len(data)}\npkg/_other.so,sha256=abc,1\npkg-1.0.dist-info/RECORD,,\n"
     )
-    assert slim.debug_bytes(str(so)) > 0
+    assert slim.strippable_bytes(str(so)) > 0
     saved = slim.strip_record(str(site), record)
     stripped = so.read_bytes()
     assert saved == len(data) - len(stripped) > 0
-    assert slim.debug_bytes(str(so)) == 0
+    assert slim.strippable_bytes(str(so)) == 0
     assert record.read_text().splitlines() == [
         f"pkg/_m.so,{_hash(stripped)},{len(stripped)}",
         "pkg/_other.so,sha256=abc,1",
@@ -81,9 +81,12 @@ def test_main_compiles_bytecode_and_keeps_what_does_not_compile(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "mod.py").write_text("X = 1\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_mod.py").write_text("X = 2\n")
     (tmp_path / "broken.py").write_text("def f(:\n")
     assert _slim().main(["slim.py", str(tmp_path)]) == 0
     assert list((tmp_path / "__pycache__").glob("mod.*.pyc"))
     assert not list((tmp_path / "__pycache__").glob("broken.*.pyc"))
+    assert not (tmp_path / "tests" / "__pycache__").exists()
     assert (tmp_path / "broken.py").exists()
     assert "some files did not compile" in capsys.readouterr().out
