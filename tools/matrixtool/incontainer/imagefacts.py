@@ -18,8 +18,11 @@ LDD_TIMEOUT = 10
 
 
 def installed_bytes(dist, seen):
-    """Bytes of the files ``dist``'s RECORD lists (os.lstat; a file counted once across distributions, in
-    ``seen``: real paths; a missing file not at all), or None when it has no RECORD."""
+    """Bytes of the files ``dist``'s RECORD lists and of the bytecode of its ``.py`` files (installers leave the
+    ``__pycache__`` files they compile out of RECORD); os.lstat, a file counted once across distributions (``seen``:
+    real paths), a missing one not at all. None when it has no RECORD."""
+    import importlib.util
+
     try:
         files = dist.files
     except Exception:
@@ -29,11 +32,16 @@ def installed_bytes(dist, seen):
     total = 0
     for entry in files:
         path = os.path.realpath(str(dist.locate_file(entry)))
-        if path in seen:
-            continue
-        seen.add(path)
-        with contextlib.suppress(OSError):
-            total += os.lstat(path).st_size
+        paths = [path]
+        if path.endswith(".py"):
+            with contextlib.suppress(ValueError, NotImplementedError):
+                paths.append(importlib.util.cache_from_source(path))
+        for one in paths:
+            if one in seen:
+                continue
+            seen.add(one)
+            with contextlib.suppress(OSError):
+                total += os.lstat(one).st_size
     return total
 
 
