@@ -3,11 +3,14 @@ file counted once."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 from pathlib import Path
+from types import ModuleType
 
-from matrixtool.incontainer import imagefacts
+# Untyped (it runs in images on Python >= 3.9): reached as a module value, as tests/unit/_incontainer.py does.
+imagefacts: ModuleType = importlib.import_module("matrixtool.incontainer.imagefacts")
 
 
 class _Dist:
