@@ -1,18 +1,21 @@
 """Slim the virtual environment in the layer that installed it (run by the image's install steps, stdlib only).
 
-``python slim.py SITE [STEP]`` (STEP: what the step installed, named in the output) does, in SITE (the venv's site-packages) and the files its distributions install
-elsewhere (intel-openmp's ``../../libiomp5.so``):
+``python slim.py SITE [STEP]`` (STEP: what the step installed, named in the output) does, in SITE (the venv's
+site-packages) and the files its distributions install elsewhere (intel-openmp's ``../../libiomp5.so``):
 
 - strips what no run-time step reads (``strip --strip-unneeded``, as Debian's dh_strip does for shared
   libraries: the DWARF ``.debug_*`` sections and the static symbol table ``.symtab``; the dynamic symbols that
   linking and ``dladdr`` backtraces use stay) from every ELF file a distribution's RECORD lists that has any,
   and writes the file's new sha256 and size into that RECORD, so RECORD still describes the files on disk. A
   file whose content no longer matches its RECORD row (another distribution overwrote it) is left as it is, and
-  so is a file with nothing to strip: rewriting it would only copy it into this layer;
+  so is a file with nothing to strip (rewriting it would only copy it into this layer), a library auditwheel
+  vendored (a ``*.libs`` folder: patchelf rewrote each one) and one that stripped would not load
+  (``loads_aligned``: strip breaks what patchelf laid out);
 - compiles every ``.py`` under SITE to bytecode but test suites (``SKIP_BYTECODE``: folders ``tests``, ``test``
   and torch's ``testing/_internal``, which no import of the library reaches; 48 MB of bytecode in the cpu image);
-  a ``.pyc`` that is up to date is kept, so the vLLM step adds only the new distributions' bytecode. Under a read-only root no process can write its
-  ``__pycache__``: without this, every process start compiles torch's and vLLM's sources again.
+  a ``.pyc`` that is up to date is kept, so the vLLM step adds only the new distributions' bytecode. Under a
+  read-only root no process can write its ``__pycache__``: without this, every process start compiles torch's
+  and vLLM's sources again.
 
 Prints one line per file stripped, bytes before and after, and the totals; exits non-zero when ``strip`` fails.
 """
@@ -31,6 +34,8 @@ import sys
 from pathlib import Path
 
 
+# The largest page size a loader may check segments against (64 KiB pages: some aarch64 kernels).
+MAX_PAGE = 65536
 # Paths compileall leaves as sources (a regular expression searched in each full path).
 SKIP_BYTECODE = re.compile(r"/(tests?|testing/_internal)/")
 
@@ -65,6 +70,32 @@ def strippable_bytes(path):
     return total
 
 
+def loads_aligned(path):
+    """Whether every PT_LOAD segment of the ELF file ``path`` keeps ``p_offset`` congruent to ``p_vaddr`` modulo
+    ``p_align`` (at most ``MAX_PAGE``) and inside the file: what the dynamic loader requires ("ELF load command
+    address/offset not page-aligned"). ``strip`` rewrites the layout of a file that patchelf changed (auditwheel's ``*.libs``,
+    ``RPATH``s) into one that breaks it (seen: numpy.libs' OpenBLAS)."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(64)
+            phoff = struct.unpack_from("<Q", head, 0x20)[0]
+            entsize, count = struct.unpack_from("<HH", head, 0x36)
+            f.seek(phoff)
+            table = f.read(entsize * count)
+        for i in range(count):
+            kind, _flags, offset, vaddr, _paddr, filesz, _memsz, align = struct.unpack_from(
+                "<IIQQQQQQ", table, i * entsize
+            )
+            if kind != 1:  # PT_LOAD
+                continue
+            if offset + filesz > size or (align > 1 and (vaddr - offset) % min(align, MAX_PAGE) != 0):
+                return False
+    except (OSError, struct.error):
+        return False
+    return True
+
+
 def record_hash(data):
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
@@ -88,10 +119,19 @@ def strip_record(site, record):
         path = os.path.normpath(os.path.join(site, row[0]))
         if ".so" not in os.path.basename(path) or os.path.islink(path) or not os.path.isfile(path):
             continue
+        if os.path.basename(os.path.dirname(path)).endswith(".libs"):
+            continue  # auditwheel's vendored libraries: patchelf renamed and relinked every one
         if strippable_bytes(path) == 0 or file_hash(path) != row[1]:
             continue
         before = os.path.getsize(path)
-        subprocess.run(["strip", "--strip-unneeded", "--preserve-dates", path], check=True)
+        out = path + ".slim"
+        subprocess.run(["strip", "--strip-unneeded", "--preserve-dates", "-o", out, path], check=True)
+        if not loads_aligned(out):
+            os.unlink(out)
+            print(f"slim: left as is: {row[0]}: stripped, its load segments would not load (patchelf's layout)")
+            continue
+        os.chmod(out, os.stat(path).st_mode)
+        os.replace(out, path)
         after = os.path.getsize(path)
         row[1], row[2] = file_hash(path), str(after)
         saved += before - after

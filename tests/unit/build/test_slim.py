@@ -89,3 +89,28 @@ def test_main_compiles_bytecode_and_keeps_what_does_not_compile(
     assert (tmp_path / "broken.py").exists()
     out = capsys.readouterr().out
     assert "some files did not compile" in out and "slim (mod==1): bytecode:" in out
+
+
+def _elf_with_load(path: Path, offset: int, vaddr: int, align: int, filesz: int = 16) -> None:
+    """A minimal 64-bit little-endian ELF header and one PT_LOAD program header, padded to 4 KiB."""
+    import struct
+
+    head = bytearray(64)
+    head[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<Q", head, 0x20, 64)  # e_phoff
+    struct.pack_into("<HH", head, 0x36, 56, 1)  # e_phentsize, e_phnum
+    phdr = struct.pack("<IIQQQQQQ", 1, 5, offset, vaddr, vaddr, filesz, filesz, align)
+    path.write_bytes(bytes(head) + phdr + b"\0" * (4096 - 64 - 56))
+
+
+def test_loads_aligned_refuses_what_the_loader_refuses(tmp_path: Path) -> None:
+    slim = _slim()
+    _elf_with_load(tmp_path / "good.so", offset=0x100, vaddr=0x200100, align=0x200000)
+    assert slim.loads_aligned(str(tmp_path / "good.so"))
+    # p_vaddr - p_offset not a multiple of the page: "ELF load command address/offset not page-aligned".
+    _elf_with_load(tmp_path / "bad.so", offset=0x1008, vaddr=0x201000, align=0x1000)
+    assert not slim.loads_aligned(str(tmp_path / "bad.so"))
+    # A segment that ends past the file.
+    _elf_with_load(tmp_path / "short.so", offset=0, vaddr=0, align=0x1000, filesz=1 << 20)
+    assert not slim.loads_aligned(str(tmp_path / "short.so"))
+    assert not slim.loads_aligned(str(tmp_path / "missing.so"))
