@@ -74,8 +74,8 @@ def strippable_bytes(path):
 def loads_aligned(path):
     """Whether every PT_LOAD segment of the ELF file ``path`` keeps ``p_offset`` congruent to ``p_vaddr`` modulo
     ``p_align`` (at most ``MAX_PAGE``) and inside the file: what the dynamic loader requires ("ELF load command
-    address/offset not page-aligned"). ``strip`` rewrites the layout of a file that patchelf changed (auditwheel's ``*.libs``,
-    ``RPATH``s) into one that breaks it (seen: numpy.libs' OpenBLAS)."""
+    address/offset not page-aligned"). ``strip`` rewrites the layout of a file that patchelf changed (auditwheel's
+    ``*.libs``, ``RPATH``s) into one that breaks it (seen: numpy.libs' OpenBLAS)."""
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
