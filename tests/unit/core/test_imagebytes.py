@@ -66,7 +66,7 @@ def test_report_lines_name_every_layer_and_sum_the_distributions_not_listed() ->
     assert lines[0] == "vllm-matrix/cpu:0.32.0: 1800 MB (engine Size), 90 % of its size_budget 2GB"
     assert lines[1] == "layers (3 holding bytes, base first):"
     assert lines[2].split() == ["1", "0.2", "kB", "<1", "%", "ADD", "rootfs.tar", "/"]
-    assert lines[5] == "Python distributions (3, 703 MB installed, RECORD sizes), biggest first:"
+    assert lines[5] == "Python distributions (3, 703 MB installed: RECORD files and their bytecode), biggest first:"
     assert lines[6].split() == ["700", "MB", "39", "%", "torch", "1"]
     assert lines[7].split()[:5] == ["3.0", "MB", "in", "2", "more"]
     assert len(lines) == 8

@@ -74,7 +74,7 @@ def run(args: Args, matrix_path: Path | None = None) -> SizeReport:
 @pass_settings
 def command(settings: Settings, /, image: str, limit: int) -> None:
     """What an image's bytes are made of: each layer (docker image history) and each Python distribution
-    (RECORD sizes), against its variant's size_budget."""
+    (RECORD files and their bytecode), against its variant's size_budget."""
     args = Args(image=image, limit=limit, env=settings.env)
     report = run(args, settings.matrix_path)
     lines = imagebytes.report_lines(

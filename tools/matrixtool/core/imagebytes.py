@@ -111,7 +111,9 @@ def report_lines(
         for layer in image_layers
     ]
     total = sum(d.size for d in dists)
-    lines.append(f"Python distributions ({len(dists)}, {mb(total)} installed, RECORD sizes), biggest first:")
+    lines.append(
+        f"Python distributions ({len(dists)}, {mb(total)} installed: RECORD files and their bytecode), biggest first:"
+    )
     shown = dists[:limit] if limit else dists
     lines += [f"  {mb(d.size):>9}  {share(d.size, size):>5}  {d.name} {d.version}" for d in shown]
     rest = dists[len(shown) :]
