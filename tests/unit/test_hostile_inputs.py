@@ -757,8 +757,8 @@ case("audit-expires-impossible-date", CONFIG, "variants.cpu.audit.accept[0].expi
 
 # --- a value checked against the bounds of where it goes -----------------------------------------------------
 for _name, _value, _says in [
-    ("30-digits", "1" + "0" * 30, "variants.cpu.ready_budget (line 71): is an integer of 31 digits"),
-    ("400-digits", "9" * 400, "variants.cpu.ready_budget (line 71): is an integer of 400 digits"),
+    ("30-digits", "1" + "0" * 30, "variants.cpu.ready_budget (line 81): is an integer of 31 digits"),
+    ("400-digits", "9" * 400, "variants.cpu.ready_budget (line 81): is an integer of 400 digits"),
     ("past-a-day", "100000000000", "variants.cpu.ready_budget"),
     ("one-past-a-day", "86401", "variants.cpu.ready_budget"),
 ]:

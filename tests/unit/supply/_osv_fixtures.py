@@ -93,6 +93,6 @@ POLICY_YAML = """    audit:
 
 def matrix_with_policy(tmp_path: Path, policy: str = POLICY_YAML) -> Path:
     text = (Path(__file__).resolve().parents[3] / "matrix.yaml").read_text()
-    anchor = "    size_budget: 3GB\n"
+    anchor = "    size_budget: 2.1GB\n"
     assert anchor in text
     return copy_checkout(tmp_path / "checkout", text.replace(anchor, anchor + policy, 1))

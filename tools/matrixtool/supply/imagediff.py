@@ -133,7 +133,10 @@ FACTS_SCHEMA: dict[str, Any] = {
             "type": "object",
             "additionalProperties": {
                 "type": "object",
-                "properties": {k: _NULLABLE_STRING for k in ("version", "installer", "origin", "location")},
+                "properties": {
+                    **{k: _NULLABLE_STRING for k in ("version", "installer", "origin", "location")},
+                    "bytes": {"type": ["integer", "null"]},
+                },
             },
         },
         "debian": {"type": "object", "additionalProperties": {"type": "string"}},
