@@ -56,8 +56,9 @@ class Observed:
     log (tail), ``client`` what the command of ``CLIENT_ENV`` did (empty: none ran), ``health`` the image's own
     HEALTHCHECK run against the ready server (``run_healthcheck``; empty: the image declares none); ``warm`` the
     second start on the compile cache the first wrote (``ready_s``, ``phases``, ``exit_code``, ``log``; ``skipped``:
-    why none ran; empty: none ran), with the cache volume mounted at ``cache_root`` and the profile's tmpfs mount
-    points ``tmpfs``."""
+    why none ran; empty: none ran; ``cache_listing``: its files once ready), with the cache volume mounted at
+    ``cache_root`` (``cache_listing``: its files once the first start was ready) and the profile's tmpfs mount points
+    ``tmpfs``."""
 
     ready_s: float | None
     phases: Mapping[str, float] = field(default_factory=dict)
@@ -68,6 +69,7 @@ class Observed:
     client: Mapping[str, Any] = field(default_factory=dict)
     health: Mapping[str, Any] = field(default_factory=dict)
     warm: Mapping[str, Any] = field(default_factory=dict)
+    cache_listing: str = ""
     cache_root: str = ""
     tmpfs: tuple[str, ...] = ()
 
@@ -268,16 +270,21 @@ def _warm_problems(
     cold = compilecache.evidence(seen.log)
     warm_log = str(seen.warm.get("log") or "")
     found = compilecache.evidence(warm_log)
+    cold_kernels = compilecache.kernels(seen.cache_listing)
+    warm_kernels = compilecache.kernels(str(seen.warm.get("cache_listing") or ""))
     ready = seen.warm.get("ready_s")
+    reused = compilecache.reuse(found, cold_kernels, warm_kernels)
     facts["cold_ready_s"] = seen.ready_s
     facts["warm"] = {
         "ready_s": ready,
         "phases": dict(seen.warm.get("phases") or {}),
         "cache_root": seen.cache_root,
-        "reused": compilecache.reused(found),
-        "evidence": found["lines"],
-        "cold_evidence": cold["lines"],
-        "cold_compile_s": cold["compile_s"],
+        "reused": reused[0] if reused else None,
+        "reuse_evidence": reused[1] if reused else None,
+        "log_lines": found["lines"],
+        "cold_log_lines": cold["lines"],
+        "kernels": {"cold": len(cold_kernels), "added_warm": len(set(warm_kernels) - set(cold_kernels))},
+        "warmup_s": {"cold": cold["warmup_s"], "warm": found["warmup_s"]},
     }
     if ready is None:
         code = seen.warm.get("exit_code")
@@ -289,16 +296,19 @@ def _warm_problems(
             what = f"exited ({code})" if code is not None else f"was not ready within {READY_TIMEOUT_S} s"
             problems.append(f"the warm start on the cold start's cache {what}: {startup_cause(warm_log)}")
         return ""
-    named = compilecache.not_reused(cold, found, volume=seen.cache_root, tmpfs=seen.tmpfs)
-    if named is not None:
-        name, cause, diagnosis, fix = named
+    named = compilecache.not_reused(
+        cold, found, volume=seen.cache_root, tmpfs=seen.tmpfs, cold_kernels=cold_kernels, warm_kernels=warm_kernels
+    )
+    if named is not None or reused is None:
+        name, cause, diagnosis, fix = named or ("compile-cache-not-reused", "", "no reuse seen", "read the logs")
         facts["failure_class"] = compilecache.COMPILE_CACHE
         facts["warm"]["failure"] = name
         problems.append(f"the warm start did not reuse the compile cache ({name}): {diagnosis}: {cause!r}")
         hints.append(fix)
         return ""
-    loaded = next((line for line in compilecache.strings(found["lines"]) if "load" in line), "")
-    return f"; warm start {float(ready):.0f} s on the cold start's compile cache: {loaded}"
+    warmup = facts["warm"]["warmup_s"]
+    spans = f", compile/warm-up {warmup['warm']} s against {warmup['cold']} s" if None not in warmup.values() else ""
+    return f"; warm start {float(ready):.0f} s on the cold start's cache, reusing {reused[0]}{spans}"
 
 
 def stop_problems(stop: Mapping[str, Any]) -> list[str]:

@@ -6,7 +6,6 @@ and the containers of the serve check (``server_spec``, ``client_spec``)."""
 from __future__ import annotations
 
 import contextlib
-import posixpath
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -15,6 +14,7 @@ import docker.errors
 import docker.types
 
 from matrixtool.core.container import ContainerSpec
+from matrixtool.incontainer.vllm_smoke import compilecache
 from matrixtool.model import profiles
 from matrixtool.model.profiles import Profile
 
@@ -88,13 +88,8 @@ def model_volume(client: docker.DockerClient, labels: Mapping[str, str]) -> Iter
 
 def cache_root(env: Mapping[str, str]) -> str:
     """The image's cache root under ``env`` (the image's ``Config.Env`` with the profile's ``env`` over it): where
-    the compile cache volume is mounted. ``XDG_CACHE_HOME`` (the variant images set ``/tmp/.cache``, with
-    ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` below it; vLLM's ``VLLM_CACHE_ROOT`` defaults to
-    ``$XDG_CACHE_HOME/vllm``), else ``$HOME/.cache``, else ``/root/.cache`` (Python's and vLLM's own fallbacks)."""
-    if env.get("XDG_CACHE_HOME", "").startswith("/"):
-        return posixpath.normpath(env["XDG_CACHE_HOME"])
-    home = env.get("HOME", "")
-    return posixpath.join(posixpath.normpath(home), ".cache") if home.startswith("/") else "/root/.cache"
+    the compile cache volume is mounted (``compilecache.cache_root``)."""
+    return str(compilecache.cache_root(env))
 
 
 @contextlib.contextmanager

@@ -70,7 +70,9 @@ def observe(
         warm_thread: threading.Thread | None = None
 
         def start_warm() -> None:
-            warm.update(_start_once(client, image, profile, spec, session=session, ready_timeout_s=ready_timeout_s))
+            warm.update(
+                _start_once(client, image, profile, spec, root, session=session, ready_timeout_s=ready_timeout_s)
+            )
 
         started = time.monotonic()
         with TrackedContainer(client, spec, session=session) as server:
@@ -81,6 +83,7 @@ def observe(
                 ready_s, seen, code, log = _wait_ready(server, prober, started, ready_timeout_s)
                 if ready_s is None:
                     return serve.Observed(ready_s=None, phases=seen, exit_code=code, log=log)
+                listing = cache_listing(server, root) if cache is not None else ""
                 if cache is not None and WARM_BESIDE_COLD:
                     warm_thread = threading.Thread(target=start_warm, daemon=True)
                     warm_thread.start()
@@ -106,6 +109,7 @@ def observe(
             client=ran,
             health=health,
             warm=warm,
+            cache_listing=listing,
             cache_root=root,
             tmpfs=tmpfs,
         )
@@ -154,18 +158,29 @@ def _start_once(
     image: str,
     profile: Profile,
     spec: ContainerSpec,
+    root: str,
     *,
     session: str,
     ready_timeout_s: float,
 ) -> dict[str, Any]:
-    """The warm start: ``spec`` (the cold server's, on the same cache volume) started, ready, removed (no probe,
-    no stop contract: the cold run proved those). Its ``ready_s``, ``phases``, ``exit_code`` (None: ready or
-    timed out) and ``log``."""
+    """The warm start: ``spec`` (the cold server's, on the same cache volume at ``root``) started, ready, removed
+    (no probe, no stop contract: the cold run proved those). Its ``ready_s``, ``phases``, ``exit_code`` (None: ready
+    or timed out), ``log`` and ``cache_listing`` (``cache_listing`` once ready)."""
     started = time.monotonic()
     with TrackedContainer(client, spec, session=session) as server, contextlib.ExitStack() as stack:
         prober, _ = _prober(client, image, profile, server, stack, session)
         ready_s, seen, code, _log = _wait_ready(server, prober, started, ready_timeout_s)
-        return {"ready_s": ready_s, "phases": seen, "exit_code": code, "log": server.logs()}
+        listing = (
+            cache_listing(server, str(spec.volumes and list(spec.volumes.values())[-1]["bind"])) if ready_s else ""
+        )
+        return {"ready_s": ready_s, "phases": seen, "exit_code": code, "log": server.logs(), "cache_listing": listing}
+
+
+def cache_listing(server: TrackedContainer, root: str) -> str:
+    """The files under ``root`` in the running ``server``, one path (relative to it) a line: ``find`` as the
+    server's user, so what it shows is what the server can see. Empty where it fails (said in the facts)."""
+    code, out = server.exec(["find", root, "-type", "f", "-printf", "%P\\n"], {}, 60.0)
+    return out if code == 0 else ""
 
 
 def stop_contract(server: TrackedContainer, prober: serve_probing.Prober, grace_s: int) -> dict[str, Any]:

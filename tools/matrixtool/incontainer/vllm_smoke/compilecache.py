@@ -46,6 +46,27 @@ _KEY = re.compile(r"/torch_compile_cache/(?:torch_aot_compile/)?(?P<key>[0-9a-f]
 _UNWRITABLE = re.compile(r"(?:Errno 13|Errno 30|Permission denied|Read-only file system)")
 
 
+def cache_root(env: Mapping[str, str]) -> str:
+    """The cache root under ``env`` (the server's environment): ``XDG_CACHE_HOME`` (the variant images set
+    ``/tmp/.cache``, with ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` below it; vLLM's ``VLLM_CACHE_ROOT``
+    defaults to ``$XDG_CACHE_HOME/vllm``), else ``$HOME/.cache``, else ``/root/.cache`` (Python's and vLLM's own
+    fallbacks)."""
+    if env.get("XDG_CACHE_HOME", "").startswith("/"):
+        return posixpath.normpath(env["XDG_CACHE_HOME"])
+    home = env.get("HOME", "")
+    return posixpath.join(posixpath.normpath(home), ".cache") if home.startswith("/") else "/root/.cache"
+
+
+def unwritable_fix(root: str) -> str:
+    """What to do about a cache volume at ``root`` that the server's user cannot write."""
+    return (
+        f"make the cache volume at {root} writable by the pod's UID: Kubernetes `securityContext.fsGroup` (the "
+        "volume's files group-owned and group-writable; `tools/matrix kube --cache-claim` sets it), or a volume root "
+        f"of mode 1777 as the image's own {root}; an image built FROM this one must not leave {root} root-owned "
+        "(`install -d -m 1777` it)"
+    )
+
+
 def evidence(log: str) -> Dict[str, object]:
     """What ``log`` (one start's output) says about vLLM's compile cache: ``lines`` (each evidence line, prefix
     stripped, in order), ``paths`` (where it saved, loaded or looked), ``keys`` (the cache keys of those paths),
@@ -108,10 +129,33 @@ def cache_key(path: str) -> Optional[str]:
     return m["key"] if m else None
 
 
-def reused(warm: Mapping[str, object]) -> bool:
-    """True when a start loaded compiled artifacts from the cache and compiled (and saved) nothing itself."""
+def kernels(listing: str) -> List[str]:
+    """The compiled kernels in ``listing`` (one path a line, as ``find ROOT -type f -printf '%P\\n'`` prints the
+    cache volume): inductor's shared objects (``*.so``), one per C++ kernel it compiled and kept."""
+    return sorted({line.strip() for line in listing.splitlines() if line.strip().endswith(".so")})
+
+
+def reuse(
+    warm: Mapping[str, object], cold_kernels: Sequence[str], warm_kernels: Sequence[str]
+) -> Optional[Tuple[str, str]]:
+    """(what the second start reused, the evidence) or None: vLLM's compiled model where its log says it loaded it
+    and compiled nothing; else inductor's kernels where the first start left compiled kernels (``cold_kernels``, a
+    listing of the cache after it was ready) and the second added none (``warm_kernels``, after it was ready):
+    every kernel it needed was in the cache (the model was traced again, its kernels not compiled again)."""
     compiled = warm.get("compiled") or warm.get("saved") or warm.get("load_failed")
-    return bool(warm.get("loaded")) and not compiled
+    if warm.get("loaded") and not compiled:
+        line = next((x for x in strings(warm.get("lines")) if "load" in x), "")
+        return "vLLM's compiled model", line
+    added = sorted(set(warm_kernels) - set(cold_kernels))
+    if cold_kernels and warm_kernels and not added:
+        why = strings(warm.get("load_failed"))
+        return (
+            "inductor's compiled kernels",
+            f"the second start compiled no kernel: the {len(cold_kernels)} kernels (.so) the first start compiled "
+            "into the cache were all there, none was added"
+            + (f"; vLLM's own compiled model did not load ({why[0]})" if why else ""),
+        )
+    return None
 
 
 def _under(path: str, mount: str) -> bool:
@@ -125,13 +169,16 @@ def not_reused(
     *,
     volume: str,
     tmpfs: Sequence[str] = (),
+    cold_kernels: Sequence[str] = (),
+    warm_kernels: Sequence[str] = (),
 ) -> Optional[Tuple[str, str, str, str]]:
     """(name, cause, diagnosis, fix) of a second start (``warm``, an ``evidence``) that did not reuse what the first
-    (``cold``) wrote, where the cache volume is mounted at ``volume`` and the profile mounts a tmpfs at each of
-    ``tmpfs``; None when it reused it. The names: ``compile-cache-disabled``, ``compile-cache-unwritable``,
-    ``compile-cache-on-tmpfs``, ``compile-cache-off-volume`` (in the container's own layer), ``compile-cache-key-
-    changed``, ``compile-cache-load-failed``, ``compile-cache-not-reused`` (no line says why)."""
-    if reused(warm):
+    (``cold``) wrote (``reuse`` of the kernels listed after each), where the cache volume is mounted at ``volume``
+    and the profile mounts a tmpfs at each of ``tmpfs``; None when it reused it. The names:
+    ``compile-cache-disabled``, ``compile-cache-unwritable``, ``compile-cache-on-tmpfs``, ``compile-cache-off-volume``
+    (in the container's own layer), ``compile-cache-key-changed``, ``compile-cache-load-failed``,
+    ``compile-cache-not-reused`` (no line says why)."""
+    if reuse(warm, cold_kernels, warm_kernels) is not None:
         return None
     cold_lines = strings(cold.get("lines"))
     for ev in (cold, warm):
@@ -153,9 +200,7 @@ def not_reused(
             failed[0],
             f"the first start compiled but could not write its compile cache under {posixpath.dirname(path)} ({why}),"
             " so the second start finds nothing to load and compiles again",
-            f"make the cache volume at {volume} writable by the pod's UID: Kubernetes `securityContext.fsGroup` "
-            "(the volume's files group-owned and group-writable), or a volume root of mode 1777 as the image's own "
-            f"{volume}; an image built FROM this one must not leave {volume} root-owned (`chmod 1777` it)",
+            unwritable_fix(volume),
         )
     paths = strings(warm.get("paths")) or strings(cold.get("paths"))
     outside = [p for p in paths if not _under(p, volume)]
@@ -198,7 +243,8 @@ def not_reused(
         return (
             "compile-cache-load-failed",
             load_failed[0],
-            "the second start found the first's compiled model but could not load it, and compiled again",
+            "the second start found the first's compiled model but could not load it, and compiled again"
+            + (f" ({len(set(warm_kernels) - set(cold_kernels))} kernels added to the cache)" if warm_kernels else ""),
             "remove the cache folder named on that line (a partly written or foreign cache); a reason of 'Source "
             "code has changed' means the image's vLLM differs from the one that wrote the cache",
         )
