@@ -286,6 +286,9 @@ def _warm_problems(
         "kernels": {"cold": len(cold_kernels), "added_warm": len(set(warm_kernels) - set(cold_kernels))},
         "warmup_s": {"cold": cold["warmup_s"], "warm": found["warmup_s"]},
     }
+    if seen.warm.get("error"):
+        problems.append(f"the warm start on the cold start's cache could not run: {seen.warm['error']}")
+        return ""
     if ready is None:
         code = seen.warm.get("exit_code")
         known = serve_diagnosis.diagnose_log(warm_log, code, env=env) if code is not None else None

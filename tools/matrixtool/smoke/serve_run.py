@@ -18,7 +18,7 @@ import docker
 import docker.errors
 
 from matrixtool.core import outputs
-from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL, ContainerSpec, TrackedContainer
+from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL, ContainerSpec, TrackedContainer, sweep
 from matrixtool.incontainer.vllm_smoke.programs import serve_probe
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import Variant
@@ -67,12 +67,23 @@ def observe(
         cache = None if eager else (outer.enter_context(serve_line.cache_volume(client, labels)), root)
         spec = serve_line.server_spec(image, profile, volume, gpu=gpu, eager=eager, cache=cache)
         warm: dict[str, Any] = {"skipped": WARM_SKIPPED_EAGER} if eager else {}
-        warm_thread: threading.Thread | None = None
+        warm_thread = threading.Thread(target=lambda: start_warm(), daemon=True)
 
         def start_warm() -> None:
-            warm.update(
-                _start_once(client, image, profile, spec, root, session=session, ready_timeout_s=ready_timeout_s)
-            )
+            try:
+                warm.update(
+                    _start_once(client, image, profile, spec, root, session=session, ready_timeout_s=ready_timeout_s)
+                )
+            except Exception as exc:  # the check fails with it (serve.judge); the cold run's result stands
+                warm["error"] = f"{type(exc).__name__}: {exc}"
+
+        def end_warm() -> None:
+            # Before the volume goes: a warm server still running (the cold run raised) is removed, its thread ended.
+            if warm_thread.is_alive():
+                sweep(client, session)
+                warm_thread.join(60.0)
+
+        outer.callback(end_warm)
 
         started = time.monotonic()
         with TrackedContainer(client, spec, session=session) as server:
@@ -85,7 +96,6 @@ def observe(
                     return serve.Observed(ready_s=None, phases=seen, exit_code=code, log=log)
                 listing = cache_listing(server, root) if cache is not None else ""
                 if cache is not None and WARM_BESIDE_COLD:
-                    warm_thread = threading.Thread(target=start_warm, daemon=True)
                     warm_thread.start()
                 ran = serve_probing.run_client(base) if base is not None else {}
                 health = serve_health.run_healthcheck(
@@ -96,7 +106,7 @@ def observe(
                 )
                 stop = stop_contract(server, prober, grace_s)
         log = stop.pop("log", "")
-        if warm_thread is not None:
+        if warm_thread.ident is not None:
             warm_thread.join(ready_timeout_s + 60)
         elif cache is not None:
             start_warm()
@@ -296,8 +306,6 @@ class ServeRun:
 
     def sweep(self) -> None:
         """Remove this run's server and client containers (by session label)."""
-        from matrixtool.core.container import sweep
-
         sweep(self.client, self.session)
 
     def environment(self) -> dict[str, str]:
