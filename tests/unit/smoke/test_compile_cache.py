@@ -151,3 +151,13 @@ def test_the_quick_suite_says_why_no_warm_start_ran() -> None:
     seen = serve.Observed(ready_s=50.0, warm={"skipped": serve_run.WARM_SKIPPED_EAGER})
     status, _, _, facts = _judge(seen)
     assert status is Status.PASSED and "--enforce-eager" in facts["warm"]["skipped"]
+
+
+def test_a_warm_start_that_could_not_run_or_get_ready_fails_with_its_cause() -> None:
+    base = serve.Observed(ready_s=90.0, log=COLD, cache_listing=AFTER_COLD, cache_root="/tmp/.cache")
+    status, diagnosis, _, _ = _judge(dataclasses.replace(base, warm={"error": "APIError: 500 volume in use"}))
+    assert status is Status.FAILED and "could not run: APIError: 500 volume in use" in diagnosis
+    log = (DATA / "compile-cache-unwritable.log").read_text(encoding="utf-8")
+    status, diagnosis, hint, _ = _judge(dataclasses.replace(base, warm={"ready_s": None, "exit_code": 1, "log": log}))
+    assert status is Status.FAILED and "the warm start exited (1) before it was ready" in diagnosis
+    assert "Permission denied: '/tmp/.cache/torchinductor'" in diagnosis and "fsGroup" in hint
