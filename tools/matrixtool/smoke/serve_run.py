@@ -34,6 +34,8 @@ _completion_body: Callable[[Mapping[str, Any], bool], dict[str, Any]] = serve_pr
 # Whether the warm start begins as soon as the cold server is ready (beside its probes and stop) or after it
 # stopped: measured both ways (docs/checks.md, "Cold and warm start").
 WARM_BESIDE_COLD = True
+# The line that opens the warm start's log in the check's log file, after the cold start's.
+WARM_LOG_MARK = "----- the warm start (a second server on the cold start's compile cache) -----"
 WARM_SKIPPED_EAGER = (
     "not measured: the quick suite serves with --enforce-eager, which compiles nothing, so there is no compile cache "
     "to reuse (the full suite measures it)"
@@ -319,7 +321,8 @@ class ServeRun:
 
     def result(self, timeout_s: float, results: Sequence[CheckResult]) -> CheckResult:
         """Wait for the server run (up to what is left of ``timeout_s`` seconds since ``start``), serve.judge it against
-        ``results`` (offline-generate's tokens) and write its log to ``<log stem>.serve.log``."""
+        ``results`` (offline-generate's tokens) and write its log to ``<log stem>.serve.log`` (the warm start's after
+        ``WARM_LOG_MARK``)."""
         self.thread.join(max(1.0, timeout_s - (time.monotonic() - self.started)))
         log = self.log_dir / self.run.log_name(serve.CHECK)
         outputs.make_dirs(self.log_dir)
@@ -338,7 +341,10 @@ class ServeRun:
                 env=self.environment(),
             )
         written = "\n".join(filter(None, [self.error, self.error_output]))
-        outputs.write_text(log, self.seen.log if self.seen is not None else written)
+        if self.seen is not None:
+            warm_log = str(self.seen.warm.get("log") or "")
+            written = self.seen.log + (f"\n{WARM_LOG_MARK}\n{warm_log}" if warm_log else "")
+        outputs.write_text(log, written)
         return CheckResult(
             variant=self.variant.name,
             image=self.image,
