@@ -259,9 +259,10 @@ def _run_problems(seen: Observed, facts: dict[str, Any], problems: list[str], hi
 def _warm_problems(
     seen: Observed, facts: dict[str, Any], problems: list[str], hints: list[str], env: Mapping[str, str] | None
 ) -> str:
-    """The warm start against the cold one: ready, and loading the compiled model the cold start saved (the lines of
-    vLLM's log that show it, ``compilecache``), else the named reason it compiled again. Appends to ``problems`` and
-    ``hints``, records ``facts["warm"]``; returns the summary's words for it ("" where none ran)."""
+    """The warm start against the cold one: ready, and reusing what the cold start compiled (``compilecache.reuse``:
+    vLLM's model by its load line, else inductor's kernels by none added to the cache), else the named reason it
+    compiled again (class 30). Appends to ``problems`` and ``hints``, records ``facts["warm"]`` (and
+    ``cold_ready_s``); returns the summary's words for it ("" where none ran or it failed)."""
     if not seen.warm:
         return ""
     if seen.warm.get("skipped"):
