@@ -188,10 +188,18 @@ def _start_once(
         return {"ready_s": ready_s, "phases": seen, "exit_code": code, "log": server.logs(), "cache_listing": listing}
 
 
+# The files under argv[1], one relative path a line: Python, which every vLLM image has (find may be missing).
+_LIST_FILES = (
+    "import os, sys\n"
+    "for d, _, fs in os.walk(sys.argv[1]):\n"
+    "    for f in fs: print(os.path.relpath(os.path.join(d, f), sys.argv[1]))"
+)
+
+
 def cache_listing(server: TrackedContainer, root: str) -> str:
-    """The files under ``root`` in the running ``server``, one path (relative to it) a line: ``find`` as the
-    server's user, so what it shows is what the server can see. Empty where it fails (said in the facts)."""
-    code, out = server.exec(["find", root, "-type", "f", "-printf", "%P\\n"], {}, 60.0)
+    """The files under ``root`` in the running ``server``, one path (relative to it) a line, listed as the server's
+    user (what the server can see). Empty where the listing fails."""
+    code, out = server.exec(["python3", "-c", _LIST_FILES, root], {}, 60.0)
     return out if code == 0 else ""
 
 

@@ -130,8 +130,8 @@ def cache_key(path: str) -> Optional[str]:
 
 
 def kernels(listing: str) -> List[str]:
-    """The compiled kernels in ``listing`` (one path a line, as ``find ROOT -type f -printf '%P\\n'`` prints the
-    cache volume): inductor's shared objects (``*.so``), one per C++ kernel it compiled and kept."""
+    """The compiled kernels in ``listing`` (the cache volume's files, one path relative to its root a line):
+    inductor's shared objects (``*.so``), one per C++ kernel it compiled and kept."""
     return sorted({line.strip() for line in listing.splitlines() if line.strip().endswith(".so")})
 
 
