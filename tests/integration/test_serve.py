@@ -1,6 +1,6 @@
 """The serve check on the real CPU image, from the session's `run cpu` (``cpu_run``): one server per profile,
-probed, stopped; the official openai client on the host shared the `default` server (``MATRIX_SERVE_CLIENT``).
-No server of its own."""
+probed, stopped, then started again on the compile cache the first wrote (the warm start); the official openai
+client on the host shared the `default` server (``MATRIX_SERVE_CLIENT``). No server of its own."""
 
 from __future__ import annotations
 
@@ -28,6 +28,18 @@ def test_serve_under_both_profiles(cpu_run: CpuRun, client: docker.DockerClient)
         stop = facts["stop"]
         assert stop["exit_code"] in (0, 143) and stop["seconds"] <= stop["grace_s"] and stop["in_flight"]
         assert "vllm serve" in stop["pid1"]
+        # The warm start: a second server on the cache volume the first wrote, at the image's cache root; reuse
+        # is shown by the cache itself (no kernel added), vLLM's own artifact by its log line.
+        warm = facts["warm"]
+        assert facts["cold_ready_s"] == facts["ready_s"] and warm["ready_s"] > 0, warm
+        assert warm["cache_root"] == "/tmp/.cache" and "failure" not in warm, warm
+        assert warm["reused"] in ("vLLM's compiled model", "inductor's compiled kernels"), warm
+        assert warm["kernels"]["cold"] > 0 and warm["kernels"]["added_warm"] == 0, warm
+        assert any("saved AOT compiled function to /tmp/.cache/vllm/torch_compile_cache/" in x for x in
+                   warm["cold_log_lines"]), warm  # fmt: skip
+        assert any("/tmp/.cache/vllm/torch_compile_cache/" in x and "load" in x for x in warm["log_lines"]), warm
+        assert warm["warmup_s"]["warm"] < warm["warmup_s"]["cold"], warm
+        assert "warm start" in result["diagnosis"]
     # The openai client ran against the default server only (restricted has no network to publish on).
     ran = served["default"]["facts"]["client"]
     assert ran["exit_code"] == 0 and "MATRIX-OPENAI " in ran["output"]

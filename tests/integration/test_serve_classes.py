@@ -187,6 +187,29 @@ def test_too_little_shm(cpu_image: str, tiny_model: Path) -> None:
     assert route is not None and route.consequence_of == d
 
 
+def test_compile_cache_volume_the_uid_cannot_write(
+    cpu_image: str, tiny_model: Path, client: docker.DockerClient
+) -> None:
+    """Class 30: the cache volume at the image's cache root is root-owned, mode 755 (a claim without fsGroup): torch
+    creates its inductor cache at `import vllm` and the server exits before it starts."""
+    name = f"vllm-matrix-test-cache-{uuid.uuid4().hex[:8]}"
+    client.volumes.create(name=name, labels={OWNER_LABEL: OWNER})
+    try:
+        # A file in it keeps the engine from copying the image's /tmp/.cache (mode 1777) into the empty volume.
+        client.containers.run(cpu_image, ["-c", "touch /c/.keep && chmod 755 /c"], entrypoint="sh", user="0",
+                              volumes={name: {"bind": "/c", "mode": "rw"}}, remove=True)  # fmt: skip
+        with server(cpu_image, tiny_model, volumes=[(name, "/tmp/.cache", "rw")]) as container:
+            out = wait_started(container)
+    finally:
+        client.volumes.get(name).remove(force=True)
+    assert (out.ready, out.exit_code) == (False, 1), out.log[-3000:]
+    d = sd.diagnose_log(out.log, out.exit_code, env={"XDG_CACHE_HOME": "/tmp/.cache"})
+    assert d is not None, out.log[-3000:]
+    assert (d.failure_class, d.name) == (30, "compile-cache-unwritable")
+    assert d.cause == "PermissionError: [Errno 13] Permission denied: '/tmp/.cache/torchinductor'"
+    assert "fsGroup" in d.fix and "1777" in d.fix
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "name", "text"),
     [

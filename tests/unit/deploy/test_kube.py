@@ -92,6 +92,35 @@ def test_the_kube_command_writes_valid_manifests_with_the_measured_cold_start(tm
     assert bad.exit_code == ExitCode.CONFIG and "unknown profile(s) nope" in bad.output
 
 
+def test_the_compile_cache_volume_is_mounted_at_the_images_cache_root(tmp_path: Path) -> None:
+    report = tmp_path / "run.json"
+    facts = {"ready_s": 140.0, "warm": {"ready_s": 61.0}}
+    report.write_text(
+        json.dumps({"checks": [{"variant": "cpu", "profile": "restricted", "check": "serve", "facts": facts}]})
+    )
+    out = tmp_path / "out"
+    args = ["--out", str(out), "kube", "cpu", "--profile", "restricted", "--from-report", str(report)]
+    for extra, volume in (
+        ([], {"emptyDir": {}}),
+        (["--cache-claim", "vllm-cache"], {"persistentVolumeClaim": {"claimName": "vllm-cache"}}),
+    ):
+        result = CliRunner().invoke(main, [*args, *extra], catch_exceptions=False)
+        assert result.exit_code == 0 and "PSS restricted: ok" in result.output, result.output
+        (deployment, *_) = yaml.safe_load_all((out / "kube" / "cpu.restricted.yaml").read_text())
+        pod = deployment["spec"]["template"]
+        (cache,) = [v for v in pod["spec"]["volumes"] if v["name"] == kube.CACHE_VOLUME]
+        assert cache == {"name": kube.CACHE_VOLUME, **volume}
+        mounts = {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+        # Above restricted's tmpfs /tmp: the cache is on the volume, /tmp's other files on the memory emptyDir.
+        assert mounts[kube.CACHE_VOLUME] == "/tmp/.cache" and mounts["tmpfs-tmp"] == "/tmp"
+        # The startupProbe follows the cold figure (a new pod on an emptyDir is cold); the warm one is recorded.
+        assert pod["spec"]["containers"][0]["startupProbe"]["failureThreshold"] == 84  # 3 x 140 s / 5 s
+        assert pod["metadata"]["annotations"]["io.vllm-matrix/warm-start"] == "61s (measured by the serve check)"
+        assert ("fsGroup" in pod["spec"]["securityContext"]) == bool(extra)
+        # The cache volume is no run condition: the profile read back is the profile.
+        assert kube.conditions_of([deployment])[Condition.TMPFS] == {"/tmp": "size=4g"}
+
+
 @pytest.mark.parametrize(
     ("flags", "says"),
     [
@@ -102,6 +131,8 @@ def test_the_kube_command_writes_valid_manifests_with_the_measured_cold_start(tm
         (["--model", "/models/../etc"], "--model '/models/../etc' is not a folder on the model claim"),
         (["--model", "/models/"], "--model '/models/' is not a folder on the model claim"),
         (["--profile", "nope"], "unknown profile(s) nope"),
+        (["--cache-claim", "Cache!"], "--cache-claim 'Cache!' is not a Kubernetes name"),
+        (["--cache-claim", "vllm-models"], "--cache-claim 'vllm-models' is the model's claim"),
     ],
 )
 def test_kube_flags_are_checked_before_anything_is_written(tmp_path: Path, flags: list[str], says: str) -> None:

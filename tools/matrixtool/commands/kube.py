@@ -28,7 +28,9 @@ class InvalidManifest(MatrixError):
 @dataclass(frozen=True, kw_only=True)
 class Args:
     """``profiles`` empty: every profile of each variant; ``image`` None: ``<repository>/<variant>:<vLLM
-    version>``; ``report``: its ``serve`` results give the measured time to ready per profile; ``smoke_job``:
+    version>``; ``report``: its ``serve`` results give the measured time to ready per profile (cold: the
+    startupProbe's; warm: an annotation); ``cache_claim``: the compile cache's PersistentVolumeClaim (None: an
+    emptyDir); ``smoke_job``:
     write the Job that runs the variant's bundle in a pod of the profile instead."""
 
     variants: tuple[Variant, ...]
@@ -38,12 +40,13 @@ class Args:
     out: Path
     model: str = serve_line.MODEL_PATH
     model_claim: str = "vllm-models"
+    cache_claim: str | None = None
     smoke_job: bool = False
     suite: str = DEFAULT_SUITE
 
     def __post_init__(self) -> None:
         reference.check_flags(image=self.image)
-        problems = kube.flag_problems(model=self.model, claim=self.model_claim)
+        problems = kube.flag_problems(model=self.model, claim=self.model_claim, cache_claim=self.cache_claim)
         if problems:
             raise ConfigError("flags", problems)
 
@@ -65,13 +68,20 @@ def run(args: Args) -> list[Written]:
 
     Raises ConfigError: an unknown profile or an unreadable report (exit 3); InvalidManifest: a written manifest is
     invalid (a bug of this tool)."""
-    ready = kube.report_ready_times(args.report)
+    ready, warm = kube.report_times(args.report)
     written, texts = [], []
     for variant in args.variants:
         image = args.image or f"vllm-matrix/{variant.name}:{variant.vllm.version}"
         for profile in ProfileChoice(names=args.profiles).resolve(variant.name, variant.profiles):
+            key = (variant.name, profile.name)
             serving = kube.serving_for(
-                variant, profile.name, ready.get((variant.name, profile.name)), model=args.model, claim=args.model_claim
+                variant,
+                profile.name,
+                ready.get(key),
+                model=args.model,
+                claim=args.model_claim,
+                cache_claim=args.cache_claim,
+                warm_s=warm.get(key),
             )
             docs = kube.manifests(
                 variant=variant.name, profile=profile.name, values=profile.values, image=image, serving=serving
@@ -129,6 +139,12 @@ def run(args: Args) -> list[Written]:
 @click.option("--model", default=serve_line.MODEL_PATH, show_default=True, help="The model path the server serves.")
 @click.option("--model-claim", default="vllm-models", show_default=True, help="PersistentVolumeClaim holding it.")
 @click.option(
+    "--cache-claim",
+    default=None,
+    help="PersistentVolumeClaim for vLLM's compile cache, mounted at the image's cache root (default: an emptyDir, "
+    "kept across the container's restarts, not the pod's).",
+)
+@click.option(
     "--smoke-job",
     is_flag=True,
     help="Write instead the Job that runs the variant's smoke bundle in a pod of each profile (JSON in its log).",
@@ -149,6 +165,7 @@ def command(
     report: Path | None,
     model: str,
     model_claim: str,
+    cache_claim: str | None,
     smoke_job: bool,
     suite: str,
 ) -> None:
@@ -165,6 +182,7 @@ def command(
             out=settings.out_dir / "kube",
             model=model,
             model_claim=model_claim,
+            cache_claim=cache_claim,
             smoke_job=smoke_job,
             suite=suite,
         )

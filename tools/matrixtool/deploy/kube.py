@@ -6,10 +6,15 @@ for a profile without network a NetworkPolicy that allows no egress. ``APPLY`` m
 ``conditions.ROWS`` to its manifest field (the ``kubernetes`` column of that table says the same in words), and
 ``conditions_of`` reads the fields back: a unit test proves the round trip for every profile of matrix.yaml.
 
-Probes: a startupProbe that outlasts a cold start (``STARTUP_MARGIN`` times the measured time to ready, at
+Probes: a startupProbe that outlasts a cold start (``STARTUP_MARGIN`` times the measured cold time to ready, at
 least ``MIN_STARTUP_S``), then readiness and liveness on ``/health``, so a liveness probe never kills a
-server that is still compiling (vLLM's own Helm chart has no startupProbe). ``enableServiceLinks: false``:
-a Service named ``vllm`` would otherwise inject ``VLLM_PORT=tcp://…``, which vLLM reads as its own setting.
+server that is still compiling (vLLM's own Helm chart has no startupProbe). The compile cache volume
+(``CACHE_VOLUME``: the PersistentVolumeClaim ``--cache-claim`` names, else an emptyDir on the node's disk, which
+survives the container's restarts but not the pod) is mounted at the image's cache root, as the serve check
+mounts its cache volume; a start can still be cold (a new pod on an emptyDir, a first pod on a fresh claim, a
+new image whose cache key differs), so the startupProbe follows the cold figure, and the warm one is recorded.
+``enableServiceLinks: false``: a Service named ``vllm`` would otherwise inject ``VLLM_PORT=tcp://…``, which vLLM
+reads as its own setting.
 
 Pure: values in, dicts out; ``kube_checks`` validates them and writes them as YAML.
 """
@@ -42,6 +47,7 @@ MAX_READY_S = 86400
 INT32_MAX = 2**31 - 1
 MAX_REPORT_BYTES = 64 * 1024 * 1024
 MODEL_VOLUME = "models"
+CACHE_VOLUME = "compile-cache"
 # A Kubernetes object name of the DNS-1123 label kind (a PersistentVolumeClaim's, as `--model-claim` names one).
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 SHM_PATH = "/dev/shm"
@@ -52,7 +58,9 @@ class Serving:
     """How the server runs: ``args`` after the image's ENTRYPOINT (``serve MODEL …``), the container ``port``,
     where the model is mounted (``model_mount``, from the PersistentVolumeClaim ``model_claim``), the stop
     grace (``grace_s``: ``terminationGracePeriodSeconds``), and the cold start the startupProbe must outlast
-    (``cold_start_s``, seconds) with where that figure came from (``cold_start_source``)."""
+    (``cold_start_s``, seconds) with where that figure came from (``cold_start_source``); the compile cache's
+    PersistentVolumeClaim (``cache_claim``; None: an emptyDir) and the warm start measured on it (``warm_start_s``,
+    None: not measured)."""
 
     args: tuple[str, ...]
     port: int
@@ -61,6 +69,8 @@ class Serving:
     grace_s: int = 30
     cold_start_s: float = 100.0
     cold_start_source: str = "assumed"
+    cache_claim: str | None = None
+    warm_start_s: float | None = None
 
 
 @dataclass
@@ -132,14 +142,19 @@ APPLY: dict[Condition, Callable[[Any, Pod], None]] = {
 }
 
 
-def flag_problems(*, model: str, claim: str) -> list[str]:
-    """Why ``--model`` (an absolute path in the server) or ``--model-claim`` (a PersistentVolumeClaim's name,
-    ``DNS_LABEL``) cannot go into a manifest; empty when both can."""
+def flag_problems(*, model: str, claim: str, cache_claim: str | None = None) -> list[str]:
+    """Why ``--model`` (an absolute path in the server), ``--model-claim`` or ``--cache-claim`` (a
+    PersistentVolumeClaim's name, ``DNS_LABEL``) cannot go into a manifest; empty when all can."""
     problems = []
-    if not DNS_LABEL.fullmatch(claim):
+    for flag, value in (("--model-claim", claim), ("--cache-claim", cache_claim)):
+        if value is not None and not DNS_LABEL.fullmatch(value):
+            problems.append(
+                f"{flag} {value!r} is not a Kubernetes name (lowercase letters, digits and '-', at most 63, "
+                "starting and ending with a letter or digit)"
+            )
+    if cache_claim is not None and cache_claim == claim:
         problems.append(
-            f"--model-claim {claim!r} is not a Kubernetes name (lowercase letters, digits and '-', at most 63, "
-            "starting and ending with a letter or digit)"
+            f"--cache-claim {cache_claim!r} is the model's claim: give the compile cache a claim of its own"
         )
     if not model.startswith("/") or any(c.isspace() or not c.isprintable() for c in model):
         problems.append(f"--model {model!r}: give the model's absolute path in the server, e.g. /models/my-model")
@@ -152,10 +167,20 @@ def flag_problems(*, model: str, claim: str) -> list[str]:
     return problems
 
 
-def serving_for(variant: Variant, profile: str, measured_s: float | None, *, model: str, claim: str) -> Serving:
+def serving_for(
+    variant: Variant,
+    profile: str,
+    measured_s: float | None,
+    *,
+    model: str,
+    claim: str,
+    cache_claim: str | None = None,
+    warm_s: float | None = None,
+) -> Serving:
     """How ``variant``'s server runs under ``profile`` (the serve check's argv, port and mount; ``stop_grace``),
-    with the cold start its probes must outlast: ``measured_s`` (the serve check's time to ready) where given,
-    else the variant's ``ready_budget``, else 100 s (said so in ``cold_start_source``)."""
+    with the cold start its probes must outlast: ``measured_s`` (the serve check's cold time to ready) where
+    given, else the variant's ``ready_budget``, else 100 s (said so in ``cold_start_source``); ``warm_s``: the warm
+    start measured on the cache, recorded only (a start can be cold: a new pod, a fresh claim, a new image)."""
     if measured_s is not None:
         cold, source = measured_s, f"measured by the serve check under {profile}"
     elif variant.ready_budget_s is not None:
@@ -171,11 +196,28 @@ def serving_for(variant: Variant, profile: str, measured_s: float | None, *, mod
         grace_s=variant.stop_grace_s or serve.STOP_GRACE_S,
         cold_start_s=cold,
         cold_start_source=source,
+        cache_claim=cache_claim,
+        warm_start_s=warm_s,
     )
 
 
+def warm_times(report: Mapping[str, Any]) -> dict[tuple[str, str], float]:
+    """Seconds to ready of the warm start per (variant, profile) (facts ``warm.ready_s`` of the ``serve`` results of
+    a report ``ready_times`` accepted); a value that is no time to ready is left out (it only annotates)."""
+    times = {}
+    for c in report["checks"]:
+        facts = c.get("facts") or {}
+        warm = facts.get("warm") if isinstance(facts, Mapping) else None
+        value = warm.get("ready_s") if isinstance(warm, Mapping) else None
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if c["check"] == "serve" and number and 0 < value <= MAX_READY_S:  # type: ignore[operator]
+            times[(c["variant"], c["profile"])] = float(value)  # type: ignore[arg-type]
+    return times
+
+
 def ready_times(report: Mapping[str, Any]) -> dict[tuple[str, str], float]:
-    """Seconds to ready per (variant, profile): the ``serve`` results (facts ``ready_s``) of a ``--json`` report.
+    """Seconds to ready per (variant, profile): the ``serve`` results (facts ``ready_s``, the cold start) of a
+    ``--json`` report.
 
     Raises KeyError/TypeError/ValueError for a document that is no such report, ValueError for a ``ready_s``
     that is no time to ready (not a finite number of seconds in (0, ``MAX_READY_S``]: NaN, infinity, 1e308)."""
@@ -198,20 +240,26 @@ def ready_times(report: Mapping[str, Any]) -> dict[tuple[str, str], float]:
 
 
 def report_ready_times(report: Path | None) -> dict[tuple[str, str], float]:
-    """``ready_times`` of the JSON report at ``report`` (None: no report, no measurements).
+    """``ready_times`` of the JSON report at ``report`` (None: no report, no measurements); raises as
+    ``report_times``."""
+    return report_times(report)[0]
+
+
+def report_times(report: Path | None) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]]:
+    """``ready_times`` (cold) and ``warm_times`` of the JSON report at ``report`` (None: no report, none).
 
     Raises:
         ConfigError: the report is unreadable, not a regular file (a FIFO is never waited on), over
             ``MAX_REPORT_BYTES`` or not a ``run``/``test`` ``--json-file`` document (``READ_BACK_SCHEMA``; exit 3).
     """
     if report is None:
-        return {}
+        return {}, {}
     what = "a 'tools/matrix run/test --json-file' report"
     text = read_config_text(report, limit=MAX_REPORT_BYTES, what=what)
     try:
         doc = jsontext.loads(text)
         check_shape(doc, READ_BACK_SCHEMA, source=str(report), what=what)
-        return ready_times(doc)
+        return ready_times(doc), warm_times(doc)
     except KeyError as exc:
         raise ConfigError(
             str(report), [f"not a 'tools/matrix run/test --json-file' report (a check lacks the key {exc})"]
@@ -261,6 +309,7 @@ def manifests(
     labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name, "io.vllm-matrix/variant": variant}
     pod.volumes.append({"name": MODEL_VOLUME, "persistentVolumeClaim": {"claimName": serving.model_claim}})
     pod.mounts.append({"name": MODEL_VOLUME, "mountPath": serving.model_mount, "readOnly": True})
+    _cache(serving, values, pod)
     container: dict[str, Any] = {
         "name": "vllm",
         "image": image,
@@ -281,6 +330,8 @@ def manifests(
         "volumes": pod.volumes,
     }
     annotations = {"io.vllm-matrix/cold-start": f"{serving.cold_start_s:.0f}s ({serving.cold_start_source})"}
+    if serving.warm_start_s is not None:
+        annotations["io.vllm-matrix/warm-start"] = f"{serving.warm_start_s:.0f}s (measured by the serve check)"
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -320,6 +371,25 @@ def manifests(
     return docs
 
 
+def cache_root(values: Mapping[Condition, Any]) -> str:
+    """Where the compile cache volume is mounted: the image's cache root (``serve_line.IMAGE_CACHE_ROOT``, the
+    variant images' ``XDG_CACHE_HOME``) unless the profile's env sets ``XDG_CACHE_HOME``."""
+    return serve_line.cache_root({"XDG_CACHE_HOME": serve_line.IMAGE_CACHE_ROOT, **values.get(Condition.ENV, {})})
+
+
+def _cache(serving: Serving, values: Mapping[Condition, Any], pod: Pod) -> None:
+    """The compile cache volume at ``cache_root``: the claim, group-owned by the pod's group (``fsGroup``: the
+    profile's GID, else the image's 0; changed only where the claim's root differs, not file by file at every
+    start), else an emptyDir on the node's disk (mode 777)."""
+    if serving.cache_claim is not None:
+        pod.volumes.append({"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": serving.cache_claim}})
+        pod.pod_security.setdefault("fsGroup", pod.pod_security.get("runAsGroup", 0))
+        pod.pod_security.setdefault("fsGroupChangePolicy", "OnRootMismatch")
+    else:
+        pod.volumes.append({"name": CACHE_VOLUME, "emptyDir": {}})
+    pod.mounts.append({"name": CACHE_VOLUME, "mountPath": cache_root(values)})
+
+
 def conditions_of(docs: Sequence[Mapping[str, Any]]) -> dict[Condition, Any]:
     """The run conditions the documents of ``manifests`` set, read back from their fields (normal forms; a tmpfs
     keeps only its ``size=``, the one option an emptyDir has; no egress is the NetworkPolicy). The inverse of
@@ -339,7 +409,7 @@ def conditions_of(docs: Sequence[Mapping[str, Any]]) -> dict[Condition, Any]:
     tmpfs = {}
     for mount in container.get("volumeMounts", []):
         empty = volumes[mount["name"]].get("emptyDir")
-        if empty is None:
+        if empty is None or mount["name"] == CACHE_VOLUME:
             continue
         size = empty.get("sizeLimit")
         if mount["mountPath"] == SHM_PATH:

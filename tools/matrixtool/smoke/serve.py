@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from matrixtool.core import jsontext
-from matrixtool.incontainer.vllm_smoke import serving
+from matrixtool.incontainer.vllm_smoke import compilecache, serving
 from matrixtool.incontainer.vllm_smoke.programs import generate
 from matrixtool.incontainer.vllm_smoke.vllmchecks import root_cause
 from matrixtool.smoke import serve_diagnosis, serve_health, serve_line, serve_probing, serve_route_diagnosis
@@ -54,7 +54,11 @@ class Observed:
     ``phases`` seconds from start to each phase's first log line, ``exit_code`` when it exited before ready,
     ``probes`` the raw answers (``serve_probe.probe``), ``stop`` the stop contract's observations, ``log`` its
     log (tail), ``client`` what the command of ``CLIENT_ENV`` did (empty: none ran), ``health`` the image's own
-    HEALTHCHECK run against the ready server (``run_healthcheck``; empty: the image declares none)."""
+    HEALTHCHECK run against the ready server (``run_healthcheck``; empty: the image declares none); ``warm`` the
+    second start on the compile cache the first wrote (``ready_s``, ``phases``, ``exit_code``, ``log``; ``skipped``:
+    why none ran; empty: none ran; ``cache_listing``: its files once ready), with the cache volume mounted at
+    ``cache_root`` (``cache_listing``: its files once the first start was ready) and the profile's tmpfs mount points
+    ``tmpfs``."""
 
     ready_s: float | None
     phases: Mapping[str, float] = field(default_factory=dict)
@@ -64,6 +68,10 @@ class Observed:
     log: str = ""
     client: Mapping[str, Any] = field(default_factory=dict)
     health: Mapping[str, Any] = field(default_factory=dict)
+    warm: Mapping[str, Any] = field(default_factory=dict)
+    cache_listing: str = ""
+    cache_root: str = ""
+    tmpfs: tuple[str, ...] = ()
 
 
 def startup_cause(log: str) -> str:
@@ -120,6 +128,7 @@ def judge(
     hints: list[str] = []
     _answer_problems(probes, seen.log, expected_tokens, vllm_version, facts, problems, hints)
     _run_problems(seen, facts, problems, hints)
+    warm = _warm_problems(seen, facts, problems, hints, env)
     stop = facts["stop"]
     if ready_budget_s is not None and seen.ready_s > ready_budget_s:
         facts["ready_budget_s"] = ready_budget_s
@@ -131,6 +140,7 @@ def judge(
         f"{stop.get('exit_code')} in "
         f"{stop.get('seconds')} s, stream {stop.get('stream')}"
         + ("; the image's HEALTHCHECK passes" if seen.health else "")
+        + warm
     )
     stopped = _stop_diagnosis(stop)
     if stopped is not None:
@@ -244,6 +254,65 @@ def _run_problems(seen: Observed, facts: dict[str, Any], problems: list[str], hi
     stop = dict(seen.stop)
     facts["stop"] = stop
     problems += stop_problems(stop)
+
+
+def _warm_problems(
+    seen: Observed, facts: dict[str, Any], problems: list[str], hints: list[str], env: Mapping[str, str] | None
+) -> str:
+    """The warm start against the cold one: ready, and reusing what the cold start compiled (``compilecache.reuse``:
+    vLLM's model by its load line, else inductor's kernels by none added to the cache), else the named reason it
+    compiled again (class 30). Appends to ``problems`` and ``hints``, records ``facts["warm"]`` (and
+    ``cold_ready_s``); returns the summary's words for it ("" where none ran or it failed)."""
+    if not seen.warm:
+        return ""
+    if seen.warm.get("skipped"):
+        facts["warm"] = {"skipped": seen.warm["skipped"]}
+        return ""
+    cold = compilecache.evidence(seen.log)
+    warm_log = str(seen.warm.get("log") or "")
+    found = compilecache.evidence(warm_log)
+    cold_kernels = compilecache.kernels(seen.cache_listing)
+    warm_kernels = compilecache.kernels(str(seen.warm.get("cache_listing") or ""))
+    ready = seen.warm.get("ready_s")
+    reused = compilecache.reuse(found, cold_kernels, warm_kernels)
+    facts["cold_ready_s"] = seen.ready_s
+    facts["warm"] = {
+        "ready_s": ready,
+        "phases": dict(seen.warm.get("phases") or {}),
+        "cache_root": seen.cache_root,
+        "reused": reused[0] if reused else None,
+        "reuse_evidence": reused[1] if reused else None,
+        "log_lines": found["lines"],
+        "cold_log_lines": cold["lines"],
+        "kernels": {"cold": len(cold_kernels), "added_warm": len(set(warm_kernels) - set(cold_kernels))},
+        "warmup_s": {"cold": cold["warmup_s"], "warm": found["warmup_s"]},
+    }
+    if seen.warm.get("error"):
+        problems.append(f"the warm start on the cold start's cache could not run: {seen.warm['error']}")
+        return ""
+    if ready is None:
+        code = seen.warm.get("exit_code")
+        known = serve_diagnosis.diagnose_log(warm_log, code, env=env) if code is not None else None
+        if known is not None:
+            problems.append(f"the warm start exited ({code}) before it was ready: {known.diagnosis}: {known.cause}")
+            hints.append(known.fix)
+        else:
+            what = f"exited ({code})" if code is not None else f"was not ready within {READY_TIMEOUT_S} s"
+            problems.append(f"the warm start on the cold start's cache {what}: {startup_cause(warm_log)}")
+        return ""
+    named = compilecache.not_reused(
+        cold, found, volume=seen.cache_root, tmpfs=seen.tmpfs, cold_kernels=cold_kernels, warm_kernels=warm_kernels
+    )
+    if named is not None or reused is None:
+        name, cause, diagnosis, fix = named or ("compile-cache-not-reused", "", "no reuse seen", "read the logs")
+        facts["failure_class"] = compilecache.COMPILE_CACHE
+        facts["warm"]["failure"] = name
+        problems.append(f"the warm start did not reuse the compile cache ({name}): {diagnosis}: {cause!r}")
+        hints.append(fix)
+        return ""
+    warmup = facts["warm"]["warmup_s"]
+    spans = f", compile/warm-up {warmup['warm']} s against {warmup['cold']} s" if None not in warmup.values() else ""
+    return f"; warm start {float(ready):.0f} s on the cold start's cache, reusing {reused[0]}{spans}"
 
 
 def stop_problems(stop: Mapping[str, Any]) -> list[str]:

@@ -19,6 +19,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from matrixtool.incontainer.vllm_smoke import compilecache
+
 # docs/failure-classes.md numbers of the serving classes.
 SHM = 15
 WEB_STACK = 16
@@ -27,6 +29,7 @@ INJECTED_ENV = 18
 SIGNALS = 19
 PROBES = 20
 METRICS_DIR = 22
+COMPILE_CACHE = compilecache.COMPILE_CACHE
 
 # vLLM prefixes each line of a process with its role and pid, then level, date, time and source:
 # "(EngineCore pid=24) ERROR 12-01 09:34:20 [core.py:1510] RuntimeError: ...". Worker roles vary
@@ -210,6 +213,18 @@ def _included_router(m: re.Match[str], *_: object) -> tuple[int, str, str, str]:
     )
 
 
+def _cache_unwritable(m: re.Match[str], lines: list[str], env: Mapping[str, str]) -> tuple[int, str, str, str]:
+    root = compilecache.cache_root(env)
+    return (
+        COMPILE_CACHE,
+        "compile-cache-unwritable",
+        f"the server's user cannot write {m['path']} ({m['reason']}), in the cache root {root}, which torch's inductor "
+        "creates at `import vllm`: the cache volume (or the folder) mounted there is not writable by this UID, so "
+        "the server cannot start, let alone keep a compile cache",
+        compilecache.unwritable_fix(root),
+    )
+
+
 _RULES = (
     _Rule(
         pattern=re.compile(
@@ -234,6 +249,13 @@ _RULES = (
             r"'(?P<path>[^']*/(?:counter|gauge|histogram|summary)_[^'/]*\.db)'"
         ),
         make=_metrics_dir,
+    ),
+    _Rule(
+        pattern=re.compile(
+            r"(?:PermissionError|OSError): \[Errno (?:13|30)\] (?P<reason>Permission denied|Read-only file system): "
+            r"'(?P<path>[^']*/(?:\.cache|torchinductor|triton|torch_compile_cache)(?:/[^']*)?)'"
+        ),
+        make=_cache_unwritable,
     ),
     _Rule(pattern=re.compile(r"Read beyond file size detected, file is corrupted"), make=_metrics_file),
     _Rule(pattern=re.compile(r"'_IncludedRouter' object has no attribute 'path'"), make=_included_router),

@@ -1,6 +1,7 @@
 """The serve line: the README's ``docker run ... vllm serve`` line (``serve_argv``, ``docker_flags``,
 ``readme_block``), the tiny model's volume (``model_volume``: a tmpfs-backed Docker volume, mode 1777, nothing on
-the host's disk) and the containers of the serve check (``server_spec``, ``client_spec``)."""
+the host's disk), the compile cache's volume (``cache_volume``, mounted at the image's cache root, ``cache_root``)
+and the containers of the serve check (``server_spec``, ``client_spec``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import docker.errors
 import docker.types
 
 from matrixtool.core.container import ContainerSpec
+from matrixtool.incontainer.vllm_smoke import compilecache
 from matrixtool.model import profiles
 from matrixtool.model.profiles import Profile
 
@@ -33,6 +35,9 @@ MODEL_OPTIONS = ("--dtype", "float32", "--max-model-len", "256", "--seed", "0")
 # in-flight streams open, and uvicorn waits for them until the grace ends in SIGKILL (exit 137, seen on the CPU
 # image); a drain of 15 s finishes them and the server exits 0 within a pod's 30 s grace.
 SERVE_OPTIONS = ("--shutdown-timeout", "15")
+# The variant images' cache root (templates/Dockerfile.j2 sets XDG_CACHE_HOME, TORCHINDUCTOR_CACHE_DIR and
+# TRITON_CACHE_DIR below it, mode 1777): where a pod mounts the compile cache volume (``tools/matrix kube``).
+IMAGE_CACHE_ROOT = "/tmp/.cache"
 
 
 def serve_argv(model: str = MODEL_PATH, options: Sequence[str] = MODEL_OPTIONS) -> list[str]:
@@ -81,20 +86,53 @@ def model_volume(client: docker.DockerClient, labels: Mapping[str, str]) -> Iter
             client.volumes.get(name).remove(force=True)
 
 
-def server_spec(image: str, profile: Profile, volume: str, *, gpu: bool = False, eager: bool = False) -> ContainerSpec:
+def cache_root(env: Mapping[str, str]) -> str:
+    """The image's cache root under ``env`` (the image's ``Config.Env`` with the profile's ``env`` over it): where
+    the compile cache volume is mounted (``compilecache.cache_root``)."""
+    return str(compilecache.cache_root(env))
+
+
+@contextlib.contextmanager
+def cache_volume(client: docker.DockerClient, labels: Mapping[str, str]) -> Iterator[str]:
+    """A fresh Docker named volume for the compile cache (the engine's local driver, on its disk, as a pod's
+    PersistentVolumeClaim or emptyDir is on the node's), removed on the way out (errors ignored). Mounted empty at
+    a path the image has, the engine first copies the image's folder into it, owner and mode included (the
+    variant images' ``/tmp/.cache`` is mode 1777)."""
+    name = f"vllm-matrix-cache-{uuid.uuid4().hex[:12]}"
+    client.volumes.create(name=name, driver="local", labels=dict(labels))
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(docker.errors.DockerException):
+            client.volumes.get(name).remove(force=True)
+
+
+def server_spec(
+    image: str,
+    profile: Profile,
+    volume: str,
+    *,
+    gpu: bool = False,
+    eager: bool = False,
+    cache: tuple[str, str] | None = None,
+) -> ContainerSpec:
     """The server container: the image's ENTRYPOINT with ``serve_argv()``, ``profile``'s run conditions (its
     /dev/shm too: ``shm_size``), the model volume read-only at ``/models``, no init (the server is PID 1, as users
     run it); port 8000 published on 127.0.0.1 (a port the engine picks) where the profile has a network.
     ``eager``: ``--enforce-eager`` added (the quick suite: about 70 s to ready here instead of 100 s compiled; the
-    full suite's server proves the compiled engine)."""
+    full suite's server proves the compiled engine). ``cache``: (volume, cache root) mounts the compile cache's
+    volume read-write at the cache root (``cache_root``), above a tmpfs of the profile that holds it."""
     extra = profiles.container_kwargs(profile)
     if profile.network != "none":
         extra["ports"] = {f"{PORT}/tcp": ("127.0.0.1", None)}
     gpus = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpu else []
+    volumes = {volume: {"bind": MODEL_MOUNT, "mode": "ro"}}
+    if cache is not None:
+        volumes[cache[0]] = {"bind": cache[1], "mode": "rw"}
     return ContainerSpec(
         image=image,
         command=[*serve_argv(), *(["--enforce-eager"] if eager else [])],
-        volumes={volume: {"bind": MODEL_MOUNT, "mode": "ro"}},
+        volumes=volumes,
         device_requests=gpus,
         extra=extra,
     )

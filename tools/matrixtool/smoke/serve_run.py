@@ -1,10 +1,12 @@
 """The serve check run: the server of one profile started (``observe``: ready, probed, stopped during a stream,
-``stop_contract``) and ``ServeRun``, the smoke plan's serve step beside the check container, which makes the
-tiny model, runs ``observe`` on a thread and judges it (``serve.judge``)."""
+``stop_contract``; a warm start on the compile cache the first wrote, ``_start_once``) and ``ServeRun``, the
+smoke plan's serve step beside the check container, which makes the tiny model, runs ``observe`` on a thread and
+judges it (``serve.judge``)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 import uuid
@@ -16,7 +18,7 @@ import docker
 import docker.errors
 
 from matrixtool.core import outputs
-from matrixtool.core.container import TrackedContainer
+from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL, ContainerSpec, TrackedContainer, sweep
 from matrixtool.incontainer.vllm_smoke.programs import serve_probe
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import Variant
@@ -27,6 +29,17 @@ from matrixtool.smoke.result import CheckResult, Status
 
 # The in-image package is untyped (stdlib, Python >= 3.9): its function as this module calls it.
 _completion_body: Callable[[Mapping[str, Any], bool], dict[str, Any]] = serve_probe.completion_body
+
+
+# Whether the warm start begins as soon as the cold server is ready (beside its probes and stop) or after it
+# stopped: measured both ways (docs/checks.md, "Cold and warm start").
+WARM_BESIDE_COLD = True
+# The line that opens the warm start's log in the check's log file, after the cold start's.
+WARM_LOG_MARK = "----- the warm start (a second server on the cold start's compile cache) -----"
+WARM_SKIPPED_EAGER = (
+    "not measured: the quick suite serves with --enforce-eager, which compiles nothing, so there is no compile cache "
+    "to reuse (the full suite measures it)"
+)
 
 
 def observe(
@@ -40,52 +53,154 @@ def observe(
     gpu: bool = False,
     eager: bool = False,
     ready_timeout_s: float = serve.READY_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
 ) -> serve.Observed:
-    """Start the server of ``profile`` on ``volume``'s model, wait until ready, probe it, stop it during a stream.
+    """Start the server of ``profile`` on ``volume``'s model, wait until ready, probe it, stop it during a stream;
+    then (not ``eager``) the warm start: a second server on the compile cache volume the first wrote (mounted at
+    the image's cache root, ``serve_line.cache_root`` of ``env``: the server's environment), ready and stopped.
 
     Once ready and where the port is published, the command of ``CLIENT_ENV`` runs first (``run_client``).
-    Raises docker errors as ``TrackedContainer.start`` does; every container is removed on the way out."""
-    spec = serve_line.server_spec(image, profile, volume, gpu=gpu, eager=eager)
-    started = time.monotonic()
-    with TrackedContainer(client, spec, session=session) as server:
-        if server.container is None:
-            raise RuntimeError("the server container did not start")
-        server_id = str(server.container.id)
-        with contextlib.ExitStack() as stack:
-            prober: serve_probing.Prober
-            base: str | None = None
-            if profile.network == "none":
-                box = stack.enter_context(
-                    TrackedContainer(client, serve_line.client_spec(image, profile, server_id), session=session)
+    Raises docker errors as ``TrackedContainer.start`` does; every container and the cache volume are removed on
+    the way out."""
+    root = serve_line.cache_root(env or {})
+    tmpfs = tuple(profile.value(Condition.TMPFS))
+    labels = {OWNER_LABEL: os.environ.get(OWNER_ENV_VAR, "")}  # as TrackedContainer labels its containers
+    with contextlib.ExitStack() as outer:
+        cache = None if eager else (outer.enter_context(serve_line.cache_volume(client, labels)), root)
+        spec = serve_line.server_spec(image, profile, volume, gpu=gpu, eager=eager, cache=cache)
+        warm: dict[str, Any] = {"skipped": WARM_SKIPPED_EAGER} if eager else {}
+        warm_thread = threading.Thread(target=lambda: start_warm(), daemon=True)
+
+        def start_warm() -> None:
+            try:
+                warm.update(
+                    _start_once(client, image, profile, spec, root, session=session, ready_timeout_s=ready_timeout_s)
                 )
-                prober = serve_probing.ClientProber(box)
-            else:
-                base = f"http://127.0.0.1:{server.host_port(f'{serve_line.PORT}/tcp')}"
-                prober = serve_probing.HostProber(base)
-            seen: dict[str, float] = {}
-            ready_s = None
-            while time.monotonic() - started < ready_timeout_s:
-                code = server.wait(0.5)
-                log = server.logs()
-                serve.phases_seen(log, time.monotonic() - started, seen)
-                if code is not None:
+            except Exception as exc:  # the check fails with it (serve.judge); the cold run's result stands
+                warm["error"] = f"{type(exc).__name__}: {exc}"
+
+        def end_warm() -> None:
+            # Before the volume goes: a warm server still running (the cold run raised) is removed, its thread ended.
+            if warm_thread.is_alive():
+                sweep(client, session)
+                warm_thread.join(60.0)
+
+        outer.callback(end_warm)
+
+        started = time.monotonic()
+        with TrackedContainer(client, spec, session=session) as server:
+            if server.container is None:
+                raise RuntimeError("the server container did not start")
+            with contextlib.ExitStack() as stack:
+                prober, base = _prober(client, image, profile, server, stack, session)
+                ready_s, seen, code, log = _wait_ready(server, prober, started, ready_timeout_s)
+                if ready_s is None:
                     return serve.Observed(ready_s=None, phases=seen, exit_code=code, log=log)
-                if prober.call("health", {}).get("status") == 200:
-                    ready_s = round(time.monotonic() - started, 1)
-                    break
-                time.sleep(1.0)
-            if ready_s is None:
-                return serve.Observed(ready_s=None, phases=seen, log=server.logs())
-            ran = serve_probing.run_client(base) if base is not None else {}
-            health = serve_health.run_healthcheck(server, serve_health.healthcheck_of(client.images.get(image).attrs))
-            probes = prober.call(
-                "probe", {"model": serve_line.MODEL_PATH, "prompt": serve.PROMPT, "max_tokens": serve.MAX_TOKENS}
-            )
-            stop = stop_contract(server, prober, grace_s)
-            log = stop.pop("log", "")
-            return serve.Observed(
-                ready_s=ready_s, phases=seen, probes=probes, stop=stop, log=log, client=ran, health=health
-            )
+                listing = cache_listing(server, root) if cache is not None else ""
+                if cache is not None and WARM_BESIDE_COLD:
+                    warm_thread.start()
+                ran = serve_probing.run_client(base) if base is not None else {}
+                health = serve_health.run_healthcheck(
+                    server, serve_health.healthcheck_of(client.images.get(image).attrs)
+                )
+                probes = prober.call(
+                    "probe", {"model": serve_line.MODEL_PATH, "prompt": serve.PROMPT, "max_tokens": serve.MAX_TOKENS}
+                )
+                stop = stop_contract(server, prober, grace_s)
+        log = stop.pop("log", "")
+        if warm_thread.ident is not None:
+            warm_thread.join(ready_timeout_s + 60)
+        elif cache is not None:
+            start_warm()
+        return serve.Observed(
+            ready_s=ready_s,
+            phases=seen,
+            probes=probes,
+            stop=stop,
+            log=log,
+            client=ran,
+            health=health,
+            warm=warm,
+            cache_listing=listing,
+            cache_root=root,
+            tmpfs=tmpfs,
+        )
+
+
+def _prober(
+    client: docker.DockerClient,
+    image: str,
+    profile: Profile,
+    server: TrackedContainer,
+    stack: contextlib.ExitStack,
+    session: str,
+) -> tuple[serve_probing.Prober, str | None]:
+    """How to reach ``server``: from the host through its published port (and that base URL), else (no network) a
+    client container in its network namespace, entered on ``stack``."""
+    if profile.network == "none":
+        assert server.container is not None
+        box = stack.enter_context(
+            TrackedContainer(client, serve_line.client_spec(image, profile, str(server.container.id)), session=session)
+        )
+        return serve_probing.ClientProber(box), None
+    base = f"http://127.0.0.1:{server.host_port(f'{serve_line.PORT}/tcp')}"
+    return serve_probing.HostProber(base), base
+
+
+def _wait_ready(
+    server: TrackedContainer, prober: serve_probing.Prober, started: float, timeout_s: float
+) -> tuple[float | None, dict[str, float], int | None, str]:
+    """Poll /health until 200 (seconds since ``started``), the server's exit (its code) or ``timeout_s``: the seconds
+    to ready (None: not ready), the phases seen, the exit code and the log so far."""
+    seen: dict[str, float] = {}
+    while time.monotonic() - started < timeout_s:
+        code = server.wait(0.5)
+        log = server.logs()
+        serve.phases_seen(log, time.monotonic() - started, seen)
+        if code is not None:
+            return None, seen, code, log
+        if prober.call("health", {}).get("status") == 200:
+            return round(time.monotonic() - started, 1), seen, None, ""
+        time.sleep(1.0)
+    return None, seen, None, server.logs()
+
+
+def _start_once(
+    client: docker.DockerClient,
+    image: str,
+    profile: Profile,
+    spec: ContainerSpec,
+    root: str,
+    *,
+    session: str,
+    ready_timeout_s: float,
+) -> dict[str, Any]:
+    """The warm start: ``spec`` (the cold server's, on the same cache volume at ``root``) started, ready, removed
+    (no probe, no stop contract: the cold run proved those). Its ``ready_s``, ``phases``, ``exit_code`` (None: ready
+    or timed out), ``log`` and ``cache_listing`` (``cache_listing`` once ready)."""
+    started = time.monotonic()
+    with TrackedContainer(client, spec, session=session) as server, contextlib.ExitStack() as stack:
+        prober, _ = _prober(client, image, profile, server, stack, session)
+        ready_s, seen, code, _log = _wait_ready(server, prober, started, ready_timeout_s)
+        listing = (
+            cache_listing(server, str(spec.volumes and list(spec.volumes.values())[-1]["bind"])) if ready_s else ""
+        )
+        return {"ready_s": ready_s, "phases": seen, "exit_code": code, "log": server.logs(), "cache_listing": listing}
+
+
+# The files under argv[1], one relative path a line: Python, which every vLLM image has (find may be missing).
+_LIST_FILES = (
+    "import os, sys\n"
+    "for d, _, fs in os.walk(sys.argv[1]):\n"
+    "    for f in fs: print(os.path.relpath(os.path.join(d, f), sys.argv[1]))"
+)
+
+
+def cache_listing(server: TrackedContainer, root: str) -> str:
+    """The files under ``root`` in the running ``server``, one path (relative to it) a line, listed as the server's
+    user (what the server can see). Empty where the listing fails."""
+    code, out = server.exec(["python3", "-c", _LIST_FILES, root], {}, 60.0)
+    return out if code == 0 else ""
 
 
 def stop_contract(server: TrackedContainer, prober: serve_probing.Prober, grace_s: int) -> dict[str, Any]:
@@ -194,14 +309,13 @@ class ServeRun:
                 grace_s=int(self.variant.stop_grace_s or serve.STOP_GRACE_S),
                 gpu=self.gpu,
                 eager=str(self.run.suite) == "quick",
+                env=self.environment(),
             )
         except Exception as exc:  # the check fails with it; the run goes on
             self.error = f"{type(exc).__name__}: {exc}"
 
     def sweep(self) -> None:
         """Remove this run's server and client containers (by session label)."""
-        from matrixtool.core.container import sweep
-
         sweep(self.client, self.session)
 
     def environment(self) -> dict[str, str]:
@@ -215,7 +329,8 @@ class ServeRun:
 
     def result(self, timeout_s: float, results: Sequence[CheckResult]) -> CheckResult:
         """Wait for the server run (up to what is left of ``timeout_s`` seconds since ``start``), serve.judge it against
-        ``results`` (offline-generate's tokens) and write its log to ``<log stem>.serve.log``."""
+        ``results`` (offline-generate's tokens) and write its log to ``<log stem>.serve.log`` (the warm start's after
+        ``WARM_LOG_MARK``)."""
         self.thread.join(max(1.0, timeout_s - (time.monotonic() - self.started)))
         log = self.log_dir / self.run.log_name(serve.CHECK)
         outputs.make_dirs(self.log_dir)
@@ -234,7 +349,10 @@ class ServeRun:
                 env=self.environment(),
             )
         written = "\n".join(filter(None, [self.error, self.error_output]))
-        outputs.write_text(log, self.seen.log if self.seen is not None else written)
+        if self.seen is not None:
+            warm_log = str(self.seen.warm.get("log") or "")
+            written = self.seen.log + (f"\n{WARM_LOG_MARK}\n{warm_log}" if warm_log else "")
+        outputs.write_text(log, written)
         return CheckResult(
             variant=self.variant.name,
             image=self.image,

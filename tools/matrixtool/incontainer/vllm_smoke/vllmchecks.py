@@ -558,9 +558,11 @@ def check_vllm_cli(params):
         "within the grace, PID 1 the server. Probed from outside: the host's published port, or a client "
         "container in its network namespace. On a host or in a pod (the bundle): `vllm serve` as a child "
         "process on a loopback port, SIGTERM during a stream exits 0/-15 within the grace, its process group "
-        "left empty"
+        "left empty. In containers, with the full suite (compiled): a warm start on the compile cache volume the "
+        "first start wrote at the image's cache root, its time to ready, and its reuse shown by vLLM's load line "
+        "or by no compiled kernel added to the cache"
     ),
-    classes=(15, 16, 17, 18, 19, 20, 22),
+    classes=(15, 16, 17, 18, 19, 20, 22, 30),
     reports=(f"{_VLLM}/issues/14888",),
     hint="read the server's log (log file <variant>.serve.log)",
     timeout=1500,

@@ -1,0 +1,266 @@
+"""vLLM's compile cache across two starts of one server: what a start's log says it did with the cache
+(``evidence``) and why a second start did not reuse what the first wrote (``not_reused``). The container check
+(``matrixtool.smoke.serve``) reads it; pure, standard library only, Python >= 3.9.
+
+The lines are vLLM 0.32's own (vllm/compilation/decorators.py, backends.py, monitor.py), read in the CPU image:
+with torch >= 2.10 vLLM compiles ahead of time (``VLLM_USE_AOT_COMPILE``, on by default) and keeps the result at
+``$VLLM_CACHE_ROOT/torch_compile_cache/torch_aot_compile/<hash>/rank_0_0/model`` with inductor's cache beside it
+(``<hash>/inductor_cache``, vLLM points ``TORCHINDUCTOR_CACHE_DIR`` there); ``<hash>`` is a SHA-256 of vLLM's
+config, the environment factors it hashes and the model's forward. A first start logs "saved AOT compiled
+function to PATH"; a start that finds PATH logs "Directly load AOT compilation from path PATH" and compiles
+nothing; a start that finds it but cannot use it logs "Compiling model again due to a load failure from PATH,
+reason: ...". ``VLLM_CACHE_ROOT`` defaults to ``$XDG_CACHE_HOME/vllm`` (else ``~/.cache/vllm``).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+COMPILE_CACHE = 30  # docs/failure-classes.md: "A compile cache that is not kept between starts"
+
+# What each kind of line says about the cache; the first group names a path where the line has one.
+LINES: Tuple[Tuple[str, "re.Pattern[str]"], ...] = (
+    ("saved", re.compile(r"saved AOT compiled function to (?P<path>\S+)")),
+    ("save_failed", re.compile(r"unable to save AOT compiled function to (?P<path>\S+): (?P<why>.*)")),
+    ("loaded", re.compile(r"Directly load AOT compilation from path (?P<path>\S+)")),
+    ("loaded", re.compile(r"Directly load the compiled graph\(s\) for compile range .* from the cache")),
+    ("load_failed", re.compile(r"Compiling model again due to a load failure from (?P<path>\S+), reason: (?P<why>.*)")),
+    ("cache_dir", re.compile(r"Using cache directory: (?P<path>\S+) for vLLM's torch\.compile")),
+    ("compiled", re.compile(r"Compiling a graph for compile range .* takes [\d.]+ s")),
+    ("compiled", re.compile(r"Dynamo bytecode transform time: [\d.]+ s")),
+    ("disabled", re.compile(r"vLLM's torch\.compile cache is disabled")),
+    (
+        "total",
+        re.compile(r"torch\.compile (?:and initial profiling/warmup run together )?took (?P<s>[\d.]+) s in total"),
+    ),
+)
+# The CPU model runner's warm-up, which compiles (cpu_model_runner.py): its two lines' timestamps bound it.
+WARMUP = ("Warming up model for the compilation", "Warming up done.")
+_STAMP = re.compile(r"\b(?P<month>\d\d)-(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d) \[")
+# vLLM's "(Role pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] " in front of each line.
+_PREFIX = re.compile(r"^(?:\([^()]*pid=\d+\)\s*)?(?:[A-Z]+\s+\d\d-\d\d \d\d:\d\d:\d\d\s+\[[^\]]*\]\s?)?")
+# The folder of one cache key under VLLM_CACHE_ROOT.
+_KEY = re.compile(r"/torch_compile_cache/(?:torch_aot_compile/)?(?P<key>[0-9a-f]{10,64})(?:/|$)")
+_UNWRITABLE = re.compile(r"(?:Errno 13|Errno 30|Permission denied|Read-only file system)")
+
+
+def cache_root(env: Mapping[str, str]) -> str:
+    """The cache root under ``env`` (the server's environment): ``XDG_CACHE_HOME`` (the variant images set
+    ``/tmp/.cache``, with ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` below it; vLLM's ``VLLM_CACHE_ROOT``
+    defaults to ``$XDG_CACHE_HOME/vllm``), else ``$HOME/.cache``, else ``/root/.cache`` (Python's and vLLM's own
+    fallbacks)."""
+    if env.get("XDG_CACHE_HOME", "").startswith("/"):
+        return posixpath.normpath(env["XDG_CACHE_HOME"])
+    home = env.get("HOME", "")
+    return posixpath.join(posixpath.normpath(home), ".cache") if home.startswith("/") else "/root/.cache"
+
+
+def unwritable_fix(root: str) -> str:
+    """What to do about a cache volume at ``root`` that the server's user cannot write."""
+    return (
+        f"make the cache volume at {root} writable by the pod's UID: Kubernetes `securityContext.fsGroup` (the "
+        "volume's files group-owned and group-writable; `tools/matrix kube --cache-claim` sets it), or a volume root "
+        f"of mode 1777 as the image's own {root}; an image built FROM this one must not leave {root} root-owned "
+        "(`install -d -m 1777` it)"
+    )
+
+
+def evidence(log: str) -> Dict[str, object]:
+    """What ``log`` (one start's output) says about vLLM's compile cache: ``lines`` (each evidence line, prefix
+    stripped, in order), ``paths`` (where it saved, loaded or looked), ``keys`` (the cache keys of those paths),
+    ``saved``/``loaded``/``compiled``/``disabled`` (bool), ``save_failed``/``load_failed`` (the lines),
+    ``compile_s`` (vLLM's "took X s in total", None where not logged), ``warmup_s`` (seconds between the CPU
+    runner's warm-up lines by vLLM's own timestamps, whole seconds; None where either is missing)."""
+    found: Dict[str, List[str]] = {}
+    paths: List[str] = []
+    compile_s: Optional[float] = None
+    stamps: Dict[str, int] = {}
+    for raw in log.splitlines():
+        for marker in WARMUP:
+            stamp = _STAMP.search(raw) if marker in raw and marker not in stamps else None
+            if stamp is not None:
+                stamps[marker] = ((int(stamp["day"]) * 24 + int(stamp["h"])) * 60 + int(stamp["m"])) * 60 + int(
+                    stamp["s"]
+                )
+        line = _PREFIX.sub("", raw.rstrip("\r")).strip()
+        for kind, pattern in LINES:
+            m = pattern.search(line)
+            if m is None:
+                continue
+            found.setdefault(kind, []).append(line)
+            path = m.groupdict().get("path")
+            if path and path not in paths:
+                paths.append(path)
+            if kind == "total":
+                compile_s = float(m["s"])
+            break
+    keys: List[str] = []
+    for path in paths:
+        key = cache_key(path)
+        if key and key not in keys:
+            keys.append(key)
+    lines = [line for kind, _ in LINES for line in found.get(kind, [])]
+    return {
+        "lines": sorted(set(lines), key=lines.index)[:12],
+        "paths": paths,
+        "keys": keys,
+        "saved": bool(found.get("saved")),
+        "loaded": bool(found.get("loaded")),
+        "compiled": bool(found.get("compiled")),
+        "disabled": bool(found.get("disabled")),
+        "save_failed": found.get("save_failed", []),
+        "load_failed": found.get("load_failed", []),
+        "compile_s": compile_s,
+        "warmup_s": _span(stamps),
+    }
+
+
+def _span(stamps: Mapping[str, int]) -> Optional[int]:
+    if len(stamps) != 2 or stamps[WARMUP[1]] < stamps[WARMUP[0]]:  # one missing, or a month turned between them
+        return None
+    return stamps[WARMUP[1]] - stamps[WARMUP[0]]
+
+
+def cache_key(path: str) -> Optional[str]:
+    """The cache key (vLLM's hash folder) in ``path``, None where it is not under ``torch_compile_cache``."""
+    m = _KEY.search(path)
+    return m["key"] if m else None
+
+
+def kernels(listing: str) -> List[str]:
+    """The compiled kernels in ``listing`` (the cache volume's files, one path relative to its root a line):
+    inductor's shared objects (``*.so``), one per C++ kernel it compiled and kept."""
+    return sorted({line.strip() for line in listing.splitlines() if line.strip().endswith(".so")})
+
+
+def reuse(
+    warm: Mapping[str, object], cold_kernels: Sequence[str], warm_kernels: Sequence[str]
+) -> Optional[Tuple[str, str]]:
+    """(what the second start reused, the evidence) or None: vLLM's compiled model where its log says it loaded it
+    and compiled nothing; else inductor's kernels where the first start left compiled kernels (``cold_kernels``, a
+    listing of the cache after it was ready) and the second added none (``warm_kernels``, after it was ready):
+    every kernel it needed was in the cache (the model was traced again, its kernels not compiled again)."""
+    compiled = warm.get("compiled") or warm.get("saved") or warm.get("load_failed")
+    if warm.get("loaded") and not compiled:
+        line = next((x for x in strings(warm.get("lines")) if "load" in x), "")
+        return "vLLM's compiled model", line
+    added = sorted(set(warm_kernels) - set(cold_kernels))
+    if cold_kernels and warm_kernels and not added:
+        why = strings(warm.get("load_failed"))
+        return (
+            "inductor's compiled kernels",
+            f"the second start compiled no kernel: the {len(cold_kernels)} kernels (.so) the first start compiled "
+            "into the cache were all there, none was added"
+            + (f"; vLLM's own compiled model did not load ({why[0]})" if why else ""),
+        )
+    return None
+
+
+def _under(path: str, mount: str) -> bool:
+    path, mount = posixpath.normpath(path), posixpath.normpath(mount)
+    return path == mount or path.startswith(mount.rstrip("/") + "/")
+
+
+def not_reused(
+    cold: Mapping[str, object],
+    warm: Mapping[str, object],
+    *,
+    volume: str,
+    tmpfs: Sequence[str] = (),
+    cold_kernels: Sequence[str] = (),
+    warm_kernels: Sequence[str] = (),
+) -> Optional[Tuple[str, str, str, str]]:
+    """(name, cause, diagnosis, fix) of a second start (``warm``, an ``evidence``) that did not reuse what the first
+    (``cold``) wrote (``reuse`` of the kernels listed after each), where the cache volume is mounted at ``volume``
+    and the profile mounts a tmpfs at each of ``tmpfs``; None when it reused it. The names:
+    ``compile-cache-disabled``, ``compile-cache-unwritable``, ``compile-cache-on-tmpfs``, ``compile-cache-off-volume``
+    (in the container's own layer), ``compile-cache-key-changed``, ``compile-cache-load-failed``,
+    ``compile-cache-not-reused`` (no line says why)."""
+    if reuse(warm, cold_kernels, warm_kernels) is not None:
+        return None
+    cold_lines = strings(cold.get("lines"))
+    for ev in (cold, warm):
+        if ev.get("disabled"):
+            line = next((x for x in strings(ev.get("lines")) if "disabled" in x), "")
+            return (
+                "compile-cache-disabled",
+                line,
+                "vLLM's compile cache is disabled (VLLM_DISABLE_COMPILE_CACHE=1 in the server's environment): "
+                "every start compiles again",
+                "unset VLLM_DISABLE_COMPILE_CACHE (in the image's ENV, the pod's env or the profile's env)",
+            )
+    failed = strings(cold.get("save_failed")) + strings(warm.get("save_failed"))
+    if failed:
+        path = next(iter(strings(cold.get("paths")) + strings(warm.get("paths"))), volume)
+        why = "not writable by the server's user" if _UNWRITABLE.search(failed[0]) else "a failed write"
+        return (
+            "compile-cache-unwritable",
+            failed[0],
+            f"the first start compiled but could not write its compile cache under {posixpath.dirname(path)} ({why}),"
+            " so the second start finds nothing to load and compiles again",
+            unwritable_fix(volume),
+        )
+    paths = strings(warm.get("paths")) or strings(cold.get("paths"))
+    outside = [p for p in paths if not _under(p, volume)]
+    if outside:
+        where = next((t for t in tmpfs if _under(outside[0], t)), None)
+        fix = (
+            f"keep vLLM's cache on the volume: leave VLLM_CACHE_ROOT unset (it follows XDG_CACHE_HOME={volume}) or set "
+            f"it under {volume}, or mount the cache volume where VLLM_CACHE_ROOT points"
+        )
+        if where is not None:
+            return (
+                "compile-cache-on-tmpfs",
+                outside[0],
+                f"vLLM keeps its compile cache at {outside[0]}, on the tmpfs at {where}, not on the cache volume at "
+                f"{volume}: a tmpfs (a pod's emptyDir of medium Memory) is empty at every start, so every start "
+                "compiles again",
+                fix,
+            )
+        return (
+            "compile-cache-off-volume",
+            outside[0],
+            f"vLLM keeps its compile cache at {outside[0]}, in the container's own filesystem, not on the cache "
+            f"volume at {volume}: a new container (every pod start) begins without it and compiles again",
+            fix,
+        )
+    cold_keys, warm_keys = strings(cold.get("keys")), strings(warm.get("keys"))
+    if cold_keys and warm_keys and not set(cold_keys) & set(warm_keys):
+        return (
+            "compile-cache-key-changed",
+            f"first start: {_key_path(cold)}; second start: {_key_path(warm)}",
+            f"the two starts used different cache keys ({cold_keys[0]} then {warm_keys[0]}): something vLLM hashes "
+            "into the key (its config, the model path or files, VLLM_* variables among its environment factors) "
+            "changed between two starts of the same server, so the second finds no cache of its own",
+            "keep the model path, the serve arguments and the environment identical between starts (a path or "
+            "variable that names the pod or the time changes the key); VLLM_LOGGING_LEVEL=DEBUG logs vLLM's "
+            "'Compile env factors' and config hash per start to compare",
+        )
+    load_failed = strings(warm.get("load_failed"))
+    if load_failed:
+        return (
+            "compile-cache-load-failed",
+            load_failed[0],
+            "the second start found the first's compiled model but could not load it, and compiled again"
+            + (f" ({len(set(warm_kernels) - set(cold_kernels))} kernels added to the cache)" if warm_kernels else ""),
+            "remove the cache folder named on that line (a partly written or foreign cache); a reason of 'Source "
+            "code has changed' means the image's vLLM differs from the one that wrote the cache",
+        )
+    return (
+        "compile-cache-not-reused",
+        (strings(warm.get("lines")) or cold_lines or ["no compile-cache line in either log"])[0],
+        "the second start on the first start's cache compiled again and its log names no cache it loaded",
+        "read both servers' logs for vLLM's cache lines ('Using cache directory', 'saved AOT compiled function', "
+        "'Directly load AOT compilation')",
+    )
+
+
+def _key_path(ev: Mapping[str, object]) -> str:
+    return next((p for p in strings(ev.get("paths")) if cache_key(p)), "no cache path")
+
+
+def strings(value: object) -> List[str]:
+    """``value`` as a list of strings (an ``evidence`` entry; anything but a list or tuple: empty)."""
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
