@@ -205,7 +205,7 @@ def test_compile_cache_volume_the_uid_cannot_write(
     assert (out.ready, out.exit_code) == (False, 1), out.log[-3000:]
     d = sd.diagnose_log(out.log, out.exit_code, env={"XDG_CACHE_HOME": "/tmp/.cache"})
     assert d is not None, out.log[-3000:]
-    assert (d.failure_class, d.name) == (30, "compile-cache-unwritable")
+    assert (d.failure_class, d.name) == (31, "compile-cache-unwritable")
     assert d.cause == "PermissionError: [Errno 13] Permission denied: '/tmp/.cache/torchinductor'"
     assert "fsGroup" in d.fix and "1777" in d.fix
 

@@ -109,7 +109,7 @@ def test_the_cache_root_follows_the_images_environment() -> None:
 def test_a_cache_volume_the_uid_cannot_write_is_named_at_import() -> None:
     log = (DATA / "compile-cache-unwritable.log").read_text(encoding="utf-8")
     d = serve_diagnosis.diagnose_log(log, 1, env={"XDG_CACHE_HOME": "/tmp/.cache"})
-    assert d is not None and (d.failure_class, d.name) == (30, "compile-cache-unwritable")
+    assert d is not None and (d.failure_class, d.name) == (31, "compile-cache-unwritable")
     assert d.cause == "PermissionError: [Errno 13] Permission denied: '/tmp/.cache/torchinductor'"
     assert "fsGroup" in d.fix and "/tmp/.cache" in d.fix
 
@@ -138,12 +138,12 @@ def test_judge_reports_cold_and_warm_and_the_evidence() -> None:
     assert "finalize_loading" in facts["warm"]["reuse_evidence"]
 
 
-def test_judge_fails_a_warm_start_that_compiled_again_with_class_30() -> None:
+def test_judge_fails_a_warm_start_that_compiled_again_with_class_31() -> None:
     warm = {"ready_s": 90.0, "log": WARM, "cache_listing": AFTER_WARM + "xx/cnew.so\n"}
     seen = serve.Observed(ready_s=90.0, log=COLD, warm=warm, cache_listing=AFTER_COLD, cache_root="/tmp/.cache")
     status, diagnosis, hint, facts = _judge(seen)
     assert status is Status.FAILED and "compile-cache-load-failed" in diagnosis
-    assert facts["failure_class"] == 30 and facts["warm"]["failure"] == "compile-cache-load-failed"
+    assert facts["failure_class"] == 31 and facts["warm"]["failure"] == "compile-cache-load-failed"
     assert "remove the cache folder" in hint
 
 

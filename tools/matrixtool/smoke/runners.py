@@ -42,8 +42,10 @@ PACKAGE_DIR = CHECKS_DIR / "vllm_smoke"
 SMOKE_DIR = "/run/matrix-smoke"
 SMOKE_TMPFS = "rw,nosuid,nodev,size=1g,mode=1777"
 ZIPAPP = f"{SMOKE_DIR}/smoke.pyz"
-# Writes argv[2] (base64) to the file argv[1]: how the zipapp gets into the container (Python >= 3.9, stdlib).
-WRITE_FILE = "import base64, sys; open(sys.argv[1], 'wb').write(base64.b64decode(sys.argv[2]))"
+# Writes argv[2:] (base64, in parts) to the file argv[1]: how the zipapp gets into the container (Python >= 3.9,
+# stdlib). Linux's MAX_ARG_STRLEN bounds one argument at 128 kB; the whole argv may hold far more (ARG_MAX).
+WRITE_FILE = "import base64, sys; open(sys.argv[1], 'wb').write(base64.b64decode(''.join(sys.argv[2:])))"
+ARG_PART = 96 * 1024
 # vLLM's CPU backend asked for 160 MiB of /dev/shm; Docker's default is 64 MB.
 INSTALL_DEADLINE = 120  # seconds
 NO_HEALTHCHECK = {"test": ["NONE"]}
@@ -62,8 +64,10 @@ def zipapp_bytes() -> bytes:
 
 
 def install_argv() -> list[str]:
-    """The exec that writes the zipapp to ``ZIPAPP`` in the container (below Linux's 128 kB per argument)."""
-    return ["python3", "-c", WRITE_FILE, ZIPAPP, base64.b64encode(zipapp_bytes()).decode()]
+    """The exec that writes the zipapp to ``ZIPAPP`` in the container (its base64 in parts, each below Linux's
+    128 kB per argument)."""
+    text = base64.b64encode(zipapp_bytes()).decode()
+    return ["python3", "-c", WRITE_FILE, ZIPAPP, *(text[i : i + ARG_PART] for i in range(0, len(text), ARG_PART))]
 
 
 def exec_argv(checks: Sequence[CheckSpec], params: Mapping[str, Any], *, python: str = "python3") -> list[str]:

@@ -261,7 +261,7 @@ def _warm_problems(
 ) -> str:
     """The warm start against the cold one: ready, and reusing what the cold start compiled (``compilecache.reuse``:
     vLLM's model by its load line, else inductor's kernels by none added to the cache), else the named reason it
-    compiled again (class 30). Appends to ``problems`` and ``hints``, records ``facts["warm"]`` (and
+    compiled again (class 31). Appends to ``problems`` and ``hints``, records ``facts["warm"]`` (and
     ``cold_ready_s``); returns the summary's words for it ("" where none ran or it failed)."""
     if not seen.warm:
         return ""

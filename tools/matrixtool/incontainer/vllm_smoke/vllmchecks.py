@@ -562,7 +562,7 @@ def check_vllm_cli(params):
         "first start wrote at the image's cache root, its time to ready, and its reuse shown by vLLM's load line "
         "or by no compiled kernel added to the cache"
     ),
-    classes=(15, 16, 17, 18, 19, 20, 22, 30),
+    classes=(15, 16, 17, 18, 19, 20, 22, 31),
     reports=(f"{_VLLM}/issues/14888",),
     hint="read the server's log (log file <variant>.serve.log)",
     timeout=1500,
