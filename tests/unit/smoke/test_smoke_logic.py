@@ -49,6 +49,8 @@ def test_exec_argv_is_bounded_by_the_sum_of_the_timeouts() -> None:
     assert smoke_runners.ZIPAPP.startswith(smoke_runners.SMOKE_DIR + "/")
     # Each check's own timeout travels with the parameters: the in-image runner enforces it per check.
     assert json.loads(argv[8]) == {"triton": "absent", "timeouts": {"vllm-import": 40, "model-runner": 2}}
+    niced = smoke_runners.exec_argv(group, {"triton": "absent"}, niceness=10)
+    assert niced[:7] == [*argv[:4], "nice", "-n", "10"] and niced[7:] == argv[4:]
 
 
 @pytest.mark.subprocess
@@ -84,6 +86,9 @@ def test_container_kwargs() -> None:
     assert "shm_size" not in kwargs  # a profile gets the /dev/shm it declares (matrix.yaml: default declares 1g)
     assert kwargs["labels"][container.SESSION_LABEL] == "s1" and container.OWNER_LABEL in kwargs["labels"]
     assert kwargs["entrypoint"] == ["sleep"] and kwargs["detach"] is True
+    assert "cpu_shares" not in kwargs  # alone, the check container has the engine's default weight
+    beside = smoke_runners.container_spec("img:tag", beside_server=True).run_kwargs(session="s1", owner="")
+    assert beside["cpu_shares"] == smoke_runners.BESIDE_SERVER_CPU_SHARES < 1024  # Docker's default: the server's
 
 
 def test_check_params_carry_the_variant_expectations() -> None:

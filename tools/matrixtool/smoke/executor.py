@@ -203,7 +203,8 @@ def _root_causes(
     (``hidden``, named on stderr and in run-conditions' facts), the build step behind an unwritable cache folder
     and failures that follow from another group's (``rootcause``)."""
     mounts = list(run.profile.value(Condition.TMPFS))
-    found = hidden.hidden_files(client, image, mounts, session=uuid.uuid4().hex[:12], owner=owner())
+    # No tmpfs, nothing hidden: no container to create.
+    found = hidden.hidden_files(client, image, mounts, session=uuid.uuid4().hex[:12], owner=owner()) if mounts else []
     for listed in found:
         announce(f"[{done[0].variant if done else '?'}] profile {run.profile.name}: warning: {listed.describe()}")
     out = []
