@@ -71,7 +71,7 @@ def compare(first: str, second: str) -> int:
         ("wall (s)", a["wall_seconds"], b["wall_seconds"]),
         ("build (s)", a["build_seconds"], b["build_seconds"]),
         ("image size (GB)", round(a["image_size_bytes"] / 1e9, 2), round(b["image_size_bytes"] / 1e9, 2)),
-        ("smoke (s)", a["smoke_seconds"], b["smoke_seconds"]),
+        ("smoke, wall (s)", a["smoke_seconds"], b["smoke_seconds"]),
     ]
     rows += [
         (f"  {name} (s)", a["checks"][name]["seconds"], b["checks"][name]["seconds"])
@@ -137,7 +137,9 @@ def build_bench(variant: str, warm: bool) -> int:
         "wall_seconds": round(wall, 1),
         "build_seconds": build["build_seconds"],
         "image_size_bytes": build["size_bytes"],
-        "smoke_seconds": round(sum(c["seconds"] for c in doc["checks"]), 1),
+        # The smoke run's wall time (the report's; older reports lack it) and, apart, the checks' times summed.
+        "smoke_seconds": doc.get("smoke_wall_seconds") or round(sum(c["seconds"] for c in doc["checks"]), 1),
+        "checks_seconds_summed": round(sum(c["seconds"] for c in doc["checks"]), 1),
         # The `default` profile's checks (every check); other profiles' under "profiles".
         "checks": {
             c["check"]: {"status": c["status"], "seconds": c["seconds"]}

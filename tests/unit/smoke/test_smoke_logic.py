@@ -8,7 +8,7 @@ import subprocess
 import sys
 from importlib.metadata import PathDistribution
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -16,7 +16,6 @@ from matrixtool.core import container
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import CheckSpec
-from matrixtool.model.profiles import Profile
 from matrixtool.smoke import plan as smoke_plan
 from matrixtool.smoke import result as smoke_result
 from matrixtool.smoke import runners as smoke_runners
@@ -50,8 +49,6 @@ def test_exec_argv_is_bounded_by_the_sum_of_the_timeouts() -> None:
     assert smoke_runners.ZIPAPP.startswith(smoke_runners.SMOKE_DIR + "/")
     # Each check's own timeout travels with the parameters: the in-image runner enforces it per check.
     assert json.loads(argv[8]) == {"triton": "absent", "timeouts": {"vllm-import": 40, "model-runner": 2}}
-    niced = smoke_runners.exec_argv(group, {"triton": "absent"}, niceness=10)
-    assert niced[:7] == [*argv[:4], "nice", "-n", "10"] and niced[7:] == argv[4:]
 
 
 @pytest.mark.subprocess
@@ -87,24 +84,6 @@ def test_container_kwargs() -> None:
     assert "shm_size" not in kwargs  # a profile gets the /dev/shm it declares (matrix.yaml: default declares 1g)
     assert kwargs["labels"][container.SESSION_LABEL] == "s1" and container.OWNER_LABEL in kwargs["labels"]
     assert kwargs["entrypoint"] == ["sleep"] and kwargs["detach"] is True
-    assert "cpu_shares" not in kwargs  # alone, the check container has the engine's default weight
-    beside = smoke_runners.container_spec("img:tag", beside_server=True).run_kwargs(session="s1", owner="")
-    assert beside["cpu_shares"] == smoke_runners.BESIDE_SERVER_CPU_SHARES < 1024  # Docker's default: the server's
-
-
-def test_groups_are_niced_only_beside_a_server() -> None:
-    box: Any = type("Box", (), {"spec": smoke_runners.container_spec("img:tag")})()
-    profile = Profile(name="default")
-    cpu = load_matrix().variants[0]
-    group = [CheckSpec(name="pip-check", timeout=60)]
-
-    def argv(volume: str | None) -> list[str]:
-        setup = smoke_runners.ServeSetup(client=cast(Any, None), variant=cpu, volume=volume)
-        return smoke_runners.ContainerRunner(box, profile, setup).argv(group, {})
-
-    assert argv("vol")[4:7] == ["nice", "-n", str(smoke_runners.BESIDE_SERVER_NICENESS)]
-    assert "nice" not in argv(None)  # a GPU variant without a GPU: no server runs, nothing to yield to
-    assert "nice" not in smoke_runners.ContainerRunner(box, profile, None).argv(group, {})
 
 
 def test_check_params_carry_the_variant_expectations() -> None:

@@ -47,11 +47,6 @@ WRITE_FILE = "import base64, sys; open(sys.argv[1], 'wb').write(base64.b64decode
 # vLLM's CPU backend asked for 160 MiB of /dev/shm; Docker's default is 64 MB.
 INSTALL_DEADLINE = 120  # seconds
 NO_HEALTHCHECK = {"test": ["NONE"]}
-# Beside a server the check container yields the CPU to it: the server (Docker's 1024 CPU shares) is the suite's
-# floor, the groups fill the time it leaves idle. Within the container the groups run at a lower priority than the
-# serve step's own exec (its tiny model), which is on the server's path.
-BESIDE_SERVER_CPU_SHARES = 256
-BESIDE_SERVER_NICENESS = 10
 
 
 @functools.cache
@@ -71,16 +66,12 @@ def install_argv() -> list[str]:
     return ["python3", "-c", WRITE_FILE, ZIPAPP, base64.b64encode(zipapp_bytes()).decode()]
 
 
-def exec_argv(
-    checks: Sequence[CheckSpec], params: Mapping[str, Any], *, python: str = "python3", niceness: int = 0
-) -> list[str]:
+def exec_argv(checks: Sequence[CheckSpec], params: Mapping[str, Any], *, python: str = "python3") -> list[str]:
     """The command that runs ``checks`` in one interpreter of the container (the zipapp ``ZIPAPP``), bounded by the
     sum of their timeouts (seconds); each check's own timeout travels in the parameters (``timeouts``), which the
-    in-image runner enforces per check (``vllm_smoke.runner``). ``niceness`` above 0: under coreutils ``nice``
-    (a lower priority needs no capability)."""
-    niced = ["nice", "-n", str(niceness)] if niceness else []
+    in-image runner enforces per check (``vllm_smoke.runner``)."""
     return [
-        "timeout", "-k", str(KILL_GRACE), str(group_timeout(checks)), *niced,
+        "timeout", "-k", str(KILL_GRACE), str(group_timeout(checks)),
         python, ZIPAPP, "run", ",".join(c.name for c in checks),
         json.dumps({**params, "timeouts": {c.name: c.timeout for c in checks}}, sort_keys=True),
     ]  # fmt: skip
@@ -93,15 +84,12 @@ def container_spec(
     profile: Profile | None = None,
     volumes: Mapping[str, Mapping[str, str]] | None = None,
     environment: Mapping[str, str] | None = None,
-    beside_server: bool = False,
 ) -> ContainerSpec:
     """The long-lived check container: ``sleep infinity`` under ``profile``'s run conditions
     (``profiles.container_kwargs``; ``/dev/shm`` as the profile declares, else the engine's 64 MB), with the tool's
     own tmpfs ``SMOKE_DIR`` and an init process; ``gpu``: every GPU passed through (a Docker device request, like
-    ``--gpus all``); ``volumes`` and ``environment``: added (the serve check's model volume and its folder);
-    ``beside_server``: a server container runs beside it, which gets the CPU first (``BESIDE_SERVER_CPU_SHARES``)."""
+    ``--gpus all``); ``volumes`` and ``environment``: added (the serve check's model volume and its folder)."""
     gpus = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpu else []
-    shares = {"cpu_shares": BESIDE_SERVER_CPU_SHARES} if beside_server else {}
     return ContainerSpec(
         image=image,
         entrypoint=["sleep"],
@@ -114,11 +102,7 @@ def container_spec(
         auto_remove=True,
         device_requests=gpus,
         # The image's HEALTHCHECK asks a server's /health: a check container serves nothing.
-        extra={
-            **profiles.container_kwargs(profile or Profile(name=profiles.DEFAULT)),
-            "healthcheck": NO_HEALTHCHECK,
-            **shares,
-        },
+        extra={**profiles.container_kwargs(profile or Profile(name=profiles.DEFAULT)), "healthcheck": NO_HEALTHCHECK},
     )
 
 
@@ -190,8 +174,6 @@ class ContainerRunner:
         self.profile = profile
         self.image = box.spec.image
         self.serving = serving
-        # Groups yield to the serve step's exec where a server runs beside them (``BESIDE_SERVER_NICENESS``).
-        self.niceness = BESIDE_SERVER_NICENESS if serves(serving) else 0
         self.servers: list[serve_run.ServeRun] = []
 
     def step(self, check: CheckSpec, run: ProfileRun, log_dir: Path) -> Step:
@@ -233,8 +215,8 @@ class ContainerRunner:
         self.install()
 
     def argv(self, checks: Sequence[CheckSpec], params: Mapping[str, Any]) -> list[str]:
-        """The in-container command for ``checks`` (see ``exec_argv``), niced beside a server."""
-        return exec_argv(checks, params, niceness=self.niceness)
+        """The in-container command for ``checks`` (see ``exec_argv``)."""
+        return exec_argv(checks, params)
 
     def exec(self, argv: list[str], env: Mapping[str, str], deadline_s: float) -> tuple[int | None, str]:
         """``TrackedContainer.exec``: bounded output, None past ``deadline_s`` seconds."""
@@ -243,11 +225,6 @@ class ContainerRunner:
     def workers(self) -> int:
         """How many groups may run at once: the CPUs of the container (its profile's quota, else the host's)."""
         return max(1, int(self.profile.cpus or os.cpu_count() or 1))
-
-
-def serves(setup: ServeSetup | None) -> bool:
-    """True when a server container runs beside the check container (a serve step that is not skipped)."""
-    return setup is not None and setup.volume is not None
 
 
 @contextlib.contextmanager
@@ -266,9 +243,7 @@ def container_runner(
     serve step needs (None: the run has none).
 
     Raises as ``TrackedContainer.start`` (WrongPlatformError on ``exec format error``)."""
-    spec = container_spec(
-        image, gpu=gpu, profile=profile, volumes=volumes, environment=environment, beside_server=serves(serving)
-    )
+    spec = container_spec(image, gpu=gpu, profile=profile, volumes=volumes, environment=environment)
     with TrackedContainer(client, spec) as box:
         runner = ContainerRunner(box, profile, serving)
         try:
