@@ -9,12 +9,15 @@ PYTEST_ARGS ?=
 PIP_CONFIG_CERT := $(shell python3 -m pip config list 2>/dev/null | sed -n "s/^global\.cert='\(.*\)'$$/\1/p" | head -n1)
 CA_ENV := $(if $(SSL_CERT_FILE)$(PIP_CERT)$(REQUESTS_CA_BUNDLE),,$(if $(PIP_CONFIG_CERT),PIP_CERT=$(PIP_CONFIG_CERT)))
 
-.PHONY: setup engine venv run test test-emulated unit images render render-check docs lint bench bench-build bench-arm64 clean
+.PHONY: setup engine engine-minimal venv run test test-emulated unit images render render-check docs lint bench bench-build bench-arm64 clean
 
 setup: engine venv  ## Install and start the engine, create the venv
 
 engine:  ## Docker engine, buildx, debootstrap, qemu (idempotent; root on Debian)
 	bash tools/setup-engine.sh
+
+engine-minimal:  ## What `make run` needs of `engine`: no QEMU, registry or cosign (tools/setup-engine.sh --minimal)
+	bash tools/setup-engine.sh --minimal
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -26,11 +29,15 @@ venv: $(VENV)/.installed
 
 # The CPU variant's torch wheel is not on PyPI: PIP_FIND_LINKS names a folder holding it, else
 # tools/wheelhouse.sh downloads it once into build/wheelhouse (see README).
-run: setup  ## The main job: render-check, build and smoke-test the CPU image
+# `make run` sets up the engine (the minimal one) and the venv at once where python3 can make a venv already (on
+# a bare Debian the engine's script installs python3-venv first, so one after the other).
+run:  ## The main job: render-check, build and smoke-test the CPU image
+	@if python3 -c 'import venv, ensurepip' 2>/dev/null; then jobs=2; else jobs=1; fi; \
+	  $(MAKE) --no-print-directory --jobs=$$jobs engine-minimal venv
 	$(CA_ENV) $(MATRIX) run cpu --wheelhouse "$$(tools/wheelhouse.sh)"
 
 test: setup  ## The test suite (unit + integration with the real engine), less the `emulated` full arm64 run
-	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh)" $(VENV)/bin/pytest -m 'not emulated' $(PYTEST_ARGS)
+	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh)" $(VENV)/bin/pytest -m 'not emulated' --durations=25 $(PYTEST_ARGS)
 
 test-emulated: setup  ## The full arm64 smoke suite under QEMU (about an hour on 2 cores; scheduled in CI)
 	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh)" $(VENV)/bin/pytest -m emulated tests/integration $(PYTEST_ARGS)

@@ -5,12 +5,23 @@
 # (signatures and attestations: push --sign-key, --verify-key).
 # Idempotent: installs only what is missing and starts dockerd only when no engine answers.
 #
+# `--minimal` (what `make run` needs: the CPU image built and smoke-tested on this machine's own platform): the
+# engine, buildx, debootstrap and the venv's python3-venv only; QEMU, the binfmt handler, docker-registry and
+# cosign (about 90 MB of packages, 555 MB installed) are for the tests, linux/arm64 and signing (`make setup`).
+#
 # Why trixie on bookworm: Debian 12 ships engine 20.10 without the buildx plugin, and QEMU 7.2, under
 # which `import torch` (PyPI's aarch64 torch 2.13.0) dies with a segmentation fault while QEMU 10.0 runs
 # it (both seen here, 2026-11-30). Bookworm has no cosign. Debian 13's `docker-buildx` and `cosign` (2.5, a Go
 # binary) depend only on libc6, its `qemu-user` is static and depends on nothing, `qemu-user-binfmt` only on
 # it: these few are taken from trixie with an apt pin that keeps every other package on bookworm.
 set -euo pipefail
+
+minimal=0
+case "${1:-}" in
+  --minimal) minimal=1;;
+  "") ;;
+  *) printf 'setup-engine: unknown argument %s (the only one: --minimal)\n' "$1" >&2; exit 2;;
+esac
 
 log() { printf '+ %s\n' "$*" >&2; }
 die() { printf 'setup-engine: %s\n' "$*" >&2; exit 1; }
@@ -40,8 +51,12 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# Engine, base-image maker, binfmt tools, registry server.
-apt_install docker.io debootstrap binfmt-support docker-registry ca-certificates
+# Engine, base-image maker; for the full setup also the binfmt tools and the registry server.
+if [ "$minimal" -eq 1 ]; then
+  apt_install docker.io debootstrap ca-certificates
+else
+  apt_install docker.io debootstrap binfmt-support docker-registry ca-certificates
+fi
 # The project's own venv (`make venv`) needs these on a bare Debian.
 command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3 python3-venv python3-pip
 
@@ -79,11 +94,12 @@ PIN
   fi
 fi
 
-apt_install docker-buildx cosign
+if [ "$minimal" -eq 1 ]; then apt_install docker-buildx; else apt_install docker-buildx cosign; fi
 
 # arm64 emulation: QEMU >= 10 (see the top of this file).
-qemu_version=$(have_pkg qemu-user && dpkg-query -W -f='${Version}' qemu-user || true)
-if [ -z "$qemu_version" ] || dpkg --compare-versions "$qemu_version" lt 1:10; then
+qemu_version=""
+[ "$minimal" -eq 1 ] || qemu_version=$(have_pkg qemu-user && dpkg-query -W -f='${Version}' qemu-user || true)
+if [ "$minimal" -eq 0 ] && { [ -z "$qemu_version" ] || dpkg --compare-versions "$qemu_version" lt 1:10; }; then
   apt_update
   log "apt-get install qemu-user qemu-user-binfmt (QEMU ${qemu_version:-absent} -> >= 10)"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
@@ -125,14 +141,16 @@ fi
 # the stamp file (the QEMU version registered) tells.
 binfmt=/proc/sys/fs/binfmt_misc
 stamp=/var/lib/vllm-matrix/binfmt-qemu-aarch64
-mountpoint -q "$binfmt" || mount -t binfmt_misc binfmt_misc "$binfmt"
-if [ ! -e "$binfmt/qemu-aarch64" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$qemu_version" ]; then
-  if [ -e "$binfmt/qemu-aarch64" ]; then echo -1 > "$binfmt/qemu-aarch64"; fi
-  log "registering the qemu-aarch64 binfmt handler (QEMU $qemu_version)"
-  grep '^:qemu-aarch64:' /usr/lib/binfmt.d/qemu-aarch64.conf > "$binfmt/register"
-  mkdir -p "$(dirname "$stamp")" && printf '%s\n' "$qemu_version" > "$stamp"
+if [ "$minimal" -eq 0 ]; then
+  mountpoint -q "$binfmt" || mount -t binfmt_misc binfmt_misc "$binfmt"
+  if [ ! -e "$binfmt/qemu-aarch64" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$qemu_version" ]; then
+    if [ -e "$binfmt/qemu-aarch64" ]; then echo -1 > "$binfmt/qemu-aarch64"; fi
+    log "registering the qemu-aarch64 binfmt handler (QEMU $qemu_version)"
+    grep '^:qemu-aarch64:' /usr/lib/binfmt.d/qemu-aarch64.conf > "$binfmt/register"
+    mkdir -p "$(dirname "$stamp")" && printf '%s\n' "$qemu_version" > "$stamp"
+  fi
+  [ -e "$binfmt/qemu-aarch64" ] || die "the qemu-aarch64 binfmt handler did not register; see $binfmt"
 fi
-[ -e "$binfmt/qemu-aarch64" ] || die "the qemu-aarch64 binfmt handler did not register; see $binfmt"
 
 docker buildx version >/dev/null 2>&1 || die "docker buildx is not usable; see 'tools/matrix doctor'"
 log "engine ready: $(docker version --format 'server {{.Server.Version}}, client {{.Client.Version}}'), $(docker buildx version)"

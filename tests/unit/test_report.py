@@ -125,4 +125,7 @@ def test_table_lists_skipped_checks_with_their_reason() -> None:
     ]
     text = report.table(report.RunReport(builds=[], checks=skipped))
     assert "skipped (no GPU visible): cuda/model-runner, cuda/offline-generate" in text
-    assert text.endswith("0 passed, 0 failed, 0 timeout, 2 skipped; smoke 0 s")
+    assert text.endswith("0 passed, 0 failed, 0 timeout, 2 skipped; checks' times summed 0 s")
+    timed = report.table(report.RunReport(builds=[], checks=skipped, smoke_wall_seconds=61.4))
+    assert timed.endswith("2 skipped; smoke 61 s wall (checks' times summed 0 s)")
+    assert report.to_json(report.RunReport(checks=skipped, smoke_wall_seconds=61.44))["smoke_wall_seconds"] == 61.4

@@ -121,6 +121,9 @@ def test_the_table_json_and_junit_are_the_tools_own() -> None:
     run = report.RunReport(checks=[bundle.result_of(r) for r in results])
     assert standalone.table(results) == report.table(run)
     assert json.loads(json.dumps(standalone.to_json(results))) == json.loads(report.to_json_text(run))
+    timed = report.RunReport(checks=run.checks, smoke_wall_seconds=42.0)
+    assert standalone.table(results, 42.0) == report.table(timed)
+    assert standalone.to_json(results, 42.0) == json.loads(report.to_json_text(timed))
     passed = [results[0]]
     assert standalone.table(passed) == report.table(report.RunReport(checks=[bundle.result_of(passed[0])]))
     xml = standalone.junit_xml(results)

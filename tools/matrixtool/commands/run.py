@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,12 +101,14 @@ def run(args: Args) -> report.RunReport:
         selection=args.selection, choice=args.choice, log_dir=args.out_dir / "logs", quiet=args.output.as_json
     )
     checks: list[smoke_result.CheckResult] = []
+    smoke_started = time.monotonic()
     for built in results:
         try:
             registry.pull_if_missing(client, built.image)  # skipped because it is in the registry
             checks += smoke_image(client, built.image, by_name[built.variant], request)
         except MatrixError as exc:  # a wrong platform, a registry that went away: this variant's, under keep-going
             fail(built.variant, exc)
+    smoke_wall = time.monotonic() - smoke_started if checks else None
     write_build_reports(client, args.matrix, [p for plans in planned.values() for p in plans], results, args.out_dir)
     order = [v.name for v in args.variants if v.name in failed]
     return report.RunReport(
@@ -114,6 +117,7 @@ def run(args: Args) -> report.RunReport:
         errors={n: str(failed[n]) for n in order},
         error_codes={n: failed[n].exit_code for n in order},
         skipped=got.skipped,
+        smoke_wall_seconds=smoke_wall,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,7 @@ def run(args: Args) -> report.RunReport:
         engine.note(
             f"[{args.variant.name}] smoke checks on this host ({args.python}): {', '.join(c.name for c in selected)}"
         )
+        started = time.monotonic()
         results = smoke.run_host_suite(
             args.python,
             args.variant,
@@ -87,16 +89,18 @@ def run(args: Args) -> report.RunReport:
             on_result=progress(args.output.as_json),
             suite=args.selection.suite,
         )
-        return report.RunReport(checks=results)
+        return report.RunReport(checks=results, smoke_wall_seconds=time.monotonic() - started)
     client = engine.connect()
     # A multi-arch tag (matrix.yaml publish_as) holds several platforms: pull the variant's own.
     verified_pull(client, args.image, platform=args.variant.platforms[0], pub=args.verify_key, env=args.env)
     # An image this tool did not build: capabilities dropped, no new privileges, a pids limit (profiles.UNTRUSTED).
     choice = dataclasses.replace(args.choice, untrusted=True)
     request = SmokeRequest(selection=args.selection, choice=choice, log_dir=log_dir, quiet=args.output.as_json)
+    started = time.monotonic()
     checks = smoke_image(client, args.image, args.variant, request)
+    smoke_wall = time.monotonic() - started
     attestations.write_sbom_report(client, args.image, args.variant.name, out_dir=args.out_dir)
-    return report.RunReport(checks=checks)
+    return report.RunReport(checks=checks, smoke_wall_seconds=smoke_wall)
 
 
 @click.command("test")

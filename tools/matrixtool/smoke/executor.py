@@ -170,30 +170,62 @@ def _in_image(
     on_result: Callable[[CheckResult], None],
     announce: Callable[[str], None] = lambda line: None,
 ) -> list[CheckResult]:
-    """``runs`` in ``image`` (inspected: ``attrs``), one tracked container per run that has checks."""
+    """``runs`` in ``image`` (inspected: ``attrs``), one tracked container per run that has checks. The runs that
+    serve share one model volume: the tiny model is made once, by the first (the image and the model are the same
+    under every profile), and a later profile's server starts without waiting for it."""
     base = check_params(variant, attrs.get("Config", {}).get("Entrypoint") or [])
     gpu = variant.accelerator is not Accelerator.CPU and host_has_gpu()
     results: list[CheckResult] = []
-    for run in runs:
-        announce(run.describe(variant.name))
-        if not run.checks:
-            continue
-        served = any(c.name == serve.CHECK for c in run.checks)
-        serving = served and (variant.accelerator is Accelerator.CPU or gpu)
-        with contextlib.ExitStack() as stack:
-            volume = stack.enter_context(serve_line.model_volume(client, {OWNER_LABEL: owner()})) if serving else None
-            mounts = serve_line.check_mounts(volume) if volume else {}
-            env = serve_line.check_env() if volume else {}
-            setup = ServeSetup(client=client, variant=variant, volume=volume, gpu=gpu) if served else None
-            runner = stack.enter_context(
-                container_runner(
-                    client, image, gpu=gpu, profile=run.profile, volumes=mounts, environment=env, serving=setup
-                )
-            )
-            params = {**base, "rerun": run.rerun, "suite": run.suite}
-            done = execute(run, runner, variant.name, params, log_dir, on_result, earlier=results)
-            results += _root_causes(client, image, run, done, announce)
+    with contextlib.ExitStack() as volumes:
+        shared: list[str] = []
+
+        def model_volume() -> str:
+            if not shared:
+                shared.append(volumes.enter_context(serve_line.model_volume(client, {OWNER_LABEL: owner()})))
+            return shared[0]
+
+        for run in runs:
+            announce(run.describe(variant.name))
+            if not run.checks:
+                continue
+            volume = model_volume() if _serves(variant, run, gpu) else None
+            results += _run_container(
+                client, image, variant, run, {**base, "rerun": run.rerun, "suite": run.suite},
+                gpu=gpu, volume=volume, log_dir=log_dir, on_result=on_result, earlier=results, announce=announce,
+            )  # fmt: skip
     return results
+
+
+def _serves(variant: Variant, run: ProfileRun, gpu: bool) -> bool:
+    """True when ``run`` starts a server: it has the serve check and a server can run here (CPU, or a GPU seen)."""
+    return any(c.name == serve.CHECK for c in run.checks) and (variant.accelerator is Accelerator.CPU or gpu)
+
+
+def _run_container(
+    client: docker.DockerClient,
+    image: str,
+    variant: Variant,
+    run: ProfileRun,
+    params: Mapping[str, Any],
+    *,
+    gpu: bool,
+    volume: str | None,
+    log_dir: Path,
+    on_result: Callable[[CheckResult], None],
+    earlier: Sequence[CheckResult],
+    announce: Callable[[str], None],
+) -> list[CheckResult]:
+    """``run`` in one tracked container of ``image``, the checks given ``params``; ``volume``: the tiny model's,
+    where the run serves (None: no server runs here); ``earlier``: this command's results so far."""
+    served = any(c.name == serve.CHECK for c in run.checks)
+    mounts = serve_line.check_mounts(volume) if volume else {}
+    env = serve_line.check_env() if volume else {}
+    setup = ServeSetup(client=client, variant=variant, volume=volume, gpu=gpu) if served else None
+    with container_runner(
+        client, image, gpu=gpu, profile=run.profile, volumes=mounts, environment=env, serving=setup
+    ) as runner:
+        done = execute(run, runner, variant.name, params, log_dir, on_result, earlier=earlier)
+        return _root_causes(client, image, run, done, announce)
 
 
 def _root_causes(
@@ -203,7 +235,8 @@ def _root_causes(
     (``hidden``, named on stderr and in run-conditions' facts), the build step behind an unwritable cache folder
     and failures that follow from another group's (``rootcause``)."""
     mounts = list(run.profile.value(Condition.TMPFS))
-    found = hidden.hidden_files(client, image, mounts, session=uuid.uuid4().hex[:12], owner=owner())
+    # No tmpfs, nothing hidden: no container to create.
+    found = hidden.hidden_files(client, image, mounts, session=uuid.uuid4().hex[:12], owner=owner()) if mounts else []
     for listed in found:
         announce(f"[{done[0].variant if done else '?'}] profile {run.profile.name}: warning: {listed.describe()}")
     out = []

@@ -426,8 +426,9 @@ def ok(results):
     return all(r["status"] in ("passed", "skipped") for r in results)
 
 
-def table(results):
-    """The summary ``tools/matrix test`` prints (``matrixtool.report.table`` of these checks)."""
+def table(results, wall=None):
+    """The summary ``tools/matrix test`` prints (``matrixtool.report.table`` of these checks); ``wall``: the run's
+    wall time in seconds (None: not timed)."""
 
     def name(r):
         return f"{r['variant']}/{r['check']}" + ("" if r["profile"] == DEFAULT_PROFILE else f"[{r['profile']}]")
@@ -456,19 +457,24 @@ def table(results):
         parts.append(f"suite: {', '.join(dict.fromkeys(r['suite'] for r in results))}")
     total = sum(r["seconds"] for r in results)
     counts = {s: sum(1 for r in results if r["status"] == s) for s in ("passed", "failed", "timeout", "skipped")}
+    timed = f"checks' times summed {total:.0f} s"
+    if wall is not None:
+        timed = f"smoke {wall:.0f} s wall ({timed})"
     parts.append(
         ("OK" if ok(results) else "FAILED")
         + f": {counts['passed']} passed, {counts['failed']} failed, {counts['timeout']} timeout, "
-        f"{counts['skipped']} skipped; smoke {total:.0f} s"
+        f"{counts['skipped']} skipped; {timed}"
     )
     return "\n\n".join(parts)
 
 
-def to_json(results):
-    """The ``--json`` document of ``tools/matrix test`` (``matrixtool.report.to_json``: schema version 1)."""
+def to_json(results, wall=None):
+    """The ``--json`` document of ``tools/matrix test`` (``matrixtool.report.to_json``: schema version 1); ``wall``
+    as ``table``."""
     checks = [dict(r, seconds=round(r["seconds"], 1)) for r in results]
     return {"schema_version": JSON_SCHEMA_VERSION, "ok": ok(results), "builds": [], "checks": checks,
-            "errors": {}, "skipped": {}}  # fmt: skip
+            "errors": {}, "skipped": {}, "smoke_wall_seconds": None if wall is None else round(wall, 1),
+            "checks_seconds_summed": round(sum(r["seconds"] for r in results), 1)}  # fmt: skip
 
 
 def junit_xml(results):
@@ -633,6 +639,7 @@ def _main(argv):
     print(f"[{facts['variant']}] smoke checks in {image} (bundle): {names}; logs in {logs}", file=sys.stderr)
     suite = Suite(facts, env=env, logs=logs, image=image, on_result=on_result)
     previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGINT)}
+    started = time.monotonic()
     try:
         results = suite.run()
     except Interrupted as exc:
@@ -645,8 +652,9 @@ def _main(argv):
             signal.signal(s, handler)
         if own_work and args.logs:  # the folder made here holds nothing asked for (the logs are elsewhere)
             shutil.rmtree(work, ignore_errors=True)
+    wall = time.monotonic() - started
     code = EXIT_OK if ok(results) else EXIT_SMOKE
-    document = json.dumps(to_json(results), indent=2, default=str)
+    document = json.dumps(to_json(results, wall), indent=2, default=str)
     failed = []  # (path, OSError) of a report that could not be written: named after the table
     if args.junit:
         try:
@@ -654,7 +662,7 @@ def _main(argv):
         except OSError as exc:
             failed.append((args.junit, exc))
     if args.json_file == "-":  # the document alone on stdout (last in a pod's log), the table for people on stderr
-        print("\n" + table(results), file=sys.stderr, flush=True)
+        print("\n" + table(results, wall), file=sys.stderr, flush=True)
         out(document, flush=True)
     else:
         if args.json_file:
@@ -662,7 +670,7 @@ def _main(argv):
                 write(args.json_file, document)
             except OSError as exc:
                 failed.append((args.json_file, exc))
-        out("\n" + table(results), flush=True)
+        out("\n" + table(results, wall), flush=True)
     for path, exc in failed:
         print(f"error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
     return EXIT_USAGE if failed else code

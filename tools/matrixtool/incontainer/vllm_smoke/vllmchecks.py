@@ -76,8 +76,9 @@ def _failing_package(text):
 
 @check(
     "tiny-model",
-    proves="a tiny random Llama and a locally trained tokenizer are made in the container (transformers, "
-    "tokenizers, safetensors work; no hub access): the model of model-runner and offline-generate",
+    proves="a tiny random Llama and a locally trained tokenizer are made in the container (tokenizers trains it; "
+    "transformers reads the config and the tokenizer, safetensors the weights; no hub access): the model of "
+    "model-runner, offline-generate and serve",
     classes=(),
     reports=(),
     hint="install transformers and tokenizers (vLLM requires them); read the error in the log",
@@ -86,14 +87,32 @@ def _failing_package(text):
     group="vllm",
 )
 def check_tiny_model(params):
-    """Make the tiny model once per container (WORK_DIR/tiny-llama), in this interpreter."""
+    """Make the tiny model once per container (WORK_DIR/tiny-llama), in this interpreter, and read it back as vLLM
+    will: its config and tokenizer with transformers, its weights' names with safetensors (the group's ``import
+    vllm`` has imported both)."""
     try:
         folder = ensure_model()
+        facts = read_model(folder)
     except Exception:
         text = traceback.format_exc()
         error = error_with_cause(text)  # transformers wraps the import error that made it fail
         return result("failed", f"making the tiny model fails: {error}", import_hint(first_cause(text) or error))
-    return result("passed", f"a tiny Llama and its tokenizer are made in {folder}", folder=folder)
+    return result(
+        "passed", f"a tiny Llama and its tokenizer are made in {folder} and read back", folder=folder, **facts
+    )
+
+
+def read_model(folder):
+    """The model in ``folder`` as transformers and safetensors read it: {"vocab_size", "tensors", "tokenizer"}.
+    Raises what they raise."""
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    with safe_open(os.path.join(folder, "model.safetensors"), framework="pt") as weights:
+        tensors = len(list(weights.keys()))
+    return {"vocab_size": config.vocab_size, "tensors": tensors, "tokenizer": type(tokenizer).__name__}
 
 
 def ensure_model():
@@ -106,7 +125,11 @@ def ensure_model():
     if os.path.isfile(os.path.join(MODEL_DIR, "config.json")):
         return MODEL_DIR
     os.makedirs(os.path.dirname(MODEL_DIR), exist_ok=True)
-    with open(MODEL_DIR + ".lock", "w") as lock:
+    # A lock file of another UID (an earlier profile's container, on the same volume) opens for reading only
+    # (flock needs no more): a sticky folder refuses to open it for writing.
+    lock_path = MODEL_DIR + ".lock"
+    mode = "r" if os.path.exists(lock_path) and os.stat(lock_path).st_uid != os.geteuid() else "w"
+    with open(lock_path, mode) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not os.path.isfile(os.path.join(MODEL_DIR, "config.json")):
             from .programs import make_model
