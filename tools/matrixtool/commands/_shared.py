@@ -124,10 +124,12 @@ def finish(
     if result.errors:
         failed_checks = [ExitCode.SMOKE] if not all(c.status.ok for c in result.checks) else []
         code = most_severe([result.error_codes.get(n, ExitCode.BUILD) for n in result.errors] + failed_checks)
+        where = "the JSON report's errors" if flags.as_json else "the summary above"
         raise VariantsFailed(
             f"{len(result.errors)} variant(s) failed before their smoke checks: {', '.join(result.errors)}; "
-            "see the summary above and the build logs it names",
+            f"see {where} and the build logs it names",
             code or ExitCode.BUILD,
         )
     if not result.ok:
-        raise SmokeFailure("smoke checks failed; see the table above, the logs it names, and the fix hints")
+        where = "the JSON report's checks (status, diagnosis, hint, log)" if flags.as_json else "the table above"
+        raise SmokeFailure(f"smoke checks failed; see {where}, the logs it names, and the fix hints")
