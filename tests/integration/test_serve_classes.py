@@ -190,7 +190,7 @@ def test_too_little_shm(cpu_image: str, tiny_model: Path) -> None:
 def test_compile_cache_volume_the_uid_cannot_write(
     cpu_image: str, tiny_model: Path, client: docker.DockerClient
 ) -> None:
-    """Class 30: the cache volume at the image's cache root is root-owned, mode 755 (a claim without fsGroup): torch
+    """Class 31: the cache volume at the image's cache root is root-owned, mode 755 (a claim without fsGroup): torch
     creates its inductor cache at `import vllm` and the server exits before it starts."""
     name = f"vllm-matrix-test-cache-{uuid.uuid4().hex[:8]}"
     client.volumes.create(name=name, labels={OWNER_LABEL: OWNER})

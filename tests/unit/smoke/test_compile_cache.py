@@ -112,6 +112,10 @@ def test_a_cache_volume_the_uid_cannot_write_is_named_at_import() -> None:
     assert d is not None and (d.failure_class, d.name) == (31, "compile-cache-unwritable")
     assert d.cause == "PermissionError: [Errno 13] Permission denied: '/tmp/.cache/torchinductor'"
     assert "fsGroup" in d.fix and "/tmp/.cache" in d.fix
+    # The same error outside the cache root (an arbitrary UID with HOME=/): not the cache volume's doing.
+    elsewhere = log.replace("/tmp/.cache/torchinductor", "/.cache/huggingface")
+    other = serve_diagnosis.diagnose_log(elsewhere, 1, env={"XDG_CACHE_HOME": "/tmp/.cache"})
+    assert other is None or other.name != "compile-cache-unwritable"
 
 
 def test_the_server_spec_mounts_the_cache_volume_at_the_root() -> None:
@@ -123,7 +127,9 @@ def test_the_server_spec_mounts_the_cache_volume_at_the_root() -> None:
 
 def _judge(seen: serve.Observed) -> tuple[Status, str, str, dict[str, Any]]:
     seen = dataclasses.replace(seen, probes=_probes([1, 2, 3]), stop=GOOD_STOP)
-    return serve.judge(seen, expected_tokens=[1, 2, 3], vllm_version="0.32.0", ready_budget_s=None)
+    # The server's environment as ServeRun.environment gives it: the variant images' XDG_CACHE_HOME.
+    env = {"XDG_CACHE_HOME": "/tmp/.cache"}
+    return serve.judge(seen, expected_tokens=[1, 2, 3], vllm_version="0.32.0", ready_budget_s=None, env=env)
 
 
 def test_judge_reports_cold_and_warm_and_the_evidence() -> None:

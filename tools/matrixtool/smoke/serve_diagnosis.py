@@ -100,7 +100,7 @@ class _Rule:
     from its match (and the whole log, for values printed elsewhere)."""
 
     pattern: re.Pattern[str]
-    make: Callable[[re.Match[str], list[str], Mapping[str, str]], tuple[int, str, str, str]]
+    make: Callable[[re.Match[str], list[str], Mapping[str, str]], tuple[int, str, str, str] | None]
 
 
 def _shm(m: re.Match[str], *_: object) -> tuple[int, str, str, str]:
@@ -213,8 +213,12 @@ def _included_router(m: re.Match[str], *_: object) -> tuple[int, str, str, str]:
     )
 
 
-def _cache_unwritable(m: re.Match[str], lines: list[str], env: Mapping[str, str]) -> tuple[int, str, str, str]:
+def _cache_unwritable(m: re.Match[str], lines: list[str], env: Mapping[str, str]) -> tuple[int, str, str, str] | None:
+    """Only a path under the server's cache root (where the compile cache volume is mounted); elsewhere (a HOME of
+    ``/``, ``/root/.cache``) the volume is not the cause, and the next rule or the log's exception speaks."""
     root = compilecache.cache_root(env)
+    if not (m["path"] == root or m["path"].startswith(root.rstrip("/") + "/")):
+        return None
     return (
         COMPILE_CACHE,
         "compile-cache-unwritable",
@@ -265,8 +269,8 @@ _RULES = (
 def match_rules(lines: list[str], env: Mapping[str, str] | None = None) -> Diagnosis | None:
     for rule in _RULES:
         for line in lines:
-            if m := rule.pattern.search(line):
-                klass, name, diagnosis, fix = rule.make(m, lines, env or {})
+            if (m := rule.pattern.search(line)) and (made := rule.make(m, lines, env or {})) is not None:
+                klass, name, diagnosis, fix = made
                 return Diagnosis(failure_class=klass, name=name, cause=line.strip(), diagnosis=diagnosis, fix=fix)
     return None
 

@@ -18,7 +18,14 @@ import docker
 import docker.errors
 
 from matrixtool.core import outputs
-from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL, ContainerSpec, TrackedContainer, sweep
+from matrixtool.core.container import (
+    OWNER_ENV_VAR,
+    OWNER_LABEL,
+    SESSION_LABEL,
+    ContainerSpec,
+    TrackedContainer,
+    sweep,
+)
 from matrixtool.incontainer.vllm_smoke.programs import serve_probe
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import Variant
@@ -36,6 +43,10 @@ _completion_body: Callable[[Mapping[str, Any], bool], dict[str, Any]] = serve_pr
 WARM_BESIDE_COLD = True
 # The line that opens the warm start's log in the check's log file, after the cold start's.
 WARM_LOG_MARK = "----- the warm start (a second server on the cold start's compile cache) -----"
+# A warm start given less than WARM_MIN_S seconds of the check's timeout is not tried; it must be ready
+# WARM_MARGIN_S before that timeout (its removal and the judgement come after).
+WARM_MIN_S = 60.0
+WARM_MARGIN_S = 30.0
 WARM_SKIPPED_EAGER = (
     "not measured: the quick suite serves with --enforce-eager, which compiles nothing, so there is no compile cache "
     "to reuse (the full suite measures it)"
@@ -54,6 +65,7 @@ def observe(
     eager: bool = False,
     ready_timeout_s: float = serve.READY_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
+    deadline: float | None = None,
 ) -> serve.Observed:
     """Start the server of ``profile`` on ``volume``'s model, wait until ready, probe it, stop it during a stream;
     then (not ``eager``) the warm start: a second server on the compile cache volume the first wrote (mounted at
@@ -61,10 +73,13 @@ def observe(
 
     Once ready and where the port is published, the command of ``CLIENT_ENV`` runs first (``run_client``).
     Raises docker errors as ``TrackedContainer.start`` does; every container and the cache volume are removed on
-    the way out."""
+    the way out. ``deadline`` (``time.monotonic()``): where the warm start must be ready by, so the check's own
+    timeout never swallows the cold verdict; none left, the warm start is skipped with that reason. On a GPU the
+    warm start waits for the cold server's stop (both would hold the GPU's memory at once)."""
     root = serve_line.cache_root(env or {})
     tmpfs = tuple(profile.value(Condition.TMPFS))
-    labels = {OWNER_LABEL: os.environ.get(OWNER_ENV_VAR, "")}  # as TrackedContainer labels its containers
+    # As TrackedContainer labels its containers: ServeRun.sweep removes the volume on Ctrl-C/SIGTERM too.
+    labels = {OWNER_LABEL: os.environ.get(OWNER_ENV_VAR, ""), SESSION_LABEL: session}
     with contextlib.ExitStack() as outer:
         cache = None if eager else (outer.enter_context(serve_line.cache_volume(client, labels)), root)
         spec = serve_line.server_spec(image, profile, volume, gpu=gpu, eager=eager, cache=cache)
@@ -72,10 +87,14 @@ def observe(
         warm_thread = threading.Thread(target=lambda: start_warm(), daemon=True)
 
         def start_warm() -> None:
-            try:
-                warm.update(
-                    _start_once(client, image, profile, spec, root, session=session, ready_timeout_s=ready_timeout_s)
+            left = ready_timeout_s if deadline is None else min(ready_timeout_s, deadline - time.monotonic())
+            if left < WARM_MIN_S:
+                warm["skipped"] = (
+                    f"not measured: {max(0, round(left))} s of the check's timeout left for a second start"
                 )
+                return
+            try:
+                warm.update(_start_once(client, image, profile, spec, root, session=session, ready_timeout_s=left))
             except Exception as exc:  # the check fails with it (serve.judge); the cold run's result stands
                 warm["error"] = f"{type(exc).__name__}: {exc}"
 
@@ -97,7 +116,7 @@ def observe(
                 if ready_s is None:
                     return serve.Observed(ready_s=None, phases=seen, exit_code=code, log=log)
                 listing = cache_listing(server, root) if cache is not None else ""
-                if cache is not None and WARM_BESIDE_COLD:
+                if cache is not None and WARM_BESIDE_COLD and not gpu:
                     warm_thread.start()
                 ran = serve_probing.run_client(base) if base is not None else {}
                 health = serve_health.run_healthcheck(
@@ -107,6 +126,8 @@ def observe(
                     "probe", {"model": serve_line.MODEL_PATH, "prompt": serve.PROMPT, "max_tokens": serve.MAX_TOKENS}
                 )
                 stop = stop_contract(server, prober, grace_s)
+                if cache is not None:  # kernels the cold server compiled after ready (its probes) count as cold
+                    listing = _union(listing, cache_listing(server, root))
         log = stop.pop("log", "")
         if warm_thread.ident is not None:
             warm_thread.join(ready_timeout_s + 60)
@@ -182,9 +203,7 @@ def _start_once(
     with TrackedContainer(client, spec, session=session) as server, contextlib.ExitStack() as stack:
         prober, _ = _prober(client, image, profile, server, stack, session)
         ready_s, seen, code, _log = _wait_ready(server, prober, started, ready_timeout_s)
-        listing = (
-            cache_listing(server, str(spec.volumes and list(spec.volumes.values())[-1]["bind"])) if ready_s else ""
-        )
+        listing = cache_listing(server, root) if ready_s else ""
         return {"ready_s": ready_s, "phases": seen, "exit_code": code, "log": server.logs(), "cache_listing": listing}
 
 
@@ -194,6 +213,11 @@ _LIST_FILES = (
     "for d, _, fs in os.walk(sys.argv[1]):\n"
     "    for f in fs: print(os.path.relpath(os.path.join(d, f), sys.argv[1]))"
 )
+
+
+def _union(*listings: str) -> str:
+    """The paths of several ``cache_listing`` answers, once each, sorted."""
+    return "\n".join(sorted({line for text in listings for line in text.splitlines() if line.strip()}))
 
 
 def cache_listing(server: TrackedContainer, root: str) -> str:
@@ -285,11 +309,15 @@ class ServeRun:
         self.error: str | None = None
         self.error_output = ""
         self.started = time.monotonic()
+        self.deadline: float | None = None
         self.thread = threading.Thread(target=self._work, daemon=True)
 
     def start(self) -> None:
-        """Begin: the model, then the server (``observe``), on a daemon thread."""
+        """Begin: the model, then the server (``observe``), on a daemon thread. The warm start must be ready
+        ``WARM_MARGIN_S`` before the serve check's own timeout."""
         self.started = time.monotonic()
+        timeout = next((c.timeout for c in self.run.checks if c.name == serve.CHECK), None)
+        self.deadline = None if timeout is None else self.started + float(timeout) - WARM_MARGIN_S
         self.thread.start()
 
     def _work(self) -> None:
@@ -310,13 +338,18 @@ class ServeRun:
                 gpu=self.gpu,
                 eager=str(self.run.suite) == "quick",
                 env=self.environment(),
+                deadline=self.deadline,
             )
         except Exception as exc:  # the check fails with it; the run goes on
             self.error = f"{type(exc).__name__}: {exc}"
 
     def sweep(self) -> None:
-        """Remove this run's server and client containers (by session label)."""
+        """Remove this run's server and client containers, then its compile cache volume (by session label)."""
         sweep(self.client, self.session)
+        with contextlib.suppress(docker.errors.DockerException):
+            for volume in self.client.volumes.list(filters={"label": f"{SESSION_LABEL}={self.session}"}):
+                with contextlib.suppress(docker.errors.DockerException):
+                    volume.remove(force=True)
 
     def environment(self) -> dict[str, str]:
         """The server's environment: the image's ``Config.Env`` and the profile's ``env`` over it."""

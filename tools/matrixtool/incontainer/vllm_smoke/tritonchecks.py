@@ -12,6 +12,7 @@ import traceback
 from .common import (
     TRITON_AT_START,
     UNUSABLE_GPU_HINT,
+    attached_gpu,
     check,
     compile_hint,
     dist_version,
@@ -431,8 +432,10 @@ def check_triton_kernel(params):
     except Exception:
         gpu = False
     if not gpu:
-        visible, why = gpu_probe()  # torch's reason, from a child: this process may not init CUDA twice
-        unusable = unusable_gpu(params.get("accelerator", "cuda"), visible, why)
+        accelerator = params.get("accelerator", "cuda")
+        # torch's reason, from a child (this process may not init CUDA twice); only where a GPU is attached
+        visible, why = gpu_probe() if attached_gpu(accelerator) else (False, None)
+        unusable = unusable_gpu(accelerator, visible, why)
         if unusable:
             return result("failed", unusable, UNUSABLE_GPU_HINT)
         return result("skipped", "no GPU visible")
