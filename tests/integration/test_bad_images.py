@@ -386,7 +386,13 @@ def test_bad_image_is_flagged(case: str, derived_image: Any, wheel_cache: Any, f
     for name in bad.passed:
         assert _check(doc, name)["status"] == "passed", _check(doc, name)
     if bad.skipped or bad.passed:  # one root cause, one failure
-        failed = sorted(c["check"] for c in doc["checks"] if c["status"] not in ("passed", "skipped"))
+        # size-budget judges the bytes the bad image added on top of the cpu image (its budget leaves about 9 %
+        # for growth: pytorch-triton-rocm alone is more), not the class under test.
+        failed = sorted(
+            c["check"]
+            for c in doc["checks"]
+            if c["status"] not in ("passed", "skipped") and c["check"] != "size-budget"
+        )
         assert failed == sorted({bad.check, *bad.also}), failed
 
 
