@@ -125,9 +125,9 @@ def observe(
                 probes = prober.call(
                     "probe", {"model": serve_line.MODEL_PATH, "prompt": serve.PROMPT, "max_tokens": serve.MAX_TOKENS}
                 )
-                stop = stop_contract(server, prober, grace_s)
                 if cache is not None:  # kernels the cold server compiled after ready (its probes) count as cold
                     listing = _union(listing, cache_listing(server, root))
+                stop = stop_contract(server, prober, grace_s)
         log = stop.pop("log", "")
         if warm_thread.ident is not None:
             warm_thread.join(ready_timeout_s + 60)
@@ -222,8 +222,12 @@ def _union(*listings: str) -> str:
 
 def cache_listing(server: TrackedContainer, root: str) -> str:
     """The files under ``root`` in the running ``server``, one path (relative to it) a line, listed as the server's
-    user (what the server can see). Empty where the listing fails."""
-    code, out = server.exec(["python3", "-c", _LIST_FILES, root], {}, 60.0)
+    user (what the server can see). Empty where the listing fails (the engine's errors included: a server that
+    exited cannot be exec-ed into)."""
+    try:
+        code, out = server.exec(["python3", "-c", _LIST_FILES, root], {}, 60.0)
+    except docker.errors.DockerException:
+        return ""
     return out if code == 0 else ""
 
 
