@@ -84,8 +84,10 @@ def test_the_kube_command_writes_valid_manifests_with_the_measured_cold_start(tm
     )
     assert result.exit_code == 0, result.output
     assert "cpu.restricted.yaml: Kubernetes 1.33.0 schemas: valid; PSS restricted: ok" in result.output
-    assert "3x 140 s (measured by the serve check under restricted)" in result.output
-    assert "3x 900 s (the variant's ready_budget)" in result.output  # default: no measurement in the report
+    assert "allows 420 s (3x 140.0 s, at least 120 s; measured by the serve check under restricted)" in result.output
+    assert (
+        "allows 2700 s (3x 900.0 s, at least 120 s; the variant's ready_budget)" in result.output
+    )  # default: no measurement in the report
     (deployment, *_) = yaml.safe_load_all((out / "kube" / "cpu.restricted.yaml").read_text())
     assert kube.conditions_of([deployment])[Condition.USER] == "1000770000:0"
     bad = CliRunner().invoke(main, ["--out", str(out), "kube", "cpu", "--profile", "nope"])
@@ -125,13 +127,13 @@ def test_the_compile_cache_volume_is_mounted_at_the_images_cache_root(tmp_path: 
     ("flags", "says"),
     [
         (["--image", "x y"], "--image 'x y' holds ' '"),
-        (["--model-claim", "Bad_Claim"], "--model-claim 'Bad_Claim' is not a Kubernetes name"),
+        (["--model-claim", "Bad_Claim"], "--model-claim 'Bad_Claim' is not a PersistentVolumeClaim name"),
         (["--model", "relative/model"], "--model 'relative/model': give the model's absolute path"),
         (["--model", "/m/x"], "--model '/m/x' is not a folder on the model claim, which is mounted at /models"),
         (["--model", "/models/../etc"], "--model '/models/../etc' is not a folder on the model claim"),
         (["--model", "/models/"], "--model '/models/' is not a folder on the model claim"),
         (["--profile", "nope"], "unknown profile(s) nope"),
-        (["--cache-claim", "Cache!"], "--cache-claim 'Cache!' is not a Kubernetes name"),
+        (["--cache-claim", "Cache!"], "--cache-claim 'Cache!' is not a PersistentVolumeClaim name"),
         (["--cache-claim", "vllm-models"], "--cache-claim 'vllm-models' is the model's claim"),
     ],
 )
@@ -179,3 +181,13 @@ def test_a_report_of_another_shape_is_refused(tmp_path: Path, checks: str, code:
     report.write_text(f'{{"checks": {checks}}}')
     result = CliRunner().invoke(main, ["--out", str(tmp_path), "kube", "cpu", "--from-report", str(report)])
     assert result.exit_code == code, result.output
+
+
+def test_a_claim_name_is_a_dns_subdomain_and_a_short_cold_start_shows_the_floor() -> None:
+    """PersistentVolumeClaim names are DNS-1123 subdomains (dots, up to 253 characters); the probe's window
+    below MIN_STARTUP_S is the floor, not 3x the measurement."""
+    assert kube.flag_problems(model="/models/m", claim="vllm-models", cache_claim="team.cache-1") == []
+    assert kube.flag_problems(model="/models/m", claim="a" * 253) == []
+    assert kube.flag_problems(model="/models/m", claim="a" * 254)
+    assert kube.flag_problems(model="/models/m", claim="a..b")
+    assert kube.startup_window_s(10.0) == kube.MIN_STARTUP_S and kube.startup_window_s(140.0) == 420.0

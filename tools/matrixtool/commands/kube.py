@@ -197,5 +197,6 @@ def command(
             continue
         click.echo(
             f"{w.path}: Kubernetes {kube_checks.K8S_VERSION} schemas: valid{pss}; startupProbe allows "
-            f"{kube.STARTUP_MARGIN:g}x {w.cold_start_s:.0f} s ({w.cold_start_source})"
+            f"{kube.startup_window_s(w.cold_start_s):.0f} s ({kube.STARTUP_MARGIN:g}x {w.cold_start_s:.1f} s, "
+            f"at least {kube.MIN_STARTUP_S} s; {w.cold_start_source})"
         )

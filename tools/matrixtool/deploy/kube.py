@@ -50,6 +50,9 @@ MODEL_VOLUME = "models"
 CACHE_VOLUME = "compile-cache"
 # A Kubernetes object name of the DNS-1123 label kind (a PersistentVolumeClaim's, as `--model-claim` names one).
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# A PersistentVolumeClaim's name: a DNS-1123 subdomain (labels joined by dots, at most 253 characters; Kubernetes'
+# apimachinery IsDNS1123Subdomain, which the API server applies to PVC names).
+DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 SHM_PATH = "/dev/shm"
 
 
@@ -144,13 +147,13 @@ APPLY: dict[Condition, Callable[[Any, Pod], None]] = {
 
 def flag_problems(*, model: str, claim: str, cache_claim: str | None = None) -> list[str]:
     """Why ``--model`` (an absolute path in the server), ``--model-claim`` or ``--cache-claim`` (a
-    PersistentVolumeClaim's name, ``DNS_LABEL``) cannot go into a manifest; empty when all can."""
+    PersistentVolumeClaim's name, ``DNS_SUBDOMAIN``) cannot go into a manifest; empty when all can."""
     problems = []
     for flag, value in (("--model-claim", claim), ("--cache-claim", cache_claim)):
-        if value is not None and not DNS_LABEL.fullmatch(value):
+        if value is not None and not DNS_SUBDOMAIN.fullmatch(value):
             problems.append(
-                f"{flag} {value!r} is not a Kubernetes name (lowercase letters, digits and '-', at most 63, "
-                "starting and ending with a letter or digit)"
+                f"{flag} {value!r} is not a PersistentVolumeClaim name (lowercase letters, digits, '-' and '.', at "
+                "most 253, each dot-separated part starting and ending with a letter or digit)"
             )
     if cache_claim is not None and cache_claim == claim:
         problems.append(
@@ -268,6 +271,12 @@ def report_times(report: Path | None) -> tuple[dict[tuple[str, str], float], dic
         raise ConfigError(str(report), [f"not a 'tools/matrix run/test --json-file' report ({exc})"]) from exc
 
 
+def startup_window_s(cold_start_s: float) -> float:
+    """The seconds the startupProbe gives a start: ``STARTUP_MARGIN`` times the cold start, at least
+    ``MIN_STARTUP_S``."""
+    return max(MIN_STARTUP_S, cold_start_s * STARTUP_MARGIN)
+
+
 def probes(serving: Serving) -> dict[str, dict[str, Any]]:
     """startupProbe, readinessProbe and livenessProbe on ``/health`` (periods in seconds).
 
@@ -286,8 +295,7 @@ def probes(serving: Serving) -> dict[str, dict[str, Any]]:
                 f"above 0, at most {MAX_READY_S} s, so the probe's failureThreshold fits Kubernetes' 32-bit field"
             ],
         )
-    startup_s = max(MIN_STARTUP_S, serving.cold_start_s * STARTUP_MARGIN)
-    threshold = math.ceil(startup_s / PROBE_PERIOD_S)
+    threshold = math.ceil(startup_window_s(serving.cold_start_s) / PROBE_PERIOD_S)
     assert threshold <= INT32_MAX
     return {
         "startupProbe": {**check, "failureThreshold": threshold},
