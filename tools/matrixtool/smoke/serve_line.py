@@ -74,16 +74,24 @@ def check_env() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def model_volume(client: docker.DockerClient, labels: Mapping[str, str]) -> Iterator[str]:
-    """A fresh tmpfs-backed volume for the tiny model (``VOLUME_OPTS``), removed on the way out (errors ignored:
-    a container still using it keeps it until the engine removes that container)."""
-    name = f"vllm-matrix-model-{uuid.uuid4().hex[:12]}"
-    client.volumes.create(name=name, driver="local", driver_opts=dict(VOLUME_OPTS), labels=dict(labels))
+def _fresh_volume(
+    client: docker.DockerClient, kind: str, labels: Mapping[str, str], driver_opts: Mapping[str, str] | None = None
+) -> Iterator[str]:
+    """A fresh named volume ``vllm-matrix-<kind>-<random>`` of the engine's local driver, removed on the way out
+    (errors ignored: a container still using it keeps it until the engine removes that container)."""
+    name = f"vllm-matrix-{kind}-{uuid.uuid4().hex[:12]}"
+    options = {"driver_opts": dict(driver_opts)} if driver_opts else {}
+    client.volumes.create(name=name, driver="local", labels=dict(labels), **options)
     try:
         yield name
     finally:
         with contextlib.suppress(docker.errors.DockerException):
             client.volumes.get(name).remove(force=True)
+
+
+def model_volume(client: docker.DockerClient, labels: Mapping[str, str]) -> contextlib.AbstractContextManager[str]:
+    """A fresh tmpfs-backed volume for the tiny model (``VOLUME_OPTS``; ``_fresh_volume``)."""
+    return _fresh_volume(client, "model", labels, VOLUME_OPTS)
 
 
 def cache_root(env: Mapping[str, str]) -> str:
@@ -92,19 +100,12 @@ def cache_root(env: Mapping[str, str]) -> str:
     return str(compilecache.cache_root(env))
 
 
-@contextlib.contextmanager
-def cache_volume(client: docker.DockerClient, labels: Mapping[str, str]) -> Iterator[str]:
-    """A fresh Docker named volume for the compile cache (the engine's local driver, on its disk, as a pod's
-    PersistentVolumeClaim or emptyDir is on the node's), removed on the way out (errors ignored). Mounted empty at
-    a path the image has, the engine first copies the image's folder into it, owner and mode included (the
-    variant images' ``/tmp/.cache`` is mode 1777)."""
-    name = f"vllm-matrix-cache-{uuid.uuid4().hex[:12]}"
-    client.volumes.create(name=name, driver="local", labels=dict(labels))
-    try:
-        yield name
-    finally:
-        with contextlib.suppress(docker.errors.DockerException):
-            client.volumes.get(name).remove(force=True)
+def cache_volume(client: docker.DockerClient, labels: Mapping[str, str]) -> contextlib.AbstractContextManager[str]:
+    """A fresh Docker named volume for the compile cache (``_fresh_volume``: the engine's local driver, on its
+    disk, as a pod's PersistentVolumeClaim or emptyDir is on the node's). Mounted empty at a path the image has,
+    the engine first copies the image's folder into it, owner and mode included (the variant images'
+    ``/tmp/.cache`` is mode 1777)."""
+    return _fresh_volume(client, "cache", labels)
 
 
 def server_spec(

@@ -485,14 +485,17 @@ UNUSABLE_GPU_HINT = (
 )
 
 
-def unusable_gpu(accelerator, visible, why):
-    """A failure diagnosis where a GPU of ``accelerator`` is attached (a device node) but torch sees none
-    (``visible`` False, ``why`` torch's reason): not "no GPU visible", which would skip the checks that use it.
-    None otherwise."""
+def unusable_gpu(accelerator, probed=None):
+    """A failure diagnosis where a GPU of ``accelerator`` is attached (a device node) but torch sees none: not
+    "no GPU visible", which would skip the checks that use it. None otherwise. ``probed``: ``gpu_probe()``'s
+    answer where the caller has one; else torch is probed here, only where a device node exists."""
     # cuda only: on ROCm the usual cause is access to /dev/dri and /dev/kfd (the render and video groups), which
     # this hint does not name; not yet seen on a ROCm machine.
-    node = attached_gpu(accelerator) if visible is False and accelerator == "cuda" else None
+    node = attached_gpu(accelerator) if accelerator == "cuda" else None
     if node is None:
+        return None
+    visible, why = probed if probed is not None else gpu_probe()
+    if visible is not False:
         return None
     return f"a GPU is attached ({node}) but torch cannot use it: {why or 'torch.cuda.is_available() is False'}"
 
@@ -523,7 +526,7 @@ def needs_gpu(function):
         visible, error = gpu_probe()
         if visible is None:
             return result("failed", f"`import torch` fails, so no GPU can be looked for: {error}", None)
-        unusable = unusable_gpu(accelerator, visible, error)
+        unusable = unusable_gpu(accelerator, (visible, error))
         if unusable:
             return result("failed", unusable, UNUSABLE_GPU_HINT)
         if not visible:

@@ -103,9 +103,9 @@ def driver_findings(*, ldconfig, libcuda_env, compat, declared, torch_cuda):
             "container runtime mounts the driver into (e.g. /usr/lib/x86_64-linux-gnu)"
         )
     if compat:
+        drivers = {folder: driver_of(folder) for folder, _ in compat}
         shown = ", ".join(
-            f"{folder} ({where}{', driver ' + driver_of(folder) if driver_of(folder) else ''})"
-            for folder, where in compat
+            f"{folder} ({where}{', driver ' + drivers[folder] if drivers[folder] else ''})" for folder, where in compat
         )
         problems.append(
             f"a forward-compatibility libcuda.so.1 is first on the loader's path: {shown}; every process loads it "

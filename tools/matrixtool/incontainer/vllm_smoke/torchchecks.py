@@ -9,12 +9,10 @@ import traceback
 
 from .common import (
     UNUSABLE_GPU_HINT,
-    attached_gpu,
     check,
     compile_cause,
     compile_hint,
     dist_version,
-    gpu_probe,
     import_hint,
     last_error_line,
     result,
@@ -177,8 +175,7 @@ def check_inductor_compile(params):
             return result("failed", f"inductor's result on {device} differs from eager", None, **facts)
     note = ""
     if params.get("accelerator", "cpu") != "cpu" and "cuda" not in devices:
-        visible, why = gpu_probe() if attached_gpu(params["accelerator"]) else (False, None)
-        unusable = unusable_gpu(params["accelerator"], visible, why)
+        unusable = unusable_gpu(params["accelerator"])
         if unusable:  # the GPU part cannot run: not a pass on the CPU part alone
             return result("failed", f"{unusable} (inductor's GPU part not run)", UNUSABLE_GPU_HINT, **facts)
         note = f" (no GPU visible: the {params['accelerator']} device part was not run)"
