@@ -183,6 +183,8 @@ def naive(image: str, mode: str) -> tuple[float, list[list[int]] | None, str]:
 # The naive server: vLLM's default port, and how long it may take to answer /health (a compiled start on 2 busy
 # cores takes minutes).
 NAIVE_PORT = 8000
+# The image's cache root (XDG_CACHE_HOME of the matrix's images: vLLM's, inductor's and Triton's caches).
+NAIVE_CACHE_ROOT = "/tmp/.cache"
 NAIVE_READY_TIMEOUT = 900.0
 
 
@@ -199,35 +201,41 @@ def _http(url: str, body: dict[str, Any] | None = None, timeout: float = 60) -> 
         return None, ""
 
 
-def naive_serve(image: str, out: Path) -> tuple[float, float | None, str | None, str]:
+def naive_serve(
+    image: str, out: Path, cache: str, *, make_model: bool = True
+) -> tuple[float, float | None, str | None, str]:
     """The naive server check a user would write, timed whole: ``docker run`` of ``naive_generate.py model`` into a
-    host folder, ``docker run -d IMAGE serve /model`` (the image's entrypoint, vLLM's defaults, the folder mounted
-    read-only, the port published on loopback), ``/health`` polled once a second until 200, one greedy completion
-    of 8 tokens, the container removed. Returns the wall seconds, the seconds from ``docker run -d`` to the first
-    200 (None when it never came), the completion's text (None when it failed) and, on failure, the log."""
+    host folder (``make_model``; else the folder an earlier call made), ``docker run -d IMAGE serve /model`` (the
+    image's entrypoint, vLLM's defaults, the folder mounted read-only, the Docker volume ``cache`` at the image's
+    cache root ``NAIVE_CACHE_ROOT`` as a pod's volume would be, the port published on loopback), ``/health`` polled
+    once a second until 200, one greedy completion of 8 tokens, the container removed. Returns the wall seconds,
+    the seconds from ``docker run -d`` to the first 200 (None when it never came), the completion's text (None
+    when it failed) and, on failure, the log."""
     folder = out / "naive-model"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    folder.chmod(0o777)  # the image's user writes the model
+    if make_model:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        folder.chmod(0o777)  # the image's user writes the model
     name = f"bench-naive-serve-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
     removed = False
     try:
-        made = _run(
-            [
-                "docker", "run", "--rm", "--label", "io.vllm-matrix.bench=naive",
-                "-v", f"{NAIVE_SCRIPT}:/bench/naive_generate.py:ro", "-v", f"{folder}:/model",
-                "--entrypoint", "python3", image, "/bench/naive_generate.py", "model", "/model",
-            ]
-        )  # fmt: skip
-        if made.returncode != 0:
-            return round(time.monotonic() - started, 1), None, None, made.stdout + made.stderr
+        if make_model:
+            made = _run(
+                [
+                    "docker", "run", "--rm", "--label", "io.vllm-matrix.bench=naive",
+                    "-v", f"{NAIVE_SCRIPT}:/bench/naive_generate.py:ro", "-v", f"{folder}:/model",
+                    "--entrypoint", "python3", image, "/bench/naive_generate.py", "model", "/model",
+                ]
+            )  # fmt: skip
+            if made.returncode != 0:
+                return round(time.monotonic() - started, 1), None, None, made.stdout + made.stderr
         run_started = time.monotonic()
         proc = _run(
             [
                 "docker", "run", "-d", "--name", name, "--label", "io.vllm-matrix.bench=naive",
                 "--shm-size", NAIVE_SHM, "-p", f"127.0.0.1::{NAIVE_PORT}", "-v", f"{folder}:/model:ro",
-                image, "serve", "/model",
+                "-v", f"{cache}:{NAIVE_CACHE_ROOT}", image, "serve", "/model",
             ]
         )  # fmt: skip
         if proc.returncode != 0:
@@ -263,7 +271,6 @@ def naive_serve(image: str, out: Path) -> tuple[float, float | None, str | None,
     finally:
         if not removed:
             _run(["docker", "rm", "-f", name])
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def suite(image: str, variant: str, name: str, out: Path) -> tuple[float, dict[str, Any] | None, str]:
@@ -312,22 +319,32 @@ def image_ref(variant: str, wheelhouse: str | None, out: Path) -> str | None:
 
 def suites_table(result: dict[str, Any]) -> str:
     """The table ``make bench`` prints from a ``suites`` result: each part's wall seconds and each suite's ratios
-    to the naive server alone, the naive pair and the naive trio, all from the same run."""
+    to the naive server alone, to the naive server started twice on one kept cache (cold then warm: the two starts
+    the full suite's serve check makes), to the naive pair and to the naive trio, all from the same run."""
     naive_ = result["naive"]
-    rows: list[tuple[str, float, str, str, str]] = [
-        ("naive eager (docker run)", naive_["eager_seconds"], "", "", ""),
-        ("naive compiled (docker run)", naive_["compiled_seconds"], "", "", ""),
-        ("naive pair", naive_["pair_seconds"], "", "1.00", ""),
-        ("naive server (docker run serve)", naive_["server_seconds"], "1.00", "", ""),
-        ("naive trio", naive_["trio_seconds"], "", "", "1.00"),
+    rows: list[tuple[str, float, str, str, str, str]] = [
+        ("naive eager (docker run)", naive_["eager_seconds"], "", "", "", ""),
+        ("naive compiled (docker run)", naive_["compiled_seconds"], "", "", "", ""),
+        ("naive pair", naive_["pair_seconds"], "", "", "1.00", ""),
+        ("naive server (docker run serve)", naive_["server_seconds"], "1.00", "", "", ""),
+        ("naive server again, warm", naive_["warm_server_seconds"], "", "", "", ""),
+        ("naive server cold + warm", naive_["cold_warm_servers_seconds"], "", "1.00", "", ""),
+        ("naive trio", naive_["trio_seconds"], "", "", "", "1.00"),
     ]
     for name in ("full", "quick"):
         part = result[name]
-        ratios = (f"{part[k]:.2f}" for k in ("vs_naive_server", "vs_naive_pair", "vs_naive_trio"))
-        rows.append((f"{name} suite", part["seconds"], *ratios))
-    header = f"{'':31} {'seconds':>8}  {'x naive server':>14}  {'x naive pair':>12}  {'x naive trio':>12}"
+        keys = ("vs_naive_server", "vs_naive_cold_warm", "vs_naive_pair", "vs_naive_trio")
+        rows.append((f"{name} suite", part["seconds"], *(f"{part[k]:.2f}" for k in keys)))
+    header = (
+        f"{'':31} {'seconds':>8}  {'x naive server':>14}  {'x cold+warm':>11}  {'x naive pair':>12}  "
+        f"{'x naive trio':>12}"
+    )
     return "\n".join(
-        [header] + [f"{label:31} {sec:8.1f}  {srv:>14}  {pair:>12}  {trio:>12}" for label, sec, srv, pair, trio in rows]
+        [header]
+        + [
+            f"{label:31} {sec:8.1f}  {srv:>14}  {both:>11}  {pair:>12}  {trio:>12}"
+            for label, sec, srv, both, pair, trio in rows
+        ]
     )
 
 
@@ -342,11 +359,21 @@ def suites_bench(variant: str, wheelhouse: str | None) -> int:
         return 1
     eager_s, eager_tokens, eager_log = naive(image, "eager")
     compiled_s, compiled_tokens, compiled_log = naive(image, "compiled")
-    server_s, server_ready_s, server_text, server_log = naive_serve(image, out)
+    # The naive server twice on one kept cache volume: the first start is the naive server alone (the volume is
+    # empty, the work is a plain `docker run ... serve`'s), the second its warm start. The serve check of the
+    # full suite makes the same two starts, so the pair is its like-for-like reference.
+    cache = f"bench-naive-cache-{uuid.uuid4().hex[:8]}"
+    try:
+        server_s, server_ready_s, server_text, server_log = naive_serve(image, out, cache)
+        warm_s, warm_ready_s, warm_text, warm_log = naive_serve(image, out, cache, make_model=False)
+    finally:
+        _run(["docker", "volume", "rm", "-f", cache])
+        shutil.rmtree(out / "naive-model", ignore_errors=True)
     full_s, full, full_table = suite(image, variant, "full", out)
     quick_s, quick, quick_table = suite(image, variant, "quick", out)
     pair = round(eager_s + compiled_s, 1)
     trio = round(pair + server_s, 1)
+    servers = round(server_s + warm_s, 1)
     result: dict[str, Any] = {
         "variant": variant,
         "image": image,
@@ -358,12 +385,16 @@ def suites_bench(variant: str, wheelhouse: str | None) -> int:
             "server_seconds": server_s,
             "server_ready_seconds": server_ready_s,
             "trio_seconds": trio,
+            "warm_server_seconds": warm_s,
+            "warm_server_ready_seconds": warm_ready_s,
+            "cold_warm_servers_seconds": servers,
         },
         "naive_tokens_equal": eager_tokens is not None and eager_tokens == compiled_tokens,
         "full": {
             "seconds": full_s,
             "ok": bool(full and full["ok"]),
             "vs_naive_server": round(full_s / server_s, 2),
+            "vs_naive_cold_warm": round(full_s / servers, 2),
             "vs_naive_pair": round(full_s / pair, 2),
             "vs_naive_trio": round(full_s / trio, 2),
             "smoke_wall_seconds": (full or {}).get("smoke_wall_seconds"),
@@ -375,6 +406,7 @@ def suites_bench(variant: str, wheelhouse: str | None) -> int:
             "seconds": quick_s,
             "ok": bool(quick and quick["ok"]),
             "vs_naive_server": round(quick_s / server_s, 2),
+            "vs_naive_cold_warm": round(quick_s / servers, 2),
             "vs_naive_pair": round(quick_s / pair, 2),
             "vs_naive_trio": round(quick_s / trio, 2),
             "smoke_wall_seconds": (quick or {}).get("smoke_wall_seconds"),
@@ -393,6 +425,7 @@ def suites_bench(variant: str, wheelhouse: str | None) -> int:
         ("naive eager", eager_tokens is not None, eager_log),
         ("naive compiled", compiled_tokens is not None, compiled_log),
         ("naive server", server_text is not None, server_log),
+        ("naive server (warm)", warm_text is not None, warm_log),
         ("full suite", result["full"]["ok"], full_table),
         ("quick suite", result["quick"]["ok"], quick_table),
     )
