@@ -71,8 +71,9 @@ DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # apimachinery IsDNS1123Subdomain, which the API server applies to PVC names).
 DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 SHM_PATH = "/dev/shm"
-# The pod securityContext fields OpenShift's restricted-v2 SCC assigns from the namespace's ranges (a value the
-# namespace does not hold is refused); runAsGroup is left to it too: the arbitrary UID runs in group 0.
+# The pod securityContext fields an OpenShift manifest leaves out: runAsUser and fsGroup, which restricted-v2 assigns
+# from the namespace's ranges (a value the namespace does not hold is refused), and runAsGroup (the SCC has no
+# strategy for it; the arbitrary UID runs in group 0 without it).
 SCC_ASSIGNED = ("runAsUser", "runAsGroup", "fsGroup")
 # Where an OpenShift manifest keeps the profile's UID[:GID] (the SCC picks the pod's own).
 USER_ANNOTATION = "io.vllm-matrix/user"
