@@ -210,6 +210,53 @@ def test_compile_cache_volume_the_uid_cannot_write(
     assert "fsGroup" in d.fix and "1777" in d.fix
 
 
+# The kubelet's fsGroup ownership of a volume (pkg/volume/volume_linux.go SetVolumeOwnership): group G, the group
+# bits rw (x on directories), setgid on directories, so what the pod creates there stays group G.
+_FS_GROUP_OWNERSHIP = "chgrp -R {g} /c && chmod -R g+rwX /c && find /c -type d -exec chmod g+s {{}} +"
+_WRITE_INDUCTOR_CACHE = (
+    "import os; from torch._inductor.runtime.cache_dir_utils import cache_dir; d = cache_dir(); "
+    "os.makedirs(d, exist_ok=True); open(os.path.join(d, 'probe'), 'w').write('ok'); print(d)"
+)
+
+
+@pytest.mark.parametrize(
+    ("fs_group", "user", "group_add", "writable"),
+    [
+        (0, "1000770000:0", [], True),  # --cluster kubernetes: fsGroup = the profile's GID, 0
+        (1000680000, "1000680000:0", ["1000680000"], True),  # OpenShift: the SCC's fsGroup, a supplemental group
+        (1000680000, "1000680000:0", [], False),  # a pod outside the claim's group: class 31
+    ],
+    ids=["kubernetes-fsgroup-0", "openshift-scc-fsgroup", "no-fsgroup"],
+)
+def test_the_cache_claim_is_written_through_the_pods_fsgroup(
+    cpu_image: str, client: docker.DockerClient, fs_group: int, user: str, group_add: list[str], writable: bool
+) -> None:
+    """The cache claim of `tools/matrix kube --cache-claim`, root-owned mode 755 as class 31's volume, then owned as
+    the kubelet owns it by the pod's fsGroup: with `--cluster kubernetes` the manifest's fsGroup 0 (the profile's
+    GID), with `--cluster openshift` the restricted-v2 SCC's (the namespace's supplemental range, added to the
+    arbitrary UID's groups; its primary group is 0). The pod's UID makes torch's inductor cache dir there."""
+    name = f"vllm-matrix-test-claim-{uuid.uuid4().hex[:8]}"
+    client.volumes.create(name=name, labels={OWNER_LABEL: OWNER})
+    try:
+        client.containers.run(cpu_image, ["-c", "touch /c/.keep && chmod 755 /c && " + _FS_GROUP_OWNERSHIP.format(
+            g=fs_group)], entrypoint="sh", user="0", volumes={name: {"bind": "/c", "mode": "rw"}}, remove=True,
+            labels={OWNER_LABEL: OWNER})  # fmt: skip
+        try:
+            out = client.containers.run(cpu_image, ["-c", _WRITE_INDUCTOR_CACHE], entrypoint="python3", user=user,
+                                        group_add=group_add, volumes={name: {"bind": "/tmp/.cache", "mode": "rw"}},
+                                        remove=True, labels={OWNER_LABEL: OWNER})  # fmt: skip
+            written, error = out.decode().strip(), ""
+        except docker.errors.ContainerError as exc:
+            stderr = exc.stderr or b""
+            written, error = "", stderr.decode() if isinstance(stderr, bytes) else stderr
+    finally:
+        client.volumes.get(name).remove(force=True)
+    if writable:
+        assert written == "/tmp/.cache/torchinductor", error[-2000:]
+    else:
+        assert "Permission denied: '/tmp/.cache/torchinductor'" in error, (written, error[-2000:])
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "name", "text"),
     [

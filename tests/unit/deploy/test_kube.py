@@ -25,13 +25,21 @@ def test_every_condition_of_the_table_has_a_manifest_field() -> None:
     assert set(kube.APPLY) == {row.condition for row in ROWS} == set(Condition)
 
 
+@pytest.mark.parametrize("cluster", list(kube.Cluster), ids=[c.value for c in kube.Cluster])
 @pytest.mark.parametrize(("variant", "profile"), PROFILES, ids=[f"{v}-{p.name}" for v, p in PROFILES])
-def test_the_manifest_holds_exactly_the_profile_the_checks_ran_under(variant: str, profile: Profile) -> None:
+def test_the_manifest_holds_exactly_the_profile_the_checks_ran_under(
+    variant: str, profile: Profile, cluster: kube.Cluster
+) -> None:
     values = profile.values
-    docs = kube.manifests(variant=variant, profile=profile.name, values=values, image="i:1", serving=SERVING)
+    docs = kube.manifests(
+        variant=variant, profile=profile.name, values=values, image="i:1", serving=SERVING, cluster=cluster
+    )
     assert kube.conditions_of(docs) == kube.comparable(values)
     assert kube_checks.validate(docs) == []
     assert list(yaml.safe_load_all(kube_checks.to_yaml(docs))) == docs and "&id" not in kube_checks.to_yaml(docs)
+    if cluster is kube.Cluster.OPENSHIFT:
+        # Every profile of matrix.yaml is admitted by OpenShift's default SCC in any namespace.
+        assert kube_checks.scc_restricted_v2_problems(docs) == []
 
 
 def test_restricted_is_pss_restricted_and_default_is_not() -> None:
@@ -118,7 +126,9 @@ def test_the_compile_cache_volume_is_mounted_at_the_images_cache_root(tmp_path: 
         # The startupProbe follows the cold figure (a new pod on an emptyDir is cold); the warm one is recorded.
         assert pod["spec"]["containers"][0]["startupProbe"]["failureThreshold"] == 84  # 3 x 140 s / 5 s
         assert pod["metadata"]["annotations"]["io.vllm-matrix/warm-start"] == "61s (measured by the serve check)"
-        assert ("fsGroup" in pod["spec"]["securityContext"]) == bool(extra)
+        pod_sec = pod["spec"]["securityContext"]
+        # Plain Kubernetes: the claim is group-owned by the pod's GID, 0 (PSS restricted has no rule on groups).
+        assert pod_sec.get("fsGroup") == (pod_sec["runAsGroup"] if extra else None) and pod_sec["runAsGroup"] == 0
         # The cache volume is no run condition: the profile read back is the profile.
         assert kube.conditions_of([deployment])[Condition.TMPFS] == {"/tmp": "size=4g"}
 
@@ -191,3 +201,67 @@ def test_a_claim_name_is_a_dns_subdomain_and_a_short_cold_start_shows_the_floor(
     assert kube.flag_problems(model="/models/m", claim="a" * 254)
     assert kube.flag_problems(model="/models/m", claim="a..b")
     assert kube.startup_window_s(10.0) == kube.MIN_STARTUP_S and kube.startup_window_s(140.0) == 420.0
+
+
+@pytest.mark.parametrize("smoke_job", [False, True])
+def test_for_openshift_the_scc_assigns_uid_gid_and_fsgroup_and_the_profile_is_kept(
+    tmp_path: Path, smoke_job: bool
+) -> None:
+    """restricted-v2 takes runAsUser and fsGroup from the namespace's ranges and refuses others (fsGroup 0, the UID
+    1000770000 of a namespace whose range lacks it): the OpenShift manifest sets neither, nor runAsGroup (the
+    arbitrary UID runs in group 0), keeps runAsNonRoot and the claim's fsGroupChangePolicy, and the profile's
+    user as an annotation; it stays valid and PSS restricted; plain Kubernetes keeps the profile's IDs."""
+    out = tmp_path / "out"
+    args = ["--out", str(out), "kube", "cpu", "--profile", "restricted", "--cache-claim", "vllm-cache"]
+    args += ["--smoke-job"] if smoke_job else []
+    name = "cpu.restricted.smoke-job.yaml" if smoke_job else "cpu.restricted.yaml"
+    result = CliRunner().invoke(main, [*args, "--cluster", "openshift"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "PSS restricted: ok; OpenShift restricted-v2 SCC: ok" in result.output
+    docs = list(yaml.safe_load_all((out / "kube" / name).read_text()))
+    (pod,) = [d["spec"]["template"] for d in docs if d["kind"] in ("Deployment", "Job")]
+    pod_sec = pod["spec"]["securityContext"]
+    assert not set(kube.SCC_ASSIGNED) & set(pod_sec), pod_sec
+    assert pod_sec["runAsNonRoot"] is True and pod_sec["fsGroupChangePolicy"] == "OnRootMismatch"
+    assert pod["metadata"]["annotations"][kube.USER_ANNOTATION] == "1000770000:0"
+    assert kube_checks.validate(docs) == [] and kube_checks.pss_restricted_problems(docs) == []
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0 and "OpenShift" not in result.output, result.output
+    docs = list(yaml.safe_load_all((out / "kube" / name).read_text()))
+    (pod,) = [d["spec"]["template"] for d in docs if d["kind"] in ("Deployment", "Job")]
+    assert {k: pod["spec"]["securityContext"][k] for k in kube.SCC_ASSIGNED} == {
+        "runAsUser": 1000770000,
+        "runAsGroup": 0,
+        "fsGroup": 0,
+    }
+    assert kube.USER_ANNOTATION not in pod["metadata"]["annotations"]
+    bad = CliRunner().invoke(main, [*args, "--cluster", "okd"])
+    assert bad.exit_code == 2 and "'okd' is not one of 'kubernetes', 'openshift'" in bad.output, bad.output
+
+
+def test_scc_rules_catch_what_they_name() -> None:
+    docs = kube.manifests(variant="cpu", profile="x", values={}, image="i", serving=SERVING)
+    assert kube_checks.scc_restricted_v2_problems(docs) == []  # the SCC defaults what is left unset
+    spec = docs[0]["spec"]["template"]["spec"]
+    spec["hostNetwork"] = True
+    spec["volumes"].append({"name": "h", "hostPath": {"path": "/etc"}})
+    spec["securityContext"] = {"runAsUser": 1000, "fsGroup": 0, "seccompProfile": {"type": "Unconfined"}}
+    spec["containers"][0]["securityContext"] = {
+        "privileged": True,
+        "allowPrivilegeEscalation": True,
+        "capabilities": {"add": ["NET_BIND_SERVICE", "SYS_PTRACE"]},
+        "seLinuxOptions": {"level": "s0:c1,c2"},
+    }
+    text = "\n".join(kube_checks.scc_restricted_v2_problems(docs))
+    for needle in (
+        "hostNetwork is true",
+        "volume h is hostPath",
+        "securityContext.runAsUser is set",
+        "securityContext.fsGroup is set",
+        "container vllm: securityContext.seLinuxOptions is set",
+        "privileged",
+        "allowPrivilegeEscalation is true",
+        "capabilities add ['SYS_PTRACE']",
+        "seccompProfile.type Unconfined",
+    ):
+        assert needle in text, text

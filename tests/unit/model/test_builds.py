@@ -192,6 +192,14 @@ def test_cuda_wheels_and_base_of_another_cuda_are_refused(torch: str, vllm: str,
         ("rocm6.4.1", Accelerator.ROCM, (6, 4, 1)),
         ("rocm721", Accelerator.ROCM, (7, 2, 1)),
         ("rocm700", Accelerator.ROCM, (7, 0, 0)),
+        ("rocm72", Accelerator.ROCM, (7, 2)),  # vLLM's dotless label of a two-part version
+        ("rocm7.1", Accelerator.ROCM, (7, 1)),  # PyTorch's dotted label
+        ("rocm7.10.1", Accelerator.ROCM, (7, 10, 1)),
+        # Dotless and ambiguous: no reading, never a guess (label_problems refuses them in matrix.yaml).
+        ("rocm100", None, None),  # 1.0.0 or 10.0
+        ("rocm7100", None, None),  # 7.1.0.0, 71.0.0 or 7.10.0: vLLM's labels have at most three digits
+        ("rocm10", None, None),
+        ("cu1210", None, None),  # 121.0 or 12.10
         ("cpu", None, None),
         ("git1c57644", None, None),
     ],
@@ -199,6 +207,54 @@ def test_cuda_wheels_and_base_of_another_cuda_are_refused(torch: str, vllm: str,
 def test_a_build_tag_names_its_toolkit(tag: str, accelerator: Accelerator | None, version: tuple[int, ...]) -> None:
     found = builds.toolkit_tag(tag)
     assert (found.accelerator, found.version) == (accelerator, version) if found else accelerator is None
+
+
+@pytest.mark.parametrize(
+    ("tag", "base", "version"),
+    [
+        ("rocm100", (10, 0, 0), (10, 0)),  # the base image's digits tell which version the label means
+        ("rocm100", (10, 0), (10, 0)),
+        ("rocm710", (7, 10, 1), (7, 10)),  # one digit per part would be 7.1.0
+        ("rocm710", (7, 1, 0), (7, 1, 0)),
+        ("rocm721", (6, 4, 1), (7, 2, 1)),  # another base reads nothing into it: the mismatch is reported
+        ("rocm100", (7, 2, 1), None),  # still ambiguous beside another ROCm
+        ("rocm1000", (10, 0, 0), None),  # four digits are no label vLLM writes
+    ],
+)
+def test_a_dotless_rocm_label_is_read_beside_the_base_images_rocm(
+    tag: str, base: tuple[int, ...], version: tuple[int, ...] | None
+) -> None:
+    found = builds.toolkit_tag(tag, builds.Toolkit(accelerator=Accelerator.ROCM, version=base))
+    assert (found.version if found else None) == version
+
+
+def test_an_ambiguous_label_in_matrix_yaml_is_exit_3_naming_key_value_and_fix(tmp_path: Path) -> None:
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    rocm = data["variants"]["rocm"]
+    rocm["vllm"]["version"] = "0.40.0+rocm100"
+    rocm["index"]["extra_urls"] = ["https://wheels.vllm.ai/rocm/0.40.0/rocm100"]
+    data["variants"]["cuda"]["torch"]["version"] = "2.14.0+cu1210"
+    matrix = copy_checkout(tmp_path / "checkout", yaml.safe_dump(data, sort_keys=False))
+    result = CliRunner().invoke(main, ["--matrix", str(matrix), "render"])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert (
+        "variants.rocm.vllm.version: '0.40.0+rocm100': 'rocm100' writes a ROCm version without dots, as vLLM labels "
+        "its ROCm builds (the version's digits, cut to three), and 100 reads as more than one (1.0.0 or 10.0); this "
+        "tool does not guess. Fix: set variants.rocm.base_image to the ROCm image the build is for"
+    ) in result.output
+    assert "variants.rocm.index.extra_urls.0: 'https://wheels.vllm.ai/rocm/0.40.0/rocm100': 'rocm100'" in result.output
+    assert "variants.cuda.torch.version: '2.14.0+cu1210': 'cu1210' writes a CUDA version without dots" in result.output
+    assert "Traceback" not in result.output
+    # The base image's dotted ROCm 10.0.0 tells which version rocm100 means: loaded, and the stack agrees.
+    rocm["base_image"] = "rocm/dev-ubuntu-24.04:10.0.0-complete"
+    data["variants"]["cuda"]["torch"]["version"] = "2.14.0+cu130"
+    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
+    (variant,) = [v for v in load_matrix(matrix).variants if v.name == "rocm"]
+    assert builds.toolkit_mismatches(variant) == []
+    assert (
+        str(builds.local_toolkit(variant.vllm.version, builds.image_toolkit(variant.base_image, Accelerator.ROCM)))
+        == "ROCm 10.0"
+    )
 
 
 @pytest.mark.parametrize(

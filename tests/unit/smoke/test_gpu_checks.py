@@ -337,6 +337,11 @@ def test_vllms_rocm_stack_agrees_and_what_names_no_rocm_is_left_out() -> None:
     mod = incontainer()
     # vLLM's torch 2.14.0+git<sha> built on ROCm 7.2.1: HIP 7.2.<build>.
     assert mod.rocm_toolkit_problems("0.33.0+rocm721", "7.2.53211-e4ba3ffb04", "7.2.1-81") == ([], [])
+    # vLLM's dotless rocm100 is 10.0 beside an image of ROCm 10.0.0; beside another it names no one ROCm and is left
+    # out (torch against the image is still compared), never guessed.
+    assert mod.rocm_toolkit_problems("0.40.0+rocm100", "10.0.60000-abc", "10.0.0-1") == ([], [])
+    (problem,), _ = mod.rocm_toolkit_problems("0.40.0+rocm100", "7.2.53211-e4ba3ffb04", "6.4.1")
+    assert problem.startswith("torch (HIP 7.2.53211-e4ba3ffb04) is built for ROCm 7.2, but the image's ROCm is 6.4")
     assert mod.rocm_toolkit_problems("0.33.0+rocm721", None, None) == ([], [])
     assert mod.rocm_toolkit_problems("0.33.0", "7.2.53211-e4ba3ffb04", "7.2.1-81") == ([], [])
     assert mod.rocm_toolkit_problems(None, None, "7.2.1") == ([], [])

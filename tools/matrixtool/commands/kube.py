@@ -31,7 +31,8 @@ class Args:
     version>``; ``report``: its ``serve`` results give the measured time to ready per profile (cold: the
     startupProbe's; warm: an annotation); ``cache_claim``: the compile cache's PersistentVolumeClaim (None: an
     emptyDir); ``smoke_job``:
-    write the Job that runs the variant's bundle in a pod of the profile instead."""
+    write the Job that runs the variant's bundle in a pod of the profile instead; ``cluster``: where they are applied
+    (OpenShift: the restricted-v2 SCC assigns UID and fsGroup, ``kube.Cluster``)."""
 
     variants: tuple[Variant, ...]
     profiles: tuple[str, ...] = ()
@@ -43,6 +44,7 @@ class Args:
     cache_claim: str | None = None
     smoke_job: bool = False
     suite: str = DEFAULT_SUITE
+    cluster: kube.Cluster = kube.Cluster.KUBERNETES
 
     def __post_init__(self) -> None:
         reference.check_flags(image=self.image)
@@ -53,7 +55,8 @@ class Args:
 
 @dataclass(frozen=True, kw_only=True)
 class Written:
-    """One manifest file: its variant, profile, path, the cold start its probes allow for and where it came from."""
+    """One manifest file: its variant, profile, path, the cold start its probes allow for and where it came from;
+    ``scc``: for OpenShift, why restricted-v2 would refuse it (empty: admitted), None for plain Kubernetes."""
 
     variant: str
     profile: str
@@ -61,10 +64,12 @@ class Written:
     cold_start_s: float
     cold_start_source: str
     pss_restricted: bool
+    scc: tuple[str, ...] | None = None
 
 
 def run(args: Args) -> list[Written]:
-    """Profiles named ``restricted`` are also validated against PSS restricted.
+    """Profiles named ``restricted`` are also validated against PSS restricted; for OpenShift every profile is
+    judged against the restricted-v2 SCC (a refusal is reported, not raised: another SCC may be granted).
 
     Raises ConfigError: an unknown profile or an unreadable report (exit 3); InvalidManifest: a written manifest is
     invalid (a bug of this tool)."""
@@ -84,7 +89,12 @@ def run(args: Args) -> list[Written]:
                 warm_s=warm.get(key),
             )
             docs = kube.manifests(
-                variant=variant.name, profile=profile.name, values=profile.values, image=image, serving=serving
+                variant=variant.name,
+                profile=profile.name,
+                values=profile.values,
+                image=image,
+                serving=serving,
+                cluster=args.cluster,
             )
             name = f"{variant.name}.{profile.name}.yaml"
             if args.smoke_job:
@@ -98,6 +108,7 @@ def run(args: Args) -> list[Written]:
                     serving=serving,
                     bundle_data=data,
                     deadline_s=deadline,
+                    cluster=args.cluster,
                 )
                 name = f"{variant.name}.{profile.name}.smoke-job.yaml"
             problems = kube_checks.validate(docs)
@@ -106,6 +117,9 @@ def run(args: Args) -> list[Written]:
                 problems += kube_checks.pss_restricted_problems(docs)
             if problems:
                 raise InvalidManifest(f"{variant.name}/{profile.name}: " + "; ".join(problems))
+            scc = None
+            if args.cluster is kube.Cluster.OPENSHIFT:
+                scc = tuple(kube_checks.scc_restricted_v2_problems(docs))
             path = args.out / name
             texts.append((path, kube_checks.to_yaml(docs)))
             written.append(
@@ -116,6 +130,7 @@ def run(args: Args) -> list[Written]:
                     cold_start_s=serving.cold_start_s,
                     cold_start_source=serving.cold_start_source,
                     pss_restricted=strict,
+                    scc=scc,
                 )
             )
     # Written only once every manifest is made and valid: a bad profile or manifest leaves no folder or file.
@@ -155,6 +170,14 @@ def run(args: Args) -> list[Written]:
     show_default=True,
     help="With --smoke-job: the suite of checks the bundle runs (quick, full).",
 )
+@click.option(
+    "--cluster",
+    type=click.Choice([c.value for c in kube.Cluster]),
+    default=kube.Cluster.KUBERNETES.value,
+    show_default=True,
+    help="Where the manifests go: openshift leaves the UID, GID and fsGroup to the restricted-v2 SCC (the "
+    "namespace's ranges); kubernetes writes the profile's.",
+)
 @pass_settings
 def command(
     settings: Settings,
@@ -168,10 +191,12 @@ def command(
     cache_claim: str | None,
     smoke_job: bool,
     suite: str,
+    cluster: str,
 ) -> None:
     """Write the Kubernetes manifests (Deployment, Service, NetworkPolicy) that run each variant's image under
     each deployment profile's conditions, to <out>/kube/; validated offline against the Kubernetes schemas
-    (kubernetes-validate) and, for restricted, the Pod Security Standard "restricted"."""
+    (kubernetes-validate), for restricted the Pod Security Standard "restricted", and with --cluster openshift
+    OpenShift's restricted-v2 SCC."""
     selected = select_variants(load_matrix(settings.matrix_path), variants)
     written = run(
         Args(
@@ -185,10 +210,15 @@ def command(
             cache_claim=cache_claim,
             smoke_job=smoke_job,
             suite=suite,
+            cluster=kube.Cluster(cluster),
         )
     )
     for w in written:
         pss = "; PSS restricted: ok" if w.pss_restricted else ""
+        if w.scc is not None:
+            pss += "; OpenShift restricted-v2 SCC: " + (
+                "ok" if not w.scc else f"refused ({'; '.join(w.scc)}): grant the service account an SCC that allows it"
+            )
         if smoke_job:
             click.echo(
                 f"{w.path}: Kubernetes {kube_checks.K8S_VERSION} schemas: valid{pss}; "

@@ -16,11 +16,28 @@ new image whose cache key differs), so the startupProbe follows the cold figure,
 ``enableServiceLinks: false``: a Service named ``vllm`` would otherwise inject ``VLLM_PORT=tcp://…``, which vLLM
 reads as its own setting.
 
+Two clusters (``Cluster``). Plain Kubernetes gets the profile's UID and GID as written (``runAsUser``,
+``runAsGroup``) and, with a cache claim, ``fsGroup`` = the pod's GID (0 where the profile gives none, the images'
+group): the Pod Security Standards, "restricted" included, have no rule on ``runAsGroup``, ``fsGroup`` or
+``supplementalGroups`` (https://kubernetes.io/docs/concepts/security/pod-security-standards/; the admission
+plugin's checks, kubernetes ``staging/src/k8s.io/pod-security-admission/policy/check_*.go``, have none either; the
+removed PodSecurityPolicy example was what refused group 0). OpenShift's default SCC ``restricted-v2``
+(openshift/cluster-kube-apiserver-operator ``bindata/bootkube/scc-manifests/…_scc-restricted-v2.yaml``) assigns
+the UID (``runAsUser: MustRunAsRange``) from the namespace's ``openshift.io/sa.scc.uid-range`` and the ``fsGroup``
+(``MustRunAs``) from its ``openshift.io/sa.scc.supplemental-groups``, and refuses a pod that asks for a value
+outside them ("unable to validate against any security context constraint: … fsGroup: Invalid value: …: is not
+an allowed group"; OpenShift docs, "About pre-allocated security context constraints values"); the ranges differ
+per namespace, so the OpenShift manifest sets none of ``SCC_ASSIGNED`` and keeps the profile's user as the
+annotation ``USER_ANNOTATION``. The arbitrary UID runs in group 0 (OpenShift docs, "Creating images: support
+arbitrary user IDs"), the images' writable paths are group-0 writable, and the SCC's ``fsGroup`` makes the cache
+claim group-writable.
+
 Pure: values in, dicts out; ``kube_checks`` validates them and writes them as YAML.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +71,20 @@ DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # apimachinery IsDNS1123Subdomain, which the API server applies to PVC names).
 DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 SHM_PATH = "/dev/shm"
+# The pod securityContext fields an OpenShift manifest leaves out: runAsUser and fsGroup, which restricted-v2 assigns
+# from the namespace's ranges (a value the namespace does not hold is refused), and runAsGroup (the SCC has no
+# strategy for it; the arbitrary UID runs in group 0 without it).
+SCC_ASSIGNED = ("runAsUser", "runAsGroup", "fsGroup")
+# Where an OpenShift manifest keeps the profile's UID[:GID] (the SCC picks the pod's own).
+USER_ANNOTATION = "io.vllm-matrix/user"
+
+
+class Cluster(enum.Enum):
+    """Where the manifests are applied: plain Kubernetes (the profile's UID/GID; Pod Security admission) or
+    OpenShift (its restricted-v2 SCC assigns UID and fsGroup)."""
+
+    KUBERNETES = "kubernetes"
+    OPENSHIFT = "openshift"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -305,10 +336,17 @@ def probes(serving: Serving) -> dict[str, dict[str, Any]]:
 
 
 def manifests(
-    *, variant: str, profile: str, values: Mapping[Condition, Any], image: str, serving: Serving
+    *,
+    variant: str,
+    profile: str,
+    values: Mapping[Condition, Any],
+    image: str,
+    serving: Serving,
+    cluster: Cluster = Cluster.KUBERNETES,
 ) -> list[dict[str, Any]]:
     """The Deployment, Service and (no network) NetworkPolicy of ``image`` under one profile's condition
-    ``values`` (normal forms, ``conditions.ROWS``), named ``vllm-<variant>-<profile>``."""
+    ``values`` (normal forms, ``conditions.ROWS``), named ``vllm-<variant>-<profile>``, for ``cluster`` (OpenShift:
+    no ``SCC_ASSIGNED`` field; the profile's user in ``USER_ANNOTATION``)."""
     pod = Pod()
     for row in ROWS:
         if row.condition in values:
@@ -318,6 +356,8 @@ def manifests(
     pod.volumes.append({"name": MODEL_VOLUME, "persistentVolumeClaim": {"claimName": serving.model_claim}})
     pod.mounts.append({"name": MODEL_VOLUME, "mountPath": serving.model_mount, "readOnly": True})
     _cache(serving, values, pod)
+    if cluster is Cluster.OPENSHIFT:
+        _leave_ids_to_the_scc(values, pod)
     container: dict[str, Any] = {
         "name": "vllm",
         "image": image,
@@ -387,8 +427,10 @@ def cache_root(values: Mapping[Condition, Any]) -> str:
 
 def _cache(serving: Serving, values: Mapping[Condition, Any], pod: Pod) -> None:
     """The compile cache volume at ``cache_root``: the claim, group-owned by the pod's group (``fsGroup``: the
-    profile's GID, else the image's 0; changed only where the claim's root differs, not file by file at every
-    start), else an emptyDir on the node's disk (mode 777)."""
+    profile's GID, else the image's 0, which Pod Security "restricted" allows; ``fsGroupChangePolicy:
+    OnRootMismatch``: changed only where the claim's root differs, not file by file at every start; on OpenShift
+    ``_leave_ids_to_the_scc`` drops the ``fsGroup`` and the policy applies to the SCC's), else an emptyDir on the
+    node's disk (mode 777)."""
     if serving.cache_claim is not None:
         pod.volumes.append({"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": serving.cache_claim}})
         pod.pod_security.setdefault("fsGroup", pod.pod_security.get("runAsGroup", 0))
@@ -398,10 +440,20 @@ def _cache(serving: Serving, values: Mapping[Condition, Any], pod: Pod) -> None:
     pod.mounts.append({"name": CACHE_VOLUME, "mountPath": cache_root(values)})
 
 
+def _leave_ids_to_the_scc(values: Mapping[Condition, Any], pod: Pod) -> None:
+    """OpenShift: drop ``SCC_ASSIGNED`` from the pod's securityContext (restricted-v2 sets the UID and fsGroup from
+    the namespace's ranges and refuses others); ``runAsNonRoot`` stays (the SCC's UIDs are not 0); the profile's
+    ``UID[:GID]`` goes to ``USER_ANNOTATION``, so ``conditions_of`` still reads the profile back."""
+    for key in SCC_ASSIGNED:
+        pod.pod_security.pop(key, None)
+    if Condition.USER in values:
+        pod.annotations[USER_ANNOTATION] = str(values[Condition.USER])
+
+
 def conditions_of(docs: Sequence[Mapping[str, Any]]) -> dict[Condition, Any]:
     """The run conditions the documents of ``manifests`` set, read back from their fields (normal forms; a tmpfs
-    keeps only its ``size=``, the one option an emptyDir has; no egress is the NetworkPolicy). The inverse of
-    ``APPLY``."""
+    keeps only its ``size=``, the one option an emptyDir has; no egress is the NetworkPolicy; on OpenShift the user
+    is ``USER_ANNOTATION``). The inverse of ``APPLY``."""
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     pod_spec = deployment["spec"]["template"]["spec"]
     (container,) = pod_spec["containers"]
@@ -412,6 +464,8 @@ def conditions_of(docs: Sequence[Mapping[str, Any]]) -> dict[Condition, Any]:
     if "runAsUser" in pod_sec:
         gid = pod_sec.get("runAsGroup")
         out[Condition.USER] = f"{pod_sec['runAsUser']}" + (f":{gid}" if gid is not None else "")
+    elif USER_ANNOTATION in annotations:
+        out[Condition.USER] = annotations[USER_ANNOTATION]
     if sec.get("readOnlyRootFilesystem"):
         out[Condition.READ_ONLY] = True
     tmpfs = {}

@@ -1,7 +1,10 @@
 """Checks of rendered manifests, and their YAML: ``validate`` against the Kubernetes OpenAPI schemas with
 kubernetes-validate; ``pss_restricted_problems`` applies the Pod Security Standard "restricted" rules, written
 here from https://kubernetes.io/docs/concepts/security/pod-security-standards/ (no library ships them);
-``to_yaml`` for ``kubectl apply -f``.
+``scc_restricted_v2_problems`` what OpenShift's restricted-v2 SCC refuses, from the SCC object itself
+(openshift/cluster-kube-apiserver-operator
+``bindata/bootkube/scc-manifests/0000_20_kube-apiserver-operator_00_scc-restricted-v2.yaml``); ``to_yaml`` for
+``kubectl apply -f``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,14 @@ K8S_VERSION = "1.33.0"
 PSS_VOLUMES = frozenset(
     {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
 )
+# restricted-v2: the volume types it allows (its ``volumes``), the one capability a container may add
+# (``allowedCapabilities``), and the pod fields whose values it takes from the namespace's annotations
+# (``runAsUser: MustRunAsRange``: openshift.io/sa.scc.uid-range; ``fsGroup: MustRunAs``:
+# openshift.io/sa.scc.supplemental-groups; ``seLinuxContext: MustRunAs``: openshift.io/sa.scc.mcs). A manifest
+# that sets one asks for a value the namespace may not hold, and is refused where it does not.
+SCC_VOLUMES = PSS_VOLUMES | {"image"}
+SCC_ADDABLE = frozenset({"NET_BIND_SERVICE"})
+SCC_RANGED = ("runAsUser", "fsGroup", "seLinuxOptions")
 
 
 def validate(docs: Sequence[Mapping[str, Any]], version: str = K8S_VERSION) -> list[str]:
@@ -75,6 +86,55 @@ def pss_restricted_problems(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                 problems.append(f"{name}: capabilities must drop ALL")
             if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
                 problems.append(f"{name}: capabilities add {caps['add']}")
+    return problems
+
+
+def scc_restricted_v2_problems(docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Where a Deployment or Job of ``docs`` would be refused by OpenShift's restricted-v2 SCC in any namespace.
+
+    The SCC's rules: no host namespaces, host ports, privileged containers or hostPath (volume types of
+    ``SCC_VOLUMES`` only); ``allowPrivilegeEscalation`` not true; capabilities added only from ``SCC_ADDABLE``
+    (``drop: [ALL]`` is required, and defaulted where absent); seccomp ``RuntimeDefault`` only (defaulted where
+    absent); none of ``SCC_RANGED`` set, in the pod or a container (the namespace's ranges decide them)."""
+    problems = []
+    for doc in docs:
+        if doc.get("kind") not in ("Deployment", "Job"):
+            continue
+        spec = doc["spec"]["template"]["spec"]
+        where = f"{doc['kind']} {doc['metadata']['name']}"
+        pod_sec = spec.get("securityContext", {})
+        for key in ("hostNetwork", "hostPID", "hostIPC"):
+            if spec.get(key):
+                problems.append(f"{where}: {key} is true (restricted-v2 allows no host namespace)")
+        for volume in spec.get("volumes", []):
+            kinds = set(volume) - {"name"}
+            if not kinds <= SCC_VOLUMES:
+                problems.append(f"{where}: volume {volume['name']} is {', '.join(sorted(kinds))}")
+        problems += [
+            f"{where}: securityContext.{key} is set; restricted-v2 assigns it from the namespace's range"
+            for key in SCC_RANGED
+            if key in pod_sec
+        ]
+        for container in spec.get("containers", []):
+            sec = container.get("securityContext", {})
+            name = f"{where} container {container['name']}"
+            problems += [
+                f"{name}: securityContext.{key} is set; restricted-v2 assigns it from the namespace's range"
+                for key in SCC_RANGED
+                if key in sec
+            ]
+            if sec.get("privileged"):
+                problems.append(f"{name}: privileged")
+            if any("hostPort" in p for p in container.get("ports", [])):
+                problems.append(f"{name}: a hostPort")
+            if sec.get("allowPrivilegeEscalation") is True:
+                problems.append(f"{name}: allowPrivilegeEscalation is true")
+            added = set(sec.get("capabilities", {}).get("add", [])) - SCC_ADDABLE
+            if added:
+                problems.append(f"{name}: capabilities add {sorted(added)}")
+            seccomp = sec.get("seccompProfile", pod_sec.get("seccompProfile", {})).get("type")
+            if seccomp not in (None, "RuntimeDefault"):
+                problems.append(f"{name}: seccompProfile.type {seccomp} (restricted-v2 allows runtime/default only)")
     return problems
 
 

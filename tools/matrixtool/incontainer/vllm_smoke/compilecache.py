@@ -61,7 +61,8 @@ def unwritable_fix(root: str) -> str:
     """What to do about a cache volume at ``root`` that the server's user cannot write."""
     return (
         f"make the cache volume at {root} writable by the pod's UID: Kubernetes `securityContext.fsGroup` (the "
-        "volume's files group-owned and group-writable; `tools/matrix kube --cache-claim` sets it), or a volume root "
+        "volume's files group-owned and group-writable; `tools/matrix kube --cache-claim` sets it; on OpenShift the "
+        "restricted-v2 SCC sets it from the namespace's range: `--cluster openshift`), or a volume root "
         f"of mode 1777 as the image's own {root}; an image built FROM this one must not leave {root} root-owned "
         "(`install -d -m 1777` it)"
     )

@@ -299,13 +299,20 @@ def _major_minor(text):
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def _full_version(text):
+    """The dotted version at the start of ``text`` as ints (``7.2.1-81``: (7, 2, 1)), or None."""
+    m = re.match(r"\s*(\d+(?:\.\d+)+)", text or "")
+    return tuple(int(n) for n in m.group(1).split(".")) if m else None
+
+
 def rocm_toolkit_problems(vllm_version, torch_hip, image_rocm):
-    """``(problems, fixes)`` where vLLM's ROCm build (the ``+rocm721`` label of ``vllm_version``), torch's HIP
-    (``torch_hip``: ``torch.version.hip``, whose third number is a build, not a patch) and the image's ROCm
-    (``image_rocm``: the text of /opt/rocm/.info/version) name another major.minor; vLLM is the reference, else
-    torch. A part that names none is left out. Pure."""
+    """``(problems, fixes)`` where vLLM's ROCm build (the ``+rocm721`` label of ``vllm_version``, read beside the
+    image's ROCm: ``common.toolkit_of_tag``), torch's HIP (``torch_hip``: ``torch.version.hip``, whose third number
+    is a build, not a patch) and the image's ROCm (``image_rocm``: the text of /opt/rocm/.info/version) name another
+    major.minor; vLLM is the reference, else torch. A part that names none is left out, and so is a vLLM label that
+    names more than one ROCm (``common.toolkit_tag_problem``: ``rocm100`` beside another ROCm than 10.0). Pure."""
     label = (vllm_version or "").partition("+")[2]
-    tagged = toolkit_of_tag(label)
+    tagged = toolkit_of_tag(label, _full_version(image_rocm))
     vllm = tagged[1][:2] if tagged and tagged[0] is Accelerator.ROCM else None
     torch, image = _major_minor(torch_hip), _major_minor(image_rocm)
 
