@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 PIP_CONFIG_CERT := $(shell python3 -m pip config list 2>/dev/null | sed -n "s/^global\.cert='\(.*\)'$$/\1/p" | head -n1)
 CA_ENV := $(if $(SSL_CERT_FILE)$(PIP_CERT)$(REQUESTS_CA_BUNDLE),,$(if $(PIP_CONFIG_CERT),PIP_CERT=$(PIP_CONFIG_CERT)))
 
-.PHONY: setup engine engine-minimal venv run test test-emulated unit images render render-check docs lint bench bench-build bench-arm64 clean
+.PHONY: setup engine engine-minimal venv run test test-emulated unit images render render-check docs lint bench bench-build bench-fresh bench-arm64 clean
 
 setup: engine venv  ## Install and start the engine, create the venv
 
@@ -73,6 +73,10 @@ bench: setup  ## Full and quick smoke suites of the CPU image against the naive 
 
 bench-build: setup  ## Cold build time, image size, smoke wall time of the CPU image (writes build/bench/cpu.json)
 	$(CA_ENV) $(PY) tools/bench.py build cpu
+
+bench-fresh: setup  ## Fresh machine -> `make run`, timed: a clean clone in a Debian container with its own engine (writes build/bench/fresh.json)
+	$(CA_ENV) $(MATRIX) build cpu --wheelhouse "$$(tools/wheelhouse.sh)" >/dev/null
+	PIP_FIND_LINKS="$$(tools/wheelhouse.sh)" bash tools/bench-fresh.sh
 
 bench-arm64: setup  ## The arm64 variant under QEMU against the x86-64 CPU run (cold, both; tens of minutes)
 	$(PY) tools/bench.py build cpu
