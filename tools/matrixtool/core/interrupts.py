@@ -2,10 +2,14 @@
 
 Python's default SIGTERM ends the process without running a ``finally``, leaving the smoke container up and
 ``docker buildx build`` running; a second signal while cleaning up is ignored, so the cleanup finishes.
+
+Before a command runs (the imports of start-up, click parsing its flags) there is nothing to clean up: ``quiet_start``
+makes a signal then end the process at once with one line and its code, not a ``KeyboardInterrupt`` traceback.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -21,6 +25,24 @@ _state = {"interrupted": False}
 def exit_code_of(exc: BaseException) -> ExitCode:
     """143 for ``Terminated`` (SIGTERM), 130 for any other ``KeyboardInterrupt`` (SIGINT, Ctrl-C)."""
     return ExitCode.TERMINATED if isinstance(exc, Terminated) else ExitCode.INTERRUPTED
+
+
+def _exit_quietly(signum: int, frame: FrameType | None) -> None:
+    code = ExitCode.TERMINATED if signum == signal.SIGTERM else ExitCode.INTERRUPTED
+    name = "SIGTERM" if signum == signal.SIGTERM else "SIGINT"
+    try:
+        os.write(2, f"error: interrupted by {name} before the command started; nothing was run\n".encode())
+    finally:
+        os._exit(int(code))  # no SystemExit: an import under way could catch it
+
+
+def quiet_start() -> None:
+    """Until ``handled`` takes over (and after it gives back), SIGINT exits 130 and SIGTERM 143 at once, with one
+    ``error:`` line: for the entry point's first line, before its imports. A signal ignored at start (nohup, a
+    background job of a script) stays ignored."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _exit_quietly)
 
 
 @contextmanager
