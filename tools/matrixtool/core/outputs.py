@@ -116,14 +116,15 @@ def is_staging(path: Path) -> bool:
 
 
 def target_problem(path: Path) -> str | None:
-    """Why a file cannot be written (and replaced) at ``path``, or None: it is absent or a regular file. Checked
-    without following a symbolic link and without opening anything (a FIFO is never waited on)."""
+    """Why a file cannot be written (and replaced) at ``path`` (a clause after its name), or None: it is absent or
+    a regular file. Checked without following a symbolic link and without opening anything (a FIFO is never waited
+    on)."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
         info = None
     except OSError as exc:
-        return f"{path} cannot be read ({exc.strerror or exc})"
+        return f"it cannot be looked at ({exc.strerror or exc})"
     if info is not None and not stat.S_ISREG(info.st_mode):
         kind = (
             "a folder"
@@ -138,11 +139,11 @@ def target_problem(path: Path) -> str | None:
             if stat.S_ISSOCK(info.st_mode)
             else "no regular file"
         )
-        return f"{path} is {kind}, not a regular file; move it away or give another --out"
+        return f"it is {kind}, not a regular file; move it away or write elsewhere (--out)"
     for parent in path.parents:
         if os.path.lexists(parent):
             if not parent.is_dir():
-                return f"{parent} is not a folder, so {path.name} cannot be written in it; move it away"
+                return f"{parent} is a file, not a folder; move it away or write elsewhere (--out)"
             break
     return None
 
@@ -150,9 +151,10 @@ def target_problem(path: Path) -> str | None:
 def check_targets(paths: list[Path]) -> None:
     """Raises OutputError: a target is no regular file (a folder, FIFO, device, symbolic link) or sits under a
     file (exit 3), every such target named."""
-    problems = [p for path in paths if (p := target_problem(path)) is not None]
+    problems = [(path, p) for path in paths if (p := target_problem(path)) is not None]
     if problems:
-        raise OutputError("cannot write " + "; ".join(problems) + "; nothing was written", path=str(paths[0]))
+        lines = "; ".join(f"cannot write {path}: {problem}" for path, problem in problems)
+        raise OutputError(f"{lines}; nothing was written", path=str(problems[0][0]))
 
 
 @contextmanager
