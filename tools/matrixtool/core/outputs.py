@@ -5,7 +5,7 @@ A file is written to a temporary file beside it, flushed, then ``os.replace``d o
 run) sees the old file or the new one, never a truncated one; a failed write leaves no temporary file.
 
 A set of files that belong together (a command's manifests, a variant's reports) is written by ``write_set``: every
-target is checked first (a folder, FIFO, device or symbolic link where a file goes is refused, nothing written), every
+target is checked first (a folder, FIFO or device where a file goes is refused, nothing written), every
 file is staged beside its target, and only once all are staged are they renamed in, under an ``flock`` of each folder
 (two runs writing sets side by side commit one after the other); a rename that fails puts the files already renamed
 back.
@@ -115,46 +115,57 @@ def is_staging(path: Path) -> bool:
     return path.name.startswith(".") and path.name.endswith((".tmp", ".old"))
 
 
+def _kind(mode: int) -> str:
+    """What a file of ``mode`` (``st_mode``) is, in words."""
+    kinds = (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "no regular file")
+
+
 def target_problem(path: Path) -> str | None:
-    """Why a file cannot be written (and replaced) at ``path`` (a clause after its name), or None: it is absent or
-    a regular file. Checked without following a symbolic link and without opening anything (a FIFO is never waited
-    on)."""
+    """Why a file cannot be written (and replaced) at ``path``, or None: it is absent, a regular file or a symbolic link
+    to one (or to nothing), in a folder (or where one can be made). Checked without opening anything (a FIFO is never
+    waited on)."""
     try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        info = None
+        info: os.stat_result | None = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        info = None  # a parent that is a file is named below
     except OSError as exc:
-        return f"it cannot be looked at ({exc.strerror or exc})"
-    if info is not None and not stat.S_ISREG(info.st_mode):
-        kind = (
-            "a folder"
-            if stat.S_ISDIR(info.st_mode)
-            else "a symbolic link"
-            if stat.S_ISLNK(info.st_mode)
-            else "a FIFO"
-            if stat.S_ISFIFO(info.st_mode)
-            else "a device"
-            if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
-            else "a socket"
-            if stat.S_ISSOCK(info.st_mode)
-            else "no regular file"
-        )
-        return f"it is {kind}, not a regular file; move it away or write elsewhere (--out)"
+        return f"{path} cannot be looked at ({exc.strerror or exc})"
+    if info is not None and stat.S_ISLNK(info.st_mode):
+        # Replaced by the new file, as ``write_text`` replaces it; what it points to stays as it is.
+        try:
+            info = os.stat(path)
+        except OSError:
+            info = None  # dangling, or a loop
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            return f"{path} is a symbolic link to {_kind(info.st_mode)}, not to a regular file"
+    elif info is not None and not stat.S_ISREG(info.st_mode):
+        return f"{path} is {_kind(info.st_mode)}, not a regular file"
     for parent in path.parents:
         if os.path.lexists(parent):
             if not parent.is_dir():
-                return f"{parent} is a file, not a folder; move it away or write elsewhere (--out)"
+                return f"{parent} is {_kind(os.lstat(parent).st_mode)}, not a folder"
             break
     return None
 
 
 def check_targets(paths: list[Path]) -> None:
-    """Raises OutputError: a target is no regular file (a folder, FIFO, device, symbolic link) or sits under a
-    file (exit 3), every such target named."""
-    problems = [(path, p) for path in paths if (p := target_problem(path)) is not None]
+    """Raises OutputError: a target is no regular file (a folder, FIFO, device, or a symbolic link to one) or sits
+    under a file (exit 3), every such target named once."""
+    problems = {problem: path for path in paths if (problem := target_problem(path)) is not None}
     if problems:
-        lines = "; ".join(f"cannot write {path}: {problem}" for path, problem in problems)
-        raise OutputError(f"{lines}; nothing was written", path=str(problems[0][0]))
+        raise OutputError(
+            f"{'; '.join(problems)}: move it away or write elsewhere (--out); nothing was written",
+            path=str(next(iter(problems.values()))),
+        )
 
 
 @contextmanager
