@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -403,11 +404,16 @@ def _preflight_write(files: list[RenderedFile], root: Path) -> None:
         raise ConfigError(str(root / "images"), problems)
 
 
-def write(files: list[RenderedFile], root: Path = REPO_ROOT) -> list[Path]:
+def write(
+    files: list[RenderedFile], root: Path = REPO_ROOT, *, together: Mapping[Path, str] | None = None
+) -> list[Path]:
     """Write ``files`` under ``root``, all or nothing as far as a file system allows: every obstacle is found
     first, then the changed files are replaced as one set (``outputs.write_set``); stale files and folders of removed
     variants go.
     Returns the changed paths (relative to ``root``).
+
+    ``together``: other files (path: text) written in the same set, replaced only with the changed ones (``update``'s
+    edited matrix); not in the returned paths.
 
     Raises ConfigError: an obstacle found before anything was written; OutputError: a write failed (exit 3; every file
     keeps its old content)."""
@@ -419,7 +425,7 @@ def write(files: list[RenderedFile], root: Path = REPO_ROOT) -> list[Path]:
         with outputs.guarded(target):
             if not target.exists() or target.read_bytes() != f.text.encode("utf-8"):
                 differing[target] = f.text
-    outputs.write_set(differing)  # every changed file, or none of them
+    outputs.write_set({**differing, **(together or {})})  # every changed file, or none of them
     changed: list[Path] = [target.relative_to(root) for target in differing]
     # Another run's files in flight (``outputs.is_staging``) are its own to rename or remove.
     for directory in sorted(variant_dirs(files, root)):
