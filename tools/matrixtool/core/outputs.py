@@ -21,7 +21,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from matrixtool.core.errors import OutputError
@@ -170,14 +170,17 @@ def check_targets(paths: list[Path]) -> None:
 
 @contextmanager
 def _folders_locked(folders: list[Path]) -> Iterator[None]:
-    """An exclusive ``flock`` on each of ``folders`` (sorted, so two holders never wait on each other)."""
+    """An exclusive ``flock`` on each of ``folders`` (sorted, so two holders never wait on each other). A file system
+    that cannot lock a folder (NFS emulates ``flock`` by byte-range locks, which a folder cannot hold) leaves that
+    folder unlocked: each file is still replaced whole."""
     fds = []
     try:
         for folder in sorted(set(folders)):
             with guarded(folder):
                 fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
             fds.append(fd)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            with suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         for fd in fds:
@@ -219,15 +222,16 @@ def write_set(files: Mapping[Path, str | bytes], *, mode: int = 0o644) -> list[P
                 staged[path] = _stage(path, data.encode("utf-8") if isinstance(data, str) else data, mode)
         with _folders_locked([p.parent for p in paths]):
             check_targets(paths)  # another process may have put something there since
-            for path in paths:
-                with guarded(path):
-                    backups[path] = _backup(path)
-                    os.replace(staged[path], path)
-                    del staged[path]
+            try:
+                for path in paths:
+                    with guarded(path):
+                        backups[path] = _backup(path)
+                        os.replace(staged[path], path)
+                        del staged[path]
+            except BaseException:
+                _restore(backups)  # still locked: no other set was renamed in meanwhile
+                raise
         return paths
-    except BaseException:
-        _restore(backups)
-        raise
     finally:
         for tmp in staged.values():
             tmp.unlink(missing_ok=True)
@@ -245,7 +249,7 @@ def _backup(path: Path) -> Path | None:
         os.link(path, backup, follow_symlinks=False)
     except OSError:  # a file system without hard links
         try:
-            shutil.copy2(path, backup)
+            shutil.copy2(path, backup, follow_symlinks=False)
         except BaseException:
             backup.unlink(missing_ok=True)
             raise
