@@ -53,8 +53,8 @@ def run(args: Args, matrix_path: Path | None = None) -> SizeReport:
     exists = matrix_path is not None and (matrix_path.exists() or matrix_path.is_symlink())
     matrix = load_matrix(matrix_path) if matrix_path is not None and exists else None
     client = engine.connect()
-    labels = imagediff.get_image(client, args.image).attrs.get("Config", {}).get("Labels") or {}
-    variant_name = labels.get(VARIANT_LABEL)
+    labels = (imagediff.get_image(client, args.image).attrs.get("Config") or {}).get("Labels") or {}
+    variant_name = labels.get(VARIANT_LABEL) if isinstance(labels, dict) else None
     if variant_name and matrix is None and matrix_path is not None:
         matrix = load_matrix(matrix_path)  # absent: ConfigError naming it
     facts = imagediff.read_facts(client, args.image, env=args.env)
