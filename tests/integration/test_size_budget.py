@@ -3,6 +3,7 @@ the largest layers (the engine's image history) and distributions (the in-image 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +12,10 @@ import junitparser
 import pytest
 import yaml
 
+from matrixtool.core.container import OWNER_LABEL
 from matrixtool.core.errors import ExitCode
 from tests.conftest import REPO_ROOT
-from tests.integration.conftest import json_of, matrix_cli
+from tests.integration.conftest import OWNER, json_of, matrix_cli
 
 pytestmark = [pytest.mark.engine]
 
@@ -97,3 +99,19 @@ def test_size_lists_every_layer_and_distribution(cpu_image: str, client: docker.
     dists = lines[2 + len(held) :]
     assert dists[0].startswith("Python distributions (") and dists[1].split()[-2:] == ["torch", "2.13.0+cpu"]
     assert "more (--limit 0 lists all)" in dists[-1] and len(dists) == 5
+
+
+def test_size_with_a_bad_matrix_file_starts_no_container(
+    cpu_image: str, client: docker.DockerClient, tmp_path: Path
+) -> None:
+    """The matrix file is read before the facts container: a bad one is exit 3 and the engine creates no container of
+    this session (its owner label; other runs share the engine)."""
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("variants: [unclosed\n")
+    before = int(time.time()) - 1
+    proc = matrix_cli("--matrix", str(matrix), "size", cpu_image, out=tmp_path / "out")
+    after = int(time.time()) + 1
+    assert proc.returncode == ExitCode.CONFIG and str(matrix) in proc.stderr, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    mine = {"type": "container", "event": "create", "label": f"{OWNER_LABEL}={OWNER}"}
+    assert list(client.events(since=before, until=after, decode=True, filters=mine)) == []

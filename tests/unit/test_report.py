@@ -4,9 +4,11 @@ import json
 from pathlib import Path
 
 import junitparser
+import pytest
 
 from matrixtool import report
 from matrixtool.build.plan import BuildResult
+from matrixtool.core.errors import SmokeFailure
 from matrixtool.smoke.result import CheckResult, Status
 
 
@@ -129,3 +131,21 @@ def test_table_lists_skipped_checks_with_their_reason() -> None:
     timed = report.table(report.RunReport(builds=[], checks=skipped, smoke_wall_seconds=61.4))
     assert timed.endswith("2 skipped; smoke 61 s wall (checks' times summed 0 s)")
     assert report.to_json(report.RunReport(checks=skipped, smoke_wall_seconds=61.44))["smoke_wall_seconds"] == 61.4
+
+
+def test_a_runs_reports_are_written_as_one_set(tmp_path: Path) -> None:
+    """--json-file and the JUnit report: both or neither (a folder where the JUnit report goes keeps the old JSON)."""
+    from matrixtool.commands import _shared
+    from matrixtool.core.errors import OutputError
+
+    json_file, junit = tmp_path / "run.json", tmp_path / "junit.xml"
+    json_file.write_text("old\n")
+    junit.mkdir()
+    flags = _shared.ReportFlags(json_file=json_file, junit=junit)
+    with pytest.raises(OutputError, match=r"junit\.xml is a folder, not a regular file"):
+        _shared.finish(_report(), flags, out_dir=tmp_path, env={})
+    assert json_file.read_text() == "old\n"
+    junit.rmdir()
+    with pytest.raises(SmokeFailure):  # the report's failed check: both written first
+        _shared.finish(_report(), flags, out_dir=tmp_path, env={})
+    assert json.loads(json_file.read_text())["checks"] and junitparser.JUnitXml.fromfile(str(junit))

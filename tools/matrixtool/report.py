@@ -192,10 +192,16 @@ def to_json(report: RunReport) -> dict[str, Any]:
 
 
 def write_junit(report: RunReport, path: Path) -> None:
-    """One ``testsuite`` per variant, one ``testcase`` per check and profile (classname ``smoke.<variant>`` under
-    ``default``, ``smoke.<variant>.<profile>`` under another); failure message = diagnosis. Texts that quote an
-    image's or a server's output have their control characters escaped: XML 1.0 cannot hold them, and a report
-    with one is not read at all."""
+    """``junit_bytes`` of ``report`` to ``path`` (``outputs.write_bytes``). Raises OutputError: it cannot be written
+    (exit 3)."""
+    outputs.write_bytes(path, junit_bytes(report))
+
+
+def junit_bytes(report: RunReport) -> bytes:
+    """The JUnit XML document: one ``testsuite`` per variant, one ``testcase`` per check and profile (classname
+    ``smoke.<variant>`` under ``default``, ``smoke.<variant>.<profile>`` under another); failure message = diagnosis.
+    Texts that quote an image's or a server's output have their control characters escaped: XML 1.0 cannot hold
+    them, and a report with one is not read at all."""
     xml = junitparser.JUnitXml(name="vllm-image-matrix")
     variants = list(dict.fromkeys([c.variant for c in report.checks] + list(report.errors)))
     for variant in variants:
@@ -223,7 +229,7 @@ def write_junit(report: RunReport, path: Path) -> None:
         xml.add_testsuite(suite)
     content = io.BytesIO()
     xml.write(content, pretty=True)
-    outputs.write_bytes(path, content.getvalue())
+    return content.getvalue()
 
 
 def step_summary(report: RunReport) -> str:

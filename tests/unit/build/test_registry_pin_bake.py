@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from matrixtool.build import bake, pin, plan, registry, render
 from matrixtool.cli import main
 from matrixtool.core import engine
-from matrixtool.core.errors import ConfigError, ExitCode, RegistryError
+from matrixtool.core.errors import ConfigError, ExitCode, OutputError, RegistryError
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import Platform
 from matrixtool.publish import push
@@ -90,6 +90,28 @@ def test_write_bake_stages_contexts_under_out(tmp_path: Path) -> None:
     assert context == (tmp_path / "out" / "bake" / "cpu-amd64").resolve()
     assert (context / "Dockerfile").read_text() == p.files[0].text
     assert (context / "wheelhouse" / "torch-2.13.0+cpu-x.whl").read_bytes() == b"w"
+
+
+def test_a_bake_file_path_that_is_a_folder_is_refused_before_any_context_is_staged(tmp_path: Path) -> None:
+    (tmp_path / "out" / "docker-bake.json").mkdir(parents=True)
+    with pytest.raises(OutputError, match=r"docker-bake\.json is a folder, not a regular file"):
+        bake.write_bake([_plan()], out_dir=tmp_path / "out")
+    assert not (tmp_path / "out" / "bake").exists()
+
+
+def test_a_failed_staging_leaves_no_bake_file_of_an_earlier_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old bake file names contexts restaged now: it goes before, and the new one comes only once all are."""
+    path = bake.write_bake([_plan()], out_dir=tmp_path / "out")
+
+    def full_disk(plan_: Any, context_dir: Path) -> None:
+        raise OutputError(f"cannot write {context_dir}: No space left on device", path=str(context_dir))
+
+    monkeypatch.setattr(bake, "stage_context", full_disk)
+    with pytest.raises(OutputError):
+        bake.write_bake([_plan()], out_dir=tmp_path / "out")
+    assert not path.exists()
 
 
 # --- pinned bases in the plan ---------------------------------------------------------------------------

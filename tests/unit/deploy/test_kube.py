@@ -4,6 +4,7 @@ matrix.yaml round-trips through its manifest, the manifests validate offline, an
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -265,3 +266,57 @@ def test_scc_rules_catch_what_they_name() -> None:
         "seccompProfile.type Unconfined",
     ):
         assert needle in text, text
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_an_unwritable_later_manifest_leaves_the_earlier_ones_unchanged(tmp_path: Path, kind: str) -> None:
+    """cpu.restricted.yaml is written after cpu.default.yaml: a folder there (EISDIR) or a FIFO (a write would wait
+    for a reader) refuses the whole set, naming it, before cpu.default.yaml is replaced."""
+    kube_dir = tmp_path / "kube"
+    kube_dir.mkdir()
+    earlier, later = kube_dir / "cpu.default.yaml", kube_dir / "cpu.restricted.yaml"
+    earlier.write_text("old\n")
+    if kind == "folder":
+        later.mkdir()
+    else:
+        os.mkfifo(later)
+    result = CliRunner().invoke(main, ["--out", str(tmp_path), "kube", "cpu"], catch_exceptions=False)
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert f"{later} is a {'folder' if kind == 'folder' else 'FIFO'}, not a regular file" in result.output
+    assert earlier.read_text() == "old\n" and sorted(p.name for p in kube_dir.iterdir()) == sorted(
+        [earlier.name, later.name]
+    )
+
+
+@pytest.mark.parametrize(
+    ("warm", "says"),
+    [
+        ('"fast"', "warm 'fast' is not an object"),
+        ("[61]", "warm [61] is not an object"),
+        ('{"ready_s": "61"}', "warm.ready_s '61' is not a number of seconds"),
+        ('{"ready_s": true}', "warm.ready_s True is not a number of seconds"),
+        ('{"ready_s": -1}', "warm.ready_s -1 is not a time to ready"),
+        ('{"ready_s": NaN}', "warm.ready_s nan is not a time to ready"),
+        ('{"ready_s": 1e308}', "warm.ready_s 1e+308 is not a time to ready"),
+    ],
+)
+def test_a_malformed_warm_start_is_refused_like_a_malformed_cold_one(tmp_path: Path, warm: str, says: str) -> None:
+    report = tmp_path / "run.json"
+    facts = f'{{"ready_s": 140, "warm": {warm}}}'
+    report.write_text(f'{{"checks": [{{"variant": "cpu", "profile": "default", "check": "serve", "facts": {facts}}}]}}')
+    result = CliRunner().invoke(main, ["--out", str(tmp_path), "kube", "cpu", "--from-report", str(report)])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert f"serve of cpu/default: {says}" in result.output and not (tmp_path / "kube").exists(), result.output
+
+
+@pytest.mark.parametrize("warm", ['{"skipped": "the profile has no cache volume"}', '{"ready_s": null}', "null"])
+def test_a_warm_start_that_gave_no_figure_is_no_annotation(tmp_path: Path, warm: str) -> None:
+    """Skipped, or never ready: the report is valid, the manifest has no warm-start annotation."""
+    report = tmp_path / "run.json"
+    facts = f'{{"ready_s": 140, "warm": {warm}}}'
+    report.write_text(f'{{"checks": [{{"variant": "cpu", "profile": "default", "check": "serve", "facts": {facts}}}]}}')
+    args = ["--out", str(tmp_path), "kube", "cpu", "--profile", "default", "--from-report", str(report)]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    (deployment, *_) = yaml.safe_load_all((tmp_path / "kube" / "cpu.default.yaml").read_text())
+    assert "io.vllm-matrix/warm-start" not in deployment["spec"]["template"]["metadata"]["annotations"]

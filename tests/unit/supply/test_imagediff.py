@@ -12,7 +12,7 @@ import docker.errors
 import pytest
 
 from matrixtool import report
-from matrixtool.commands import _green
+from matrixtool.commands import _green, _shared
 from matrixtool.commands import diff as diff_command
 from matrixtool.core import engine
 from matrixtool.core.container import SESSION_LABEL
@@ -246,8 +246,6 @@ def test_run_and_test_keep_a_green_report_and_name_the_last_green_image(tmp_path
 
 
 def test_a_failing_last_green_lookup_is_one_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from matrixtool.commands import _shared
-
     reports = tmp_path / "reports"
     _green.write_variant_reports(
         report.RunReport(checks=[_check("cpu", "m/cpu:1", Status.PASSED)]), reports, labels=_OWN
@@ -275,3 +273,18 @@ def test_facts_of_another_shape_are_a_smoke_failure_naming_the_key(facts: str, s
     with pytest.raises(SmokeFailure, match="printed a result of another shape") as caught:
         imagediff.parse_output(f"{imagediff.MARK}{facts}\n", "r/x:1")
     assert says in str(caught.value)
+
+
+def test_per_variant_reports_that_cannot_be_written_are_one_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The last-green part never fails the command: an unwritable ``<out>/reports`` (a file there) is a warning, the
+    run's own JUnit report at another path is written."""
+    reports = tmp_path / "reports"
+    reports.write_text("not a folder")
+    green = report.RunReport(checks=[_check("cpu", "m/cpu:1", Status.PASSED)])
+    flags = _shared.ReportFlags(junit=tmp_path / "junit.xml")
+    _shared.finish(green, flags, out_dir=tmp_path, env={}, last_green=_green.report_last_green)
+    err = capsys.readouterr().err
+    assert f"warning: per-variant reports not written under {reports} ({reports} is a regular file" in err
+    assert "Traceback" not in err and (tmp_path / "junit.xml").is_file()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,7 @@ import pytest
 import yaml
 
 from matrixtool.build import render
-from matrixtool.core.errors import ConfigError
+from matrixtool.core.errors import ConfigError, OutputError
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.update import edits, updatefiles
 from tests.conftest import REPO_ROOT, copy_checkout
@@ -22,7 +24,7 @@ def test_write_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     edited = before.replace("version: 0.33.0}", "version: 0.34.0}", 1)
     files = updatefiles.render_text(edited, matrix)
 
-    def refuse(*args: Any) -> Any:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
         raise ConfigError(str(tmp_path / "images"), ["images/cuda is a symbolic link"])
 
     monkeypatch.setattr(render, "write", refuse)
@@ -32,6 +34,29 @@ def test_write_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.undo()
     changed = updatefiles.write_all(matrix, edited, files)
     assert matrix.read_text() == edited and changed and not list(tmp_path.glob(".matrix.yaml.*"))
+
+
+def test_a_failed_rename_of_a_rendered_file_leaves_the_matrix_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The edited matrix and the changed files of images/ are one set: the last rename fails, every file is put back."""
+    matrix = copy_checkout(tmp_path)
+    before = matrix.read_text()
+    edited = before.replace("version: 0.33.0}", "version: 0.34.0}", 1)
+    files = updatefiles.render_text(edited, matrix)
+    images_before = {p: p.read_bytes() for p in (tmp_path / "images").rglob("*") if p.is_file()}
+    real = os.replace
+
+    def failing(src: str | Path, dst: str | Path) -> None:
+        if Path(dst) == matrix and not Path(src).name.endswith(".old"):  # the matrix is renamed in last
+            raise OSError(errno.EIO, "Input/output error")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OutputError, match=r"matrix\.yaml: Input/output error"):
+        updatefiles.write_all(matrix, edited, files)
+    assert matrix.read_text() == before
+    assert {p: p.read_bytes() for p in (tmp_path / "images").rglob("*") if p.is_file()} == images_before
 
 
 def test_groups_follow_the_key_owner() -> None:

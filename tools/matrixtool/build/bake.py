@@ -54,12 +54,20 @@ def bake_document(plans: Sequence[BuildPlan], *, contexts_dir: Path, registry: s
 
 
 def write_bake(plans: Sequence[BuildPlan], *, out_dir: Path, registry: str | None = None) -> Path:
-    """Returns the bake file's path. Build with ``docker buildx bake -f <path> [TARGET|GROUP…]``."""
+    """Returns the bake file's path. Build with ``docker buildx bake -f <path> [TARGET|GROUP…]``. A bake file of an
+    earlier run is removed before the contexts it names are staged again, and the new one written once all are: a failed
+    staging leaves no bake file that would build half-new contexts.
+
+    Raises OutputError: the bake file's path is no regular file (a folder, a FIFO: refused before anything is staged),
+    or a context or the file cannot be written (exit 3)."""
     out_dir = out_dir.resolve()
     contexts_dir = out_dir / CONTEXTS_DIR
+    path = out_dir / BAKE_FILE
+    outputs.check_targets([path])
+    with outputs.guarded(path):
+        path.unlink(missing_ok=True)
     for p in plans:
         stage_context(p, contexts_dir / target_name(p))
-    path = out_dir / BAKE_FILE
     doc = bake_document(plans, contexts_dir=contexts_dir, registry=registry)
     outputs.write_text(path, json.dumps(doc, indent=2) + "\n")
     return path

@@ -83,8 +83,9 @@ def write_lock(lock: Lock, path: Path) -> bool:
 
     Raises OutputError: the write failed (exit 3, naming ``path``); ``path`` is unchanged."""
     text = lock_text(lock)
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return False
+    with outputs.guarded(path):
+        if path.is_file() and path.read_bytes() == text.encode("utf-8"):
+            return False
     outputs.write_text(path, text)
     return True
 

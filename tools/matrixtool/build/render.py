@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -403,30 +404,41 @@ def _preflight_write(files: list[RenderedFile], root: Path) -> None:
         raise ConfigError(str(root / "images"), problems)
 
 
-def write(files: list[RenderedFile], root: Path = REPO_ROOT) -> list[Path]:
+def write(
+    files: list[RenderedFile], root: Path = REPO_ROOT, *, together: Mapping[Path, str] | None = None
+) -> list[Path]:
     """Write ``files`` under ``root``, all or nothing as far as a file system allows: every obstacle is found
-    first, then each changed file is replaced atomically; stale files and folders of removed variants go.
+    first, then the changed files are replaced as one set (``outputs.write_set``); stale files and folders of removed
+    variants go.
     Returns the changed paths (relative to ``root``).
 
-    Raises ConfigError: an obstacle found before anything was written; OutputError: a write failed (exit 3; the file it
-    was writing keeps its old content)."""
+    ``together``: other files (path: text) written in the same set, replaced only with the changed ones (``update``'s
+    edited matrix); not in the returned paths.
+
+    Raises ConfigError: an obstacle found before anything was written; OutputError: a write failed (exit 3; every file
+    keeps its old content)."""
     _preflight_write(files, root)
-    changed: list[Path] = []
     wanted = {root / f.path for f in files}
+    differing = {}
     for f in files:
         target = root / f.path
-        outputs.make_dirs(target.parent)
-        if not target.exists() or target.read_text(encoding="utf-8") != f.text:
-            outputs.write_text(target, f.text)
-            changed.append(f.path)
+        with outputs.guarded(target):
+            if not target.exists() or target.read_bytes() != f.text.encode("utf-8"):
+                differing[target] = f.text
+    outputs.write_set({**differing, **(together or {})})  # every changed file, or none of them
+    changed: list[Path] = [target.relative_to(root) for target in differing]
+    # Another run's files in flight (``outputs.is_staging``) are its own to rename or remove.
     for directory in sorted(variant_dirs(files, root)):
         for extra in sorted(directory.iterdir()):
-            if extra.is_file() and extra not in wanted:
-                extra.unlink()
+            if extra.is_file() and extra not in wanted and not outputs.is_staging(extra):
+                with outputs.guarded(extra):
+                    extra.unlink()
                 changed.append(extra.relative_to(root))
     for folder in extra_variant_dirs(files, root):
         for extra in sorted(folder.iterdir()):
-            extra.unlink()
+            with outputs.guarded(extra):
+                extra.unlink()
             changed.append(extra.relative_to(root))
-        folder.rmdir()
+        with outputs.guarded(folder):
+            folder.rmdir()
     return changed

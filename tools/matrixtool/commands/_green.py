@@ -12,6 +12,7 @@ import docker
 
 from matrixtool import report
 from matrixtool.core import engine, outputs
+from matrixtool.core.errors import MatrixError
 from matrixtool.core.untrusted import shown
 from matrixtool.supply import imagediff
 
@@ -67,7 +68,9 @@ def write_variant_reports(
 ) -> list[Path]:
     """Each variant's checks as ``<variant>.json``, and as ``<variant>.green.json`` too when every one passed or was
     skipped and each image tested is the variant's own (``own_image_problem``); the green one is kept until the next
-    green run, whatever red runs come between. Raises OSError: a report cannot be written."""
+    green run, whatever red runs come between. Each variant's files are written as one set (``outputs.write_set``): a
+    failed write leaves both as they were. Raises OutputError: a report cannot be
+    written."""
     written = []
     for variant in dict.fromkeys(c.variant for c in result.checks):
         checks = [c for c in result.checks if c.variant == variant]
@@ -85,9 +88,7 @@ def write_variant_reports(
                     notice(f"{green.name} not updated: {shown(image)} is no image of {variant} ({why})")
             else:
                 paths.append(green)
-        for path in paths:
-            outputs.write_text(path, text)
-            written.append(path)
+        written += outputs.write_set(dict.fromkeys(paths, text))
     return written
 
 
@@ -130,5 +131,5 @@ def report_last_green(result: report.RunReport, reports: Path, env: Mapping[str,
         write_variant_reports(
             result, reports, labels=engine_labels(), notice=lambda line: click.echo(f"note: {line}", err=True)
         )
-    except OSError as exc:
+    except (OSError, MatrixError) as exc:  # outputs' OutputError: a report cannot be written
         click.echo(f"warning: per-variant reports not written under {reports} ({exc})", err=True)

@@ -110,12 +110,18 @@ def finish(
     the variants' ``RunReport.error_codes`` and of a failed check (``errors.most_severe``); SmokeFailure: a check failed
     or timed out (exit 7)."""
     junit_path = flags.junit or out_dir / "reports" / "junit.xml"
+    files: dict[Path, str | bytes] = {}
     if result.checks or result.errors:
-        report.write_junit(result, junit_path)
+        files[junit_path] = report.junit_bytes(result)
+    if flags.json_file is not None:
+        files[flags.json_file] = report.to_json_text(result)
+    # The reports of one run as one set (both or neither); a FIFO or a device (/dev/stdout) is written in place, after.
+    in_place = {path: data for path, data in files.items() if path.exists() and not (path.is_file() or path.is_dir())}
+    outputs.write_set({path: data for path, data in files.items() if path not in in_place})
+    for path, data in in_place.items():
+        outputs.write_bytes(path, data.encode("utf-8") if isinstance(data, str) else data)
     for line in report.publish_to_github(result, env):
         click.echo(line, err=True)
-    if flags.json_file is not None:
-        outputs.write_text(flags.json_file, report.to_json_text(result))
     click.echo(report.to_json_text(result) if flags.as_json else "\n" + report.table(result))
     if result.checks or result.errors:
         click.echo(f"JUnit report: {junit_path}", err=True)

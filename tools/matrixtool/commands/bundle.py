@@ -4,7 +4,6 @@ of the image."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,10 +51,9 @@ def run(args: Args) -> Path:
     """Raises OutputError: the file cannot be written (exit 3; nothing is left half-written)."""
     facts = bundle.facts(args.variant, args.selection.checks_of(args.variant), args.selection.suite)
     data = bundle.bundle_bytes(facts)
-    with outputs.replacing(args.path) as tmp:
+    # Executable (`./vllm-smoke-VARIANT.pyz` runs it too, its shebang: python3) before it replaces the old one.
+    with outputs.replacing(args.path, mode=0o755) as tmp:
         tmp.write_bytes(data)
-    with outputs.guarded(args.path):
-        os.chmod(args.path, 0o755)  # `./vllm-smoke-VARIANT.pyz` runs it too (its shebang: python3)
     return args.path
 
 

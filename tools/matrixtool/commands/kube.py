@@ -71,8 +71,9 @@ def run(args: Args) -> list[Written]:
     """Profiles named ``restricted`` are also validated against PSS restricted; for OpenShift every profile is
     judged against the restricted-v2 SCC (a refusal is reported, not raised: another SCC may be granted).
 
-    Raises ConfigError: an unknown profile or an unreadable report (exit 3); InvalidManifest: a written manifest is
-    invalid (a bug of this tool)."""
+    Raises ConfigError: an unknown profile, an unreadable report or one whose serve figures are no time to ready
+    (exit 3); OutputError: a target is no regular file (a folder, a FIFO) or a write failed (exit 3; no manifest was
+    replaced); InvalidManifest: a written manifest is invalid (a bug of this tool)."""
     ready, warm = kube.report_times(args.report)
     written, texts = [], []
     for variant in args.variants:
@@ -133,10 +134,9 @@ def run(args: Args) -> list[Written]:
                     scc=scc,
                 )
             )
-    # Written only once every manifest is made and valid: a bad profile or manifest leaves no folder or file.
-    outputs.make_dirs(args.out)
-    for path, text in texts:
-        outputs.write_text(path, text)
+    # Written only once every manifest is made and valid (a bad profile or manifest leaves no folder or file), as one
+    # set: a target that is a folder or a FIFO refuses the whole set before any file is replaced.
+    outputs.write_set(dict(texts))
     return written
 
 

@@ -15,6 +15,7 @@ from matrixtool.core import engine, jsontext
 from matrixtool.core.errors import ConfigError
 from matrixtool.core.untrusted import check_shape, shown
 from matrixtool.model import reference
+from matrixtool.model.inputs import _folder_problem
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.select import select_variants
 from matrixtool.model.yamlfile import read_config_text
@@ -81,9 +82,18 @@ def variant_of(doc: Mapping[str, Any]) -> str | None:
 
 
 def run(args: Args) -> Report:
-    """Raises ConfigError (flags, files), NothingSelectedError (``--as``), SbomError (exit 16),
-    EngineUnreachableError."""
+    """Raises ConfigError (flags, files, an ``-o`` that cannot be written), NothingSelectedError (``--as``), SbomError
+    (exit 16), EngineUnreachableError."""
     reference.check_flags(image=args.image)
+    if args.output is not None:
+        # Checked before the image is read (minutes): a device or FIFO (-o /dev/null) is written in place.
+        problem = (
+            f"-o: {args.output} is a folder; give a file path"
+            if args.output.is_dir()
+            else _folder_problem("-o", args.output.parent, must_exist=False)
+        )
+        if problem:
+            raise ConfigError("output paths", [problem])
     published = read_document(args.compare, what="--compare FILE") if args.compare is not None else None
     variant = args.variant or (variant_of(published) if published is not None else None)
     if variant is None:

@@ -43,16 +43,23 @@ class SizeReport:
 
 def run(args: Args, matrix_path: Path | None = None) -> SizeReport:
     """Inspect ``args.image`` and run the facts program in it once (container removed in every case). The budget
-    is that of the variant its ``io.vllm-matrix.variant`` label names, from the matrix file at ``matrix_path``.
+    is that of the variant its ``io.vllm-matrix.variant`` label names, from the matrix file at ``matrix_path``. The
+    matrix file is read before any container starts: when it exists, before the engine is asked; when it does not,
+    only if the image's label names a variant.
 
-    Raises EngineUnreachableError: no engine answers; NotBuiltError: the image is not on the engine; SmokeFailure:
-    the facts program could not start (no python3) or failed; ConfigError: the matrix file is invalid."""
+    Raises ConfigError: the matrix file is invalid, or absent while the image names a variant (exit 3, no container
+    started); EngineUnreachableError: no engine answers; NotBuiltError: the image is not on the engine; SmokeFailure:
+    the facts program could not start (no python3) or failed."""
+    exists = matrix_path is not None and (matrix_path.exists() or matrix_path.is_symlink())
+    matrix = load_matrix(matrix_path) if matrix_path is not None and exists else None
     client = engine.connect()
+    labels = (imagediff.get_image(client, args.image).attrs.get("Config") or {}).get("Labels") or {}
+    variant_name = labels.get(VARIANT_LABEL) if isinstance(labels, dict) else None
+    if variant_name and matrix is None and matrix_path is not None:
+        matrix = load_matrix(matrix_path)  # absent: ConfigError naming it
     facts = imagediff.read_facts(client, args.image, env=args.env)
     budget = None
-    variant_name = facts.labels.get(VARIANT_LABEL)
-    if variant_name and matrix_path is not None:
-        matrix = load_matrix(matrix_path)
+    if variant_name and matrix is not None:
         variant = next((v for v in matrix.variants if v.name == variant_name), None)
         if variant is not None and variant.size_budget is not None:
             budget = (variant.size_budget, variant.size_budget_text or str(variant.size_budget))

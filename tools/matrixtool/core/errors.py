@@ -187,9 +187,10 @@ MEANING: dict[ExitCode, tuple[str, str]] = {
         "or non-string key, an alias bomb, breaks the schema or a value rule; a template error; `images/` cannot "
         "be written; a flag: a reference (`--image`, `--registry`, `--repository`), `--only`/`--skip`, `--suite`, "
         "`--out`/`--junit`/`--json-file`, the wheelhouse or CA bundle, a key flag (`--sign-key`, `--smoke-report`, "
-        "`--verify-key`); a push record that is not what `push` wrote; an output (report, log, bake file or "
-        "context, manifest) that cannot be written: full disk (`ENOSPC`), file-size limit (`EFBIG`), no permission "
-        "(`EACCES`): the message names the file, nothing is left half written",
+        "`--verify-key`); a push record that is not what `push` wrote; a `kube --from-report` report whose serve "
+        "figures (`ready_s`, `warm`) are no time to ready; an output (report, log, bake file or context, manifest) "
+        "that cannot be written: full disk (`ENOSPC`), file-size limit (`EFBIG`), no permission (`EACCES`), a "
+        "folder, FIFO or device where a file of a set goes: the message names the file, nothing is left half written",
     ),
     ExitCode.NOTHING_SELECTED: (
         "nothing selected",
@@ -265,10 +266,14 @@ MEANING: dict[ExitCode, tuple[str, str]] = {
         "command); without `--no-wait` a command that writes there (`build`, `bake`, `run`, `test`, `push`, `kube`) "
         "waits for it",
     ),
-    ExitCode.INTERRUPTED: ("interrupted", "SIGINT (Ctrl-C): running builds are ended, smoke containers removed"),
+    ExitCode.INTERRUPTED: (
+        "interrupted",
+        "SIGINT (Ctrl-C): running builds are ended, smoke containers removed; during start-up (before a command "
+        "runs) one line, nothing to clean up",
+    ),
     ExitCode.TERMINATED: (
         "terminated",
-        "SIGTERM (CI cancellation, `timeout`, Kubernetes): the same cleanup as for SIGINT",
+        "SIGTERM (CI cancellation, `timeout`, Kubernetes): the same as for SIGINT",
     ),
 }
 

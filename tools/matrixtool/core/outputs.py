@@ -3,15 +3,25 @@ failed write as one error naming the file and the cause (exit 3, ``errors.Output
 
 A file is written to a temporary file beside it, flushed, then ``os.replace``d over it: a reader (or the next
 run) sees the old file or the new one, never a truncated one; a failed write leaves no temporary file.
+
+A set of files that belong together (a command's manifests, a variant's reports) is written by ``write_set``: every
+target is checked first (a folder, FIFO or device where a file goes is refused, nothing written), every
+file is staged beside its target, and only once all are staged are they renamed in, under an ``flock`` of each folder
+(two runs writing sets side by side commit one after the other); a rename that fails puts the files already renamed
+back.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+import secrets
+import shutil
+import stat
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from matrixtool.core.errors import OutputError
@@ -52,7 +62,7 @@ def make_dirs(path: Path) -> None:
 
 
 @contextmanager
-def replacing(path: Path) -> Iterator[Path]:
+def replacing(path: Path, *, mode: int = 0o644) -> Iterator[Path]:
     """A temporary path beside ``path`` for the block to write; on success it replaces ``path`` (``os.replace``), on any
     failure it is removed and ``path`` keeps its old content (or stays absent). For a regular file only (``write_text``
     says what happens to others). Raises OutputError: the folder cannot be made, or the block or the replace failed with
@@ -65,7 +75,7 @@ def replacing(path: Path) -> Iterator[Path]:
     try:
         with guarded(path):
             yield tmp
-            os.chmod(tmp, 0o644)
+            os.chmod(tmp, mode)
             os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -97,3 +107,163 @@ def write_bytes(path: Path, data: bytes) -> Path:
         out.flush()
         os.fsync(out.fileno())
     return path
+
+
+def is_staging(path: Path) -> bool:
+    """Whether ``path`` is a file ``replacing`` or ``write_set`` stages or backs up beside a target (``.NAME.*.tmp``,
+    ``.NAME.*.old``): a writer running now may still rename it."""
+    return path.name.startswith(".") and path.name.endswith((".tmp", ".old"))
+
+
+def _kind(mode: int) -> str:
+    """What a file of ``mode`` (``st_mode``) is, in words."""
+    kinds = (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "no regular file")
+
+
+def target_problem(path: Path) -> str | None:
+    """Why a file cannot be written (and replaced) at ``path``, or None: it is absent, a regular file or a symbolic link
+    to one (or to nothing), in a folder (or where one can be made). Checked without opening anything (a FIFO is never
+    waited on)."""
+    try:
+        info: os.stat_result | None = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        info = None  # a parent that is a file is named below
+    except OSError as exc:
+        return f"{path} cannot be looked at ({exc.strerror or exc})"
+    if info is not None and stat.S_ISLNK(info.st_mode):
+        # Replaced by the new file, as ``write_text`` replaces it; what it points to stays as it is.
+        try:
+            info = os.stat(path)
+        except OSError:
+            info = None  # dangling, or a loop
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            return f"{path} is a symbolic link to {_kind(info.st_mode)}, not to a regular file"
+    elif info is not None and not stat.S_ISREG(info.st_mode):
+        return f"{path} is {_kind(info.st_mode)}, not a regular file"
+    for parent in path.parents:
+        if os.path.lexists(parent):
+            if not parent.is_dir():
+                return f"{parent} is {_kind(os.lstat(parent).st_mode)}, not a folder"
+            break
+    return None
+
+
+def check_targets(paths: list[Path]) -> None:
+    """Raises OutputError: a target is no regular file (a folder, FIFO, device, or a symbolic link to one) or sits
+    under a file (exit 3), every such target named once."""
+    problems = {problem: path for path in paths if (problem := target_problem(path)) is not None}
+    if problems:
+        raise OutputError(
+            f"{'; '.join(problems)}: move it away or write elsewhere (--out); nothing was written",
+            path=str(next(iter(problems.values()))),
+        )
+
+
+@contextmanager
+def _folders_locked(folders: list[Path]) -> Iterator[None]:
+    """An exclusive ``flock`` on each of ``folders`` (sorted, so two holders never wait on each other). A file system
+    that cannot lock a folder (NFS emulates ``flock`` by byte-range locks, which a folder cannot hold) leaves that
+    folder unlocked: each file is still replaced whole."""
+    fds = []
+    try:
+        for folder in sorted(set(folders)):
+            with guarded(folder):
+                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+            fds.append(fd)
+            with suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)  # releases the flock
+
+
+def _stage(path: Path, data: bytes, mode: int) -> Path:
+    """``data`` in a new temporary file beside ``path`` (synced, ``mode``); removed again when writing it fails."""
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(name, mode)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    return Path(name)
+
+
+def write_set(files: Mapping[Path, str | bytes], *, mode: int = 0o644) -> list[Path]:
+    """Write every file of ``files`` (text as UTF-8) or none: the targets are checked (``check_targets``), each file
+    is staged beside its target, and only once all are staged they replace their targets (``os.replace``) with the
+    folders locked; a failed rename (or a signal) puts back what was renamed before it. Returns the paths, in order.
+
+    Raises OutputError: a target is no regular file, a folder cannot be made, or a write or rename failed (exit 3,
+    naming the file); every target then keeps its old content (or stays absent)."""
+    paths = list(files)
+    check_targets(paths)
+    for folder in dict.fromkeys(p.parent for p in paths):
+        make_dirs(folder)
+    staged: dict[Path, Path] = {}
+    backups: dict[Path, Path | None] = {}
+    try:
+        for path in paths:
+            data = files[path]
+            with guarded(path):
+                staged[path] = _stage(path, data.encode("utf-8") if isinstance(data, str) else data, mode)
+        with _folders_locked([p.parent for p in paths]):
+            check_targets(paths)  # another process may have put something there since
+            try:
+                for path in paths:
+                    with guarded(path):
+                        backups[path] = _backup(path)
+                        os.replace(staged[path], path)
+                        del staged[path]
+            except BaseException:
+                _restore(backups)  # still locked: no other set was renamed in meanwhile
+                raise
+        return paths
+    finally:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
+        for backup in backups.values():
+            if backup is not None:
+                backup.unlink(missing_ok=True)
+
+
+def _backup(path: Path) -> Path | None:
+    """A hard link to the file at ``path`` beside it (None: there is none), so ``_restore`` can put it back."""
+    if not os.path.lexists(path):
+        return None
+    backup = path.with_name(f".{path.name}.{secrets.token_hex(6)}.old")
+    try:
+        os.link(path, backup, follow_symlinks=False)
+    except OSError:  # a file system without hard links
+        try:
+            shutil.copy2(path, backup, follow_symlinks=False)
+        except BaseException:
+            backup.unlink(missing_ok=True)
+            raise
+    return backup
+
+
+def _restore(backups: Mapping[Path, Path | None]) -> None:
+    """Put back each replaced file from its backup; remove a file that was absent before. Best effort: it runs while
+    another error is raised."""
+    for path, backup in backups.items():
+        try:
+            if backup is None:
+                path.unlink(missing_ok=True)
+            else:
+                os.replace(backup, path)
+        except OSError:
+            pass

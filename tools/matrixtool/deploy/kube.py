@@ -235,17 +235,39 @@ def serving_for(
     )
 
 
+def _seconds(check: Mapping[str, Any], key: str, value: object) -> float:
+    """``value`` (the ``key`` of ``check``'s facts) as a time to ready in seconds.
+
+    Raises ValueError, naming the check, the key and the value: it is not a finite number of seconds in (0,
+    ``MAX_READY_S``] (a string, JSON true, NaN, infinity, 1e308, a 400-digit integer)."""
+    where = f"serve of {check['variant']}/{check['profile']}: {key}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):  # JSON true is no time
+        raise ValueError(f"{where} {value!r} is not a number of seconds")
+    seconds = float(value) if abs(value) <= MAX_READY_S else math.inf  # a 400-digit int overflows float()
+    if not 0 < seconds <= MAX_READY_S:  # False for NaN too
+        raise ValueError(f"{where} {value!r} is not a time to ready (seconds, above 0, at most {MAX_READY_S})")
+    return seconds
+
+
 def warm_times(report: Mapping[str, Any]) -> dict[tuple[str, str], float]:
-    """Seconds to ready of the warm start per (variant, profile) (facts ``warm.ready_s`` of the ``serve`` results of
-    a report ``ready_times`` accepted); a value that is no time to ready is left out (it only annotates)."""
+    """Seconds to ready of the warm start per (variant, profile): facts ``warm.ready_s`` of the ``serve`` results of a
+    report ``ready_times`` accepted. No ``warm``, a skipped one (no ``ready_s``) or one that never got ready
+    (``ready_s`` null) gives no figure.
+
+    Raises ValueError for a ``warm`` that is no object, or a ``warm.ready_s`` that is no time to ready (as
+    ``ready_times``)."""
     times = {}
     for c in report["checks"]:
         facts = c.get("facts") or {}
-        warm = facts.get("warm") if isinstance(facts, Mapping) else None
-        value = warm.get("ready_s") if isinstance(warm, Mapping) else None
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if c["check"] == "serve" and number and 0 < value <= MAX_READY_S:  # type: ignore[operator]
-            times[(c["variant"], c["profile"])] = float(value)  # type: ignore[arg-type]
+        if c["check"] != "serve" or not isinstance(facts, Mapping) or facts.get("warm") is None:
+            continue
+        warm = facts["warm"]
+        if not isinstance(warm, Mapping):
+            raise ValueError(
+                f"serve of {c['variant']}/{c['profile']}: warm {warm!r} is not an object (the warm start's facts)"
+            )
+        if warm.get("ready_s") is not None:
+            times[(c["variant"], c["profile"])] = _seconds(c, "warm.ready_s", warm["ready_s"])
     return times
 
 
@@ -260,16 +282,7 @@ def ready_times(report: Mapping[str, Any]) -> dict[tuple[str, str], float]:
         facts = c.get("facts") or {}
         if c["check"] != "serve" or not isinstance(facts, Mapping) or facts.get("ready_s") is None:
             continue
-        value = facts["ready_s"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)):  # JSON true is no time
-            raise ValueError(f"serve of {c['variant']}/{c['profile']}: ready_s {value!r} is not a number of seconds")
-        seconds = float(value) if abs(value) <= MAX_READY_S else math.inf  # a 400-digit int overflows float()
-        if not 0 < seconds <= MAX_READY_S:  # False for NaN too
-            raise ValueError(
-                f"serve of {c['variant']}/{c['profile']}: ready_s {c['facts']['ready_s']!r} is not a time to ready "
-                f"(seconds, above 0, at most {MAX_READY_S})"
-            )
-        times[(c["variant"], c["profile"])] = seconds
+        times[(c["variant"], c["profile"])] = _seconds(c, "ready_s", facts["ready_s"])
     return times
 
 
@@ -284,7 +297,8 @@ def report_times(report: Path | None) -> tuple[dict[tuple[str, str], float], dic
 
     Raises:
         ConfigError: the report is unreadable, not a regular file (a FIFO is never waited on), over
-            ``MAX_REPORT_BYTES`` or not a ``run``/``test`` ``--json-file`` document (``READ_BACK_SCHEMA``; exit 3).
+            ``MAX_REPORT_BYTES``, not a ``run``/``test`` ``--json-file`` document (``READ_BACK_SCHEMA``), or a serve
+            result's ``ready_s`` or ``warm`` is no time to ready (exit 3, naming the key and value).
     """
     if report is None:
         return {}, {}

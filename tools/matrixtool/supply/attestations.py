@@ -45,8 +45,9 @@ def write_build_reports(
     revision: str,
     source: str,
 ) -> list[Path]:
-    """The SBOM and provenance of each built image (a plan's ``hash_ref``); the paths written. An image whose
-    SBOM cannot be derived gets a warning, not a failure: the run's own result stands."""
+    """The SBOM and provenance of each built image (a plan's ``hash_ref``), each image's pair written as one set; the
+    paths written. An image whose SBOM cannot be derived gets a warning, not a failure: the run's own result stands.
+    Raises OutputError: a report cannot be written (exit 3; that image's pair is unchanged)."""
     by_ref = {p.hash_ref: p for p in plans}
     written: list[Path] = []
     builder = _builder_versions(client) if results else {}
@@ -54,7 +55,13 @@ def write_build_reports(
         the_plan = by_ref.get(result.image)
         if the_plan is None:
             continue
-        written += write_sbom_report(client, result.image, result.variant, out_dir=out_dir)
+        files: dict[Path, str | bytes] = {}
+        try:
+            files[cyclonedx.report_path(out_dir, result.variant)] = cyclonedx.report_text(
+                client, result.image, result.variant
+            )
+        except sbom.SbomError as exc:
+            _warn(f"no SBOM for {result.image}: {exc}")
         try:
             base_id = None if the_plan.base_digest else str(client.images.get(the_plan.base_ref).id)
         except docker.errors.ImageNotFound:
@@ -75,7 +82,8 @@ def write_build_reports(
             started=finished - datetime.timedelta(seconds=result.seconds) if finished else None,
             finished=finished,
         )
-        written.append(cyclonedx.write(provenance.to_json(doc), provenance.report_path(out_dir, result.variant)))
+        files[provenance.report_path(out_dir, result.variant)] = provenance.to_json(doc)
+        written += outputs.write_set(files)  # the image's SBOM and provenance: both or neither
     return written
 
 

@@ -177,7 +177,12 @@ def report_path(out_dir: Path, variant: str) -> Path:
     return out_dir / "reports" / f"sbom-{variant}.cdx.json"
 
 
+def report_text(client: docker.DockerClient, ref: str, variant: str) -> str:
+    """The SBOM of ``ref`` as CycloneDX JSON. Raises SbomError: the inventory could not be read (``read_inventory``)."""
+    return to_json(to_bom(read_inventory(client, ref), variant=variant))
+
+
 def write_report(client: docker.DockerClient, ref: str, variant: str, *, out_dir: Path) -> Path:
-    """Returns the path. Raises SbomError: the inventory could not be read (``read_inventory``)."""
-    bom = to_bom(read_inventory(client, ref), variant=variant)
-    return write(to_json(bom), report_path(out_dir, variant))
+    """``report_text`` to ``report_path``; returns the path. Raises SbomError: the inventory could not be read
+    (``read_inventory``); OutputError: it cannot be written (exit 3)."""
+    return write(report_text(client, ref, variant), report_path(out_dir, variant))

@@ -53,21 +53,16 @@ def render_text(text: str, source: Path) -> list[render.RenderedFile]:
 
 
 def write_all(matrix_path: Path, text: str, files: list[render.RenderedFile]) -> list[Path]:
-    """Write the edited ``matrix.yaml`` and ``images/`` in one step that fails before changing either: the new
-    matrix is staged beside the old one first (``outputs.replacing``), ``render.write`` checks every obstacle
-    before it writes, and the staged matrix replaces the old one last, keeping its mode. Returns the changed
-    paths of ``images/`` (relative to the matrix's folder).
+    """Write the edited ``matrix.yaml`` and ``images/`` in one step that fails before changing either: ``render.write``
+    checks every obstacle before it writes, then replaces the changed files of ``images/`` and the matrix as one set
+    (``outputs.write_set``), and the matrix keeps its mode. Returns the changed paths of ``images/`` (relative to the
+    matrix's folder).
 
     Raises ConfigError: ``render.write`` found an obstacle; nothing was written; OutputError: a write failed (exit 3),
-    naming the file; the matrix is unchanged unless its own replace succeeded."""
+    naming the file; the matrix and ``images/`` are unchanged."""
     with outputs.guarded(matrix_path):
         mode = matrix_path.stat().st_mode & 0o7777
-    with outputs.replacing(matrix_path) as staged:
-        with open(staged, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        changed = render.write(files, matrix_path.parent)
+    changed = render.write(files, matrix_path.parent, together={matrix_path: text})
     with outputs.guarded(matrix_path):
         os.chmod(matrix_path, mode)
     return changed
