@@ -7,11 +7,12 @@
 # of HEAD (committed work only) runs `make run` in it. Prints the wall seconds and the slowest steps; writes
 # build/bench/fresh.log (each line with the second it came at) and build/bench/fresh.json.
 #
-# The nested engine needs almost every capability. Not `--privileged`: where this machine itself runs without
-# CAP_SYS_RESOURCE (these machines do), the engine cannot grant it and refuses the container ("unable to apply
-# caps"); every other capability, seccomp and the masked /proc paths unconfined, the host's cgroup tree writable
-# (cgroup v1 here) are enough for dockerd, BuildKit and the smoke's containers. Everything it made (container, volume,
-# clone) is removed on the way out, Ctrl-C and SIGTERM included.
+# The nested engine needs almost every capability: every one but CAP_SYS_RESOURCE (these machines run without it,
+# so the engine cannot grant it and refuses `--privileged` with "unable to apply caps"), seccomp and the masked
+# /proc paths unconfined, the host's cgroup tree writable (cgroup v1 here). That is as much power over this machine
+# as `--privileged` gives: run it only where you are root anyway (the CI machine). Everything it made (container,
+# volume, clone) is removed on the way out, Ctrl-C and SIGTERM included; the nested engine removes its own
+# containers' cgroups when `make run` ends (a run killed in the middle may leave empty ones under docker/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -50,9 +51,14 @@ for f in /etc/apt/apt.conf.d/99*; do [ -f "$f" ] && docker cp "$f" "$name:/etc/a
 docker exec "$name" mkdir -p /usr/local/share/ca-certificates
 for f in /usr/local/share/ca-certificates/*.crt; do [ -f "$f" ] && docker cp "$f" "$name:/usr/local/share/ca-certificates/"; done
 printf 'bench-fresh: the machine'"'"'s baseline (python3, make, git; not timed)\n'
-docker exec "$name" bash -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq
-  --no-install-recommends python3 make git ca-certificates >/dev/null 2>&1 && update-ca-certificates >/dev/null 2>&1
-  && git clone -q /src /repo'
+baseline='apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends'
+baseline+=' python3 make git ca-certificates && update-ca-certificates && git clone -q /src /repo'
+if ! docker exec "$name" bash -c "$baseline" \
+  >"$scratch/baseline.log" 2>&1; then
+  tail -20 "$scratch/baseline.log" >&2
+  printf 'bench-fresh: the baseline install failed in %s (above); nothing was timed\n' "$base" >&2
+  exit 1
+fi
 
 printf 'bench-fresh: make run (log: %s)\n' "$out/fresh.log"
 start=$SECONDS
