@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import junitparser
@@ -149,3 +151,30 @@ def test_a_runs_reports_are_written_as_one_set(tmp_path: Path) -> None:
     with pytest.raises(SmokeFailure):  # the report's failed check: both written first
         _shared.finish(_report(), flags, out_dir=tmp_path, env={})
     assert json.loads(json_file.read_text())["checks"] and junitparser.JUnitXml.fromfile(str(junit))
+
+
+def test_a_run_report_to_a_fifo_is_written_in_place_after_the_set(tmp_path: Path) -> None:
+    """--json-file (or --junit) naming a FIFO or a device (/dev/stdout) is a stream, not a file of the set: written in
+    place once the set is in (a FIFO waits for its reader, as any writer to it does), never refused as exit 3."""
+    import threading
+
+    from matrixtool.commands import _shared
+
+    fifo, junit = tmp_path / "run.fifo", tmp_path / "junit.xml"
+    os.mkfifo(fifo)
+    read: list[bytes] = []
+
+    def reader() -> None:
+        with open(fifo, "rb") as stream:
+            read.append(stream.read())
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    with pytest.raises(SmokeFailure):
+        _shared.finish(_report(), _shared.ReportFlags(json_file=fifo, junit=junit), out_dir=tmp_path, env={})
+    thread.join(60)
+    assert not thread.is_alive() and json.loads(read[0])["checks"]
+    assert junitparser.JUnitXml.fromfile(str(junit)) and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    with pytest.raises(SmokeFailure):
+        _shared.finish(_report(), _shared.ReportFlags(json_file=Path("/dev/null")), out_dir=tmp_path, env={})
+    assert Path("/dev/null").is_char_device()

@@ -94,6 +94,20 @@ def test_extra_file_in_a_variant_dir_is_drift(tmp_path: Path) -> None:
     assert stale == [Path("images/cpu/notes.txt")]
 
 
+def test_render_removes_what_a_killed_render_staged(tmp_path: Path) -> None:
+    """A staged or backed-up file a hard-killed run left is drift (``render --check``) and `render` removes it, as
+    the check's advice says."""
+    matrix_path = _copy_project(tmp_path)
+    left = [tmp_path / "images" / "cpu" / ".Dockerfile.a1b2c3.tmp", tmp_path / "images" / "cpu" / ".Dockerfile.x.old"]
+    for path in left:
+        path.write_text("partial")
+    stale = drift.drift(render.render_matrix(load_matrix(matrix_path)), tmp_path)
+    assert stale == sorted(p.relative_to(tmp_path) for p in left)
+    changed = render.write(render.render_matrix(load_matrix(matrix_path)), tmp_path)
+    assert changed == sorted(p.relative_to(tmp_path) for p in left) and not any(p.exists() for p in left)
+    assert drift.drift(render.render_matrix(load_matrix(matrix_path)), tmp_path) == []
+
+
 @pytest.mark.subprocess
 def test_generated_dockerfiles_are_hadolint_clean() -> None:
     hadolint = shutil.which("hadolint") or str(Path(__file__).parents[3] / ".venv" / "bin" / "hadolint")

@@ -4,9 +4,11 @@ not at all."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+import shutil
+import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -109,30 +111,172 @@ def test_a_failed_rename_puts_back_the_files_renamed_before_it(tmp_path: Path, m
     assert _leftovers(tmp_path) == []
 
 
-def test_a_set_waits_for_another_writer_of_its_folder(tmp_path: Path) -> None:
-    """Two sets into one folder commit one after the other (an flock of the folder): while another holds it, this
-    one is staged but renames nothing."""
+def test_a_set_waits_for_another_writer_of_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two sets into one folder commit one after the other (an flock of the folder): while another holds it, the
+    writer's own attempt at the lock is refused (tried without waiting first), and it has staged and renamed
+    nothing."""
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
     outputs.write_set({a: "1\n", b: "1\n"})
     errors: list[BaseException] = []
+    tried = threading.Event()
+    refused: list[bool] = []
+    real_flock = fcntl.flock
+
+    def flock(fd: int, operation: int) -> None:
+        if threading.current_thread() is writer and not tried.is_set():
+            try:
+                real_flock(fd, operation | fcntl.LOCK_NB)
+            except BlockingIOError:
+                refused.append(True)
+            else:
+                real_flock(fd, fcntl.LOCK_UN)
+                refused.append(False)
+            tried.set()
+        real_flock(fd, operation)
 
     def write() -> None:
         try:
             outputs.write_set({a: "2\n", b: "2\n"})
         except BaseException as exc:
             errors.append(exc)
+        finally:
+            tried.set()
 
-    with outputs._folders_locked([tmp_path]):
-        writer = threading.Thread(target=write)
+    monkeypatch.setattr(fcntl, "flock", flock)
+    writer = threading.Thread(target=write, daemon=True)
+    with outputs.folders_locked([tmp_path]):
         writer.start()
-        deadline = time.monotonic() + 60
-        while len(_leftovers(tmp_path)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(_leftovers(tmp_path)) == 2, "the writer never staged its files"
-        assert a.read_text() == b.read_text() == "1\n"  # staged, waiting for the lock
+        assert tried.wait(60), "the writer never asked for the lock"
+        assert refused == [True], "the writer's set was not held back by the other holder's lock"
+        assert a.read_text() == b.read_text() == "1\n" and _leftovers(tmp_path) == []
     writer.join(60)
     assert not writer.is_alive() and errors == []
     assert a.read_text() == b.read_text() == "2\n" and _leftovers(tmp_path) == []
+
+
+def _write_set_in_thread(files: dict[Path, str | bytes | None]) -> None:
+    """``write_set(files)`` in a thread that must end within 60 s (a lock waiting on itself never does)."""
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            outputs.write_set(files)
+        except BaseException as exc:
+            errors.append(exc)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    writer.join(60)
+    assert not writer.is_alive(), "write_set waits on its own lock of one folder spelled twice"
+    assert errors == []
+
+
+def test_one_folder_spelled_several_ways_is_locked_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Relative, absolute and through a symbolic link: one folder, one lock (a second one would wait forever on the
+    first, in the same process)."""
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    (tmp_path / "link").symlink_to(folder)
+    monkeypatch.chdir(tmp_path)
+    files: dict[Path, str | bytes | None] = {
+        folder / "junit.xml": "<a/>\n",
+        Path("reports") / "x.json": "{}\n",
+        tmp_path / "link" / "y.json": "[]\n",
+    }
+    _write_set_in_thread(files)
+    assert (folder / "junit.xml").read_text() == "<a/>\n" and (folder / "x.json").read_text() == "{}\n"
+    assert (folder / "y.json").read_text() == "[]\n" and _leftovers(folder) == []
+
+
+def test_folders_are_locked_in_one_order_however_spelled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two holders naming the same two folders by different spellings lock them in the same order (else each could
+    hold one and wait for the other)."""
+    first, second = tmp_path / "b", tmp_path / "a"
+    first.mkdir()
+    second.mkdir()
+    (tmp_path / "z").symlink_to(first)
+    monkeypatch.chdir(tmp_path)
+    order: list[int] = []
+    real_flock = fcntl.flock
+
+    def flock(fd: int, operation: int) -> None:
+        order.append(os.fstat(fd).st_ino)
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    with outputs.folders_locked([tmp_path / "a", tmp_path / "z"]):
+        pass
+    one, order[:] = list(order), []
+    with outputs.folders_locked([tmp_path / "b", Path("a")]):
+        pass
+    assert one == order and len(order) == 2
+
+
+@pytest.mark.subprocess
+def test_a_folder_that_cannot_be_read_is_written_unlocked() -> None:
+    """A folder of mode 0333 (writable, not readable) cannot be opened for its lock: the set is written unlocked,
+    as ``write_text`` writes there. Run as user 65534 in a child process (mode bits do not stop root)."""
+    base = Path(tempfile.mkdtemp())
+    try:
+        os.chmod(base, 0o711)
+        folder = base / "drop"
+        folder.mkdir(mode=0o333)
+        os.chmod(folder, 0o333)
+        if os.geteuid() == 0:
+            os.chown(folder, 65534, 65534)
+        pid = os.fork()
+        if pid == 0:  # the child: exits, never returns into pytest
+            code = 1
+            try:
+                if os.geteuid() == 0:
+                    os.setresgid(65534, 65534, 65534)
+                    os.setgroups([])
+                    os.setresuid(65534, 65534, 65534)
+                try:
+                    os.listdir(folder)
+                    code = 2  # readable: the test would show nothing
+                except PermissionError:
+                    outputs.write_set({folder / "a.json": "{}\n", folder / "b.json": "[]\n"})
+                    code = 0
+            except BaseException as exc:
+                os.write(2, f"{exc}\n".encode())
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert (folder / "a.json").read_text() == "{}\n" and (folder / "b.json").read_text() == "[]\n"
+        assert _leftovers(folder) == []
+    finally:
+        shutil.rmtree(base)
+
+
+def test_none_removes_a_file_in_the_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """None: the target goes with the set (an absent one stays absent); a failed rename after it puts it back."""
+    kept, gone, absent = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    gone.write_text("old\n")
+    outputs.write_set({kept: "new\n", gone: None, absent: None})
+    assert kept.read_text() == "new\n" and not gone.exists() and not absent.exists() and _leftovers(tmp_path) == []
+    gone.write_text("old\n")
+    real = os.replace
+
+    def failing(src: str | Path, dst: str | Path) -> None:
+        if Path(dst) == kept:
+            raise OSError(errno.EIO, "Input/output error")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OutputError, match=r"a\.json: Input/output error"):
+        outputs.write_set({gone: None, kept: "newer\n"})
+    assert gone.read_text() == "old\n" and kept.read_text() == "new\n" and _leftovers(tmp_path) == []
+
+
+def test_remove_staging_removes_what_a_killed_set_left(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("a\n")
+    left = [tmp_path / ".a.yaml.x1y2.tmp", tmp_path / ".a.yaml.0123456789ab.old"]
+    for path in left:
+        path.write_text("partial")
+    assert outputs.remove_staging([tmp_path, tmp_path / "absent"]) == sorted(left)
+    assert [p.name for p in tmp_path.iterdir()] == ["a.yaml"]
 
 
 def test_a_symbolic_link_to_a_file_is_replaced_and_what_it_points_to_kept(tmp_path: Path) -> None:

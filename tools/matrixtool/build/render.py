@@ -427,7 +427,8 @@ def write(
                 differing[target] = f.text
     outputs.write_set({**differing, **(together or {})})  # every changed file, or none of them
     changed: list[Path] = [target.relative_to(root) for target in differing]
-    # Another run's files in flight (``outputs.is_staging``) are its own to rename or remove.
+    # What a killed run staged here (``outputs.is_staging``); a running one stages and renames under the same locks.
+    changed += [p.relative_to(root) for p in outputs.remove_staging(sorted(variant_dirs(files, root)))]
     for directory in sorted(variant_dirs(files, root)):
         for extra in sorted(directory.iterdir()):
             if extra.is_file() and extra not in wanted and not outputs.is_staging(extra):

@@ -190,7 +190,8 @@ MEANING: dict[ExitCode, tuple[str, str]] = {
         "`--verify-key`); a push record that is not what `push` wrote; a `kube --from-report` report whose serve "
         "figures (`ready_s`, `warm`) are no time to ready; an output (report, log, bake file or context, manifest) "
         "that cannot be written: full disk (`ENOSPC`), file-size limit (`EFBIG`), no permission (`EACCES`), a "
-        "folder, FIFO or device where a file of a set goes: the message names the file, nothing is left half written",
+        "folder, FIFO or device where a file of a set goes (a FIFO or device `--junit`/`--json-file` is a stream, "
+        "written in place): the message names the file, nothing is left half written",
     ),
     ExitCode.NOTHING_SELECTED: (
         "nothing selected",

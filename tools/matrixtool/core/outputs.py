@@ -5,10 +5,10 @@ A file is written to a temporary file beside it, flushed, then ``os.replace``d o
 run) sees the old file or the new one, never a truncated one; a failed write leaves no temporary file.
 
 A set of files that belong together (a command's manifests, a variant's reports) is written by ``write_set``: every
-target is checked first (a folder, FIFO or device where a file goes is refused, nothing written), every
-file is staged beside its target, and only once all are staged are they renamed in, under an ``flock`` of each folder
-(two runs writing sets side by side commit one after the other); a rename that fails puts the files already renamed
-back.
+target is checked first (a folder, FIFO or device where a file goes is refused, nothing written), then under an
+``flock`` of each folder (one per folder however it is spelled; two runs writing sets side by side commit one after
+the other) every file is staged beside its target, and only once all are staged are they renamed in; a rename that
+fails puts the files already renamed back. A staged file a killed run left behind is removed by ``remove_staging``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import secrets
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -168,16 +168,33 @@ def check_targets(paths: list[Path]) -> None:
         )
 
 
+def _identity(folder: Path) -> tuple[int, int] | None:
+    """The folder's ``(st_dev, st_ino)``: one folder whatever its spelling (relative, absolute, through a symbolic
+    link); None: it cannot be looked at."""
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
 @contextmanager
-def _folders_locked(folders: list[Path]) -> Iterator[None]:
-    """An exclusive ``flock`` on each of ``folders`` (sorted, so two holders never wait on each other). A file system
-    that cannot lock a folder (NFS emulates ``flock`` by byte-range locks, which a folder cannot hold) leaves that
-    folder unlocked: each file is still replaced whole."""
+def folders_locked(folders: Iterable[Path]) -> Iterator[None]:
+    """An exclusive ``flock`` on each of ``folders``: one lock per folder, however it is spelled, taken in the order of
+    the folders' ``(st_dev, st_ino)`` (the same order for every holder, so two never wait on each other). A folder
+    that cannot be opened (no read permission, mode 0333) or locked (NFS emulates ``flock`` by byte-range locks, which
+    a folder cannot hold) stays unlocked: each file is still replaced whole."""
+    by_identity: dict[tuple[int, int], Path] = {}
+    for folder in folders:
+        if (key := _identity(folder)) is not None:
+            by_identity.setdefault(key, folder)
     fds = []
     try:
-        for folder in sorted(set(folders)):
-            with guarded(folder):
-                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        for key in sorted(by_identity):
+            try:
+                fd = os.open(by_identity[key], os.O_RDONLY | os.O_DIRECTORY)
+            except OSError:
+                continue
             fds.append(fd)
             with suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_EX)
@@ -185,6 +202,23 @@ def _folders_locked(folders: list[Path]) -> Iterator[None]:
     finally:
         for fd in fds:
             os.close(fd)  # releases the flock
+
+
+def remove_staging(folders: Iterable[Path]) -> list[Path]:
+    """Remove the staged and backed-up files (``is_staging``) a killed ``write_set`` left in ``folders``; the paths
+    removed. Done holding the folders' locks: ``write_set`` stages and renames under them, so no running set is between
+    its staging and its renames. Files that ``write_text`` stages are not locked: only for folders no ``write_text``
+    writes. Raises OutputError: one cannot be removed (exit 3)."""
+    folders = [f for f in folders if f.is_dir()]
+    removed = []
+    with folders_locked(folders):
+        for folder in folders:
+            for path in sorted(folder.iterdir()):
+                if is_staging(path) and (path.is_file() or path.is_symlink()):
+                    with guarded(path):
+                        path.unlink()
+                    removed.append(path)
+    return removed
 
 
 def _stage(path: Path, data: bytes, mode: int) -> Path:
@@ -202,10 +236,11 @@ def _stage(path: Path, data: bytes, mode: int) -> Path:
     return Path(name)
 
 
-def write_set(files: Mapping[Path, str | bytes], *, mode: int = 0o644) -> list[Path]:
-    """Write every file of ``files`` (text as UTF-8) or none: the targets are checked (``check_targets``), each file
-    is staged beside its target, and only once all are staged they replace their targets (``os.replace``) with the
-    folders locked; a failed rename (or a signal) puts back what was renamed before it. Returns the paths, in order.
+def write_set(files: Mapping[Path, str | bytes | None], *, mode: int = 0o644) -> list[Path]:
+    """Write every file of ``files`` (text as UTF-8; None: the file is removed) or none: the targets are checked
+    (``check_targets``), then with the folders locked (``folders_locked``) each file is staged beside its target, and
+    only once all are staged they replace their targets (``os.replace``); a failed rename (or a signal) puts back what
+    was renamed or removed before it. Returns the paths, in order.
 
     Raises OutputError: a target is no regular file, a folder cannot be made, or a write or rename failed (exit 3,
     naming the file); every target then keeps its old content (or stays absent)."""
@@ -216,18 +251,22 @@ def write_set(files: Mapping[Path, str | bytes], *, mode: int = 0o644) -> list[P
     staged: dict[Path, Path] = {}
     backups: dict[Path, Path | None] = {}
     try:
-        for path in paths:
-            data = files[path]
-            with guarded(path):
-                staged[path] = _stage(path, data.encode("utf-8") if isinstance(data, str) else data, mode)
-        with _folders_locked([p.parent for p in paths]):
+        with folders_locked([p.parent for p in paths]):
             check_targets(paths)  # another process may have put something there since
+            for path in paths:
+                data = files[path]
+                if data is not None:
+                    with guarded(path):
+                        staged[path] = _stage(path, data.encode("utf-8") if isinstance(data, str) else data, mode)
             try:
                 for path in paths:
                     with guarded(path):
                         backups[path] = _backup(path)
-                        os.replace(staged[path], path)
-                        del staged[path]
+                        if path in staged:
+                            os.replace(staged[path], path)
+                            del staged[path]
+                        elif backups[path] is not None:
+                            os.unlink(path)
             except BaseException:
                 _restore(backups)  # still locked: no other set was renamed in meanwhile
                 raise

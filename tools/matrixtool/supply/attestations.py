@@ -46,7 +46,9 @@ def write_build_reports(
     source: str,
 ) -> list[Path]:
     """The SBOM and provenance of each built image (a plan's ``hash_ref``), each image's pair written as one set; the
-    paths written. An image whose SBOM cannot be derived gets a warning, not a failure: the run's own result stands.
+    paths written. An image whose SBOM cannot be derived gets a warning, not a failure (the run's own result stands),
+    and its provenance alone: an SBOM of an earlier build at its path is removed in the same set, never left beside
+    the new provenance.
     Raises OutputError: a report cannot be written (exit 3; that image's pair is unchanged)."""
     by_ref = {p.hash_ref: p for p in plans}
     written: list[Path] = []
@@ -55,13 +57,14 @@ def write_build_reports(
         the_plan = by_ref.get(result.image)
         if the_plan is None:
             continue
-        files: dict[Path, str | bytes] = {}
+        files: dict[Path, str | bytes | None] = {}
         try:
             files[cyclonedx.report_path(out_dir, result.variant)] = cyclonedx.report_text(
                 client, result.image, result.variant
             )
         except sbom.SbomError as exc:
             _warn(f"no SBOM for {result.image}: {exc}")
+            files[cyclonedx.report_path(out_dir, result.variant)] = None  # an earlier build's SBOM goes
         try:
             base_id = None if the_plan.base_digest else str(client.images.get(the_plan.base_ref).id)
         except docker.errors.ImageNotFound:
@@ -83,7 +86,8 @@ def write_build_reports(
             finished=finished,
         )
         files[provenance.report_path(out_dir, result.variant)] = provenance.to_json(doc)
-        written += outputs.write_set(files)  # the image's SBOM and provenance: both or neither
+        outputs.write_set(files)  # the image's SBOM and provenance: both, or the provenance and no SBOM
+        written += [path for path, data in files.items() if data is not None]
     return written
 
 
