@@ -17,6 +17,7 @@ from matrixtool.deploy import kube, kube_checks
 from matrixtool.model.conditions import ROWS, Condition
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.profiles import Profile
+from tests.conftest import REPO_ROOT, copy_checkout
 
 SERVING = kube.Serving(args=("serve", "/models/tiny-llama"), port=8000, model_mount="/models", cold_start_s=98)
 PROFILES = [(v.name, p) for v in load_matrix().variants for p in v.profiles]
@@ -39,6 +40,14 @@ def test_the_manifest_holds_exactly_the_profile_the_checks_ran_under(
     assert kube_checks.validate(docs) == []
     assert list(yaml.safe_load_all(kube_checks.to_yaml(docs))) == docs and "&id" not in kube_checks.to_yaml(docs)
     if cluster is kube.Cluster.OPENSHIFT:
+        # conditions_of reads the user back from the annotation: what the SCC assigns is absent from every
+        # securityContext, and the annotation is the profile's user, exactly (absent where the profile has none).
+        (pod,) = [d["spec"]["template"] for d in docs if d["kind"] == "Deployment"]
+        contexts = [pod["spec"].get("securityContext", {})]
+        contexts += [c.get("securityContext", {}) for c in pod["spec"]["containers"]]
+        assert [sorted(set(kube.SCC_ASSIGNED) & set(sec)) for sec in contexts] == [[] for _ in contexts]
+        user = values.get(Condition.USER)
+        assert pod["metadata"]["annotations"].get(kube.USER_ANNOTATION) == (None if user is None else str(user))
         # Every profile of matrix.yaml is admitted by OpenShift's default SCC in any namespace.
         assert kube_checks.scc_restricted_v2_problems(docs) == []
 
@@ -266,6 +275,47 @@ def test_scc_rules_catch_what_they_name() -> None:
         "seccompProfile.type Unconfined",
     ):
         assert needle in text, text
+
+
+ROOT_REFUSED = (
+    "runs as root; restricted-v2 assigns a non-root UID from the namespace range, so the conditions the checks "
+    "passed under are not what runs; run the checks under a non-root profile, or grant the anyuid SCC"
+)
+
+
+@pytest.mark.parametrize("user", ["0", "0:0", "0:1000"])
+def test_a_root_profile_is_refused_by_restricted_v2_which_runs_another_uid(user: str) -> None:
+    docs = kube.manifests(
+        variant="cpu",
+        profile="root",
+        values={Condition.USER: user},
+        image="i",
+        serving=SERVING,
+        cluster=kube.Cluster.OPENSHIFT,
+    )
+    assert kube_checks.scc_restricted_v2_problems(docs) == [f"Deployment vllm-cpu-root: {ROOT_REFUSED}"]
+    # A non-root UID, and a profile without user (the image's 1000:0), are admitted.
+    for values in ({Condition.USER: "1000:0"}, {}):
+        docs = kube.manifests(
+            variant="cpu", profile="x", values=values, image="i", serving=SERVING, cluster=kube.Cluster.OPENSHIFT
+        )
+        assert kube_checks.scc_restricted_v2_problems(docs) == []
+    # runAsUser 0 written into a manifest (a plain Kubernetes one judged for OpenShift) is root as well.
+    docs = kube.manifests(variant="cpu", profile="root", values={Condition.USER: "0"}, image="i", serving=SERVING)
+    problems = kube_checks.scc_restricted_v2_problems(docs)
+    assert f"Deployment vllm-cpu-root: {ROOT_REFUSED}" in problems, problems
+
+
+def test_kube_for_openshift_reports_a_root_profile_refused(tmp_path: Path) -> None:
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    data["profiles"]["root"] = {"user": "0", "shm_size": "1g"}
+    matrix = copy_checkout(tmp_path / "checkout", yaml.safe_dump(data, sort_keys=False))
+    out = tmp_path / "out"
+    args = ["--matrix", str(matrix), "--out", str(out), "kube", "cpu", "--profile", "root", "--cluster", "openshift"]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "OpenShift restricted-v2 SCC: refused (Deployment vllm-cpu-root: runs as root;" in result.output
+    assert "OpenShift restricted-v2 SCC: ok" not in result.output
 
 
 @pytest.mark.parametrize("kind", ["folder", "fifo"])

@@ -86,39 +86,54 @@ def test_uv_asks_the_extra_indexes_first() -> None:
 
 
 # --- same accelerator, another toolkit version ------------------------------------------------------------------
-def _rocm_64() -> Variant:
-    """The rocm variant as it was before its pins followed vLLM's wheel: PyTorch's ROCm 6.4 torch and base."""
+def _rocm_64(base_image: str = "rocm/dev-ubuntu-24.04:7.2.1-complete") -> Variant:
+    """The rocm variant with PyTorch's ROCm 6.4 torch beside vLLM's rocm721 wheel (which the base image's dotted
+    7.2.1 reads as ROCm 7.2.1)."""
     return dataclasses.replace(
         _variant("rocm"),
-        base_image="rocm/dev-ubuntu-24.04:6.4.1",
+        base_image=base_image,
         torch=PackagePin(package="torch", version="2.14.0+rocm6.4"),
         triton_distribution="pytorch-triton-rocm",
         index=IndexSettings(url=ROCM_TORCH, extra_urls=(VLLM_ROCM, PYPI)),
     )
 
 
-def test_a_rocm64_torch_and_base_beside_vllms_rocm721_wheel_are_refused_naming_keys_versions_and_fix() -> None:
+def test_a_rocm64_torch_beside_vllms_rocm721_wheel_is_refused_naming_keys_versions_and_fix() -> None:
     old = _rocm_64()
     assert builds.foreign_builds(old) == []  # every part is a ROCm build: only the version tells them apart
-    torch, base = builds.toolkit_mismatches(old)
+    (torch,) = builds.toolkit_mismatches(old)
     assert torch.startswith(
         "variants.rocm.torch torch==2.14.0+rocm6.4 is for ROCm 6.4 (its version), but variants.rocm.vllm "
         "vllm==0.33.0+rocm721 for ROCm 7.2.1 (its version)"
     )
     assert "fails to load" in torch and "Fix: take torch from the index of variants.rocm.vllm's build" in torch
     assert "variants.rocm.index" in torch and "Requires-Dist" in torch and "tools/matrix update rocm" in torch
-    assert base.startswith("variants.rocm.base_image rocm/dev-ubuntu-24.04:6.4.1 is for ROCm 6.4.1 (its tag)")
-    assert base.endswith("Fix: set variants.rocm.base_image to a ROCm 7.2 image (as variants.rocm.vllm)")
     with pytest.raises(ConfigError) as exc:
         preflight.check_inputs(old, preflight.Inputs(ca_cert=None, wheelhouse=None))
-    assert exc.value.exit_code is ExitCode.CONFIG and exc.value.problems == [torch, base]
+    assert exc.value.exit_code is ExitCode.CONFIG and exc.value.problems == [torch]
+
+
+def test_a_base_of_another_rocm_than_vllms_wheel_read_by_torchs_dotted_label_is_refused() -> None:
+    """torch's dotted +rocm7.11 decides vLLM's rocm711 (7.11, not 7.1.1); the ROCm 6.4.1 base is another release."""
+    other = dataclasses.replace(
+        _variant("rocm"),
+        base_image="rocm/dev-ubuntu-24.04:6.4.1",
+        vllm=PackagePin(package="vllm", version="0.33.0+rocm711"),
+        torch=PackagePin(package="torch", version="2.14.0+rocm7.11"),
+        index=IndexSettings(url=PYPI, extra_urls=("https://wheels.vllm.ai/rocm/0.33.0/rocm711",)),
+    )
+    (base,) = builds.toolkit_mismatches(other)
+    assert base.startswith(
+        "variants.rocm.base_image rocm/dev-ubuntu-24.04:6.4.1 is for ROCm 6.4.1 (its tag), but variants.rocm.vllm "
+        "vllm==0.33.0+rocm711 for ROCm 7.11 (its version)"
+    )
+    assert base.endswith("Fix: set variants.rocm.base_image to a ROCm 7.11 image (as variants.rocm.vllm)")
 
 
 def test_build_refuses_the_rocm64_pins_before_anything_else_with_exit_3(tmp_path: Path) -> None:
     """Through the command: no engine (the unit guard makes it unreachable), no index asked, nothing written."""
     data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
     rocm = data["variants"]["rocm"]
-    rocm["base_image"] = "rocm/dev-ubuntu-24.04:6.4.1"
     rocm["torch"] = {"package": "torch", "version": "2.14.0+rocm6.4"}
     rocm["triton_distribution"] = "pytorch-triton-rocm"
     rocm["index"] = {"url": ROCM_TORCH, "extra_urls": [VLLM_ROCM, PYPI], "wheelhouse": False}
@@ -128,7 +143,6 @@ def test_build_refuses_the_rocm64_pins_before_anything_else_with_exit_3(tmp_path
     result = runner.invoke(main, ["--matrix", str(matrix), "build", "rocm"])
     assert result.exit_code == ExitCode.CONFIG, result.output
     assert "variants.rocm.torch torch==2.14.0+rocm6.4 is for ROCm 6.4" in result.output
-    assert "variants.rocm.base_image rocm/dev-ubuntu-24.04:6.4.1 is for ROCm 6.4.1" in result.output
     assert "Traceback" not in result.output
 
 
@@ -190,12 +204,13 @@ def test_cuda_wheels_and_base_of_another_cuda_are_refused(torch: str, vllm: str,
         ("cu118", Accelerator.CUDA, (11, 8)),
         ("rocm6.4", Accelerator.ROCM, (6, 4)),
         ("rocm6.4.1", Accelerator.ROCM, (6, 4, 1)),
-        ("rocm721", Accelerator.ROCM, (7, 2, 1)),
-        ("rocm700", Accelerator.ROCM, (7, 0, 0)),
         ("rocm72", Accelerator.ROCM, (7, 2)),  # vLLM's dotless label of a two-part version
         ("rocm7.1", Accelerator.ROCM, (7, 1)),  # PyTorch's dotted label
         ("rocm7.10.1", Accelerator.ROCM, (7, 10, 1)),
         # Dotless and ambiguous: no reading, never a guess (label_problems refuses them in matrix.yaml).
+        ("rocm721", None, None),  # 7.2.1 or 7.21: three digits need a dotted version that decides
+        ("rocm711", None, None),  # 7.1.1 or 7.11
+        ("rocm700", None, None),
         ("rocm100", None, None),  # 1.0.0 or 10.0
         ("rocm7100", None, None),  # 7.1.0.0, 71.0.0 or 7.10.0: vLLM's labels have at most three digits
         ("rocm10", None, None),
@@ -216,16 +231,87 @@ def test_a_build_tag_names_its_toolkit(tag: str, accelerator: Accelerator | None
         ("rocm100", (10, 0), (10, 0)),
         ("rocm710", (7, 10, 1), (7, 10)),  # one digit per part would be 7.1.0
         ("rocm710", (7, 1, 0), (7, 1, 0)),
-        ("rocm721", (6, 4, 1), (7, 2, 1)),  # another base reads nothing into it: the mismatch is reported
+        ("rocm721", (7, 2, 1), (7, 2, 1)),
+        ("rocm711", (7, 11), (7, 11)),  # torch's dotted +rocm7.11 decides it
+        ("rocm711", (7, 1, 1), (7, 1, 1)),
+        ("rocm721", (6, 4, 1), None),  # another ROCm decides nothing: 7.2.1 or 7.21, never guessed
+        ("rocm711", (7, 1), None),  # 7.1's digits are 71, not 711: 7.1.1 or 7.11 is still open
         ("rocm100", (7, 2, 1), None),  # still ambiguous beside another ROCm
         ("rocm1000", (10, 0, 0), None),  # four digits are no label vLLM writes
     ],
 )
-def test_a_dotless_rocm_label_is_read_beside_the_base_images_rocm(
+def test_a_dotless_rocm_label_is_read_beside_a_dotted_rocm_of_the_build(
     tag: str, base: tuple[int, ...], version: tuple[int, ...] | None
 ) -> None:
-    found = builds.toolkit_tag(tag, builds.Toolkit(accelerator=Accelerator.ROCM, version=base))
+    found = builds.toolkit_tag(tag, (base,))
     assert (found.version if found else None) == version
+
+
+def test_dotted_rocm_versions_of_the_build_that_disagree_decide_nothing() -> None:
+    """The base image's 7.1.1 and torch's 7.11 both label as rocm711: neither is taken."""
+    assert builds.toolkit_tag("rocm711", ((7, 1, 1), (7, 11))) is None
+    assert builds.toolkit_tag("rocm711", ((7, 11), (7, 11, 0))) == builds.Toolkit(
+        accelerator=Accelerator.ROCM, version=(7, 11)
+    )
+
+
+def test_the_known_rocm_of_a_variant_is_its_base_images_tag_then_its_pins_dotted_labels() -> None:
+    known = builds.known_rocm(
+        "rocm/dev-ubuntu-24.04:7.2.1-complete", Accelerator.ROCM, ("0.33.0+rocm721", "2.14.0+rocm7.11", "2.14.0")
+    )
+    assert known == ((7, 2, 1), (7, 11))
+    assert builds.known_rocm("rocm/dev-ubuntu-24.04:latest", Accelerator.ROCM, ("0.33.0+rocm711",)) == ()
+    assert builds.known_rocm("nvidia/cuda:13.0.2-base-ubuntu24.04", Accelerator.CUDA, ("2.14.0+rocm7.1",)) == ()
+
+
+def _rocm_711(tmp_path: Path, torch: str, base_image: str = "rocm/dev-ubuntu-24.04:latest") -> Path:
+    """A checkout whose rocm variant pins vLLM's 0.33.0+rocm711 (ROCm 7.1.1 or 7.11) beside ``torch``, on
+    ``base_image`` (by default one whose tag states no version)."""
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    rocm = data["variants"]["rocm"]
+    rocm["base_image"] = base_image
+    rocm["vllm"]["version"] = "0.33.0+rocm711"
+    rocm["torch"]["version"] = torch
+    rocm["index"]["extra_urls"] = ["https://wheels.vllm.ai/rocm/0.33.0/rocm711"]
+    return copy_checkout(tmp_path / "checkout", yaml.safe_dump(data, sort_keys=False))
+
+
+def test_a_three_digit_rocm_label_nothing_decides_is_refused_at_load_with_exit_3(tmp_path: Path) -> None:
+    matrix = _rocm_711(tmp_path, "2.14.0")
+    result = CliRunner().invoke(main, ["--matrix", str(matrix), "render"])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert (
+        "variants.rocm.vllm.version: '0.33.0+rocm711': 'rocm711' writes a ROCm version without dots, as vLLM labels "
+        "its ROCm builds (the version's digits, cut to three), and 711 reads as more than one (7.1.1 or 7.11), and no "
+        "ROCm version is stated dotted for this build"
+    ) in result.output
+    assert (
+        "Fix: write the base image's dotted tag (variants.rocm.base_image stating the ROCm version with dots, as "
+        "rocm/dev-ubuntu-24.04:7.2.1-complete does) or pin torch with its dotted +rocmX.Y label"
+    ) in result.output
+    assert "variants.rocm.index.extra_urls.0: 'https://wheels.vllm.ai/rocm/0.33.0/rocm711'" in result.output
+    assert "Traceback" not in result.output
+    # A base image of ROCm 6.4.1 decides nothing either: refused, naming the version it has.
+    matrix = _rocm_711(tmp_path / "other", "2.14.0", "rocm/dev-ubuntu-24.04:6.4.1")
+    result = CliRunner().invoke(main, ["--matrix", str(matrix), "render"])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert "none of the ROCm versions stated dotted for this build (6.4.1) has those digits" in result.output
+
+
+def test_torchs_dotted_label_decides_a_three_digit_vllm_label(tmp_path: Path) -> None:
+    """vLLM's rocm711 beside torch's +rocm7.11 on an image whose tag states no version is ROCm 7.11: loaded, and
+    the stack agrees (not read as 7.1.1, which reported a false mismatch)."""
+    (variant,) = [v for v in load_matrix(_rocm_711(tmp_path, "2.14.0+rocm7.11")).variants if v.name == "rocm"]
+    assert builds.toolkit_mismatches(variant) == []
+    known = builds.known_rocm(variant.base_image, variant.accelerator, (variant.vllm.version, variant.torch.version))
+    assert str(builds.local_toolkit(variant.vllm.version, known)) == "ROCm 7.11"
+
+
+def test_a_base_image_and_torch_that_read_a_label_differently_are_refused_at_load(tmp_path: Path) -> None:
+    matrix = _rocm_711(tmp_path, "2.14.0+rocm7.11", "rocm/dev-ubuntu-24.04:7.1.1-complete")
+    result = CliRunner().invoke(main, ["--matrix", str(matrix), "render"])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert "the ROCm versions stated dotted for this build with those digits disagree (7.1.1, 7.11)" in result.output
 
 
 def test_an_ambiguous_label_in_matrix_yaml_is_exit_3_naming_key_value_and_fix(tmp_path: Path) -> None:
@@ -239,8 +325,9 @@ def test_an_ambiguous_label_in_matrix_yaml_is_exit_3_naming_key_value_and_fix(tm
     assert result.exit_code == ExitCode.CONFIG, result.output
     assert (
         "variants.rocm.vllm.version: '0.40.0+rocm100': 'rocm100' writes a ROCm version without dots, as vLLM labels "
-        "its ROCm builds (the version's digits, cut to three), and 100 reads as more than one (1.0.0 or 10.0); this "
-        "tool does not guess. Fix: set variants.rocm.base_image to the ROCm image the build is for"
+        "its ROCm builds (the version's digits, cut to three), and 100 reads as more than one (1.0.0 or 10.0), and "
+        "none of the ROCm versions stated dotted for this build (7.2.1) has those digits; this tool does not guess. "
+        "Fix: write the base image's dotted tag (variants.rocm.base_image"
     ) in result.output
     assert "variants.rocm.index.extra_urls.0: 'https://wheels.vllm.ai/rocm/0.40.0/rocm100': 'rocm100'" in result.output
     assert "variants.cuda.torch.version: '2.14.0+cu1210': 'cu1210' writes a CUDA version without dots" in result.output
@@ -252,7 +339,7 @@ def test_an_ambiguous_label_in_matrix_yaml_is_exit_3_naming_key_value_and_fix(tm
     (variant,) = [v for v in load_matrix(matrix).variants if v.name == "rocm"]
     assert builds.toolkit_mismatches(variant) == []
     assert (
-        str(builds.local_toolkit(variant.vllm.version, builds.image_toolkit(variant.base_image, Accelerator.ROCM)))
+        str(builds.local_toolkit(variant.vllm.version, builds.known_rocm(variant.base_image, Accelerator.ROCM, ())))
         == "ROCm 10.0"
     )
 
@@ -291,5 +378,7 @@ def test_a_base_image_names_its_toolkit_in_its_tag(
     ],
 )
 def test_an_index_path_names_its_toolkit(url: str, shown: str | None) -> None:
-    found = builds.index_toolkit(url)
+    found = builds.index_toolkit(url, ((7, 2, 1),))
     assert (str(found) if found else None) == shown
+    # vLLM's rocm721 index names ROCm 7.2.1 only beside a dotted 7.2.1 (7.21 otherwise as well).
+    assert builds.index_toolkit(VLLM_ROCM) is None

@@ -324,24 +324,48 @@ def test_torch_hip_is_read_from_its_version_file_without_importing_torch() -> No
 
 def test_a_torch_and_image_of_another_rocm_than_vllms_build_are_named_with_their_fixes() -> None:
     mod = incontainer()
+    problems, fixes = mod.rocm_toolkit_problems("0.33.0+rocm721", "6.4.43482-0f2d60242", "7.2.1-81\n")
+    assert problems == [
+        "vLLM 0.33.0+rocm721 is built for ROCm 7.2, but torch for ROCm 6.4 (torch.version.hip 6.4.43482-0f2d60242): "
+        "vLLM's extensions, compiled against another torch and ROCm, fail to load (undefined symbol) or misbehave"
+    ]
+    assert "vLLM's ROCm index" in fixes[0] and "Requires-Dist" in fixes[0]
+    # An image of ROCm 6.4.1 does not decide rocm721 (7.2.1 or 7.21): neither reading is 6.4, so both are named.
     problems, fixes = mod.rocm_toolkit_problems("0.33.0+rocm721", "6.4.43482-0f2d60242", "6.4.1-103\n")
     assert problems[0].startswith(
-        "vLLM 0.33.0+rocm721 is built for ROCm 7.2, but torch for ROCm 6.4 (torch.version.hip 6.4.43482-0f2d60242)"
+        "vLLM 0.33.0+rocm721 is built for ROCm 7.2 or 7.21 (its label 'rocm721' reads as either), but torch for ROCm "
+        "6.4 (torch.version.hip 6.4.43482-0f2d60242)"
     )
-    assert "vLLM's ROCm index" in fixes[0] and "Requires-Dist" in fixes[0]
     assert "the image's ROCm is 6.4 (/opt/rocm/.info/version 6.4.1-103)" in problems[1]
-    assert fixes[1] == "base the image on ROCm 7.2 (matrix.yaml base_image)"
+    assert fixes[1] == "base the image on ROCm 7.2 or 7.21 (matrix.yaml base_image)"
+
+
+def test_a_three_digit_vllm_label_is_read_by_the_images_dotted_rocm_never_guessed() -> None:
+    """vLLM's rocm711 is 7.1.1 or 7.11: /opt/rocm/.info/version decides it; without it no reading is taken, and a
+    mismatch is named only where none of them agrees."""
+    mod = incontainer()
+    assert mod.rocm_toolkit_problems("0.33.0+rocm711", "7.11.60000-abc", "7.11.0-1") == ([], [])
+    assert mod.rocm_toolkit_problems("0.33.0+rocm711", "7.1.40000-abc", "7.1.1-1") == ([], [])
+    assert mod.rocm_toolkit_problems("0.33.0+rocm711", "7.11.60000-abc", None) == ([], [])
+    (problem,), _ = mod.rocm_toolkit_problems("0.33.0+rocm711", "7.1.40000-abc", "7.11.0-1")
+    assert problem.startswith("vLLM 0.33.0+rocm711 is built for ROCm 7.11, but torch for ROCm 7.1")
+    (problem,), _ = mod.rocm_toolkit_problems("0.33.0+rocm711", "6.4.43482-abc", None)
+    assert problem.startswith(
+        "vLLM 0.33.0+rocm711 is built for ROCm 7.1 or 7.11 (its label 'rocm711' reads as either), but torch for "
+        "ROCm 6.4"
+    )
 
 
 def test_vllms_rocm_stack_agrees_and_what_names_no_rocm_is_left_out() -> None:
     mod = incontainer()
     # vLLM's torch 2.14.0+git<sha> built on ROCm 7.2.1: HIP 7.2.<build>.
     assert mod.rocm_toolkit_problems("0.33.0+rocm721", "7.2.53211-e4ba3ffb04", "7.2.1-81") == ([], [])
-    # vLLM's dotless rocm100 is 10.0 beside an image of ROCm 10.0.0; beside another it names no one ROCm and is left
-    # out (torch against the image is still compared), never guessed.
+    # vLLM's dotless rocm100 is 10.0 beside an image of ROCm 10.0.0; beside another it names no one ROCm: compared
+    # by both readings (1.0 and 10.0), never guessed.
     assert mod.rocm_toolkit_problems("0.40.0+rocm100", "10.0.60000-abc", "10.0.0-1") == ([], [])
-    (problem,), _ = mod.rocm_toolkit_problems("0.40.0+rocm100", "7.2.53211-e4ba3ffb04", "6.4.1")
-    assert problem.startswith("torch (HIP 7.2.53211-e4ba3ffb04) is built for ROCm 7.2, but the image's ROCm is 6.4")
+    torch, image = mod.rocm_toolkit_problems("0.40.0+rocm100", "7.2.53211-e4ba3ffb04", "6.4.1")[0]
+    assert torch.startswith("vLLM 0.40.0+rocm100 is built for ROCm 1.0 or 10.0 (its label 'rocm100' reads as either)")
+    assert "but the image's ROCm is 6.4" in image
     assert mod.rocm_toolkit_problems("0.33.0+rocm721", None, None) == ([], [])
     assert mod.rocm_toolkit_problems("0.33.0", "7.2.53211-e4ba3ffb04", "7.2.1-81") == ([], [])
     assert mod.rocm_toolkit_problems(None, None, "7.2.1") == ([], [])

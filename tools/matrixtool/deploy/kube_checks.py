@@ -15,6 +15,8 @@ from typing import Any
 import kubernetes_validate
 import yaml
 
+from matrixtool.deploy.kube import USER_ANNOTATION
+
 # The Kubernetes version the manifests are validated against (kubernetes-validate bundles its schemas).
 K8S_VERSION = "1.33.0"
 # PSS restricted: the only volume types allowed.
@@ -95,7 +97,13 @@ def scc_restricted_v2_problems(docs: Sequence[Mapping[str, Any]]) -> list[str]:
     The SCC's rules: no host namespaces, host ports, privileged containers or hostPath (volume types of
     ``SCC_VOLUMES`` only); ``allowPrivilegeEscalation`` not true; capabilities added only from ``SCC_ADDABLE``
     (``drop: [ALL]`` is required, and defaulted where absent); seccomp ``RuntimeDefault`` only (defaulted where
-    absent); none of ``SCC_RANGED`` set, in the pod or a container (the namespace's ranges decide them)."""
+    absent); none of ``SCC_RANGED`` set, in the pod or a container (the namespace's ranges decide them).
+
+    A pod that runs as root (``runAsUser: 0``, or the profile's user ``0[:GID]`` in ``USER_ANNOTATION``, where the
+    OpenShift manifest keeps it) is refused as well: the SCC admits it, but runs it as a non-root UID from the
+    namespace's range (``runAsUser: MustRunAsRange``), so the checks that passed as root did not run under what
+    runs. A pod that names no user runs as its image's, which the manifest does not state (this tool's images run
+    as 1000:0, templates/Dockerfile.j2): not judged here."""
     problems = []
     for doc in docs:
         if doc.get("kind") not in ("Deployment", "Job"):
@@ -103,6 +111,12 @@ def scc_restricted_v2_problems(docs: Sequence[Mapping[str, Any]]) -> list[str]:
         spec = doc["spec"]["template"]["spec"]
         where = f"{doc['kind']} {doc['metadata']['name']}"
         pod_sec = spec.get("securityContext", {})
+        if _runs_as_root(doc["spec"]["template"], spec):
+            problems.append(
+                f"{where}: runs as root; restricted-v2 assigns a non-root UID from the namespace range, so the "
+                "conditions the checks passed under are not what runs; run the checks under a non-root profile, or "
+                "grant the anyuid SCC"
+            )
         for key in ("hostNetwork", "hostPID", "hostIPC"):
             if spec.get(key):
                 problems.append(f"{where}: {key} is true (restricted-v2 allows no host namespace)")
@@ -148,3 +162,14 @@ class _NoAliases(yaml.SafeDumper):
 def to_yaml(docs: Sequence[Mapping[str, Any]]) -> str:
     """``docs`` as one multi-document YAML file (``kubectl apply -f``)."""
     return yaml.dump_all([dict(d) for d in docs], Dumper=_NoAliases, sort_keys=False)
+
+
+def _runs_as_root(template: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
+    """Whether the pod ``template`` (its ``spec``) states UID 0: ``runAsUser: 0`` in the pod's or a container's
+    securityContext, or ``USER_ANNOTATION`` ``0`` / ``0:GID``."""
+    contexts = [spec.get("securityContext", {})]
+    contexts += [c.get("securityContext", {}) for c in spec.get("containers", [])]
+    if any(sec.get("runAsUser") == 0 for sec in contexts):
+        return True
+    user = template.get("metadata", {}).get("annotations", {}).get(USER_ANNOTATION)
+    return user is not None and str(user).partition(":")[0].strip() == "0"

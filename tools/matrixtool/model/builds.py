@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,17 +151,19 @@ class Toolkit:
         return self.version[:n] == other.version[:n]
 
 
-def toolkit_tag(tag: str, known: Toolkit | None = None) -> Toolkit | None:
-    """The toolkit a build tag names (``cu130``, ``rocm6.4``, ``rocm721``, ``rocm72``; ``common.toolkit_of_tag``,
-    which the in-image rocm-build check shares; ``known``: the base image's toolkit, which reads a dotless label
-    whose digits are its own), or None (``cpu``, ``git1c57644``, an ambiguous dotless label: ``label_problems``
-    refuses those in matrix.yaml)."""
-    version = known.version if known is not None and known.accelerator is Accelerator.ROCM else None
-    found = toolkit_of_tag(tag, version)
+Known = tuple[tuple[int, ...], ...]
+
+
+def toolkit_tag(tag: str, known: Known = ()) -> Toolkit | None:
+    """The toolkit a build tag names (``cu130``, ``rocm6.4``, ``rocm72``, ``rocm721`` beside a known 7.2.1;
+    ``common.toolkit_of_tag``, which the in-image rocm-build check shares; ``known``: the dotted ROCm versions stated
+    for the same build, ``known_rocm``, which read a dotless label whose digits are theirs), or None (``cpu``,
+    ``git1c57644``, an ambiguous dotless label: ``label_problems`` refuses those in matrix.yaml)."""
+    found = toolkit_of_tag(tag, known)
     return Toolkit(accelerator=found[0], version=found[1]) if found else None
 
 
-def local_toolkit(version: str, known: Toolkit | None = None) -> Toolkit | None:
+def local_toolkit(version: str, known: Known = ()) -> Toolkit | None:
     """The toolkit a pinned version's local label names (``2.14.0+rocm6.4``: ROCm 6.4), or None."""
     _, plus, label = version.partition("+")
     return toolkit_tag(label, known) if plus else None
@@ -175,7 +177,7 @@ def _toolkit_segments(url: str) -> list[str]:
     return list(reversed([s for s in parts.path.split("/") if s]))
 
 
-def index_toolkit(url: str, known: Toolkit | None = None) -> Toolkit | None:
+def index_toolkit(url: str, known: Known = ()) -> Toolkit | None:
     """The toolkit whose builds an index holds, from its path: PyTorch's ``/whl/cu130`` or ``/whl/rocm6.4`` (also
     under ``nightly/`` or ``test/``), vLLM's ``/rocm/<version>/rocm721`` or ``/<version>/cu130``; None for any
     other index (PyPI: its builds carry no toolkit in a name)."""
@@ -190,13 +192,29 @@ def index_toolkit(url: str, known: Toolkit | None = None) -> Toolkit | None:
 _PINS = ("vllm", "torch")
 
 
+def known_rocm(base_image: str, accelerator: Accelerator, versions: Iterable[str]) -> Known:
+    """The dotted ROCm versions a variant states, which decide what a dotless label of the same digits means: its
+    base image's tag first (the ROCm the image holds, ``image_toolkit``), then each pinned version's dotted local
+    label (torch's ``2.14.0+rocm7.11``: (7, 11)); () for a CUDA or CPU variant."""
+    if accelerator is not Accelerator.ROCM:
+        return ()
+    base = image_toolkit(base_image, accelerator)
+    found = [base.version] if base is not None else []
+    for version in versions:
+        m = re.fullmatch(r"rocm(\d+(?:\.\d+)+)", version.partition("+")[2], re.IGNORECASE)
+        if m:
+            found.append(tuple(int(p) for p in m.group(1).split(".")))
+    return tuple(found)
+
+
 def label_problems(variant: Mapping[str, Any], at: str) -> list[str]:
     """``key: problem`` lines (keys under ``at``, ``variants.<name>``) for each build tag of a matrix.yaml variant
     (the local labels of ``vllm.version`` and ``torch.version``, the toolkit segment of an index URL) that names more
-    than one CUDA or ROCm version (``common.toolkit_tag_problem``), read beside the base image's version where its
-    tag states one; each says what to write instead."""
-    base = image_toolkit(variant["base_image"], Accelerator(variant["accelerator"]))
-    known = base.version if base is not None and base.accelerator is Accelerator.ROCM else None
+    than one CUDA or ROCm version (``common.toolkit_tag_problem``), read beside the ROCm versions the variant states
+    dotted (``known_rocm``); each says what to write instead."""
+    known = known_rocm(
+        variant["base_image"], Accelerator(variant["accelerator"]), (variant[key]["version"] for key in _PINS)
+    )
     tagged = [(f"{key}.version", variant[key]["version"], variant[key]["version"].partition("+")[2]) for key in _PINS]
     urls = [("index.url", variant["index"]["url"])]
     urls += [(f"index.extra_urls.{i}", u) for i, u in enumerate(variant["index"].get("extra_urls", []))]
@@ -208,9 +226,9 @@ def label_problems(variant: Mapping[str, Any], at: str) -> list[str]:
             continue
         if tag.lower().startswith("rocm"):
             fix = (
-                f"set {at}.base_image to the ROCm image the build is for, its tag stating the version with dots (as "
-                "rocm/dev-ubuntu-24.04:7.2.1-complete does): a label whose digits are that version's reads as it; or "
-                "pin a build whose label is dotted (PyTorch's +rocm6.4)"
+                f"write the base image's dotted tag ({at}.base_image stating the ROCm version with dots, as "
+                "rocm/dev-ubuntu-24.04:7.2.1-complete does) or pin torch with its dotted +rocmX.Y label "
+                f"({at}.torch.version, as 2.14.0+rocm7.11): a label whose digits are that version's reads as it"
             )
         else:
             fix = "pin a build whose label states the version unambiguously (PyTorch's cu130)"
@@ -249,12 +267,12 @@ class _Named:
     why: str
 
 
-def _wheel_toolkit(pin: PackagePin, variant: Variant, base: Toolkit | None) -> tuple[Toolkit, str] | None:
-    tagged = local_toolkit(pin.version, base)
+def _wheel_toolkit(pin: PackagePin, variant: Variant, known: Known) -> tuple[Toolkit, str] | None:
+    tagged = local_toolkit(pin.version, known)
     if tagged is not None:
         return tagged, "its version"
     chosen = source(pin, variant.index.url, variant.index.extra_urls).index
-    found = index_toolkit(chosen, base)
+    found = index_toolkit(chosen, known)
     return (found, f"the index it resolves from, {chosen}") if found is not None else None
 
 
@@ -271,8 +289,9 @@ def toolkit_mismatches(variant: Variant) -> list[str]:
     if variant.triton is TritonState.REQUIRED and variant.triton_distribution:
         wheels.append((f"{v}.triton_distribution", PackagePin(package=variant.triton_distribution, version="")))
     base = image_toolkit(variant.base_image, variant.accelerator)
+    known = known_rocm(variant.base_image, variant.accelerator, (variant.vllm.version, variant.torch.version))
     for key, pin in wheels:
-        found = _wheel_toolkit(pin, variant, base)
+        found = _wheel_toolkit(pin, variant, known)
         if found is not None:
             shown = f"{pin.package}=={pin.version}" if pin.version else pin.package
             named.append(_Named(key=key, shown=shown, toolkit=found[0], why=found[1]))

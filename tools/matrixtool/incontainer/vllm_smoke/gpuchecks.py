@@ -11,7 +11,18 @@ import glob
 import os
 import re
 
-from .common import WORK_DIR, Accelerator, check, dist_version, marked, result, run_program, run_python, toolkit_of_tag
+from .common import (
+    WORK_DIR,
+    Accelerator,
+    check,
+    dist_version,
+    marked,
+    result,
+    rocm_readings,
+    run_program,
+    run_python,
+    toolkit_of_tag,
+)
 
 _VLLM = "https://github.com/vllm-project/vllm"
 # Where Triton's NVIDIA backend asks for libcuda (triton/backends/nvidia/driver.py, libcuda_dirs(): the
@@ -309,23 +320,30 @@ def rocm_toolkit_problems(vllm_version, torch_hip, image_rocm):
     """``(problems, fixes)`` where vLLM's ROCm build (the ``+rocm721`` label of ``vllm_version``, read beside the
     image's ROCm: ``common.toolkit_of_tag``), torch's HIP (``torch_hip``: ``torch.version.hip``, whose third number
     is a build, not a patch) and the image's ROCm (``image_rocm``: the text of /opt/rocm/.info/version) name another
-    major.minor; vLLM is the reference, else torch. A part that names none is left out, and so is a vLLM label that
-    names more than one ROCm (``common.toolkit_tag_problem``: ``rocm100`` beside another ROCm than 10.0). Pure."""
+    major.minor; vLLM is the reference, else torch. A part that names none is left out. A vLLM label that names more
+    than one ROCm (``common.toolkit_tag_problem``: ``rocm711`` beside an image of neither 7.1.1 nor 7.11, or without
+    a version file) is compared by all its readings: a mismatch is reported only where none of them agrees (never a
+    guess). Pure."""
     label = (vllm_version or "").partition("+")[2]
-    tagged = toolkit_of_tag(label, _full_version(image_rocm))
-    vllm = tagged[1][:2] if tagged and tagged[0] is Accelerator.ROCM else None
+    full = _full_version(image_rocm)
+    tagged = toolkit_of_tag(label, (full,) if full else ())
+    if tagged is not None:
+        vllm = [tagged[1][:2]] if tagged[0] is Accelerator.ROCM else []
+    else:
+        vllm = list(dict.fromkeys(r[:2] for r in rocm_readings(label)))
     torch, image = _major_minor(torch_hip), _major_minor(image_rocm)
 
-    def shown(version):
-        return ".".join(str(n) for n in version)
+    def shown(versions):
+        return " or ".join(".".join(str(n) for n in version) for version in versions)
 
     problems, fixes = [], []
-    ref = ("vLLM " + vllm_version, vllm) if vllm else ("torch (HIP " + str(torch_hip) + ")", torch) if torch else None
+    ref = ("vLLM " + vllm_version, vllm) if vllm else ("torch (HIP " + str(torch_hip) + ")", [torch]) if torch else None
     if ref is None:
         return problems, fixes
-    if vllm and torch and torch != vllm:
+    read = f" (its label {label!r} reads as either)" if len(ref[1]) > 1 else ""
+    if vllm and torch and torch not in vllm:
         problems.append(
-            f"{ref[0]} is built for ROCm {shown(vllm)}, but torch for ROCm {shown(torch)} (torch.version.hip "
+            f"{ref[0]} is built for ROCm {shown(vllm)}{read}, but torch for ROCm {shown([torch])} (torch.version.hip "
             f"{torch_hip}): vLLM's extensions, compiled against another torch and ROCm, fail to load (undefined "
             "symbol) or misbehave"
         )
@@ -333,9 +351,9 @@ def rocm_toolkit_problems(vllm_version, torch_hip, image_rocm):
             "install the torch vLLM's ROCm wheel pins (its Requires-Dist), from vLLM's ROCm index first in the "
             "variant's index, not PyTorch's index of another ROCm"
         )
-    if image and image != ref[1]:
+    if image and image not in ref[1]:
         problems.append(
-            f"{ref[0]} is built for ROCm {shown(ref[1])}, but the image's ROCm is {shown(image)} ({ROCM_INFO} "
+            f"{ref[0]} is built for ROCm {shown(ref[1])}{read}, but the image's ROCm is {shown([image])} ({ROCM_INFO} "
             f"{image_rocm.strip()}): the ROCm libraries it links (libamdhip64, hipBLASLt, rocBLAS, RCCL) are another "
             "release's"
         )
