@@ -247,3 +247,16 @@ def test_a_server_that_exits_leaves_no_cache_folder_behind(tmp_path: Path) -> No
     quick = {**spec, "options": [*spec["options"], serving.EAGER]}
     seen = serving.observe(quick, str(tmp_path / "serve.log"), {**os.environ, "XDG_CACHE_HOME": str(root)})
     assert seen["warm"] == {"skipped": cc.WARM_SKIPPED_EAGER} and "cache_root" not in seen
+
+
+def test_the_cache_folders_file_system_is_its_longest_mount_point(tmp_path: Path) -> None:
+    mounts = tmp_path / "mounts"
+    mounts.write_text(
+        "overlay / overlay rw 0 0\ntmpfs /tmp tmpfs rw 0 0\n/dev/sdb1 /tmp/.cache ext4 rw 0 0\n"
+        "nfs:/x /tmp/.cache2 nfs4 rw 0 0\n"
+    )
+    assert serving.filesystem("/tmp/.cache/vllm-smoke-cache-1", str(mounts)) == "ext4"
+    assert serving.filesystem("/tmp/other", str(mounts)) == "tmpfs"
+    assert serving.filesystem("/tmp/.cache2x", str(mounts)) == "tmpfs", "a mount point is a whole path component"
+    assert serving.filesystem("/home", str(mounts)) == "overlay"
+    assert serving.filesystem("/home", str(tmp_path / "missing")) == ""
