@@ -1,6 +1,7 @@
 """The bundle (``tools/matrix bundle cpu``) run with a plain ``docker run ... python3 /x/bundle.pyz`` in the CPU image
 gives the verdicts ``tools/matrix`` gives in that image (the session's ``cpu_run``, profile ``default``), serve
-included: a ``vllm serve`` child process, probed, stopped with SIGTERM during a stream, its group left empty."""
+included: a ``vllm serve`` child process, probed, stopped with SIGTERM during a stream, its group left empty, and a
+warm start on the compile cache the first start wrote."""
 
 from __future__ import annotations
 
@@ -54,3 +55,15 @@ def test_the_bundle_in_the_cpu_image_gives_the_verdicts_of_the_tool(
         assert facts["argv"][1:3] == ["serve", facts["models"][0]], "the model the suite made"
         assert facts["stop"]["exit_code"] in (0, -15) and facts["stop"]["left_in_group"] == []
         assert facts["stop"]["in_flight"] is True
+        # The warm start (full suite): a second `vllm serve` on the fresh cache folder the first wrote, under the
+        # image's cache root, its reuse read from vLLM's lines or the cache's files (vLLM 0.32 on CPU: no kernel
+        # added), as the container check reports it.
+        warm = facts["warm"]
+        assert facts["cold_ready_s"] == facts["ready_s"] and float(warm["ready_s"]) > 0, warm
+        assert warm["reused"] in ("vLLM's compiled model", "vLLM's compiled graphs", "inductor's compiled kernels")
+        assert warm["reuse_evidence"] and "failure" not in warm, warm
+        assert warm["cache_root"].startswith("/tmp/.cache/vllm-smoke-cache-"), "a fresh folder under XDG_CACHE_HOME"
+        if warm["reused"] == "inductor's compiled kernels":
+            assert warm["kernels"]["cold"] > 0 and warm["kernels"]["added_warm"] == 0, warm
+        assert warm["cache_filesystem"], "the file system the cache was on"
+        assert "warm start" in serve["diagnosis"], serve["diagnosis"]

@@ -313,7 +313,7 @@ def test_a_serve_step_that_crashes_is_a_failed_check_and_the_report_is_still_wri
     original_argv, original_observe = standalone.self_argv, serving.observe
     standalone.self_argv = lambda: [sys.executable, str(model)]  # the "model" step prints the model's folder
 
-    def broken(*args: Any) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("probe exploded")
 
     serving.observe = broken

@@ -111,10 +111,20 @@ def bundle_bytes(bundle_facts: Mapping[str, Any]) -> bytes:
 
 
 def deadline_s(bundle_facts: Mapping[str, Any]) -> int:
-    """The host's backstop for a whole bundle run (s): every check's timeout (the serve step's included), the
-    model, each group's kill grace, and slack."""
+    """The host's backstop for a whole bundle run (s): every check's timeout (the serve step's included: its warm
+    start must be ready within it), the model, each group's kill grace, and slack; where the serve step starts a
+    warm server (compiled), that server's stop after it was ready (``warm_stop_s``)."""
     checks = sum(int(c["timeout"]) for c in bundle_facts["checks"])
-    return checks + MODEL_DEADLINE_S + KILL_GRACE * len(bundle_facts["groups"]) + HOST_SLACK
+    return checks + MODEL_DEADLINE_S + KILL_GRACE * len(bundle_facts["groups"]) + HOST_SLACK + warm_stop_s(bundle_facts)
+
+
+def warm_stop_s(bundle_facts: Mapping[str, Any]) -> int:
+    """Seconds the warm start's stop may take past the serve check's timeout (s): its stop grace, then SIGKILL and
+    its group's teardown; 0 where no warm server starts (no serve, or the quick suite's ``--enforce-eager``)."""
+    serves = any(c["name"] == serve.CHECK for c in bundle_facts["checks"])
+    if not serves or "--enforce-eager" in bundle_facts["serve"]["options"]:
+        return 0
+    return int(bundle_facts["serve"]["stop_grace_s"]) + KILL_GRACE
 
 
 def result_of(data: Mapping[str, Any]) -> CheckResult:

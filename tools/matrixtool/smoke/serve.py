@@ -265,32 +265,14 @@ def _warm_problems(
     ``cold_ready_s``); returns the summary's words for it ("" where none ran or it failed)."""
     if not seen.warm:
         return ""
-    if seen.warm.get("skipped"):
-        facts["warm"] = {"skipped": seen.warm["skipped"]}
-        return ""
-    cold = compilecache.evidence(seen.log)
-    warm_log = str(seen.warm.get("log") or "")
-    found = compilecache.evidence(warm_log)
-    cold_kernels = compilecache.kernels(seen.cache_listing)
-    warm_kernels = compilecache.kernels(str(seen.warm.get("cache_listing") or ""))
-    ready = seen.warm.get("ready_s")
-    reused = compilecache.reuse(found, cold_kernels, warm_kernels)
-    facts["cold_ready_s"] = seen.ready_s
-    facts["warm"] = {
-        "ready_s": ready,
-        "phases": dict(seen.warm.get("phases") or {}),
-        "cache_root": seen.cache_root,
-        "reused": reused[0] if reused else None,
-        "reuse_evidence": reused[1] if reused else None,
-        "log_lines": found["lines"],
-        "cold_log_lines": cold["lines"],
-        "kernels": {"cold": len(cold_kernels), "added_warm": len(set(warm_kernels) - set(cold_kernels))},
-        "warmup_s": {"cold": cold["warmup_s"], "warm": found["warmup_s"]},
-    }
-    if seen.warm.get("error"):
+    judged = compilecache.judge_warm(
+        seen.log, seen.ready_s, seen.warm, cold_listing=seen.cache_listing, cache_root=seen.cache_root, tmpfs=seen.tmpfs
+    )
+    facts.update(judged["facts"])
+    outcome, warm_log = judged["outcome"], str(seen.warm.get("log") or "")
+    if outcome == "error":
         problems.append(f"the warm start on the cold start's cache could not run: {seen.warm['error']}")
-        return ""
-    if ready is None:
+    elif outcome == "not_ready":
         code = seen.warm.get("exit_code")
         known = serve_diagnosis.diagnose_log(warm_log, code, env=env) if code is not None else None
         if known is not None:
@@ -299,20 +281,12 @@ def _warm_problems(
         else:
             what = f"exited ({code})" if code is not None else f"was not ready within {READY_TIMEOUT_S} s"
             problems.append(f"the warm start on the cold start's cache {what}: {startup_cause(warm_log)}")
-        return ""
-    named = compilecache.not_reused(
-        cold, found, volume=seen.cache_root, tmpfs=seen.tmpfs, cold_kernels=cold_kernels, warm_kernels=warm_kernels
-    )
-    if named is not None or reused is None:
-        name, cause, diagnosis, fix = named or ("compile-cache-not-reused", "", "no reuse seen", "read the logs")
+    elif outcome == "not_reused":
+        name, cause, diagnosis, fix = judged["failure"]
         facts["failure_class"] = compilecache.COMPILE_CACHE
-        facts["warm"]["failure"] = name
         problems.append(f"the warm start did not reuse the compile cache ({name}): {diagnosis}: {cause!r}")
         hints.append(fix)
-        return ""
-    warmup = facts["warm"]["warmup_s"]
-    spans = f", compile/warm-up {warmup['warm']} s against {warmup['cold']} s" if None not in warmup.values() else ""
-    return f"; warm start {float(ready):.0f} s on the cold start's cache, reusing {reused[0]}{spans}"
+    return str(judged["summary"])
 
 
 def stop_problems(stop: Mapping[str, Any]) -> list[str]:

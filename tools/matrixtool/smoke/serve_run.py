@@ -26,6 +26,7 @@ from matrixtool.core.container import (
     TrackedContainer,
     sweep,
 )
+from matrixtool.incontainer.vllm_smoke import compilecache
 from matrixtool.incontainer.vllm_smoke.programs import serve_probe
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import Variant
@@ -41,16 +42,12 @@ _completion_body: Callable[[Mapping[str, Any], bool], dict[str, Any]] = serve_pr
 # Whether the warm start begins as soon as the cold server is ready (beside its probes and stop) or after it
 # stopped: measured both ways (docs/checks.md, "Cold and warm start").
 WARM_BESIDE_COLD = True
-# The line that opens the warm start's log in the check's log file, after the cold start's.
-WARM_LOG_MARK = "----- the warm start (a second server on the cold start's compile cache) -----"
-# A warm start given less than WARM_MIN_S seconds of the check's timeout is not tried; it must be ready
-# WARM_MARGIN_S before that timeout (its removal and the judgement come after).
-WARM_MIN_S = 60.0
-WARM_MARGIN_S = 30.0
-WARM_SKIPPED_EAGER = (
-    "not measured: the quick suite serves with --enforce-eager, which compiles nothing, so there is no compile cache "
-    "to reuse (the full suite measures it)"
-)
+# The line that opens the warm start's log in the check's log file, after the cold start's; the warm start's
+# limits (``compilecache``: the bundle's host serve uses the same).
+WARM_LOG_MARK: str = compilecache.WARM_LOG_MARK
+WARM_MIN_S: float = compilecache.WARM_MIN_S
+WARM_MARGIN_S: float = compilecache.WARM_MARGIN_S
+WARM_SKIPPED_EAGER: str = compilecache.WARM_SKIPPED_EAGER
 
 
 def observe(
@@ -87,11 +84,9 @@ def observe(
         warm_thread = threading.Thread(target=lambda: start_warm(), daemon=True)
 
         def start_warm() -> None:
-            left = ready_timeout_s if deadline is None else min(ready_timeout_s, deadline - time.monotonic())
-            if left < WARM_MIN_S:
-                warm["skipped"] = (
-                    f"not measured: {max(0, round(left))} s of the check's timeout left for a second start"
-                )
+            left, skipped = compilecache.warm_budget(ready_timeout_s, deadline, time.monotonic())
+            if skipped is not None:
+                warm["skipped"] = skipped
                 return
             try:
                 warm.update(_start_once(client, image, profile, spec, root, session=session, ready_timeout_s=left))

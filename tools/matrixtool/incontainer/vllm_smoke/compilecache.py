@@ -10,32 +10,54 @@ config, the environment factors it hashes and the model's forward. A first start
 function to PATH"; a start that finds PATH logs "Directly load AOT compilation from path PATH" and compiles
 nothing; a start that finds it but cannot use it logs "Compiling model again due to a load failure from PATH,
 reason: ...". ``VLLM_CACHE_ROOT`` defaults to ``$XDG_CACHE_HOME/vllm`` (else ``~/.cache/vllm``).
+
+Other releases word the same events differently, and the patterns take each wording: a hit of vLLM's graph cache
+(backends.py) is "Directly load the compiled graph(s) for dynamic shape|shape N|compile range (A, B) from the
+cache, took X s", its miss "Compiling a graph for ... takes X s"; an AOT artifact that fails to load is "Cannot
+load aot compilation from path PATH, error: ..."; the total is "torch.compile takes|took X s in total". On CUDA a
+warm start also logs "Dynamo bytecode transform time" (Dynamo traces again before the graphs load from the cache):
+a trace, not a compile. On CUDA inductor's kernels are Triton's (``*.cubin`` under the Triton cache, vLLM's
+``<hash>/triton_cache`` or ``TRITON_CACHE_DIR``; ``*.hsaco`` on ROCm), on CPU C++ (``*.so``).
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 COMPILE_CACHE = 31  # docs/failure-classes.md: "A compile cache that is not kept between starts"
+# The warm start (a second start of the same server on the cache the first wrote), in containers
+# (``matrixtool.smoke.serve_run``) and on a host (``serving``) alike: given less than WARM_MIN_S seconds of the serve
+# check's timeout it is not tried; it must be ready WARM_MARGIN_S before that timeout (its stop, the cache's removal
+# and the judgement come after).
+WARM_MIN_S = 60.0
+WARM_MARGIN_S = 30.0
+WARM_SKIPPED_EAGER = (
+    "not measured: the quick suite serves with --enforce-eager, which compiles nothing, so there is no compile cache "
+    "to reuse (the full suite measures it)"
+)
+# The line that opens the warm start's log in the serve check's log file, after the cold start's.
+WARM_LOG_MARK = "----- the warm start (a second server on the cold start's compile cache) -----"
 
 # What each kind of line says about the cache; the first group names a path where the line has one.
 LINES: Tuple[Tuple[str, "re.Pattern[str]"], ...] = (
     ("saved", re.compile(r"saved AOT compiled function to (?P<path>\S+)")),
     ("save_failed", re.compile(r"unable to save AOT compiled function to (?P<path>\S+): (?P<why>.*)")),
     ("loaded", re.compile(r"Directly load AOT compilation from path (?P<path>\S+)")),
-    ("loaded", re.compile(r"Directly load the compiled graph\(s\) for compile range .* from the cache")),
+    ("loaded", re.compile(r"Directly load the compiled graph\(s\) for .* from the cache")),
     ("load_failed", re.compile(r"Compiling model again due to a load failure from (?P<path>\S+), reason: (?P<why>.*)")),
+    ("load_failed", re.compile(r"Cannot load aot compilation from path (?P<path>\S+), error: (?P<why>.*)", re.I)),
     ("cache_dir", re.compile(r"Using cache directory: (?P<path>\S+) for vLLM's torch\.compile")),
-    ("compiled", re.compile(r"Compiling a graph for compile range .* takes [\d.]+ s")),
-    ("compiled", re.compile(r"Dynamo bytecode transform time: [\d.]+ s")),
+    ("compiled", re.compile(r"Compiling a graph for .* takes [\d.]+ s")),
+    ("traced", re.compile(r"Dynamo bytecode transform time: [\d.]+ s")),
     ("disabled", re.compile(r"vLLM's torch\.compile cache is disabled")),
-    (
-        "total",
-        re.compile(r"torch\.compile (?:and initial profiling/warmup run together )?took (?P<s>[\d.]+) s in total"),
-    ),
+    ("total", re.compile(r"torch\.compile (?:and initial profiling[/\w ]* )?(?:took|takes) (?P<s>[\d.]+) s in total")),
 )
+# The suffixes of compiled kernels in a cache listing: inductor's C++ kernels and Triton's launchers (.so), Triton's
+# kernels for NVIDIA GPUs (.cubin) and AMD GPUs (.hsaco). One binary per kernel: Triton's .ptx/.json beside a
+# .cubin would count it again.
+KERNEL_SUFFIXES = (".so", ".cubin", ".hsaco")
 # The CPU model runner's warm-up, which compiles (cpu_model_runner.py): its two lines' timestamps bound it.
 WARMUP = ("Warming up model for the compilation", "Warming up done.")
 _STAMP = re.compile(r"\b(?P<month>\d\d)-(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d) \[")
@@ -71,7 +93,8 @@ def unwritable_fix(root: str) -> str:
 def evidence(log: str) -> Dict[str, object]:
     """What ``log`` (one start's output) says about vLLM's compile cache: ``lines`` (each evidence line, prefix
     stripped, in order), ``paths`` (where it saved, loaded or looked), ``keys`` (the cache keys of those paths),
-    ``saved``/``loaded``/``compiled``/``disabled`` (bool), ``save_failed``/``load_failed`` (the lines),
+    ``saved``/``loaded``/``compiled``/``traced``/``disabled`` (bool; ``traced``: Dynamo ran, which a start that
+    loads vLLM's compiled graphs does too), ``save_failed``/``load_failed`` (the lines),
     ``compile_s`` (vLLM's "took X s in total", None where not logged), ``warmup_s`` (seconds between the CPU
     runner's warm-up lines by vLLM's own timestamps, whole seconds; None where either is missing)."""
     found: Dict[str, List[str]] = {}
@@ -110,6 +133,7 @@ def evidence(log: str) -> Dict[str, object]:
         "saved": bool(found.get("saved")),
         "loaded": bool(found.get("loaded")),
         "compiled": bool(found.get("compiled")),
+        "traced": bool(found.get("traced")),
         "disabled": bool(found.get("disabled")),
         "save_failed": found.get("save_failed", []),
         "load_failed": found.get("load_failed", []),
@@ -131,29 +155,36 @@ def cache_key(path: str) -> Optional[str]:
 
 
 def kernels(listing: str) -> List[str]:
-    """The compiled kernels in ``listing`` (the cache volume's files, one path relative to its root a line):
-    inductor's shared objects (``*.so``), one per C++ kernel it compiled and kept."""
-    return sorted({line.strip() for line in listing.splitlines() if line.strip().endswith(".so")})
+    """The compiled kernels in ``listing`` (the cache's files, one path relative to its root a line): the files
+    ending in one of ``KERNEL_SUFFIXES`` (inductor's C++ kernels and Triton's launchers, Triton's GPU kernels)."""
+    return sorted({line.strip() for line in listing.splitlines() if line.strip().endswith(KERNEL_SUFFIXES)})
+
+
+def _suffixes(paths: Sequence[str]) -> str:
+    """The kernel suffixes among ``paths``, in ``KERNEL_SUFFIXES`` order: ".so" or ".so, .cubin"."""
+    return ", ".join(x for x in KERNEL_SUFFIXES if any(p.endswith(x) for p in paths))
 
 
 def reuse(
     warm: Mapping[str, object], cold_kernels: Sequence[str], warm_kernels: Sequence[str]
 ) -> Optional[Tuple[str, str]]:
     """(what the second start reused, the evidence) or None: vLLM's compiled model where its log says it loaded it
-    and compiled nothing; else inductor's kernels where the first start left compiled kernels (``cold_kernels``, a
-    listing of the cache after it was ready) and the second added none (``warm_kernels``, after it was ready):
-    every kernel it needed was in the cache (the model was traced again, its kernels not compiled again)."""
+    (an AOT artifact, else its compiled graphs: Dynamo may have traced again) and compiled nothing; else inductor's
+    kernels where the first start left compiled kernels (``cold_kernels``, a listing of the cache after it was ready)
+    and the second added none (``warm_kernels``, after it was ready): every kernel it needed was in the cache (the
+    model was traced again, its kernels not compiled again)."""
     compiled = warm.get("compiled") or warm.get("saved") or warm.get("load_failed")
     if warm.get("loaded") and not compiled:
-        line = next((x for x in strings(warm.get("lines")) if "load" in x), "")
-        return "vLLM's compiled model", line
+        lines = [x for x in strings(warm.get("lines")) if "Directly load" in x]
+        aot = [x for x in lines if "AOT" in x]
+        return ("vLLM's compiled model" if aot else "vLLM's compiled graphs"), (aot or lines or [""])[0]
     added = sorted(set(warm_kernels) - set(cold_kernels))
     if cold_kernels and warm_kernels and not added:
         why = strings(warm.get("load_failed"))
         return (
             "inductor's compiled kernels",
-            f"the second start compiled no kernel: the {len(cold_kernels)} kernels (.so) the first start compiled "
-            "into the cache were all there, none was added"
+            f"the second start compiled no kernel: the {len(cold_kernels)} kernels ({_suffixes(cold_kernels)}) the "
+            "first start compiled into the cache were all there, none was added"
             + (f"; vLLM's own compiled model did not load ({why[0]})" if why else ""),
         )
     return None
@@ -265,3 +296,68 @@ def _key_path(ev: Mapping[str, object]) -> str:
 def strings(value: object) -> List[str]:
     """``value`` as a list of strings (an ``evidence`` entry; anything but a list or tuple: empty)."""
     return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
+
+
+def skipped_for_time(left_s: float) -> str:
+    """Why no warm start ran, where only ``left_s`` seconds of the serve check's timeout were left."""
+    return f"not measured: {max(0, round(left_s))} s of the check's timeout left for a second start"
+
+
+def warm_budget(ready_timeout_s: float, deadline: Optional[float], now: float) -> Tuple[float, Optional[str]]:
+    """(seconds the warm start may take to get ready, None) or (0, why it is not tried): ``ready_timeout_s``, cut
+    to ``deadline`` (``time.monotonic()`` where it must be ready by; None: no cut) as of ``now``."""
+    left = ready_timeout_s if deadline is None else min(ready_timeout_s, deadline - now)
+    return (0.0, skipped_for_time(left)) if left < WARM_MIN_S else (left, None)
+
+
+def judge_warm(
+    cold_log: str,
+    cold_ready_s: Optional[float],
+    warm: Mapping[str, object],
+    *,
+    cold_listing: str,
+    cache_root: str,
+    tmpfs: Sequence[str] = (),
+) -> Dict[str, Any]:
+    """The warm start (``warm``: its ``ready_s``, ``phases``, ``exit_code``, ``log``, ``cache_listing``; or
+    ``skipped``/``error``) against the cold one (its log and the cache's files after it, at ``cache_root``).
+
+    Returns ``facts`` (the serve check's facts to add: ``warm``, and ``cold_ready_s`` where a warm start ran),
+    ``outcome`` ("skipped", "error", "not_ready", "not_reused" or "reused"), ``failure`` (name, cause, diagnosis,
+    fix) where not reused (class ``COMPILE_CACHE``) and ``summary`` (the verdict's words where reused)."""
+    if warm.get("skipped"):
+        return {"facts": {"warm": {"skipped": warm["skipped"]}}, "outcome": "skipped", "failure": None, "summary": ""}
+    cold = evidence(cold_log)
+    found = evidence(str(warm.get("log") or ""))
+    cold_kernels = kernels(cold_listing)
+    warm_kernels = kernels(str(warm.get("cache_listing") or ""))
+    ready = warm.get("ready_s")
+    reused = reuse(found, cold_kernels, warm_kernels)
+    facts: Dict[str, Any] = {
+        "ready_s": ready,
+        "phases": dict(warm.get("phases") or {}),
+        "cache_root": cache_root,
+        "reused": reused[0] if reused else None,
+        "reuse_evidence": reused[1] if reused else None,
+        "log_lines": found["lines"],
+        "cold_log_lines": cold["lines"],
+        "kernels": {"cold": len(cold_kernels), "added_warm": len(set(warm_kernels) - set(cold_kernels))},
+        "warmup_s": {"cold": cold["warmup_s"], "warm": found["warmup_s"]},
+    }
+    out: Dict[str, Any] = {"facts": {"cold_ready_s": cold_ready_s, "warm": facts}, "failure": None, "summary": ""}
+    if warm.get("error"):
+        return dict(out, outcome="error")
+    if ready is None:
+        return dict(out, outcome="not_ready")
+    named = not_reused(
+        cold, found, volume=cache_root, tmpfs=tmpfs, cold_kernels=cold_kernels, warm_kernels=warm_kernels
+    )
+    if named is not None or reused is None:
+        failure = named or ("compile-cache-not-reused", "", "no reuse seen", "read the logs")
+        facts["failure"] = failure[0]
+        return dict(out, outcome="not_reused", failure=failure)
+    spans = ""
+    if cold["warmup_s"] is not None and found["warmup_s"] is not None:
+        spans = f", compile/warm-up {found['warmup_s']} s against {cold['warmup_s']} s"
+    summary = f"; warm start {float(ready):.0f} s on the cold start's cache, reusing {reused[0]}{spans}"
+    return dict(out, outcome="reused", summary=summary)

@@ -6,20 +6,28 @@ Standard library only, Python >= 3.9. ``observe`` starts, probes and stops the s
 (the keys of ``matrixtool.smoke.serve.Observed``); ``judge`` turns that into a result. The process-level stop contract:
 SIGTERM to the server during a streaming request, exit 0 or -15 (the signal's own default action) within the
 grace, and no process of its group left once it exited (``group_members``).
+
+Cold and warm start, as the container check measures them: compiled (not ``--enforce-eager``), both starts run on
+one fresh cache folder made for this run under the environment's cache root (``XDG_CACHE_HOME``, else
+``~/.cache``: in a pod, where its volume is), laid out as the images lay out theirs (``cache_env``), and removed
+afterwards; the warm start, the same argv and environment, begins after the cold server's stop (on a GPU both would
+hold its memory), is ready, stopped and judged by ``compilecache``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
-from . import servediag
+from . import compilecache, servediag
 from .programs import serve_probe
 
 CHECK = "serve"
@@ -42,6 +50,12 @@ STOP_EXITS = (0, -signal.SIGTERM)
 # Seconds a process of the server's group may take to go after the server exited.
 GROUP_SETTLE_S = 5.0
 LOG_TAIL = 4000  # characters of the server's log a diagnosis quotes at most
+EAGER = "--enforce-eager"
+# The folders of the fresh cache below its root, as the images set them (templates/Dockerfile.j2:
+# XDG_CACHE_HOME=/tmp/.cache, TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR below it; vLLM's VLLM_CACHE_ROOT
+# defaults to $XDG_CACHE_HOME/vllm).
+CACHE_DIRS = (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "torchinductor"), ("TRITON_CACHE_DIR", "triton"))
+CACHE_PREFIX = "vllm-smoke-cache-"
 
 
 def free_port():
@@ -154,7 +168,8 @@ class Server:
 
     def log(self):
         """The server's output so far."""
-        self.log_file.flush()
+        if not self.log_file.closed:
+            self.log_file.flush()
         return _read(self.log_path)
 
     def close(self):
@@ -220,33 +235,180 @@ def stop_during_stream(server, base, body, grace_s, first_chunk_s):
     }
 
 
-def observe(spec, log_path, env=None):
-    """Start the server of ``spec`` and wait for /health 200 (readiness stops the moment it exits), probe it,
-    stop it during a stream. ``spec``: {"model", "options", "ready_timeout_s", "stop_grace_s", "prompt",
-    "max_tokens", "stream_tokens", "first_chunk_s"} and optionally "vllm" (the command, default
-    ``vllm_command()``). Returns {"ready_s", "phases", "exit_code", "probes", "stop", "log", "argv"}; the
-    server's group is gone on return, whatever happened (an exception included)."""
-    port = free_port()
-    argv = server_argv(spec["model"], spec["options"], port, spec.get("vllm"))
-    base = f"http://127.0.0.1:{port}"
-    env = dict(os.environ if env is None else env)
+def cache_base(env):
+    """The environment's cache root, where the fresh cache folder is made: ``XDG_CACHE_HOME`` (absolute), else
+    ``$HOME/.cache``, else the user's home from the password database (``~/.cache``)."""
+    home = env.get("HOME") or os.path.expanduser("~")
+    return compilecache.cache_root(dict(env, HOME=home))
+
+
+def cache_env(folder):
+    """The variables that put every compile cache of a server under ``folder``: ``XDG_CACHE_HOME`` itself and
+    ``CACHE_DIRS`` below it."""
+    out = {"XDG_CACHE_HOME": folder}
+    out.update((name, os.path.join(folder, sub)) for name, sub in CACHE_DIRS)
+    return out
+
+
+def make_cache(env):
+    """A fresh folder under ``cache_base(env)`` (made where missing) with ``CACHE_DIRS`` inside: its path.
+    Raises OSError where it cannot be made or written."""
+    base = cache_base(env)
+    os.makedirs(base, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix=CACHE_PREFIX, dir=base)
+    try:
+        for _, sub in CACHE_DIRS:
+            os.mkdir(os.path.join(folder, sub))
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder
+
+
+def cache_unwritable(base, exc):
+    """(name, cause, diagnosis, fix) of a cache folder that cannot be made under ``base`` (``exc``, the OSError)."""
+    cause = f"{type(exc).__name__}: {exc}"
+    return (
+        "compile-cache-unwritable",
+        cause,
+        f"no folder can be made and written under the cache root {base}, where vLLM, inductor and Triton keep "
+        "their compile caches: every start of the server fails or compiles again",
+        f"make {base} writable by this user (UID {os.getuid()}), or point XDG_CACHE_HOME at a writable folder; in a "
+        "pod, " + compilecache.unwritable_fix(base),
+    )
+
+
+def list_files(root):
+    """The files under ``root``, one path relative to it a line, sorted (empty where it cannot be read)."""
+    found = []
+    for folder, _, files in os.walk(root):
+        found += [os.path.relpath(os.path.join(folder, f), root) for f in files]
+    return "\n".join(sorted(found))
+
+
+def filesystem(path, mounts="/proc/mounts"):
+    """The file system type of the mount holding ``path`` (``/proc/mounts``' longest mount point above it), ""
+    where unknown."""
+    path = os.path.realpath(path)
+    best, kind = "", ""
+    try:
+        with open(mounts, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                point = fields[1].replace("\\040", " ")
+                inside = path == point or path.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, kind = point, fields[2]
+    except OSError:
+        return ""
+    return kind
+
+
+def _wait_ready(server, base, started, timeout_s, seen):
+    """Poll /health until 200 (seconds since ``started``), the server's exit or ``timeout_s``: (ready_s or None,
+    exit code or None); the phases seen go to ``seen``."""
+    while time.monotonic() - started < timeout_s:
+        code = server.proc.poll()
+        phases_seen(server.log(), time.monotonic() - started, seen)
+        if code is not None:
+            return None, code
+        if serve_probe.health(base).get("status") == 200:
+            return round(time.monotonic() - started, 1), None
+        time.sleep(1.0)
+    return None, None
+
+
+def _stop(server, grace_s):
+    """SIGTERM to the server's whole group, SIGKILL past ``grace_s`` seconds, then nothing of the group left
+    (``Server.close``); the server's exit status (None: killed after the grace)."""
+    kill_group(server.pgid, signal.SIGTERM)
+    try:
+        code = server.proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        code = None
+    server.close()
+    return code
+
+
+def start_warm(argv, env, log_path, timeout_s, grace_s):
+    """The warm start: ``argv`` with ``env`` (the cold server's), its output to ``log_path``, ready within
+    ``timeout_s`` or not, then stopped (``_stop``). Its ``ready_s``, ``phases``, ``exit_code`` (None: ready or timed
+    out), ``log`` and ``stop_exit_code``."""
     started = time.monotonic()
     server = Server(argv, env, log_path)
     seen = {}
     try:
-        ready_s = None
-        while time.monotonic() - started < float(spec["ready_timeout_s"]):
-            code = server.proc.poll()
-            log = server.log()
-            phases_seen(log, time.monotonic() - started, seen)
-            if code is not None:
-                return {"ready_s": None, "phases": seen, "exit_code": code, "log": log, "argv": argv}
-            if serve_probe.health(base).get("status") == 200:
-                ready_s = round(time.monotonic() - started, 1)
-                break
-            time.sleep(1.0)
+        ready_s, code = _wait_ready(server, f"http://127.0.0.1:{argv[-1]}", started, timeout_s, seen)
+        stopped = _stop(server, grace_s) if ready_s is not None else None
+        return {"ready_s": ready_s, "phases": seen, "exit_code": code, "log": server.log(),
+                "stop_exit_code": stopped}  # fmt: skip
+    finally:
+        server.close()
+
+
+def observe(spec, log_path, env=None, deadline=None):
+    """Start the server of ``spec`` and wait for /health 200 (readiness stops the moment it exits), probe it,
+    stop it during a stream; compiled (no ``--enforce-eager`` among the options), on a fresh cache folder, then the
+    warm start on it (``start_warm``), ready by ``deadline`` (``time.monotonic()``; None: within the ready timeout)
+    or skipped with the reason. ``spec``: {"model", "options", "ready_timeout_s", "stop_grace_s", "prompt",
+    "max_tokens", "stream_tokens", "first_chunk_s"} and optionally "vllm" (the command, default
+    ``vllm_command()``). Returns {"ready_s", "phases", "exit_code", "probes", "stop", "log", "argv"} and, compiled,
+    "warm" (``start_warm``'s, its "cache_listing" added, or {"skipped"}), "cache_root" (the fresh folder),
+    "cache_listing" (its files after the cold server's stop), "cache_filesystem"; "cache_error" (name, cause,
+    diagnosis, fix) where the folder cannot be made (then no server starts). Every server's group is gone and the
+    folder removed on return, whatever happened (an exception or an interrupt included)."""
+    port = free_port()
+    argv = server_argv(spec["model"], spec["options"], port, spec.get("vllm"))
+    env = dict(os.environ if env is None else env)
+    if EAGER in spec["options"]:
+        return dict(_observe_cold(spec, argv, env, log_path), warm={"skipped": compilecache.WARM_SKIPPED_EAGER})
+    try:
+        cache = make_cache(env)
+    except OSError as exc:
+        error = cache_unwritable(cache_base(env), exc)
+        return {"ready_s": None, "phases": {}, "exit_code": None, "log": "", "argv": argv, "cache_error": error}
+    try:
+        env.update(cache_env(cache))
+        seen = _observe_cold(spec, argv, env, log_path)
+        seen.update(cache_root=cache, cache_listing=list_files(cache), cache_filesystem=filesystem(cache))
+        if seen["ready_s"] is None:
+            return seen
+        left, skipped = compilecache.warm_budget(float(spec["ready_timeout_s"]), deadline, time.monotonic())
+        if skipped is not None:
+            seen["warm"] = {"skipped": skipped}
+            return seen
+        warm_log = log_path + ".warm"
+        try:
+            warm = start_warm(argv, env, warm_log, left, int(spec["stop_grace_s"]))
+        except Exception as exc:  # the check fails with it (warm_problems); the cold start's result stands
+            warm = {"error": f"{type(exc).__name__}: {exc}", "log": ""}
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(warm_log)
+        if warm.get("ready_s") is not None:
+            warm["cache_listing"] = list_files(cache)
+        with open(log_path, "a", encoding="utf-8") as f:
+            f.write(f"\n{compilecache.WARM_LOG_MARK}\n{warm['log']}")
+        seen["warm"] = warm
+        return seen
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _observe_cold(spec, argv, env, log_path):
+    """The cold start of ``observe``: ready, probed, stopped during a stream; its group gone on return."""
+    base = f"http://127.0.0.1:{argv[-1]}"
+    started = time.monotonic()
+    server = Server(argv, env, log_path)
+    seen = {}
+    try:
+        ready_s, code = _wait_ready(server, base, started, float(spec["ready_timeout_s"]), seen)
         if ready_s is None:
-            return {"ready_s": None, "phases": seen, "exit_code": None, "log": server.log(), "argv": argv}
+            return {"ready_s": None, "phases": seen, "exit_code": code, "log": server.log(), "argv": argv}
         probe_spec = {"model": spec["model"], "prompt": spec["prompt"], "max_tokens": spec["max_tokens"]}
         probes = serve_probe.probe(base, probe_spec)
         body = serve_probe.completion_body(dict(probe_spec, max_tokens=spec["stream_tokens"]), True)
@@ -334,9 +496,14 @@ def judge(seen, spec, expected_tokens):
     """(status, diagnosis, hint, facts) of one server run, asserting what ``matrixtool.smoke.serve.judge`` asserts of a
     container: ready, every route 200, /v1/models lists the model, greedy tokens == offline-generate's eager
     ``expected_tokens`` (None: not compared, said so), stream == non-stream, chat content, /metrics counts the
-    requests, /version is the pin; then the process-level stop contract (``stop_problems``)."""
+    requests, /version is the pin; then the process-level stop contract (``stop_problems``) and the warm start
+    (``warm_problems``). A cache folder that could not be made (``cache_error``) fails it as class 31."""
     facts = {"ready_s": seen.get("ready_s"), "phases": dict(seen.get("phases") or {}), "argv": seen.get("argv")}
     log = seen.get("log") or ""
+    if seen.get("cache_error"):
+        name, cause, diagnosis, fix = seen["cache_error"]
+        facts.update(failure_class=compilecache.COMPILE_CACHE, warm={"failure": name, "cause": cause})
+        return "failed", f"no server started: {name}: {diagnosis}: {cause}", fix, facts
     if seen.get("ready_s") is None:
         cause = root_cause(log)
         facts["log_tail"] = log[-LOG_TAIL:]
@@ -402,19 +569,56 @@ def judge(seen, spec, expected_tokens):
     stop = dict(seen.get("stop") or {})
     facts["stop"] = stop
     problems += stop_problems(stop)
+    hints = []
+    warm = warm_problems(seen, facts, problems, hints)
     budget = spec.get("ready_budget_s")
     if budget is not None and seen["ready_s"] > float(budget):
         facts["ready_budget_s"] = budget
         problems.append(f"ready after {seen['ready_s']:.0f} s, over its ready_budget of {float(budget):.0f} s")
     if problems:
-        return "failed", "; ".join(problems), "read the server's log", facts
+        return "failed", "; ".join(problems), "; ".join(hints) or "read the server's log", facts
     summary = (
         f"ready in {seen['ready_s']:.0f} s; models, greedy completion"
         f"{' == offline-generate' if expected_tokens is not None else ' (no offline-generate tokens to compare)'}, "
         f"stream, chat, metrics ({counted}), version {version}; stop: exit {stop.get('exit_code')} in "
         f"{stop.get('seconds')} s, stream {stop.get('stream')}, no process left"
     )
-    return "passed", summary, "", facts
+    return "passed", summary + warm, "", facts
+
+
+def warm_problems(seen, facts, problems, hints):
+    """The warm start of ``seen`` (``observe``'s) judged as the container check judges it
+    (``compilecache.judge_warm``): its facts into ``facts`` (``warm``, ``cold_ready_s``; the cache folder's file
+    system as ``warm.cache_filesystem``), what failed into ``problems`` and ``hints``; the summary's words ("" where
+    none ran or it failed)."""
+    warm = seen.get("warm")
+    if not warm:
+        return ""
+    judged = compilecache.judge_warm(
+        seen.get("log") or "",
+        seen.get("ready_s"),
+        warm,
+        cold_listing=seen.get("cache_listing") or "",
+        cache_root=seen.get("cache_root") or "",
+    )
+    facts.update(judged["facts"])
+    if seen.get("cache_filesystem") and "skipped" not in warm:
+        facts["warm"]["cache_filesystem"] = seen["cache_filesystem"]
+    outcome, warm_log = judged["outcome"], warm.get("log") or ""
+    if outcome == "error":
+        problems.append(f"the warm start on the cold start's cache could not run: {warm['error']}")
+    elif outcome == "not_ready":
+        code = warm.get("exit_code")
+        what = f"exited ({code})" if code is not None else "was not ready in time"
+        problems.append(f"the warm start on the cold start's cache {what}: {root_cause(warm_log)}")
+        facts["warm"]["log_tail"] = warm_log[-LOG_TAIL:]
+        hints.append("read the warm start's log (after the cold start's in the serve log)")
+    elif outcome == "not_reused":
+        name, cause, diagnosis, fix = judged["failure"]
+        facts["failure_class"] = compilecache.COMPILE_CACHE
+        problems.append(f"the warm start did not reuse the compile cache ({name}): {diagnosis}: {cause!r}")
+        hints.append(fix)
+    return judged["summary"]
 
 
 def reference_tokens(outcomes):

@@ -33,7 +33,7 @@ import traceback
 import xml.etree.ElementTree as ET
 import zipimport
 
-from . import rootcause, serving
+from . import compilecache, rootcause, serving
 from .catalogue import DECLARATIONS
 from .common import PACKAGE, attached_gpu, last_error_line, parse_results, split_logs
 
@@ -358,8 +358,10 @@ class Suite:
             seconds = round(time.monotonic() - started, 1)
             return self._land(self._result(serving.CHECK, "failed", why, "read the log", {}, seconds, log))
         spec["model"] = model
+        # The warm start must be ready before the serve check's own timeout, as in containers.
+        deadline = started + self.timeouts.get(serving.CHECK, spec["ready_timeout_s"]) - compilecache.WARM_MARGIN_S
         try:
-            seen = serving.observe(spec, log, self.env)
+            seen = serving.observe(spec, log, self.env, deadline=deadline)
             status, diagnosis, hint, facts = serving.judge(seen, spec, serving.reference_tokens(self.outcomes))
         except Exception:  # the step fails with it, as a crashed check does; the report is still written
             text = traceback.format_exc()

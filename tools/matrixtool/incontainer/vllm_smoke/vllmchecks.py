@@ -581,9 +581,9 @@ def check_vllm_cli(params):
         "within the grace, PID 1 the server. Probed from outside: the host's published port, or a client "
         "container in its network namespace. On a host or in a pod (the bundle): `vllm serve` as a child "
         "process on a loopback port, SIGTERM during a stream exits 0/-15 within the grace, its process group "
-        "left empty. In containers, with the full suite (compiled): a warm start on the compile cache volume the "
-        "first start wrote at the image's cache root, its time to ready, and its reuse shown by vLLM's load line "
-        "or by no compiled kernel added to the cache"
+        "left empty. With the full suite (compiled): a warm start on the compile cache the first start wrote (in "
+        "containers a volume at the image's cache root; on a host or in a pod a fresh folder under its cache root), "
+        "its time to ready, and its reuse shown by vLLM's load line or by no compiled kernel added to the cache"
     ),
     classes=(15, 16, 17, 18, 19, 20, 22, 31),
     reports=(f"{_VLLM}/issues/14888",),
