@@ -9,6 +9,7 @@ vLLM loads its compiled graphs and its AOT artifact from the cache; the Triton k
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -260,3 +261,21 @@ def test_the_cache_folders_file_system_is_its_longest_mount_point(tmp_path: Path
     assert serving.filesystem("/tmp/.cache2x", str(mounts)) == "tmpfs", "a mount point is a whole path component"
     assert serving.filesystem("/home", str(mounts)) == "overlay"
     assert serving.filesystem("/home", str(tmp_path / "missing")) == ""
+
+
+def test_the_h200_runs_own_cache_lines_read_as_they_were_judged_there() -> None:
+    """The serve check of the bundle on an H200 (``data/bundle/h200-warm.json``: vLLM 0.25.0, torch 2.11.0+cu130,
+    2026-12-02): the lines of vLLM's log the run kept, read again by ``evidence``, give what that run reported:
+    the cold start compiled and saved vLLM's AOT artifact, the warm one loaded it and its graphs and compiled
+    nothing, under the same cache key."""
+    data = Path(__file__).parents[1] / "data" / "bundle" / "h200-warm.json"
+    facts = json.loads(data.read_text(encoding="utf-8"))["serve"]["facts"]
+    warm = facts["warm"]
+    cold = cc.evidence("\n".join(_log(line) for line in warm["cold_log_lines"]))
+    found = cc.evidence("\n".join(_log(line) for line in warm["log_lines"]))
+    assert cold["compiled"] and cold["saved"] and not cold["loaded"]
+    assert found["loaded"] and not found["compiled"] and found["keys"] == cold["keys"]
+    what, line = cc.reuse(found, [], []) or ("", "")
+    assert (what, line) == (warm["reused"], warm["reuse_evidence"])
+    assert cc.not_reused(cold, found, volume=warm["cache_root"]) is None
+    assert warm["kernels"] == {"cold": 78, "added_warm": 0} and warm["ready_s"] < facts["cold_ready_s"]
