@@ -388,7 +388,7 @@ _FIX_CACHES = (
 @check(
     "run-conditions",
     proves=(
-        "the image works under the container's run conditions (see \"Deployment profiles\"): inductor's cache "
+        "the image works under the container's run conditions (docs/profiles.md): inductor's cache "
         "dir resolves for this UID, a usable temp dir, writable caches (XDG, HF, vLLM, inductor; Triton, "
         "FlashInfer, DeepGEMM and torch's JIT extensions where the image has them), inductor's "
         "cache on an exec mount, no hub access without a network; reports the cgroup memory limit, and "
