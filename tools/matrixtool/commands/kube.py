@@ -91,6 +91,7 @@ def run(args: Args) -> list[Written]:
             )
             docs = kube.manifests(
                 variant=variant.name,
+                accelerator=variant.accelerator.value,
                 profile=profile.name,
                 values=profile.values,
                 image=image,
