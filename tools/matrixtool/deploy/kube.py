@@ -1,7 +1,8 @@
 """Kubernetes manifests that run an image exactly as the checks ran it under a deployment profile.
 
 Per variant and profile: a Deployment (the image's own ENTRYPOINT with the serve arguments of the ``serve``
-check, each run condition of the profile as its Pod/Container field, probes on ``/health``), a Service, and
+check, each run condition of the profile as its Pod/Container field, probes on ``/health``, for a GPU variant one
+GPU of its device plugin, ``GPU_RESOURCES``), a Service, and
 for a profile without network a NetworkPolicy that allows no egress. ``APPLY`` maps every condition of
 ``conditions.ROWS`` to its manifest field (the ``kubernetes`` column of that table says the same in words), and
 ``conditions_of`` reads the fields back: a unit test proves the round trip for every profile of matrix.yaml.
