@@ -34,7 +34,7 @@ venv: $(VENV)/.installed
 run:  ## The main job: render-check, build and smoke-test the CPU image
 	@if python3 -c 'import venv, ensurepip' 2>/dev/null; then jobs=2; else jobs=1; fi; \
 	  $(MAKE) --no-print-directory --jobs=$$jobs engine-minimal venv
-	$(CA_ENV) $(MATRIX) run cpu --wheelhouse "$$(tools/wheelhouse.sh)"
+	$(CA_ENV) $(MATRIX) run cpu --wheelhouse "$$(tools/wheelhouse.sh cpu)"
 
 test: setup  ## The test suite (unit + integration with the real engine), less the `emulated` full arm64 run
 	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh)" $(VENV)/bin/pytest -m 'not emulated' --durations=25 $(PYTEST_ARGS)
@@ -69,14 +69,14 @@ lint: venv  ## ruff, mypy (tool and tests), the wings' layers (lint-imports), ha
 	$(MATRIX) render --check
 
 bench: setup  ## Full and quick smoke suites of the CPU image against the naive pair (writes build/bench/cpu.suites.json)
-	$(CA_ENV) $(PY) tools/bench.py suites cpu --wheelhouse "$$(tools/wheelhouse.sh)"
+	$(CA_ENV) $(PY) tools/bench.py suites cpu --wheelhouse "$$(tools/wheelhouse.sh cpu)"
 
 bench-build: setup  ## Cold build time, image size, smoke wall time of the CPU image (writes build/bench/cpu.json)
 	$(CA_ENV) $(PY) tools/bench.py build cpu
 
 bench-fresh: setup  ## Fresh machine -> `make run`, timed: a clean clone in a Debian container with its own engine (writes build/bench/fresh.json)
-	$(CA_ENV) $(MATRIX) build cpu --wheelhouse "$$(tools/wheelhouse.sh)" >/dev/null
-	PIP_FIND_LINKS="$$(tools/wheelhouse.sh)" bash tools/bench-fresh.sh
+	$(CA_ENV) $(MATRIX) build cpu --wheelhouse "$$(tools/wheelhouse.sh cpu)" >/dev/null
+	PIP_FIND_LINKS="$$(tools/wheelhouse.sh cpu)" bash tools/bench-fresh.sh
 
 bench-arm64: setup  ## The arm64 variant under QEMU against the x86-64 CPU run (cold, both; tens of minutes)
 	$(PY) tools/bench.py build cpu

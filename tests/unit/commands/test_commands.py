@@ -4,14 +4,17 @@ the convention, and a unit test cannot start a program unless it says so."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import importlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 
 from matrixtool import commands
 from matrixtool.cli import main
@@ -49,3 +52,15 @@ def test_a_unit_test_cannot_start_a_program() -> None:
 @pytest.mark.subprocess
 def test_a_marked_unit_test_can() -> None:
     assert subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True, text=True).stdout == "1\n"
+
+
+@pytest.mark.parametrize("name", list(main.commands))
+def test_help_shows_each_default_as_it_is_typed(name: str) -> None:
+    """An enum default shows its repr (``[default: FULL]``) where the flag takes its value (``full``)."""
+    command = main.commands[name]
+    for param in command.params:
+        if isinstance(param, click.Option) and param.show_default:
+            assert not isinstance(param.default, enum.Enum), f"{name} {param.opts[0]}: default {param.default!r}"
+    text = CliRunner().invoke(main, [name, "--help"], catch_exceptions=False).output
+    shown = re.findall(r"\[default: ([^;\]]+)", " ".join(text.split()))
+    assert [s for s in shown if s != s.lower() and not s.startswith("/")] == [], shown

@@ -46,9 +46,10 @@ def test_ci_matrix_entries_carry_runner_labels_and_wheelhouse_pin() -> None:
     assert by_variant["cpu"] == {
         "variant": "cpu", "platform": "linux/amd64", "arch": "amd64", "runner": ["ubuntu-24.04"],
         "accelerator": "cpu", "python": "3.11", "torch": "torch==2.13.0+cpu", "wheelhouse": True,
-        "wheelhouse_index": "https://download.pytorch.org/whl/cpu",
+        "wheelhouse_index": "https://download.pytorch.org/whl/cpu", "wheel_platform": "manylinux_2_28_x86_64",
     }  # fmt: skip
     assert by_variant["arm64"]["runner"] == ["ubuntu-24.04-arm"]
+    assert (by_variant["arm64"]["python"], by_variant["arm64"]["wheel_platform"]) == ("3.13", "manylinux_2_28_aarch64")
     assert by_variant["cuda"]["runner"] == ["self-hosted", "linux", "x64", "gpu"]
     assert by_variant["rocm"]["runner"] == ["self-hosted", "linux", "x64", "rocm"]
     assert not by_variant["cuda"]["wheelhouse"] and by_variant["cuda"]["wheelhouse_index"] == ""

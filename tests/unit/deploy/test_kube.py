@@ -20,7 +20,8 @@ from matrixtool.model.profiles import Profile
 from tests.conftest import REPO_ROOT, copy_checkout
 
 SERVING = kube.Serving(args=("serve", "/models/tiny-llama"), port=8000, model_mount="/models", cold_start_s=98)
-PROFILES = [(v.name, p) for v in load_matrix().variants for p in v.profiles]
+VARIANTS = {v.name: v for v in load_matrix().variants}
+PROFILES = [(v.name, p) for v in VARIANTS.values() for p in v.profiles]
 
 
 def test_every_condition_of_the_table_has_a_manifest_field() -> None:
@@ -33,8 +34,15 @@ def test_the_manifest_holds_exactly_the_profile_the_checks_ran_under(
     variant: str, profile: Profile, cluster: kube.Cluster
 ) -> None:
     values = profile.values
+    accelerator = VARIANTS[variant].accelerator.value
     docs = kube.manifests(
-        variant=variant, profile=profile.name, values=values, image="i:1", serving=SERVING, cluster=cluster
+        variant=variant,
+        accelerator=accelerator,
+        profile=profile.name,
+        values=values,
+        image="i:1",
+        serving=SERVING,
+        cluster=cluster,
     )
     assert kube.conditions_of(docs) == kube.comparable(values)
     assert kube_checks.validate(docs) == []
@@ -55,11 +63,21 @@ def test_the_manifest_holds_exactly_the_profile_the_checks_ran_under(
 def test_restricted_is_pss_restricted_and_default_is_not() -> None:
     profiles = {p.name: p for p in next(v for v in load_matrix().variants if v.name == "cpu").profiles}
     restricted = kube.manifests(
-        variant="cpu", profile="restricted", values=profiles["restricted"].values, image="i", serving=SERVING
+        variant="cpu",
+        accelerator="cpu",
+        profile="restricted",
+        values=profiles["restricted"].values,
+        image="i",
+        serving=SERVING,
     )
     assert kube_checks.pss_restricted_problems(restricted) == []
     default = kube.manifests(
-        variant="cpu", profile="default", values=profiles["default"].values, image="i", serving=SERVING
+        variant="cpu",
+        accelerator="cpu",
+        profile="default",
+        values=profiles["default"].values,
+        image="i",
+        serving=SERVING,
     )
     problems = kube_checks.pss_restricted_problems(default)
     assert any("allowPrivilegeEscalation" in p for p in problems) and any("runAsNonRoot" in p for p in problems)
@@ -67,8 +85,45 @@ def test_restricted_is_pss_restricted_and_default_is_not() -> None:
     assert kinds == ["Deployment", "Service", "NetworkPolicy"] and [d["kind"] for d in default] == kinds[:2]
 
 
+@pytest.mark.parametrize(("variant", "profile"), PROFILES, ids=[f"{v}-{p.name}" for v, p in PROFILES])
+def test_a_gpu_variants_server_asks_its_device_plugin_for_exactly_one_gpu(variant: str, profile: Profile) -> None:
+    """Without the extended resource the NVIDIA/AMD device plugin gives the container no GPU at all."""
+    accelerator = VARIANTS[variant].accelerator.value
+    docs = kube.manifests(
+        variant=variant,
+        accelerator=accelerator,
+        profile=profile.name,
+        values=profile.values,
+        image="i",
+        serving=SERVING,
+    )
+    (container,) = docs[0]["spec"]["template"]["spec"]["containers"]
+    resources = container.get("resources", {})
+    gpus = {k: v for k, v in resources.get("limits", {}).items() if k in {"nvidia.com/gpu", "amd.com/gpu"}}
+    expected = {"cuda": {"nvidia.com/gpu": 1}, "rocm": {"amd.com/gpu": 1}}.get(accelerator, {})
+    assert gpus == expected
+    # No request other than the limit (Kubernetes refuses an extended resource's request that differs from it).
+    assert not set(gpus) & set(resources.get("requests", {}))
+    assert kube_checks.validate(docs) == []
+    if profile.name == "restricted":
+        assert kube_checks.pss_restricted_problems(docs) == []
+    for cluster in kube.Cluster:
+        out = kube_checks.to_yaml(
+            kube.manifests(
+                variant=variant,
+                accelerator=accelerator,
+                profile=profile.name,
+                values=profile.values,
+                image="i",
+                serving=SERVING,
+                cluster=cluster,
+            )
+        )
+        assert out.count("nvidia.com/gpu: 1") + out.count("amd.com/gpu: 1") == len(expected)
+
+
 def test_pss_rules_catch_what_they_name() -> None:
-    docs = kube.manifests(variant="cpu", profile="x", values={}, image="i", serving=SERVING)
+    docs = kube.manifests(variant="cpu", accelerator="cpu", profile="x", values={}, image="i", serving=SERVING)
     spec = docs[0]["spec"]["template"]["spec"]
     spec["hostNetwork"] = True
     spec["volumes"].append({"name": "h", "hostPath": {"path": "/etc"}})
@@ -88,7 +143,7 @@ def test_the_startup_probe_outlasts_the_measured_cold_start_and_liveness_waits_f
 
 
 def test_no_service_links_so_a_service_named_vllm_injects_no_vllm_port() -> None:
-    docs = kube.manifests(variant="cpu", profile="x", values={}, image="i", serving=SERVING)
+    docs = kube.manifests(variant="cpu", accelerator="cpu", profile="x", values={}, image="i", serving=SERVING)
     assert docs[0]["spec"]["template"]["spec"]["enableServiceLinks"] is False
 
 
@@ -250,7 +305,7 @@ def test_for_openshift_the_scc_assigns_uid_gid_and_fsgroup_and_the_profile_is_ke
 
 
 def test_scc_rules_catch_what_they_name() -> None:
-    docs = kube.manifests(variant="cpu", profile="x", values={}, image="i", serving=SERVING)
+    docs = kube.manifests(variant="cpu", accelerator="cpu", profile="x", values={}, image="i", serving=SERVING)
     assert kube_checks.scc_restricted_v2_problems(docs) == []  # the SCC defaults what is left unset
     spec = docs[0]["spec"]["template"]["spec"]
     spec["hostNetwork"] = True
@@ -287,6 +342,7 @@ ROOT_REFUSED = (
 def test_a_root_profile_is_refused_by_restricted_v2_which_runs_another_uid(user: str) -> None:
     docs = kube.manifests(
         variant="cpu",
+        accelerator="cpu",
         profile="root",
         values={Condition.USER: user},
         image="i",
@@ -297,11 +353,19 @@ def test_a_root_profile_is_refused_by_restricted_v2_which_runs_another_uid(user:
     # A non-root UID, and a profile without user (the image's 1000:0), are admitted.
     for values in ({Condition.USER: "1000:0"}, {}):
         docs = kube.manifests(
-            variant="cpu", profile="x", values=values, image="i", serving=SERVING, cluster=kube.Cluster.OPENSHIFT
+            variant="cpu",
+            accelerator="cpu",
+            profile="x",
+            values=values,
+            image="i",
+            serving=SERVING,
+            cluster=kube.Cluster.OPENSHIFT,
         )
         assert kube_checks.scc_restricted_v2_problems(docs) == []
     # runAsUser 0 written into a manifest (a plain Kubernetes one judged for OpenShift) is root as well.
-    docs = kube.manifests(variant="cpu", profile="root", values={Condition.USER: "0"}, image="i", serving=SERVING)
+    docs = kube.manifests(
+        variant="cpu", accelerator="cpu", profile="root", values={Condition.USER: "0"}, image="i", serving=SERVING
+    )
     problems = kube_checks.scc_restricted_v2_problems(docs)
     assert f"Deployment vllm-cpu-root: {ROOT_REFUSED}" in problems, problems
 

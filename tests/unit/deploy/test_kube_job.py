@@ -29,7 +29,14 @@ def _docs(variant: str, profile: str, suite: str = "quick") -> tuple[list[dict[s
         variant=v.name, accelerator=v.accelerator.value, profile=profile, values=p.values, image="img:1",
         serving=serving, bundle_data=data, deadline_s=deadline,
     )  # fmt: skip
-    deployment = kube.manifests(variant=v.name, profile=profile, values=p.values, image="img:1", serving=serving)
+    deployment = kube.manifests(
+        variant=v.name,
+        accelerator=v.accelerator.value,
+        profile=profile,
+        values=p.values,
+        image="img:1",
+        serving=serving,
+    )
     return job, deployment
 
 
@@ -52,8 +59,8 @@ def test_the_job_is_the_profiles_pod_running_the_bundle(variant: str, profile: s
     assert pod["volumes"][: len(profile_volumes)] == profile_volumes
     assert container["env"][:-1] == server.get("env", [])
     limits = container.get("resources", {}).get("limits", {})
-    gpu = kube_job.GPU_RESOURCES.get(VARIANTS[variant].accelerator.value)
-    assert {k: v for k, v in limits.items() if k != gpu} == server.get("resources", {}).get("limits", {})
+    gpu = kube.GPU_RESOURCES.get(VARIANTS[variant].accelerator.value)
+    assert limits == server.get("resources", {}).get("limits", {})
     assert (limits.get(gpu) == 1) if gpu else not ({"nvidia.com/gpu", "amd.com/gpu"} & set(limits))
     # The bundle: read-only from the ConfigMap; the JSON report on stdout; the work folder a memory emptyDir.
     assert container["command"][:4] == ["python3", "/smoke/bundle.pyz", "--json", "-"]

@@ -42,6 +42,13 @@ def wheel_arch(platform: Platform) -> str:
     return WHEEL_ARCH.get(platform.arch, platform.arch)
 
 
+def wheel_platform(platform: Platform) -> str:
+    """The platform tag ``pip download --platform`` fetches a wheelhouse wheel for on ``platform``
+    (``manylinux_2_28_x86_64``: PyTorch's Linux wheels are manylinux_2_28; pip also accepts older manylinux tags
+    for it)."""
+    return f"manylinux_2_28_{wheel_arch(platform)}"
+
+
 def wheel_fits(filename: str, *, package: str, version: str, python: str, platform: Platform) -> bool:
     """True when the wheel ``filename`` is ``package==version`` and one of its tags installs on CPython
     ``python`` (``"3.13"``) on Docker ``platform`` (``linux/arm64``): interpreter ``cp313``/``py3``, ABI
@@ -104,7 +111,7 @@ def problems(variant: Variant, folder: Path | None, *, env_var: str) -> list[str
         if folder is not None and find_wheel(folder, variant, platform) is not None:
             continue
         where = f"wheelhouse {folder} has no wheel of" if folder is not None else "no wheelhouse given for"
-        tag = f"manylinux_2_28_{wheel_arch(platform)}"
+        tag = wheel_platform(platform)
         found.append(
             f"variants.{variant.name}.index.wheelhouse: {where} {variant.torch.requirement} for {platform} and "
             f"Python {variant.python} ({wanted_wheel(variant, platform)}; PyPI does not carry it). Download it "

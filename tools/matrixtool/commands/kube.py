@@ -91,6 +91,7 @@ def run(args: Args) -> list[Written]:
             )
             docs = kube.manifests(
                 variant=variant.name,
+                accelerator=variant.accelerator.value,
                 profile=profile.name,
                 values=profile.values,
                 image=image,
@@ -166,7 +167,7 @@ def run(args: Args) -> list[Written]:
 )
 @click.option(
     "--suite",
-    default=DEFAULT_SUITE,
+    default=DEFAULT_SUITE.value,
     show_default=True,
     help="With --smoke-job: the suite of checks the bundle runs (quick, full).",
 )

@@ -11,15 +11,17 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from matrixtool.build.wheelhouse import wheelhouse_index
+from matrixtool.build.wheelhouse import wheel_platform, wheelhouse_index
 from matrixtool.core.errors import ConfigError, NothingSelectedError
 from matrixtool.model.model import Platform, Variant
 
 
 def ci_entry(variant: Variant, platform: Platform) -> dict[str, Any]:
     """One ``include`` entry: ``variant``, ``platform``, ``arch``, ``runner`` (list of runs-on labels),
-    ``python``, ``torch`` (``package==version``), ``wheelhouse`` (bool) and ``wheelhouse_index`` ("" unless
-    the variant needs a wheelhouse)."""
+    ``python``, ``torch`` (``package==version``), ``wheelhouse`` (bool), ``wheelhouse_index`` ("" unless
+    the variant needs a wheelhouse) and ``wheel_platform`` (the platform tag ``pip download --platform`` takes for
+    that wheel, ``manylinux_2_28_x86_64``; with ``--python-version`` ``python`` it fetches the wheel the build
+    installs whatever the host's Python and machine)."""
     return {
         "variant": variant.name,
         "platform": str(platform),
@@ -30,6 +32,7 @@ def ci_entry(variant: Variant, platform: Platform) -> dict[str, Any]:
         "torch": variant.torch.requirement,
         "wheelhouse": variant.index.wheelhouse,
         "wheelhouse_index": wheelhouse_index(variant) if variant.index.wheelhouse else "",
+        "wheel_platform": wheel_platform(platform),
     }
 
 

@@ -1,7 +1,8 @@
 """Kubernetes manifests that run an image exactly as the checks ran it under a deployment profile.
 
 Per variant and profile: a Deployment (the image's own ENTRYPOINT with the serve arguments of the ``serve``
-check, each run condition of the profile as its Pod/Container field, probes on ``/health``), a Service, and
+check, each run condition of the profile as its Pod/Container field, probes on ``/health``, for a GPU variant one
+GPU of its device plugin, ``GPU_RESOURCES``), a Service, and
 for a profile without network a NetworkPolicy that allows no egress. ``APPLY`` maps every condition of
 ``conditions.ROWS`` to its manifest field (the ``kubernetes`` column of that table says the same in words), and
 ``conditions_of`` reads the fields back: a unit test proves the round trip for every profile of matrix.yaml.
@@ -77,6 +78,9 @@ SHM_PATH = "/dev/shm"
 SCC_ASSIGNED = ("runAsUser", "runAsGroup", "fsGroup")
 # Where an OpenShift manifest keeps the profile's UID[:GID] (the SCC picks the pod's own).
 USER_ANNOTATION = "io.vllm-matrix/user"
+# The extended resource whose device plugin (NVIDIA's k8s-device-plugin, AMD's k8s-device-plugin) gives a GPU
+# variant's container its GPU; a container that does not ask for it gets none. One GPU: the checks ran on one.
+GPU_RESOURCES = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu"}
 
 
 class Cluster(enum.Enum):
@@ -352,6 +356,7 @@ def probes(serving: Serving) -> dict[str, dict[str, Any]]:
 def manifests(
     *,
     variant: str,
+    accelerator: str,
     profile: str,
     values: Mapping[Condition, Any],
     image: str,
@@ -360,11 +365,15 @@ def manifests(
 ) -> list[dict[str, Any]]:
     """The Deployment, Service and (no network) NetworkPolicy of ``image`` under one profile's condition
     ``values`` (normal forms, ``conditions.ROWS``), named ``vllm-<variant>-<profile>``, for ``cluster`` (OpenShift:
-    no ``SCC_ASSIGNED`` field; the profile's user in ``USER_ANNOTATION``)."""
+    no ``SCC_ASSIGNED`` field; the profile's user in ``USER_ANNOTATION``). An ``accelerator`` of
+    ``GPU_RESOURCES`` (``Accelerator`` values) gets a limit of one GPU of its device plugin; its request defaults
+    to the limit (Kubernetes: an extended resource's request, where given, must equal its limit)."""
     pod = Pod()
     for row in ROWS:
         if row.condition in values:
             APPLY[row.condition](values[row.condition], pod)
+    if accelerator in GPU_RESOURCES:
+        pod.resources.setdefault("limits", {})[GPU_RESOURCES[accelerator]] = 1
     name = f"vllm-{variant}-{profile}"
     labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name, "io.vllm-matrix/variant": variant}
     pod.volumes.append({"name": MODEL_VOLUME, "persistentVolumeClaim": {"claimName": serving.model_claim}})

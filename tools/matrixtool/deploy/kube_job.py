@@ -28,8 +28,6 @@ BUNDLE_KEY = "bundle.pyz"
 BUNDLE_VOLUME = "bundle"
 WORK_VOLUME = "smoke-work"
 WORK_SIZE = "1Gi"  # as the container check's tmpfs (smoke_runners.SMOKE_TMPFS)
-# The device plugin's resource of a GPU variant's accelerator (one GPU: the suite runs one engine at a time).
-GPU_RESOURCES = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu"}
 
 
 def names(variant: str, profile: str) -> tuple[str, str]:
@@ -50,10 +48,16 @@ def smoke_job(
     cluster: kube.Cluster = kube.Cluster.KUBERNETES,
 ) -> list[dict[str, Any]]:
     """The ConfigMap holding ``bundle_data`` and the Job running it in ``image`` under one profile's condition
-    ``values``, bounded by ``deadline_s`` seconds (``activeDeadlineSeconds``); one GPU of ``accelerator``'s
-    device plugin where the variant has one; the pod as ``kube.manifests`` makes it for ``cluster``."""
+    ``values``, bounded by ``deadline_s`` seconds (``activeDeadlineSeconds``); the pod as ``kube.manifests`` makes
+    it for ``cluster`` and ``accelerator`` (one GPU of its device plugin where the variant has one)."""
     docs = kube.manifests(
-        variant=variant, profile=profile, values=values, image=image, serving=serving, cluster=cluster
+        variant=variant,
+        accelerator=accelerator,
+        profile=profile,
+        values=values,
+        image=image,
+        serving=serving,
+        cluster=cluster,
     )
     deployment = docs[0]
     template = copy.deepcopy(deployment["spec"]["template"])
@@ -84,11 +88,8 @@ def smoke_job(
         "env": [*server.get("env", []), {"name": "MATRIX_SMOKE_DIR", "value": SMOKE_DIR}],
         "volumeMounts": mounts,
     }
-    resources = copy.deepcopy(server.get("resources", {}))
-    if accelerator in GPU_RESOURCES:
-        resources.setdefault("limits", {})[GPU_RESOURCES[accelerator]] = 1
-    if resources:
-        container["resources"] = resources
+    if "resources" in server:  # the profile's limits and a GPU variant's one GPU (kube.GPU_RESOURCES)
+        container["resources"] = copy.deepcopy(server["resources"])
     if "securityContext" in server:
         container["securityContext"] = server["securityContext"]
     spec["containers"] = [container]
