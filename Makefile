@@ -37,10 +37,10 @@ run:  ## The main job: render-check, build and smoke-test the CPU image
 	$(CA_ENV) $(MATRIX) run cpu --wheelhouse "$$(tools/wheelhouse.sh cpu)"
 
 test: setup  ## The test suite (unit + integration with the real engine), less the `emulated` full arm64 run
-	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh)" $(VENV)/bin/pytest -m 'not emulated' --durations=25 $(PYTEST_ARGS)
+	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh cpu)" $(VENV)/bin/pytest -m 'not emulated' --durations=25 $(PYTEST_ARGS)
 
 test-emulated: setup  ## The full arm64 smoke suite under QEMU (about an hour on 2 cores; scheduled in CI)
-	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh)" $(VENV)/bin/pytest -m emulated tests/integration $(PYTEST_ARGS)
+	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh cpu)" $(VENV)/bin/pytest -m emulated tests/integration $(PYTEST_ARGS)
 
 unit: venv  ## Unit tests only (no engine)
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
