@@ -35,6 +35,11 @@ def test_quiet_start_imports_nothing_heavy() -> None:
     assert "'click'" not in loaded and "'docker'" not in loaded and "'yaml'" not in loaded
 
 
+def _default_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(("signum", "code", "name"), [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")])
 def test_a_signal_during_start_up_exits_quietly(signum: int, code: int, name: str) -> None:
     """The signal is sent once click is imported (``-X importtime`` prints each import as it ends), while the rest of
@@ -42,6 +47,9 @@ def test_a_signal_during_start_up_exits_quietly(signum: int, code: int, name: st
     with subprocess.Popen(
         [sys.executable, "-X", "importtime", "-m", "matrixtool", "--help"],
         env=ENV,
+        # As a terminal's Ctrl-C meets it: a run started in the background of a non-interactive shell (CI's, here)
+        # inherits SIGINT ignored, which the child would keep (a signal ignored at start stays ignored).
+        preexec_fn=_default_signals,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
