@@ -9,7 +9,7 @@ here from https://kubernetes.io/docs/concepts/security/pod-security-standards/ (
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from typing import Any
 
 import kubernetes_validate
@@ -53,26 +53,12 @@ def pss_restricted_problems(docs: Sequence[Mapping[str, Any]]) -> list[str]:
     with a non-zero ``runAsUser``, seccomp ``RuntimeDefault`` or ``Localhost``, capabilities ``drop: [ALL]``
     and none added but ``NET_BIND_SERVICE``."""
     problems = []
-    for doc in docs:
-        if doc.get("kind") not in ("Deployment", "Job"):
-            continue
-        spec = doc["spec"]["template"]["spec"]
+    for where, _, spec in _pods(docs):
         pod_sec = spec.get("securityContext", {})
-        where = f"{doc['kind']} {doc['metadata']['name']}"
-        for key in ("hostNetwork", "hostPID", "hostIPC"):
-            if spec.get(key):
-                problems.append(f"{where}: {key} is true (host namespaces are forbidden)")
-        for volume in spec.get("volumes", []):
-            kinds = set(volume) - {"name"}
-            if not kinds <= PSS_VOLUMES:
-                problems.append(f"{where}: volume {volume['name']} is {', '.join(sorted(kinds))}")
+        problems += _host_and_volume_problems(where, spec, PSS_VOLUMES, "host namespaces are forbidden")
         for container in spec.get("containers", []):
             sec = container.get("securityContext", {})
             name = f"{where} container {container['name']}"
-            if sec.get("privileged"):
-                problems.append(f"{name}: privileged")
-            if any("hostPort" in p for p in container.get("ports", [])):
-                problems.append(f"{name}: a hostPort")
             if sec.get("allowPrivilegeEscalation") is not False:
                 problems.append(f"{name}: allowPrivilegeEscalation must be false")
             non_root = sec.get("runAsNonRoot", pod_sec.get("runAsNonRoot"))
@@ -105,25 +91,15 @@ def scc_restricted_v2_problems(docs: Sequence[Mapping[str, Any]]) -> list[str]:
     runs. A pod that names no user runs as its image's, which the manifest does not state (this tool's images run
     as 1000:0, templates/Dockerfile.j2): not judged here."""
     problems = []
-    for doc in docs:
-        if doc.get("kind") not in ("Deployment", "Job"):
-            continue
-        spec = doc["spec"]["template"]["spec"]
-        where = f"{doc['kind']} {doc['metadata']['name']}"
+    for where, template, spec in _pods(docs):
         pod_sec = spec.get("securityContext", {})
-        if _runs_as_root(doc["spec"]["template"], spec):
+        if _runs_as_root(template, spec):
             problems.append(
                 f"{where}: runs as root; restricted-v2 assigns a non-root UID from the namespace range, so the "
                 "conditions the checks passed under are not what runs; run the checks under a non-root profile, or "
                 "grant the anyuid SCC"
             )
-        for key in ("hostNetwork", "hostPID", "hostIPC"):
-            if spec.get(key):
-                problems.append(f"{where}: {key} is true (restricted-v2 allows no host namespace)")
-        for volume in spec.get("volumes", []):
-            kinds = set(volume) - {"name"}
-            if not kinds <= SCC_VOLUMES:
-                problems.append(f"{where}: volume {volume['name']} is {', '.join(sorted(kinds))}")
+        problems += _host_and_volume_problems(where, spec, SCC_VOLUMES, "restricted-v2 allows no host namespace")
         problems += [
             f"{where}: securityContext.{key} is set; restricted-v2 assigns it from the namespace's range"
             for key in SCC_RANGED
@@ -137,10 +113,6 @@ def scc_restricted_v2_problems(docs: Sequence[Mapping[str, Any]]) -> list[str]:
                 for key in SCC_RANGED
                 if key in sec
             ]
-            if sec.get("privileged"):
-                problems.append(f"{name}: privileged")
-            if any("hostPort" in p for p in container.get("ports", [])):
-                problems.append(f"{name}: a hostPort")
             if sec.get("allowPrivilegeEscalation") is True:
                 problems.append(f"{name}: allowPrivilegeEscalation is true")
             added = set(sec.get("capabilities", {}).get("add", [])) - SCC_ADDABLE
@@ -162,6 +134,31 @@ class _NoAliases(yaml.SafeDumper):
 def to_yaml(docs: Sequence[Mapping[str, Any]]) -> str:
     """``docs`` as one multi-document YAML file (``kubectl apply -f``)."""
     return yaml.dump_all([dict(d) for d in docs], Dumper=_NoAliases, sort_keys=False)
+
+
+def _pods(docs: Sequence[Mapping[str, Any]]) -> Iterator[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
+    """Each Deployment or Job of ``docs``: its name for messages ("Deployment NAME"), its pod template and spec."""
+    for doc in docs:
+        if doc.get("kind") in ("Deployment", "Job"):
+            template = doc["spec"]["template"]
+            yield f"{doc['kind']} {doc['metadata']['name']}", template, template["spec"]
+
+
+def _host_and_volume_problems(where: str, spec: Mapping[str, Any], volumes: Set[str], why: str) -> list[str]:
+    """What both policies refuse alike in the pod ``spec``: host namespaces (``why`` says which policy), volume
+    types other than ``volumes``, privileged containers and host ports."""
+    problems = [f"{where}: {key} is true ({why})" for key in ("hostNetwork", "hostPID", "hostIPC") if spec.get(key)]
+    for volume in spec.get("volumes", []):
+        kinds = set(volume) - {"name"}
+        if not kinds <= volumes:
+            problems.append(f"{where}: volume {volume['name']} is {', '.join(sorted(kinds))}")
+    for container in spec.get("containers", []):
+        name = f"{where} container {container['name']}"
+        if container.get("securityContext", {}).get("privileged"):
+            problems.append(f"{name}: privileged")
+        if any("hostPort" in p for p in container.get("ports", [])):
+            problems.append(f"{name}: a hostPort")
+    return problems
 
 
 def _runs_as_root(template: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
