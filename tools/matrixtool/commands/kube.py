@@ -89,17 +89,18 @@ def run(args: Args) -> list[Written]:
                 cache_claim=args.cache_claim,
                 warm_s=warm.get(key),
             )
-            docs = kube.manifests(
-                variant=variant.name,
-                accelerator=variant.accelerator.value,
-                profile=profile.name,
-                values=profile.values,
-                image=image,
-                serving=serving,
-                cluster=args.cluster,
-            )
-            name = f"{variant.name}.{profile.name}.yaml"
-            if args.smoke_job:
+            if not args.smoke_job:
+                docs = kube.manifests(
+                    variant=variant.name,
+                    accelerator=variant.accelerator.value,
+                    profile=profile.name,
+                    values=profile.values,
+                    image=image,
+                    serving=serving,
+                    cluster=args.cluster,
+                )
+                name = f"{variant.name}.{profile.name}.yaml"
+            else:
                 data, deadline = kube_job.bundle_for(variant, args.suite)
                 docs = kube_job.smoke_job(
                     variant=variant.name,
