@@ -583,3 +583,23 @@ def test_a_published_sbom_size_that_is_no_count_is_no_size(size: str) -> None:
     assert sbom_compare.packages_of(doc)["pypi/x"].size == 0
     prop["value"] = "123"
     assert sbom_compare.packages_of(doc)["pypi/x"].size == 123
+
+
+def test_the_json_report_and_the_junit_report_in_one_file_are_refused(tmp_path: Path) -> None:
+    """Spelled the same, spelled relative and absolute, or through a link to the folder: one report would be lost."""
+    from matrixtool.model.inputs import check_outputs
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "via").symlink_to(real)
+    for junit, json_file in (
+        (real / "r", real / "r"),
+        (tmp_path / "via" / "r", real / "r"),
+        (None, tmp_path / "out" / "reports" / "junit.xml"),
+    ):
+        with pytest.raises(ConfigError, match="is the JUnit report's file too"):
+            check_outputs(tmp_path / "out", junit=junit, json_file=json_file)
+    check_outputs(tmp_path / "out", junit=real / "j.xml", json_file=real / "r.json")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    check_outputs(tmp_path / "out", json_file=fifo)  # a stream, written in place (docs/commands.md)

@@ -285,3 +285,28 @@ def test_a_symbolic_link_to_a_file_is_replaced_and_what_it_points_to_kept(tmp_pa
     link.symlink_to(kept)
     outputs.write_set({link: "new\n"})
     assert not link.is_symlink() and link.read_text() == "new\n" and kept.read_text() == "kept\n"
+
+
+def test_a_name_that_leads_into_proc_or_dev_is_a_stream_written_in_place(tmp_path: Path) -> None:
+    """``/dev/stdout`` is a link to ``/proc/self/fd/1``, which leads to a regular file when stdout is redirected to
+    one: replacing the name would put a regular file where the machine's link was."""
+    redirected = tmp_path / "log"
+    redirected.write_text("", encoding="utf-8")
+    link = tmp_path / "mystdout"
+    fd = os.open(redirected, os.O_WRONLY)
+    try:
+        link.symlink_to(f"/proc/self/fd/{fd}")
+        assert outputs.is_stream(link) and outputs.is_stream(Path(f"/proc/self/fd/{fd}"))
+        outputs.write_text(link, "report\n")
+        assert link.is_symlink() and redirected.read_text(encoding="utf-8") == "report\n"
+        assert "a stream such as /dev/stdout" in str(outputs.target_problem(link))
+    finally:
+        os.close(fd)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert outputs.is_stream(fifo)
+    plain = tmp_path / "plain"
+    plain.write_text("x", encoding="utf-8")
+    (tmp_path / "to-plain").symlink_to(plain)
+    assert not outputs.is_stream(plain) and not outputs.is_stream(tmp_path / "to-plain")
+    assert not outputs.is_stream(tmp_path) and not outputs.is_stream(tmp_path / "absent")

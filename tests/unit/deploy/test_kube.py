@@ -164,7 +164,7 @@ def test_the_kube_command_writes_valid_manifests_with_the_measured_cold_start(tm
     (deployment, *_) = yaml.safe_load_all((out / "kube" / "cpu.restricted.yaml").read_text())
     assert kube.conditions_of([deployment])[Condition.USER] == "1000770000:0"
     bad = CliRunner().invoke(main, ["--out", str(out), "kube", "cpu", "--profile", "nope"])
-    assert bad.exit_code == ExitCode.CONFIG and "unknown profile(s) nope" in bad.output
+    assert bad.exit_code == ExitCode.CONFIG and "unknown profile(s) 'nope'" in bad.output
 
 
 def test_the_compile_cache_volume_is_mounted_at_the_images_cache_root(tmp_path: Path) -> None:
@@ -207,7 +207,7 @@ def test_the_compile_cache_volume_is_mounted_at_the_images_cache_root(tmp_path: 
         (["--model", "/m/x"], "--model '/m/x' is not a folder on the model claim, which is mounted at /models"),
         (["--model", "/models/../etc"], "--model '/models/../etc' is not a folder on the model claim"),
         (["--model", "/models/"], "--model '/models/' is not a folder on the model claim"),
-        (["--profile", "nope"], "unknown profile(s) nope"),
+        (["--profile", "nope"], "unknown profile(s) 'nope'"),
         (["--cache-claim", "Cache!"], "--cache-claim 'Cache!' is not a PersistentVolumeClaim name"),
         (["--cache-claim", "vllm-models"], "--cache-claim 'vllm-models' is the model's claim"),
     ],

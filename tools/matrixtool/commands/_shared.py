@@ -116,7 +116,7 @@ def finish(
     if flags.json_file is not None:
         files[flags.json_file] = report.to_json_text(result)
     # The reports of one run as one set (both or neither); a FIFO or a device (/dev/stdout) is written in place, after.
-    in_place = {path: data for path, data in files.items() if path.exists() and not (path.is_file() or path.is_dir())}
+    in_place = {path: data for path, data in files.items() if outputs.is_stream(path)}
     outputs.write_set({path: data for path, data in files.items() if path not in in_place})
     for path, data in in_place.items():
         outputs.write_bytes(path, data.encode("utf-8") if isinstance(data, str) else data)

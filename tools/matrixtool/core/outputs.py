@@ -81,11 +81,36 @@ def replacing(path: Path, *, mode: int = 0o644) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+_STREAM_ROOTS = ("/dev/", "/proc/")
+
+
+def is_stream(path: Path) -> bool:
+    """Whether ``path`` is a stream, written in place and never replaced: a FIFO, a device or a socket, or a name
+    that leads into ``/dev`` or ``/proc`` (itself, or a link on the way: ``/dev/stdout`` is a link to
+    ``/proc/self/fd/1``, which leads to whatever stdout is, a regular file when a shell redirected it; replacing
+    the name would put a regular file where the machine's ``/dev/stdout`` link was)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return True
+    name = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on links followed is 40
+        if name.startswith(_STREAM_ROOTS):
+            return True
+        if not os.path.islink(name):
+            return False
+        name = os.path.abspath(os.path.join(os.path.dirname(name), os.readlink(name)))
+    return False
+
+
 def write_text(path: Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` whole or not at all (``replacing``); returns ``path``. A ``path`` that exists
     and is no regular file (``/dev/null``, a FIFO, ``/dev/stdout``) is written in place: replacing it would put a
-    regular file where a device was. Raises OutputError: the write failed (exit 3); a regular ``path`` is unchanged."""
-    if path.exists() and not path.is_file():
+    regular file where a device was (``is_stream``). Raises OutputError: the write failed (exit 3); a regular ``path``
+    is unchanged."""
+    if path.exists() and (is_stream(path) or not path.is_file()):
         with guarded(path), open(path, "w", encoding="utf-8", newline="") as out:
             out.write(text)
         return path
@@ -98,7 +123,7 @@ def write_text(path: Path, text: str) -> Path:
 
 def write_bytes(path: Path, data: bytes) -> Path:
     """As ``write_text``. Raises OutputError: the write failed (exit 3); a regular ``path`` is unchanged."""
-    if path.exists() and not path.is_file():
+    if path.exists() and (is_stream(path) or not path.is_file()):
         with guarded(path), open(path, "wb") as out:
             out.write(data)
         return path
@@ -149,6 +174,8 @@ def target_problem(path: Path) -> str | None:
             return f"{path} is a symbolic link to {_kind(info.st_mode)}, not to a regular file"
     elif info is not None and not stat.S_ISREG(info.st_mode):
         return f"{path} is {_kind(info.st_mode)}, not a regular file"
+    if info is not None and is_stream(path):
+        return f"{path} leads into /dev or /proc (a stream such as /dev/stdout), not to a file to replace"
     for parent in path.parents:
         if os.path.lexists(parent):
             if not parent.is_dir():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from matrixtool.core import outputs
 from matrixtool.core.errors import ConfigError
 from matrixtool.incontainer.vllm_smoke.common import SUITES, Suite
 from matrixtool.model.checks import CHECKS
@@ -73,7 +74,7 @@ def _file_problem(flag: str, path: Path, *, must_exist_parent: bool) -> str | No
         return broken
     if path.is_dir():
         return f"{flag}: {path} is a folder; give a file path"
-    if path.exists() and not path.is_file():
+    if path.exists() and not path.is_file() and not outputs.is_stream(path):
         return f"{flag}: {path} is not a regular file"
     if path.exists() and not os.access(path, os.W_OK):
         return f"{flag}: {path} is not writable"
@@ -93,6 +94,12 @@ def check_outputs(out_dir: Path, *, junit: Path | None = None, json_file: Path |
         problems.append(_file_problem("--out", out_dir / "reports" / "junit.xml", must_exist_parent=False))
     if json_file is not None:
         problems.append(_file_problem("--json-file", json_file, must_exist_parent=False))
+        junit_path = junit if junit is not None else out_dir / "reports" / "junit.xml"
+        if os.path.realpath(junit_path) == os.path.realpath(json_file):
+            problems.append(
+                f"--json-file: {json_file} is the JUnit report's file too ({junit_path}); one of them would be lost: "
+                "give --json-file or --junit another path"
+            )
     found = [p for p in problems if p]
     if found:
         raise ConfigError("output paths", found)

@@ -176,7 +176,7 @@ def select_profiles(available: Sequence[Profile], names: Sequence[str]) -> list[
     known = [p.name for p in available]
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise KeyError(f"unknown profile(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        raise KeyError(f"unknown profile(s) {', '.join(map(repr, unknown))}; known: {', '.join(known)}")
     return [p for p in available if p.name in names]
 
 

@@ -25,7 +25,7 @@ def select_variants(matrix: Matrix, names: Sequence[str]) -> list[Variant]:
         parts = []
         for name in unknown:
             close = difflib.get_close_matches(name, known, n=1)
-            parts.append(f"'{name}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+            parts.append(repr(name) + (f" (did you mean '{close[0]}'?)" if close else ""))
         raise NothingSelectedError(
             f"no variant {', '.join(parts)} in {matrix.source.name}; variants: {', '.join(known)}"
         )
