@@ -8,21 +8,35 @@
 # The pin, its index, the Python and the platform tag come from `tools/matrix ci-matrix`, so nothing here repeats
 # matrix.yaml. --print-command: print the pip command lines (one a line, shell-quoted) and download nothing.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+set -f  # PIP_FIND_LINKS is split on blanks as pip splits it, never glob-expanded
+usage='usage: tools/wheelhouse.sh [--print-command] [VARIANT...]'
 print=0
-if [ "${1:-}" = --print-command ]; then print=1; shift; fi
+variants=()
+for arg in "$@"; do
+  case "$arg" in
+    --print-command) print=1;;
+    -h|--help) echo "$usage"; exit 0;;
+    -*) printf 'wheelhouse.sh: unknown option %s\n%s\n' "$arg" "$usage" >&2; exit 2;;
+    *) variants+=("$arg");;
+  esac
+done
+caller=$PWD
+cd "$(dirname "$0")/.."
 target=build/wheelhouse
+# Every VARIANT is checked first, whatever happens next: a bad one gives ci-matrix's message and exit code.
+matrix=$(tools/matrix ci-matrix "${variants[@]}")
 if [ "$print" = 0 ]; then
-  # PIP_FIND_LINKS first, then the find-links pip itself is configured with (pip.conf).
+  # PIP_FIND_LINKS first, then the find-links pip itself is configured with (pip.conf); a relative folder is the
+  # caller's, printed absolute.
   configured=$(python3 -m pip config list 2>/dev/null | sed -n "s/^global\.find-links='\(.*\)'$/\1/p" || true)
   for link in ${PIP_FIND_LINKS:-} $configured; do
     case "$link" in http://*|https://*) continue;; esac
     link=${link#file://}
-    [ -d "$link" ] && { echo "$link"; exit 0; }
+    case "$link" in /*) ;; *) link=$caller/$link;; esac
+    [ -d "$link" ] && { (cd "$link" && pwd); exit 0; }
   done
   mkdir -p "$target"
 fi
-matrix=$(tools/matrix ci-matrix "$@")  # a bad VARIANT: its message and exit code, nothing downloaded
 entries=$(python3 -c '
 import json, sys
 for entry in json.load(sys.stdin)["include"]:

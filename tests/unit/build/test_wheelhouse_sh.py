@@ -83,3 +83,28 @@ def test_pip_downloads_the_variants_wheel_whatever_the_hosts_python(variant: str
     result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
     assert result.returncode == 0, result.stderr
     assert [p.name for p in out.iterdir()] == [wanted.name]
+
+
+def _script(*args: str, cwd: Path, links: str | None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "tools"), "PIP_CONFIG_FILE": os.devnull}
+    env.pop("PIP_FIND_LINKS", None)
+    if links is not None:
+        env["PIP_FIND_LINKS"] = links
+    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, env=env, cwd=cwd, check=False, timeout=120)
+
+
+def test_a_configured_folder_is_the_callers_never_a_glob_and_variants_are_checked_first(tmp_path: Path) -> None:
+    (tmp_path / "wheels").mkdir()
+    found = _script("cpu", cwd=tmp_path, links="wheels")
+    assert found.returncode == 0 and found.stdout.strip() == str(tmp_path / "wheels"), found.stderr
+    bad = _script("nope", cwd=tmp_path, links=str(tmp_path / "wheels"))
+    assert bad.returncode == 4 and "no variant 'nope'" in bad.stderr and not bad.stdout
+    late = _script("cpu", "--print-command", cwd=tmp_path, links=str(tmp_path / "wheels"))
+    assert late.returncode == 0 and late.stdout.startswith("python3 -m pip download"), late.stderr
+    assert _script("--help", cwd=tmp_path, links=None).stdout.startswith("usage: tools/wheelhouse.sh")
+    unknown = _script("--bogus", cwd=tmp_path, links=None)
+    assert unknown.returncode == 2 and "unknown option --bogus" in unknown.stderr
+    # `*` is a name, never a glob: the caller's `wheels` folder is not what it names, the next folder listed is.
+    (tmp_path / "other").mkdir()
+    star = _script("cpu", cwd=tmp_path, links=f"* {tmp_path / 'other'}")
+    assert star.returncode == 0 and star.stdout.strip() == str(tmp_path / "other"), star.stderr
