@@ -62,23 +62,13 @@ def test_the_manifest_holds_exactly_the_profile_the_checks_ran_under(
 
 def test_restricted_is_pss_restricted_and_default_is_not() -> None:
     profiles = {p.name: p for p in next(v for v in load_matrix().variants if v.name == "cpu").profiles}
-    restricted = kube.manifests(
-        variant="cpu",
-        accelerator="cpu",
-        profile="restricted",
-        values=profiles["restricted"].values,
-        image="i",
-        serving=SERVING,
+    restricted, default = (
+        kube.manifests(
+            variant="cpu", accelerator="cpu", profile=name, values=profiles[name].values, image="i", serving=SERVING
+        )
+        for name in ("restricted", "default")
     )
     assert kube_checks.pss_restricted_problems(restricted) == []
-    default = kube.manifests(
-        variant="cpu",
-        accelerator="cpu",
-        profile="default",
-        values=profiles["default"].values,
-        image="i",
-        serving=SERVING,
-    )
     problems = kube_checks.pss_restricted_problems(default)
     assert any("allowPrivilegeEscalation" in p for p in problems) and any("runAsNonRoot" in p for p in problems)
     kinds = [d["kind"] for d in restricted]
