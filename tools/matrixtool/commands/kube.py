@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from matrixtool.commands import _params
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import outputs
 from matrixtool.core.errors import ConfigError, MatrixError
@@ -147,13 +148,14 @@ def run(args: Args) -> list[Written]:
 @click.option("--profile", "profiles", multiple=True, help="Deployment profile (repeatable; default: every profile).")
 @click.option(
     "--image",
+    type=_params.IMAGE,
     default=None,
     help="Image the Deployment runs (default: vllm-matrix/<variant>:<version tag>, docs/publishing.md).",
 )
 @click.option(
     "--from-report",
     "report",
-    type=click.Path(path_type=Path),
+    type=_params.INPUT_FILE,
     default=None,
     help="A run/test --json-file report: its serve results give the measured time to ready for the probes.",
 )

@@ -20,6 +20,7 @@ import secrets
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -105,29 +106,59 @@ def is_stream(path: Path) -> bool:
     return False
 
 
+# Seconds a FIFO is given to have a reader before its write is refused (a FIFO nobody reads would hang the run).
+FIFO_READER_WAIT_S = 60.0
+
+
+def _open_stream(path: Path) -> int:
+    """A file descriptor for writing to the stream ``path`` in place (``O_WRONLY``, never created, never truncated
+    into a regular file). A FIFO is opened non-blocking, retried until a reader has it open or ``FIFO_READER_WAIT_S``
+    passed, then made blocking again. Raises OSError: ``ENXIO`` when no reader came."""
+    deadline = time.monotonic() + FIFO_READER_WAIT_S
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+            continue
+        os.set_blocking(fd, True)
+        return fd
+
+
+def _write_stream(path: Path, data: bytes) -> None:
+    """``data`` written in place to the stream ``path`` (``is_stream``). Raises OutputError: the write failed, or a
+    FIFO had no reader within ``FIFO_READER_WAIT_S`` (exit 3)."""
+    try:
+        fd = _open_stream(path)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise OutputError(
+                f"cannot write {path}: it is a FIFO no process read within {FIFO_READER_WAIT_S:.0f} s; start its "
+                "reader first (cat FIFO) or give a file",
+                path=str(path),
+            ) from exc
+        raise error(path, exc) from exc
+    with guarded(path), os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
 def write_text(path: Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` whole or not at all (``replacing``); returns ``path``. A ``path`` that exists
     and is no regular file (``/dev/null``, a FIFO, ``/dev/stdout``) is written in place: replacing it would put a
     regular file where a device was (``is_stream``). Raises OutputError: the write failed (exit 3); a regular ``path``
     is unchanged."""
-    if path.exists() and (is_stream(path) or not path.is_file()):
-        with guarded(path), open(path, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-        return path
-    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as out:
-        out.write(text)
-        out.flush()
-        os.fsync(out.fileno())
-    return path
+    return write_bytes(path, text.encode("utf-8"))
 
 
-def write_bytes(path: Path, data: bytes) -> Path:
-    """As ``write_text``. Raises OutputError: the write failed (exit 3); a regular ``path`` is unchanged."""
-    if path.exists() and (is_stream(path) or not path.is_file()):
-        with guarded(path), open(path, "wb") as out:
-            out.write(data)
+def write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> Path:
+    """As ``write_text``; a regular file gets ``mode`` (a stream keeps its own). Raises OutputError: the write failed
+    (exit 3); a regular ``path`` is unchanged."""
+    if is_stream(path) or (path.exists() and not path.is_file()):
+        _write_stream(path, data)
         return path
-    with replacing(path) as tmp, open(tmp, "wb") as out:
+    with replacing(path, mode=mode) as tmp, open(tmp, "wb") as out:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())
