@@ -101,3 +101,13 @@ def test_kube_names_the_rocm_image_by_the_rule_and_never_writes_a_plus(tmp_path:
         (container,) = deployment["spec"]["template"]["spec"]["containers"]
         assert container["image"] == "vllm-matrix/rocm:0.33.0-rocm721", path
         assert reference.image_problem(container["image"]) is None
+
+
+def test_a_base_image_whose_registry_port_is_out_of_range_is_refused_when_the_matrix_loads(tmp_path: Path) -> None:
+    """``base_image`` goes through the reference rule of every image reference: its port too (before: taken)."""
+    text = (Path(__file__).resolve().parents[3] / "matrix.yaml").read_text()
+    assert "base_image: debian:bookworm-slim" in text
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text.replace("base_image: debian:bookworm-slim", "base_image: localhost:99999/debian:12", 1))
+    with pytest.raises(ConfigError, match="has port 99999, outside 1-65535"):
+        load_matrix(path)

@@ -8,6 +8,8 @@ so every value is first refused here when it holds whitespace or a control chara
 
 from __future__ import annotations
 
+import hashlib
+
 import regex
 from docker_image import reference as oci
 from docker_image.regexp import DOMAIN_AND_PORT, REMOTE_NAME
@@ -163,3 +165,18 @@ def version_tag(version: str, *, key: str = "vllm.version") -> str:
             [f"{key}: the image tag of {version[:80]!r}… is {len(tag)} characters long; a tag holds at most 128"],
         )
     return tag
+
+
+def suffixed_tag(ref: str, suffix: str) -> str:
+    """``ref`` with ``-<suffix>`` after its tag (``latest`` where it has none): ``debian:bookworm-slim`` ->
+    ``debian:bookworm-slim-arm64``. A digest's first 12 hex go into the tag (one local tag per digest); a tag that would
+    be over 128 characters keeps its start and a hash of the rest, so distinct refs keep distinct tags. ``ref`` is a
+    reference (``image_problem`` is None); the result is one too."""
+    parsed = oci.Reference.parse(ref)
+    tag = str(parsed["tag"] or "latest")
+    if parsed["digest"]:
+        tag = f"{tag}-{str(parsed['digest']).partition(':')[2][:12]}"
+    tail = f"-{suffix}"
+    if len(tag) + len(tail) > 128:
+        tag = f"{tag[: 128 - len(tail) - 9]}-{hashlib.sha256(tag.encode()).hexdigest()[:8]}"
+    return f"{parsed['name']}:{tag}{tail}"
