@@ -163,6 +163,25 @@ def test_every_variants_facts_have_the_shape_the_bundle_checks() -> None:
             assert factshape.problems(_facts(variant, suite)) == [], variant.name
 
 
+@pytest.mark.subprocess
+@pytest.mark.parametrize("flag", ["--json", "--junit"])
+def test_the_bundles_report_to_a_name_that_leads_into_dev_is_written_in_place(tmp_path: Path, flag: str) -> None:
+    """Before: with stdout redirected to a file, ``/dev/stdout`` read as a regular file and the report was renamed
+    over the name (as root, over the machine's ``/dev/stdout``); a scratch link to it stands for it here."""
+    facts = bundle.facts(CPU, [CheckSpec(name="triton-import", timeout=60)], host=True)
+    path = tmp_path / "b.pyz"
+    path.write_bytes(bundle.bundle_bytes(facts))
+    link = tmp_path / "stdout"
+    link.symlink_to("/dev/stdout")
+    env = {"PATH": os.environ["PATH"], "MATRIX_SMOKE_DIR": str(tmp_path / "work")}
+    with open(tmp_path / "redirected", "w") as out:
+        subprocess.run(
+            [sys.executable, str(path), flag, str(link)], env=env, stdout=out, stderr=subprocess.PIPE, timeout=120
+        )
+    assert os.readlink(link) == "/dev/stdout", "the link is still the link"
+    assert (tmp_path / "redirected").stat().st_size > 0, "the run wrote where stdout goes"
+
+
 def _results() -> list[dict[str, Any]]:
     base = {"variant": "cpu", "profile": "default", "image": "host:/py", "facts": {}, "suite": "full"}
     return [

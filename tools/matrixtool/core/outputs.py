@@ -26,6 +26,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from matrixtool.core.errors import OutputError
+from matrixtool.incontainer.vllm_smoke import streams
 
 # What to do for the causes seen on a full, capped or read-only disk.
 _ADVICE = {
@@ -82,28 +83,10 @@ def replacing(path: Path, *, mode: int = 0o644) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-_STREAM_ROOTS = ("/dev/", "/proc/")
-
-
 def is_stream(path: Path) -> bool:
-    """Whether ``path`` is a stream, written in place and never replaced: a FIFO, a device or a socket, or a name
-    that leads into ``/dev`` or ``/proc`` (itself, or a link on the way: ``/dev/stdout`` is a link to
-    ``/proc/self/fd/1``, which leads to whatever stdout is, a regular file when a shell redirected it; replacing
-    the name would put a regular file where the machine's ``/dev/stdout`` link was)."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        return True
-    name = os.path.abspath(path)
-    for _ in range(40):  # the kernel's own limit on links followed is 40
-        if name.startswith(_STREAM_ROOTS):
-            return True
-        if not os.path.islink(name):
-            return False
-        name = os.path.abspath(os.path.join(os.path.dirname(name), os.readlink(name)))
-    return False
+    """Whether ``path`` is a stream, written in place and never replaced: a FIFO, a device or a socket, or a name that
+    leads into ``/dev`` or ``/proc`` (``vllm_smoke.streams.is_stream``: one rule for the tool and the bundle)."""
+    return bool(streams.is_stream(path))
 
 
 # Seconds a FIFO is given to have a reader before its write is refused (a FIFO nobody reads would hang the run).
@@ -111,13 +94,14 @@ FIFO_READER_WAIT_S = 60.0
 
 
 def _open_stream(path: Path) -> int:
-    """A file descriptor for writing to the stream ``path`` in place (``O_WRONLY``, never created, never truncated
-    into a regular file). A FIFO is opened non-blocking, retried until a reader has it open or ``FIFO_READER_WAIT_S``
+    """A file descriptor for writing to the stream ``path`` in place (``O_WRONLY | O_APPEND``: never created, never
+    truncated). A FIFO is opened non-blocking, retried until a reader has it open or ``FIFO_READER_WAIT_S``
     passed, then made blocking again. Raises OSError: ``ENXIO`` when no reader came."""
     deadline = time.monotonic() + FIFO_READER_WAIT_S
     while True:
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            # O_APPEND: a stream that is a redirected stdout's file (/dev/stdout) keeps what was written before.
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             if exc.errno != errno.ENXIO or time.monotonic() >= deadline:
                 raise

@@ -33,7 +33,7 @@ import traceback
 import xml.etree.ElementTree as ET
 import zipimport
 
-from . import compilecache, factshape, rootcause, serving
+from . import compilecache, factshape, rootcause, serving, streams
 from .catalogue import DECLARATIONS
 from .common import PACKAGE, attached_gpu, last_error_line, parse_results, split_logs
 
@@ -522,9 +522,10 @@ def junit_xml(results):
 
 
 def write(path, text):
-    """``text`` to ``path`` whole (a temporary file renamed over it; a FIFO or device is written in place)."""
-    if os.path.exists(path) and not os.path.isfile(path):
-        with open(path, "w", encoding="utf-8") as f:
+    """``text`` to ``path`` whole (a temporary file renamed over it; a stream, ``streams.is_stream``, is written in
+    place: a FIFO, a device, ``/dev/stdout`` redirected to a file)."""
+    if streams.is_stream(path) or (os.path.exists(path) and not os.path.isfile(path)):
+        with open(path, "a", encoding="utf-8") as f:  # "a": a stdout redirected to a file is not truncated
             f.write(text)
         return
     folder = os.path.dirname(os.path.abspath(path))
