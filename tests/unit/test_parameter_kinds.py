@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -328,6 +331,37 @@ def test_bundle_out_to_a_device_node_writes_in_place(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["--out", str(tmp_path / "out"), "bundle", "cpu", "--out", str(device)])
     assert result.exit_code == 0, result.output
     assert _snapshot(device) == before
+
+
+NAMESPACE_SCRIPT = """set -e
+mount -t tmpfs tmpfs /dev
+mknod -m 666 /dev/null c 1 3
+ln -s /proc/self/fd/1 /dev/stdout
+"$1" -m matrixtool --out "$2/out" bundle cpu --out /dev/null
+"$1" -m matrixtool --out "$2/out" bundle cpu --out /dev/stdout > "$2/redirected"
+stat -c '%F %t:%T' /dev/null > "$2/null"
+readlink /dev/stdout > "$2/stdout"
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)")
+def test_as_root_bundle_out_dev_null_and_dev_stdout_are_written_in_place(tmp_path: Path) -> None:
+    """The literal names, as root: in a mount namespace of its own whose ``/dev`` is a scratch tmpfs holding a null
+    device and the ``/dev/stdout`` link, so a rule that replaced them would replace those, never the machine's (``set
+    -e``: nothing runs unless the scratch ``/dev`` is mounted). Before: both were replaced by the 111 kB bundle."""
+    script = tmp_path / "ns.sh"
+    script.write_text(NAMESPACE_SCRIPT)
+    proc = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", str(script), sys.executable, str(tmp_path)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0 and "mount" in proc.stderr and not (tmp_path / "null").exists():
+        pytest.skip(f"no mount namespace here: {proc.stderr.strip()[-200:]}")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "null").read_text().split() == ["character", "special", "file", "1:3"]
+    assert (tmp_path / "stdout").read_text().strip() == "/proc/self/fd/1"
+    assert (tmp_path / "redirected").read_bytes().startswith(b"#!/usr/bin/env python3\n"), "the bundle went to stdout"
 
 
 def test_every_problem_of_a_command_line_is_named_at_once(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ forbids ``+``."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,16 @@ def test_a_base_image_whose_registry_port_is_out_of_range_is_refused_when_the_ma
     path.write_text(text.replace("base_image: debian:bookworm-slim", "base_image: localhost:99999/debian:12", 1))
     with pytest.raises(ConfigError, match="has port 99999, outside 1-65535"):
         load_matrix(path)
+
+
+def test_the_workflows_name_images_by_the_tools_tags_never_by_a_version() -> None:
+    """The workflows take every image name from the tool (``run --json-file``'s ``builds[].image``, ``push --json``);
+    a literal one they write is a valid reference, and none is made of a version (``${{ ... version ... }}``)."""
+    workflows = sorted((Path(__file__).resolve().parents[3] / ".github" / "workflows").glob("*.yml"))
+    assert workflows
+    for path in workflows:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            for ref in re.findall(r"[\w.:/-]*vllm-matrix/[^\s\"')]+", code):
+                assert "version" not in ref.lower() and "${" not in ref, f"{path.name}:{number}: {ref}"
+                assert reference.image_problem(ref) is None, f"{path.name}:{number}: {ref}"

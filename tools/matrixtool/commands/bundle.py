@@ -75,7 +75,7 @@ def command(settings: Settings, /, variant: str, out: Path | None, selection: Se
     matrix = load_matrix(settings.matrix_path)
     (chosen,) = select_variants(matrix, [variant])
     path = run(Args(variant=chosen, out_dir=settings.out_dir, out=out, selection=selection))
-    click.echo(str(path))
+    click.echo(str(path), err=outputs.is_stream(path))  # the bundle itself may be what stdout carries (/dev/stdout)
     click.echo(
         f"run it where the environment under test is: python3 {path} [--json FILE] [--junit FILE] [--logs DIR]",
         err=True,
