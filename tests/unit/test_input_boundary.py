@@ -251,6 +251,27 @@ def test_shown_escapes_every_control_character_and_keeps_lines_only_when_asked()
     assert shown("naïve ✓ 日本") == "naïve ✓ 日本"
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_lock_file_that_is_no_regular_file_is_refused_naming_it(tmp_path: Path, kind: str) -> None:
+    """Before: a FIFO or device planted as ``<out>/.lock`` gave ``Invalid argument (EINVAL)`` from ftruncate."""
+    import stat
+
+    out = tmp_path / "out"
+    out.mkdir()
+    lock = out / ".lock"
+    if kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        try:
+            os.mknod(lock, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("mknod needs root")
+    result = CliRunner().invoke(main, ["--out", str(out), "--no-wait", "kube", "cpu"], catch_exceptions=False)
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert f"cannot use {lock} as the lock of --out: it is no regular file" in result.output
+    assert not (out / "kube").exists()
+
+
 def test_a_lock_file_of_another_shape_is_named_escaped_exit_19(tmp_path: Path) -> None:
     import fcntl
 
