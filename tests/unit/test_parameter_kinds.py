@@ -10,6 +10,7 @@ scratch name, never the machine's.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -362,6 +363,23 @@ def test_as_root_bundle_out_dev_null_and_dev_stdout_are_written_in_place(tmp_pat
     assert (tmp_path / "null").read_text().split() == ["character", "special", "file", "1:3"]
     assert (tmp_path / "stdout").read_text().strip() == "/proc/self/fd/1"
     assert (tmp_path / "redirected").read_bytes().startswith(b"#!/usr/bin/env python3\n"), "the bundle went to stdout"
+
+
+@pytest.mark.subprocess
+def test_a_report_to_dev_stdout_redirected_to_a_file_is_written_through_stdout_in_order(tmp_path: Path) -> None:
+    """Before: ``--json-file /dev/stdout`` opened a new description of the redirected file at offset 0, and the table
+    printed after it overwrote the report. A scratch link to ``/dev/stdout`` stands for the name."""
+    link = _link(tmp_path, "/dev/stdout")
+    argv = [sys.executable, "-m", "matrixtool", "--out", str(tmp_path / "out"), "test", "--host", "--as", "cpu"]
+    argv += ["--only", "triton-import", "--json-file", str(link)]
+    with open(tmp_path / "redirected", "w") as out:
+        proc = subprocess.run(argv, stdout=out, stderr=subprocess.PIPE, text=True, timeout=300, check=False)
+    assert proc.returncode in (0, ExitCode.SMOKE), proc.stderr
+    assert os.readlink(link) == "/dev/stdout"
+    text = (tmp_path / "redirected").read_text()
+    document, end = json.JSONDecoder().raw_decode(text)
+    assert document["checks"][0]["check"] == "triton-import", "the whole report, first"
+    assert "triton-import" in text[end:] and "suite: full" in text[end:], "then the table, after it"
 
 
 def test_every_problem_of_a_command_line_is_named_at_once(tmp_path: Path) -> None:

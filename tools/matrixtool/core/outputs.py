@@ -113,7 +113,11 @@ def _open_stream(path: Path) -> int:
 
 def _write_stream(path: Path, data: bytes) -> None:
     """``data`` written in place to the stream ``path`` (``is_stream``). Raises OutputError: the write failed, or a
-    FIFO had no reader within ``FIFO_READER_WAIT_S`` (exit 3)."""
+    FIFO had no reader within ``FIFO_READER_WAIT_S`` (exit 3). A name of this process's own descriptor
+    (``/dev/stdout``) is written through that descriptor (``streams.write_to_own_fd``)."""
+    with guarded(path):
+        if streams.write_to_own_fd(path, data):
+            return
     try:
         fd = _open_stream(path)
     except OSError as exc:

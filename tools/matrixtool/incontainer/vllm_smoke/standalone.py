@@ -525,8 +525,9 @@ def write(path, text):
     """``text`` to ``path`` whole (a temporary file renamed over it; a stream, ``streams.is_stream``, is written in
     place: a FIFO, a device, ``/dev/stdout`` redirected to a file)."""
     if streams.is_stream(path) or (os.path.exists(path) and not os.path.isfile(path)):
-        with open(path, "a", encoding="utf-8") as f:  # "a": a stdout redirected to a file is not truncated
-            f.write(text)
+        if not streams.write_to_own_fd(path, text.encode("utf-8")):  # /dev/stdout: through fd 1, in order
+            with open(path, "a", encoding="utf-8") as f:  # "a": a stdout redirected to a file is not truncated
+                f.write(text)
         return
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".vllm-smoke-")
