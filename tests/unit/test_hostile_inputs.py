@@ -318,7 +318,7 @@ def _folder(root: Path) -> list[str]:
     return ["--matrix", str(root / "images"), "--out", str(root / "out"), "render"]
 
 
-@case("matrix-missing", CONFIG, "cannot read the file")
+@case("matrix-missing", CONFIG, "nope.yaml does not exist; give the path of an existing file")
 def _missing(root: Path) -> list[str]:
     return ["--matrix", str(root / "nope.yaml"), "--out", str(root / "out"), "render"]
 
@@ -376,7 +376,7 @@ def _changed(root: Path) -> list[str]:
     return ["render", "--check"]
 
 
-@case("ca-cert-fifo", CONFIG, "is not a file")
+@case("ca-cert-fifo", CONFIG, "is a FIFO, not a regular file")
 def _ca_fifo(root: Path) -> list[str]:
     os.mkfifo(root / "ca.pem")
     return ["build", "cuda", "--ca-cert", str(root / "ca.pem")]
@@ -922,7 +922,9 @@ case("update-ca-cert-garbage", CONFIG, "is not a usable CA bundle")(
         "{}",
     )
 )
-case("update-ca-cert-fifo", CONFIG, "is not a file")(_file("ca.pem", None, "update", "cpu", "--ca-cert", "{}"))
+case("update-ca-cert-fifo", CONFIG, "is a FIFO, not a regular file")(
+    _file("ca.pem", None, "update", "cpu", "--ca-cert", "{}")
+)
 
 
 @case("advisory-zip-fifo", CONFIG, "is not a regular file")
