@@ -382,3 +382,34 @@ def test_an_index_path_names_its_toolkit(url: str, shown: str | None) -> None:
     assert (str(found) if found else None) == shown
     # vLLM's rocm721 index names ROCm 7.2.1 only beside a dotted 7.2.1 (7.21 otherwise as well).
     assert builds.index_toolkit(VLLM_ROCM) is None
+
+
+@pytest.mark.parametrize(
+    ("key", "version", "shown"),
+    [
+        ("cuda.torch.version", "2.14.0+cu9", "'cu9' is no CUDA build tag"),  # one digit: no minor version
+        ("cuda.torch.version", "2.14.0+cu12.1", "'cu12.1' is no CUDA build tag"),  # dotted: no CUDA tag is
+        ("cuda.torch.version", "2.14.0+cu013", "'cu013' is no CUDA build tag"),
+        ("rocm.torch.version", "2.14.0+rocm7", "'rocm7' is no ROCm build tag"),  # a major version only
+        ("rocm.torch.version", "2.14.0+rocm6.4.1.2", "'rocm6.4.1.2' is no ROCm build tag"),
+    ],
+)
+def test_a_label_in_no_form_pytorch_or_vllm_write_is_refused_at_load(
+    tmp_path: Path, key: str, version: str, shown: str
+) -> None:
+    """``+cu9`` passed the toolkit check unread (it names no toolkit, so nothing was compared with it)."""
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    variant, pin, _ = key.split(".")
+    data["variants"][variant][pin]["version"] = version
+    matrix = copy_checkout(tmp_path / "checkout", yaml.safe_dump(data, sort_keys=False))
+    result = CliRunner().invoke(main, ["--matrix", str(matrix), "render"])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert f"variants.{key}: '{version}': {shown}" in result.output
+    assert "Fix: write the label the build's own index publishes" in result.output
+
+
+@pytest.mark.parametrize(
+    "tag", ["cu90", "cu118", "cu130", "rocm72", "rocm721", "rocm6.4", "rocm6.4.1", "rocm7.0", "cpu"]
+)
+def test_the_forms_pytorch_and_vllm_write_pass_the_form_rule(tag: str) -> None:
+    assert builds.label_form_problem(tag) is None
