@@ -19,7 +19,7 @@ from matrixtool.core.errors import ConfigError, ExitCode, WrongPlatformError
 from matrixtool.model import profiles
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.conditions import Condition
-from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.matrixfile import load_matrix, validate
 from matrixtool.model.model import CheckSpec
 from matrixtool.model.profiles import Overrides, Profile
 from matrixtool.report import RunReport
@@ -27,6 +27,8 @@ from matrixtool.smoke import executor as smoke
 from matrixtool.smoke import plan as smoke_plan
 from matrixtool.smoke import result as smoke_result
 from matrixtool.smoke import runners as smoke_runners
+from tests.conftest import FIXTURE_MATRIX as FIXTURE
+from tests.conftest import copy_checkout
 from tests.unit._incontainer import incontainer, stub_check
 
 RESTRICTED = {
@@ -282,3 +284,37 @@ def test_eagain_is_the_pids_limit_only_where_one_is_set(monkeypatch: pytest.Monk
     assert found is not None and found[0].startswith("the container's pids limit (40 ") and "--pids-limit" in found[1]
     monkeypatch.setattr(conditions, "_pod_conditions", lambda: {"pids_max": None})
     assert conditions.explain(text) is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("user", "0:0", "'0:0'"),
+        ("user", "0", "'0'"),
+        ("user", None, "not set"),
+        ("no_new_privileges", False, "not set"),
+        ("cap_drop", ["NET_RAW"], "('NET_RAW',)"),
+        ("seccomp", "Unconfined", "'Unconfined'"),
+        ("network", "host", "'host'"),
+    ],
+)
+def test_a_restricted_profile_that_breaks_its_promise_is_refused_at_load(
+    tmp_path: Path, key: str, value: Any, shown: str
+) -> None:
+    """A profile named restricted that ran as root loaded and rendered, then ``kube`` exited 1 (its PSS check)."""
+    data = yaml.safe_load(FIXTURE.read_text())
+    data["profiles"]["restricted"][key] = value
+    path = copy_checkout(tmp_path / "checkout", yaml.safe_dump(data, sort_keys=False))
+    result = CliRunner().invoke(main, ["--matrix", str(path), "render"])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert f"profiles.restricted.{key}: {shown}, which a profile named 'restricted' cannot have" in result.output
+    assert "or rename the profile" in result.output and "Traceback" not in result.output
+
+
+def test_a_variants_own_profile_is_named_where_it_breaks_the_promise() -> None:
+    data = yaml.safe_load(FIXTURE.read_text())
+    data["variants"]["cuda"]["profiles"] = {"restricted": {"user": "0:0"}}
+    (problem,) = validate(data)
+    assert problem.startswith("variants.cuda.profiles.restricted.user: '0:0', which a profile named 'restricted'")
+    data["variants"]["cuda"]["profiles"] = {"lab": {"user": "0:0"}}  # another name promises nothing
+    assert validate(data) == []
