@@ -299,3 +299,14 @@ def test_a_complex_key_is_named_without_parser_internals(tmp_path: Path) -> None
         "line 2, column 3: not valid YAML (a list is written as a key (YAML's complex key, `? ...`); keys are names: "
         "write the name followed by ':')"
     ]
+
+
+def test_a_value_refused_in_a_base_is_not_read_again_in_the_variant_that_extends_it() -> None:
+    """cpu's timeout_scale .nan, inherited by a variant that extends cpu, crashed the checks' rules (exit 1) once the
+    variants without a problem of their own were checked beside the others' problems."""
+    data = _data()
+    data["variants"]["cpu"]["smoke"]["timeout_scale"] = float("nan")
+    data["variants"]["cpu-slim"] = {"extends": "cpu", "size_budget": "2GB"}
+    assert validate(data) == [
+        "variants.cpu.smoke.timeout_scale: nan is not a number this file can hold; write a finite number"
+    ]

@@ -93,6 +93,14 @@ def validate(data: Any) -> list[str]:
         return bounded(problems)
     problems += _merged_problems(data, schema_problems(resolved), problems)
     bad = {_variant_of(p) for p in problems} - {None}
+    # A variant that extends one with a problem holds the bad value too (NaN passes the schema's bounds).
+    for name in data["variants"]:
+        chain, base = [name], data["variants"][name].get("extends")
+        while base in data["variants"] and base not in chain:
+            chain.append(base)
+            base = data["variants"][base].get("extends")
+        if bad & set(chain):
+            bad.add(name)
     whole = {
         name: v
         for name, v in resolved["variants"].items()
