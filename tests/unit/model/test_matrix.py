@@ -121,7 +121,7 @@ def test_variant_names_that_collide_with_selection_words_are_rejected() -> None:
 
 
 def test_cuda_on_arm64_is_rendered_like_cuda() -> None:
-    variants = {v.name: v for v in load_matrix().variants}
+    variants = {v.name: v for v in load_matrix(FIXTURE_MATRIX).variants}
     gh200, cuda = variants["cuda-arm64"], variants["cuda"]
     assert gh200.platforms == (Platform("linux", "arm64"),) and gh200.accelerator is cuda.accelerator
     assert (gh200.base_image, gh200.torch, gh200.vllm, gh200.triton) == (
@@ -191,7 +191,7 @@ def test_extends_errors_name_the_key_and_the_way_out(variants: dict[str, Any], m
 
 
 def test_arm64_is_published_with_cpu() -> None:
-    variants = {v.name: v for v in load_matrix().variants}
+    variants = {v.name: v for v in load_matrix(FIXTURE_MATRIX).variants}
     assert variants["arm64"].publish_name == "cpu" and variants["cpu"].publish_name == "cpu"
 
 
@@ -204,7 +204,7 @@ def test_arm64_is_published_with_cpu() -> None:
     ],
 )
 def test_publish_as_is_validated(variant: str, value: str, message: str) -> None:
-    data = yaml.safe_load(DEFAULT_MATRIX.read_text())
+    data = yaml.safe_load(FIXTURE_MATRIX.read_text())
     data["variants"][variant]["publish_as"] = value
     problems = validate(data)
     assert any(p.startswith(message) for p in problems), problems
@@ -217,7 +217,7 @@ def test_a_variant_without_extends_still_needs_every_required_key() -> None:
 
 
 def test_publish_as_names_a_variant_published_under_its_own_name() -> None:
-    data = yaml.safe_load(DEFAULT_MATRIX.read_text())
+    data = yaml.safe_load(FIXTURE_MATRIX.read_text())
     data["variants"]["cpu"]["publish_as"] = "rocm"
     data["variants"]["cpu"]["accelerator"] = "rocm"
     assert any("'cpu' is itself published as 'rocm'" in p for p in validate(data))
@@ -241,7 +241,7 @@ def test_the_emulation_matrix_joined_with_cpu_is_valid() -> None:
     ],
 )
 def test_gpu_archs_fit_the_variants_accelerator(variant: str, archs: list[str], message: str) -> None:
-    data = yaml.safe_load(DEFAULT_MATRIX.read_text(encoding="utf-8"))
+    data = yaml.safe_load(FIXTURE_MATRIX.read_text(encoding="utf-8"))
     data["variants"][variant]["gpu_archs"] = archs
     assert any(message in p for p in validate(data)), validate(data)
 

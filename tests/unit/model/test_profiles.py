@@ -120,7 +120,7 @@ def test_matrix_yaml_declares_default_and_restricted_for_every_variant() -> None
 
 
 def test_bad_profile_keys_are_config_errors(tmp_path: Path) -> None:
-    data = yaml.safe_load((Path(__file__).parents[3] / "matrix.yaml").read_text())
+    data = yaml.safe_load(FIXTURE.read_text())
     data["profiles"]["restricted"]["read_olny"] = True
     data["variants"]["cpu"]["profiles"] = {"restricted": {"memory": "lots"}}
     path = tmp_path / "matrix.yaml"
@@ -135,7 +135,7 @@ def test_bad_profile_keys_are_config_errors(tmp_path: Path) -> None:
 def test_unknown_profile_is_a_usage_error_naming_the_known_ones() -> None:
     choice = profiles.ProfileChoice(names=("restrcted",))
     with pytest.raises(ConfigError, match=r"unknown profile.*restrcted.*known: default, restricted"):
-        choice.resolve("cpu", load_matrix().variants[0].profiles)
+        choice.resolve("cpu", load_matrix(FIXTURE).variants[0].profiles)
 
 
 def test_report_has_a_profile_column(tmp_path: Path) -> None:
@@ -188,7 +188,7 @@ class _FakeClient:
 
 
 def test_wrong_platform_is_rejected_before_any_container_starts(tmp_path: Path) -> None:
-    arm64 = next(v for v in load_matrix().variants if v.name == "arm64")
+    arm64 = next(v for v in load_matrix(FIXTURE).variants if v.name == "arm64")
     client = _FakeClient({"Os": "linux", "Architecture": "amd64", "Config": {}})
     checks = [CheckSpec(name="triton-import", timeout=5)]
     with pytest.raises(WrongPlatformError, match="is linux/amd64, but variant arm64 is built for linux/arm64"):
@@ -199,7 +199,7 @@ def test_wrong_platform_is_rejected_before_any_container_starts(tmp_path: Path) 
 
 
 def test_exec_format_error_is_named(tmp_path: Path) -> None:
-    arm64 = next(v for v in load_matrix().variants if v.name == "arm64")
+    arm64 = next(v for v in load_matrix(FIXTURE).variants if v.name == "arm64")
     client = _FakeClient({"Os": "linux", "Architecture": "arm64", "Variant": "v8", "Config": {}})
     with pytest.raises(WrongPlatformError, match="exec format error"):
         smoke.run_profiles(

@@ -107,8 +107,7 @@ def validate(data: Any) -> list[str]:
         if name not in bad and str(v.get("publish_as", name)) not in bad
     }
     problems += semantic_problems({**resolved, "variants": whole})
-    if not any(p.startswith("profiles.") or ".profiles." in p for p in problems):
-        problems += _own(data, promise_problems(resolved))
+    problems += _own(data, promise_problems(resolved))
     return bounded(problems)
 
 
