@@ -1,5 +1,6 @@
-"""Read and validate ``matrix.yaml``, whole, before anything touches Docker. The schema is shipped inside this
-package; the copy at the repository root, which editors use, is kept identical by a unit test.
+"""Read and validate ``matrix.yaml``, whole, before anything touches Docker. The schema is the one file
+``matrix.schema.json`` of this package (matrix.yaml's ``yaml-language-server`` line points editors at it); its
+profile part is generated from ``conditions.ROWS`` by ``make docs`` (tools/docs_tables.py).
 """
 
 from __future__ import annotations
