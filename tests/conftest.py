@@ -13,6 +13,9 @@ from click.testing import CliRunner, Result
 from matrixtool.core.errors import ExitCode
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The fixture matrix the unit tests of the model's logic read (a frozen copy of matrix.yaml): adding a variant to
+# matrix.yaml changes none of them; tests/unit/model/test_shipped_matrix.py pins the shipped file.
+FIXTURE_MATRIX = REPO_ROOT / "tests" / "unit" / "data" / "matrix" / "matrix.yaml"
 
 
 def copy_checkout(dest: Path, matrix_text: str | None = None) -> Path:

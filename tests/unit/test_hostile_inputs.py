@@ -276,7 +276,9 @@ case("non-string-top-key", CONFIG, "key '1' is read as")(_raw("1: x\nschema_vers
 case("non-string-env-key", CONFIG, "key 'on' is read as")(
     _raw(MATRIX_TEXT.replace("      VLLM_CPU_KVCACHE_SPACE:", "      on: x\n      VLLM_CPU_KVCACHE_SPACE:", 1))
 )
-case("complex-key", CONFIG, "not as a name")(_raw("? [a, b]\n: x\nschema_version: 1\n"))
+case("complex-key", CONFIG, "a list is written as a key (YAML's complex key")(
+    _raw("? [a, b]\n: x\nschema_version: 1\n")
+)
 case("latin-1", CONFIG, "is not UTF-8")(_raw(MATRIX_TEXT.encode() + "# caf\xe9\n".encode("latin-1")))
 case("utf-16", CONFIG, "is not UTF-8")(_raw(MATRIX_TEXT.encode("utf-16")))
 case("lone-surrogate", CONFIG, "is not UTF-8")(_raw(b"schema_version: 1\n# \xed\xa0\x80\n"))
