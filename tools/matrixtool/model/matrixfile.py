@@ -354,6 +354,8 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 ready_budget_s=float(v["ready_budget"]) if "ready_budget" in v else None,
                 stop_grace_s=int(v["stop_grace"]) if "stop_grace" in v else None,
                 gpu_archs=tuple(v.get("gpu_archs", ())),
+                features_promise=tuple(v.get("features", {}).get("promise", ())),
+                features_leave_out=dict(v.get("features", {}).get("leave_out", {})),
             )
         )
     return Matrix(schema_version=data["schema_version"], variants=tuple(variants), source=source)

@@ -142,6 +142,10 @@ class Variant:
     stop_grace_s: int | None = None
     # The GPU architectures the variant is for (matrix.yaml gpu_archs: sm_90, gfx942; empty on CPU variants).
     gpu_archs: tuple[str, ...] = ()
+    # vLLM's optional features promised beyond the accelerator's defaults, and those left out with the reason
+    # (matrix.yaml features.promise / features.leave_out; the features check proves both).
+    features_promise: tuple[str, ...] = ()
+    features_leave_out: Mapping[str, str] = field(default_factory=dict)
 
     # The variant whose name this one is published under, as one multi-arch manifest list (matrix.yaml
     # publish_as); None: published under its own name.

@@ -269,6 +269,9 @@ def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
             problems.append(
                 f"{at}.gpu_archs: {show(arch)} is no {variant['accelerator']} architecture (they begin with {prefix})"
             )
+    features = variant.get("features", {})
+    for both in sorted(set(features.get("promise", [])) & set(features.get("leave_out", {}))):
+        problems.append(f"{at}.features: {show(both)} is both promised and left out: keep one")
     urls = [("index.url", variant["index"]["url"])]
     urls += [(f"index.extra_urls.{i}", u) for i, u in enumerate(variant["index"].get("extra_urls", []))]
     for key, url in urls:

@@ -186,6 +186,8 @@ def check_params(variant: Variant, entrypoint: Sequence[str] = ()) -> dict[str, 
         "accept_clashes": list(variant.accept_clashes),
         "entrypoint": list(entrypoint),
         "cuda_weight_reason": variant.cuda_weight_reason,
+        "features_promise": list(variant.features_promise),
+        "features_leave_out": dict(variant.features_leave_out),
     }
 
 

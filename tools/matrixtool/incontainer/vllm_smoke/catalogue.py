@@ -9,6 +9,7 @@ from __future__ import annotations
 from . import (  # noqa: F401
     conditions,
     distributions,
+    features,
     gpuchecks,
     hygiene,
     nativelibs,
@@ -31,6 +32,7 @@ ORDER = (
     "model-runner",
     "offline-generate",
     "vllm-cli",
+    "features",
     "serve",
     "triton-drivers",
     "triton-kernel",
