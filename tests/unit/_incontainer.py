@@ -8,8 +8,9 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-MODULES: tuple[str, ...] = ("common", "runner", "catalogue", "conditions", "distributions", "nativelibs")
-MODULES += ("torchchecks", "tritonchecks", "vllmchecks", "gpuchecks")
+MODULES: tuple[str, ...] = ("declarations", "results", "errortext", "installed", "toolkits", "children", "gpuprobe")
+MODULES += ("runner", "catalogue", "conditions", "distributions", "nativelibs", "torchchecks", "tritonchecks")
+MODULES += ("vllmchecks", "gpudriver", "elf", "rocmbuild", "gpuarchs", "jittoolchain")
 
 
 class _Flat:

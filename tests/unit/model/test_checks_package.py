@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from matrixtool.cli import main
 from matrixtool.core.errors import ConfigError, ExitCode
-from matrixtool.incontainer.vllm_smoke.common import SUITES
+from matrixtool.incontainer.vllm_smoke.declarations import SUITES
 from matrixtool.model import checks, select
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import CheckSpec

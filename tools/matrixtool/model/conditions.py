@@ -1,6 +1,6 @@
 """Run conditions of a container, as one table (``ROWS``): a condition is one row (docs/profiles.md).
 
-``matrix.schema.json``'s ``$defs.profile`` and the in-image ``vllm_smoke.common.CONDITIONS`` are compared with
+``matrix.schema.json``'s ``$defs.profile`` and the in-image ``vllm_smoke.declarations.CONDITIONS`` are compared with
 it by unit tests. Every ``parse`` raises ``ValueError`` saying what to write instead; the caller names the key
 or flag, so a bad value ends in exit 3 before any engine call.
 """

@@ -9,14 +9,17 @@ from __future__ import annotations
 from . import (  # noqa: F401
     conditions,
     distributions,
-    gpuchecks,
+    gpuarchs,
+    gpudriver,
     hygiene,
+    jittoolchain,
     nativelibs,
+    rocmbuild,
     torchchecks,
     tritonchecks,
     vllmchecks,
 )
-from .common import CATALOGUE
+from .declarations import CATALOGUE
 
 # The order of the report tables, the README's check table and a variant's checks without another order.
 ORDER = (

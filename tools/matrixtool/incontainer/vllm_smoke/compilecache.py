@@ -313,7 +313,7 @@ def warm_budget(ready_timeout_s: float, deadline: Optional[float], now: float) -
 def judge_warm(
     cold_log: str,
     cold_ready_s: Optional[float],
-    warm: Mapping[str, object],
+    warm: Mapping[str, Any],
     *,
     cold_listing: str,
     cache_root: str,
@@ -331,7 +331,7 @@ def judge_warm(
     found = evidence(str(warm.get("log") or ""))
     cold_kernels = kernels(cold_listing)
     warm_kernels = kernels(str(warm.get("cache_listing") or ""))
-    ready = warm.get("ready_s")
+    ready: Any = warm.get("ready_s")
     reused = reuse(found, cold_kernels, warm_kernels)
     facts: Dict[str, Any] = {
         "ready_s": ready,

@@ -8,19 +8,16 @@ import os
 import pwd
 import re
 import tempfile
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .common import (
-    CONDITIONS,
-    check,
-    last_error_line,
-    marked,
-    result,
-    run_program,
-)
+from .children import marked, run_program
+from .declarations import CONDITIONS, check
+from .errortext import last_error_line
+from .results import result
 
 
 # --- cgroup limits (classes 12 and 13) ---------------------------------------------------------------
-def _cgroup_value(v2_name, v1_controller, v1_name):
+def _cgroup_value(v2_name: str, v1_controller: Any, v1_name: str) -> Any:
     """(text, path) of a cgroup file of this container: cgroup v2 ``/sys/fs/cgroup/<v2_name>`` or v1
     ``/sys/fs/cgroup/<controller>/<v1_name>``, also under this process's own cgroup path (/proc/self/cgroup) where
     the host's cgroup tree is mounted (cgroupns=host). (None, None) when none is readable."""
@@ -44,10 +41,10 @@ def _cgroup_value(v2_name, v1_controller, v1_name):
     return None, None
 
 
-def _pod_conditions():
+def _pod_conditions() -> Any:
     """The conditions a pod sets as the kernel shows them: /dev/shm's size in bytes, the capability bounding set
     (hex, /proc/self/status CapBnd), no_new_privs, the seccomp mode, the pids limit (None: none or unreadable)."""
-    out = {}
+    out: Dict[str, Any] = {}
     try:
         st = os.statvfs("/dev/shm")
         out["shm_bytes"] = st.f_frsize * st.f_blocks
@@ -69,7 +66,7 @@ def _pod_conditions():
     return out
 
 
-def _host_memory_bytes():
+def _host_memory_bytes() -> Any:
     with open("/proc/meminfo") as f:
         for line in f:
             if line.startswith("MemTotal:"):
@@ -77,7 +74,7 @@ def _host_memory_bytes():
     return None
 
 
-def _memory_limit_bytes():
+def _memory_limit_bytes() -> Any:
     """(bytes, source): the container's memory limit from its cgroup (v2 memory.max, v1 memory.limit_in_bytes);
     without a limit, the host's RAM from /proc/meminfo (source names which)."""
     value, path = _cgroup_value("memory.max", "memory", "memory.limit_in_bytes")
@@ -89,7 +86,7 @@ def _memory_limit_bytes():
     return None, None
 
 
-def _cpu_quota():
+def _cpu_quota() -> Any:
     """(CPUs, source): the CPU quota of this container's cgroup (v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us),
     or (None, None) without one."""
     value, path = _cgroup_value("cpu.max", "cpu", "cpu.cfs_quota_us")
@@ -123,10 +120,10 @@ _VLLM = "https://github.com/vllm-project/vllm"
     affected_by=("memory", "cpus", "env"),
     group="light",
 )
-def check_cpu_engine_settings(params):
+def check_cpu_engine_settings(params: Dict[str, Any]) -> Dict[str, Any]:
     limit, source = _memory_limit_bytes()
     raw = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
-    facts = {
+    facts: Dict[str, Any] = {
         "VLLM_CPU_KVCACHE_SPACE": raw,
         "memory_limit_bytes": limit,
         "memory_limit_source": source,
@@ -221,7 +218,7 @@ CONDITION_ERRORS = (
 TRUE_VALUES = ("1", "true", "yes", "on")
 
 
-def explain(text):
+def explain(text: str) -> Any:
     """(condition, fix) for the first run-condition error in ``text``, or None. A pids-limit error is one only
     where the container has a pids limit (its value is named)."""
     for pattern, condition, fix in CONDITION_ERRORS:
@@ -235,7 +232,7 @@ def explain(text):
     return None
 
 
-def _mounts():
+def _mounts() -> Any:
     """[(mount point, options)] from /proc/self/mountinfo, the longest mount point first."""
     out = []
     with open("/proc/self/mountinfo") as f:
@@ -245,7 +242,7 @@ def _mounts():
     return sorted(out, key=lambda m: len(m[0]), reverse=True)
 
 
-def _mount_of(path, mounts):
+def _mount_of(path: str, mounts: Any) -> Any:
     path = os.path.abspath(path)
     for point, options in mounts:
         if path == point or path.startswith(point.rstrip("/") + "/"):
@@ -253,7 +250,7 @@ def _mount_of(path, mounts):
     return "/", set()
 
 
-def _writable(path):
+def _writable(path: str) -> Any:
     """None when a file can be written in ``path`` (made if missing), else the error."""
     try:
         os.makedirs(path, exist_ok=True)
@@ -264,7 +261,7 @@ def _writable(path):
     return None
 
 
-def _blocker(path):
+def _blocker(path: str) -> Any:
     """The folder that keeps ``path`` from being made or written: the path itself where it exists, else its
     deepest existing parent, with owner and mode ({blocker, uid, gid, mode: '755'}); blocker None if none stats."""
     probe = os.path.abspath(path)
@@ -283,7 +280,7 @@ def _blocker(path):
 TORCH_PROBE = "torch_probe.py"
 
 
-def _torch_probe():
+def _torch_probe() -> Any:
     """({threads, inductor_cache_dir}, None) from a child Python, or (None, its last error line)."""
     proc = run_program(TORCH_PROBE, timeout=300)
     probe = marked(proc, "MATRIX-TORCH")
@@ -292,7 +289,7 @@ def _torch_probe():
     return None, last_error_line(proc.stderr) or f"exit {proc.returncode}"
 
 
-def gpu_cache_dirs(env, installed, accelerator):
+def gpu_cache_dirs(env: Mapping[str, str], installed: Any, accelerator: str) -> Any:
     """[(variable, folder)] where the GPU libraries of this image write at run time, from the environment ``env``
     and the top-level modules ``installed`` (a set): Triton's kernel cache (TRITON_CACHE_DIR, else
     $TRITON_HOME/.triton/cache, else $HOME/.triton/cache: triton/knobs.py), FlashInfer's JIT workspace
@@ -321,7 +318,7 @@ def gpu_cache_dirs(env, installed, accelerator):
 GPU_CACHE_MODULES = ("triton", "flashinfer", "deep_gemm")
 
 
-def _installed(names):
+def _installed(names: Sequence[str]) -> Any:
     """The modules of ``names`` that a real package provides (a spec with a file; not a namespace folder)."""
     found = set()
     for name in names:
@@ -344,7 +341,7 @@ PIDFD_ADVICE = (
 )
 
 
-def pidfd_getfd_probe():
+def pidfd_getfd_probe() -> Any:
     """(allowed, error): whether this process may take a file descriptor of a child of its own with pidfd_getfd
     (how GPU workers pass memory handles: flashinfer#2394), by trying it on ``python -c`` child's stdin. allowed
     None where it cannot be tried (no os.pidfd_open, no libc), error the errno name and text when refused."""
@@ -371,7 +368,7 @@ def pidfd_getfd_probe():
         code = ctypes.get_errno()
         return False, f"{errno.errorcode.get(code, code)}: {os.strerror(code)}"
     except OSError as exc:
-        return False, f"{errno.errorcode.get(exc.errno, exc.errno)}: {exc.strerror}"
+        return False, f"{errno.errorcode.get(exc.errno or 0, exc.errno)}: {exc.strerror}"
     finally:
         if pidfd is not None:
             os.close(pidfd)
@@ -408,7 +405,7 @@ _FIX_CACHES = (
     affected_by=CONDITIONS,
     group="light",
 )
-def check_run_conditions(params):
+def check_run_conditions(params: Dict[str, Any]) -> Dict[str, Any]:
     """The image under this container's run conditions (deployment profiles, README): identity, temp dir,
     caches, exec mounts, memory, CPU quota, network. Each problem names its condition and its fix; a CPU
     quota below torch's thread count is a warning (the image works, slowly)."""
@@ -419,14 +416,14 @@ def check_run_conditions(params):
     except KeyError:
         user = None
     mounts = _mounts()
-    facts = {
+    facts: Dict[str, Any] = {
         "uid": uid,
         "gid": gid,
         "passwd_user": user,
         "HOME": env.get("HOME"),
         "read_only_root": "ro" in _mount_of("/", mounts)[1],
     }
-    problems = []  # (condition, diagnosis, fix)
+    problems: List[Tuple[str, str, Optional[str]]] = []  # (condition, diagnosis, fix)
     warnings = []
 
     # Read-only root: tempfile (and so `import torch`) needs one writable temp dir.

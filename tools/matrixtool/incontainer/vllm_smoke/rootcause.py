@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from .common import compile_cause
+from .errortext import compile_cause
 
 Result = Mapping[str, Any]
 

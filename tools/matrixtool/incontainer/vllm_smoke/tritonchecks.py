@@ -2,32 +2,25 @@
 
 from __future__ import annotations
 
+import importlib.metadata as metadata
 import importlib.util
 import json
 import os
 import re
 import sys
 import traceback
+from typing import Any, Dict, Optional, Tuple
 
-from .common import (
-    TRITON_AT_START,
-    UNUSABLE_GPU_HINT,
-    check,
-    compile_hint,
-    dist_version,
-    last_error_line,
-    marked,
-    metadata,
-    needs_vllm,
-    providers_of,
-    result,
-    run_program,
-    run_python,
-    unusable_gpu,
-)
+from . import TRITON_AT_START
+from .children import marked, run_program, run_python
+from .declarations import check
+from .errortext import compile_hint, last_error_line
+from .gpuprobe import UNUSABLE_GPU_HINT, needs_vllm, unusable_gpu
+from .installed import dist_version, providers_of
+from .results import result
 
 
-def torch_triton_pin():
+def torch_triton_pin() -> Any:
     """torch's own ``Requires-Dist`` for triton (e.g. ``triton==3.7.1``), or None."""
     try:
         requires = metadata.requires("torch") or []
@@ -40,7 +33,7 @@ def torch_triton_pin():
     return None
 
 
-def specifier_matches(requirement, version):
+def specifier_matches(requirement: Any, version: str) -> Any:
     """True when ``version`` satisfies the version part of ``requirement`` (``triton==3.7.1``, ``~=3.8``)."""
     try:
         from packaging.requirements import Requirement
@@ -54,7 +47,7 @@ def specifier_matches(requirement, version):
 _VLLM = "https://github.com/vllm-project/vllm"
 
 
-def triton_build(providers, package_dir):
+def triton_build(providers: Any, package_dir: Any) -> Any:
     """``rocm``, ``cuda`` or None: the accelerator a triton was built for, from its distribution's name
     (``pytorch-triton-rocm``) or, for a ``triton`` wheel, the backends it ships (``backends/amd``,
     ``backends/nvidia``: Triton >= 3.0). PyPI's ``triton`` ships both, and is no build of one accelerator: None."""
@@ -67,7 +60,7 @@ def triton_build(providers, package_dir):
     return None
 
 
-def wrong_triton(described, build, providers, expected_dist, breaks):
+def wrong_triton(described: Any, build: Any, providers: Any, expected_dist: Any, breaks: Any) -> Any:
     """(diagnosis, hint) for a triton the variant does not promise (``expected_dist`` None: none at all), built
     for ``build`` (``triton_build``), and what it breaks in torch (``breaks``: the error of torch's compiler
     stack importing it, or None)."""
@@ -96,7 +89,7 @@ def wrong_triton(described, build, providers, expected_dist, breaks):
 TORCH_TRITON_IMPORTS = os.path.join("_inductor", "runtime", "hints.py")
 
 
-def missing_triton_module(source, findable):
+def missing_triton_module(source: Any, findable: Any) -> Any:
     """The first ``triton.*`` module that ``source`` (Python text) imports at its top level and that cannot be
     found, as ``(module, imported)``: ``imported`` is the name in the import line, ``module`` the first part of it
     missing (``triton.backends`` for ``import triton.backends.compiler`` under Triton 2.x); None when all are
@@ -109,14 +102,14 @@ def missing_triton_module(source, findable):
     return None
 
 
-def _findable(name):
+def _findable(name: str) -> bool:
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
 
 
-def _torch_compiler_error():
+def _torch_compiler_error() -> Any:
     """What torch's compiler stack fails by with this triton, read without importing it (a child ``import
     torch._dynamo`` took minutes on a busy 2-core machine): the triton module that torch's inductor imports
     and this triton lacks, or None."""
@@ -148,7 +141,7 @@ def _torch_compiler_error():
     timeout=120,
     group="light",
 )
-def check_triton_import(params):
+def check_triton_import(params: Dict[str, Any]) -> Dict[str, Any]:
     expected = params["triton"]
     expected_dist = params.get("triton_distribution", "triton")
     providers = providers_of("triton")
@@ -227,7 +220,7 @@ def check_triton_import(params):
     return result("passed", f"{described} imports and matches torch's pin {pin}", **facts)
 
 
-def _triton_planters():
+def _triton_planters() -> Any:
     """Files that plausibly plant a ``triton`` module: .pth files and sitecustomize mentioning triton."""
     import site
 
@@ -248,7 +241,7 @@ def _triton_planters():
     return found
 
 
-def _placeholder_diagnosis(module, when, vllm_error):
+def _placeholder_diagnosis(module: Any, when: str, vllm_error: Optional[str]) -> Tuple[Optional[str], Dict[str, Any]]:
     file = getattr(module, "__file__", None)
     providers = providers_of("triton")
     if file and providers:
@@ -282,7 +275,7 @@ def _placeholder_diagnosis(module, when, vllm_error):
     group="vllm",
 )
 @needs_vllm
-def check_no_fake_triton(params):
+def check_no_fake_triton(params: Dict[str, Any]) -> Dict[str, Any]:
     before = TRITON_AT_START
     vllm_error = None
     try:
@@ -291,7 +284,7 @@ def check_no_fake_triton(params):
     except Exception:
         vllm_error = last_error_line(traceback.format_exc())
     module = sys.modules.get("triton")
-    facts = {"vllm": getattr(sys.modules.get("vllm"), "__version__", None), "vllm_error": vllm_error}
+    facts: Dict[str, Any] = {"vllm": getattr(sys.modules.get("vllm"), "__version__", None), "vllm_error": vllm_error}
     if module is not None:
         when = "before vLLM was imported" if before is not None else "after `import vllm`"
         diagnosis, more = _placeholder_diagnosis(module, when, vllm_error)
@@ -324,7 +317,7 @@ def check_no_fake_triton(params):
 TRITON_STATE = "triton_state.py"
 
 
-def triton_state(timeout=600):
+def triton_state(timeout: int = 600) -> Any:
     """Backends, active drivers (vLLM's rule: non-cpu backends whose driver is active), HAS_TRITON."""
     proc = run_program(TRITON_STATE, timeout=timeout)
     state = marked(proc, "MATRIX-TRITON")
@@ -347,7 +340,7 @@ def triton_state(timeout=600):
     uses=("triton-import", "vllm-import"),
     group="light",
 )
-def check_triton_drivers(params):
+def check_triton_drivers(params: Dict[str, Any]) -> Dict[str, Any]:
     expected = params["triton"]
     version = dist_version(params.get("triton_distribution", "triton")) or dist_version("triton")
     if importlib.util.find_spec("triton") is None:
@@ -422,7 +415,7 @@ TRITON_KERNEL = "triton_kernel.py"
     needs=("torch-import",),
     group="torch",
 )
-def check_triton_kernel(params):
+def check_triton_kernel(params: Dict[str, Any]) -> Dict[str, Any]:
     try:
         import torch
 
@@ -449,12 +442,12 @@ def check_triton_kernel(params):
     return result("failed", f"compiling or launching a triton kernel fails: {error}", compile_hint(proc.stderr))
 
 
-def _import_fails(name):
+def _import_fails(name: str) -> Any:
     """True when ``import name`` raises (in a child Python: this interpreter's sys.modules stays as it is)."""
     return run_python(f"import {name}", timeout=300).returncode != 0
 
 
-def _no_has_triton(state):
+def _no_has_triton(state: Any) -> str:
     """Why vLLM's HAS_TRITON is unknown: vLLM is not installed, or it is and fails to import."""
     error = state.get("vllm_error") or ""
     if importlib.util.find_spec("vllm") is None:

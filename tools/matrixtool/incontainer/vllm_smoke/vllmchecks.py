@@ -11,26 +11,14 @@ import subprocess
 import sys
 import time
 import traceback
+from typing import Any, Dict, Optional, Tuple
 
-from .common import (
-    HOST_GROUP,
-    MODEL_DIR,
-    WORK_DIR,
-    check,
-    compile_hint,
-    dist_version,
-    error_with_cause,
-    first_cause,
-    gpu_visible,
-    import_hint,
-    last_error_line,
-    marked,
-    needs_gpu,
-    needs_vllm,
-    providers_of,
-    result,
-    run_program,
-)
+from .children import MODEL_DIR, WORK_DIR, marked, run_program
+from .declarations import HOST_GROUP, check
+from .errortext import compile_hint, error_with_cause, first_cause, import_hint, last_error_line, root_cause
+from .gpuprobe import gpu_visible, needs_gpu, needs_vllm
+from .installed import dist_version, providers_of
+from .results import result
 
 _VLLM = "https://github.com/vllm-project/vllm"
 
@@ -46,7 +34,7 @@ _VLLM = "https://github.com/vllm-project/vllm"
     group="vllm",
 )
 @needs_vllm
-def check_vllm_import(params):
+def check_vllm_import(params: Dict[str, Any]) -> Dict[str, Any]:
     """Import vLLM in this interpreter (the checks of its group then share it); the diagnosis names the module
     that failed and the distribution that provides it."""
     try:
@@ -64,7 +52,7 @@ def check_vllm_import(params):
     return result("passed", f"vLLM {vllm.__version__} imports", vllm=vllm.__version__)
 
 
-def _failing_package(text):
+def _failing_package(text: str) -> Any:
     """``<distribution> <version>`` of the site-packages folder where a traceback ended, other than vllm; or None."""
     frames = re.findall(r'File "[^"]*/(?:site|dist)-packages/([A-Za-z0-9_]+)', text)
     for module in reversed(frames):
@@ -86,7 +74,7 @@ def _failing_package(text):
     needs=("torch-import",),
     group="vllm",
 )
-def check_tiny_model(params):
+def check_tiny_model(params: Dict[str, Any]) -> Dict[str, Any]:
     """Make the tiny model once per container (WORK_DIR/tiny-llama), in this interpreter, and read it back as vLLM
     will: its config and tokenizer with transformers, its weights' names with safetensors (the group's ``import
     vllm`` has imported both)."""
@@ -102,7 +90,7 @@ def check_tiny_model(params):
     )
 
 
-def read_model(folder):
+def read_model(folder: str) -> Any:
     """The model in ``folder`` as transformers and safetensors read it: {"vocab_size", "tensors", "tokenizer"}.
     Raises what they raise."""
     from safetensors import safe_open
@@ -115,7 +103,7 @@ def read_model(folder):
     return {"vocab_size": config.vocab_size, "tensors": tensors, "tokenizer": type(tokenizer).__name__}
 
 
-def ensure_model():
+def ensure_model() -> Any:
     """Make the tiny random Llama + locally trained tokenizer once per container; return its folder.
 
     Interpreters of parallel groups may ask at once: a lock file serialises them, and the model is written to a
@@ -143,7 +131,7 @@ def ensure_model():
 V2_ERROR = "Model Runner V2 requires Triton."
 
 
-def short_error(text):
+def short_error(text: str) -> Any:
     """The message inside a pydantic ValidationError (``Value error, X [type=...``), else the first line."""
     m = re.search(r"Value error, (.*?)(?: \[type=|$)", text, re.MULTILINE)
     if m:
@@ -152,14 +140,14 @@ def short_error(text):
     return lines[0] if lines else text
 
 
-def _envs_cached():
+def _envs_cached() -> Any:
     """True when vLLM's environment variables are cached in this interpreter (vllm/envs.py enable_envs_cache, called
     when an engine starts): a changed os.environ is then no longer read, so another environment needs a child."""
     envs = sys.modules.get("vllm.envs")
     return envs is not None and hasattr(getattr(envs, "__getattr__", None), "cache_clear")
 
 
-def _validate(env_overrides, timeout):
+def _validate(env_overrides: Any, timeout: float) -> Any:
     """vLLM's engine configuration for the tiny model, with ``env_overrides`` on top of the image's environment.
 
     In this interpreter (the group shares its ``import vllm``) while vLLM reads os.environ afresh
@@ -201,7 +189,7 @@ TRITON_FIX = (
 )
 
 
-def runner_hint(error):
+def runner_hint(error: str) -> Any:
     """The fix for vLLM's configuration failing with ``error``: Triton's only where the error is about Triton
     (``Model Runner V2 requires Triton.``, or it names triton); else the package, compiler or setting it names."""
     if V2_ERROR in (error or "") or re.search(r"\btriton\b", error or "", re.IGNORECASE):
@@ -228,7 +216,7 @@ def runner_hint(error):
 )
 @needs_vllm
 @needs_gpu
-def check_model_runner(params):
+def check_model_runner(params: Dict[str, Any]) -> Dict[str, Any]:
     expected = params["triton"]
     default_env = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
     default = _validate({}, 600)
@@ -292,7 +280,7 @@ def check_model_runner(params):
     )
 
 
-def _generate(mode, max_tokens, timeout, in_process):
+def _generate(mode: str, max_tokens: int, timeout: Optional[float], in_process: bool) -> Dict[str, Any]:
     """One greedy generation (``mode`` eager or compiled): {"tokens", "runner", "seconds", "process"} or
     {"error", "seconds", "log"}. ``in_process``: vLLM's engine in this interpreter (``programs.generate``);
     else a child Python with vLLM's own process layout, limited to ``timeout`` seconds (None: no limit)."""
@@ -302,7 +290,7 @@ def _generate(mode, max_tokens, timeout, in_process):
         from .programs import generate
 
         try:
-            data = generate.generate(model, mode == "eager", max_tokens, in_process=True)
+            data: Dict[str, Any] = generate.generate(model, mode == "eager", max_tokens, in_process=True)
         except Exception:
             text = traceback.format_exc()
             sys.stdout.write(text)
@@ -331,7 +319,7 @@ def _generate(mode, max_tokens, timeout, in_process):
     }
 
 
-def engine_hint(error, params):
+def engine_hint(error: str, params: Dict[str, Any]) -> Any:
     """The fix for an engine that failed with ``error``: the missing package or compiler it names, else where to
     look on this accelerator (params["accelerator"]): the CPU backend's own needs only on a CPU variant."""
     named = import_hint(error) or compile_hint(error)
@@ -349,33 +337,10 @@ def engine_hint(error, params):
     )
 
 
-def _with_root_cause(error, text):
+def _with_root_cause(error: str, text: str) -> Any:
     """``error`` (the last error line of ``text``), followed by the worker's own error when it differs."""
     cause = root_cause(text)
     return error + (f" (root cause: {cause})" if cause and cause != error else "")
-
-
-# vLLM's wrappers around a failure in its engine or worker processes: the cause is logged before them.
-_WRAPPERS = ("Engine core initialization failed", "WorkerProc initialization failed", "WorkerProc failed to start")
-# A line vLLM logs at level DEBUG, INFO or WARNING ("WARNING 12-01 20:41:19 [system_utils.py:299] ..."): an error
-# it names is advice (the ulimit warning quotes "OSError: [Errno 24] Too many open files"), not what failed.
-_NOTICE = re.compile(r"\b(DEBUG|INFO|WARNING) \d\d-\d\d \d\d:\d\d:\d\d")
-
-
-def root_cause(text):
-    """The first exception line of ``text`` that is not one of vLLM's wrapper messages (``_WRAPPERS``) nor a
-    notice it logs (``_NOTICE``): the worker's own error, which vLLM logs in its child process before the
-    parent's RuntimeError. None if none."""
-    # A native extension that fails to load is only a warning in vLLM's log (seen on arm64: vllm._C
-    # "undefined symbol: sbgemm_"), and everything after it follows from it: report it first.
-    m = re.search(r"\b([A-Za-z_.]*Error)\('([^']*undefined symbol[^']*)'\)", text)
-    if m:
-        return f"{m.group(1)}: {m.group(2)}"
-    for line in text.splitlines():
-        m = re.search(r"\b([A-Za-z_.]*(Error|Exception)): (.+)$", line)
-        if m and not any(w in line for w in _WRAPPERS) and not _NOTICE.search(line):
-            return f"{m.group(1)}: {m.group(3).strip()}"
-    return None
 
 
 @check(
@@ -394,7 +359,7 @@ def root_cause(text):
 )
 @needs_vllm
 @needs_gpu
-def check_offline_generate(params):
+def check_offline_generate(params: Dict[str, Any]) -> Dict[str, Any]:
     """Greedy generation eager and compiled, equal tokens; the ``quick`` suite (params["suite"]) runs eager only.
 
     Under ``default`` both engines run in this interpreter (``_generate`` in_process). Rerun under a deployment
@@ -403,13 +368,14 @@ def check_offline_generate(params):
     one does, and inductor's kernels and vLLM's compile cache besides; eager == compiled was proven under
     ``default``."""
     max_tokens = int(params.get("max_tokens", 8))
+    modes: Tuple[str, ...]
     if params.get("rerun"):
         modes = ("compiled",)
     elif params.get("suite") == "quick":
         modes = ("eager",)
     else:
         modes = ("eager", "compiled")
-    facts = {"max_tokens": max_tokens, "modes": list(modes)}
+    facts: Dict[str, Any] = {"max_tokens": max_tokens, "modes": list(modes)}
     for mode in modes:
         data = _generate(mode, max_tokens, None, in_process=not params.get("rerun"))
         facts[mode] = data
@@ -455,7 +421,7 @@ def check_offline_generate(params):
     )
 
 
-def _vllm_cli_without_gpu(params, facts, accelerator):
+def _vllm_cli_without_gpu(params: Dict[str, Any], facts: Dict[str, Any], accelerator: str) -> Dict[str, Any]:
     """A GPU variant without a GPU: vLLM's CLI builds its whole parser, and with it a DeviceConfig, even for
     ``--version`` (vllm/config/device.py raises "Failed to infer device type"), so only what needs no device
     is proven: the console script's module imports and vLLM reports the pinned version."""
@@ -490,7 +456,7 @@ def _vllm_cli_without_gpu(params, facts, accelerator):
     )
 
 
-def version_hint(installed, pinned, params):
+def version_hint(installed: Any, pinned: Any, params: Dict[str, Any]) -> str:
     """The fix for vLLM ``installed`` where the variant pins ``pinned``: install the pin, or pin what is there."""
     variant = params.get("variant") or "<variant>"
     dist = next((d for d in providers_of("vllm") if d.lower() != "vllm"), "vllm")
@@ -501,7 +467,7 @@ def version_hint(installed, pinned, params):
     )
 
 
-def _vllm_imports():
+def _vllm_imports() -> bool:
     """True when ``import vllm`` succeeds in this interpreter (vllm-import reports why when it does not)."""
     try:
         import vllm  # noqa: F401
@@ -526,10 +492,10 @@ def _vllm_imports():
     group="cli",
 )
 @needs_vllm
-def check_vllm_cli(params):
+def check_vllm_cli(params: Dict[str, Any]) -> Dict[str, Any]:
     expected = params.get("vllm_version")
     exe = shutil.which("vllm")
-    facts = {"vllm": exe, "expected": expected}
+    facts: Dict[str, Any] = {"vllm": exe, "expected": expected}
     if exe is None:
         return result("failed", f"no `vllm` executable on PATH (PATH={os.environ.get('PATH')})", None, **facts)
     accelerator = params.get("accelerator", "cpu")
@@ -594,7 +560,7 @@ def check_vllm_cli(params):
     uses=("offline-generate",),
     group=HOST_GROUP,
 )
-def check_serve(params):
+def check_serve(params: Dict[str, Any]) -> Dict[str, Any]:
     """Never called: serve is a step of the plan that its runner runs (a server container of the image,
     ``matrixtool.smoke.serve``; in the bundle a child process, ``serving``), in no interpreter of the checks."""
     return result("failed", "serve is run by the runner (tools/matrix, or the bundle), not inside a check group", None)
