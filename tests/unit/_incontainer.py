@@ -10,7 +10,8 @@ from typing import Any
 
 MODULES: tuple[str, ...] = ("declarations", "results", "errortext", "installed", "toolkits", "children", "gpuprobe")
 MODULES += ("runner", "catalogue", "conditions", "distributions", "nativelibs", "torchchecks", "tritonchecks")
-MODULES += ("vllmchecks", "gpudriver", "elf", "rocmbuild", "gpuarchs", "jittoolchain")
+MODULES += ("vllmchecks", "generation", "tinymodel", "tritonruntime", "cpuengine", "podlimits", "gpudriver", "elf")
+MODULES += ("rocmbuild", "gpuarchs", "jittoolchain")
 
 
 class _Flat:

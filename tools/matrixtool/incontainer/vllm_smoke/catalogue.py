@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from . import (  # noqa: F401
     conditions,
+    cpuengine,
     distributions,
+    generation,
     gpuarchs,
     gpudriver,
     hygiene,
@@ -17,6 +19,7 @@ from . import (  # noqa: F401
     rocmbuild,
     torchchecks,
     tritonchecks,
+    tritonruntime,
     vllmchecks,
 )
 from .declarations import CATALOGUE

@@ -11,158 +11,10 @@ import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .children import marked, run_program
-from .declarations import CONDITIONS, check
+from .declarations import CONDITIONS, VLLM_REPO, check
 from .errortext import last_error_line
+from .podlimits import PIDFD_ADVICE, cpu_quota, memory_limit_bytes, pidfd_getfd_probe, pod_conditions
 from .results import result
-
-
-# --- cgroup limits (classes 12 and 13) ---------------------------------------------------------------
-def _cgroup_value(v2_name: str, v1_controller: Any, v1_name: str) -> Any:
-    """(text, path) of a cgroup file of this container: cgroup v2 ``/sys/fs/cgroup/<v2_name>`` or v1
-    ``/sys/fs/cgroup/<controller>/<v1_name>``, also under this process's own cgroup path (/proc/self/cgroup) where
-    the host's cgroup tree is mounted (cgroupns=host). (None, None) when none is readable."""
-    candidates = [f"/sys/fs/cgroup/{v2_name}", f"/sys/fs/cgroup/{v1_controller}/{v1_name}"]
-    try:
-        with open("/proc/self/cgroup") as f:
-            for line in f:
-                _, controllers, path = line.strip().split(":", 2)
-                if controllers == "":
-                    candidates.append(f"/sys/fs/cgroup{path}/{v2_name}")
-                elif v1_controller in controllers.split(","):
-                    candidates.append(f"/sys/fs/cgroup/{v1_controller}{path}/{v1_name}")
-    except (OSError, ValueError):
-        pass
-    for path in candidates:
-        try:
-            with open(path) as f:
-                return f.read().strip(), path
-        except OSError:
-            continue
-    return None, None
-
-
-def _pod_conditions() -> Any:
-    """The conditions a pod sets as the kernel shows them: /dev/shm's size in bytes, the capability bounding set
-    (hex, /proc/self/status CapBnd), no_new_privs, the seccomp mode, the pids limit (None: none or unreadable)."""
-    out: Dict[str, Any] = {}
-    try:
-        st = os.statvfs("/dev/shm")
-        out["shm_bytes"] = st.f_frsize * st.f_blocks
-    except OSError:
-        out["shm_bytes"] = None
-    status = {}
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                status[key] = value.strip()
-    except OSError:
-        pass
-    out["capabilities_bounding"] = status.get("CapBnd")
-    out["no_new_privs"] = {"0": False, "1": True}.get(status.get("NoNewPrivs", ""))
-    out["seccomp_mode"] = {"0": "disabled", "1": "strict", "2": "filter"}.get(status.get("Seccomp", ""))
-    text, _ = _cgroup_value("pids.max", "pids", "pids.max")
-    out["pids_max"] = int(text) if text is not None and text.isdigit() else None
-    return out
-
-
-def _host_memory_bytes() -> Any:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    return None
-
-
-def _memory_limit_bytes() -> Any:
-    """(bytes, source): the container's memory limit from its cgroup (v2 memory.max, v1 memory.limit_in_bytes);
-    without a limit, the host's RAM from /proc/meminfo (source names which)."""
-    value, path = _cgroup_value("memory.max", "memory", "memory.limit_in_bytes")
-    host = _host_memory_bytes()
-    if value is not None and value.isdigit() and (host is None or int(value) < host):
-        return int(value), f"cgroup {path}"
-    if host is not None:
-        return host, "/proc/meminfo MemTotal (no cgroup memory limit)"
-    return None, None
-
-
-def _cpu_quota() -> Any:
-    """(CPUs, source): the CPU quota of this container's cgroup (v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us),
-    or (None, None) without one."""
-    value, path = _cgroup_value("cpu.max", "cpu", "cpu.cfs_quota_us")
-    if value is None:
-        return None, None
-    if path.endswith("cpu.max"):
-        quota, _, period = value.partition(" ")
-        if quota == "max" or not period:
-            return None, None
-        return int(quota) / int(period), f"cgroup {path}"
-    if int(value) <= 0:
-        return None, None
-    period, _ = _cgroup_value("cpu.max", "cpu", "cpu.cfs_period_us")
-    return int(value) / int(period or 100000), f"cgroup {path}"
-
-
-_VLLM = "https://github.com/vllm-project/vllm"
-
-
-@check(
-    "cpu-engine-settings",
-    proves=(
-        "`VLLM_CPU_KVCACHE_SPACE` fits the container's memory (cgroup limit: v2 `memory.max`, v1 "
-        "`memory.limit_in_bytes`; else MemTotal, and the diagnosis says which)"
-    ),
-    classes=(12,),
-    reports=(f"{_VLLM}/issues/29233",),
-    hint="set VLLM_CPU_KVCACHE_SPACE (GiB) well below the container's memory limit, or leave it unset",
-    timeout=60,
-    accelerators=("cpu",),
-    affected_by=("memory", "cpus", "env"),
-    group="light",
-)
-def check_cpu_engine_settings(params: Dict[str, Any]) -> Dict[str, Any]:
-    limit, source = _memory_limit_bytes()
-    raw = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
-    facts: Dict[str, Any] = {
-        "VLLM_CPU_KVCACHE_SPACE": raw,
-        "memory_limit_bytes": limit,
-        "memory_limit_source": source,
-        "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
-        "cpus": os.cpu_count(),
-        "cpu_quota": _cpu_quota()[0],
-    }
-    problems = []
-    if raw is not None:
-        try:
-            space = float(raw)
-        except ValueError:
-            problems.append(f"VLLM_CPU_KVCACHE_SPACE={raw!r} is not a number of GiB")
-        else:
-            if limit is not None and space * 2**30 > 0.5 * limit:
-                problems.append(
-                    f"VLLM_CPU_KVCACHE_SPACE={raw} GiB exceeds half of the memory this container may "
-                    f"use ({limit / 2**30:.1f} GiB, from {source}); the engine would be killed or fail "
-                    "to allocate (vllm#29233)"
-                )
-    try:
-        shm = os.statvfs("/dev/shm")
-        facts["dev_shm_bytes"] = shm.f_blocks * shm.f_frsize
-    except OSError:
-        pass
-    if problems:
-        return result(
-            "failed",
-            "; ".join(problems),
-            "set VLLM_CPU_KVCACHE_SPACE (GiB) well below the container's "
-            "memory limit, or leave it unset so vLLM sizes the KV cache itself",
-            **facts,
-        )
-    return result(
-        "passed",
-        f"VLLM_CPU_KVCACHE_SPACE={raw} GiB fits {(limit or 0) / 2**30:.1f} GiB of memory (from {source})",
-        **facts,
-    )
-
 
 # --- run-conditions (class 13) -----------------------------------------------------------------------
 # Errors that run conditions cause, each with the condition and its fix (docs/profiles.md).
@@ -224,7 +76,7 @@ def explain(text: str) -> Any:
     for pattern, condition, fix in CONDITION_ERRORS:
         if pattern.search(text or ""):
             if condition is PIDS_LIMITED:
-                limit = _pod_conditions()["pids_max"]
+                limit = pod_conditions()["pids_max"]
                 if limit is None:
                     continue
                 condition = f"the container's pids limit ({limit} processes and threads) is reached"
@@ -331,51 +183,6 @@ def _installed(names: Sequence[str]) -> Any:
     return found
 
 
-# pidfd_getfd(2): the same number on every Linux architecture (the unified syscall table, Linux >= 5.6).
-SYS_PIDFD_GETFD = 438
-PIDFD_ADVICE = (
-    "a pod needs securityContext.capabilities.add: [SYS_PTRACE] (docker run --cap-add SYS_PTRACE): Docker's and "
-    "containerd's default seccomp profiles allow pidfd_getfd only with CAP_SYS_PTRACE, and Pod Security "
-    "'baseline' and 'restricted' both forbid adding it: run multi-GPU pods in a namespace labelled 'privileged' "
-    "(or exempted), with that one capability added"
-)
-
-
-def pidfd_getfd_probe() -> Any:
-    """(allowed, error): whether this process may take a file descriptor of a child of its own with pidfd_getfd
-    (how GPU workers pass memory handles: flashinfer#2394), by trying it on ``python -c`` child's stdin. allowed
-    None where it cannot be tried (no os.pidfd_open, no libc), error the errno name and text when refused."""
-    import ctypes
-    import ctypes.util
-    import errno
-    import subprocess
-    import sys
-
-    if not hasattr(os, "pidfd_open"):
-        return None, "os.pidfd_open is missing (Python < 3.9 or not Linux)"
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError as exc:
-        return None, f"no C library to call pidfd_getfd with: {exc}"
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    pidfd = None
-    try:
-        pidfd = os.pidfd_open(child.pid)
-        fd = libc.syscall(SYS_PIDFD_GETFD, pidfd, 0, 0)
-        if fd >= 0:
-            os.close(fd)
-            return True, None
-        code = ctypes.get_errno()
-        return False, f"{errno.errorcode.get(code, code)}: {os.strerror(code)}"
-    except OSError as exc:
-        return False, f"{errno.errorcode.get(exc.errno or 0, exc.errno)}: {exc.strerror}"
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
-        child.kill()
-        child.wait()
-
-
 _FIX_CACHES = (
     "to a directory on a writable mount (e.g. under a tmpfs /tmp), or make it writable for group 0 "
     "(chgrp 0, chmod g=u) as OpenShift recommends"
@@ -395,7 +202,7 @@ _FIX_CACHES = (
     reports=(
         "https://github.com/pytorch/pytorch/issues/140765",
         "https://github.com/pytorch/pytorch/issues/91005",
-        f"{_VLLM}/issues/29233",
+        f"{VLLM_REPO}/issues/29233",
         "https://github.com/llm-d/llm-d/issues/1430",
         "https://github.com/ai-dynamo/dynamo/issues/12770",
         "https://github.com/flashinfer-ai/flashinfer/issues/2394",
@@ -499,10 +306,10 @@ def check_run_conditions(params: Dict[str, Any]) -> Dict[str, Any]:
             )
 
     # Memory: what the engine may use is the cgroup limit, not the host's RAM (cpu-engine-settings judges it).
-    facts["memory_limit_bytes"], facts["memory_limit_source"] = _memory_limit_bytes()
+    facts["memory_limit_bytes"], facts["memory_limit_source"] = memory_limit_bytes()
 
     # CPU quota: torch and vLLM size their thread pools from the host's cores.
-    quota, quota_source = _cpu_quota()
+    quota, quota_source = cpu_quota()
     facts["cpu_quota"], facts["cpu_quota_source"], facts["cpus"] = quota, quota_source, os.cpu_count()
     facts["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS")
     threads = (probe or {}).get("threads")
@@ -514,7 +321,7 @@ def check_run_conditions(params: Dict[str, Any]) -> Dict[str, Any]:
         )
 
     # Pod conditions (shm size, capabilities, no-new-privileges, seccomp, pids limit): reported as facts.
-    facts.update(_pod_conditions())
+    facts.update(pod_conditions())
 
     # Several GPUs: vLLM's workers pass GPU memory handles with pidfd_getfd, which the profile may refuse.
     if params.get("accelerator", "cpu") != "cpu":

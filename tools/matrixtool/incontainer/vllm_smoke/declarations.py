@@ -39,6 +39,10 @@ CONDITIONS = (
 )
 
 
+# vLLM's repository, whose issues and pull requests the declarations cite.
+VLLM_REPO = "https://github.com/vllm-project/vllm"
+
+
 class Suite(str, enum.Enum):
     """A suite of checks (``--suite``): ``quick`` leaves out the slow ones (compiled generate), ``full`` runs all.
 

@@ -9,13 +9,11 @@ import struct
 from typing import Any, Dict, Set
 
 from .children import WORK_DIR, marked, run_program, run_python
-from .declarations import check
+from .declarations import VLLM_REPO, check
 from .elf import elf_section, fatbin_archs
 from .errortext import last_error_line
 from .installed import dist_version, vllm_extensions
 from .results import result
-
-_VLLM = "https://github.com/vllm-project/vllm"
 
 
 def _number(arch: Any) -> Any:
@@ -172,7 +170,7 @@ def _triton_ptxas() -> Any:
         "for each (its bundled ptxas included; `ptxas --help`'s targets where no compile answers)"
     ),
     classes=(24,),
-    reports=(f"{_VLLM}/issues/29469", "https://github.com/triton-lang/triton/issues/8539"),
+    reports=(f"{VLLM_REPO}/issues/29469", "https://github.com/triton-lang/triton/issues/8539"),
     hint="build (or install) torch, vLLM and Triton for the variant's GPUs, or drop the GPUs they cannot serve "
     "from matrix.yaml gpu_archs",
     timeout=300,

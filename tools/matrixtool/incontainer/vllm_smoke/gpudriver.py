@@ -13,11 +13,10 @@ import re
 from typing import Any, Dict, Mapping
 
 from .children import run_python
-from .declarations import check
+from .declarations import VLLM_REPO, check
 from .installed import dist_version
 from .results import result
 
-_VLLM = "https://github.com/vllm-project/vllm"
 # Where Triton's NVIDIA backend asks for libcuda (triton/backends/nvidia/driver.py, libcuda_dirs(): the
 # environment variable first, else the output of `/sbin/ldconfig -p`, a fixed path).
 LDCONFIG = "/sbin/ldconfig"
@@ -147,7 +146,7 @@ def driver_findings(*, ldconfig: Any, libcuda_env: Any, compat: Any, declared: A
     reports=(
         "https://github.com/NixOS/nixpkgs/issues/426296",
         "https://github.com/huggingface/kernels/issues/670",
-        f"{_VLLM}/issues/33447",
+        f"{VLLM_REPO}/issues/33447",
         "https://github.com/gpustack/gpustack/issues/4678",
     ),
     hint="keep /sbin/ldconfig (or set TRITON_LIBCUDA_PATH), keep cuda-compat off the loader's path, and declare "

@@ -8,12 +8,9 @@ import os
 import shutil
 from typing import Any, Dict, Mapping
 
-from .declarations import check
+from .declarations import VLLM_REPO, check
 from .installed import dist_version
 from .results import result
-
-_VLLM = "https://github.com/vllm-project/vllm"
-
 
 # Distributions of FlashInfer's prebuilt kernels: with one installed, FlashInfer needs no compiler for them.
 FLASHINFER_PREBUILT = ("flashinfer-jit-cache", "flashinfer-cubin")
@@ -97,7 +94,7 @@ def toolchain_problems(
         "and Python.h; FlashInfer: nvcc, cublasLt.h and curand.h, or its prebuilt kernels; DeepGEMM: nvcc)"
     ),
     classes=(25,),
-    reports=(f"{_VLLM}/issues/49497", f"{_VLLM}/issues/33833"),
+    reports=(f"{VLLM_REPO}/issues/49497", f"{VLLM_REPO}/issues/33833"),
     hint="install the toolchain the kernel libraries compile with, or their prebuilt kernels",
     timeout=120,
     accelerators=("cuda",),

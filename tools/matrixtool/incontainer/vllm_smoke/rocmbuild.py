@@ -7,14 +7,11 @@ import os
 import re
 from typing import Any, Dict, List
 
-from .declarations import Accelerator, check
+from .declarations import VLLM_REPO, Accelerator, check
 from .elf import elf_needed
 from .installed import dist_version, vllm_extensions
 from .results import result
 from .toolkits import rocm_readings, toolkit_of_tag
-
-_VLLM = "https://github.com/vllm-project/vllm"
-
 
 _CUDA_LIBS = re.compile(r"^lib(cudart|cuda|cublas|cublasLt|cudnn|nccl|nvrtc)\.so")
 
@@ -128,7 +125,7 @@ def rocm_toolkit_problems(vllm_version: Any, torch_hip: Any, image_rocm: Any) ->
         "detection needs to see an AMD GPU, imports"
     ),
     classes=(28, 29, 30),
-    reports=(f"{_VLLM}/issues/44660", f"{_VLLM}/issues/24576"),
+    reports=(f"{VLLM_REPO}/issues/44660", f"{VLLM_REPO}/issues/24576"),
     hint="install vLLM's ROCm build (a ROCm wheel index, or AMD's rocm/vllm images), the torch it pins, and amdsmi",
     timeout=120,
     accelerators=("rocm",),

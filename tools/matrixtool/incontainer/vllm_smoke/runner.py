@@ -132,7 +132,7 @@ def main(argv: Sequence[str]) -> Any:
         print(json.dumps({n: d.as_dict() for n, d in DECLARATIONS.items()}, indent=1))
         return 0
     if args[0] == "model":
-        from .vllmchecks import ensure_model
+        from .tinymodel import ensure_model
 
         print("MATRIX-MODEL " + ensure_model(), flush=True)
         return 0

@@ -9,14 +9,13 @@ import traceback
 from typing import Any, Dict
 
 from .children import run_python
-from .declarations import check
+from .declarations import VLLM_REPO, check
 from .errortext import compile_cause, compile_hint, import_hint, last_error_line
 from .gpuprobe import UNUSABLE_GPU_HINT, unusable_gpu
 from .installed import dist_version
 from .results import result
 
 TORCH_FAMILY = ("torchvision", "torchaudio", "torchcodec")
-_VLLM = "https://github.com/vllm-project/vllm"
 
 
 @check(
@@ -120,7 +119,7 @@ def _inductor_hint(text: str, device: Any) -> Any:
     "inductor-compile",
     proves="`torch.compile` (inductor) matches eager on CPU, and on CUDA when visible",
     classes=(8,),
-    reports=("https://github.com/pytorch/pytorch/issues/116696", f"{_VLLM}/issues/27890"),
+    reports=("https://github.com/pytorch/pytorch/issues/116696", f"{VLLM_REPO}/issues/27890"),
     hint="install a C++ compiler and the Python headers (g++, python3-dev) for the CPU backend; read the "
     "compile error in the log",
     timeout=300,
