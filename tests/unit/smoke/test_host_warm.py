@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from matrixtool.incontainer.vllm_smoke import cachelog, servecache, server, serving
 from matrixtool.incontainer.vllm_smoke import compilecache as cc
-from matrixtool.incontainer.vllm_smoke import servecache, server, serving
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.smoke import bundle, serve, serve_run
@@ -129,27 +129,27 @@ def test_a_warm_start_is_skipped_with_its_reason() -> None:
 
 
 def test_vllms_load_lines_on_cuda_are_reuse_though_dynamo_traced_again() -> None:
-    cold, warm = cc.evidence(CUDA_COLD), cc.evidence(CUDA_WARM)
+    cold, warm = cachelog.evidence(CUDA_COLD), cachelog.evidence(CUDA_WARM)
     assert cold["compiled"] and cold["saved"] and cold["traced"] and cold["compile_s"] == 16.02
     assert warm["loaded"] and warm["traced"] and not warm["compiled"] and warm["compile_s"] == 3.37
     assert warm["keys"] == ["3a332b42ba", KEY] and cold["keys"] == warm["keys"]
     what, line = cc.reuse(warm, [], []) or ("", "")
     assert what == "vLLM's compiled model" and line.startswith("Directly load AOT compilation from path")
     assert cc.not_reused(cold, warm, volume=ROOT) is None
-    older = cc.evidence(OLDER_WARM)
+    older = cachelog.evidence(OLDER_WARM)
     assert older["compile_s"] == 9.27
     assert cc.reuse(older, [], []) == (
         "vLLM's compiled graphs",
         "Directly load the compiled graph(s) for dynamic shape from the cache, took 1.908 s",
     )
-    failed = cc.evidence(_log(f"Cannot load aot compilation from path {TCC}/x/model, error: bad magic"))
+    failed = cachelog.evidence(_log(f"Cannot load aot compilation from path {TCC}/x/model, error: bad magic"))
     assert failed["load_failed"] and cc.reuse(failed, [], []) is None
 
 
 def test_tritons_kernels_count_once_each_and_none_added_is_reuse() -> None:
-    found = cc.kernels(CUDA_LISTING)
+    found = cachelog.kernels(CUDA_LISTING)
     assert [Path(k).name for k in found] == ["cuda_utils.so", "triton_red_fused_0.cubin"]
-    load_failed = cc.evidence(_log(f"Compiling model again due to a load failure from {TCC}/x/model, reason: r"))
+    load_failed = cachelog.evidence(_log(f"Compiling model again due to a load failure from {TCC}/x/model, reason: r"))
     what, evidence = cc.reuse(load_failed, found, found) or ("", "")
     assert what == "inductor's compiled kernels" and "the 2 kernels (.so, .cubin)" in evidence
     added = [*found, f"{TRITON}/triton_poi_fused_9.cubin"]
@@ -270,8 +270,8 @@ def test_the_h200_runs_own_cache_lines_read_as_they_were_judged_there() -> None:
     data = Path(__file__).parents[1] / "data" / "bundle" / "h200-warm.json"
     facts = json.loads(data.read_text(encoding="utf-8"))["serve"]["facts"]
     warm = facts["warm"]
-    cold = cc.evidence("\n".join(_log(line) for line in warm["cold_log_lines"]))
-    found = cc.evidence("\n".join(_log(line) for line in warm["log_lines"]))
+    cold = cachelog.evidence("\n".join(_log(line) for line in warm["cold_log_lines"]))
+    found = cachelog.evidence("\n".join(_log(line) for line in warm["log_lines"]))
     assert cold["compiled"] and cold["saved"] and not cold["loaded"]
     assert found["loaded"] and not found["compiled"] and found["keys"] == cold["keys"]
     what, line = cc.reuse(found, [], []) or ("", "")

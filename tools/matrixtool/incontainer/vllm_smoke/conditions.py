@@ -13,7 +13,17 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from .children import marked, run_program
 from .declarations import CONDITIONS, VLLM_REPO, check
 from .errortext import last_error_line
-from .podlimits import PIDFD_ADVICE, cpu_quota, memory_limit_bytes, pidfd_getfd_probe, pod_conditions
+from .podlimits import (
+    PIDFD_ADVICE,
+    blocker,
+    cpu_quota,
+    memory_limit_bytes,
+    mount_of,
+    mount_table,
+    pidfd_getfd_probe,
+    pod_conditions,
+    writable,
+)
 from .results import result
 
 # --- run-conditions (class 13) -----------------------------------------------------------------------
@@ -84,51 +94,6 @@ def explain(text: str) -> Any:
     return None
 
 
-def _mounts() -> Any:
-    """[(mount point, options)] from /proc/self/mountinfo, the longest mount point first."""
-    out = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            out.append((fields[4].replace("\\040", " "), set(fields[5].split(","))))
-    return sorted(out, key=lambda m: len(m[0]), reverse=True)
-
-
-def _mount_of(path: str, mounts: Any) -> Any:
-    path = os.path.abspath(path)
-    for point, options in mounts:
-        if path == point or path.startswith(point.rstrip("/") + "/"):
-            return point, options
-    return "/", set()
-
-
-def _writable(path: str) -> Any:
-    """None when a file can be written in ``path`` (made if missing), else the error."""
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path):
-            pass
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
-def _blocker(path: str) -> Any:
-    """The folder that keeps ``path`` from being made or written: the path itself where it exists, else its
-    deepest existing parent, with owner and mode ({blocker, uid, gid, mode: '755'}); blocker None if none stats."""
-    probe = os.path.abspath(path)
-    while True:
-        try:
-            st = os.stat(probe)
-        except OSError:
-            parent = os.path.dirname(probe)
-            if parent == probe:
-                return {"blocker": None, "uid": None, "gid": None, "mode": None}
-            probe = parent
-            continue
-        return {"blocker": probe, "uid": st.st_uid, "gid": st.st_gid, "mode": format(st.st_mode & 0o7777, "o")}
-
-
 TORCH_PROBE = "torch_probe.py"
 
 
@@ -189,6 +154,10 @@ _FIX_CACHES = (
 )
 
 
+# A problem of the run conditions: (condition, diagnosis, fix or None).
+Problem = Tuple[str, str, Optional[str]]
+
+
 @check(
     "run-conditions",
     proves=(
@@ -222,18 +191,42 @@ def check_run_conditions(params: Dict[str, Any]) -> Dict[str, Any]:
         user = pwd.getpwuid(uid).pw_name
     except KeyError:
         user = None
-    mounts = _mounts()
+    mounts = mount_table()
     facts: Dict[str, Any] = {
         "uid": uid,
         "gid": gid,
         "passwd_user": user,
         "HOME": env.get("HOME"),
-        "read_only_root": "ro" in _mount_of("/", mounts)[1],
+        "read_only_root": "ro" in mount_of("/", mounts)[1],
     }
-    problems: List[Tuple[str, str, Optional[str]]] = []  # (condition, diagnosis, fix)
-    warnings = []
+    problems: List[Problem] = []
+    warnings: List[str] = []
+    _temp_dir(facts, problems)
+    probe = _torch(facts, problems)
+    inductor = (probe or {}).get("inductor_cache_dir") or env.get("TORCHINDUCTOR_CACHE_DIR")
+    _caches(env, inductor, str(params.get("accelerator", "cpu")), facts, problems)
+    if inductor:
+        _exec_mount(inductor, mounts, facts, problems)
+    # Memory: what the engine may use is the cgroup limit, not the host's RAM (cpu-engine-settings judges it).
+    facts["memory_limit_bytes"], facts["memory_limit_source"] = memory_limit_bytes()
+    _cpu_quota_warning(env, (probe or {}).get("threads"), facts, warnings)
+    # Pod conditions (shm size, capabilities, no-new-privileges, seccomp, pids limit): reported as facts.
+    facts.update(pod_conditions())
+    if params.get("accelerator", "cpu") != "cpu":
+        _pidfd_getfd(facts, warnings)
+    _network(env, facts, problems, warnings)
+    if problems:
+        return result(
+            "failed",
+            "; ".join(f"{condition}: {diagnosis}" for condition, diagnosis, _ in problems),
+            "; ".join(dict.fromkeys(fix for _, _, fix in problems if fix)) or None,
+            **facts,
+        )
+    return result("passed", "; ".join([_summary(env, user, inductor, facts), *warnings]), **facts)
 
-    # Read-only root: tempfile (and so `import torch`) needs one writable temp dir.
+
+def _temp_dir(facts: Dict[str, Any], problems: List[Problem]) -> None:
+    """Read-only root: tempfile (and so `import torch`) needs one writable temp dir (facts ``tempdir``)."""
     try:
         facts["tempdir"] = tempfile.gettempdir()
     except OSError as exc:
@@ -246,7 +239,10 @@ def check_run_conditions(params: Dict[str, Any]) -> Dict[str, Any]:
             )
         )
 
-    # torch: its thread pool and where inductor puts its kernels (arbitrary UID: pytorch/pytorch#140765).
+
+def _torch(facts: Dict[str, Any], problems: List[Problem]) -> Optional[Dict[str, Any]]:
+    """torch's thread pool and where inductor puts its kernels (``_torch_probe``; arbitrary UID:
+    pytorch/pytorch#140765), None where torch is not installed or there is no temp dir (facts ``torch``)."""
     probe = None
     if "tempdir" in facts and importlib.util.find_spec("torch") is not None:
         probe, error = _torch_probe()
@@ -255,8 +251,14 @@ def check_run_conditions(params: Dict[str, Any]) -> Dict[str, Any]:
             condition = "arbitrary UID" if found and "getpwuid" in found[0] else "import torch"
             problems.append((condition, f"{error}" + (f" ({found[0]})" if found else ""), found[1] if found else None))
     facts["torch"] = probe
+    return probe
 
-    # Caches (Hugging Face, vLLM, inductor) under HOME or XDG dirs must be writable by this UID.
+
+def _caches(
+    env: Mapping[str, str], inductor: Optional[str], accelerator: str, facts: Dict[str, Any], problems: List[Problem]
+) -> None:
+    """Caches (Hugging Face, vLLM, inductor, the GPU kernels') under HOME or XDG dirs must be writable by this UID
+    (facts ``cache_dirs``, ``unwritable``: each folder with the one that blocks it)."""
     home = env.get("HOME") or "/"
     cache_root = env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
     config_root = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
@@ -266,53 +268,56 @@ def check_run_conditions(params: Dict[str, Any]) -> Dict[str, Any]:
         ("VLLM_CACHE_ROOT", env.get("VLLM_CACHE_ROOT") or os.path.join(cache_root, "vllm")),
         ("VLLM_CONFIG_ROOT", env.get("VLLM_CONFIG_ROOT") or os.path.join(config_root, "vllm")),
     ]
-    inductor = (probe or {}).get("inductor_cache_dir") or env.get("TORCHINDUCTOR_CACHE_DIR")
     if inductor:
         dirs.append(("TORCHINDUCTOR_CACHE_DIR", inductor))
-    dirs += gpu_cache_dirs(env, _installed(GPU_CACHE_MODULES), params.get("accelerator", "cpu"))
+    dirs += gpu_cache_dirs(env, _installed(GPU_CACHE_MODULES), accelerator)
     facts["cache_dirs"] = dict(dirs)
-    unwritable = [(var, path, error) for var, path in dirs for error in [_writable(path)] if error]
-    if unwritable:
-        blocking = [dict(_blocker(path), var=var, path=path) for var, path, _ in unwritable]
-        facts["unwritable"] = blocking
-        owners = "; ".join(
-            dict.fromkeys(
-                f"{b['blocker']} is owned by {b['uid']}:{b['gid']}, mode {b['mode']}" for b in blocking if b["blocker"]
-            )
+    unwritable = [(var, path, error) for var, path in dirs for error in [writable(path)] if error]
+    if not unwritable:
+        return
+    blocking = [dict(blocker(path), var=var, path=path) for var, path, _ in unwritable]
+    facts["unwritable"] = blocking
+    owners = "; ".join(
+        dict.fromkeys(
+            f"{b['blocker']} is owned by {b['uid']}:{b['gid']}, mode {b['mode']}" for b in blocking if b["blocker"]
         )
+    )
+    problems.append(
+        (
+            "caches not writable",
+            f"not writable by UID {facts['uid']} GID {facts['gid']}: "
+            + ", ".join(f"{path} ({var}: {error})" for var, path, error in unwritable)
+            + (f" ({owners})" if owners else ""),
+            f"set {', '.join(var for var, _, _ in unwritable)} {_FIX_CACHES}",
+        )
+    )
+
+
+def _exec_mount(inductor: str, mounts: Any, facts: Dict[str, Any], problems: List[Problem]) -> None:
+    """noexec: inductor dlopens the .so files it compiles into its cache dir (pytorch/pytorch#91005; facts
+    ``inductor_mount``)."""
+    point, options = mount_of(inductor, mounts)
+    facts["inductor_mount"] = {"mount_point": point, "noexec": "noexec" in options}
+    if "noexec" in options:
         problems.append(
             (
-                "caches not writable",
-                f"not writable by UID {uid} GID {gid}: "
-                + ", ".join(f"{path} ({var}: {error})" for var, path, error in unwritable)
-                + (f" ({owners})" if owners else ""),
-                f"set {', '.join(var for var, _, _ in unwritable)} {_FIX_CACHES}",
+                "noexec mount",
+                f"inductor's cache dir {inductor} is on {point}, mounted noexec: its compiled .so files fail "
+                "dlopen with 'failed to map segment from shared object' (pytorch/pytorch#91005)",
+                f"set TORCHINDUCTOR_CACHE_DIR to a directory on a mount without noexec, or mount {point} with exec "
+                f"(--tmpfs {point}:rw,exec)",
             )
         )
 
-    # noexec: inductor dlopens the .so files it compiles into its cache dir (pytorch/pytorch#91005).
-    if inductor:
-        point, options = _mount_of(inductor, mounts)
-        facts["inductor_mount"] = {"mount_point": point, "noexec": "noexec" in options}
-        if "noexec" in options:
-            problems.append(
-                (
-                    "noexec mount",
-                    f"inductor's cache dir {inductor} is on {point}, mounted noexec: its compiled .so files fail "
-                    "dlopen with 'failed to map segment from shared object' (pytorch/pytorch#91005)",
-                    f"set TORCHINDUCTOR_CACHE_DIR to a directory on a mount without noexec, or mount {point} with exec "
-                    f"(--tmpfs {point}:rw,exec)",
-                )
-            )
 
-    # Memory: what the engine may use is the cgroup limit, not the host's RAM (cpu-engine-settings judges it).
-    facts["memory_limit_bytes"], facts["memory_limit_source"] = memory_limit_bytes()
-
-    # CPU quota: torch and vLLM size their thread pools from the host's cores.
+def _cpu_quota_warning(
+    env: Mapping[str, str], threads: Optional[int], facts: Dict[str, Any], warnings: List[str]
+) -> None:
+    """CPU quota: torch and vLLM size their thread pools from the host's cores (``threads``: torch's, None where
+    not probed); a quota below them is a warning (facts ``cpu_quota``, ``cpus``, ``OMP_NUM_THREADS``)."""
     quota, quota_source = cpu_quota()
     facts["cpu_quota"], facts["cpu_quota_source"], facts["cpus"] = quota, quota_source, os.cpu_count()
     facts["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS")
-    threads = (probe or {}).get("threads")
     if threads is not None and quota is not None and threads > math.ceil(quota):
         warnings.append(
             f"warning: torch uses {threads} threads on a quota of {quota:g} CPUs ({quota_source}): the image "
@@ -320,22 +325,23 @@ def check_run_conditions(params: Dict[str, Any]) -> Dict[str, Any]:
             "(vLLM CPU: VLLM_CPU_OMP_THREADS_BIND) to match the quota"
         )
 
-    # Pod conditions (shm size, capabilities, no-new-privileges, seccomp, pids limit): reported as facts.
-    facts.update(pod_conditions())
 
-    # Several GPUs: vLLM's workers pass GPU memory handles with pidfd_getfd, which the profile may refuse.
-    if params.get("accelerator", "cpu") != "cpu":
-        allowed, refused = pidfd_getfd_probe()
-        facts["pidfd_getfd"] = allowed if allowed is not None else refused
-        if allowed is False:
-            facts["pidfd_getfd_error"] = refused
-            warnings.append(
-                f"warning: pidfd_getfd is refused here ({refused}): on several GPUs, vLLM's workers cannot share "
-                f"memory handles (tensor parallelism fails with 'Operation not permitted', flashinfer#2394); "
-                f"{PIDFD_ADVICE}"
-            )
+def _pidfd_getfd(facts: Dict[str, Any], warnings: List[str]) -> None:
+    """Several GPUs: vLLM's workers pass GPU memory handles with pidfd_getfd, which the profile may refuse (a
+    warning; facts ``pidfd_getfd``)."""
+    allowed, refused = pidfd_getfd_probe()
+    facts["pidfd_getfd"] = allowed if allowed is not None else refused
+    if allowed is False:
+        facts["pidfd_getfd_error"] = refused
+        warnings.append(
+            f"warning: pidfd_getfd is refused here ({refused}): on several GPUs, vLLM's workers cannot share "
+            f"memory handles (tensor parallelism fails with 'Operation not permitted', flashinfer#2394); "
+            f"{PIDFD_ADVICE}"
+        )
 
-    # No network: nothing may try to reach a hub.
+
+def _network(env: Mapping[str, str], facts: Dict[str, Any], problems: List[Problem], warnings: List[str]) -> None:
+    """No network: nothing may try to reach a hub (facts ``network_interfaces``, ``HF_HUB_OFFLINE``)."""
     try:
         interfaces = sorted(n for n in os.listdir("/sys/class/net") if n != "lo")
     except OSError:
@@ -354,17 +360,17 @@ def check_run_conditions(params: Dict[str, Any]) -> Dict[str, Any]:
     if not interfaces and env.get("VLLM_NO_USAGE_STATS") != "1":
         warnings.append("warning: VLLM_NO_USAGE_STATS is not 1: vLLM's usage-stats thread tries to reach its server")
 
-    if problems:
-        return result(
-            "failed",
-            "; ".join(f"{condition}: {diagnosis}" for condition, diagnosis, _ in problems),
-            "; ".join(dict.fromkeys(fix for _, _, fix in problems if fix)) or None,
-            **facts,
-        )
-    summary = (
-        f"UID {uid} GID {gid} ({user or 'no passwd entry'}), temp dir {facts.get('tempdir')}, caches writable"
+
+def _summary(env: Mapping[str, str], user: Optional[str], inductor: Optional[str], facts: Mapping[str, Any]) -> str:
+    """The passed check's diagnosis: identity, temp dir, caches, network and the limits seen."""
+    offline = str(env.get("HF_HUB_OFFLINE", "")).lower() in TRUE_VALUES
+    threads = (facts.get("torch") or {}).get("threads")
+    quota = facts["cpu_quota"]
+    return (
+        f"UID {facts['uid']} GID {facts['gid']} ({user or 'no passwd entry'}), temp dir {facts.get('tempdir')}, "
+        "caches writable"
         + (f", inductor's cache {inductor} on an exec mount" if inductor else "")
-        + f", {len(interfaces)} network interface(s)"
+        + f", {len(facts['network_interfaces'])} network interface(s)"
         + (f", HF_HUB_OFFLINE={env.get('HF_HUB_OFFLINE')}" if offline else "")
         + (f", torch threads {threads}" if threads is not None else "")
         + (f", CPU quota {quota:g}" if quota is not None else "")
@@ -372,4 +378,3 @@ def check_run_conditions(params: Dict[str, Any]) -> Dict[str, Any]:
         + (f", /dev/shm {facts['shm_bytes'] / 2**20:.0f} MiB" if facts["shm_bytes"] else "")
         + (f", pids limit {facts['pids_max']}" if facts["pids_max"] else "")
     )
-    return result("passed", "; ".join([summary, *warnings]), **facts)

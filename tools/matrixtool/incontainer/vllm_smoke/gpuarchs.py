@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import struct
-from typing import Any, Dict, Set
+from typing import Any, Dict, List, Sequence, Set
 
 from .children import WORK_DIR, marked, run_program, run_python
 from .declarations import VLLM_REPO, check
@@ -178,15 +178,14 @@ def _triton_ptxas() -> Any:
     group="light",
 )
 def check_gpu_archs(params: Dict[str, Any]) -> Dict[str, Any]:
-    import subprocess
-
     wanted = list(params.get("gpu_archs") or [])
     accelerator = params.get("accelerator", "cuda")
     if not wanted:
         return result("skipped", f"the variant names no gpu_archs (matrix.yaml) to check the {accelerator} image for")
     torch_archs, error = _torch_arch_list()
-    facts = {"gpu_archs": wanted, "torch_archs": torch_archs}
-    problems, fixes = [], []
+    facts: Dict[str, Any] = {"gpu_archs": wanted, "torch_archs": torch_archs}
+    problems: List[str] = []
+    fixes: List[str] = []
     if torch_archs is None:
         return result("failed", f"torch's arch list cannot be read: {error}", None, **facts)
     if accelerator == "rocm":
@@ -202,71 +201,14 @@ def check_gpu_archs(params: Dict[str, Any]) -> Dict[str, Any]:
             f"{', '.join(torch_archs) or 'none'}): `no kernel image is available for execution on the device` there"
         )
         fixes.append("install the torch build whose arch list covers them (PyTorch's index of a newer CUDA/ROCm)")
-    extensions = {}
-    for path in vllm_extensions():
-        try:
-            with open(path, "rb") as f:
-                if accelerator == "rocm":
-                    extensions[os.path.basename(path)] = {"sass": hip_archs(f), "ptx": []}
-                    continue
-                section = elf_section(path, ".nv_fatbin")
-                found = fatbin_archs(f, section[0], section[0] + section[1]) if section else {"sass": [], "ptx": []}
-        except (OSError, struct.error):
-            continue
-        # A fat binary section whose entries this reader does not know: said so, not taken for no kernels.
-        found["fatbin"] = section is not None and section[1] > 0
-        extensions[os.path.basename(path)] = found
-    facts["vllm_extensions"] = extensions
-    kernels = {name: found for name, found in extensions.items() if found["sass"] or found["ptx"]}
-    # vLLM's own kernels (_C, _moe_C, as _C_stable_libtorch in 0.33; ROCm: _rocm_C) must cover every GPU of the
-    # variant; others are for some GPUs only (FlashMLA, DeepSelect, QuTLASS: Hopper and Blackwell) and are
-    # reported, not judged.
-    essential = {n: f for n, f in kernels.items() if re.match(r"_(C|moe_C|rocm_C)(_stable_libtorch)?\.", n)}
-    essential = essential or kernels
-    unreadable = [n for n, f in extensions.items() if not (f["sass"] or f["ptx"]) and f.get("fatbin")]
-    facts["unparsed_fatbins"] = unreadable
-    if dist_version("vllm") is not None and not unreadable:
-        if not kernels:
-            problems.append(
-                f"vLLM {dist_version('vllm')}'s extensions ({', '.join(extensions) or 'none'}) hold no "
-                f"{'HIP code objects' if accelerator == 'rocm' else 'CUDA kernels (no fat binary)'}: not a "
-                f"{accelerator} build"
-            )
-            fixes.append(f"install vLLM's {accelerator} build")
-        for name, found in essential.items():
-            if accelerator == "rocm":
-                lacking = [a for a in wanted if a not in found["sass"]]
-            else:
-                lacking = [a for a in wanted if not covered(a, found["sass"], found["ptx"])]
-            if lacking:
-                problems.append(
-                    f"vLLM's {name} has no kernel for {', '.join(lacking)} (SASS {', '.join(found['sass']) or 'none'}; "
-                    f"PTX {', '.join(found['ptx']) or 'none'})"
-                )
-                fixes.append("install a vLLM built with those archs (TORCH_CUDA_ARCH_LIST / PYTORCH_ROCM_ARCH)")
+    kernels = _vllm_problems(wanted, accelerator, facts, problems, fixes)
     if accelerator == "cuda" and dist_version("triton") is not None:
         report, facts["triton_aot"] = _triton_aot(wanted)
         aot_problems, aot_fixes, facts["triton_compiled"] = aot_findings(report, wanted)
         problems += aot_problems
         fixes += aot_fixes
     if accelerator == "cuda":
-        ptxas = _triton_ptxas()
-        facts["ptxas"] = ptxas
-        if ptxas is not None:
-            proc = subprocess.run([ptxas, "--help"], capture_output=True, text=True, timeout=60, check=False)
-            targets = ptxas_targets(proc.stdout)
-            facts["ptxas_targets"] = targets
-            lacking = [a for a in wanted if targets and a not in targets and a + "a" not in targets]
-            # The compiles, where they answered, are the proof (Triton may pick another ptxas, ptxas-blackwell).
-            if lacking and facts.get("triton_compiled") is None:
-                problems.append(
-                    f"Triton's ptxas ({ptxas}) cannot target {', '.join(lacking)} (`ptxas fatal : Value '{lacking[0]}' "
-                    "is not defined for option 'gpu-name'`): every Triton kernel fails to compile there"
-                )
-                fixes.append(
-                    "install a Triton whose bundled ptxas knows them, or point TRITON_PTXAS_PATH at a CUDA "
-                    "toolkit's ptxas that does"
-                )
+        _ptxas_problems(wanted, facts, problems, fixes)
     if problems:
         fixes.append(
             f"or take the GPUs this image cannot serve out of matrix.yaml variants.{params.get('variant')}.gpu_archs"
@@ -293,3 +235,86 @@ def check_gpu_archs(params: Dict[str, Any]) -> Dict[str, Any]:
         ),
         **facts,
     )
+
+
+def _extension_archs(accelerator: str) -> Dict[str, Dict[str, Any]]:
+    """{file name: {"sass", "ptx", "fatbin"}} of each of vLLM's native extensions: the architectures of its
+    code (ROCm: its HIP code objects; CUDA: its fat binary, ``fatbin`` whether it has one); unreadable files are
+    left out."""
+    extensions: Dict[str, Dict[str, Any]] = {}
+    for path in vllm_extensions():
+        try:
+            with open(path, "rb") as f:
+                if accelerator == "rocm":
+                    extensions[os.path.basename(path)] = {"sass": hip_archs(f), "ptx": []}
+                    continue
+                section = elf_section(path, ".nv_fatbin")
+                found = fatbin_archs(f, section[0], section[0] + section[1]) if section else {"sass": [], "ptx": []}
+        except (OSError, struct.error):
+            continue
+        # A fat binary section whose entries this reader does not know: said so, not taken for no kernels.
+        found["fatbin"] = section is not None and section[1] > 0
+        extensions[os.path.basename(path)] = found
+    return extensions
+
+
+def _vllm_problems(
+    wanted: Sequence[str], accelerator: str, facts: Dict[str, Any], problems: List[str], fixes: List[str]
+) -> Dict[str, Dict[str, Any]]:
+    """vLLM's extensions against the ``wanted`` archs (facts ``vllm_extensions``, ``unparsed_fatbins``): the
+    extensions that hold kernels."""
+    extensions = _extension_archs(accelerator)
+    facts["vllm_extensions"] = extensions
+    kernels = {name: found for name, found in extensions.items() if found["sass"] or found["ptx"]}
+    # vLLM's own kernels (_C, _moe_C, as _C_stable_libtorch in 0.33; ROCm: _rocm_C) must cover every GPU of the
+    # variant; others are for some GPUs only (FlashMLA, DeepSelect, QuTLASS: Hopper and Blackwell) and are
+    # reported, not judged.
+    essential = {n: f for n, f in kernels.items() if re.match(r"_(C|moe_C|rocm_C)(_stable_libtorch)?\.", n)}
+    essential = essential or kernels
+    unreadable = [n for n, f in extensions.items() if not (f["sass"] or f["ptx"]) and f.get("fatbin")]
+    facts["unparsed_fatbins"] = unreadable
+    if dist_version("vllm") is None or unreadable:
+        return kernels
+    if not kernels:
+        problems.append(
+            f"vLLM {dist_version('vllm')}'s extensions ({', '.join(extensions) or 'none'}) hold no "
+            f"{'HIP code objects' if accelerator == 'rocm' else 'CUDA kernels (no fat binary)'}: not a "
+            f"{accelerator} build"
+        )
+        fixes.append(f"install vLLM's {accelerator} build")
+    for name, found in essential.items():
+        if accelerator == "rocm":
+            lacking = [a for a in wanted if a not in found["sass"]]
+        else:
+            lacking = [a for a in wanted if not covered(a, found["sass"], found["ptx"])]
+        if lacking:
+            problems.append(
+                f"vLLM's {name} has no kernel for {', '.join(lacking)} (SASS {', '.join(found['sass']) or 'none'}; "
+                f"PTX {', '.join(found['ptx']) or 'none'})"
+            )
+            fixes.append("install a vLLM built with those archs (TORCH_CUDA_ARCH_LIST / PYTORCH_ROCM_ARCH)")
+    return kernels
+
+
+def _ptxas_problems(wanted: Sequence[str], facts: Dict[str, Any], problems: List[str], fixes: List[str]) -> None:
+    """Triton's ptxas against the ``wanted`` archs (facts ``ptxas``, ``ptxas_targets``), where no compile answered."""
+    import subprocess
+
+    ptxas = _triton_ptxas()
+    facts["ptxas"] = ptxas
+    if ptxas is None:
+        return
+    proc = subprocess.run([ptxas, "--help"], capture_output=True, text=True, timeout=60, check=False)
+    targets = ptxas_targets(proc.stdout)
+    facts["ptxas_targets"] = targets
+    lacking = [a for a in wanted if targets and a not in targets and a + "a" not in targets]
+    # The compiles, where they answered, are the proof (Triton may pick another ptxas, ptxas-blackwell).
+    if lacking and facts.get("triton_compiled") is None:
+        problems.append(
+            f"Triton's ptxas ({ptxas}) cannot target {', '.join(lacking)} (`ptxas fatal : Value '{lacking[0]}' "
+            "is not defined for option 'gpu-name'`): every Triton kernel fails to compile there"
+        )
+        fixes.append(
+            "install a Triton whose bundled ptxas knows them, or point TRITON_PTXAS_PATH at a CUDA "
+            "toolkit's ptxas that does"
+        )

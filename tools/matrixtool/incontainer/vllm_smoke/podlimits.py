@@ -9,6 +9,7 @@ import errno
 import os
 import subprocess
 import sys
+import tempfile
 from typing import Any, Dict
 
 
@@ -140,3 +141,48 @@ def pidfd_getfd_probe() -> Any:
             os.close(pidfd)
         child.kill()
         child.wait()
+
+
+def mount_table() -> Any:
+    """[(mount point, options)] from /proc/self/mountinfo, the longest mount point first."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            out.append((fields[4].replace("\\040", " "), set(fields[5].split(","))))
+    return sorted(out, key=lambda m: len(m[0]), reverse=True)
+
+
+def mount_of(path: str, mounts: Any) -> Any:
+    path = os.path.abspath(path)
+    for point, options in mounts:
+        if path == point or path.startswith(point.rstrip("/") + "/"):
+            return point, options
+    return "/", set()
+
+
+def writable(path: str) -> Any:
+    """None when a file can be written in ``path`` (made if missing), else the error."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def blocker(path: str) -> Any:
+    """The folder that keeps ``path`` from being made or written: the path itself where it exists, else its
+    deepest existing parent, with owner and mode ({blocker, uid, gid, mode: '755'}); blocker None if none stats."""
+    probe = os.path.abspath(path)
+    while True:
+        try:
+            st = os.stat(probe)
+        except OSError:
+            parent = os.path.dirname(probe)
+            if parent == probe:
+                return {"blocker": None, "uid": None, "gid": None, "mode": None}
+            probe = parent
+            continue
+        return {"blocker": probe, "uid": st.st_uid, "gid": st.st_gid, "mode": format(st.st_mode & 0o7777, "o")}
