@@ -1,4 +1,5 @@
-"""Every check, in the declared order the reports keep: the family modules register them with ``common.check``.
+"""Every check, in the declared order the reports keep: the family modules register them with
+``declarations.check``.
 
 Stdlib only at import time (the checks import torch/vLLM inside their functions), so the host reads the same
 declarations (``matrixtool.model.checks``) that run inside the image.
