@@ -124,7 +124,7 @@ def _needed(path: str) -> Any:
     return {}, None
 
 
-def shared_libraries() -> Any:
+def shared_libraries() -> Dict[str, Any]:
     libs: Dict[str, Any] = {}
     tool = None
     count = 0

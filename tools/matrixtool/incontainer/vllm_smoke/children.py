@@ -12,7 +12,17 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequence, TypeVar
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Generic,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    TypeVar,
+)
 
 WORK_DIR = os.environ.get("MATRIX_SMOKE_DIR", "/tmp/matrix-smoke")
 
@@ -25,7 +35,7 @@ MODEL_DIR = os.environ.get("MATRIX_MODEL_DIR") or os.path.join(WORK_DIR, "tiny-l
 PACKAGE = __name__.rpartition(".")[0]
 
 
-def program_path(name: str) -> Any:
+def program_path(name: str) -> str:
     """The path of the program ``programs/<name>`` as a file: in the checkout itself (host mode), else extracted
     once from the zipapp into WORK_DIR/programs (the tool's tmpfs: nothing is written to the image's root)."""
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", name)
@@ -44,7 +54,9 @@ def program_path(name: str) -> Any:
     return target
 
 
-def run_python(code: str, env_overrides: Any = None, timeout: Optional[float] = None) -> Any:
+def run_python(
+    code: str, env_overrides: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``python -c code`` in a child process; the CompletedProcess (text output)."""
     env = dict(os.environ)
     env.update(env_overrides or {})
@@ -53,7 +65,12 @@ def run_python(code: str, env_overrides: Any = None, timeout: Optional[float] = 
     )
 
 
-def run_program(name: str, args: Sequence[str] = (), env_overrides: Any = None, timeout: Optional[float] = None) -> Any:
+def run_program(
+    name: str,
+    args: Sequence[str] = (),
+    env_overrides: Optional[Mapping[str, str]] = None,
+    timeout: Optional[float] = None,
+) -> subprocess.CompletedProcess[str]:
     """Run the program ``programs/<name>`` with ``args`` in a child Python; the CompletedProcess (text output)."""
     env = dict(os.environ)
     env.update(env_overrides or {})
@@ -75,7 +92,7 @@ def marked(proc: subprocess.CompletedProcess[str], mark: str) -> Any:
     return None
 
 
-def group_members(pgid: int, proc_root: str = "/proc") -> Any:
+def group_members(pgid: int, proc_root: str = "/proc") -> List[Dict[str, Any]]:
     """The live processes of process group ``pgid``: [{"pid", "cmd"}] from ``/proc/<pid>/stat`` (zombies left
     out: they are gone but for their parent's wait). Empty where ``proc_root`` cannot be read."""
     found: List[Dict[str, Any]] = []
@@ -99,7 +116,7 @@ def group_members(pgid: int, proc_root: str = "/proc") -> Any:
     return found
 
 
-def kill_group(pgid: int, sig: Any = signal.SIGKILL) -> bool:
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
     """Send ``sig`` to process group ``pgid``; False when it has no process left."""
     try:
         os.killpg(pgid, sig)

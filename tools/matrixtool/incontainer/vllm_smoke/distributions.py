@@ -14,11 +14,11 @@ from .results import result
 
 
 # --- pip-check (class 7) -----------------------------------------------------------------------------
-def _canonical(name: str) -> Any:
+def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def file_clashes(dists: Any) -> Any:
+def file_clashes(dists: Any) -> List[Any]:
     """Files that two distributions both list in RECORD with different hashes: one overwrote the other
     (seen here: cuda-python 12.6.2.post1 still ships cuda/bindings/*, which cuda-bindings 13.5.0 owns, and
     torch's inductor then fails on ``cuda.bindings.runtime.cudaLibrary_t``).

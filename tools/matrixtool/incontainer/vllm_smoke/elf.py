@@ -7,7 +7,7 @@ Standard library only, Python >= 3.9: the ELF format (System V ABI) and NVIDIA's
 from __future__ import annotations
 
 import struct
-from typing import Any, Set
+from typing import Any, Dict, Set
 
 _DT_NEEDED, _DT_STRTAB, _SHT_DYNAMIC = 1, 5, 6
 
@@ -89,7 +89,7 @@ def elf_section(path: str, name: str) -> Any:
     return None
 
 
-def fatbin_archs(f: Any, start: int = 0, end: Any = None) -> Any:
+def fatbin_archs(f: Any, start: int = 0, end: Any = None) -> Dict[str, Any]:
     """``{"sass": [...], "ptx": [...]}``: the ``sm_XY`` of each cubin and PTX entry of the CUDA fat binaries
     between ``start`` and ``end`` of the open binary file ``f`` (an ELF object's ``.nv_fatbin`` section). Each fat
     binary: a 16-byte header (magic 0xBA55ED50, version, header size, payload size), then entries of a header

@@ -4,12 +4,12 @@ C/C++ build error names. Standard library only, Python >= 3.9."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Optional
 
 from .installed import dist_version, providers_of, python_dev_package, regular_package
 
 
-def last_error_line(text: str) -> Any:
+def last_error_line(text: str) -> str:
     """The last ``...Error``/``Exception``/``Exit`` line of ``text`` (a traceback), else its last line."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
     for line in reversed(lines):
@@ -25,7 +25,7 @@ _CHAINED = re.compile(
 )
 
 
-def first_cause(text: str) -> Any:
+def first_cause(text: str) -> Optional[str]:
     """The error line of the first exception of a chained traceback (the one the others were raised from, e.g.
     ``No module named 'triton.backends'`` under transformers' ``Could not import module 'LlamaConfig'``), or
     None when ``text`` holds one exception only."""
@@ -33,7 +33,7 @@ def first_cause(text: str) -> Any:
     return last_error_line(parts[0]) if len(parts) > 1 else None
 
 
-def error_with_cause(text: str) -> Any:
+def error_with_cause(text: str) -> str:
     """``last_error_line(text)``, followed by ``(caused by <first_cause>)`` when a chained traceback started
     with another error."""
     error, cause = last_error_line(text), first_cause(text)
@@ -85,13 +85,13 @@ GPU_KERNEL_DISTRIBUTIONS = frozenset(
 )
 
 
-def gpu_kernel_distribution(name: str) -> Any:
+def gpu_kernel_distribution(name: str) -> bool:
     """True for a distribution of GPU kernels or the NVIDIA/CUDA runtime parts they load (``name`` canonical:
     lower case, ``-`` for ``_`` and ``.``)."""
     return name in GPU_KERNEL_DISTRIBUTIONS or name.startswith(("nvidia-", "cuda-"))
 
 
-def import_hint(error: str) -> Any:
+def import_hint(error: str) -> Optional[str]:
     """A fix hint for an ImportError line that names its module (``No module named 'transformers'``), or None.
 
     The hint names the distribution to install; for ``cannot import name X from Y`` it names Y's version skew.
@@ -145,7 +145,7 @@ def compile_cause(error: str | None) -> str | None:  # annotated: the host calls
     return next((key for key, pattern in _COMPILE_CAUSES if pattern.search(error or "")), None)
 
 
-def compile_hint(error: str) -> Any:
+def compile_hint(error: str) -> Optional[str]:
     """A fix hint for a C/C++ build error of inductor (or Triton's launcher) from ``error`` text, or None:
     a missing Python.h names ``python3.X-dev`` (X from this Python), a missing compiler names g++ or gcc."""
     cause = compile_cause(error)
@@ -169,7 +169,7 @@ _WRAPPERS = ("Engine core initialization failed", "WorkerProc initialization fai
 _NOTICE = re.compile(r"\b(DEBUG|INFO|WARNING) \d\d-\d\d \d\d:\d\d:\d\d")
 
 
-def root_cause(text: str) -> Any:
+def root_cause(text: str) -> Optional[str]:
     """The first exception line of ``text`` that is not one of vLLM's wrapper messages (``_WRAPPERS``) nor a
     notice it logs (``_NOTICE``): the worker's own error, which vLLM logs in its child process before the
     parent's RuntimeError. None if none."""

@@ -119,7 +119,7 @@ def _triton_aot(wanted: Any) -> Any:
 _HIP_TARGET = re.compile(rb"amdgcn-amd-amdhsa-[^\x00\s]*?-(gfx[0-9a-f]+)")
 
 
-def hip_archs(f: Any, chunk: Any = 16 << 20) -> Any:
+def hip_archs(f: Any, chunk: Any = 16 << 20) -> List[Any]:
     """The ``gfx*`` targets of the clang offload bundles (HIP code objects) in the open binary file ``f``, read
     in ``chunk``-byte pieces that overlap by 256 bytes. Pure but for reading ``f``."""
     found: Set[str] = set()

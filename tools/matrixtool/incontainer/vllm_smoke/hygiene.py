@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import os
 import re
-from typing import Any, Dict, Set
+from typing import Any, Dict, List, Set
 
 from .declarations import check
 from .results import result
@@ -22,7 +22,7 @@ CW_WALK_DEPTH = 8  # folders below each root
 CW_MB = 10**6
 
 
-def cw_canonical(name: str) -> Any:
+def cw_canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name or "").lower()
 
 
@@ -74,7 +74,7 @@ def cw_cuda_torch(dists: Any) -> str:
     return ""
 
 
-def cw_site_dirs() -> Any:
+def cw_site_dirs() -> List[Any]:
     import site
     import sysconfig
 

@@ -8,7 +8,7 @@ import importlib.metadata as metadata
 import importlib.util
 import os
 import sys
-from typing import Any
+from typing import List, Optional
 
 
 def regular_package(module: str) -> bool:
@@ -26,7 +26,7 @@ def python_dev_package() -> str:
     return f"python{sys.version_info[0]}.{sys.version_info[1]}-dev"
 
 
-def dist_version(name: str) -> Any:
+def dist_version(name: str) -> Optional[str]:
     """The installed version of distribution ``name``, or None."""
     try:
         return metadata.version(name)
@@ -34,7 +34,7 @@ def dist_version(name: str) -> Any:
         return None
 
 
-def providers_of(module: str) -> Any:
+def providers_of(module: str) -> List[str]:
     """Distributions whose files provide top-level ``module`` (e.g. triton, pytorch-triton-rocm)."""
     if hasattr(metadata, "packages_distributions"):  # Python >= 3.10
         return sorted(set(metadata.packages_distributions().get(module, [])))
@@ -47,7 +47,7 @@ def providers_of(module: str) -> Any:
     return sorted(found)
 
 
-def vllm_extensions() -> Any:
+def vllm_extensions() -> List[str]:
     """The native extensions of the installed vLLM (``vllm/_C*.so``, ``vllm/_*_C*.so`` and the like at its top
     level), found without importing it; [] where no vLLM is installed."""
     import importlib.util

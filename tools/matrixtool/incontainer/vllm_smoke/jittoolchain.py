@@ -6,7 +6,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, List, Mapping
 
 from .declarations import VLLM_REPO, check
 from .installed import dist_version
@@ -20,7 +20,7 @@ FLASHINFER_PREBUILT = ("flashinfer-jit-cache", "flashinfer-cubin")
 CUDA_HEADERS = {"cublasLt.h": "nvidia-cublas", "curand.h": "nvidia-curand"}
 
 
-def _site_dirs() -> Any:
+def _site_dirs() -> List[Any]:
     """The folders Python imports installed packages from (site-packages), as sysconfig names them."""
     import sysconfig
 

@@ -39,7 +39,7 @@ SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/l
 EXTENSION_SYMPTOMS = ("Failed to import from vllm._C", "'_OpNamespace' '_C' object has no attribute")
 
 
-def too_new_needers(ldd_lines: Any) -> Any:
+def too_new_needers(ldd_lines: Iterable[str]) -> Dict[Optional[str], List[str]]:
     """{library that needs them: sorted versions} from ldd's lines (``_REQUIRED_BY``); a line without
     ``required by`` (an older ldd) is keyed None."""
     found: Dict[Optional[str], Set[str]] = {}
@@ -137,7 +137,7 @@ def _glibc() -> Any:
         return "unknown"
 
 
-def _owners(paths: Iterable[str]) -> Any:
+def _owners(paths: Iterable[str]) -> List[Any]:
     """The distributions whose RECORD lists any of ``paths`` (relative to site-packages), by name."""
     from importlib import metadata
 
@@ -150,7 +150,7 @@ def _owners(paths: Iterable[str]) -> Any:
     return sorted(set(found))
 
 
-def _package_of(path: str) -> Any:
+def _package_of(path: str) -> Optional[str]:
     """The system package that owns ``path`` (``dpkg -S``, also under its /usr-merged twin), or None."""
     if shutil.which("dpkg") is None:
         return None

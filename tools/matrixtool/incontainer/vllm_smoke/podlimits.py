@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 
 # --- cgroup limits (classes 12 and 13) ---------------------------------------------------------------
@@ -143,7 +143,7 @@ def pidfd_getfd_probe() -> Any:
         child.wait()
 
 
-def mount_table() -> Any:
+def mount_table() -> List[Any]:
     """[(mount point, options)] from /proc/self/mountinfo, the longest mount point first."""
     out = []
     with open("/proc/self/mountinfo") as f:
@@ -161,7 +161,7 @@ def mount_of(path: str, mounts: Any) -> Any:
     return "/", set()
 
 
-def writable(path: str) -> Any:
+def writable(path: str) -> Optional[str]:
     """None when a file can be written in ``path`` (made if missing), else the error."""
     try:
         os.makedirs(path, exist_ok=True)
@@ -172,7 +172,7 @@ def writable(path: str) -> Any:
     return None
 
 
-def blocker(path: str) -> Any:
+def blocker(path: str) -> Dict[str, Any]:
     """The folder that keeps ``path`` from being made or written: the path itself where it exists, else its
     deepest existing parent, with owner and mode ({blocker, uid, gid, mode: '755'}); blocker None if none stats."""
     probe = os.path.abspath(path)

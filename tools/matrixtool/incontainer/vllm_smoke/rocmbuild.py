@@ -88,7 +88,7 @@ def rocm_toolkit_problems(vllm_version: Any, torch_hip: Any, image_rocm: Any) ->
         vllm = list(dict.fromkeys(r[:2] for r in rocm_readings(label)))
     torch, image = _major_minor(torch_hip), _major_minor(image_rocm)
 
-    def shown(versions: Any) -> Any:
+    def shown(versions: Any) -> str:
         return " or ".join(".".join(str(n) for n in version) for version in versions)
 
     problems: List[str] = []

@@ -39,7 +39,7 @@ class _deadline:
         signal.alarm(1)
         raise CheckTimeout()
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> _deadline:
         if self.seconds > 0:
             self.previous = signal.signal(signal.SIGALRM, self._fire)
             signal.alarm(self.seconds)
@@ -58,7 +58,7 @@ class Session:
         self.params = params
         self.outcomes: Dict[str, Dict[str, Any]] = {}
 
-    def outcome(self, name: str) -> Any:
+    def outcome(self, name: str) -> Dict[str, Any]:
         """Run check ``name`` once in this interpreter (its needs first); its result dict."""
         if name in self.outcomes:
             return self.outcomes[name]
@@ -117,7 +117,7 @@ def _marker_line(text: str) -> None:
     sys.stdout.flush()
 
 
-def main(argv: Sequence[str]) -> Any:
+def main(argv: Sequence[str]) -> int:
     """``[prog, "run", "A,B", PARAMS_JSON]``, or ``[prog, "A", PARAMS_JSON]`` for one check; the exit status.
 
     ``[prog, "catalogue"]`` prints the declarations as JSON; ``[prog, "model"]`` makes the tiny model (once) and
@@ -145,6 +145,6 @@ def main(argv: Sequence[str]) -> Any:
     return run([n for n in args[0].split(",") if n], params)
 
 
-def entry() -> Any:
+def entry() -> int:
     """The console entry of the zipapp (``__main__``)."""
     return main(sys.argv)

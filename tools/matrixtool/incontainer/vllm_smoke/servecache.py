@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Any, Mapping
+from typing import Any, Dict, Mapping
 
 from . import compilecache
 
@@ -21,14 +21,14 @@ CACHE_DIRS = (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "torchind
 CACHE_PREFIX = "vllm-smoke-cache-"
 
 
-def cache_base(env: Mapping[str, str]) -> Any:
+def cache_base(env: Mapping[str, str]) -> str:
     """The environment's cache root, where the fresh cache folder is made: ``XDG_CACHE_HOME`` (absolute), else
     ``$HOME/.cache``, else the user's home from the password database (``~/.cache``)."""
     home = env.get("HOME") or os.path.expanduser("~")
     return compilecache.cache_root(dict(env, HOME=home))
 
 
-def cache_env(folder: str) -> Any:
+def cache_env(folder: str) -> Dict[str, str]:
     """The variables that put every compile cache of a server under ``folder``: ``XDG_CACHE_HOME`` itself and
     ``CACHE_DIRS`` below it."""
     out = {"XDG_CACHE_HOME": folder}
@@ -66,7 +66,7 @@ def cache_unwritable(base: str, exc: Any) -> Any:
     )
 
 
-def list_files(root: str) -> Any:
+def list_files(root: str) -> str:
     """The files under ``root``, one path relative to it a line, sorted (empty where it cannot be read)."""
     found = []
     for folder, _, files in os.walk(root):
@@ -94,7 +94,7 @@ def filesystem(path: str, mounts: str = "/proc/mounts") -> Any:
     return kind
 
 
-def read_text(path: str) -> Any:
+def read_text(path: str) -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read()

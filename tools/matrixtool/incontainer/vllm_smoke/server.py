@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, Mapping, Optional, Sequence, Set
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
 
 from . import compilecache
 from .children import group_members, kill_group
@@ -38,7 +38,7 @@ GROUP_SETTLE_S = 5.0
 EAGER = "--enforce-eager"
 
 
-def free_port() -> Any:
+def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (the kernel's pick; the server binds it moments later)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -58,7 +58,7 @@ def vllm_command(python: Any = None) -> Any:
     return [found] if found else [python, "-m", "vllm.entrypoints.cli.main"]
 
 
-def server_argv(model: Any, options: Any, port: int, vllm: Any = None) -> Any:
+def server_argv(model: Any, options: Any, port: int, vllm: Any = None) -> List[Any]:
     """``vllm serve MODEL OPTIONS --host 127.0.0.1 --port PORT``."""
     return [*(vllm or vllm_command()), "serve", model, *options, "--host", "127.0.0.1", "--port", str(port)]
 
@@ -80,7 +80,7 @@ class Server:
         self.pgid = self.proc.pid
         ACTIVE.add(self)
 
-    def log(self) -> Any:
+    def log(self) -> str:
         """The server's output so far."""
         if not self.log_file.closed:
             self.log_file.flush()
@@ -177,7 +177,9 @@ def _stop(server: Any, grace_s: Any) -> Any:
     return code
 
 
-def start_warm(argv: Sequence[str], env: Mapping[str, str], log_path: Any, timeout_s: Any, grace_s: Any) -> Any:
+def start_warm(
+    argv: Sequence[str], env: Mapping[str, str], log_path: Any, timeout_s: Any, grace_s: Any
+) -> Dict[str, Any]:
     """The warm start: ``argv`` with ``env`` (the cold server's), its output to ``log_path``, ready within
     ``timeout_s`` or not, then stopped (``_stop``). Its ``ready_s``, ``phases``, ``exit_code`` (None: ready or timed
     out), ``log`` and ``stop_exit_code``."""
@@ -244,7 +246,9 @@ def observe(
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def _observe_cold(spec: Mapping[str, Any], argv: Sequence[str], env: Mapping[str, str], log_path: Any) -> Any:
+def _observe_cold(
+    spec: Mapping[str, Any], argv: Sequence[str], env: Mapping[str, str], log_path: Any
+) -> Dict[str, Any]:
     """The cold start of ``observe``: ready, probed, stopped during a stream; its group gone on return."""
     base = f"http://127.0.0.1:{argv[-1]}"
     started = time.monotonic()

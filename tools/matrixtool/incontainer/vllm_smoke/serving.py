@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Tuple
 
 from . import compilecache, errortext, servediag
 
@@ -48,7 +48,7 @@ def stream_outcome(stream: Any) -> str:
     return f"closed after {chunks} chunks without [DONE]"
 
 
-def shutdown_errors(log: str) -> Any:
+def shutdown_errors(log: str) -> List[str]:
     """The lines after vLLM's "[shutdown]" that name one of ``SHUTDOWN_ERRORS`` (first 3)."""
     _, _, after = log.partition("[shutdown]")
     return [line.strip() for line in after.splitlines() if any(e in line for e in SHUTDOWN_ERRORS)][:3]
@@ -60,7 +60,7 @@ def _loads(text: str) -> Any:
     return json.loads(text)
 
 
-def choice(answer: Any) -> Any:
+def choice(answer: Mapping[str, Any]) -> Dict[str, Any]:
     """The first choice of a JSON answer's body ({} when unreadable)."""
     try:
         return dict(_loads(answer.get("body") or "{}")["choices"][0])
@@ -68,7 +68,7 @@ def choice(answer: Any) -> Any:
         return {}
 
 
-def streamed(stream: Any) -> Any:
+def streamed(stream: Mapping[str, Any]) -> Tuple[str, List[int]]:
     """The text and token ids of a streamed completion, its chunks joined."""
     text, tokens = "", []
     for chunk in stream.get("chunks") or []:
@@ -81,7 +81,7 @@ def streamed(stream: Any) -> Any:
     return text, tokens
 
 
-def counted_requests(metrics: Any) -> Any:
+def counted_requests(metrics: Any) -> int:
     """The finished requests vLLM's /metrics counts (``vllm:request_success_total``, every finished_reason)."""
     total = 0.0
     for line in metrics.splitlines():
@@ -91,7 +91,7 @@ def counted_requests(metrics: Any) -> Any:
     return int(total)
 
 
-def root_cause(log: str) -> Any:
+def root_cause(log: str) -> str:
     """The root-cause line of a server log (``errortext.root_cause``), else its last line."""
     found = errortext.root_cause(log)
     if found:
@@ -100,7 +100,7 @@ def root_cause(log: str) -> Any:
     return lines[-1] if lines else "no log"
 
 
-def stop_problems(stop: Any) -> Any:
+def stop_problems(stop: Mapping[str, Any]) -> List[str]:
     """The process-level stop contract's failures: no stream in flight, an exit other than 0/-15, no exit within
     the grace (SIGKILL), a stop slower than the grace, processes of the server's group left after its exit."""
     out = []

@@ -5,12 +5,12 @@ Standard library only at import, Python >= 3.9."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Dict
 
 from .children import MODEL_DIR
 
 
-def read_model(folder: str) -> Any:
+def read_model(folder: str) -> Dict[str, Any]:
     """The model in ``folder`` as transformers and safetensors read it: {"vocab_size", "tensors", "tokenizer"}.
     Raises what they raise."""
     from safetensors import safe_open

@@ -4,7 +4,7 @@ guess: an ambiguous tag is named as such. Standard library only, Python >= 3.9 (
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import List, Optional, Sequence, Tuple
 
 from .declarations import Accelerator
 
@@ -17,12 +17,12 @@ _TOOLKIT_TAG = re.compile(r"^(cu|rocm)(\d+(?:\.\d+)*)$", re.IGNORECASE)
 _DOTLESS_MAX = 3
 
 
-def _dotless_digits(version: str) -> Any:
+def _dotless_digits(version: Tuple[int, ...]) -> str:
     """The digits vLLM's dotless label of ``version`` (a tuple of ints) holds: all its digits, cut to three."""
     return "".join(str(n) for n in version)[:_DOTLESS_MAX]
 
 
-def _covered(version: str, digits: Any) -> Any:
+def _covered(version: Tuple[int, ...], digits: str) -> Tuple[int, ...]:
     """The leading parts of ``version`` whose digits ``digits`` (a prefix of them) states."""
     parts, used = [], 0
     for n in version:
@@ -33,14 +33,14 @@ def _covered(version: str, digits: Any) -> Any:
     return tuple(parts)
 
 
-def _matching(digits: Any, known: Any) -> Any:
+def _matching(digits: str, known: Sequence[Tuple[int, ...]]) -> List[Tuple[int, ...]]:
     """The readings of dotless ROCm ``digits`` that versions of ``known`` (dotted ROCm versions, each a tuple of
     ints) state: each version whose dotless label is ``digits``, as far as those digits state it (``710`` beside
     7.10.1: (7, 10)), once each, in the order of ``known``."""
     return list(dict.fromkeys(_covered(v, digits) for v in known if _dotless_digits(v) == digits))
 
 
-def _deciding(digits: Any, known: Any) -> Any:
+def _deciding(digits: str, known: Sequence[Tuple[int, ...]]) -> Optional[Tuple[int, ...]]:
     """The one reading of dotless ROCm ``digits`` that ``known`` states (``_matching``), or None where it states none
     or more than one (the base image's 7.1.1 and torch's 7.11 both label as ``711``: they disagree, and neither is
     taken)."""
@@ -75,7 +75,7 @@ def toolkit_tag_problem(tag: str, known: tuple[tuple[int, ...], ...] = ()) -> st
     if _deciding(digits, known) is not None or not _ambiguous(digits):
         return None
 
-    def shown(versions: Any) -> Any:
+    def shown(versions: Sequence[Tuple[int, ...]]) -> str:
         return ", ".join(".".join(str(n) for n in v) for v in versions)
 
     readings = " or ".join(_readings(digits))
@@ -92,13 +92,13 @@ def toolkit_tag_problem(tag: str, known: tuple[tuple[int, ...], ...] = ()) -> st
     )
 
 
-def _ambiguous(digits: Any) -> Any:
+def _ambiguous(digits: str) -> bool:
     """Whether dotless ROCm ``digits`` read as more than one version on their own: three or more of them (three are
     X.Y.Z or X.YZ, and X.Y.Z may be X.Y.Z0-Z9 cut), or two starting with 1 (ROCm 1, which has no wheels, or 10)."""
     return len(digits) >= _DOTLESS_MAX or (len(digits) > 1 and digits[0] == "1")
 
 
-def _readings(digits: Any) -> Any:
+def _readings(digits: str) -> List[str]:
     """The versions ambiguous dotless ``digits`` can be: one digit per part, a two-digit major (where the first is
     1: ROCm 10 and later), a two-digit minor."""
     splits = [[*digits]]

@@ -37,7 +37,7 @@ def check_torch_import(params: Dict[str, Any]) -> Dict[str, Any]:
     return result("passed", f"torch {torch.__version__} imports", torch=torch.__version__)
 
 
-def _torch_info() -> Any:
+def _torch_info() -> Dict[str, Any]:
     """torch's version and build from this interpreter (torch-import has imported it)."""
     import torch
 

@@ -8,7 +8,7 @@ import os
 import re
 import sys
 import traceback
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from .declarations import VLLM_REPO, check
 from .errortext import last_error_line
@@ -16,7 +16,7 @@ from .installed import dist_version, providers_of
 from .results import result
 
 
-def torch_triton_pin() -> Any:
+def torch_triton_pin() -> Optional[str]:
     """torch's own ``Requires-Dist`` for triton (e.g. ``triton==3.7.1``), or None."""
     try:
         requires = metadata.requires("torch") or []
@@ -102,7 +102,7 @@ def _findable(name: str) -> bool:
         return False
 
 
-def _torch_compiler_error() -> Any:
+def _torch_compiler_error() -> Optional[str]:
     """What torch's compiler stack fails by with this triton, read without importing it (a child ``import
     torch._dynamo`` took minutes on a busy 2-core machine): the triton module that torch's inductor imports
     and this triton lacks, or None."""

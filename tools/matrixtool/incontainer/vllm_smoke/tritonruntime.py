@@ -241,9 +241,9 @@ def check_triton_kernel(params: Dict[str, Any]) -> Dict[str, Any]:
     return result("failed", f"compiling or launching a triton kernel fails: {error}", compile_hint(proc.stderr))
 
 
-def _import_fails(name: str) -> Any:
+def _import_fails(name: str) -> bool:
     """True when ``import name`` raises (in a child Python: this interpreter's sys.modules stays as it is)."""
-    return run_python(f"import {name}", timeout=300).returncode != 0
+    return bool(run_python(f"import {name}", timeout=300).returncode != 0)
 
 
 def _no_has_triton(state: Any) -> str:

@@ -7,7 +7,7 @@ import os
 import re
 import sys
 import traceback
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from .children import marked, run_program
 from .declarations import HOST_GROUP, VLLM_REPO, check
@@ -47,7 +47,7 @@ def check_vllm_import(params: Dict[str, Any]) -> Dict[str, Any]:
     return result("passed", f"vLLM {vllm.__version__} imports", vllm=vllm.__version__)
 
 
-def _failing_package(text: str) -> Any:
+def _failing_package(text: str) -> Optional[str]:
     """``<distribution> <version>`` of the site-packages folder where a traceback ended, other than vllm; or None."""
     frames = re.findall(r'File "[^"]*/(?:site|dist)-packages/([A-Za-z0-9_]+)', text)
     for module in reversed(frames):

@@ -12,12 +12,12 @@ import gc
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, Dict
 
 PROMPTS = ["The quick brown fox", "Once upon a time"]
 
 
-def generate(model: Any, eager: Any, max_tokens: Any, in_process: bool = False) -> Any:
+def generate(model: Any, eager: Any, max_tokens: Any, in_process: bool = False) -> Dict[str, Any]:
     """Greedy tokens for ``PROMPTS`` from the model folder ``model``: {"tokens": [[int]], "runner": "V1"|"V2"|None}.
 
     ``eager``: ``enforce_eager`` (no torch.compile); ``in_process``: engine core and worker in this interpreter

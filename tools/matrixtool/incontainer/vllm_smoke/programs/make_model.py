@@ -52,7 +52,7 @@ def tokenizer() -> Any:
     return tok
 
 
-def config(vocab_size: int, ids: Any) -> Any:
+def config(vocab_size: int, ids: Any) -> Dict[str, Any]:
     """config.json of the 2-layer Llama (hidden 128), float32; ``ids``: the special tokens' ids by name."""
     return {
         "architectures": ["LlamaForCausalLM"],
@@ -108,7 +108,7 @@ def shapes(vocab_size: int) -> Any:
 SEED = 6
 
 
-def safetensors_bytes(vocab_size: int, seed: int = SEED) -> Any:
+def safetensors_bytes(vocab_size: int, seed: int = SEED) -> bytes:
     """The weights as a safetensors file (an 8-byte little-endian header length, the JSON header, the data):
     float32, little-endian; norms ones, every other tensor normal(0, ``INITIALIZER_RANGE``) from ``seed``."""
     rng = random.Random(seed)

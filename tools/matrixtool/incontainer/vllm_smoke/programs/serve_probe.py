@@ -12,13 +12,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
 PROBE_MARK = "MATRIX-PROBE "
 FIRST_MARK = "MATRIX-STREAM-FIRST"
 
 
-def call(base: str, path: str, body: Optional[Mapping[str, Any]] = None, timeout: float = 60.0) -> Any:
+def call(base: str, path: str, body: Optional[Mapping[str, Any]] = None, timeout: float = 60.0) -> Dict[str, Any]:
     """One request: {"status": int | None, "body": str, "error": str | None, "seconds": float}; a POST when
     ``body`` (JSON-able) is given. Never raises for HTTP or connection errors."""
     data = None if body is None else json.dumps(body).encode()
@@ -39,7 +39,7 @@ def health(base: str) -> Any:
     return call(base, "/health", timeout=5.0)
 
 
-def completion_body(spec: Mapping[str, Any], stream: Any) -> Any:
+def completion_body(spec: Mapping[str, Any], stream: Any) -> Dict[str, Any]:
     """The /v1/completions request of ``spec`` (model, prompt, max_tokens): greedy, no early stop."""
     return {
         "model": spec["model"],
