@@ -58,10 +58,11 @@ render-check: venv
 docs: venv  ## Regenerate the tables of docs/ and the README's serve line from the code (tools/docs_tables.py)
 	$(PY) tools/docs_tables.py
 
-lint: venv  ## ruff, mypy (tool and tests), the wings' layers (lint-imports), hadolint, actionlint, zizmor, render drift
+lint: venv  ## ruff, mypy (tool and tests; the in-image package on its own oldest Python), the wings' layers (lint-imports), hadolint, actionlint, zizmor, render drift
 	$(VENV)/bin/ruff check tools tests
 	$(VENV)/bin/ruff format --check tools tests
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --config-file tools/matrixtool/incontainer/mypy.ini
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/hadolint images/*/Dockerfile
 	$(VENV)/bin/actionlint .github/workflows/*.yml

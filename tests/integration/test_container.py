@@ -12,8 +12,8 @@ import docker
 import docker.errors
 import pytest
 
-from matrixtool.core.bounded import OutputLimit
 from matrixtool.core.container import OWNER_LABEL, SESSION_LABEL, ContainerSpec, TrackedContainer
+from matrixtool.incontainer.vllm_smoke.bounded import OutputLimit
 from tests.integration.conftest import OWNER
 
 LIMIT = OutputLimit(head_bytes=1000, tail_bytes=4000)

@@ -1,5 +1,5 @@
-"""The in-image package ``vllm_smoke`` as one untyped namespace for the unit tests (it runs on Python >= 3.9 in
-images and is not typed)."""
+"""The in-image package ``vllm_smoke`` as one flat namespace for the unit tests that look names up across its
+modules (a test that calls one module's function imports that module: the package is typed)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-MODULES: tuple[str, ...] = ("common", "runner", "catalogue", "conditions", "distributions", "nativelibs")
-MODULES += ("torchchecks", "tritonchecks", "vllmchecks", "gpuchecks")
+MODULES: tuple[str, ...] = ("declarations", "results", "errortext", "installed", "toolkits", "children", "gpuprobe")
+MODULES += ("runner", "catalogue", "conditions", "distributions", "nativelibs", "torchchecks", "tritonchecks")
+MODULES += ("vllmchecks", "generation", "tinymodel", "tritonruntime", "cpuengine", "podlimits", "gpudriver", "elf")
+MODULES += ("rocmbuild", "gpuarchs", "jittoolchain")
 
 
 class _Flat:

@@ -16,10 +16,10 @@ from matrixtool.build.plan import BuildResult
 from matrixtool.core import outputs
 from matrixtool.core.errors import ExitCode
 from matrixtool.core.untrusted import shown
-from matrixtool.model.profiles import DEFAULT as DEFAULT_PROFILE
+from matrixtool.incontainer.vllm_smoke import reports
 from matrixtool.smoke.result import CheckResult, Status
 
-JSON_SCHEMA_VERSION = 1
+JSON_SCHEMA_VERSION = reports.JSON_SCHEMA_VERSION
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,16 +49,6 @@ def human_size(size_bytes: int) -> str:
     return f"{size_bytes / 10**6:.0f} MB"
 
 
-def _shorten(text: str, width: int = 100) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _name(c: CheckResult) -> str:
-    """``variant/check``, or ``variant/check[profile]`` under a profile other than ``default``."""
-    return f"{c.variant}/{c.check}" + ("" if c.profile == DEFAULT_PROFILE else f"[{c.profile}]")
-
-
 def table(report: RunReport) -> str:
     """The summary printed at the end of ``run``/``build``/``test``; diagnoses quote an image's and a server's
     output, so control characters are escaped (``untrusted.shown``)."""
@@ -75,54 +65,22 @@ def table(report: RunReport) -> str:
             for b in report.builds
         ]
         parts.append(tabulate(rows, headers=["variant", "platform", "image", "size", "build"]))
-    if report.checks:
-        rows = [
-            [
-                c.variant,
-                c.profile,
-                c.check,
-                c.status.value.upper() if not c.status.ok else c.status.value,
-                f"{c.seconds:.1f} s",
-                _shorten(c.diagnosis),
-            ]
-            for c in report.checks
-        ]
-        parts.append(tabulate(rows, headers=["variant", "profile", "check", "status", "time", "diagnosis"]))
-        failed = [c for c in report.checks if not c.status.ok]
-        for c in failed:
-            parts.append(
-                f"{_name(c)}: {c.status.value}\n  diagnosis: {c.diagnosis}\n  fix: {c.hint}"
-                + (f"\n  log: {c.log}" if c.log else "")
-            )
-    skipped_checks: dict[str, list[str]] = {}
-    for c in report.checks:
-        if c.status is Status.SKIPPED:
-            skipped_checks.setdefault(c.diagnosis.split(" (")[0].split(";")[0], []).append(_name(c))
-    for reason, names in skipped_checks.items():
-        parts.append(f"skipped ({reason}): {', '.join(names)}")
+    checks = [fields(c) for c in report.checks]
+    parts += reports.check_parts(checks)
     for variant, message in report.errors.items():
         parts.append(f"{variant}: error: {message}")
     for variant, reason in report.skipped.items():
         parts.append(f"{variant}: skipped: {reason}")
-    if report.checks:
-        parts.append(f"suite: {', '.join(dict.fromkeys(c.suite for c in report.checks))}")
-    counts = {s: sum(1 for c in report.checks if c.status is s) for s in Status}
-    parts.append(
-        ("OK" if report.ok else "FAILED")
-        + f": {counts[Status.PASSED]} passed, {counts[Status.FAILED]} failed, {counts[Status.TIMEOUT]} timeout, "
-        f"{counts[Status.SKIPPED]} skipped; {smoke_time(report)}"
-        + (f"; {len(report.errors)} variant error(s)" if report.errors else "")
-    )
+    parts += reports.suite_parts(checks)
+    summary = reports.summary_line(checks, report.ok, report.smoke_wall_seconds)
+    parts.append(summary + (f"; {len(report.errors)} variant error(s)" if report.errors else ""))
     return shown("\n\n".join(parts), lines=True)
 
 
 def smoke_time(report: RunReport) -> str:
-    """The summary line's time: the smoke run's wall time (``RunReport.smoke_wall_seconds``) and, labelled, the
-    checks' own times summed (they overlap: checks run in parallel and beside the server)."""
-    summed = sum(c.seconds for c in report.checks)
-    if report.smoke_wall_seconds is None:
-        return f"checks' times summed {summed:.0f} s"
-    return f"smoke {report.smoke_wall_seconds:.0f} s wall (checks' times summed {summed:.0f} s)"
+    """The summary line's time (``reports.smoke_time``): the smoke run's wall time and, labelled, the checks' own
+    times summed (they overlap: checks run in parallel and beside the server)."""
+    return reports.smoke_time([fields(c) for c in report.checks], report.smoke_wall_seconds)
 
 
 # The part of a ``--json`` document (``to_json``) that a later command reads back (``kube --from-report``, the
@@ -151,43 +109,46 @@ READ_BACK_SCHEMA: dict[str, Any] = {
 
 
 def to_json(report: RunReport) -> dict[str, Any]:
-    """The ``--json`` document (schema in README.md, version ``JSON_SCHEMA_VERSION``)."""
+    """The ``--json`` document (schema in README.md, version ``JSON_SCHEMA_VERSION``: ``reports.document``)."""
+    builds = [
+        {
+            "variant": b.variant,
+            "platform": b.platform,
+            "image": b.image,
+            "image_id": b.image_id,
+            "size_bytes": b.size_bytes,
+            "build_seconds": round(b.seconds, 1),
+            "cached": b.cached,
+            "log": str(b.log_path) if b.log_path else None,
+        }
+        for b in report.builds
+    ]
+    checks = [fields(c) for c in report.checks]
+    return reports.document(
+        checks,
+        passed=report.ok,
+        wall=report.smoke_wall_seconds,
+        builds=builds,
+        errors=report.errors,
+        skipped=report.skipped,
+    )
+
+
+def fields(c: CheckResult) -> dict[str, Any]:
+    """``c`` as the report's fields (``incontainer.vllm_smoke.reports``: the status its value, the log a path
+    string or None)."""
     return {
-        "schema_version": JSON_SCHEMA_VERSION,
-        "ok": report.ok,
-        "builds": [
-            {
-                "variant": b.variant,
-                "platform": b.platform,
-                "image": b.image,
-                "image_id": b.image_id,
-                "size_bytes": b.size_bytes,
-                "build_seconds": round(b.seconds, 1),
-                "cached": b.cached,
-                "log": str(b.log_path) if b.log_path else None,
-            }
-            for b in report.builds
-        ],
-        "checks": [
-            {
-                "variant": c.variant,
-                "profile": c.profile,
-                "image": c.image,
-                "check": c.check,
-                "status": c.status.value,
-                "diagnosis": c.diagnosis,
-                "hint": c.hint,
-                "seconds": round(c.seconds, 1),
-                "facts": c.facts,
-                "log": str(c.log) if c.log else None,
-                "suite": c.suite,
-            }
-            for c in report.checks
-        ],
-        "errors": dict(report.errors),
-        "skipped": dict(report.skipped),
-        "smoke_wall_seconds": None if report.smoke_wall_seconds is None else round(report.smoke_wall_seconds, 1),
-        "checks_seconds_summed": round(sum(c.seconds for c in report.checks), 1),
+        "variant": c.variant,
+        "profile": c.profile,
+        "image": c.image,
+        "check": c.check,
+        "status": c.status.value,
+        "diagnosis": c.diagnosis,
+        "hint": c.hint,
+        "seconds": c.seconds,
+        "facts": c.facts,
+        "log": str(c.log) if c.log else None,
+        "suite": c.suite,
     }
 
 
@@ -209,17 +170,15 @@ def junit_bytes(report: RunReport) -> bytes:
         for name in dict.fromkeys(c.suite for c in report.checks if c.variant == variant):
             suite.add_property("suite", name)  # quick or full (docs/checks.md)
         for c in (c for c in report.checks if c.variant == variant):
-            classname = f"smoke.{variant}" + ("" if c.profile == DEFAULT_PROFILE else f".{c.profile}")
-            case = junitparser.TestCase(c.check, classname=classname, time=round(c.seconds, 3))
-            diagnosis = shown(c.diagnosis, lines=True)
-            if c.status is Status.FAILED:
+            name, classname, seconds, outcome, message, out = reports.junit_case(fields(c))
+            case = junitparser.TestCase(name, classname=classname, time=seconds)
+            diagnosis = shown(message, lines=True)
+            if outcome == "failed":
                 case.result = [junitparser.Failure(diagnosis, type_="failed")]
-                case.system_out = shown(
-                    f"fix: {c.hint}\nimage: {c.image}\nprofile: {c.profile}\nlog: {c.log}", lines=True
-                )
-            elif c.status is Status.TIMEOUT:
+                case.system_out = shown(out or "", lines=True)
+            elif outcome == "timeout":
                 case.result = [junitparser.Error(diagnosis, type_="timeout")]
-            elif c.status is Status.SKIPPED:
+            elif outcome == "skipped":
                 case.result = [junitparser.Skipped(diagnosis)]
             suite.add_testcase(case)
         if variant in report.errors:
@@ -268,7 +227,8 @@ def _escape_annotation(text: str) -> str:
 def error_annotations(report: RunReport) -> list[str]:
     """``::error::`` workflow commands, one per failed or timed-out check and per variant error."""
     out = [
-        f"::error title={_name(c)} {c.status.value}::" + _escape_annotation(f"{c.diagnosis}\nfix: {c.hint}")
+        f"::error title={reports.check_name(fields(c))} {c.status.value}::"
+        + _escape_annotation(f"{c.diagnosis}\nfix: {c.hint}")
         for c in report.checks
         if not c.status.ok
     ]

@@ -13,9 +13,9 @@ import pytest
 import requests.exceptions
 
 from matrixtool.core import container
-from matrixtool.core.bounded import BoundedOutput, OutputLimit
 from matrixtool.core.container import ContainerSpec, TrackedContainer
 from matrixtool.core.errors import WrongPlatformError
+from matrixtool.incontainer.vllm_smoke.bounded import BoundedOutput, OutputLimit
 
 
 class FakeContainer:

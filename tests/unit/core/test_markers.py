@@ -37,14 +37,25 @@ def test_sections_run_from_a_begin_line_through_the_next_end_line() -> None:
     }
 
 
-def test_the_host_reads_the_in_image_markers_as_the_in_image_reader_does() -> None:
-    from matrixtool.incontainer.vllm_smoke import common
+def test_a_checks_result_lines_are_read_back_per_check() -> None:
+    from matrixtool.incontainer.vllm_smoke import results
     from matrixtool.smoke import result
 
-    passed = common.result_line("a", common.result("passed"))  # type: ignore[no-untyped-call]
-    failed = common.result_line("b", common.result("failed", "x"))  # type: ignore[no-untyped-call]
-    output = f"{common.BEGIN_MARK}a\nlog a\n{passed}\n{common.BEGIN_MARK}b\nlog b\n{failed}\ntrailer\n"
-    assert result.split_logs(output) == common.split_logs(output)
-    assert result.parse_output(output, "b") == common.parse_results(output)["b"]
+    passed = results.result_line("a", results.result("passed"))
+    failed = results.result_line("b", results.result("failed", "x"))
+    output = f"{results.BEGIN_MARK}a\nlog a\n{passed}\n{results.BEGIN_MARK}b\nlog b\n{failed}\ntrailer\n"
+    assert result.split_logs(output) == {
+        "a": f"{results.BEGIN_MARK}a\nlog a\n{passed}\n",
+        "b": f"{results.BEGIN_MARK}b\nlog b\n{failed}\n",
+    }
+    assert result.parse_output(output, "b") == {
+        "status": "failed",
+        "diagnosis": "x",
+        "hint": None,
+        "facts": {},
+        "check": "b",
+    }
     with pytest.raises(ValueError, match="a result is no object"):
-        result.parse_output(f"{common.RESULT_MARK}[1]\n")
+        result.parse_output(f"{results.RESULT_MARK}[1]\n")
+    with pytest.raises(ValueError, match="nested too deeply"):
+        result.parse_output(results.RESULT_MARK + "[" * 100_000 + "\n")

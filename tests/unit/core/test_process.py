@@ -10,8 +10,8 @@ import time
 import pytest
 
 from matrixtool.core import process
-from matrixtool.core.bounded import OutputLimit
 from matrixtool.core.errors import BuildError, ExitCode
+from matrixtool.incontainer.vllm_smoke.bounded import OutputLimit
 
 pytestmark = pytest.mark.subprocess
 

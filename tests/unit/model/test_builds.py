@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from matrixtool.build import preflight
 from matrixtool.cli import main
 from matrixtool.core.errors import ConfigError, ExitCode
-from matrixtool.incontainer.vllm_smoke.common import Accelerator
+from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
 from matrixtool.model import builds
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import IndexSettings, PackagePin, Variant

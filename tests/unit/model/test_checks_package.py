@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from matrixtool.cli import main
 from matrixtool.core.errors import ConfigError, ExitCode
-from matrixtool.incontainer.vllm_smoke.common import SUITES
+from matrixtool.incontainer.vllm_smoke.declarations import SUITES
 from matrixtool.model import checks, select
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import CheckSpec
@@ -122,10 +122,10 @@ def test_vllm_cli_skips_when_the_failure_is_vllms_import(monkeypatch: pytest.Mon
     exe.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
     params = {"vllm_version": "0.32.0", "accelerator": "cpu"}
-    monkeypatch.setattr(mod.vllmchecks, "_vllm_imports", lambda: False)
+    monkeypatch.setattr(mod.generation, "_vllm_imports", lambda: False)
     got = mod.DECLARATIONS["vllm-cli"].function(params)
     assert (got["status"], got["diagnosis"]) == ("skipped", "vllm-import failed")
-    monkeypatch.setattr(mod.vllmchecks, "_vllm_imports", lambda: True)
+    monkeypatch.setattr(mod.generation, "_vllm_imports", lambda: True)
     got = mod.DECLARATIONS["vllm-cli"].function(params)
     assert got["status"] == "failed" and "exits 1: ImportError: boom" in got["diagnosis"]
 
@@ -147,8 +147,8 @@ def test_generate_modes_follow_the_suite(monkeypatch: pytest.MonkeyPatch, params
         calls.append((mode, in_process))
         return {"tokens": [[1] * max_tokens, [2] * max_tokens], "runner": "V1", "seconds": 1.0}
 
-    monkeypatch.setattr(mod.vllmchecks, "_generate", fake)
-    got = mod.vllmchecks.check_offline_generate({"max_tokens": 8, **params})
+    monkeypatch.setattr(mod.generation, "_generate", fake)
+    got = mod.generation.check_offline_generate({"max_tokens": 8, **params})
     assert got["status"] == "passed" and calls == wanted
 
 
@@ -264,8 +264,8 @@ def test_compile_causes_are_one_key_per_missing_tool() -> None:
 
 def test_triton_drivers_says_when_vllm_is_installed_but_fails_to_import(monkeypatch: pytest.MonkeyPatch) -> None:
     mod = incontainer()
-    monkeypatch.setattr(mod.tritonchecks.importlib.util, "find_spec", lambda name: object())
-    said = mod.tritonchecks._no_has_triton({"vllm_error": "ImportError('boom')"})
+    monkeypatch.setattr(mod.tritonruntime.importlib.util, "find_spec", lambda name: object())
+    said = mod.tritonruntime._no_has_triton({"vllm_error": "ImportError('boom')"})
     assert "installed but" in said and "boom" in said and "not installed" not in said
 
 

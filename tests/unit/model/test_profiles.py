@@ -279,10 +279,10 @@ def test_eagain_is_the_pids_limit_only_where_one_is_set(monkeypatch: pytest.Monk
     # `test --image ... --pids-limit 40 --only offline-generate` failed with this line and no condition named.
     text = "RuntimeError: eager generate fails: RuntimeError: Resource temporarily unavailable"
     conditions = importlib.import_module("matrixtool.incontainer.vllm_smoke.conditions")
-    monkeypatch.setattr(conditions, "_pod_conditions", lambda: {"pids_max": 40})
+    monkeypatch.setattr(conditions, "pod_conditions", lambda: {"pids_max": 40})
     found = conditions.explain(text)
     assert found is not None and found[0].startswith("the container's pids limit (40 ") and "--pids-limit" in found[1]
-    monkeypatch.setattr(conditions, "_pod_conditions", lambda: {"pids_max": None})
+    monkeypatch.setattr(conditions, "pod_conditions", lambda: {"pids_max": None})
     assert conditions.explain(text) is None
 
 

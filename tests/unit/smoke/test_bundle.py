@@ -17,8 +17,9 @@ import pytest
 
 from matrixtool import report
 from matrixtool.core.errors import ConfigError, ExitCode
-from matrixtool.incontainer.vllm_smoke import serving as _serving
-from matrixtool.incontainer.vllm_smoke import standalone as _standalone
+from matrixtool.incontainer.vllm_smoke import children, gpuprobe, reports, results, server, serving, standalone
+from matrixtool.incontainer.vllm_smoke import suite as bundle_suite
+from matrixtool.incontainer.vllm_smoke.bounded import DEFAULT_LIMIT
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import CheckSpec
@@ -27,9 +28,6 @@ from matrixtool.smoke import runners as smoke_runners
 from matrixtool.smoke.plan import check_params, plan_host
 from matrixtool.smoke.result import CheckResult, Status, verdict
 
-# The in-image package is untyped (stdlib, Python >= 3.9).
-serving: Any = _serving
-standalone: Any = _standalone
 CPU = next(v for v in load_matrix().variants if v.name == "cpu")
 CUDA = next(v for v in load_matrix().variants if v.name == "cuda")
 
@@ -202,34 +200,48 @@ def _results() -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def test_the_table_json_and_junit_are_the_tools_own() -> None:
+def test_the_tools_report_of_checks_is_the_bundles() -> None:
+    """``report`` wraps the one definition (``vllm_smoke.reports``): the same results read back from the bundle's
+    JSON print the same table and document, timed or not."""
     results = _results()
     run = report.RunReport(checks=[bundle.result_of(r) for r in results])
-    assert standalone.table(results) == report.table(run)
-    assert json.loads(json.dumps(standalone.to_json(results))) == json.loads(report.to_json_text(run))
+    assert reports.table(results) == report.table(run)
+    assert json.loads(json.dumps(reports.to_json(results))) == json.loads(report.to_json_text(run))
     timed = report.RunReport(checks=run.checks, smoke_wall_seconds=42.0)
-    assert standalone.table(results, 42.0) == report.table(timed)
-    assert standalone.to_json(results, 42.0) == json.loads(report.to_json_text(timed))
-    passed = [results[0]]
-    assert standalone.table(passed) == report.table(report.RunReport(checks=[bundle.result_of(passed[0])]))
-    xml = standalone.junit_xml(results)
+    assert reports.table(results, 42.0) == report.table(timed)
+    assert reports.table(results, 42.0).endswith(
+        "FAILED: 1 passed, 1 failed, 1 timeout, 1 skipped; smoke 42 s wall (checks' times summed 910 s)"
+    )
+    xml = reports.junit_xml(results)
     assert xml.count("<testcase") == 4 and 'failures="1"' in xml and 'errors="1"' in xml and 'skipped="1"' in xml
 
 
-def test_verdicts_read_exit_codes_and_output_as_the_tool_does() -> None:
+def test_verdicts_read_exit_codes_and_output() -> None:
     line = '\nMATRIX-RESULT {"check": "pip-check", "status": "failed", "diagnosis": "d", "hint": null, "facts": {}}\n'
-    cases = [(0, line, 1.0), (124, "", 5.0), (137, "", 1.0), (137, "", 99.0), (0, "garbage", 1.0), (1, "", 1.0)]
-    for code, output, seconds in cases:
-        ours = standalone.verdict("pip-check", code, output, 60, seconds)
+    cases = {
+        (0, line, 1.0): ("failed", "d"),
+        (124, "", 5.0): ("timeout", "no result within 60 s; the check was killed"),
+        (137, "", 1.0): ("failed", "killed by SIGKILL after 1 s, before its 60 s timeout (out of memory?): "),
+        (137, "", 99.0): ("timeout", "no result within 60 s; the check was killed"),
+        (0, "garbage", 1.0): ("failed", "the check printed no result (exit 0): garbage"),
+        (1, "", 1.0): ("failed", "the check printed no result (exit 1): "),
+    }
+    for (code, output, seconds), expected in cases.items():
+        status, diagnosis, _, _ = results.verdict("pip-check", code, output, 60, seconds, hint="h")
+        assert (status, diagnosis) == expected, (code, output)
         tools = verdict("pip-check", code, output, 60, seconds)
-        assert ours[0] == tools[0].value and ours[1] == tools[1], (code, output)
+        assert (tools[0].value, tools[1]) == expected
+    bad = '\nMATRIX-RESULT {"check": "pip-check", "status": "great"}\n'
+    assert (
+        "unreadable result ('great' is not a valid status)" in results.verdict("pip-check", 0, bad, 60, 1.0, hint="")[1]
+    )
 
 
 def test_a_skip_never_hides_a_failure() -> None:
     skipped = {"status": "skipped", "diagnosis": "tiny-model failed", "hint": "",
                "facts": {"failed_need": "tiny-model", "need_diagnosis": "no disk"}}  # fmt: skip
-    assert standalone.unhidden(skipped, ["tiny-model", "serve"]) is skipped
-    shown = standalone.unhidden(skipped, ["serve"])
+    assert bundle_suite.Suite._unhidden(skipped, ["tiny-model", "serve"]) is skipped
+    shown = bundle_suite.Suite._unhidden(skipped, ["serve"])
     assert shown["status"] == "failed" and "tiny-model failed here: no disk" in shown["diagnosis"]
     assert shown["hint"] == CHECKS["tiny-model"].hint
 
@@ -295,9 +307,9 @@ def test_group_members_reads_the_process_group_from_proc(tmp_path: Path) -> None
     proc(12, "zombie", "Z", 10, b"")
     proc(13, "other", "S", 99, b"other")
     (tmp_path / "self").mkdir()
-    found = serving.group_members(10, proc_root=str(tmp_path))
+    found = children.group_members(10, proc_root=str(tmp_path))
     assert sorted(p["pid"] for p in found) == [10, 11] and {"pid": 10, "cmd": "vllm serve /m"} in found
-    assert serving.group_members(10, proc_root=str(tmp_path / "missing")) == []
+    assert children.group_members(10, proc_root=str(tmp_path / "missing")) == []
 
 
 @pytest.mark.subprocess
@@ -309,21 +321,21 @@ def test_the_stop_contract_finds_and_ends_a_child_left_in_the_group(tmp_path: Pa
         "signal.SIG_IGN); time.sleep(600)'])\n"
         "time.sleep(600)\n"
     )
-    server = serving.Server([sys.executable, "-c", code], dict(os.environ), str(tmp_path / "log"))
+    running = server.Server([sys.executable, "-c", code], dict(os.environ), str(tmp_path / "log"))
     try:
         import time
 
         time.sleep(1.0)
-        assert len(serving.group_members(server.pgid)) == 2
-        stop = serving.stop_during_stream(server, "http://127.0.0.1:9", {}, grace_s=10, first_chunk_s=0.1)
+        assert len(children.group_members(running.pgid)) == 2
+        stop = server.stop_during_stream(running, "http://127.0.0.1:9", {}, grace_s=10, first_chunk_s=0.1)
     finally:
-        server.close()
+        running.close()
     assert stop["exit_code"] == -signal.SIGTERM and not stop["in_flight"]
     assert len(stop["left_in_group"]) == 1 and stop["group_killed"]
     problems = serving.stop_problems(stop)
     assert any("left after it exited" in p for p in problems)
-    assert serving.group_members(server.pgid) == [], "nothing of the group outlives the check"
-    assert server not in serving.ACTIVE
+    assert children.group_members(running.pgid) == [], "nothing of the group outlives the check"
+    assert running not in server.ACTIVE
 
 
 def test_a_bundle_result_reads_back_as_the_tools_result() -> None:
@@ -335,11 +347,11 @@ def test_a_bundle_result_reads_back_as_the_tools_result() -> None:
 
 @pytest.mark.subprocess
 def test_a_group_of_the_bundle_is_bounded_and_killed_with_its_process_group_at_its_timeout() -> None:
-    children = standalone.Children()
+    group = children.Children()
     code = "import sys; sys.stderr.write('err\\n'); sys.stdout.write('x' * 20_000_000 + 'END\\n'); sys.exit(4)"
-    exit_code, output, _ = _group(children, code, 60)
+    exit_code, output, _ = _group(group, code, 60)
     assert exit_code == 4 and output.endswith("END\n") and "bytes of output left out" in output
-    assert len(output) < standalone.Bounded.HEAD + standalone.Bounded.TAIL + 100
+    assert len(output) < DEFAULT_LIMIT.head_bytes + DEFAULT_LIMIT.tail_bytes + 100
     # A check that hangs, with a child that ignores SIGTERM: exit 124 (read as a timeout), the output so far kept,
     # and nothing of its process group left.
     hang = (
@@ -347,35 +359,28 @@ def test_a_group_of_the_bundle_is_bounded_and_killed_with_its_process_group_at_i
         "subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, "
         "signal.SIG_IGN); time.sleep(600)']); time.sleep(600)"
     )
-    exit_code, output, wall = _group(children, hang, 2)
-    assert exit_code == standalone.TIMEOUT_EXIT and output.startswith("started\n") and wall < 60
-    assert standalone.verdict("pip-check", exit_code, output, 2, wall)[0] == "timeout"
-    assert not children.procs
+    exit_code, output, wall = _group(group, hang, 2)
+    assert exit_code == results.TIMEOUT_EXIT and output.startswith("started\n") and wall < 60
+    assert results.verdict("pip-check", exit_code, output, 2, wall, hint="")[0] == "timeout"
+    assert not group.procs
 
 
-def _group(children: Any, code: str, timeout: int) -> tuple[int, str, float]:
-    """``standalone.run_group`` with ``self_argv`` pointed at ``python -c code`` (the group's own process)."""
-    original = standalone.self_argv
-    standalone.self_argv = lambda: [sys.executable, "-c", code]
-    try:
-        result: tuple[int, str, float] = standalone.run_group(children, ["pip-check"], {}, {"pip-check": timeout}, {})
-    finally:
-        standalone.self_argv = original
-    return result
+def _group(group: children.Children, code: str, timeout: int) -> tuple[int, str, float]:
+    """``bundle_suite.run_group`` with ``self_argv`` pointed at ``python -c code`` (the group's own process)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bundle_suite, "self_argv", lambda: [sys.executable, "-c", code])
+        return bundle_suite.run_group(group, ["pip-check"], {}, {"pip-check": timeout}, {})
 
 
 def test_a_gpu_is_seen_by_any_device_node_of_its_accelerator(tmp_path: Path) -> None:
-    assert (
-        standalone.attached_gpu("cuda", str(tmp_path)) is None
-        and standalone.attached_gpu("rocm", str(tmp_path)) is None
-    )
+    assert gpuprobe.attached_gpu("cuda", str(tmp_path)) is None and gpuprobe.attached_gpu("rocm", str(tmp_path)) is None
     (tmp_path / "nvidiactl").touch()
-    assert standalone.attached_gpu("cuda", str(tmp_path)) is None, "the control node is no GPU"
+    assert gpuprobe.attached_gpu("cuda", str(tmp_path)) is None, "the control node is no GPU"
     (tmp_path / "nvidia3").touch()  # a pod's one GPU, as the device plugin numbers it
     (tmp_path / "kfd").touch()
-    assert standalone.attached_gpu("cuda", str(tmp_path)) == str(tmp_path / "nvidia3")
-    assert standalone.attached_gpu("rocm", str(tmp_path)) == str(tmp_path / "kfd")
-    assert standalone.attached_gpu("cpu", str(tmp_path)) is None
+    assert gpuprobe.attached_gpu("cuda", str(tmp_path)) == str(tmp_path / "nvidia3")
+    assert gpuprobe.attached_gpu("rocm", str(tmp_path)) == str(tmp_path / "kfd")
+    assert gpuprobe.attached_gpu("cpu", str(tmp_path)) is None
 
 
 @pytest.mark.subprocess
@@ -392,21 +397,21 @@ def test_host_mode_names_a_bundle_that_printed_no_report(tmp_path: Path) -> None
 def test_a_serve_step_that_crashes_is_a_failed_check_and_the_report_is_still_written(tmp_path: Path) -> None:
     facts = bundle.facts(CPU, [CheckSpec(name="tiny-model", timeout=60), CheckSpec(name="serve", timeout=60)])
     landed: list[dict[str, Any]] = []
-    suite = standalone.Suite(facts, env={}, logs=str(tmp_path), image="img", on_result=landed.append)
+    suite = bundle_suite.Suite(facts, env={}, logs=str(tmp_path), image="img", on_result=landed.append)
     suite.outcomes["tiny-model"] = {"status": "passed", "facts": {}}
     model = tmp_path / "model.py"
     model.write_text("print('MATRIX-MODEL /m')\n")
-    original_argv, original_observe = standalone.self_argv, serving.observe
-    standalone.self_argv = lambda: [sys.executable, str(model)]  # the "model" step prints the model's folder
+    original_argv, original_observe = bundle_suite.self_argv, server.observe
+    bundle_suite.self_argv = lambda: [sys.executable, str(model)]  # the "model" step prints the model's folder
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("probe exploded")
 
-    serving.observe = broken
+    server.observe = broken
     try:
         suite.serve()
     finally:
-        standalone.self_argv, serving.observe = original_argv, original_observe
+        bundle_suite.self_argv, server.observe = original_argv, original_observe
     (result,) = landed
     assert result["status"] == "failed" and "RuntimeError: probe exploded" in result["diagnosis"]
     assert "probe exploded" in Path(result["log"]).read_text()
@@ -427,7 +432,7 @@ def _canned_suite(monkeypatch: pytest.MonkeyPatch, results: list[dict[str, Any]]
     ``Suite.run`` and ``Suite.stop`` are recorded in the list returned."""
     calls: list[str] = []
     monkeypatch.setattr(standalone, "load_facts", lambda: bundle.facts(CPU, [CheckSpec(name="pip-check", timeout=60)]))
-    original_stop = standalone.Suite.stop
+    original_stop = bundle_suite.Suite.stop
 
     def run(self: Any) -> list[dict[str, Any]]:
         calls.append("run")
@@ -437,8 +442,8 @@ def _canned_suite(monkeypatch: pytest.MonkeyPatch, results: list[dict[str, Any]]
         calls.append("stop")
         original_stop(self)
 
-    monkeypatch.setattr(standalone.Suite, "run", run)
-    monkeypatch.setattr(standalone.Suite, "stop", stop)
+    monkeypatch.setattr(bundle_suite.Suite, "run", run)
+    monkeypatch.setattr(bundle_suite.Suite, "stop", stop)
     return calls
 
 
@@ -526,7 +531,7 @@ def test_facts_piped_to_head_print_no_traceback(tmp_path: Path) -> None:
 
 def test_a_sigkill_before_the_timeout_names_host_memory_and_the_cpu_knob_only_on_cpu() -> None:
     for accelerator in ("cpu", "cuda", "rocm"):
-        ours = standalone.verdict("pip-check", 137, "", 60, 1.0, accelerator)
+        ours = results.verdict("pip-check", 137, "", 60, 1.0, hint="", accelerator=accelerator)
         tools = verdict("pip-check", 137, "", 60, 1.0, accelerator=accelerator)
         for hint in (ours[2], tools[2]):
             assert "memory" in hint and ("VLLM_CPU_KVCACHE_SPACE" in hint) == (accelerator == "cpu"), hint
@@ -537,10 +542,9 @@ def test_a_sigkill_before_the_timeout_names_host_memory_and_the_cpu_knob_only_on
 @pytest.mark.subprocess
 def test_a_stopped_suite_starts_no_group_and_ends_a_child_started_late(tmp_path: Path) -> None:
     facts = bundle.facts(CPU, [CheckSpec(name="triton-import", timeout=60), CheckSpec(name="pip-check", timeout=60)])
-    suite = standalone.Suite(facts, env=dict(os.environ), logs=str(tmp_path), image="img", on_result=lambda r: None)
-    suite.pending[:] = [["triton-import"], ["pip-check"]]
+    suite = bundle_suite.Suite(facts, env=dict(os.environ), logs=str(tmp_path), image="img", on_result=lambda r: None)
     suite.stop()
-    assert suite.pending == [] and suite.children.closed
+    assert suite.groups.run(1, lambda names: names) == [] and suite.children.closed
     late = suite.children.start([sys.executable, "-c", "import time; time.sleep(600)"], dict(os.environ))
     assert late.wait(30) == -signal.SIGKILL, "a child started after the kill is ended at once"
     assert late.stdout is not None

@@ -5,17 +5,17 @@ server log (flashinfer not installed), ``data/bundle/h200-results.json`` the bun
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 from typing import Any
 
 from matrixtool.incontainer.vllm_smoke import rootcause as shared
+
+# Untyped, as the in-image package is (it runs on Python >= 3.9 in images).
+from matrixtool.incontainer.vllm_smoke import serving
 from matrixtool.smoke import rootcause, serve_route_diagnosis
 from matrixtool.smoke.result import CheckResult, Status
 
-# Untyped, as the in-image package is (it runs on Python >= 3.9 in images).
-serving: Any = importlib.import_module("matrixtool.incontainer.vllm_smoke.serving")
 DATA = Path(__file__).parent.parent / "data" / "bundle"
 SERVE_LOG = (DATA / "cuda.serve.log").read_text(encoding="utf-8")
 FLASHINFER = "ModuleNotFoundError: No module named 'flashinfer'"

@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from matrixtool.incontainer.vllm_smoke import cachelog
 from matrixtool.incontainer.vllm_smoke import compilecache as cc
 from matrixtool.model.profiles import Profile
 from matrixtool.smoke import serve, serve_diagnosis, serve_line, serve_run
@@ -24,7 +25,7 @@ AOT = f"/tmp/.cache/vllm/torch_compile_cache/torch_aot_compile/{KEY}/rank_0_0/mo
 
 
 def test_the_cold_start_saves_vllms_compiled_model_and_its_warm_up_is_timed() -> None:
-    ev = cc.evidence(COLD)
+    ev = cachelog.evidence(COLD)
     assert ev["saved"] and not ev["loaded"] and not ev["load_failed"]
     assert ev["paths"] == [AOT] and ev["keys"] == [KEY]
     assert ev["lines"] == [f"[backbone] saved AOT compiled function to {AOT}"]
@@ -32,19 +33,19 @@ def test_the_cold_start_saves_vllms_compiled_model_and_its_warm_up_is_timed() ->
 
 
 def test_the_warm_start_on_vllm_032_cpu_cannot_load_the_model_but_compiles_no_kernel() -> None:
-    ev = cc.evidence(WARM)
+    ev = cachelog.evidence(WARM)
     # vLLM 0.32's CPU mode (DYNAMO_TRACE_ONCE) saves an artifact it cannot load again.
     assert ev["load_failed"] == [
         f"[backbone] Compiling model again due to a load failure from {AOT}, reason: 'function' object has no "
         "attribute 'finalize_loading'"
     ]
     assert ev["keys"] == [KEY] and ev["warmup_s"] == 27
-    cold_kernels, warm_kernels = cc.kernels(AFTER_COLD), cc.kernels(AFTER_WARM)
+    cold_kernels, warm_kernels = cachelog.kernels(AFTER_COLD), cachelog.kernels(AFTER_WARM)
     assert len(cold_kernels) == 17 and set(warm_kernels) == set(cold_kernels)
     what, evidence = cc.reuse(ev, cold_kernels, warm_kernels) or ("", "")
     assert what == "inductor's compiled kernels"
     assert "the 17 kernels (.so) the first start compiled" in evidence and "finalize_loading" in evidence
-    assert cc.not_reused(cc.evidence(COLD), ev, volume="/tmp/.cache", cold_kernels=cold_kernels,
+    assert cc.not_reused(cachelog.evidence(COLD), ev, volume="/tmp/.cache", cold_kernels=cold_kernels,
                          warm_kernels=warm_kernels) is None  # fmt: skip
 
 
@@ -57,7 +58,7 @@ def _warm_log(*lines: str) -> str:
 
 
 def test_a_loaded_model_is_reuse_by_vllms_own_line() -> None:
-    ev = cc.evidence(_warm_log(f"[backbone] Directly load AOT compilation from path {AOT}"))
+    ev = cachelog.evidence(_warm_log(f"[backbone] Directly load AOT compilation from path {AOT}"))
     assert cc.reuse(ev, [], []) == (
         "vLLM's compiled model",
         f"[backbone] Directly load AOT compilation from path {AOT}",
@@ -65,12 +66,12 @@ def test_a_loaded_model_is_reuse_by_vllms_own_line() -> None:
 
 
 def test_each_named_failure_has_its_cause_and_fix() -> None:
-    cold = cc.evidence(COLD)
-    kernels = cc.kernels(AFTER_COLD)
+    cold = cachelog.evidence(COLD)
+    kernels = cachelog.kernels(AFTER_COLD)
     added = [*kernels, "xx/cnew.so"]
 
     def named(warm: str, *, cold_ev: dict[str, Any] = cold, tmpfs: tuple[str, ...] = ()) -> tuple[str, str, str, str]:
-        got = cc.not_reused(cold_ev, cc.evidence(warm), volume="/tmp/.cache", tmpfs=tmpfs, cold_kernels=kernels,
+        got = cc.not_reused(cold_ev, cachelog.evidence(warm), volume="/tmp/.cache", tmpfs=tmpfs, cold_kernels=kernels,
                             warm_kernels=added)  # fmt: skip
         assert got is not None
         return got
@@ -93,7 +94,7 @@ def test_each_named_failure_has_its_cause_and_fix() -> None:
     assert name == "compile-cache-disabled"
     name, cause, diagnosis, fix = named(WARM)
     assert name == "compile-cache-load-failed" and "finalize_loading" in cause and "1 kernels added" in diagnosis
-    name, *_ = named(_warm_log("Dynamo bytecode transform time: 3.00 s"), cold_ev=cc.evidence(""))
+    name, *_ = named(_warm_log("Dynamo bytecode transform time: 3.00 s"), cold_ev=cachelog.evidence(""))
     assert name == "compile-cache-not-reused"
 
 

@@ -1,4 +1,5 @@
-"""GPU checks that need no GPU (incontainer/vllm_smoke/gpuchecks.py): their pure logic, on the texts and settings
+"""GPU checks that need no GPU (vllm_smoke: gpudriver, rocmbuild, gpuarchs, jittoolchain, elf): their pure logic,
+on the texts and settings
 of real images (nvidia/cuda base images, vLLM's own image with cuda-compat on ld.so.conf, NixOS without
 /sbin/ldconfig)."""
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from matrixtool.incontainer.vllm_smoke import cachelog, servecache, server, serving
 from matrixtool.incontainer.vllm_smoke import compilecache as cc
-from matrixtool.incontainer.vllm_smoke import serving as _serving
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.smoke import bundle, serve, serve_run
@@ -28,7 +28,6 @@ from matrixtool.smoke.plan import KILL_GRACE
 from tests.unit.smoke.test_bundle import GOOD_STOP, SPEC, _probes
 from tests.unit.smoke.test_compile_cache import AFTER_COLD, AFTER_WARM, COLD, WARM
 
-serving: Any = _serving
 CPU = next(v for v in load_matrix().variants if v.name == "cpu")
 ROOT = "/root/.cache/vllm-smoke-cache-k2j4f9"
 KEY = "8eb57c07a0cb28e25c05fe4f6a26f79c17d1dbab45c8135a7f283823486c9a3d"
@@ -77,7 +76,7 @@ def test_the_fresh_cache_is_laid_out_as_the_images_lay_out_theirs() -> None:
     template = (Path(__file__).resolve().parents[3] / "templates" / "Dockerfile.j2").read_text(encoding="utf-8")
     root = re.search(r"XDG_CACHE_HOME=(\S+)", template)
     assert root is not None
-    env = serving.cache_env("/c")
+    env = servecache.cache_env("/c")
     assert env["XDG_CACHE_HOME"] == "/c"
     for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
         image = re.search(rf"{name}=(\S+)", template)
@@ -87,21 +86,21 @@ def test_the_fresh_cache_is_laid_out_as_the_images_lay_out_theirs() -> None:
 
 
 def test_the_cache_base_is_the_environments_cache_root() -> None:
-    assert serving.cache_base({"XDG_CACHE_HOME": "/data/cache", "HOME": "/home/u"}) == "/data/cache"
-    assert serving.cache_base({"HOME": "/home/u"}) == "/home/u/.cache"
-    assert serving.cache_base({}) == os.path.join(os.path.expanduser("~"), ".cache")
+    assert servecache.cache_base({"XDG_CACHE_HOME": "/data/cache", "HOME": "/home/u"}) == "/data/cache"
+    assert servecache.cache_base({"HOME": "/home/u"}) == "/home/u/.cache"
+    assert servecache.cache_base({}) == os.path.join(os.path.expanduser("~"), ".cache")
 
 
 def test_the_cache_folder_is_new_under_the_root_and_holds_the_images_folders(tmp_path: Path) -> None:
     env = {"XDG_CACHE_HOME": str(tmp_path / "root")}  # missing: made
-    first, second = serving.make_cache(env), serving.make_cache(env)
+    first, second = servecache.make_cache(env), servecache.make_cache(env)
     assert first != second and Path(first).parent == tmp_path / "root"
-    assert Path(first).name.startswith(serving.CACHE_PREFIX)
+    assert Path(first).name.startswith(servecache.CACHE_PREFIX)
     assert sorted(p.name for p in Path(first).iterdir()) == ["torchinductor", "triton", "vllm"]
-    assert serving.list_files(first) == ""
+    assert servecache.list_files(first) == ""
     (Path(first) / "vllm" / "a").mkdir()
     (Path(first) / "vllm" / "a" / "k.so").write_text("")
-    assert serving.list_files(first) == "vllm/a/k.so"
+    assert servecache.list_files(first) == "vllm/a/k.so"
 
 
 def test_a_cache_root_that_cannot_be_written_is_class_31_and_no_server_starts(tmp_path: Path) -> None:
@@ -109,7 +108,7 @@ def test_a_cache_root_that_cannot_be_written_is_class_31_and_no_server_starts(tm
     blocker.write_text("")  # a file where the cache root should be: no folder can be made below it, root or not
     env = {"XDG_CACHE_HOME": str(blocker / "cache"), "PATH": "/usr/bin:/bin"}
     spec = {**bundle.serve_facts(CPU, "full"), "model": "/m", "vllm": ["/nonexistent/vllm"]}
-    seen = serving.observe(spec, str(tmp_path / "serve.log"), env)
+    seen = server.observe(spec, str(tmp_path / "serve.log"), env)
     assert seen["ready_s"] is None and "cache_error" in seen and not (tmp_path / "serve.log").exists()
     status, diagnosis, hint, facts = serving.judge(seen, spec, None)
     assert status == "failed" and facts["failure_class"] == cc.COMPILE_CACHE == 31
@@ -130,27 +129,27 @@ def test_a_warm_start_is_skipped_with_its_reason() -> None:
 
 
 def test_vllms_load_lines_on_cuda_are_reuse_though_dynamo_traced_again() -> None:
-    cold, warm = cc.evidence(CUDA_COLD), cc.evidence(CUDA_WARM)
+    cold, warm = cachelog.evidence(CUDA_COLD), cachelog.evidence(CUDA_WARM)
     assert cold["compiled"] and cold["saved"] and cold["traced"] and cold["compile_s"] == 16.02
     assert warm["loaded"] and warm["traced"] and not warm["compiled"] and warm["compile_s"] == 3.37
     assert warm["keys"] == ["3a332b42ba", KEY] and cold["keys"] == warm["keys"]
     what, line = cc.reuse(warm, [], []) or ("", "")
     assert what == "vLLM's compiled model" and line.startswith("Directly load AOT compilation from path")
     assert cc.not_reused(cold, warm, volume=ROOT) is None
-    older = cc.evidence(OLDER_WARM)
+    older = cachelog.evidence(OLDER_WARM)
     assert older["compile_s"] == 9.27
     assert cc.reuse(older, [], []) == (
         "vLLM's compiled graphs",
         "Directly load the compiled graph(s) for dynamic shape from the cache, took 1.908 s",
     )
-    failed = cc.evidence(_log(f"Cannot load aot compilation from path {TCC}/x/model, error: bad magic"))
+    failed = cachelog.evidence(_log(f"Cannot load aot compilation from path {TCC}/x/model, error: bad magic"))
     assert failed["load_failed"] and cc.reuse(failed, [], []) is None
 
 
 def test_tritons_kernels_count_once_each_and_none_added_is_reuse() -> None:
-    found = cc.kernels(CUDA_LISTING)
+    found = cachelog.kernels(CUDA_LISTING)
     assert [Path(k).name for k in found] == ["cuda_utils.so", "triton_red_fused_0.cubin"]
-    load_failed = cc.evidence(_log(f"Compiling model again due to a load failure from {TCC}/x/model, reason: r"))
+    load_failed = cachelog.evidence(_log(f"Compiling model again due to a load failure from {TCC}/x/model, reason: r"))
     what, evidence = cc.reuse(load_failed, found, found) or ("", "")
     assert what == "inductor's compiled kernels" and "the 2 kernels (.so, .cubin)" in evidence
     added = [*found, f"{TRITON}/triton_poi_fused_9.cubin"]
@@ -225,15 +224,15 @@ http.server.HTTPServer(('127.0.0.1', int(sys.argv[-1])), H).serve_forever()
 def test_the_warm_server_is_waited_for_then_stopped_with_its_whole_group(tmp_path: Path) -> None:
     script = tmp_path / "server.py"
     script.write_text(HEALTH_ONLY)
-    port = serving.free_port()
+    port = server.free_port()
     argv = [sys.executable, str(script), "--port", str(port)]
-    env = {**os.environ, **serving.cache_env(str(tmp_path / "c"))}
+    env = {**os.environ, **servecache.cache_env(str(tmp_path / "c"))}
     started = time.monotonic()
-    warm = serving.start_warm(argv, env, str(tmp_path / "warm.log"), 60.0, 10)
+    warm = server.start_warm(argv, env, str(tmp_path / "warm.log"), 60.0, 10)
     assert warm["ready_s"] is not None and warm["exit_code"] is None, warm
     assert warm["stop_exit_code"] == -15 and time.monotonic() - started < 60
     assert f"cache {tmp_path / 'c'} {tmp_path / 'c' / 'triton'}" in warm["log"]
-    assert not serving.ACTIVE
+    assert not server.ACTIVE
 
 
 @pytest.mark.subprocess
@@ -241,12 +240,12 @@ def test_a_server_that_exits_leaves_no_cache_folder_behind(tmp_path: Path) -> No
     root = tmp_path / "root"
     spec = {**bundle.serve_facts(CPU, "full"), "model": "/m", "ready_timeout_s": 30,
             "vllm": [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]}  # fmt: skip
-    seen = serving.observe(spec, str(tmp_path / "serve.log"), {**os.environ, "XDG_CACHE_HOME": str(root)})
+    seen = server.observe(spec, str(tmp_path / "serve.log"), {**os.environ, "XDG_CACHE_HOME": str(root)})
     assert seen["ready_s"] is None and seen["exit_code"] == 3 and "boom" in seen["log"]
     assert seen["cache_root"].startswith(str(root) + "/") and list(root.iterdir()) == [], "removed on return"
     assert "warm" not in seen
-    quick = {**spec, "options": [*spec["options"], serving.EAGER]}
-    seen = serving.observe(quick, str(tmp_path / "serve.log"), {**os.environ, "XDG_CACHE_HOME": str(root)})
+    quick = {**spec, "options": [*spec["options"], server.EAGER]}
+    seen = server.observe(quick, str(tmp_path / "serve.log"), {**os.environ, "XDG_CACHE_HOME": str(root)})
     assert seen["warm"] == {"skipped": cc.WARM_SKIPPED_EAGER} and "cache_root" not in seen
 
 
@@ -256,11 +255,11 @@ def test_the_cache_folders_file_system_is_its_longest_mount_point(tmp_path: Path
         "overlay / overlay rw 0 0\ntmpfs /tmp tmpfs rw 0 0\n/dev/sdb1 /tmp/.cache ext4 rw 0 0\n"
         "nfs:/x /tmp/.cache2 nfs4 rw 0 0\n"
     )
-    assert serving.filesystem("/tmp/.cache/vllm-smoke-cache-1", str(mounts)) == "ext4"
-    assert serving.filesystem("/tmp/other", str(mounts)) == "tmpfs"
-    assert serving.filesystem("/tmp/.cache2x", str(mounts)) == "tmpfs", "a mount point is a whole path component"
-    assert serving.filesystem("/home", str(mounts)) == "overlay"
-    assert serving.filesystem("/home", str(tmp_path / "missing")) == ""
+    assert servecache.filesystem("/tmp/.cache/vllm-smoke-cache-1", str(mounts)) == "ext4"
+    assert servecache.filesystem("/tmp/other", str(mounts)) == "tmpfs"
+    assert servecache.filesystem("/tmp/.cache2x", str(mounts)) == "tmpfs", "a mount point is a whole path component"
+    assert servecache.filesystem("/home", str(mounts)) == "overlay"
+    assert servecache.filesystem("/home", str(tmp_path / "missing")) == ""
 
 
 def test_the_h200_runs_own_cache_lines_read_as_they_were_judged_there() -> None:
@@ -271,8 +270,8 @@ def test_the_h200_runs_own_cache_lines_read_as_they_were_judged_there() -> None:
     data = Path(__file__).parents[1] / "data" / "bundle" / "h200-warm.json"
     facts = json.loads(data.read_text(encoding="utf-8"))["serve"]["facts"]
     warm = facts["warm"]
-    cold = cc.evidence("\n".join(_log(line) for line in warm["cold_log_lines"]))
-    found = cc.evidence("\n".join(_log(line) for line in warm["log_lines"]))
+    cold = cachelog.evidence("\n".join(_log(line) for line in warm["cold_log_lines"]))
+    found = cachelog.evidence("\n".join(_log(line) for line in warm["log_lines"]))
     assert cold["compiled"] and cold["saved"] and not cold["loaded"]
     assert found["loaded"] and not found["compiled"] and found["keys"] == cold["keys"]
     what, line = cc.reuse(found, [], []) or ("", "")

@@ -3,13 +3,11 @@ layout (header length, JSON header, contiguous little-endian float32 data) vLLM 
 
 from __future__ import annotations
 
-import importlib
 import json
 import struct
 from array import array
-from typing import Any
 
-make_model: Any = importlib.import_module("matrixtool.incontainer.vllm_smoke.programs.make_model")
+from matrixtool.incontainer.vllm_smoke.programs import make_model
 
 
 def test_the_weights_are_a_safetensors_file_of_the_llama_tensors() -> None:

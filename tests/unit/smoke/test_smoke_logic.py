@@ -74,7 +74,7 @@ def test_the_zipapp_is_written_with_one_exec_and_runs_the_package(tmp_path: Path
         parsed = smoke_result.parse_output(proc.stdout, name)
         assert parsed is not None and parsed["status"] == "passed" and parsed["check"] == name
     # A program travels inside the zip and is extracted to the tool's work dir when a check runs it.
-    code = "import sys; sys.path.insert(0, sys.argv[1]); from vllm_smoke import common as c; "
+    code = "import sys; sys.path.insert(0, sys.argv[1]); from vllm_smoke import children as c; "
     code += "print(c.program_path('validate.py'))"
     out = subprocess.run([sys.executable, "-c", code, str(pyz)], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == str(tmp_path / "work" / "programs" / "validate.py")
@@ -197,15 +197,15 @@ def test_gpu_variant_checks_skip_without_a_gpu_and_cpu_variants_run(monkeypatch:
         return mod.result("passed", "ran")
 
     check = mod.needs_gpu(ran)
-    monkeypatch.setattr(mod.common, "gpu_probe", lambda: (False, None))
+    monkeypatch.setattr(mod.gpuprobe, "gpu_probe", lambda: (False, None))
     skipped = check({"accelerator": "cuda"})
     assert skipped["status"] == "skipped" and skipped["diagnosis"].startswith("no GPU visible")
     assert calls == []
     assert check({"accelerator": "cpu"})["status"] == "passed"
-    monkeypatch.setattr(mod.common, "gpu_probe", lambda: (True, None))
+    monkeypatch.setattr(mod.gpuprobe, "gpu_probe", lambda: (True, None))
     assert check({"accelerator": "rocm"})["status"] == "passed"
     # A torch that does not import is a failure, never a skip for want of a GPU.
-    monkeypatch.setattr(mod.common, "gpu_probe", lambda: (None, "Segmentation fault"))
+    monkeypatch.setattr(mod.gpuprobe, "gpu_probe", lambda: (None, "Segmentation fault"))
     broken = check({"accelerator": "cuda"})
     assert broken["status"] == "failed" and "Segmentation fault" in broken["diagnosis"]
 
@@ -287,8 +287,8 @@ def test_a_marker_line_starts_a_line_after_a_progress_bar_left_open(capsys: pyte
     """The engine merges stdout and stderr; a tqdm bar on stderr ends with a carriage return only. Seen in the cuda
     image's tiny-model ("Writing model shards: 100%|...|MATRIX-RESULT {...}": the check printed no result)."""
     runner = importlib.import_module("matrixtool.incontainer.vllm_smoke.runner")
-    common = importlib.import_module("matrixtool.incontainer.vllm_smoke.common")
-    runner._marker_line(common.result_line("tiny-model", common.result("passed", "made")))
+    results = importlib.import_module("matrixtool.incontainer.vllm_smoke.results")
+    runner._marker_line(results.result_line("tiny-model", results.result("passed", "made")))
     merged = "Writing model shards:   0%|  | 0/1\rWriting model shards: 100%|##| 1/1" + capsys.readouterr().out
     found = smoke_result.parse_output(merged, "tiny-model")
     assert found is not None and found["status"] == "passed"
@@ -300,12 +300,12 @@ def test_an_attached_gpu_torch_cannot_use_fails_instead_of_skipping(monkeypatch:
     mod = _incontainer()
     check = mod.needs_gpu(lambda params: mod.result("passed", "ran"))
     why = "RuntimeError: The NVIDIA driver on your system is too old (found version 12020)."
-    monkeypatch.setattr(mod.common, "gpu_probe", lambda: (False, why))
-    monkeypatch.setattr(mod.common, "attached_gpu", lambda accelerator, dev="/dev": "/dev/nvidia0")
+    monkeypatch.setattr(mod.gpuprobe, "gpu_probe", lambda: (False, why))
+    monkeypatch.setattr(mod.gpuprobe, "attached_gpu", lambda accelerator, dev="/dev": "/dev/nvidia0")
     failed = check({"accelerator": "cuda"})
     assert (
         failed["status"] == "failed" and "attached (/dev/nvidia0)" in failed["diagnosis"] and why in failed["diagnosis"]
     )
     assert "libcuda.so.1" in failed["hint"]
-    monkeypatch.setattr(mod.common, "attached_gpu", lambda accelerator, dev="/dev": None)
+    monkeypatch.setattr(mod.gpuprobe, "attached_gpu", lambda accelerator, dev="/dev": None)
     assert check({"accelerator": "cuda"})["status"] == "skipped"

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import pytest
 
 from matrixtool.core.container import OWNER_LABEL, SESSION_LABEL
+from matrixtool.incontainer import sbom_inventory
 from matrixtool.supply import inventory as image_inventory
 from matrixtool.supply import sbom
-
-# The in-image program is untyped (Python >= 3.9, standard library only): one Any-typed handle on it.
-sbom_inventory: Any = importlib.import_module("matrixtool.incontainer.sbom_inventory")
 
 
 def test_parse_output_refuses_what_is_not_the_program_output() -> None:

@@ -23,7 +23,7 @@ from dockerfile_parse import DockerfileParser
 
 from matrixtool.core import outputs
 from matrixtool.core.errors import ConfigError
-from matrixtool.incontainer.vllm_smoke.common import Accelerator
+from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
 from matrixtool.model.model import (
     DEFAULT_MATRIX,
     REPO_ROOT,

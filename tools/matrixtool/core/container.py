@@ -25,8 +25,8 @@ from docker.models.containers import Container
 from docker.utils.socket import SocketError
 
 from matrixtool.core import engine, outputs
-from matrixtool.core.bounded import DEFAULT_LIMIT, BoundedOutput, OutputLimit, read_bounded
 from matrixtool.core.errors import WrongPlatformError
+from matrixtool.incontainer.vllm_smoke.bounded import DEFAULT_LIMIT, BoundedOutput, OutputLimit, read_bounded
 
 SESSION_LABEL = "io.vllm-matrix.session"
 # One container of one tracker (a fresh value per start): what a failed start sweeps, since the engine may have

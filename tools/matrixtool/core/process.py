@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from matrixtool.core.bounded import DEFAULT_LIMIT, BoundedOutput, OutputLimit
 from matrixtool.core.errors import MatrixError
+from matrixtool.incontainer.vllm_smoke.bounded import DEFAULT_LIMIT, BoundedOutput, OutputLimit
 
 
 def echo(argv: Sequence[str], *, via: str | None = None) -> None:

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+from typing import Any, Dict, Optional, Set
 
 MARK = "@@image-facts@@"
 PACKAGES = ("vllm", "torch", "triton")
@@ -17,7 +18,7 @@ MAX_SO_FILES = 600
 LDD_TIMEOUT = 10
 
 
-def installed_bytes(dist, seen):
+def installed_bytes(dist: Any, seen: Set[str]) -> Optional[int]:
     """Bytes of the files ``dist``'s RECORD lists and of the bytecode of its ``.py`` files (installers leave the
     ``__pycache__`` files they compile out of RECORD); os.lstat, a file counted once across distributions (``seen``:
     real paths), a missing one not at all. None when it has no RECORD."""
@@ -45,11 +46,11 @@ def installed_bytes(dist, seen):
     return total
 
 
-def distributions():
+def distributions() -> Any:
     from importlib import metadata
 
     out = {}
-    seen = set()
+    seen: Set[Any] = set()
     for dist in metadata.distributions():
         name = (dist.metadata["Name"] or "").strip()
         if not name:
@@ -79,8 +80,8 @@ def distributions():
     return out
 
 
-def debian_packages(path="/var/lib/dpkg/status"):
-    out = {}
+def debian_packages(path: str = "/var/lib/dpkg/status") -> Any:
+    out: Dict[str, Any] = {}
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
@@ -94,7 +95,7 @@ def debian_packages(path="/var/lib/dpkg/status"):
     return out
 
 
-def _package_dirs():
+def _package_dirs() -> Any:
     import importlib.util
 
     dirs = []
@@ -108,7 +109,7 @@ def _package_dirs():
     return dirs
 
 
-def _needed(path):
+def _needed(path: str) -> Any:
     if shutil.which("ldd"):
         run = subprocess.run(["ldd", path], capture_output=True, text=True, timeout=LDD_TIMEOUT)
         found = {}
@@ -123,8 +124,8 @@ def _needed(path):
     return {}, None
 
 
-def shared_libraries():
-    libs = {}
+def shared_libraries() -> Dict[str, Any]:
+    libs: Dict[str, Any] = {}
     tool = None
     count = 0
     for _package, root in _package_dirs():
@@ -146,7 +147,7 @@ def shared_libraries():
     return {"tool": tool, "files": count, "libraries": libs}
 
 
-def main():
+def main() -> None:
     facts = {
         "python": sys.version.split()[0],
         "distributions": distributions(),

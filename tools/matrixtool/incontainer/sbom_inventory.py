@@ -17,6 +17,7 @@ import json
 import os
 import sys
 from email.parser import HeaderParser
+from typing import Any, Optional
 
 MAX_TEXT = 200
 MAX_COPYRIGHT = 512 * 1024
@@ -30,12 +31,12 @@ SYSTEM_SITES = (
 )
 
 
-def cut(text):
+def cut(text: Optional[str]) -> Any:
     text = (text or "").strip()
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
 
 
-def read_text(path, limit=MAX_COPYRIGHT):
+def read_text(path: str, limit: int = MAX_COPYRIGHT) -> Any:
     try:
         with open(path, "rb") as f:
             return f.read(limit).decode("utf-8", "replace")
@@ -43,7 +44,7 @@ def read_text(path, limit=MAX_COPYRIGHT):
         return None
 
 
-def python_license(meta):
+def python_license(meta: Any) -> Any:
     expression = meta.get("License-Expression")
     if expression:
         return cut(expression), "License-Expression"
@@ -57,7 +58,7 @@ def python_license(meta):
     return "", ""
 
 
-def python_dists():
+def python_dists() -> Any:
     folders = []
     for entry in list(sys.path) + [p for pattern in SYSTEM_SITES for p in sorted(glob.glob(pattern))]:
         real = os.path.realpath(entry) if entry else ""
@@ -104,7 +105,7 @@ def python_dists():
     return dists
 
 
-def dep5_licenses(text):
+def dep5_licenses(text: str) -> Any:
     """The short license names of a DEP-5 copyright file's ``Files`` paragraphs (empty: not machine-readable)."""
     if not text.lstrip().lower().startswith("format:") or "copyright-format" not in text.split("\n", 1)[0]:
         return []
@@ -120,7 +121,7 @@ def dep5_licenses(text):
     return names[:20]
 
 
-def debian_packages():
+def debian_packages() -> Any:
     text = read_text("/var/lib/dpkg/status", 64 * 1024 * 1024)
     if text is None:
         return []
@@ -154,7 +155,7 @@ def debian_packages():
     return packages
 
 
-def os_release():
+def os_release() -> Any:
     fields = {}
     for line in (read_text("/etc/os-release", 65536) or "").splitlines():
         key, _, value = line.partition("=")
@@ -163,7 +164,7 @@ def os_release():
     return fields
 
 
-def main():
+def main() -> None:
     doc = {"python": python_dists(), "debian": debian_packages(), "os": os_release()}
     sys.stdout.write("MATRIX-SBOM " + json.dumps(doc, sort_keys=True) + "\n")
 

@@ -17,7 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from matrixtool.incontainer.vllm_smoke.common import Accelerator, toolkit_of_tag, toolkit_tag_problem
+from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
+from matrixtool.incontainer.vllm_smoke.toolkits import toolkit_of_tag, toolkit_tag_problem
 from matrixtool.model.model import PackagePin, TritonState, Variant
 
 _LOCAL = re.compile(r"\+(?P<tag>[A-Za-z]+)")

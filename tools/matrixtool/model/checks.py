@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from matrixtool.incontainer.vllm_smoke.catalogue import DECLARATIONS
-from matrixtool.incontainer.vllm_smoke.common import Accelerator, Declaration, Suite
+from matrixtool.incontainer.vllm_smoke.declarations import Accelerator, Declaration, Suite
 
 __all__ = [
     "CHECKS",

@@ -13,7 +13,7 @@ import click
 
 from matrixtool.core import outputs
 from matrixtool.core.errors import ConfigError
-from matrixtool.incontainer.vllm_smoke.common import SUITES, Suite
+from matrixtool.incontainer.vllm_smoke.declarations import SUITES, Suite
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.model import Variant
 

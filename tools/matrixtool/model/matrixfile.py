@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 
 from matrixtool.core.errors import ConfigError
-from matrixtool.incontainer.vllm_smoke.common import Accelerator
+from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
 from matrixtool.model.model import (
     DEFAULT_MATRIX,
     IndexSettings,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from matrixtool.incontainer.vllm_smoke.common import Accelerator
+from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
 from matrixtool.model.profiles import Profile
 
 __all__ = [

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from matrixtool.core import process
-from matrixtool.core.bounded import BoundedOutput
 from matrixtool.core.errors import ConfigError
 from matrixtool.incontainer.vllm_smoke import standalone
+from matrixtool.incontainer.vllm_smoke.bounded import BoundedOutput
 from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.smoke import serve, serve_line

@@ -23,7 +23,8 @@ import docker
 
 from matrixtool.core import outputs
 from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL
-from matrixtool.incontainer.vllm_smoke.common import Accelerator
+from matrixtool.incontainer.vllm_smoke.children import Parallel
+from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
 from matrixtool.model import profiles
 from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.conditions import Condition
@@ -117,38 +118,10 @@ def execute(
 
 
 def in_parallel(jobs: Sequence[J], workers: int, run: Callable[[J], R]) -> list[R]:
-    """``run`` over ``jobs`` on up to ``workers`` daemon threads; the results in the order of ``jobs``.
-
-    Daemon threads, and a main thread that waits in short joins: Ctrl-C and SIGTERM reach the main thread at once
-    and its cleanup removes the container (which ends the execs), never waiting for a check to finish. The first
-    exception of a job is raised here once every thread is done."""
-    pending = list(enumerate(jobs))
-    results: dict[int, R] = {}
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-
-    def work() -> None:
-        while True:
-            with lock:
-                if not pending or errors:
-                    return
-                index, job = pending.pop(0)
-            try:
-                results[index] = run(job)
-            except BaseException as exc:  # re-raised in the caller's thread
-                with lock:
-                    errors.append(exc)
-                return
-
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(max(1, min(workers, len(jobs))))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(0.5)
-    if errors:
-        raise errors[0]
-    return [results[i] for i in range(len(jobs))]
+    """``run`` over ``jobs`` on up to ``workers`` daemon threads; the results in the order of ``jobs``
+    (``children.Parallel``: Ctrl-C and SIGTERM reach the main thread at once and its cleanup removes the container,
+    which ends the execs). The first exception of a job is raised here once every thread is done."""
+    return Parallel(jobs).run(workers, run)
 
 
 def host_has_gpu() -> bool:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from matrixtool.core.errors import WrongPlatformError
-from matrixtool.incontainer.vllm_smoke.common import HOST_GROUP
+from matrixtool.incontainer.vllm_smoke.declarations import HOST_GROUP
 from matrixtool.model import profiles
 from matrixtool.model.checks import CHECKS, DEFAULT_SUITE
 from matrixtool.model.conditions import Condition

@@ -10,9 +10,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from matrixtool.core import jsontext, markers
 from matrixtool.core.container import EXEC_FORMAT_ERROR
-from matrixtool.incontainer.vllm_smoke import common as incontainer
+from matrixtool.incontainer.vllm_smoke import results
 from matrixtool.model import profiles
 from matrixtool.model.checks import CHECKS, DEFAULT_SUITE
 from matrixtool.model.model import CheckSpec
@@ -51,24 +50,19 @@ class CheckResult:
 
 
 def parse_output(output: str, check: str | None = None) -> dict[str, Any] | None:
-    """The result object of ``check`` (None: of any check) from the last of its ``MATRIX-RESULT`` lines, or None;
-    a line without a check name is keyed None.
+    """The result object of ``check`` (None: of the last check) from the last of its ``MATRIX-RESULT`` lines (a
+    line without a check name standing for it), or None (``results.parse_results``).
 
     Raises ValueError when that line is not JSON."""
-    results: dict[str | None, dict[str, Any]] = {}
-    for found in markers.marked(output, incontainer.RESULT_MARK):
-        parsed = jsontext.loads(found.payload)  # ValueError: not JSON
-        if not isinstance(parsed, dict):
-            raise ValueError(f"a result is no object: {found.line[:200]}")
-        results[parsed.get("check")] = parsed
-    if check is None:
-        return list(results.values())[-1] if results else None
-    return results.get(check, results.get(None))
+    if check is not None:
+        return results.parsed_result(output, check)
+    found = list(results.parse_results(output).values())
+    return found[-1] if found else None
 
 
 def split_logs(output: str) -> dict[str, str]:
     """{check name: its part of ``output``}: from its ``MATRIX-BEGIN`` line to its result line."""
-    return markers.sections(output, incontainer.BEGIN_MARK, incontainer.RESULT_MARK)
+    return results.split_logs(output)
 
 
 def parse_output_safe(output: str, check: str) -> dict[str, Any] | None:
@@ -88,16 +82,11 @@ def verdict(
     *,
     accelerator: str = "cpu",
 ) -> tuple[Status, str, str, dict[str, Any]]:
-    """Status, diagnosis, hint and facts of one check from its exit code, output and wall time (seconds).
-
-    ``exit_code`` None means the host deadline passed; 124 is coreutils ``timeout`` firing, and 137
-    (SIGKILL) is its ``-k`` follow-up only once ``timeout`` seconds have passed: earlier it is another
-    SIGKILL, most often the kernel's OOM killer (host memory, whatever the ``accelerator``: its hint names
-    VLLM_CPU_KVCACHE_SPACE for cpu only).
-    """
-    hint = CHECKS[check].hint
-    tail = " | ".join(output.strip().splitlines()[-3:])
+    """Status, diagnosis, hint and facts of one check in a container from its exit code, output and wall time
+    (seconds): ``results.verdict`` (timeouts, SIGKILL before the timeout, an unreadable or missing result), after
+    an image of another architecture than this host's (``exec format error``)."""
     if EXEC_FORMAT_ERROR in output.lower():
+        tail = " | ".join(output.strip().splitlines()[-3:])
         return (
             Status.FAILED,
             f"{EXEC_FORMAT_ERROR}: the image's binaries are for another architecture than this host's: {tail}",
@@ -105,51 +94,20 @@ def verdict(
             "(docker run --privileged --rm tonistiigi/binfmt --install all)",
             {},
         )
-    if exit_code == 137 and seconds is not None and seconds < timeout:
-        return (
-            Status.FAILED,
-            f"killed by SIGKILL after {seconds:.0f} s, before its {timeout} s timeout (out of memory?): {tail}",
-            oom_hint("container", accelerator),
-            {},
-        )
-    if exit_code is None or exit_code in (124, 137):
-        return Status.TIMEOUT, f"no result within {timeout} s; the check was killed", hint, {}
-    try:
-        parsed = parse_output(output, check)
-        status = Status(parsed["status"]) if parsed is not None else None
-    except (ValueError, KeyError, TypeError) as exc:
-        return Status.FAILED, f"the check printed an unreadable result ({exc}): {tail}", hint, {}
-    if parsed is None or status is None:
-        return Status.FAILED, f"the check printed no result (exit {exit_code}): {tail}", hint, {}
-    return (
-        status,
-        str(parsed.get("diagnosis", "")),
-        str(parsed.get("hint") or hint),
-        dict(parsed.get("facts", {})),
+    status, diagnosis, hint, facts = results.verdict(
+        check, exit_code, output, timeout, seconds, hint=CHECKS[check].hint, accelerator=accelerator, where="container"
     )
-
-
-def oom_hint(where: str, accelerator: str) -> str:
-    """The hint for a check SIGKILLed before its timeout in ``where`` (container, environment): the kernel's OOM
-    killer ends a process short of host memory; on cpu the KV cache lives there (VLLM_CPU_KVCACHE_SPACE)."""
-    if accelerator == "cpu":
-        return f"give the {where} more memory, or lower VLLM_CPU_KVCACHE_SPACE"
-    return (
-        f"the host's or pod's memory limit killed it (the kernel's OOM killer, host memory, not GPU memory): "
-        f"give the {where} (or its pod) more memory"
-    )
+    return Status(status), diagnosis, hint, facts
 
 
 def unhidden(result: CheckResult, checks: Sequence[CheckSpec]) -> CheckResult:
     """``result``, or where it was skipped for a prerequisite that failed but is not among ``checks`` (a profile's
-    rerun leaves prerequisites out), a failure naming the prerequisite's diagnosis: a skip never hides a failure."""
-    need = result.facts.get("failed_need")
-    if result.status is not Status.SKIPPED or not need or need in {c.name for c in checks}:
+    rerun leaves prerequisites out), a failure naming the prerequisite's diagnosis (``results.unhidden``)."""
+    found = results.unhidden(result.status.value, result.facts, {c.name for c in checks}, _declared_hint)
+    if found is None:
         return result
-    hint = result.facts.get("need_hint") or (CHECKS[need].hint if need in CHECKS else "")
-    return dataclasses.replace(
-        result,
-        status=Status.FAILED,
-        diagnosis=f"{need} failed here: {result.facts.get('need_diagnosis') or 'see the log'}",
-        hint=str(hint),
-    )
+    return dataclasses.replace(result, status=Status.FAILED, diagnosis=found[0], hint=found[1])
+
+
+def _declared_hint(check: str) -> str:
+    return CHECKS[check].hint if check in CHECKS else ""

@@ -22,8 +22,8 @@ from typing import Any
 
 from matrixtool.core import jsontext
 from matrixtool.incontainer.vllm_smoke import compilecache, serving
+from matrixtool.incontainer.vllm_smoke.errortext import root_cause
 from matrixtool.incontainer.vllm_smoke.programs import generate
-from matrixtool.incontainer.vllm_smoke.vllmchecks import root_cause
 from matrixtool.smoke import serve_diagnosis, serve_health, serve_line, serve_probing, serve_route_diagnosis
 from matrixtool.smoke.result import CheckResult, Status
 

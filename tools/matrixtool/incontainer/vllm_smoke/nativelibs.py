@@ -7,16 +7,15 @@ import os
 import re
 import shutil
 import subprocess
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from .common import (
-    check,
-    gpu_visible,
-    result,
-)
+from .declarations import check
+from .gpuprobe import gpu_visible
+from .results import result
 
 
 # --- native-libs (class 11) --------------------------------------------------------------------------
-def _package_dir(name):
+def _package_dir(name: str) -> Any:
     spec = importlib.util.find_spec(name)
     return os.path.dirname(spec.origin) if spec and spec.origin else None
 
@@ -40,23 +39,23 @@ SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/l
 EXTENSION_SYMPTOMS = ("Failed to import from vllm._C", "'_OpNamespace' '_C' object has no attribute")
 
 
-def too_new_needers(ldd_lines):
+def too_new_needers(ldd_lines: Iterable[str]) -> Dict[Optional[str], List[str]]:
     """{library that needs them: sorted versions} from ldd's lines (``_REQUIRED_BY``); a line without
     ``required by`` (an older ldd) is keyed None."""
-    found = {}
+    found: Dict[Optional[str], Set[str]] = {}
     for line in ldd_lines:
         m = _REQUIRED_BY.search(line)
         if m:
             found.setdefault(m.group(2).strip(), set()).add(m.group(1))
         elif _VERSION.search(line):
-            found.setdefault(None, set()).add(_VERSION.search(line).group(0).split("`")[1].split("'")[0])
+            found.setdefault(None, set()).add(_VERSION.search(line).group(0).split("`")[1].split("'")[0])  # type: ignore[union-attr]
     return {k: sorted(v) for k, v in found.items()}
 
 
-def missing_libraries(broken, shown=3):
+def missing_libraries(broken: Any, shown: int = 3) -> str:
     """One line for ``broken`` ({shared object: the libraries ldd finds no file for}): each missing library
     named once, with the objects that need it (at most ``shown`` of them, then a count)."""
-    by_lib = {}
+    by_lib: Dict[str, Any] = {}
     for obj, gone in broken.items():
         for lib in gone:
             by_lib.setdefault(lib, []).append(obj)
@@ -67,7 +66,7 @@ def missing_libraries(broken, shown=3):
     return f"{len(broken)} shared object(s) miss a library that is not found: {'; '.join(parts)}"
 
 
-def library_origin(path, ld_library_path, site_dirs, package_of, system_copies):
+def library_origin(path: str, ld_library_path: Any, site_dirs: Any, package_of: Any, system_copies: Any) -> Any:
     """Where a shared object that another one loads comes from, as a dict: ``kind`` is ``ld_library_path``
     (a folder of ``LD_LIBRARY_PATH``: ``entry``), ``wheel`` (under a site-packages folder, e.g. a wheel's
     ``*.libs``: ``site``), ``system`` (a system package owns it: ``package``) or ``unowned`` (a copy no package
@@ -90,7 +89,7 @@ def library_origin(path, ld_library_path, site_dirs, package_of, system_copies):
     return origin
 
 
-def describe_too_new_dependency(origin, needs, loaded_by, glibc, owners=()):
+def describe_too_new_dependency(origin: Any, needs: Any, loaded_by: Any, glibc: Any, owners: Any = ()) -> Any:
     """(problem, hint) for a library ``origin`` (``library_origin``) that needs the C library versions ``needs``
     newer than the image's ``glibc`` and that the shared objects ``loaded_by`` load (so each of them fails to
     load by it): the library is named once, with where it comes from, and the fix fits that origin."""
@@ -130,7 +129,7 @@ def describe_too_new_dependency(origin, needs, loaded_by, glibc, owners=()):
     return problem, hint
 
 
-def _glibc():
+def _glibc() -> Any:
     """This image's glibc version, e.g. ``2.36`` (``os.confstr``), or ``unknown``."""
     try:
         return (os.confstr("CS_GNU_LIBC_VERSION") or "glibc unknown").split()[-1]
@@ -138,7 +137,7 @@ def _glibc():
         return "unknown"
 
 
-def _owners(paths):
+def _owners(paths: Iterable[str]) -> List[Any]:
     """The distributions whose RECORD lists any of ``paths`` (relative to site-packages), by name."""
     from importlib import metadata
 
@@ -151,7 +150,7 @@ def _owners(paths):
     return sorted(set(found))
 
 
-def _package_of(path):
+def _package_of(path: str) -> Optional[str]:
     """The system package that owns ``path`` (``dpkg -S``, also under its /usr-merged twin), or None."""
     if shutil.which("dpkg") is None:
         return None
@@ -163,10 +162,10 @@ def _package_of(path):
     return None
 
 
-def _system_copies(path):
+def _system_copies(path: str) -> Any:
     """The other files named like ``path`` in the system's library folders (the loader's choice without it)."""
     name, here = os.path.basename(path), os.path.realpath(path)
-    found = []
+    found: List[Any] = []
     for folder in SYSTEM_LIB_DIRS:
         candidate = os.path.join(folder, name)
         real = os.path.realpath(candidate)
@@ -189,18 +188,66 @@ def _system_copies(path):
     timeout=300,
     group="light",
 )
-def check_native_libs(params):
-    facts = {}
+def check_native_libs(params: Dict[str, Any]) -> Dict[str, Any]:
     missing_preload = [p for p in os.environ.get("LD_PRELOAD", "").replace(":", " ").split() if not os.path.exists(p)]
     if shutil.which("ldd") is None:
         return result("skipped", "no ldd in the image")
     dirs = [d for d in (_package_dir("torch"), _package_dir("vllm")) if d]
-    torch_lib = os.path.join(dirs[0], "lib") if dirs and dirs[0].endswith("torch") else None
+    # Without a GPU the driver's libraries are rightly absent; with one, the container toolkit mounts them
+    # and their absence is a defect. CPU variants get no GPU: no need to import torch to find out.
+    waive_driver = params.get("accelerator", "cpu") == "cpu" or not gpu_visible()
+    scan = _scan(dirs, _ldd_env(dirs), waive_driver)
+    broken, dependencies = scan["broken"], scan["dependencies"]
+    # A library of torch/vLLM that others load is named once, as the dependency (with what loads it), not again
+    # as a shared object of its own.
+    as_dependency = {
+        os.path.relpath(n, os.path.dirname(t)) for n in dependencies for t in dirs if n.startswith(t + "/")
+    }
+    too_new = {rel: found for rel, found in scan["too_new"].items() if rel not in as_dependency}
+    versions = sorted({v for found in too_new.values() for v in found})
+    versions += sorted({f"version `{v}' not found" for d in dependencies.values() for v in d["needs"]} - set(versions))
+    libs = sorted({lib for gone in broken.values() for lib in gone})
+    failing = [*broken, *too_new, *(o for d in dependencies.values() for o in d["loaded_by"])]
+    symptoms = list(EXTENSION_SYMPTOMS) if any(o.startswith("vllm/_C") for o in failing) else []
+    facts: Dict[str, Any] = {
+        "shared_objects": scan["count"],
+        "broken": broken,
+        "too_new": {k: sorted(v) for k, v in too_new.items()},
+        "too_new_dependencies": {
+            k: {"needs": sorted(v["needs"]), "loaded_by": sorted(v["loaded_by"])} for k, v in dependencies.items()
+        },
+        "missing_preload": missing_preload,
+        "driver_provided": sorted(scan["driver_provided"]),
+        # What other checks fail by when this one fails (the host reports their failures as consequences).
+        "root_errors": [*versions, *libs, *symptoms],
+    }
+    problems, hints = _problems(missing_preload, too_new, versions, broken)
+    if dependencies:
+        facts["too_new_origins"] = _dependency_problems(dependencies, dirs, problems, hints)
+    if broken:
+        problems.append(missing_libraries(broken))
+        hints.append("install the system packages that provide the missing libraries (e.g. libnuma1 for libnuma.so.1)")
+    if problems:
+        return result("failed", "; ".join(problems), "; ".join(hints), **facts)
+    driver = (
+        f"; {', '.join(sorted(scan['driver_provided']))} come(s) from the GPU driver at run time, not the image"
+        if scan["driver_provided"]
+        else ""
+    )
+    return result(
+        "passed", f"{scan['count']} shared objects of torch/vLLM resolve every library{driver}; LD_PRELOAD ok", **facts
+    )
+
+
+def _ldd_env(dirs: Sequence[str]) -> Dict[str, str]:
+    """The environment ldd runs in: no LD_PRELOAD, and the folders torch loads its libraries from first.
+
+    vLLM's extensions link libtorch, and on CUDA libcudart/libnvrtc, without an RPATH: torch loads them first at
+    run time (its own folder, and the nvidia-* wheels' lib folders in torch/__init__.py's _load_global_deps), so
+    those folders go on LD_LIBRARY_PATH."""
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
-    # vLLM's extensions link libtorch, and on CUDA libcudart/libnvrtc, without an RPATH: torch loads them
-    # first at run time (its own folder, and the nvidia-* wheels' lib folders in torch/__init__.py's
-    # _load_global_deps), so add those folders.
+    torch_lib = os.path.join(dirs[0], "lib") if dirs and dirs[0].endswith("torch") else None
     preloaded = [torch_lib] if torch_lib else []
     if dirs and dirs[0].endswith("torch"):
         nvidia = os.path.join(os.path.dirname(dirs[0]), "nvidia")
@@ -210,13 +257,18 @@ def check_native_libs(params):
                 subdirs[:] = []
     if preloaded:
         env["LD_LIBRARY_PATH"] = ":".join(filter(None, [*preloaded, env.get("LD_LIBRARY_PATH")]))
-    broken = {}
-    too_new = {}  # shared object -> {"version `GLIBC_2.38' not found"}: built for a newer C library
-    dependencies = {}  # a library they load that needs a newer C library -> {"needs", "loaded_by"}
-    driver_provided = set()
-    # Without a GPU the driver's libraries are rightly absent; with one, the container toolkit mounts them
-    # and their absence is a defect. CPU variants get no GPU: no need to import torch to find out.
-    waive_driver = params.get("accelerator", "cpu") == "cpu" or not gpu_visible()
+    return env
+
+
+def _scan(dirs: Sequence[str], env: Mapping[str, str], waive_driver: bool) -> Dict[str, Any]:
+    """ldd over every shared object below ``dirs``: ``count``; ``broken`` (shared object -> libraries not found);
+    ``too_new`` (shared object -> {"version `GLIBC_2.38' not found"}: built for a newer C library);
+    ``dependencies`` (a library they load that needs a newer C library -> {"needs", "loaded_by"});
+    ``driver_provided``: the GPU driver's libraries not found where ``waive_driver``."""
+    broken: Dict[str, List[str]] = {}
+    too_new: Dict[str, Set[str]] = {}
+    dependencies: Dict[str, Any] = {}
+    driver_provided: Set[str] = set()
     count = 0
     for top in dirs:
         for root, _, files in os.walk(top):
@@ -243,31 +295,22 @@ def check_native_libs(params):
                     driver_provided.update(from_driver)
                     gone = [lib for lib in gone if lib not in from_driver]
                 if gone:
-                    broken[os.path.relpath(path, os.path.dirname(top))] = gone
-    # A library of torch/vLLM that others load is named once, as the dependency (with what loads it), not again
-    # as a shared object of its own.
-    as_dependency = {
-        os.path.relpath(n, os.path.dirname(t)) for n in dependencies for t in dirs if n.startswith(t + "/")
+                    broken[rel] = gone
+    return {
+        "count": count,
+        "broken": broken,
+        "too_new": too_new,
+        "dependencies": dependencies,
+        "driver_provided": driver_provided,
     }
-    too_new = {rel: found for rel, found in too_new.items() if rel not in as_dependency}
-    versions = sorted({v for found in too_new.values() for v in found})
-    versions += sorted({f"version `{v}' not found" for d in dependencies.values() for v in d["needs"]} - set(versions))
-    libs = sorted({lib for gone in broken.values() for lib in gone})
-    failing = [*broken, *too_new, *(o for d in dependencies.values() for o in d["loaded_by"])]
-    symptoms = list(EXTENSION_SYMPTOMS) if any(o.startswith("vllm/_C") for o in failing) else []
-    facts.update(
-        shared_objects=count,
-        broken=broken,
-        too_new={k: sorted(v) for k, v in too_new.items()},
-        too_new_dependencies={
-            k: {"needs": sorted(v["needs"]), "loaded_by": sorted(v["loaded_by"])} for k, v in dependencies.items()
-        },
-        missing_preload=missing_preload,
-        driver_provided=sorted(driver_provided),
-        # What other checks fail by when this one fails (the host reports their failures as consequences).
-        root_errors=[*versions, *libs, *symptoms],
-    )
-    problems, hints = [], []
+
+
+def _problems(
+    missing_preload: Sequence[str], too_new: Mapping[str, Set[str]], versions: Sequence[str], broken: Any
+) -> Tuple[List[str], List[str]]:
+    """(problems, hints) of a missing LD_PRELOAD file and of shared objects built for a newer C library."""
+    problems: List[str] = []
+    hints: List[str] = []
     if missing_preload:
         problems.append(f"LD_PRELOAD names missing file(s): {', '.join(missing_preload)}")
         hints.append("point LD_PRELOAD only at files that exist")
@@ -284,32 +327,26 @@ def check_native_libs(params):
             f"manylinux tag no newer than manylinux_{glibc.replace('.', '_')}), or use a base image whose C/C++ "
             f"runtime provides {', '.join(v.split('`')[1].split(chr(39))[0] for v in versions)}"
         )
-    if dependencies:
-        glibc = _glibc()
-        site_dirs = [os.path.dirname(d) for d in dirs]
-        origins = []
-        for needer, found in sorted(dependencies.items()):
-            origin = library_origin(
-                needer, os.environ.get("LD_LIBRARY_PATH", ""), site_dirs, _package_of, _system_copies(needer)
-            )
-            site = origin.get("site")
-            owners = _owners([os.path.relpath(needer, site)]) if site else []
-            problem, hint = describe_too_new_dependency(origin, sorted(found["needs"]), sorted(found["loaded_by"]),
-                                                        glibc, owners)  # fmt: skip
-            origins.append(origin)
-            problems.append(problem)
-            hints.append(hint)
-        facts["too_new_origins"] = origins
-    if broken:
-        problems.append(missing_libraries(broken))
-        hints.append("install the system packages that provide the missing libraries (e.g. libnuma1 for libnuma.so.1)")
-    if problems:
-        return result("failed", "; ".join(problems), "; ".join(hints), **facts)
-    driver = (
-        f"; {', '.join(sorted(driver_provided))} come(s) from the GPU driver at run time, not the image"
-        if driver_provided
-        else ""
-    )
-    return result(
-        "passed", f"{count} shared objects of torch/vLLM resolve every library{driver}; LD_PRELOAD ok", **facts
-    )
+    return problems, hints
+
+
+def _dependency_problems(
+    dependencies: Mapping[str, Any], dirs: Sequence[str], problems: List[str], hints: List[str]
+) -> List[Dict[str, Any]]:
+    """Each library torch/vLLM load that needs a newer C library, with where it comes from
+    (``library_origin``): its problem and hint appended; the origins (facts ``too_new_origins``)."""
+    glibc = _glibc()
+    site_dirs = [os.path.dirname(d) for d in dirs]
+    origins = []
+    for needer, found in sorted(dependencies.items()):
+        origin = library_origin(
+            needer, os.environ.get("LD_LIBRARY_PATH", ""), site_dirs, _package_of, _system_copies(needer)
+        )
+        site = origin.get("site")
+        owners = _owners([os.path.relpath(needer, site)]) if site else []
+        problem, hint = describe_too_new_dependency(origin, sorted(found["needs"]), sorted(found["loaded_by"]),
+                                                    glibc, owners)  # fmt: skip
+        origins.append(origin)
+        problems.append(problem)
+        hints.append(hint)
+    return origins

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from .common import compile_cause
+from .errortext import compile_cause
 
 Result = Mapping[str, Any]
 
@@ -163,7 +163,7 @@ def _only_about(cause: Result, result: Result) -> bool:
 
 def consequences(results: Sequence[Result]) -> List[Dict[str, Any]]:
     """``results`` (as dicts) with each failure that follows from a failed cause check (``CAUSES``) turned into
-    ``skipped: <cause> failed`` (facts ``failed_need``, ``need_diagnosis``, ``need_hint``, as the in-image runner
+    ``skipped: <cause> failed`` (facts ``failed_need``, ``need_diagnosis``, ``need_hint``, as ``results.need_skip``
     writes them, ``consequence_of`` and ``own_diagnosis``), and each check skipped for such a consequence pointed
     at the cause. Order is kept."""
     failed = {r["check"]: r for r in results if r["status"] == "failed"}

@@ -13,10 +13,12 @@ import sys
 import threading
 import time
 import traceback
+from typing import Any, Dict, Sequence
 
 from .catalogue import DECLARATIONS
-from .common import BEGIN_MARK, last_error_line, result, result_line
 from .conditions import explain
+from .errortext import last_error_line
+from .results import BEGIN_MARK, need_skip, result, result_line
 
 
 class CheckTimeout(BaseException):
@@ -28,60 +30,50 @@ class _deadline:
     main thread: no limit). The checks of a group share an interpreter, so each keeps its own timeout here; the
     host's ``timeout`` around the group (the sum) is the backstop for a check stuck where no signal reaches."""
 
-    def __init__(self, seconds):
+    def __init__(self, seconds: int) -> None:
         self.seconds = seconds if threading.current_thread() is threading.main_thread() else 0
 
-    def _fire(self, signum, frame):
+    def _fire(self, signum: int, frame: Any) -> None:
         # Raised where the check happens to be: inside a __del__ Python only prints it ("Exception ignored", seen
         # in regex's Group.__del__ during vLLM's start-up), so the alarm fires again each second until it lands.
         signal.alarm(1)
         raise CheckTimeout()
 
-    def __enter__(self):
+    def __enter__(self) -> _deadline:
         if self.seconds > 0:
             self.previous = signal.signal(signal.SIGALRM, self._fire)
             signal.alarm(self.seconds)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         if self.seconds > 0:
             signal.alarm(0)
             signal.signal(signal.SIGALRM, self.previous)
-        return False
 
 
 class Session:
     """The checks of one interpreter and the outcomes of those already run (needs included)."""
 
-    def __init__(self, params):
+    def __init__(self, params: Dict[str, Any]) -> None:
         self.params = params
-        self.outcomes = {}
+        self.outcomes: Dict[str, Dict[str, Any]] = {}
 
-    def outcome(self, name):
+    def outcome(self, name: str) -> Dict[str, Any]:
         """Run check ``name`` once in this interpreter (its needs first); its result dict."""
         if name in self.outcomes:
             return self.outcomes[name]
         declaration = DECLARATIONS[name]
         for need in declaration.needs:
-            got = self.outcome(need)
-            if got["status"] != "passed":
-                root = got["facts"].get("failed_need") if got["status"] == "skipped" else None
-                if root:  # the need was skipped for a need of its own: name the check that failed
-                    diagnosis = f"{root} failed"
-                elif got["status"] == "failed":
-                    root, diagnosis = need, f"{need} failed"
-                else:
-                    diagnosis = f"{need} was {got['status']} ({got['diagnosis']})"
-                facts = {"need": need, "failed_need": root}
-                if root:  # what the host reports where the failed check is not in its report (a profile's rerun)
-                    cause = self.outcomes.get(root) or {}
-                    facts.update(need_diagnosis=cause.get("diagnosis"), need_hint=cause.get("hint"))
-                self.outcomes[name] = dict(result("skipped", diagnosis, **facts), seconds=0.0)
+            self.outcome(need)
+            skipped = need_skip(need, self.outcomes)
+            if skipped is not None:
+                self.outcomes[name] = dict(result("skipped", skipped[0], **skipped[1]), seconds=0.0)
                 return self.outcomes[name]
         started = time.monotonic()
         limit = int(self.params.get("timeouts", {}).get(name) or 0)
         try:
             with _deadline(limit):
+                assert declaration.function is not None  # every declared check has its function
                 outcome = declaration.function(self.params)
         except CheckTimeout:
             outcome = result("timeout", f"no result within its timeout of {limit} s", None)
@@ -103,7 +95,7 @@ class Session:
         return outcome
 
 
-def run(names, params):
+def run(names: Sequence[str], params: Dict[str, Any]) -> int:
     """Run ``names`` in order in this interpreter, printing one result line per check; 0, or 2 for unknown names."""
     unknown = [n for n in names if n not in DECLARATIONS]
     if unknown:
@@ -116,7 +108,7 @@ def run(names, params):
     return 0
 
 
-def _marker_line(text):
+def _marker_line(text: str) -> None:
     """Print a marker line so that it starts a line of the output the host reads, stdout and stderr merged by the
     engine: a progress bar on stderr (tqdm's "Writing model shards: 100%|...|", ended by a carriage return only)
     can leave its line open just before it, and the host reads a marker only at the start of a line."""
@@ -125,7 +117,7 @@ def _marker_line(text):
     sys.stdout.flush()
 
 
-def main(argv):
+def main(argv: Sequence[str]) -> int:
     """``[prog, "run", "A,B", PARAMS_JSON]``, or ``[prog, "A", PARAMS_JSON]`` for one check; the exit status.
 
     ``[prog, "catalogue"]`` prints the declarations as JSON; ``[prog, "model"]`` makes the tiny model (once) and
@@ -140,7 +132,7 @@ def main(argv):
         print(json.dumps({n: d.as_dict() for n, d in DECLARATIONS.items()}, indent=1))
         return 0
     if args[0] == "model":
-        from .vllmchecks import ensure_model
+        from .tinymodel import ensure_model
 
         print("MATRIX-MODEL " + ensure_model(), flush=True)
         return 0
@@ -153,6 +145,6 @@ def main(argv):
     return run([n for n in args[0].split(",") if n], params)
 
 
-def entry():
+def entry() -> int:
     """The console entry of the zipapp (``__main__``)."""
     return main(sys.argv)

@@ -6,22 +6,16 @@ import importlib.util
 import re
 import time
 import traceback
+from typing import Any, Dict
 
-from .common import (
-    UNUSABLE_GPU_HINT,
-    check,
-    compile_cause,
-    compile_hint,
-    dist_version,
-    import_hint,
-    last_error_line,
-    result,
-    run_python,
-    unusable_gpu,
-)
+from .children import run_python
+from .declarations import VLLM_REPO, check
+from .errortext import compile_cause, compile_hint, import_hint, last_error_line
+from .gpuprobe import UNUSABLE_GPU_HINT, unusable_gpu
+from .installed import dist_version
+from .results import result
 
 TORCH_FAMILY = ("torchvision", "torchaudio", "torchcodec")
-_VLLM = "https://github.com/vllm-project/vllm"
 
 
 @check(
@@ -33,7 +27,7 @@ _VLLM = "https://github.com/vllm-project/vllm"
     timeout=300,
     group="torch",
 )
-def check_torch_import(params):
+def check_torch_import(params: Dict[str, Any]) -> Dict[str, Any]:
     """Import torch in this interpreter (checks of its group then share it)."""
     try:
         import torch
@@ -43,14 +37,14 @@ def check_torch_import(params):
     return result("passed", f"torch {torch.__version__} imports", torch=torch.__version__)
 
 
-def _torch_info():
+def _torch_info() -> Dict[str, Any]:
     """torch's version and build from this interpreter (torch-import has imported it)."""
     import torch
 
     return {"version": torch.__version__, "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None)}
 
 
-def _torch_build(info):
+def _torch_build(info: Any) -> Any:
     """ "cuda", "rocm" or "cpu" from torch.version.cuda / torch.version.hip."""
     if info.get("hip"):
         return "rocm"
@@ -71,7 +65,7 @@ def _torch_build(info):
     needs=("torch-import",),
     group="torch",
 )
-def check_torch_family(params):
+def check_torch_family(params: Dict[str, Any]) -> Dict[str, Any]:
     facts = {"torch": dist_version("torch")}
     info = _torch_info()
     build = _torch_build(info)
@@ -110,7 +104,7 @@ def check_torch_family(params):
     )
 
 
-def _inductor_hint(text, device):
+def _inductor_hint(text: str, device: Any) -> Any:
     """The fix for inductor failing on ``device`` with traceback ``text``: the compiler or headers it lacks,
     Triton's fix only where the error is Triton's (inductor's GPU kernels are Triton kernels), else the log."""
     found = compile_hint(text)
@@ -125,7 +119,7 @@ def _inductor_hint(text, device):
     "inductor-compile",
     proves="`torch.compile` (inductor) matches eager on CPU, and on CUDA when visible",
     classes=(8,),
-    reports=("https://github.com/pytorch/pytorch/issues/116696", f"{_VLLM}/issues/27890"),
+    reports=("https://github.com/pytorch/pytorch/issues/116696", f"{VLLM_REPO}/issues/27890"),
     hint="install a C++ compiler and the Python headers (g++, python3-dev) for the CPU backend; read the "
     "compile error in the log",
     timeout=300,
@@ -134,7 +128,7 @@ def _inductor_hint(text, device):
     needs=("torch-import",),
     group="vllm",  # it imports vLLM first (below): the vLLM group's import serves it
 )
-def check_inductor_compile(params):
+def check_inductor_compile(params: Dict[str, Any]) -> Dict[str, Any]:
     """torch.compile (inductor) of a small function equals eager, on CPU and on CUDA when visible.
 
     vLLM is imported first when installed: a placeholder `triton` it plants (vllm#17309) must not break
@@ -148,7 +142,7 @@ def check_inductor_compile(params):
             pass
     import torch
 
-    def f(x):
+    def f(x: Any) -> Any:
         return torch.sin(x) * 2 + torch.cos(x) ** 2
 
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

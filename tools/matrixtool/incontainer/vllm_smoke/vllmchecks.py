@@ -3,36 +3,19 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
-import shutil
-import subprocess
 import sys
-import time
 import traceback
+from typing import Any, Dict, Optional
 
-from .common import (
-    HOST_GROUP,
-    MODEL_DIR,
-    WORK_DIR,
-    check,
-    compile_hint,
-    dist_version,
-    error_with_cause,
-    first_cause,
-    gpu_visible,
-    import_hint,
-    last_error_line,
-    marked,
-    needs_gpu,
-    needs_vllm,
-    providers_of,
-    result,
-    run_program,
-)
-
-_VLLM = "https://github.com/vllm-project/vllm"
+from .children import marked, run_program
+from .declarations import HOST_GROUP, VLLM_REPO, check
+from .errortext import compile_hint, error_with_cause, first_cause, import_hint, last_error_line
+from .gpuprobe import needs_gpu, needs_vllm
+from .installed import dist_version, providers_of
+from .results import result
+from .tinymodel import ensure_model, read_model
 
 
 @check(
@@ -46,7 +29,7 @@ _VLLM = "https://github.com/vllm-project/vllm"
     group="vllm",
 )
 @needs_vllm
-def check_vllm_import(params):
+def check_vllm_import(params: Dict[str, Any]) -> Dict[str, Any]:
     """Import vLLM in this interpreter (the checks of its group then share it); the diagnosis names the module
     that failed and the distribution that provides it."""
     try:
@@ -64,7 +47,7 @@ def check_vllm_import(params):
     return result("passed", f"vLLM {vllm.__version__} imports", vllm=vllm.__version__)
 
 
-def _failing_package(text):
+def _failing_package(text: str) -> Optional[str]:
     """``<distribution> <version>`` of the site-packages folder where a traceback ended, other than vllm; or None."""
     frames = re.findall(r'File "[^"]*/(?:site|dist)-packages/([A-Za-z0-9_]+)', text)
     for module in reversed(frames):
@@ -86,7 +69,7 @@ def _failing_package(text):
     needs=("torch-import",),
     group="vllm",
 )
-def check_tiny_model(params):
+def check_tiny_model(params: Dict[str, Any]) -> Dict[str, Any]:
     """Make the tiny model once per container (WORK_DIR/tiny-llama), in this interpreter, and read it back as vLLM
     will: its config and tokenizer with transformers, its weights' names with safetensors (the group's ``import
     vllm`` has imported both)."""
@@ -102,48 +85,10 @@ def check_tiny_model(params):
     )
 
 
-def read_model(folder):
-    """The model in ``folder`` as transformers and safetensors read it: {"vocab_size", "tensors", "tokenizer"}.
-    Raises what they raise."""
-    from safetensors import safe_open
-    from transformers import AutoConfig, AutoTokenizer
-
-    config = AutoConfig.from_pretrained(folder)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    with safe_open(os.path.join(folder, "model.safetensors"), framework="pt") as weights:
-        tensors = len(list(weights.keys()))
-    return {"vocab_size": config.vocab_size, "tensors": tensors, "tokenizer": type(tokenizer).__name__}
-
-
-def ensure_model():
-    """Make the tiny random Llama + locally trained tokenizer once per container; return its folder.
-
-    Interpreters of parallel groups may ask at once: a lock file serialises them, and the model is written to a
-    temporary folder that is renamed into place. Raises what making the model raises."""
-    import fcntl
-
-    if os.path.isfile(os.path.join(MODEL_DIR, "config.json")):
-        return MODEL_DIR
-    os.makedirs(os.path.dirname(MODEL_DIR), exist_ok=True)
-    # A lock file of another UID (an earlier profile's container, on the same volume) opens for reading only
-    # (flock needs no more): a sticky folder refuses to open it for writing.
-    lock_path = MODEL_DIR + ".lock"
-    mode = "r" if os.path.exists(lock_path) and os.stat(lock_path).st_uid != os.geteuid() else "w"
-    with open(lock_path, mode) as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not os.path.isfile(os.path.join(MODEL_DIR, "config.json")):
-            from .programs import make_model
-
-            partial = f"{MODEL_DIR}.{os.getpid()}"
-            make_model.make(partial)
-            os.replace(partial, MODEL_DIR)
-    return MODEL_DIR
-
-
 V2_ERROR = "Model Runner V2 requires Triton."
 
 
-def short_error(text):
+def short_error(text: str) -> Any:
     """The message inside a pydantic ValidationError (``Value error, X [type=...``), else the first line."""
     m = re.search(r"Value error, (.*?)(?: \[type=|$)", text, re.MULTILINE)
     if m:
@@ -152,14 +97,14 @@ def short_error(text):
     return lines[0] if lines else text
 
 
-def _envs_cached():
+def _envs_cached() -> Any:
     """True when vLLM's environment variables are cached in this interpreter (vllm/envs.py enable_envs_cache, called
     when an engine starts): a changed os.environ is then no longer read, so another environment needs a child."""
     envs = sys.modules.get("vllm.envs")
     return envs is not None and hasattr(getattr(envs, "__getattr__", None), "cache_clear")
 
 
-def _validate(env_overrides, timeout):
+def _validate(env_overrides: Any, timeout: float) -> Any:
     """vLLM's engine configuration for the tiny model, with ``env_overrides`` on top of the image's environment.
 
     In this interpreter (the group shares its ``import vllm``) while vLLM reads os.environ afresh
@@ -201,7 +146,7 @@ TRITON_FIX = (
 )
 
 
-def runner_hint(error):
+def runner_hint(error: str) -> Any:
     """The fix for vLLM's configuration failing with ``error``: Triton's only where the error is about Triton
     (``Model Runner V2 requires Triton.``, or it names triton); else the package, compiler or setting it names."""
     if V2_ERROR in (error or "") or re.search(r"\btriton\b", error or "", re.IGNORECASE):
@@ -220,7 +165,7 @@ def runner_hint(error):
         "Triton state predicts (`Model Runner V2 requires Triton.`)"
     ),
     classes=(1,),
-    reports=(f"{_VLLM}/issues/57684", f"{_VLLM}/pull/55847"),
+    reports=(f"{VLLM_REPO}/issues/57684", f"{VLLM_REPO}/pull/55847"),
     hint="read vLLM's configuration error in the log: it names the setting or the package at fault",
     timeout=300,
     needs=("vllm-import", "tiny-model"),
@@ -228,7 +173,7 @@ def runner_hint(error):
 )
 @needs_vllm
 @needs_gpu
-def check_model_runner(params):
+def check_model_runner(params: Dict[str, Any]) -> Dict[str, Any]:
     expected = params["triton"]
     default_env = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
     default = _validate({}, 600)
@@ -292,285 +237,6 @@ def check_model_runner(params):
     )
 
 
-def _generate(mode, max_tokens, timeout, in_process):
-    """One greedy generation (``mode`` eager or compiled): {"tokens", "runner", "seconds", "process"} or
-    {"error", "seconds", "log"}. ``in_process``: vLLM's engine in this interpreter (``programs.generate``);
-    else a child Python with vLLM's own process layout, limited to ``timeout`` seconds (None: no limit)."""
-    model = ensure_model()
-    started = time.monotonic()
-    if in_process:
-        from .programs import generate
-
-        try:
-            data = generate.generate(model, mode == "eager", max_tokens, in_process=True)
-        except Exception:
-            text = traceback.format_exc()
-            sys.stdout.write(text)
-            return {
-                "error": _with_root_cause(last_error_line(text), text),
-                "seconds": round(time.monotonic() - started, 1),
-            }
-        return dict(data, seconds=round(time.monotonic() - started, 1), process="in-process")
-    proc = run_program("generate.py", [model, mode, str(max_tokens)], timeout=timeout)
-    seconds = round(time.monotonic() - started, 1)
-    for line in proc.stdout.splitlines():
-        if line.startswith("MATRIX-GENERATE "):
-            data = json.loads(line[len("MATRIX-GENERATE ") :])
-            data["seconds"] = seconds
-            data["process"] = "engine core and worker processes"
-            return data
-    log = os.path.join(WORK_DIR, f"generate-{mode}.log")
-    with open(log, "w", encoding="utf-8") as f:
-        f.write(proc.stdout + proc.stderr)
-    text = proc.stderr
-    sys.stdout.write(text if len(text) <= 12000 else text[:4000] + "\n[...]\n" + text[-8000:])
-    return {
-        "error": _with_root_cause(last_error_line(text) or f"exit {proc.returncode}", text),
-        "seconds": seconds,
-        "log": log,
-    }
-
-
-def engine_hint(error, params):
-    """The fix for an engine that failed with ``error``: the missing package or compiler it names, else where to
-    look on this accelerator (params["accelerator"]): the CPU backend's own needs only on a CPU variant."""
-    named = import_hint(error) or compile_hint(error)
-    if named:
-        return named
-    if params.get("accelerator", "cpu") == "cpu":
-        return (
-            "read the engine log in the check output; on CPU check libnuma1, /dev/shm size (--shm-size) and "
-            "VLLM_CPU_KVCACHE_SPACE"
-        )
-    return (
-        "read the engine log in the check output (the worker's own error is logged before vLLM's wrappers); on a "
-        "GPU check that the container sees the GPU (--gpus all, nvidia-smi), that its driver is as new as the "
-        "image's CUDA needs, and that gpu_memory_utilization fits the free GPU memory"
-    )
-
-
-def _with_root_cause(error, text):
-    """``error`` (the last error line of ``text``), followed by the worker's own error when it differs."""
-    cause = root_cause(text)
-    return error + (f" (root cause: {cause})" if cause and cause != error else "")
-
-
-# vLLM's wrappers around a failure in its engine or worker processes: the cause is logged before them.
-_WRAPPERS = ("Engine core initialization failed", "WorkerProc initialization failed", "WorkerProc failed to start")
-# A line vLLM logs at level DEBUG, INFO or WARNING ("WARNING 12-01 20:41:19 [system_utils.py:299] ..."): an error
-# it names is advice (the ulimit warning quotes "OSError: [Errno 24] Too many open files"), not what failed.
-_NOTICE = re.compile(r"\b(DEBUG|INFO|WARNING) \d\d-\d\d \d\d:\d\d:\d\d")
-
-
-def root_cause(text):
-    """The first exception line of ``text`` that is not one of vLLM's wrapper messages (``_WRAPPERS``) nor a
-    notice it logs (``_NOTICE``): the worker's own error, which vLLM logs in its child process before the
-    parent's RuntimeError. None if none."""
-    # A native extension that fails to load is only a warning in vLLM's log (seen on arm64: vllm._C
-    # "undefined symbol: sbgemm_"), and everything after it follows from it: report it first.
-    m = re.search(r"\b([A-Za-z_.]*Error)\('([^']*undefined symbol[^']*)'\)", text)
-    if m:
-        return f"{m.group(1)}: {m.group(2)}"
-    for line in text.splitlines():
-        m = re.search(r"\b([A-Za-z_.]*(Error|Exception)): (.+)$", line)
-        if m and not any(w in line for w in _WRAPPERS) and not _NOTICE.search(line):
-            return f"{m.group(1)}: {m.group(3).strip()}"
-    return None
-
-
-@check(
-    "offline-generate",
-    proves=(
-        "a tiny random Llama + locally trained tokenizer made in the container: 8 greedy tokens per prompt, "
-        "eager == compiled; records the model runner"
-    ),
-    classes=(9,),
-    reports=(f"{_VLLM}/issues/14888",),
-    hint="read the engine log in the check output (the worker's own error is logged before vLLM's wrappers)",
-    timeout=900,
-    affected_by=("user", "read_only", "tmpfs", "env", "network", "memory", "cpus", "pids_limit"),
-    needs=("vllm-import", "tiny-model"),
-    group="vllm",  # eager and compiled engines in the group's interpreter: one import, one model inspection
-)
-@needs_vllm
-@needs_gpu
-def check_offline_generate(params):
-    """Greedy generation eager and compiled, equal tokens; the ``quick`` suite (params["suite"]) runs eager only.
-
-    Under ``default`` both engines run in this interpreter (``_generate`` in_process). Rerun under a deployment
-    profile after ``default`` (params["rerun"]), only the compiled run, in a child Python with vLLM's own process
-    layout (engine core and worker processes, their IPC and shared memory): it meets every condition the eager
-    one does, and inductor's kernels and vLLM's compile cache besides; eager == compiled was proven under
-    ``default``."""
-    max_tokens = int(params.get("max_tokens", 8))
-    if params.get("rerun"):
-        modes = ("compiled",)
-    elif params.get("suite") == "quick":
-        modes = ("eager",)
-    else:
-        modes = ("eager", "compiled")
-    facts = {"max_tokens": max_tokens, "modes": list(modes)}
-    for mode in modes:
-        data = _generate(mode, max_tokens, None, in_process=not params.get("rerun"))
-        facts[mode] = data
-        if "error" in data:
-            return result(
-                "failed", f"{mode} generate fails: {data['error']}", engine_hint(data["error"], params), **facts
-            )
-        if any(len(t) != max_tokens for t in data["tokens"]):
-            return result(
-                "failed",
-                f"{mode} generate returned {[len(t) for t in data['tokens']]} tokens, expected {max_tokens} per prompt",
-                None,
-                **facts,
-            )
-    if "compiled" not in facts:
-        return result(
-            "passed",
-            f"{max_tokens} greedy tokens per prompt eager ({facts['eager']['seconds']} s, runner "
-            f"{facts['eager'].get('runner')}); the quick suite leaves out the compiled run",
-            **facts,
-        )
-    if "eager" not in facts:
-        return result(
-            "passed",
-            f"{max_tokens} greedy tokens per prompt compiled ({facts['compiled']['seconds']} s, runner "
-            f"{facts['compiled'].get('runner')}); eager == compiled is proven under the default profile",
-            **facts,
-        )
-    if facts["eager"]["tokens"] != facts["compiled"]["tokens"]:
-        return result(
-            "failed",
-            "greedy tokens differ between eager and compiled runs: "
-            f"{facts['eager']['tokens']} vs {facts['compiled']['tokens']}",
-            "torch.compile changed numerics; see inductor-compile and run with enforce_eager=True",
-            **facts,
-        )
-    return result(
-        "passed",
-        f"{max_tokens} greedy tokens per prompt, eager == compiled "
-        f"(eager {facts['eager']['seconds']} s, compiled {facts['compiled']['seconds']} s, "
-        f"runner {facts['eager'].get('runner')})",
-        **facts,
-    )
-
-
-def _vllm_cli_without_gpu(params, facts, accelerator):
-    """A GPU variant without a GPU: vLLM's CLI builds its whole parser, and with it a DeviceConfig, even for
-    ``--version`` (vllm/config/device.py raises "Failed to infer device type"), so only what needs no device
-    is proven: the console script's module imports and vLLM reports the pinned version."""
-    expected = params.get("vllm_version")
-    proc = run_program("cli_import.py", timeout=600)
-    data = next(
-        (json.loads(line[len("MATRIX-CLI ") :]) for line in proc.stdout.splitlines() if line.startswith("MATRIX-CLI ")),
-        None,
-    )
-    if data is None:
-        return result("failed", f"the `vllm` CLI does not import: {last_error_line(proc.stderr)}", None, **facts)
-    facts.update(version=data["version"], ran_version=False)
-    if not data["main"]:
-        return result(
-            "failed", "vllm.entrypoints.cli.main has no callable `main` for the console script", None, **facts
-        )
-    if expected and not str(data["version"]).startswith(expected):
-        return result(
-            "failed",
-            f"vLLM reports {data['version']!r}, the variant pins {expected}",
-            version_hint(data["version"], expected, params),
-            **facts,
-        )
-    entrypoint = params.get("entrypoint") or []
-    if entrypoint and shutil.which(entrypoint[0]) is None and not os.path.isfile(entrypoint[0]):
-        return result("failed", f"the image's ENTRYPOINT {entrypoint[0]!r} does not resolve", None, **facts)
-    return result(
-        "passed",
-        f"the `vllm` CLI imports (vllm.entrypoints.cli.main) and vLLM is {data['version']}; `vllm --version` "
-        f"itself was not run: it infers the device while building its parser (no GPU visible; a {accelerator} variant)",
-        **facts,
-    )
-
-
-def version_hint(installed, pinned, params):
-    """The fix for vLLM ``installed`` where the variant pins ``pinned``: install the pin, or pin what is there."""
-    variant = params.get("variant") or "<variant>"
-    dist = next((d for d in providers_of("vllm") if d.lower() != "vllm"), "vllm")
-    return (
-        f"vLLM {installed} is installed, the variant pins {pinned}: install vLLM {pinned} (pip install "
-        f"'{dist}=={pinned}' from the variant's index), or set variants.{variant}.vllm.version to "
-        f"{str(installed).split('+')[0]} in matrix.yaml if this vLLM is the one meant"
-    )
-
-
-def _vllm_imports():
-    """True when ``import vllm`` succeeds in this interpreter (vllm-import reports why when it does not)."""
-    try:
-        import vllm  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
-@check(
-    "vllm-cli",
-    proves=(
-        "`vllm --version` prints the pinned version (GPU variant without a GPU: the CLI's module imports and "
-        "vLLM reports that version); the image's ENTRYPOINT resolves"
-    ),
-    classes=(10,),
-    reports=(f"{_VLLM}/issues/15007",),
-    hint="make sure the vllm console script is on PATH and its environment imports",
-    timeout=180,
-    uses=("vllm-import",),
-    # The console script is a process of its own: this group needs no `import vllm` of its own unless it fails
-    # (then vllm-import, in the vLLM group, decides whether the cause is vLLM's import: _vllm_imports).
-    group="cli",
-)
-@needs_vllm
-def check_vllm_cli(params):
-    expected = params.get("vllm_version")
-    exe = shutil.which("vllm")
-    facts = {"vllm": exe, "expected": expected}
-    if exe is None:
-        return result("failed", f"no `vllm` executable on PATH (PATH={os.environ.get('PATH')})", None, **facts)
-    accelerator = params.get("accelerator", "cpu")
-    if accelerator != "cpu" and not gpu_visible():
-        return _vllm_cli_without_gpu(params, facts, accelerator)
-    proc = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=600, check=False)
-    out = proc.stdout.strip().splitlines()
-    version = out[-1].strip() if out else ""
-    facts["version"] = version
-    if proc.returncode != 0:
-        if not _vllm_imports():
-            return result("skipped", "vllm-import failed", **facts)
-        error = last_error_line(proc.stderr)
-        hint = None
-        renamed = [d for d in providers_of("vllm") if d.lower() != "vllm"]
-        if "PackageNotFoundError" in error and renamed and dist_version("vllm") is None:
-            # vLLM's CLI reads importlib.metadata.version("vllm"); forks ship under other names.
-            error += (
-                f" (vLLM is installed as the distribution {', '.join(renamed)}, and the CLI asks "
-                "importlib.metadata for 'vllm')"
-            )
-            hint = (
-                "register a metadata-only 'vllm' distribution (matrix.yaml dist_alias), or install vLLM "
-                "under its own name"
-            )
-        return result(
-            "failed", f"`vllm --version` exits {proc.returncode}: {error}", hint or import_hint(error), **facts
-        )
-    if expected and not version.startswith(expected):
-        return result(
-            "failed",
-            f"`vllm --version` prints {version!r}, the variant pins {expected}",
-            version_hint(version, expected, params),
-            **facts,
-        )
-    entrypoint = params.get("entrypoint") or []
-    if entrypoint and shutil.which(entrypoint[0]) is None and not os.path.isfile(entrypoint[0]):
-        return result("failed", f"the image's ENTRYPOINT {entrypoint[0]!r} does not resolve", None, **facts)
-    return result("passed", f"`vllm --version` prints {version}", **facts)
-
-
 @check(
     "serve",
     proves=(
@@ -586,7 +252,7 @@ def check_vllm_cli(params):
         "its time to ready, and its reuse shown by vLLM's load line or by no compiled kernel added to the cache"
     ),
     classes=(15, 16, 17, 18, 19, 20, 22, 31),
-    reports=(f"{_VLLM}/issues/14888",),
+    reports=(f"{VLLM_REPO}/issues/14888",),
     hint="read the server's log (log file <variant>.serve.log)",
     timeout=1500,
     affected_by=("user", "read_only", "tmpfs", "env", "network", "memory", "cpus", "shm_size", "pids_limit"),
@@ -594,7 +260,7 @@ def check_vllm_cli(params):
     uses=("offline-generate",),
     group=HOST_GROUP,
 )
-def check_serve(params):
+def check_serve(params: Dict[str, Any]) -> Dict[str, Any]:
     """Never called: serve is a step of the plan that its runner runs (a server container of the image,
     ``matrixtool.smoke.serve``; in the bundle a child process, ``serving``), in no interpreter of the checks."""
     return result("failed", "serve is run by the runner (tools/matrix, or the bundle), not inside a check group", None)

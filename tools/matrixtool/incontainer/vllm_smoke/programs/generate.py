@@ -12,11 +12,12 @@ import gc
 import json
 import os
 import sys
+from typing import Any, Dict
 
 PROMPTS = ["The quick brown fox", "Once upon a time"]
 
 
-def generate(model, eager, max_tokens, in_process=False):
+def generate(model: Any, eager: Any, max_tokens: Any, in_process: bool = False) -> Dict[str, Any]:
     """Greedy tokens for ``PROMPTS`` from the model folder ``model``: {"tokens": [[int]], "runner": "V1"|"V2"|None}.
 
     ``eager``: ``enforce_eager`` (no torch.compile); ``in_process``: engine core and worker in this interpreter
@@ -54,10 +55,10 @@ def generate(model, eager, max_tokens, in_process=False):
         # The engine cached vLLM's environment variables (vllm/envs.py enable_envs_cache): read them afresh again.
         envs = sys.modules.get("vllm.envs")
         with contextlib.suppress(Exception):
-            envs.disable_envs_cache()
+            envs.disable_envs_cache()  # type: ignore[union-attr]
 
 
-def main():
+def main() -> None:
     model, mode, max_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3])
     print("MATRIX-GENERATE " + json.dumps(generate(model, mode == "eager", max_tokens)), flush=True)
 

@@ -15,6 +15,7 @@ import random
 import struct
 import sys
 from array import array
+from typing import Any, Dict
 
 # A minimal chat template (Jinja, Hugging Face's `chat_template`): what `vllm serve` needs to answer
 # /v1/chat/completions; a model without one gets 400 from the chat route.
@@ -27,7 +28,7 @@ HIDDEN, INTERMEDIATE, LAYERS, HEADS = 128, 256, 2, 2  # head_dim 64: vLLM's CPU 
 INITIALIZER_RANGE = 0.02
 
 
-def tokenizer():
+def tokenizer() -> Any:
     """A byte-level BPE tokenizer (``tokenizers``), trained on a few sentences: vocabulary of at most 512."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
@@ -51,7 +52,7 @@ def tokenizer():
     return tok
 
 
-def config(vocab_size, ids):
+def config(vocab_size: int, ids: Any) -> Dict[str, Any]:
     """config.json of the 2-layer Llama (hidden 128), float32; ``ids``: the special tokens' ids by name."""
     return {
         "architectures": ["LlamaForCausalLM"],
@@ -82,7 +83,7 @@ def config(vocab_size, ids):
     }
 
 
-def shapes(vocab_size):
+def shapes(vocab_size: int) -> Any:
     """Each tensor's name and shape ([out, in] for a linear layer), in the order they are drawn."""
     out = [("model.embed_tokens.weight", [vocab_size, HIDDEN])]
     for i in range(LAYERS):
@@ -107,11 +108,11 @@ def shapes(vocab_size):
 SEED = 6
 
 
-def safetensors_bytes(vocab_size, seed=SEED):
+def safetensors_bytes(vocab_size: int, seed: int = SEED) -> bytes:
     """The weights as a safetensors file (an 8-byte little-endian header length, the JSON header, the data):
     float32, little-endian; norms ones, every other tensor normal(0, ``INITIALIZER_RANGE``) from ``seed``."""
     rng = random.Random(seed)
-    header = {"__metadata__": {"format": "pt"}}
+    header: Dict[str, Any] = {"__metadata__": {"format": "pt"}}
     chunks = []
     offset = 0
     for name, shape in shapes(vocab_size):
@@ -131,7 +132,7 @@ def safetensors_bytes(vocab_size, seed=SEED):
     return struct.pack("<Q", len(text)) + text + b"".join(chunks)
 
 
-def make(out):
+def make(out: Any) -> None:
     """Write config.json, generation_config.json, model.safetensors and the tokenizer's files (tokenizer.json,
     tokenizer_config.json with ``CHAT_TEMPLATE``) of the 2-layer Llama (hidden 128) into ``out``, each readable
     by any user (a server of another UID reads the folder)."""

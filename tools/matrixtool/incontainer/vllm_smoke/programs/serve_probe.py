@@ -12,12 +12,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from typing import Any, Dict, Mapping, Optional
 
 PROBE_MARK = "MATRIX-PROBE "
 FIRST_MARK = "MATRIX-STREAM-FIRST"
 
 
-def call(base, path, body=None, timeout=60.0):
+def call(base: str, path: str, body: Optional[Mapping[str, Any]] = None, timeout: float = 60.0) -> Dict[str, Any]:
     """One request: {"status": int | None, "body": str, "error": str | None, "seconds": float}; a POST when
     ``body`` (JSON-able) is given. Never raises for HTTP or connection errors."""
     data = None if body is None else json.dumps(body).encode()
@@ -33,12 +34,12 @@ def call(base, path, body=None, timeout=60.0):
     return {"status": status, "body": text, "error": error, "seconds": round(time.monotonic() - started, 3)}
 
 
-def health(base):
+def health(base: str) -> Any:
     """GET /health with a 5 s timeout."""
     return call(base, "/health", timeout=5.0)
 
 
-def completion_body(spec, stream):
+def completion_body(spec: Mapping[str, Any], stream: Any) -> Dict[str, Any]:
     """The /v1/completions request of ``spec`` (model, prompt, max_tokens): greedy, no early stop."""
     return {
         "model": spec["model"],
@@ -51,7 +52,7 @@ def completion_body(spec, stream):
     }
 
 
-def stream(base, body, on_first=lambda: None, timeout=120.0):
+def stream(base: str, body: Mapping[str, Any], on_first: Any = lambda: None, timeout: float = 120.0) -> Any:
     """POST a streaming request; {"status", "chunks": [data...], "done": bool (``[DONE]`` seen), "error", "seconds"}.
 
     ``on_first`` runs once the first data chunk is in. Never raises: how the stream ended is the result."""
@@ -61,7 +62,7 @@ def stream(base, body, on_first=lambda: None, timeout=120.0):
         headers={"Content-Type": "application/json"},
     )
     started = time.monotonic()
-    out = {"status": None, "chunks": [], "done": False, "error": None}
+    out: Any = {"status": None, "chunks": [], "done": False, "error": None}
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             out["status"] = resp.status
@@ -85,7 +86,7 @@ def stream(base, body, on_first=lambda: None, timeout=120.0):
     return out
 
 
-def probe(base, spec):
+def probe(base: str, spec: Mapping[str, Any]) -> Any:
     """Every route a user calls, in order: metrics (the counts before), models, a greedy completion, the same
     streamed, a chat, version, metrics again (the counts after). The raw answers, keyed by route."""
     out = {"metrics_before": call(base, "/metrics")}
@@ -104,7 +105,7 @@ def probe(base, spec):
     return out
 
 
-def main():
+def main() -> None:
     command, base = sys.argv[1], sys.argv[2]
     spec = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
     if command == "health":
@@ -114,7 +115,7 @@ def main():
     else:
         first_file = spec.pop("_first_file", None)
 
-        def first():
+        def first() -> None:
             print(FIRST_MARK, flush=True)
             if first_file:
                 open(first_file, "w").close()

@@ -10,20 +10,21 @@ import inspect
 import json
 import re
 import sys
+from typing import Any
 
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+def add(x_ptr: Any, y_ptr: Any, out_ptr: Any, n: Any, BLOCK: tl.constexpr) -> None:
     pid = tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
 
-def source():
+def source() -> Any:
     """The ASTSource of ``add`` for this Triton's API (constexprs keyed by name, from 3.3; ``constants`` keyed by
     index and a signature without the constexpr before), or raises AttributeError/TypeError naming what is missing."""
     from triton.compiler import ASTSource

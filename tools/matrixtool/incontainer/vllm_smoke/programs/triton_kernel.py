@@ -4,6 +4,7 @@ A file: Triton reads a kernel's source with inspect, which ``python -c`` cannot 
 """
 
 import json
+from typing import Any
 
 import torch
 import triton
@@ -11,7 +12,7 @@ import triton.language as tl
 
 
 @triton.jit
-def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+def add(x_ptr: Any, y_ptr: Any, out_ptr: Any, n: Any, BLOCK: tl.constexpr) -> None:
     pid = tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n

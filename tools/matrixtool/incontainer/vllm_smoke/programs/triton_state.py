@@ -1,8 +1,9 @@
 """Triton's backends, their active drivers (vLLM's rule), vLLM's HAS_TRITON; prints ``MATRIX-TRITON {json}``."""
 
 import json
+from typing import Any, Dict
 
-out = {}
+out: Dict[str, Any] = {}
 try:
     from triton.backends import backends
 

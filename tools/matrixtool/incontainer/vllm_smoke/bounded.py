@@ -1,15 +1,18 @@
 """Bounded reading of a stream (a container's exec or log, a host process): its head and its tail are kept,
-what lies between is counted and named, so a huge or endless stream cannot exhaust the tool's memory."""
+what lies between is counted and named, so a huge or endless stream cannot exhaust the tool's memory.
+
+Standard library only, Python >= 3.9: the host reads its containers' and programs' output through it, the bundle
+its check groups' (``suite``)."""
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import IO, Deque, Iterable
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class OutputLimit:
     """How much of a stream is kept, in bytes: its first ``head_bytes`` and its last ``tail_bytes``."""
 
@@ -28,7 +31,7 @@ class BoundedOutput:
     def __init__(self, limit: OutputLimit = DEFAULT_LIMIT) -> None:
         self.limit = limit
         self._head = bytearray()
-        self._tail: deque[bytes] = deque()
+        self._tail: Deque[bytes] = deque()
         self._tail_size = 0
         self.dropped = 0
         self._lock = threading.Lock()
@@ -55,6 +58,11 @@ class BoundedOutput:
                     self._tail[0] = first[excess:]
                     self._tail_size -= excess
                     self.dropped += excess
+
+    def pump(self, stream: IO[bytes]) -> None:
+        """Feed every chunk of ``stream`` (a binary pipe) until its end."""
+        for chunk in iter(lambda: stream.read1(1 << 16), b""):  # type: ignore[attr-defined]
+            self.feed(chunk)
 
     def text(self) -> str:
         """What was kept, as UTF-8 (undecodable bytes replaced), with one line naming the bytes left out."""
