@@ -20,7 +20,11 @@ import struct
 import tempfile
 import wave
 
-from .common import MODEL_DIR, check, needs_vllm, providers_of, result, run_python
+from .children import MODEL_DIR, run_python
+from .declarations import check
+from .gpuprobe import needs_vllm
+from .installed import providers_of
+from .results import result
 
 _ALL = ("cpu", "cuda", "rocm")
 # A canonical distribution name (PEP 503) and the name at the start of a requirement line.
