@@ -21,7 +21,10 @@ What differs from GitHub's run, and nothing else (docs/publishing.md "The workfl
   provides the torch wheel pip falls back to;
 - the matrix: ``--matrix variant:cpu --matrix group:cpu --matrix profile:restricted`` (act's own filter; the
   workflows have no input for it): the other entries are expanded and then not run, which is checked;
-- secrets and variables: a cosign key pair made for the run; ``GITHUB_TOKEN`` a placeholder.
+- secrets and variables: a cosign key pair made for the run; ``GITHUB_TOKEN`` a placeholder;
+- the OSV API: api.osv.dev is unreachable; the vulnerability gate's ``--osv-api`` queries a stand-in on loopback
+  (``MATRIX_OSV_API``) serving ``--osv-records DIR`` (default: no records, so the gate proves its step runs and
+  reports, not that the image has no known vulnerability).
 
 Exit 0: every check passed; 1: a check failed (each failure named by workflow, job and step); 2: bad usage or a
 missing program. Writes ``OUT/<event>.jsonl`` (act's log), ``OUT/result.json`` (what was checked).
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import http.server
 import json
 import os
 import re
@@ -41,6 +45,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import zipfile
@@ -236,6 +241,63 @@ def stub_index(work: Path) -> Iterator[str]:
         index.add(wheel, upload_time=old)
     with serving(index):
         yield str(index.url)
+
+
+@contextlib.contextmanager
+def osv_standin(records: Path | None) -> Iterator[str]:
+    """An OSV API stand-in on loopback (``/v1/query``, ``/v1/querybatch``, ``/v1/vulns/<id>``) answering from the
+    OSV JSON records of ``records`` (any depth; none: an empty database), each query with the records whose
+    ``affected`` names its ecosystem and package (the gate itself evaluates the ranges). Its base URL."""
+    known: list[dict[str, Any]] = []
+    for path in sorted(records.rglob("*.json")) if records else []:
+        known.append(json.loads(path.read_text()))
+
+    def ids_for(query: dict[str, Any]) -> list[dict[str, str]]:
+        package = query.get("package", {})
+        return [
+            {"id": r["id"], "modified": r.get("modified", "1970-01-01T00:00:00Z")}
+            for r in known
+            if any(
+                a.get("package", {}).get("ecosystem", "").split(":")[0] == package.get("ecosystem", "").split(":")[0]
+                and a.get("package", {}).get("name", "").lower() == str(package.get("name", "")).lower()
+                for a in r.get("affected", [])
+            )
+        ]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _send(self, status: int, doc: Any) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            doc = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+            if self.path == "/v1/query":
+                self._send(200, {"vulns": ids_for(doc)} if ids_for(doc) else {})
+            elif self.path == "/v1/querybatch":
+                results = [{"vulns": v} if (v := ids_for(q)) else {} for q in doc.get("queries", [])]
+                self._send(200, {"results": results})
+            else:
+                self._send(404, {"message": "not found"})
+
+        def do_GET(self) -> None:
+            found = [r for r in known if self.path == f"/v1/vulns/{r['id']}"]
+            self._send(200 if found else 404, found[0] if found else {"message": "Bug not found."})
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def snapshot(dest: Path, *, registry: str, workflows: Path | None, index_url: str | None) -> list[str]:
@@ -622,6 +684,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workflows", type=Path, help="a folder of workflows to run instead of .github/workflows")
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "act", help="logs and result.json")
     parser.add_argument("--wheelhouse", help="folder with the cpu torch wheel (default: PIP_FIND_LINKS)")
+    parser.add_argument("--osv-records", type=Path, help="OSV JSON records the OSV stand-in serves (default: none)")
     parser.add_argument("--job", help="only this job (act -j), no checks: for developing a workflow")
     args = parser.parse_args(argv)
     act = shutil.which("act", path=f"{ROOT / '.venv' / 'bin'}:{os.environ.get('PATH', '')}")
@@ -639,6 +702,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="act-run-") as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
         registry = args.registry or stack.enter_context(own_registry(work))
+        osv = stack.enter_context(osv_standin(args.osv_records))
         key, pub = cosign_pair(work)
         (work / "secrets.env").write_text(
             dotenv(
@@ -659,6 +723,8 @@ def main(argv: list[str] | None = None) -> int:
             "PATH": f"{SHIM_BIN}:{os.environ.get('PATH', '')}",
             "GH_STANDIN_LOG": str(gh_log),
             "PIP_FIND_LINKS": wheelhouse,
+            # The vulnerability gate's --osv-api: the stand-in, not api.osv.dev (unreachable here).
+            "MATRIX_OSV_API": osv,
             "DOCKER_CONFIG": str(docker_config),
             # git's own configuration: github.com's URL of the repository is the local bare repository.
             "GIT_CONFIG_COUNT": "1",
