@@ -108,10 +108,13 @@ class Job:
     summary: str = ""
     errors: list[str] = field(default_factory=list)
 
+    name: str = ""
+
     @property
     def label(self) -> str:
-        entry = ", ".join(f"{k}={v}" for k, v in self.matrix.items() if not isinstance(v, (list, dict)))
-        return f"{self.workflow}/{self.job_id}" + (f" ({entry})" if entry else "")
+        """workflow/job id, and the job's name where it differs (a matrix job's: `images/image "cpu (linux/amd64)"`)."""
+        shown = self.name.split("/", 1)[-1]
+        return f"{self.workflow}/{self.job_id}" + (f' "{shown}"' if shown and shown != self.job_id else "")
 
     def step(self, name: str) -> Step:
         found = [s for s in self.steps if s.name == name]
@@ -132,6 +135,7 @@ class Run:
     skipped: dict[str, str]
     seconds: float
     exit_code: int
+    errors: list[str] = field(default_factory=list)
 
     def of(self, workflow: str, job_id: str) -> list[Job]:
         return [j for j in self.jobs if j.workflow == workflow and j.job_id == job_id]
@@ -147,11 +151,14 @@ def parse_log(event: str, lines: list[str], seconds: float, exit_code: int) -> R
     """The jobs, steps, outputs, summaries and skips of act's ``--json -v`` log."""
     jobs: dict[tuple[str, str], Job] = {}
     skipped: dict[str, str] = {}
+    errors: list[str] = []
     for line in lines:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if rec.get("level") in ("error", "fatal"):
+            errors.append(f"{rec.get('job', 'act')}: {rec.get('msg', '')}")
         if "job" not in rec or "jobID" not in rec:
             continue
         workflow = str(rec["job"]).split("/", 1)[0]
@@ -160,7 +167,9 @@ def parse_log(event: str, lines: list[str], seconds: float, exit_code: int) -> R
             skipped[f"{workflow}/{rec['jobID']}"] = m.group(1) if m else str(rec.get("msg"))
             continue
         key = (str(rec["job"]), json.dumps(rec.get("matrix", {}), sort_keys=True))
-        job = jobs.setdefault(key, Job(workflow, str(rec["jobID"]), dict(rec.get("matrix") or {})))
+        job = jobs.setdefault(
+            key, Job(workflow, str(rec["jobID"]), dict(rec.get("matrix") or {}), name=str(rec["job"]).rstrip())
+        )
         step_name = str(rec.get("step", ""))
         if rec.get("jobResult"):
             job.result = str(rec["jobResult"])
@@ -182,7 +191,7 @@ def parse_log(event: str, lines: list[str], seconds: float, exit_code: int) -> R
                 job.steps.append(Step(step_name, "skipped"))
             elif rec.get("raw_output") and job.steps:
                 job.steps[-1].output.append(msg)
-    return Run(event, list(jobs.values()), skipped, seconds, exit_code)
+    return Run(event, list(jobs.values()), skipped, seconds, exit_code, errors)
 
 
 def free_port() -> int:
@@ -366,7 +375,7 @@ def dotenv(values: dict[str, str]) -> str:
     )
 
 
-def act_command(event: str, repo: Path, work: Path, *, act: str, env: dict[str, str]) -> list[str]:
+def act_command(event: str, repo: Path, work: Path, *, act: str, env: dict[str, str], private: Path) -> list[str]:
     """act's command line for ``event`` in the snapshot ``repo``: each pinned action its stand-in."""
     cmd = [
         act,
@@ -394,9 +403,9 @@ def act_command(event: str, repo: Path, work: Path, *, act: str, env: dict[str, 
         "1",
         "--action-offline-mode",
         "--secret-file",
-        str(work / "secrets.env"),
+        str(private / "secrets.env"),
         "--var-file",
-        str(work / "vars.env"),
+        str(private / "vars.env"),
     ]
     for m in MATRIX_FILTER:
         cmd += ["--matrix", m]
@@ -416,12 +425,14 @@ def act_command(event: str, repo: Path, work: Path, *, act: str, env: dict[str, 
     return cmd
 
 
-def run_event(event: str, repo: Path, out: Path, act: str, env: dict[str, str], job: str | None = None) -> Run:
+def run_event(
+    event: str, repo: Path, out: Path, act: str, env: dict[str, str], private: Path, job: str | None = None
+) -> Run:
     """act on ``event`` in ``repo``; its log in ``out/<event>.jsonl``, its artifacts in ``out/artifacts-<event>``."""
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True).stdout
     (out / f"{event}.event.json").write_text(json.dumps(event_payload(event, sha.strip())))
     shutil.rmtree(out / f"artifacts-{event}", ignore_errors=True)
-    cmd = act_command(event, repo, out, act=act, env=env) + (["-j", job] if job else [])
+    cmd = act_command(event, repo, out, act=act, env=env, private=private) + (["-j", job] if job else [])
     log_path = out / f"{event}.jsonl"
     lines: list[str] = []
     started = time.monotonic()
@@ -517,6 +528,30 @@ def workflow_if(repo: Path, workflow_file: str, job_id: str) -> str:
     return str(doc["jobs"][job_id].get("if", ""))
 
 
+_STEP_OUTPUT = re.compile(r"^\$\{\{\s*steps\.([\w-]+)\.outputs\.([\w-]+)\s*\}\}$")
+
+
+def check_outputs(run: Run, repo: Path) -> None:
+    """Each job output (``outputs: NAME: ${{ steps.ID.outputs.OUT }}``) of a job that passed names an output its
+    step ``ID`` set in this run: a misspelt output name reads as empty on GitHub, silently."""
+    docs = [yaml.safe_load(wf.read_text()) for wf in sorted((repo / ".github" / "workflows").glob("*.yml"))]
+    by_name = {str(d.get("name")): d for d in docs}
+    for job in run.jobs:
+        spec = by_name.get(job.workflow, {}).get("jobs", {}).get(job.job_id, {})
+        if job.result != "success":
+            continue
+        for name, expr in (spec.get("outputs") or {}).items():
+            m = _STEP_OUTPUT.match(str(expr).strip())
+            if m is None or f"{m.group(1)}.{m.group(2)}" in job.outputs:
+                continue
+            step: dict[str, Any] = next((s for s in spec.get("steps", []) if s.get("id") == m.group(1)), {})
+            set_here = sorted(k.split(".", 1)[1] for k in job.outputs if k.startswith(f"{m.group(1)}."))
+            raise Failed(
+                f"{run.event}: {job.label}: job output {name!r} reads steps.{m.group(1)}.outputs.{m.group(2)}, which "
+                f"step {step.get('name', m.group(1))!r} never set (it set: {', '.join(set_here) or 'nothing'})"
+            )
+
+
 def check_images(run: Run, repo: Path, registry: str, work: Path, result: dict[str, Any]) -> None:
     """images.yml on ``run.event``: the matrix, the image job, the summary, push and manifest, the skips."""
     lint, matrix = run.one("images", "lint"), run.one("images", "matrix")
@@ -532,7 +567,10 @@ def check_images(run: Run, repo: Path, registry: str, work: Path, result: dict[s
     ran = sorted(j.matrix.get("variant", "?") for j in images)
     kept = sorted(e["variant"] for e in said["include"] if e["variant"] == "cpu")
     if ran != kept:
-        raise Failed(f"{run.event}: images/image ran for {ran}, the matrix (filtered to variant cpu) has {kept}")
+        raise Failed(
+            f"{run.event}: images/image ran for {ran}, the matrix (filtered to variant cpu) has {kept}; act said:\n    "
+            + "\n    ".join(run.errors[-10:] or ["nothing"])
+        )
     (image,) = images
     if image.matrix != next(e for e in said["include"] if e["variant"] == "cpu"):
         raise Failed(f"{run.event}: {image.label}: matrix entry {image.matrix} is not ci-matrix's cpu entry")
@@ -737,7 +775,7 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.ExitStack() as per_event:
                 index = per_event.enter_context(stub_index(work)) if event == "schedule" else None
                 changes = snapshot(repo, registry=registry, workflows=args.workflows, index_url=index)
-                run = run_event(event, repo, args.out, act, env, args.job)
+                run = run_event(event, repo, args.out, act, env, work, args.job)
             result["events"][event] = {
                 "seconds": round(run.seconds),
                 "act_exit": run.exit_code,
@@ -752,6 +790,7 @@ def main(argv: list[str] | None = None) -> int:
                     raise Failed("\n".join(found))
                 if args.job:
                     continue
+                check_outputs(run, repo)
                 if event in ("push", "pull_request"):
                     check_images(run, repo, registry, args.out, result)
                 if event == "push":

@@ -45,8 +45,8 @@ def main() -> int:
     run, job = backend_ids()
     try:
         listed = call("ListArtifacts", {"workflow_run_backend_id": run, "workflow_job_run_backend_id": job})
-    except urllib.error.HTTPError:
-        listed = {}  # act's server answers 500 while the run has no artifact at all
+    except OSError:  # an HTTP error or a dropped connection
+        listed = {}  # act's server fails the request while the run has no artifact at all
     names = sorted(str(a["name"]) for a in listed.get("artifacts", []))  # type: ignore[attr-defined]
     if name:
         if name not in names:

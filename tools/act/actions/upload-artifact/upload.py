@@ -76,8 +76,8 @@ def main() -> int:
         listed = call(
             "ListArtifacts", {"workflow_run_backend_id": run, "workflow_job_run_backend_id": job, "name_filter": name}
         )
-    except urllib.error.HTTPError:
-        listed = {}  # act's server answers 500 while the run has no artifact yet
+    except OSError:  # an HTTP error or a dropped connection
+        listed = {}  # act's server fails the request while the run has no artifact yet
     if listed.get("artifacts") and os.environ.get("INPUT_OVERWRITE", "false") != "true":
         print(
             f"::error::Failed to CreateArtifact: an artifact with this name already exists on the workflow run: {name}"
