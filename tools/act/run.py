@@ -341,6 +341,10 @@ def snapshot(dest: Path, *, registry: str, workflows: Path | None, index_url: st
         text = matrix.read_text()
         matrix.write_text(text.replace("url: https://pypi.org/simple", f"url: {index_url}"))
         changes.append(f"matrix.yaml: PyPI index -> the stub index {index_url}")
+        # images/ rendered from it, so the snapshot is consistent and a proposal's diff is the bump alone.
+        render = [sys.executable, "-m", "matrixtool", "--matrix", str(matrix), "render"]
+        subprocess.run(render, cwd=dest, check=True, capture_output=True)
+        changes.append("images/ rendered from that matrix.yaml")
     git = ["git", "-c", "user.name=act run", "-c", "user.email=act@localhost", "-c", "commit.gpgsign=false"]
     subprocess.run([*git, "init", "--quiet", "--initial-branch=main"], cwd=dest, check=True)
     subprocess.run([*git, "remote", "add", "origin", f"https://github.com/{REPOSITORY}.git"], cwd=dest, check=True)
@@ -690,6 +694,11 @@ def check_update(run: Run, work: Path, remote: Path, gh_log: Path, result: dict[
             "not one `gh pr create --head update/cpu`"
         )
     body = str(creates[0].get("body", ""))
+    touched = sorted(line.split("|")[0].strip() for line in shown.stdout.splitlines()[1:] if "|" in line)
+    if touched != ["images/cpu/Dockerfile", "matrix.yaml"]:
+        raise Failed(
+            f"{run.event}: update/pull-request: the branch update/cpu changes {touched}, not the cpu bump alone"
+        )
     if "- cpu-amd64: " not in body or "0.33.0" not in body:
         raise Failed(f"{run.event}: update/pull-request: the body names no cpu-amd64 suite result or 0.33.0:\n{body}")
     result["update"] = {
