@@ -103,20 +103,31 @@ def test_a_pull_request_runs_lint_matrix_and_the_cpu_image_job_and_skips_manifes
     assert {pr["steps"][s] for s in ("Vulnerability gate", "Install cosign", "Upload the push record")} == {"skipped"}
 
 
-def test_a_push_to_main_pushes_the_hash_tag_and_publishes_the_multi_arch_tag(
+def test_a_push_to_main_pushes_the_hash_tag_and_manifest_reads_the_record(
     act_run: ActRun,
     local_registry: str,  # noqa: F811
 ) -> None:
     push = act_run.result["push"]
     hash_ref = push["pushed"][0]
     assert hash_ref.startswith(f"{local_registry}/matrix-test/vllm-matrix/cpu:")
-    # The registry itself (not the run's own check): the multi-arch tag lists the digest the image job pushed.
-    tags = [t for t, digests in push["multi_arch"].items() if push["digest"] in digests]
-    assert tags, push["multi_arch"]
-    listed = _manifest(local_registry, tags[0])
-    assert push["digest"] in [m["digest"] for m in listed["manifests"]]
-    assert push["manifest_steps"]["Multi-arch tags"] == "success"
+    # The registry itself (not the run's own check) answers for the content-hash tag with the pushed digest.
+    name, _, tag = hash_ref.removeprefix(f"{local_registry}/").rpartition(":")
+    request = urllib.request.Request(
+        f"http://{local_registry}/v2/{name}/manifests/{tag}",
+        method="HEAD",
+        headers={"Accept": "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json, "
+                 "application/vnd.docker.distribution.manifest.v2+json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.headers["Docker-Content-Digest"] == push["digest"]
     assert {push["steps"][s] for s in ("Vulnerability gate", "Push", "Upload the push record")} == {"success"}
+    # The cpu stack's multi-arch tag also needs arm64's image, which the cpu-only run does not build: manifest
+    # got the push record through the artifact and refused, naming it (tools/act/run.py MANIFEST_STOP).
+    if push["multi_arch"]:
+        tags = [t for t, digests in push["multi_arch"].items() if push["digest"] in digests]
+        assert tags and push["digest"] in [m["digest"] for m in _manifest(local_registry, tags[0])["manifests"]]
+    else:
+        assert "no pushed image of arm64" in push["manifest_stop"]
 
 
 def test_kube_runs_up_to_the_cluster_and_says_so(act_run: ActRun) -> None:
