@@ -442,6 +442,8 @@ def run_event(
     shutil.rmtree(out / f"artifacts-{event}", ignore_errors=True)
     cmd = act_command(event, repo, out, act=act, env=env, private=private) + (["-j", job] if job else [])
     log_path = out / f"{event}.jsonl"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "act"
+    before = {p.name for p in cache.iterdir()} if cache.is_dir() else set()
     lines: list[str] = []
     started = time.monotonic()
     print(f"act run: {event}: {' '.join(cmd[:8])} ... (log: {log_path})", flush=True)
@@ -463,6 +465,12 @@ def run_event(
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=60)
             raise
+        finally:
+            # act's host executor leaves each job's workspace (a copy of the tree, its venvs, the wheelhouse)
+            # under ~/.cache/act/<16 hex>: those this run made go.
+            for made in cache.iterdir() if cache.is_dir() else []:
+                if made.name not in before and re.fullmatch(r"[0-9a-f]{16}", made.name):
+                    shutil.rmtree(made, ignore_errors=True)
     return parse_log(event, lines, time.monotonic() - started, code)
 
 
