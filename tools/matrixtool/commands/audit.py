@@ -23,10 +23,14 @@ from matrixtool.supply import advisories as sources
 from matrixtool.supply import audit as gate
 from matrixtool.supply.policy import policy_for
 
+# The base URL of an OSV API mirror that --osv-api queries instead of https://api.osv.dev (docs/supply-chain.md).
+OSV_API_ENV = "MATRIX_OSV_API"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Args:
-    """``advisories``: a folder of OSV records, or None with ``osv_api`` (the live service at ``api_url``)."""
+    """``advisories``: a folder of OSV records, or None with ``osv_api`` (the live service at ``api_url``, or at the
+    base URL ``env`` names in ``MATRIX_OSV_API``: a mirror of the OSV API)."""
 
     matrix_path: Path
     sbom: Path
@@ -55,8 +59,9 @@ def run(args: Args, *, fetch: sources.Fetch | None = None, today: datetime.date 
         source = sources.DirectorySource(args.advisories)
     else:
         the_fetch = fetch if fetch is not None else sources.default_fetch(args.env)
-        source = sources.ApiSource(the_fetch, args.api_url)
-        problem = sources.probe_api(the_fetch, args.api_url)
+        base = args.env.get(OSV_API_ENV) or args.api_url
+        source = sources.ApiSource(the_fetch, base)
+        problem = sources.probe_api(the_fetch, base)
         if problem is not None:
             source = _Unreachable(source.name, problem)
     return gate.audit(doc, source, policy, today=today or datetime.date.today())
@@ -82,7 +87,9 @@ class _Unreachable(sources.AdvisorySource):
     default=None,
     help="Folder of OSV records, one folder per ecosystem (PyPI/, Debian:12/ or Debian/; JSON files or all.zip).",
 )
-@click.option("--osv-api", is_flag=True, help=f"Query the OSV API ({sources.OSV_API}); probed first.")
+@click.option(
+    "--osv-api", is_flag=True, help=f"Query the OSV API ({sources.OSV_API}, or ${OSV_API_ENV}); probed first."
+)
 @click.option("--as", "as_variant", default=None, help="Variant whose audit policy applies (default: the SBOM's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @pass_settings
