@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 PIP_CONFIG_CERT := $(shell python3 -m pip config list 2>/dev/null | sed -n "s/^global\.cert='\(.*\)'$$/\1/p" | head -n1)
 CA_ENV := $(if $(SSL_CERT_FILE)$(PIP_CERT)$(REQUESTS_CA_BUNDLE),,$(if $(PIP_CONFIG_CERT),PIP_CERT=$(PIP_CONFIG_CERT)))
 
-.PHONY: setup engine engine-minimal venv run test test-emulated unit images render render-check docs lint act bench bench-build bench-fresh bench-arm64 clean
+.PHONY: setup engine engine-minimal venv run test test-emulated test-act unit images render render-check docs lint act bench bench-build bench-fresh bench-arm64 clean
 
 setup: engine venv  ## Install and start the engine, create the venv
 
@@ -37,7 +37,7 @@ run:  ## The main job: render-check, build and smoke-test the CPU image
 	$(CA_ENV) $(MATRIX) run cpu --wheelhouse "$$(tools/wheelhouse.sh cpu)"
 
 test: setup  ## The test suite (unit + integration with the real engine), less the `emulated` full arm64 run
-	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh cpu)" $(VENV)/bin/pytest -m 'not emulated' --durations=25 $(PYTEST_ARGS)
+	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh cpu)" $(VENV)/bin/pytest -m 'not emulated and not act' --durations=25 $(PYTEST_ARGS)
 
 test-emulated: setup  ## The full arm64 smoke suite under QEMU (about an hour on 2 cores; scheduled in CI)
 	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh cpu)" $(VENV)/bin/pytest -m emulated tests/integration $(PYTEST_ARGS)
@@ -74,6 +74,9 @@ lint: venv  ## ruff, mypy (tool and tests; the in-image package on its own oldes
 # (tools/act/actions), checked by tools/act/run.py (docs/publishing.md "The workflows under act").
 act: setup  ## Run images.yml, kube.yml and update.yml under act here, and check what each run proves (build/act/)
 	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh cpu)" $(PY) tools/act/run.py $(ACT_ARGS)
+
+test-act: setup  ## The test that runs `make act` and checks what the workflows' runs prove (tests/integration/test_actions.py)
+	$(CA_ENV) PIP_FIND_LINKS="$$(tools/wheelhouse.sh cpu)" $(VENV)/bin/pytest -m act tests/integration $(PYTEST_ARGS)
 
 bench: setup  ## Full and quick smoke suites of the CPU image against the naive pair (writes build/bench/cpu.suites.json)
 	$(CA_ENV) $(PY) tools/bench.py suites cpu --wheelhouse "$$(tools/wheelhouse.sh cpu)"

@@ -30,7 +30,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tests.integration.test_registry import local_registry  # noqa: F401  (the module's registry fixture)
 
-pytestmark = [pytest.mark.engine, pytest.mark.slow]
+pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.act]
 
 RUN = REPO_ROOT / "tools" / "act" / "run.py"
 INDEX = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json"
