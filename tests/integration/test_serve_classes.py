@@ -1,5 +1,5 @@
 """Serving failure classes (docs/failure-classes.md 15-22), each reproduced with a real `vllm serve` container of
-the CPU image (or a small image built FROM it) and diagnosed by ``matrixtool.smoke.serve_diagnosis``.
+the CPU image (or a small image built FROM it) and diagnosed by ``matrixtool.smoke.serve.diagnosis``.
 
 The servers run through the image's own ENTRYPOINT (``serve /model ...``) with the suite's tiny model mounted
 read-only, probed from the host through a published loopback port. testcontainers' ``DockerContainer`` starts
@@ -33,8 +33,8 @@ from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
 from matrixtool.core.container import OWNER_LABEL
-from matrixtool.smoke import serve_diagnosis as sd
-from matrixtool.smoke import serve_route_diagnosis as srd
+from matrixtool.smoke.serve import diagnosis as sd
+from matrixtool.smoke.serve import route_diagnosis as srd
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import INSTALL_WHEELS, OWNER, TEST_REPOSITORY
 

@@ -531,7 +531,7 @@ def test_an_inventory_of_another_shape_is_an_sbom_error(inventory: str, says: st
 def test_a_probe_result_that_is_no_object_is_a_probe_error_not_a_crash(printed: str) -> None:
     """The serve probe runs under the image's own python3: its result line is checked before use."""
     from matrixtool.incontainer.vllm_smoke.programs import serve_probe
-    from matrixtool.smoke import serve_probing
+    from matrixtool.smoke.serve import probing as serve_probing
 
     class Box:
         def exec(self, argv: list[str], env: dict[str, str], deadline_s: float) -> tuple[int, str]:

@@ -14,7 +14,8 @@ import pytest
 from matrixtool.deploy import kube, kube_checks, kube_job
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.select import select_checks
-from matrixtool.smoke import bundle, serve_line
+from matrixtool.smoke import bundle
+from matrixtool.smoke.serve import line as serve_line
 
 VARIANTS = {v.name: v for v in load_matrix().variants}
 

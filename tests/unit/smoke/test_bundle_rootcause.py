@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from matrixtool.incontainer.vllm_smoke import rootcause as shared
-from matrixtool.smoke import rootcause, serve_route_diagnosis
+from matrixtool.smoke import rootcause
 from matrixtool.smoke.result import CheckResult, Status
+from matrixtool.smoke.serve import route_diagnosis as serve_route_diagnosis
 
 # Untyped, as the in-image package is (it runs on Python >= 3.9 in images).
 serving: Any = importlib.import_module("matrixtool.incontainer.vllm_smoke.serving")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from matrixtool.smoke import serve_diagnosis as sd
-from matrixtool.smoke import serve_route_diagnosis as srd
+from matrixtool.smoke.serve import diagnosis as sd
+from matrixtool.smoke.serve import route_diagnosis as srd
 
 DATA = Path(__file__).parent.parent / "data" / "serve"
 

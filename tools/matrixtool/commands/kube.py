@@ -18,7 +18,7 @@ from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import Variant
 from matrixtool.model.profiles import ProfileChoice
 from matrixtool.model.select import select_variants
-from matrixtool.smoke import serve_line
+from matrixtool.smoke.serve import line as serve_line
 
 
 class InvalidManifest(MatrixError):

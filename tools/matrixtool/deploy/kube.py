@@ -53,7 +53,8 @@ from matrixtool.model.conditions import ROWS, Condition, quantity
 from matrixtool.model.model import Variant
 from matrixtool.model.yamlfile import read_config_text
 from matrixtool.report import READ_BACK_SCHEMA
-from matrixtool.smoke import serve, serve_line
+from matrixtool.smoke.serve import check as serve_check
+from matrixtool.smoke.serve import line as serve_line
 
 PORT_NAME = "http"
 PROBE_PERIOD_S = 5
@@ -231,7 +232,7 @@ def serving_for(
         port=serve_line.PORT,
         model_mount=serve_line.MODEL_MOUNT,
         model_claim=claim,
-        grace_s=variant.stop_grace_s or serve.STOP_GRACE_S,
+        grace_s=variant.stop_grace_s or serve_check.STOP_GRACE_S,
         cold_start_s=cold,
         cold_start_source=source,
         cache_claim=cache_claim,

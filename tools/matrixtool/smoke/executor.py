@@ -29,7 +29,7 @@ from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke import bundle, hidden, rootcause, serve, serve_line
+from matrixtool.smoke import bundle, hidden, rootcause
 from matrixtool.smoke.plan import (
     Group,
     ProfileRun,
@@ -40,6 +40,8 @@ from matrixtool.smoke.plan import (
 )
 from matrixtool.smoke.result import CheckResult, Status, parse_output_safe, split_logs, unhidden, verdict
 from matrixtool.smoke.runners import Runner, ServeSetup, container_runner
+from matrixtool.smoke.serve import check as serve_check
+from matrixtool.smoke.serve import line as serve_line
 
 __all__ = ["execute", "host_has_gpu", "run_host_suite", "run_profiles", "run_suite"]
 
@@ -198,7 +200,7 @@ def _in_image(
 
 def _serves(variant: Variant, run: ProfileRun, gpu: bool) -> bool:
     """True when ``run`` starts a server: it has the serve check and a server can run here (CPU, or a GPU seen)."""
-    return any(c.name == serve.CHECK for c in run.checks) and (variant.accelerator is Accelerator.CPU or gpu)
+    return any(c.name == serve_check.CHECK for c in run.checks) and (variant.accelerator is Accelerator.CPU or gpu)
 
 
 def _run_container(
@@ -217,7 +219,7 @@ def _run_container(
 ) -> list[CheckResult]:
     """``run`` in one tracked container of ``image``, the checks given ``params``; ``volume``: the tiny model's,
     where the run serves (None: no server runs here); ``earlier``: this command's results so far."""
-    served = any(c.name == serve.CHECK for c in run.checks)
+    served = any(c.name == serve_check.CHECK for c in run.checks)
     mounts = serve_line.check_mounts(volume) if volume else {}
     env = serve_line.check_env() if volume else {}
     setup = ServeSetup(client=client, variant=variant, volume=volume, gpu=gpu) if served else None

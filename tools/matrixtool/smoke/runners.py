@@ -30,9 +30,10 @@ from matrixtool.core.container import OWNER_ENV_VAR, ContainerSpec, TrackedConta
 from matrixtool.model import profiles
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke import serve, serve_run
 from matrixtool.smoke.plan import KILL_GRACE, ProfileRun, group_timeout
 from matrixtool.smoke.result import CheckResult, Status
+from matrixtool.smoke.serve import check as serve_check
+from matrixtool.smoke.serve import run as serve_run
 
 # The folder holding the in-image package ``vllm_smoke`` (the zipapp and the bundle are made from it).
 CHECKS_DIR = Path(__file__).parent.parent / "incontainer"
@@ -186,7 +187,7 @@ class ContainerRunner:
 
         Raises ValueError for a check that is no step of a container run."""
         setup = self.serving
-        if check.name != serve.CHECK or setup is None:
+        if check.name != serve_check.CHECK or setup is None:
             raise ValueError(f"{check.name} is no step this runner runs")
         if setup.volume is None:
             accelerator = setup.variant.accelerator.value

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from matrixtool.core import jsontext
 from matrixtool.incontainer.vllm_smoke import servediag
-from matrixtool.smoke.serve_diagnosis import (
+from matrixtool.smoke.serve.diagnosis import (
     CLIENT_MISMATCH,
     EXCEPTION_LINE,
     METRICS_DIR,

@@ -1,7 +1,7 @@
 """The serve check run: the server of one profile started (``observe``: ready, probed, stopped during a stream,
 ``stop_contract``; a warm start on the compile cache the first wrote, ``_start_once``) and ``ServeRun``, the
 smoke plan's serve step beside the check container, which makes the tiny model, runs ``observe`` on a thread and
-judges it (``serve.judge``)."""
+judges it (``serve_check.judge``)."""
 
 from __future__ import annotations
 
@@ -31,9 +31,12 @@ from matrixtool.incontainer.vllm_smoke.programs import serve_probe
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import Variant
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke import serve, serve_health, serve_line, serve_probing
 from matrixtool.smoke.plan import ProfileRun
 from matrixtool.smoke.result import CheckResult, Status
+from matrixtool.smoke.serve import check as serve_check
+from matrixtool.smoke.serve import health as serve_health
+from matrixtool.smoke.serve import line as serve_line
+from matrixtool.smoke.serve import probing as serve_probing
 
 # The in-image package is untyped (stdlib, Python >= 3.9): its function as this module calls it.
 _completion_body: Callable[[Mapping[str, Any], bool], dict[str, Any]] = serve_probe.completion_body
@@ -57,13 +60,13 @@ def observe(
     volume: str,
     *,
     session: str,
-    grace_s: int = serve.STOP_GRACE_S,
+    grace_s: int = serve_check.STOP_GRACE_S,
     gpu: bool = False,
     eager: bool = False,
-    ready_timeout_s: float = serve.READY_TIMEOUT_S,
+    ready_timeout_s: float = serve_check.READY_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
     deadline: float | None = None,
-) -> serve.Observed:
+) -> serve_check.Observed:
     """Start the server of ``profile`` on ``volume``'s model, wait until ready, probe it, stop it during a stream;
     then (not ``eager``) the warm start: a second server on the compile cache volume the first wrote (mounted at
     the image's cache root, ``serve_line.cache_root`` of ``env``: the server's environment), ready and stopped.
@@ -90,7 +93,7 @@ def observe(
                 return
             try:
                 warm.update(_start_once(client, image, profile, spec, root, session=session, ready_timeout_s=left))
-            except Exception as exc:  # the check fails with it (serve.judge); the cold run's result stands
+            except Exception as exc:  # the check fails with it (serve_check.judge); the cold run's result stands
                 warm["error"] = f"{type(exc).__name__}: {exc}"
 
         def end_warm() -> None:
@@ -109,7 +112,7 @@ def observe(
                 prober, base = _prober(client, image, profile, server, stack, session)
                 ready_s, seen, code, log = _wait_ready(server, prober, started, ready_timeout_s)
                 if ready_s is None:
-                    return serve.Observed(ready_s=None, phases=seen, exit_code=code, log=log)
+                    return serve_check.Observed(ready_s=None, phases=seen, exit_code=code, log=log)
                 listing = cache_listing(server, root) if cache is not None else ""
                 if cache is not None and WARM_BESIDE_COLD and not gpu:
                     warm_thread.start()
@@ -118,7 +121,12 @@ def observe(
                     server, serve_health.healthcheck_of(client.images.get(image).attrs)
                 )
                 probes = prober.call(
-                    "probe", {"model": serve_line.MODEL_PATH, "prompt": serve.PROMPT, "max_tokens": serve.MAX_TOKENS}
+                    "probe",
+                    {
+                        "model": serve_line.MODEL_PATH,
+                        "prompt": serve_check.PROMPT,
+                        "max_tokens": serve_check.MAX_TOKENS,
+                    },
                 )
                 if cache is not None:  # kernels the cold server compiled after ready (its probes) count as cold
                     listing = _union(listing, cache_listing(server, root))
@@ -128,7 +136,7 @@ def observe(
             warm_thread.join(ready_timeout_s + 60)
         elif cache is not None:
             start_warm()
-        return serve.Observed(
+        return serve_check.Observed(
             ready_s=ready_s,
             phases=seen,
             probes=probes,
@@ -172,7 +180,7 @@ def _wait_ready(
     while time.monotonic() - started < timeout_s:
         code = server.wait(0.5)
         log = server.logs()
-        serve.phases_seen(log, time.monotonic() - started, seen)
+        serve_check.phases_seen(log, time.monotonic() - started, seen)
         if code is not None:
             return None, seen, code, log
         if prober.call("health", {}).get("status") == 200:
@@ -243,11 +251,11 @@ def stop_contract(server: TrackedContainer, prober: serve_probing.Prober, grace_
             text = out.decode(errors="replace") if isinstance(out, bytes) and code == 0 else ""
             pid1 = text.replace("\0", " ").strip()
     body = _completion_body(
-        {"model": serve_line.MODEL_PATH, "prompt": serve.PROMPT, "max_tokens": serve.STREAM_TOKENS}, True
+        {"model": serve_line.MODEL_PATH, "prompt": serve_check.PROMPT, "max_tokens": serve_check.STREAM_TOKENS}, True
     )
     streamed_at = time.monotonic()
     first, outcome = prober.stream(body)
-    in_flight = first(serve.FIRST_CHUNK_S)
+    in_flight = first(serve_check.FIRST_CHUNK_S)
     began = time.monotonic()
     code = server.stop(grace_s)
     seconds = round(time.monotonic() - began, 1)
@@ -261,9 +269,9 @@ def stop_contract(server: TrackedContainer, prober: serve_probing.Prober, grace_
         "pid1": pid1,
         "exit_code": code,
         "seconds": seconds,
-        "stream": serve.stream_outcome(stream) + (" before docker stop was sent" if ended_before else ""),
+        "stream": serve_check.stream_outcome(stream) + (" before docker stop was sent" if ended_before else ""),
         "stream_ended_before_stop": ended_before,
-        "shutdown_errors": serve.shutdown_errors(log),
+        "shutdown_errors": serve_check.shutdown_errors(log),
         "log": log,
     }
 
@@ -304,7 +312,7 @@ class ServeRun:
         self.client, self.image, self.variant, self.run, self.runner = client, image, variant, run, runner
         self.volume, self.log_dir, self.gpu, self.zipapp = volume, log_dir, gpu, zipapp
         self.session = uuid.uuid4().hex[:12]
-        self.seen: serve.Observed | None = None
+        self.seen: serve_check.Observed | None = None
         self.error: str | None = None
         self.error_output = ""
         self.started = time.monotonic()
@@ -315,7 +323,7 @@ class ServeRun:
         """Begin: the model, then the server (``observe``), on a daemon thread. The warm start must be ready
         ``WARM_MARGIN_S`` before the serve check's own timeout."""
         self.started = time.monotonic()
-        timeout = next((c.timeout for c in self.run.checks if c.name == serve.CHECK), None)
+        timeout = next((c.timeout for c in self.run.checks if c.name == serve_check.CHECK), None)
         self.deadline = None if timeout is None else self.started + float(timeout) - WARM_MARGIN_S
         self.thread.start()
 
@@ -333,7 +341,7 @@ class ServeRun:
                 self.run.profile,
                 self.volume,
                 session=self.session,
-                grace_s=int(self.variant.stop_grace_s or serve.STOP_GRACE_S),
+                grace_s=int(self.variant.stop_grace_s or serve_check.STOP_GRACE_S),
                 gpu=self.gpu,
                 eager=str(self.run.suite) == "quick",
                 env=self.environment(),
@@ -360,11 +368,11 @@ class ServeRun:
         return {**image_env, **self.run.profile.value(Condition.ENV)}
 
     def result(self, timeout_s: float, results: Sequence[CheckResult]) -> CheckResult:
-        """Wait for the server run (up to what is left of ``timeout_s`` seconds since ``start``), serve.judge it against
-        ``results`` (offline-generate's tokens) and write its log to ``<log stem>.serve.log`` (the warm start's after
-        ``WARM_LOG_MARK``)."""
+        """Wait for the server run (up to what is left of ``timeout_s`` seconds since ``start``), judge it
+        (``serve_check.judge``) against ``results`` (offline-generate's tokens) and write its log to
+        ``<log stem>.serve.log`` (the warm start's after ``WARM_LOG_MARK``)."""
         self.thread.join(max(1.0, timeout_s - (time.monotonic() - self.started)))
-        log = self.log_dir / self.run.log_name(serve.CHECK)
+        log = self.log_dir / self.run.log_name(serve_check.CHECK)
         outputs.make_dirs(self.log_dir)
         facts: dict[str, Any]
         if self.thread.is_alive():
@@ -373,9 +381,9 @@ class ServeRun:
         elif self.seen is None:
             status, diagnosis, hint, facts = Status.FAILED, self.error or "no result", "read the log", {}
         else:
-            status, diagnosis, hint, facts = serve.judge(
+            status, diagnosis, hint, facts = serve_check.judge(
                 self.seen,
-                expected_tokens=serve.reference_tokens(results),
+                expected_tokens=serve_check.reference_tokens(results),
                 vllm_version=str(self.variant.vllm.version).split("+")[0],
                 ready_budget_s=self.variant.ready_budget_s,
                 env=self.environment(),
@@ -388,7 +396,7 @@ class ServeRun:
         return CheckResult(
             variant=self.variant.name,
             image=self.image,
-            check=serve.CHECK,
+            check=serve_check.CHECK,
             status=status,
             diagnosis=diagnosis,
             hint="" if status.ok else hint,

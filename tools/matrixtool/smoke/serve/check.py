@@ -24,8 +24,12 @@ from matrixtool.core import jsontext
 from matrixtool.incontainer.vllm_smoke import compilecache, serving
 from matrixtool.incontainer.vllm_smoke.programs import generate
 from matrixtool.incontainer.vllm_smoke.vllmchecks import root_cause
-from matrixtool.smoke import serve_diagnosis, serve_health, serve_line, serve_probing, serve_route_diagnosis
 from matrixtool.smoke.result import CheckResult, Status
+from matrixtool.smoke.serve import diagnosis as serve_diagnosis
+from matrixtool.smoke.serve import health as serve_health
+from matrixtool.smoke.serve import line as serve_line
+from matrixtool.smoke.serve import probing as serve_probing
+from matrixtool.smoke.serve import route_diagnosis as serve_route_diagnosis
 
 CHECK = "serve"
 STOP_GRACE_S = 30  # a Kubernetes pod's terminationGracePeriodSeconds
