@@ -35,9 +35,6 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
         (p, w): (n, "host: split pending in this branch")
         for p, w, n in [
             ("tools/matrixtool/build/render.py", "module", 445),
-            ("tools/matrixtool/deploy/kube.py", "module", 546),
-            ("tools/matrixtool/deploy/kube.py", "manifests lines", 87),
-            ("tools/matrixtool/deploy/kube_job.py", "smoke_job parameters", 9),
             ("tools/matrixtool/smoke/executor.py", "_run_container parameters", 11),
             ("tools/matrixtool/smoke/executor.py", "run_suite parameters", 9),
             ("tools/matrixtool/smoke/executor.py", "run_profiles parameters", 9),
