@@ -34,13 +34,6 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     **{
         (p, w): (n, "host: split pending in this branch")
         for p, w, n in [
-            ("tools/matrixtool/smoke/executor.py", "_run_container parameters", 11),
-            ("tools/matrixtool/smoke/executor.py", "run_suite parameters", 9),
-            ("tools/matrixtool/smoke/executor.py", "run_profiles parameters", 9),
-            ("tools/matrixtool/smoke/serve/run.py", "observe lines", 96),
-            ("tools/matrixtool/smoke/serve/run.py", "module", 408),
-            ("tools/matrixtool/smoke/serve/run.py", "observe parameters", 11),
-            ("tools/matrixtool/smoke/serve/run.py", "ServeRun.__init__ parameters", 9),
             ("tools/matrixtool/supply/provenance.py", "statement parameters", 11),
             ("tools/bench.py", "module", 464),
             ("tools/bench.py", "suites_bench lines", 86),
