@@ -96,14 +96,9 @@ class ServeRun:
     a session of their own (``sweep`` removes them)."""
 
     def __init__(self, setup: ServeStep, run: ProfileRun, runner: Execs, log_dir: Path) -> None:
-        self.client, self.image, self.variant, self.run, self.runner = (
-            setup.client,
-            runner.image,
-            setup.variant,
-            run,
-            runner,
-        )
-        self.volume, self.log_dir, self.gpu, self.zipapp = setup.model_volume(), log_dir, setup.gpu, setup.zipapp
+        self.client, self.variant, self.gpu, self.zipapp = setup.client, setup.variant, setup.gpu, setup.zipapp
+        self.image, self.run, self.runner, self.log_dir = runner.image, run, runner, log_dir
+        self.volume = setup.model_volume()
         self.session = uuid.uuid4().hex[:12]
         self.seen: serve_check.Observed | None = None
         self.error: str | None = None
