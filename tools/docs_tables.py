@@ -3,8 +3,9 @@
 (``docs/checks.md``), the command table from the click commands and the exit-code table from
 ``errors.ExitCode`` (``docs/commands.md``), the run-condition table from ``conditions.ROWS``
 (``docs/profiles.md``), the README's serve command line from the one the serve check
-runs (``matrixtool.smoke.serve.line.readme_block``), and the wings of ``tools/matrixtool/`` with the levels of its
-import graph from the tree (``docs/architecture.md``).
+runs (``matrixtool.smoke.serve.line.readme_block``), the profile part of ``matrix.schema.json`` from
+``conditions.ROWS`` and the golden file of the shipped matrix (``FILES``), and the wings of ``tools/matrixtool/``
+with the levels of its import graph from the tree (``docs/architecture.md``).
 
 Each table sits between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` in its file. ``tools/docs_tables.py``
 rewrites them; ``--check`` only compares (exit 1 on drift, naming the file and table). A unit test
@@ -148,6 +149,61 @@ TABLES: tuple[tuple[str, str, Callable[[], str]], ...] = (
 )
 
 
+def schema_text() -> str:
+    """``matrix.schema.json`` (package data of ``matrixtool.model``; editors are pointed at it) with its profile part
+    generated from ``conditions.ROWS``: ``$defs.profile.properties`` is ``{row.key: row.schema}``, so a run condition
+    is added by its row alone."""
+    import json
+
+    from matrixtool.model.conditions import profile_schema_properties
+
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    schema["$defs"]["profile"]["properties"] = profile_schema_properties()
+    return json.dumps(schema, indent=2) + "\n"
+
+
+def shipped_matrix_text() -> str:
+    """What the shipped ``matrix.yaml`` resolves to, as JSON (the golden file of tests/unit/model/
+    test_shipped_matrix.py): each variant's accelerator, platforms, runner labels, publish_as, profiles and checks
+    with their timeouts (seconds), the ``ci-matrix`` entries and the ``update`` groups. Every test of the logic
+    runs on fixture matrices (tests/unit/data/matrix/); this file is the one place the shipped matrix is pinned."""
+    import json
+
+    from matrixtool.deploy import ci
+    from matrixtool.model.matrixfile import load_matrix
+    from matrixtool.model.yamlfile import parse_yaml, read_config_text
+    from matrixtool.update import edits
+
+    path = ROOT / "matrix.yaml"
+    matrix = load_matrix(path)
+    variants = {
+        v.name: {
+            "accelerator": v.accelerator.value,
+            "platforms": [str(p) for p in v.platforms],
+            "runner": list(v.runner),
+            "publish_as": v.publish_as,
+            "profiles": [p.name for p in v.profiles],
+            "checks": {c.name: c.timeout for c in v.checks},
+        }
+        for v in matrix.variants
+    }
+    groups = edits.groups(parse_yaml(read_config_text(path), str(path)), matrix.names())
+    facts = {
+        "variants": variants,
+        "ci_matrix": ci.ci_matrix(matrix.variants)["include"],
+        "update_groups": {owner: members for owner, members in groups},
+    }
+    return json.dumps(facts, indent=2) + "\n"
+
+
+SCHEMA = PACKAGE / "model" / "matrix.schema.json"
+# Files generated whole: (path under ROOT, its text).
+FILES: tuple[tuple[str, Callable[[], str]], ...] = (
+    ("tools/matrixtool/model/matrix.schema.json", schema_text),
+    ("tests/unit/data/matrix/shipped-matrix.json", shipped_matrix_text),
+)
+
+
 def rewritten(text: str, name: str, table: str) -> str:
     """``text`` with the table ``name`` replaced by ``table``.
 
@@ -172,10 +228,15 @@ def drifted(root: Path = ROOT) -> list[str]:
     return found
 
 
+def drifted_files(root: Path = ROOT) -> list[str]:
+    """Each file of ``FILES`` that differs from the code (tests/unit/model/test_shipped_matrix.py tests them)."""
+    return [path for path, make in FILES if not (root / path).is_file() or (root / path).read_text("utf-8") != make()]
+
+
 def main(argv: list[str]) -> int:
     """Rewrite the tables (or with ``--check``, return 1 when one differs); the exit status."""
     if "--check" in argv:
-        stale = drifted()
+        stale = drifted() + drifted_files()
         for line in stale:
             print(f"{line} differs from the code: run tools/docs_tables.py", file=sys.stderr)
         return 1 if stale else 0
@@ -188,6 +249,14 @@ def main(argv: list[str]) -> int:
             partial.write_text(new, encoding="utf-8")
             partial.replace(file)
             print(f"rewrote {path}: {name}")
+    for path, make in FILES:
+        file = ROOT / path
+        new = make()
+        if not file.is_file() or file.read_text(encoding="utf-8") != new:
+            partial = file.with_name(file.name + ".partial")
+            partial.write_text(new, encoding="utf-8")
+            partial.replace(file)
+            print(f"rewrote {path}")
     return 0
 
 

@@ -23,7 +23,7 @@ import pytest
 from matrixtool.core import engine
 from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL
 from matrixtool.model.matrixfile import load_matrix
-from tests.conftest import REPO_ROOT, copy_checkout
+from tests.conftest import REPO_ROOT, copy_checkout, record_exit
 
 MATRIX = str(REPO_ROOT / "tools" / "matrix")
 # The CPU variant's smoke checks, in matrix.yaml order.
@@ -37,8 +37,9 @@ os.environ[OWNER_ENV_VAR] = OWNER
 def matrix_cli(
     *args: str, out: Path, env: dict[str, str] | None = None, timeout: float = 3600
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``tools/matrix --out OUT ARGS`` as a user would; output captured."""
-    return subprocess.run(
+    """Run ``tools/matrix --out OUT ARGS`` as a user would; output captured; its exit recorded (``record_exit``: exit 1
+    fails the test)."""
+    proc = subprocess.run(
         [MATRIX, "--out", str(out), *args],
         capture_output=True,
         text=True,
@@ -46,6 +47,8 @@ def matrix_cli(
         env={**os.environ, **(env or {})},
         check=False,
     )
+    record_exit(proc.args, proc.returncode)
+    return proc
 
 
 def json_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:

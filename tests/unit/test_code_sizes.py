@@ -46,7 +46,7 @@ _INCONTAINER_PENDING: dict[tuple[str, str], tuple[int, str]] = {
         ("gpuchecks.py", "check_gpu_archs lines", 117),
         ("nativelibs.py", "check_native_libs lines", 124),
         ("serving.py", "module", 643),
-        ("standalone.py", "module", 678),
+        ("standalone.py", "module", 691),
         ("standalone.py", "_main lines", 93),
         ("tritonchecks.py", "module", 462),
         ("vllmchecks.py", "module", 600),

@@ -276,7 +276,9 @@ case("non-string-top-key", CONFIG, "key '1' is read as")(_raw("1: x\nschema_vers
 case("non-string-env-key", CONFIG, "key 'on' is read as")(
     _raw(MATRIX_TEXT.replace("      VLLM_CPU_KVCACHE_SPACE:", "      on: x\n      VLLM_CPU_KVCACHE_SPACE:", 1))
 )
-case("complex-key", CONFIG, "not as a name")(_raw("? [a, b]\n: x\nschema_version: 1\n"))
+case("complex-key", CONFIG, "a list is written as a key (YAML's complex key")(
+    _raw("? [a, b]\n: x\nschema_version: 1\n")
+)
 case("latin-1", CONFIG, "is not UTF-8")(_raw(MATRIX_TEXT.encode() + "# caf\xe9\n".encode("latin-1")))
 case("utf-16", CONFIG, "is not UTF-8")(_raw(MATRIX_TEXT.encode("utf-16")))
 case("lone-surrogate", CONFIG, "is not UTF-8")(_raw(b"schema_version: 1\n# \xed\xa0\x80\n"))
@@ -318,7 +320,7 @@ def _folder(root: Path) -> list[str]:
     return ["--matrix", str(root / "images"), "--out", str(root / "out"), "render"]
 
 
-@case("matrix-missing", CONFIG, "cannot read the file")
+@case("matrix-missing", CONFIG, "nope.yaml does not exist; give the path of an existing file")
 def _missing(root: Path) -> list[str]:
     return ["--matrix", str(root / "nope.yaml"), "--out", str(root / "out"), "render"]
 
@@ -376,7 +378,7 @@ def _changed(root: Path) -> list[str]:
     return ["render", "--check"]
 
 
-@case("ca-cert-fifo", CONFIG, "is not a file")
+@case("ca-cert-fifo", CONFIG, "is a FIFO, not a regular file")
 def _ca_fifo(root: Path) -> list[str]:
     os.mkfifo(root / "ca.pem")
     return ["build", "cuda", "--ca-cert", str(root / "ca.pem")]
@@ -922,7 +924,9 @@ case("update-ca-cert-garbage", CONFIG, "is not a usable CA bundle")(
         "{}",
     )
 )
-case("update-ca-cert-fifo", CONFIG, "is not a file")(_file("ca.pem", None, "update", "cpu", "--ca-cert", "{}"))
+case("update-ca-cert-fifo", CONFIG, "is a FIFO, not a regular file")(
+    _file("ca.pem", None, "update", "cpu", "--ca-cert", "{}")
+)
 
 
 @case("advisory-zip-fifo", CONFIG, "is not a regular file")

@@ -163,10 +163,10 @@ def test_doctor_fails_through_the_error_path(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_unused_wheelhouse_is_a_warning(tmp_path: Path) -> None:
-    # --json-file under a file stops the command right after the warning (no index probe, no engine).
-    (tmp_path / "file").write_text("x")
+    # --json-file naming the JUnit report's file stops the command after the warning (no index probe, no engine).
     args = ["--out", str(tmp_path / "out"), "build", "cuda", "--wheelhouse", str(tmp_path)]
-    result = CliRunner().invoke(main, [*args, "--json-file", str(tmp_path / "file" / "r.json")])
+    same = str(tmp_path / "r.xml")
+    result = CliRunner().invoke(main, [*args, "--json-file", same, "--junit", same])
     assert f"warning: --wheelhouse {tmp_path} is ignored" in result.output
     assert result.exit_code == ExitCode.CONFIG
 
@@ -249,6 +249,27 @@ def test_shown_escapes_every_control_character_and_keeps_lines_only_when_asked()
     assert shown("a\nerror: forged") == "a\\x0aerror: forged"  # no line of its own
     assert shown("a\n\tb\x1b", lines=True) == "a\n\tb\\x1b"
     assert shown("naïve ✓ 日本") == "naïve ✓ 日本"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_lock_file_that_is_no_regular_file_is_refused_naming_it(tmp_path: Path, kind: str) -> None:
+    """Before: a FIFO or device planted as ``<out>/.lock`` gave ``Invalid argument (EINVAL)`` from ftruncate."""
+    import stat
+
+    out = tmp_path / "out"
+    out.mkdir()
+    lock = out / ".lock"
+    if kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        try:
+            os.mknod(lock, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("mknod needs root")
+    result = CliRunner().invoke(main, ["--out", str(out), "--no-wait", "kube", "cpu"], catch_exceptions=False)
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert f"cannot use {lock} as the lock of --out: it is no regular file" in result.output
+    assert not (out / "kube").exists()
 
 
 def test_a_lock_file_of_another_shape_is_named_escaped_exit_19(tmp_path: Path) -> None:
@@ -444,7 +465,7 @@ def test_advisory_and_sbom_text_reach_the_terminal_escaped(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("report", "says"),
     [
-        (None, "is a FIFO"),
+        (None, "--smoke-report: {} is a FIFO, not a regular file"),
         ("{", "is not JSON"),
         ('{"checks": "x"}', "checks: 'x' is not of type 'array'"),
         ('{"ok": true}', "'checks' is a required property"),
@@ -462,7 +483,9 @@ def test_a_smoke_report_of_another_shape_is_refused_before_the_engine(
     args += ["--sign-key", str(KEYS / "cosign.key"), "--smoke-report", str(path)]
     result = CliRunner(env={"COSIGN_PASSWORD": ""}).invoke(main, args, catch_exceptions=False)
     assert result.exit_code == ExitCode.CONFIG, result.output
-    assert says in result.output and "a 'tools/matrix run/test --json-file' report (--smoke-report)" in result.output
+    assert says.format(path) in result.output, result.output
+    if report is not None:  # a FIFO is refused by the rule of every input file (inputs.input_file_problem)
+        assert "a 'tools/matrix run/test --json-file' report (--smoke-report)" in result.output
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from typing import Any
 import click
 import docker
 
-from matrixtool.commands import _registry
+from matrixtool.commands import _params, _registry
 from matrixtool.commands._shared import Settings
 from matrixtool.core import engine, interrupts, outlock, process
 from matrixtool.core.errors import ExitCode, MatrixError
@@ -122,8 +122,7 @@ class MatrixGroup(click.Group):
 @click.option(
     "--matrix",
     "matrix_path",
-    # readable=False: load_matrix reports an unreadable file as a config error (exit 3), like every other.
-    type=click.Path(path_type=Path, readable=False),
+    type=_params.INPUT_FILE,
     default=DEFAULT_MATRIX,
     show_default=True,
     help="The matrix file.",
@@ -131,7 +130,7 @@ class MatrixGroup(click.Group):
 @click.option(
     "--out",
     "out_dir",
-    type=click.Path(path_type=Path),
+    type=_params.OUTPUT_FOLDER,
     default=None,
     help="Folder for logs, reports and staged build contexts.  [default: build/ next to the matrix file]",
 )
@@ -167,7 +166,21 @@ def _holding_out(callback: Callable[..., Any]) -> Callable[..., Any]:
     return locked
 
 
+def _checking_inputs(callback: Callable[..., Any]) -> Callable[..., Any]:
+    """``callback`` run once every parameter of an input kind (``_params.Kind``) keeps its rule, the group's
+    included; before the ``--out`` lock is waited for. Raises ConfigError: naming each broken one (exit 3)."""
+
+    @functools.wraps(callback)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        _params.check(click.get_current_context())
+        return callback(*args, **kwargs)
+
+    return checked
+
+
 for _command in _registry.all_commands():
     if _command.name in outlock.WRITERS and _command.callback is not None:
         _command.callback = _holding_out(_command.callback)
+    if _command.callback is not None:
+        _command.callback = _checking_inputs(_command.callback)
     main.add_command(_command)

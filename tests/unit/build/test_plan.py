@@ -120,6 +120,20 @@ def test_platform_tag_keeps_each_platforms_base_apart() -> None:
     assert platform_tag("127.0.0.1:5000/debian", ARM64) == "127.0.0.1:5000/debian:latest-arm64"
 
 
+@pytest.mark.parametrize(
+    "ref",
+    ["debian@sha256:" + "a" * 64, "debian:12@sha256:" + "a" * 64, "x:" + "a" * 125, "localhost:5000/ns/x:1"],
+)
+def test_platform_tag_is_a_reference_for_every_base_image_the_grammar_takes(ref: str) -> None:
+    """Before: a digest's ``:`` was read as the tag's (``debian@sha256:<hex>-arm64``) and a long tag went past 128."""
+    from matrixtool.build.base import platform_tag
+    from matrixtool.model.reference import image_problem
+
+    assert image_problem(ref) is None
+    tags = {platform_tag(ref, platform) for platform in (AMD64, ARM64)}
+    assert len(tags) == 2 and all(image_problem(t) is None for t in tags), tags
+
+
 def test_base_ref_prefers_pin_then_local_platform_tag() -> None:
     p = _plan()
     assert p.base_ref == "debian:bookworm-slim"

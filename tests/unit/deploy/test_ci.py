@@ -18,27 +18,28 @@ from matrixtool.cli import main
 from matrixtool.core.errors import ConfigError, ExitCode, NothingSelectedError
 from matrixtool.deploy import ci
 from matrixtool.model.matrixfile import load_matrix, validate
-from tests.conftest import REPO_ROOT
+from tests.conftest import FIXTURE_MATRIX, REPO_ROOT
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "images.yml"
 VENV_BIN = REPO_ROOT / ".venv" / "bin"
 
 
 def _ci_matrix_cli(*args: str) -> dict:  # type: ignore[type-arg]
-    result = CliRunner().invoke(main, ["ci-matrix", *args], catch_exceptions=False)
+    """``tools/matrix ci-matrix ARGS`` of the fixture matrix, parsed."""
+    result = CliRunner().invoke(main, ["--matrix", str(FIXTURE_MATRIX), "ci-matrix", *args], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)  # type: ignore[no-any-return]
 
 
-def test_every_variant_and_platform_of_matrix_yaml_is_in_the_ci_matrix() -> None:
-    raw = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
-    wanted = {(name, platform) for name, v in raw["variants"].items() for platform in v["platforms"]}
+def test_every_variant_and_platform_of_the_matrix_is_in_the_ci_matrix() -> None:
+    """Read through the loader (an ``extends`` variant states only what differs from its base)."""
+    variants = {v.name: v for v in load_matrix(FIXTURE_MATRIX).variants}
+    wanted = {(name, str(p)) for name, v in variants.items() for p in v.platforms}
     include = _ci_matrix_cli()["include"]
     assert {(e["variant"], e["platform"]) for e in include} == wanted
     assert len(include) == len(wanted)
     for entry in include:
-        runner = raw["variants"][entry["variant"]]["runner"]
-        assert entry["runner"] == ([runner] if isinstance(runner, str) else runner)
+        assert entry["runner"] == list(variants[entry["variant"]].runner)
 
 
 def test_ci_matrix_entries_carry_runner_labels_and_wheelhouse_pin() -> None:
@@ -62,7 +63,7 @@ def test_ci_matrix_output_is_one_line_for_github_output() -> None:
 
 
 def test_a_variant_without_runner_is_a_config_error(tmp_path: Path) -> None:
-    raw = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    raw = yaml.safe_load(FIXTURE_MATRIX.read_text())
     del raw["variants"]["cuda"]["runner"]
     problems = validate(raw)
     assert any(p.startswith("variants.cuda") and "'runner' is a required property" in p for p in problems)
@@ -137,7 +138,7 @@ def test_fork_pull_requests_get_no_self_hosted_runners() -> None:
     from matrixtool.deploy import ci
     from matrixtool.model.matrixfile import load_matrix
 
-    variants = load_matrix().variants
+    variants = load_matrix(FIXTURE_MATRIX).variants
     assert {e["variant"] for e in ci.ci_matrix(variants)["include"]} == {"cpu", "arm64", "cuda", "cuda-arm64", "rocm"}
     hosted = ci.ci_matrix(variants, hosted_only=True)["include"]
     assert {e["variant"] for e in hosted} == {"cpu", "arm64"}
@@ -146,8 +147,10 @@ def test_fork_pull_requests_get_no_self_hosted_runners() -> None:
 
 def test_hosted_only_that_leaves_nothing_is_an_error_not_an_empty_matrix() -> None:
     # GitHub Actions rejects `include: []`; the tool says so at once with exit 4.
-    gpu_only = [v for v in load_matrix(REPO_ROOT / "matrix.yaml").variants if "self-hosted" in v.runner]
+    gpu_only = [v for v in load_matrix(FIXTURE_MATRIX).variants if "self-hosted" in v.runner]
     with pytest.raises(NothingSelectedError, match="--hosted-only leaves no variant of cuda, cuda-arm64, rocm"):
         ci.ci_matrix(gpu_only, hosted_only=True)
-    result = CliRunner().invoke(main, ["ci-matrix", "--hosted-only", "cuda", "rocm"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        main, ["--matrix", str(FIXTURE_MATRIX), "ci-matrix", "--hosted-only", "cuda", "rocm"], catch_exceptions=False
+    )
     assert result.exit_code == ExitCode.NOTHING_SELECTED and result.output.startswith("error: --hosted-only")

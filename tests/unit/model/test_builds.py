@@ -20,7 +20,7 @@ from matrixtool.incontainer.vllm_smoke.common import Accelerator
 from matrixtool.model import builds
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import IndexSettings, PackagePin, Variant
-from tests.conftest import REPO_ROOT, copy_checkout
+from tests.conftest import FIXTURE_MATRIX, copy_checkout
 
 PYPI = "https://pypi.org/simple"
 ROCM_TORCH = "https://download.pytorch.org/whl/rocm6.4"
@@ -28,7 +28,7 @@ VLLM_ROCM = "https://wheels.vllm.ai/rocm/0.33.0/rocm721"
 
 
 def _variant(name: str) -> Variant:
-    return next(v for v in load_matrix().variants if v.name == name)
+    return next(v for v in load_matrix(FIXTURE_MATRIX).variants if v.name == name)
 
 
 def test_no_variant_of_the_matrix_resolves_a_foreign_build() -> None:
@@ -132,7 +132,7 @@ def test_a_base_of_another_rocm_than_vllms_wheel_read_by_torchs_dotted_label_is_
 
 def test_build_refuses_the_rocm64_pins_before_anything_else_with_exit_3(tmp_path: Path) -> None:
     """Through the command: no engine (the unit guard makes it unreachable), no index asked, nothing written."""
-    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    data = yaml.safe_load(FIXTURE_MATRIX.read_text())
     rocm = data["variants"]["rocm"]
     rocm["torch"] = {"package": "torch", "version": "2.14.0+rocm6.4"}
     rocm["triton_distribution"] = "pytorch-triton-rocm"
@@ -267,7 +267,7 @@ def test_the_known_rocm_of_a_variant_is_its_base_images_tag_then_its_pins_dotted
 def _rocm_711(tmp_path: Path, torch: str, base_image: str = "rocm/dev-ubuntu-24.04:latest") -> Path:
     """A checkout whose rocm variant pins vLLM's 0.33.0+rocm711 (ROCm 7.1.1 or 7.11) beside ``torch``, on
     ``base_image`` (by default one whose tag states no version)."""
-    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    data = yaml.safe_load(FIXTURE_MATRIX.read_text())
     rocm = data["variants"]["rocm"]
     rocm["base_image"] = base_image
     rocm["vllm"]["version"] = "0.33.0+rocm711"
@@ -315,7 +315,7 @@ def test_a_base_image_and_torch_that_read_a_label_differently_are_refused_at_loa
 
 
 def test_an_ambiguous_label_in_matrix_yaml_is_exit_3_naming_key_value_and_fix(tmp_path: Path) -> None:
-    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    data = yaml.safe_load(FIXTURE_MATRIX.read_text())
     rocm = data["variants"]["rocm"]
     rocm["vllm"]["version"] = "0.40.0+rocm100"
     rocm["index"]["extra_urls"] = ["https://wheels.vllm.ai/rocm/0.40.0/rocm100"]
@@ -382,3 +382,34 @@ def test_an_index_path_names_its_toolkit(url: str, shown: str | None) -> None:
     assert (str(found) if found else None) == shown
     # vLLM's rocm721 index names ROCm 7.2.1 only beside a dotted 7.2.1 (7.21 otherwise as well).
     assert builds.index_toolkit(VLLM_ROCM) is None
+
+
+@pytest.mark.parametrize(
+    ("key", "version", "shown"),
+    [
+        ("cuda.torch.version", "2.14.0+cu9", "'cu9' is no CUDA build tag"),  # one digit: no minor version
+        ("cuda.torch.version", "2.14.0+cu12.1", "'cu12.1' is no CUDA build tag"),  # dotted: no CUDA tag is
+        ("cuda.torch.version", "2.14.0+cu013", "'cu013' is no CUDA build tag"),
+        ("rocm.torch.version", "2.14.0+rocm7", "'rocm7' is no ROCm build tag"),  # a major version only
+        ("rocm.torch.version", "2.14.0+rocm6.4.1.2", "'rocm6.4.1.2' is no ROCm build tag"),
+    ],
+)
+def test_a_label_in_no_form_pytorch_or_vllm_write_is_refused_at_load(
+    tmp_path: Path, key: str, version: str, shown: str
+) -> None:
+    """``+cu9`` passed the toolkit check unread (it names no toolkit, so nothing was compared with it)."""
+    data = yaml.safe_load(FIXTURE_MATRIX.read_text())
+    variant, pin, _ = key.split(".")
+    data["variants"][variant][pin]["version"] = version
+    matrix = copy_checkout(tmp_path / "checkout", yaml.safe_dump(data, sort_keys=False))
+    result = CliRunner().invoke(main, ["--matrix", str(matrix), "render"])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert f"variants.{key}: '{version}': {shown}" in result.output
+    assert "Fix: write the label the build's own index publishes" in result.output
+
+
+@pytest.mark.parametrize(
+    "tag", ["cu90", "cu118", "cu130", "rocm72", "rocm721", "rocm6.4", "rocm6.4.1", "rocm7.0", "cpu"]
+)
+def test_the_forms_pytorch_and_vllm_write_pass_the_form_rule(tag: str) -> None:
+    assert builds.label_form_problem(tag) is None

@@ -25,7 +25,7 @@ from matrixtool.smoke import executor as smoke
 from matrixtool.smoke import plan as smoke_plan
 from matrixtool.smoke import result as smoke_result
 from matrixtool.smoke import runners as smoke_runners
-from tests.conftest import REPO_ROOT
+from tests.conftest import FIXTURE_MATRIX, REPO_ROOT
 from tests.unit._incontainer import incontainer, stub_check
 
 sys.path.insert(0, str(REPO_ROOT / "tools"))
@@ -270,7 +270,7 @@ def test_triton_drivers_says_when_vllm_is_installed_but_fails_to_import(monkeypa
 
 
 def test_quick_suite_leaves_out_compiled_generate_and_adds_prerequisites() -> None:
-    cpu = next(v for v in load_matrix().variants if v.name == "cpu")
+    cpu = next(v for v in load_matrix(FIXTURE_MATRIX).variants if v.name == "cpu")
     quick = [c.name for c in select.select_checks(cpu, [], [], "quick")]
     full = [c.name for c in select.select_checks(cpu, [], [], "full")]
     # offline-generate is in both: the quick suite runs its eager half only (test_generate_modes_follow_the_suite).
@@ -304,7 +304,7 @@ def test_groups_share_an_interpreter_as_declared() -> None:
 
 
 def test_a_group_reports_each_check_and_timeout_for_the_unfinished(tmp_path: Path) -> None:
-    cpu = next(v for v in load_matrix().variants if v.name == "cpu")
+    cpu = next(v for v in load_matrix(FIXTURE_MATRIX).variants if v.name == "cpu")
 
     class Runner:
         restarted = 0

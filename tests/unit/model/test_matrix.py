@@ -12,16 +12,16 @@ from matrixtool.core.errors import ConfigError, ExitCode
 from matrixtool.model import matrixfile
 from matrixtool.model.matrixfile import SCHEMA_NAME, load_matrix, resolve_extends, validate
 from matrixtool.model.model import DEFAULT_MATRIX, Platform, TritonState
-from tests.conftest import REPO_ROOT
+from tests.conftest import FIXTURE_MATRIX, REPO_ROOT
 
 
 def _data() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(DEFAULT_MATRIX.read_text())
+    data: dict[str, Any] = yaml.safe_load(FIXTURE_MATRIX.read_text())
     return data
 
 
-def test_default_matrix_has_the_five_variants() -> None:
-    matrix = load_matrix()
+def test_the_fixture_matrix_has_its_five_variants() -> None:
+    matrix = load_matrix(FIXTURE_MATRIX)
     assert matrix.names() == ["cpu", "arm64", "cuda", "cuda-arm64", "rocm"]
     cpu = matrix.variants[0]
     assert cpu.triton is TritonState.ABSENT
@@ -121,7 +121,7 @@ def test_variant_names_that_collide_with_selection_words_are_rejected() -> None:
 
 
 def test_cuda_on_arm64_is_rendered_like_cuda() -> None:
-    variants = {v.name: v for v in load_matrix().variants}
+    variants = {v.name: v for v in load_matrix(FIXTURE_MATRIX).variants}
     gh200, cuda = variants["cuda-arm64"], variants["cuda"]
     assert gh200.platforms == (Platform("linux", "arm64"),) and gh200.accelerator is cuda.accelerator
     assert (gh200.base_image, gh200.torch, gh200.vllm, gh200.triton) == (
@@ -133,13 +133,13 @@ def test_cuda_on_arm64_is_rendered_like_cuda() -> None:
     assert [c.name for c in gh200.checks] == [c.name for c in cuda.checks]
 
 
-def test_packaged_schema_is_the_one_editors_use() -> None:
-    """The schema ships inside the package (an installed tool has no checkout to read it from); the copy at the
-    repository root, which matrix.yaml's ``yaml-language-server`` line points editors at, must not drift."""
+def test_there_is_one_schema_file_and_matrix_yaml_points_editors_at_it() -> None:
+    """The schema ships inside the package (an installed tool has no checkout to read it from); matrix.yaml's
+    ``yaml-language-server`` line points editors at that file, and no other copy exists to drift."""
     packaged = Path(matrixfile.__file__).with_name(SCHEMA_NAME)
-    assert packaged.read_bytes() == (REPO_ROOT / "matrix.schema.json").read_bytes(), (
-        "tools/matrixtool/model/matrix.schema.json and matrix.schema.json differ; edit one and copy it over the other"
-    )
+    assert [p for p in REPO_ROOT.rglob(SCHEMA_NAME) if ".venv" not in p.parts and p != packaged] == []
+    line = f"# yaml-language-server: $schema=./{packaged.relative_to(REPO_ROOT)}"
+    assert line in DEFAULT_MATRIX.read_text(encoding="utf-8").splitlines()
 
 
 @pytest.mark.parametrize("text", ["linux/amd64", "linux/arm64", "linux/arm/v7"])
@@ -177,8 +177,8 @@ def test_extends_cascades_mappings_and_replaces_the_rest() -> None:
     ("variants", "message"),
     [
         ({"a": {"extends": "cdua"}}, "variants.a.extends: no variant 'cdua' to extend; did you mean 'cuda'?"),
-        ({"a": {"extends": "a"}}, "variants.a.extends: a cycle (a -> a)"),
-        ({"a": {"extends": "b"}, "b": {"extends": "a"}}, "variants.a.extends: a cycle (a -> b -> a)"),
+        ({"a": {"extends": "a"}}, "variants.a.extends: a cycle of 1 variant(s) (a -> a)"),
+        ({"a": {"extends": "b"}, "b": {"extends": "a"}}, "variants.a.extends: a cycle of 2 variant(s) (a -> b -> a)"),
         ({"a": {"extends": 3}}, "variants.a.extends: 3 is not of type 'string'"),
         ({"a": {"extends": "cuda", "tourch": {}}}, "variants.a.tourch: unknown key; did you mean 'torch'?"),
     ],
@@ -191,7 +191,7 @@ def test_extends_errors_name_the_key_and_the_way_out(variants: dict[str, Any], m
 
 
 def test_arm64_is_published_with_cpu() -> None:
-    variants = {v.name: v for v in load_matrix().variants}
+    variants = {v.name: v for v in load_matrix(FIXTURE_MATRIX).variants}
     assert variants["arm64"].publish_name == "cpu" and variants["cpu"].publish_name == "cpu"
 
 
@@ -204,7 +204,7 @@ def test_arm64_is_published_with_cpu() -> None:
     ],
 )
 def test_publish_as_is_validated(variant: str, value: str, message: str) -> None:
-    data = yaml.safe_load(DEFAULT_MATRIX.read_text())
+    data = yaml.safe_load(FIXTURE_MATRIX.read_text())
     data["variants"][variant]["publish_as"] = value
     problems = validate(data)
     assert any(p.startswith(message) for p in problems), problems
@@ -217,7 +217,7 @@ def test_a_variant_without_extends_still_needs_every_required_key() -> None:
 
 
 def test_publish_as_names_a_variant_published_under_its_own_name() -> None:
-    data = yaml.safe_load(DEFAULT_MATRIX.read_text())
+    data = yaml.safe_load(FIXTURE_MATRIX.read_text())
     data["variants"]["cpu"]["publish_as"] = "rocm"
     data["variants"]["cpu"]["accelerator"] = "rocm"
     assert any("'cpu' is itself published as 'rocm'" in p for p in validate(data))
@@ -241,6 +241,72 @@ def test_the_emulation_matrix_joined_with_cpu_is_valid() -> None:
     ],
 )
 def test_gpu_archs_fit_the_variants_accelerator(variant: str, archs: list[str], message: str) -> None:
-    data = yaml.safe_load(DEFAULT_MATRIX.read_text(encoding="utf-8"))
+    data = yaml.safe_load(FIXTURE_MATRIX.read_text(encoding="utf-8"))
     data["variants"][variant]["gpu_archs"] = archs
     assert any(message in p for p in validate(data)), validate(data)
+
+
+def test_an_extends_variant_overrides_one_key_of_a_nested_pin() -> None:
+    """docs/matrix.md: mappings merge key by key; ``torch: {version: ...}`` alone was refused ('package' is a
+    required property) because the schema ran on the variant as written."""
+    data = _data()
+    data["variants"]["cuda-arm64"]["torch"] = {"version": "2.14.1"}
+    assert validate(data) == []
+    resolved, _ = resolve_extends(data)
+    assert resolved["variants"]["cuda-arm64"]["torch"] == {"package": "torch", "version": "2.14.1"}
+
+
+def test_the_schema_runs_on_the_merged_variant() -> None:
+    data = _data()
+    data["variants"]["cuda-arm64"]["dist_alias"] = {"version": "0.33.0"}  # cuda has none: no name once merged
+    assert validate(data) == ["variants.cuda-arm64.dist_alias: 'name' is a required property"]
+    data = _data()
+    del data["variants"]["cuda"]["runner"]  # reported at cuda, not again at cuda-arm64, which inherits it
+    assert [p for p in validate(data) if "runner" in p] == ["variants.cuda: 'runner' is a required property"]
+
+
+def test_profile_values_and_other_problems_are_reported_at_once() -> None:
+    data = _data()
+    data["profiles"]["restricted"]["user"] = "x"
+    data["variants"]["cpu"]["vllm"]["version"] = "0.32.0+cu9x!"
+    assert validate(data) == [
+        "profiles.restricted.user: 'x': write UID[:GID] as numbers from 0 to 4294967294, e.g. \"1000770000:0\"",
+        "variants.cpu.vllm.version: '0.32.0+cu9x!' is not a PEP 440 version (such as 0.32.0 or 2.13.0+cpu)",
+    ]
+
+
+def test_a_long_list_and_a_long_cycle_give_a_short_message() -> None:
+    data = _data()
+    data["variants"]["cpu"]["index"]["exclude"] = ["x y"] * 10_000
+    problems = validate(data)
+    assert len(problems) == matrixfile.MAX_PROBLEMS + 1 and problems[-1].startswith("... and 9981 more problem(s)")
+    assert "(10000 entries) has non-unique elements" in "\n".join(problems)
+    assert len("\n".join(problems)) < 4000
+    data = _data()
+    data["variants"].update({f"v{i}": {"extends": f"v{(i + 1) % 900}"} for i in range(900)})
+    assert validate(data) == [
+        "variants.v0.extends: a cycle of 900 variant(s) (v0 -> v1 -> v2 -> v3 -> v4 -> ... -> v0); one variant of "
+        "it must not extend"
+    ]
+
+
+def test_a_complex_key_is_named_without_parser_internals(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text("schema_version: 1\n? [a, b]\n: x\n")
+    with pytest.raises(ConfigError) as caught:
+        load_matrix(path)
+    assert caught.value.problems == [
+        "line 2, column 3: not valid YAML (a list is written as a key (YAML's complex key, `? ...`); keys are names: "
+        "write the name followed by ':')"
+    ]
+
+
+def test_a_value_refused_in_a_base_is_not_read_again_in_the_variant_that_extends_it() -> None:
+    """cpu's timeout_scale .nan, inherited by a variant that extends cpu, crashed the checks' rules (exit 1) once the
+    variants without a problem of their own were checked beside the others' problems."""
+    data = _data()
+    data["variants"]["cpu"]["smoke"]["timeout_scale"] = float("nan")
+    data["variants"]["cpu-slim"] = {"extends": "cpu", "size_budget": "2GB"}
+    assert validate(data) == [
+        "variants.cpu.smoke.timeout_scale: nan is not a number this file can hold; write a finite number"
+    ]

@@ -19,7 +19,7 @@ from matrixtool.core.errors import ConfigError, ExitCode, WrongPlatformError
 from matrixtool.model import profiles
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.conditions import Condition
-from matrixtool.model.matrixfile import load_matrix
+from matrixtool.model.matrixfile import load_matrix, validate
 from matrixtool.model.model import CheckSpec
 from matrixtool.model.profiles import Overrides, Profile
 from matrixtool.report import RunReport
@@ -27,6 +27,8 @@ from matrixtool.smoke import executor as smoke
 from matrixtool.smoke import plan as smoke_plan
 from matrixtool.smoke import result as smoke_result
 from matrixtool.smoke import runners as smoke_runners
+from tests.conftest import FIXTURE_MATRIX as FIXTURE
+from tests.conftest import copy_checkout
 from tests.unit._incontainer import incontainer, stub_check
 
 RESTRICTED = {
@@ -118,7 +120,7 @@ def test_matrix_yaml_declares_default_and_restricted_for_every_variant() -> None
 
 
 def test_bad_profile_keys_are_config_errors(tmp_path: Path) -> None:
-    data = yaml.safe_load((Path(__file__).parents[3] / "matrix.yaml").read_text())
+    data = yaml.safe_load(FIXTURE.read_text())
     data["profiles"]["restricted"]["read_olny"] = True
     data["variants"]["cpu"]["profiles"] = {"restricted": {"memory": "lots"}}
     path = tmp_path / "matrix.yaml"
@@ -133,7 +135,7 @@ def test_bad_profile_keys_are_config_errors(tmp_path: Path) -> None:
 def test_unknown_profile_is_a_usage_error_naming_the_known_ones() -> None:
     choice = profiles.ProfileChoice(names=("restrcted",))
     with pytest.raises(ConfigError, match=r"unknown profile.*restrcted.*known: default, restricted"):
-        choice.resolve("cpu", load_matrix().variants[0].profiles)
+        choice.resolve("cpu", load_matrix(FIXTURE).variants[0].profiles)
 
 
 def test_report_has_a_profile_column(tmp_path: Path) -> None:
@@ -186,7 +188,7 @@ class _FakeClient:
 
 
 def test_wrong_platform_is_rejected_before_any_container_starts(tmp_path: Path) -> None:
-    arm64 = next(v for v in load_matrix().variants if v.name == "arm64")
+    arm64 = next(v for v in load_matrix(FIXTURE).variants if v.name == "arm64")
     client = _FakeClient({"Os": "linux", "Architecture": "amd64", "Config": {}})
     checks = [CheckSpec(name="triton-import", timeout=5)]
     with pytest.raises(WrongPlatformError, match="is linux/amd64, but variant arm64 is built for linux/arm64"):
@@ -198,7 +200,7 @@ def test_wrong_platform_is_rejected_before_any_container_starts(tmp_path: Path) 
 
 
 def test_exec_format_error_is_named(tmp_path: Path) -> None:
-    arm64 = next(v for v in load_matrix().variants if v.name == "arm64")
+    arm64 = next(v for v in load_matrix(FIXTURE).variants if v.name == "arm64")
     client = _FakeClient({"Os": "linux", "Architecture": "arm64", "Variant": "v8", "Config": {}})
     with pytest.raises(WrongPlatformError, match="exec format error"):
         runs = smoke_plan.plan_profiles(arm64, [CheckSpec(name="triton-import", timeout=5)], [Profile(name="default")])
@@ -277,3 +279,72 @@ def test_eagain_is_the_pids_limit_only_where_one_is_set(monkeypatch: pytest.Monk
     assert found is not None and found[0].startswith("the container's pids limit (40 ") and "--pids-limit" in found[1]
     monkeypatch.setattr(conditions, "_pod_conditions", lambda: {"pids_max": None})
     assert conditions.explain(text) is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("user", "0:0", "'0:0'"),
+        ("user", "0", "'0'"),
+        ("user", None, "not set"),
+        ("no_new_privileges", False, "not set"),
+        ("cap_drop", ["NET_RAW"], "('NET_RAW',)"),
+        ("seccomp", "Unconfined", "'Unconfined'"),
+        ("network", "host", "'host'"),
+    ],
+)
+def test_a_restricted_profile_that_breaks_its_promise_is_refused_at_load(
+    tmp_path: Path, key: str, value: Any, shown: str
+) -> None:
+    """A profile named restricted that ran as root loaded and rendered, then ``kube`` exited 1 (its PSS check)."""
+    data = yaml.safe_load(FIXTURE.read_text())
+    data["profiles"]["restricted"][key] = value
+    path = copy_checkout(tmp_path / "checkout", yaml.safe_dump(data, sort_keys=False))
+    result = CliRunner().invoke(main, ["--matrix", str(path), "render"])
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert f"profiles.restricted.{key}: {shown}, which a profile named 'restricted' cannot have" in result.output
+    assert "or rename the profile" in result.output and "Traceback" not in result.output
+
+
+def test_a_variants_own_profile_is_named_where_it_breaks_the_promise() -> None:
+    data = yaml.safe_load(FIXTURE.read_text())
+    data["variants"]["cuda"]["profiles"] = {"restricted": {"user": "0:0"}}
+    (problem,) = validate(data)
+    assert problem.startswith("variants.cuda.profiles.restricted.user: '0:0', which a profile named 'restricted'")
+    data["variants"]["cuda"]["profiles"] = {"lab": {"user": "0:0"}}  # another name promises nothing
+    assert validate(data) == []
+
+
+_RESTRICTED_VALUES = [
+    ("user", "0:0"),
+    ("user", "1000:0"),
+    ("user", None),
+    ("no_new_privileges", False),
+    ("cap_drop", ["NET_RAW"]),
+    ("cap_drop", ["ALL", "NET_RAW"]),
+    ("seccomp", "Unconfined"),
+    ("seccomp", None),
+    ("network", "host"),
+    ("network", "bridge"),
+    ("network", None),
+    ("read_only", False),
+    ("tmpfs", {"/tmp": "rw,noexec,size=50%"}),
+    ("pids_limit", None),
+    ("shm_size", "64m"),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), _RESTRICTED_VALUES)
+def test_a_restricted_profile_the_matrix_accepts_is_one_kube_finds_restricted(
+    tmp_path: Path, key: str, value: Any
+) -> None:
+    """The class of the root ``restricted`` profile: no value of a profile so named passes the load and then fails
+    ``kube``'s Pod Security check (exit 1, "a bug of this tool"); it is refused at load (exit 3) or its manifests
+    are admitted."""
+    data = yaml.safe_load(FIXTURE.read_text())
+    data["profiles"]["restricted"][key] = value
+    path = copy_checkout(tmp_path / "checkout", yaml.safe_dump(data, sort_keys=False))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["--matrix", str(path), "--out", str(out), "kube", "cpu"])
+    assert result.exit_code in (0, ExitCode.CONFIG), result.output
+    assert (result.exit_code == ExitCode.CONFIG) == bool(validate(data)), result.output

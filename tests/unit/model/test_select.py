@@ -8,10 +8,11 @@ from matrixtool.core.errors import ConfigError, ExitCode, NothingSelectedError
 from matrixtool.model import select
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.select import select_variants
+from tests.conftest import FIXTURE_MATRIX
 
 
 def test_select_keeps_matrix_order() -> None:
-    matrix = load_matrix()
+    matrix = load_matrix(FIXTURE_MATRIX)
     assert [v.name for v in select_variants(matrix, ["rocm", "cpu"])] == ["cpu", "rocm"]
     assert [v.name for v in select_variants(matrix, [])] == matrix.names()
     assert [v.name for v in select_variants(matrix, ["all"])] == matrix.names()
@@ -19,7 +20,7 @@ def test_select_keeps_matrix_order() -> None:
 
 def test_unknown_variant_suggests() -> None:
     with pytest.raises(NothingSelectedError, match=r"'cpuu' \(did you mean 'cpu'\?\)"):
-        select_variants(load_matrix(), ["cpuu"])
+        select_variants(load_matrix(FIXTURE_MATRIX), ["cpuu"])
 
 
 def test_cli_unknown_variant_exit_code() -> None:
@@ -44,7 +45,7 @@ def test_test_as_takes_one_variant() -> None:
 
 def test_an_empty_check_selection_is_a_config_error() -> None:
     args = ["test", "--host", "--as", "cpu"]
-    for name in [c.name for c in load_matrix().variants[0].checks]:
+    for name in [c.name for c in load_matrix(FIXTURE_MATRIX).variants[0].checks]:
         args += ["--skip", name]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == ExitCode.CONFIG and "leaves no check" in result.output
@@ -52,7 +53,7 @@ def test_an_empty_check_selection_is_a_config_error() -> None:
 
 def test_select_checks_validates_as_the_flag_check_does() -> None:
     """One validation of --only/--skip (inputs.check_selection), used by the flag check and by select_checks."""
-    cpu = next(v for v in load_matrix().variants if v.name == "cpu")
+    cpu = next(v for v in load_matrix(FIXTURE_MATRIX).variants if v.name == "cpu")
     assert [c.name for c in select.select_checks(cpu, ["pip-check"], [])] == ["pip-check"]
     assert "pip-check" not in [c.name for c in select.select_checks(cpu, [], ["pip-check"])]
     with pytest.raises(ConfigError, match="'triton-kernel' is not a check of variant cpu"):

@@ -1,5 +1,6 @@
-"""Each variant's resolved smoke checks, pinned: the checks apply by default by accelerator, and matrix.yaml
-states only what differs (``smoke.skip``, ``smoke.timeouts``, ``smoke.timeout_scale``)."""
+"""Each variant's resolved smoke checks on the fixture matrix (tests/unit/data/matrix/matrix.yaml): the checks apply
+by default by accelerator, and a matrix states only what differs (``smoke.skip``, ``smoke.timeouts``,
+``smoke.timeout_scale``). The shipped matrix's checks are pinned once, in tests/unit/model/test_shipped_matrix.py."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from matrixtool.model import checks
 from matrixtool.model.matrixfile import load_matrix, resolve_extends, validate
 from matrixtool.model.model import DEFAULT_MATRIX
 from matrixtool.model.variantrules import resolve_checks
+from tests.conftest import FIXTURE_MATRIX
 
 VARIANTS = ("cpu", "arm64", "cuda", "cuda-arm64", "rocm")
 # Each check's timeout in seconds per variant of VARIANTS (None: the variant does not run it), in the order the
@@ -73,17 +75,17 @@ def _column(table: dict[str, tuple[int | None, ...]], variant: str) -> list[tupl
 
 
 def _data() -> Any:
-    return yaml.safe_load(DEFAULT_MATRIX.read_text(encoding="utf-8"))
+    return yaml.safe_load(FIXTURE_MATRIX.read_text(encoding="utf-8"))
 
 
 def test_every_variants_checks_and_timeouts_are_pinned() -> None:
-    got = {v.name: [(c.name, c.timeout) for c in v.checks] for v in load_matrix().variants}
+    got = {v.name: [(c.name, c.timeout) for c in v.checks] for v in load_matrix(FIXTURE_MATRIX).variants}
     assert got == {name: _column(NOW, name) for name in VARIANTS}
 
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_no_timeout_is_shorter_than_before_and_the_checks_are_the_same(name: str) -> None:
-    (variant,) = [v for v in load_matrix().variants if v.name == name]
+    (variant,) = [v for v in load_matrix(FIXTURE_MATRIX).variants if v.name == name]
     got = [(c.name, c.timeout) for c in variant.checks if c.name in BEFORE]
     before = _column(BEFORE, name)
     assert [n for n, _ in got] == [n for n, _ in before]

@@ -104,6 +104,92 @@ def test_the_bundle_runs_with_python_alone_and_exits_by_its_result(tmp_path: Pat
     assert proc.returncode == standalone.EXIT_USAGE and "tools/matrix bundle VARIANT" in proc.stderr
 
 
+def _edited(facts: dict[str, Any], edit: Any) -> dict[str, Any]:
+    edited: dict[str, Any] = json.loads(json.dumps(facts))
+    edit(edited)
+    return edited
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (lambda f: f["checks"][0].update(timeout="60"), "checks.0.timeout: must be a whole number, not a string"),
+        (lambda f: f["checks"][0].pop("name"), "checks.0.name: is missing"),
+        (lambda f: f.update(checks={}), "checks: must be a non-empty list"),
+        (lambda f: f["groups"].append(["no-such-check"]), "groups.1.0: 'no-such-check' is no check of 'checks'"),
+        (lambda f: f["groups"].append("triton-import"), "groups.1: must be a list of strings"),
+        (lambda f: f["serve"]["options"].__setitem__(0, 8000), "serve.options.0: must be a string, not a whole number"),
+        (lambda f: f["serve"].update(ready_timeout_s=-1), "serve.ready_timeout_s: must be above 0"),
+        (lambda f: f.pop("serve"), "serve: is missing"),
+        (lambda f: f["params"].update(host="yes"), "params.host: must be true or false"),
+        (lambda f: f["params"].update(gpu_archs="sm_90"), "params.gpu_archs: must be a list of strings"),
+        (lambda f: f.update(params=None), "params: must be a mapping, not null"),
+    ],
+)
+def test_hand_edited_facts_are_one_message_naming_the_key_path_and_exit_2(
+    tmp_path: Path, edit: Any, named: str
+) -> None:
+    """Before: each of these gave a traceback (KeyError, TypeError, AttributeError) from deep in the run."""
+    facts = _edited(bundle.facts(CPU, [CheckSpec(name="triton-import", timeout=60)], host=True), edit)
+    path = tmp_path / "b.pyz"
+    path.write_bytes(bundle.bundle_bytes(facts))
+    env = {"PATH": os.environ["PATH"], "MATRIX_SMOKE_DIR": str(tmp_path / "work")}
+    proc = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == standalone.EXIT_USAGE, proc.stderr
+    assert "Traceback" not in proc.stderr and named in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: bundle_facts.json is not what tools/matrix bundle writes")
+    assert not (tmp_path / "work").exists() or not any((tmp_path / "work").iterdir()), "nothing ran"
+
+
+@pytest.mark.subprocess
+def test_facts_that_are_not_json_are_one_message(tmp_path: Path) -> None:
+    data = bundle.bundle_bytes(bundle.facts(CPU, [CheckSpec(name="triton-import", timeout=60)], host=True))
+    members = _members(data)
+    members["vllm_smoke/bundle_facts.json"] = b'{"format": 1,'
+    path = tmp_path / "b.pyz"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, body in members.items():
+            archive.writestr(name, body)
+    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == standalone.EXIT_USAGE and "Traceback" not in proc.stderr, proc.stderr
+    assert "bundle_facts.json is not JSON" in proc.stderr
+
+
+def test_every_variants_facts_have_the_shape_the_bundle_checks() -> None:
+    from matrixtool.incontainer.vllm_smoke import factshape as _factshape
+
+    factshape: Any = _factshape  # the in-image package is untyped
+    for variant in load_matrix().variants:
+        for suite in ("quick", "full"):
+            assert factshape.problems(_facts(variant, suite)) == [], variant.name
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("flag", ["--json", "--junit"])
+def test_the_bundles_report_to_a_name_that_leads_into_dev_is_written_in_place(tmp_path: Path, flag: str) -> None:
+    """Before: with stdout redirected to a file, ``/dev/stdout`` read as a regular file and the report was renamed
+    over the name (as root, over the machine's ``/dev/stdout``); a scratch link to it stands for it here."""
+    facts = bundle.facts(CPU, [CheckSpec(name="triton-import", timeout=60)], host=True)
+    path = tmp_path / "b.pyz"
+    path.write_bytes(bundle.bundle_bytes(facts))
+    link = tmp_path / "stdout"
+    link.symlink_to("/dev/stdout")
+    env = {"PATH": os.environ["PATH"], "MATRIX_SMOKE_DIR": str(tmp_path / "work")}
+    with open(tmp_path / "redirected", "w") as out:
+        subprocess.run(
+            [sys.executable, str(path), flag, str(link)], env=env, stdout=out, stderr=subprocess.PIPE, timeout=120
+        )
+    assert os.readlink(link) == "/dev/stdout", "the link is still the link"
+    text = (tmp_path / "redirected").read_text()
+    if flag == "--json":  # whole, not overwritten by the table (written through stdout's own descriptor, in order)
+        document, _ = json.JSONDecoder().raw_decode(text[text.index('{\n  "schema_version"') :])
+        assert document["checks"][0]["check"] == "triton-import"
+    else:
+        assert text.count("<testcase") == 1 and "</testsuites>" in text
+    assert "suite: full" in text, "and the table"
+
+
 def _results() -> list[dict[str, Any]]:
     base = {"variant": "cpu", "profile": "default", "image": "host:/py", "facts": {}, "suite": "full"}
     return [

@@ -13,7 +13,7 @@ from matrixtool.core.errors import ExitCode
 def test_compare_needs_a_readable_published_file(tmp_path: Any) -> None:
     missing = tmp_path / "nope.json"
     result = CliRunner().invoke(main, ["sbom", "--compare", str(missing), "img:1"], catch_exceptions=False)
-    assert result.exit_code == ExitCode.CONFIG and "--compare FILE" in result.output
+    assert result.exit_code == ExitCode.CONFIG and f"--compare: {missing} does not exist" in result.output
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2")
     result = CliRunner().invoke(main, ["sbom", "--compare", str(bad), "img:1"], catch_exceptions=False)

@@ -87,7 +87,9 @@ def test_cli_refuses_bad_key_flags_before_the_engine(tmp_path: Path) -> None:
         catch_exceptions=False,
     )  # fmt: skip
     assert result.exit_code == ExitCode.CONFIG and "--verify-key" in result.output
-    result = runner.invoke(main, ["test", "--host", "--as", "cpu", "--verify-key", "x.pub"], catch_exceptions=False)
+    pub = tmp_path / "x.pub"
+    pub.write_text("")
+    result = runner.invoke(main, ["test", "--host", "--as", "cpu", "--verify-key", str(pub)], catch_exceptions=False)
     assert result.exit_code == ExitCode.USAGE and "--verify-key needs --image" in result.output
     result = runner.invoke(main, ["pin", "cpu", "--verify-key", str(tmp_path / "none.pub")], catch_exceptions=False)
     assert result.exit_code == ExitCode.CONFIG

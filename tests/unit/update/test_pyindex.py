@@ -34,6 +34,21 @@ def test_a_corrupt_wheelhouse_wheel_is_a_config_error_naming_it(tmp_path: Path) 
         local_wheel_files(empty, ())
 
 
+def test_a_wheel_whose_metadata_is_over_the_member_limit_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the METADATA was silently left out, and ``update`` crashed with ``KeyError: 'METADATA'``."""
+    monkeypatch.setattr(pyindex, "MAX_MEMBER_BYTES", 1024)
+    wheel = tmp_path / "torch-2.14.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("torch-2.14.0.dist-info/METADATA", "Requires-Dist: x\n" * 200)
+    with pytest.raises(ConfigError, match="--wheelhouse") as info:
+        local_wheel_files(wheel, ())
+    assert "torch-2.14.0.dist-info/METADATA of 3400 bytes, over the 1024 read" in str(info.value)
+    with zipfile.ZipFile(wheel) as archive, pytest.raises(pyindex.NoMetadata, match="over the 1024 read"):
+        pyindex._members(archive, ())
+
+
 def test_proxies_come_from_the_injected_environment() -> None:
     env = {"HTTPS_PROXY": "http://proxy:3128", "no_proxy": "localhost,.internal.example,127.0.0.1:8080"}
     assert env_proxies("https://pypi.org/simple", env) == {"https": "http://proxy:3128"}

@@ -15,7 +15,7 @@ from matrixtool.build import imagedir
 from matrixtool.core.errors import ConfigError, OutputError
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.update import edits, updatefiles
-from tests.conftest import REPO_ROOT, copy_checkout
+from tests.conftest import FIXTURE_MATRIX, copy_checkout
 
 
 def test_write_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,11 +60,11 @@ def test_a_failed_rename_of_a_rendered_file_leaves_the_matrix_unchanged(
 
 
 def test_groups_follow_the_key_owner() -> None:
-    raw = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
-    names = [v.name for v in load_matrix().variants]
+    raw = yaml.safe_load(FIXTURE_MATRIX.read_text())
+    names = [v.name for v in load_matrix(FIXTURE_MATRIX).variants]
     got = dict(edits.groups(raw, names))
     assert got["cuda"] == ["cuda", "cuda-arm64"] and "cuda-arm64" not in got
     assert sorted(n for members in got.values() for n in members) == sorted(names)
     assert edits.groups(raw, ["cuda-arm64"]) == [("cuda", ["cuda-arm64"])]
-    line = json.loads(updatefiles.groups_json(REPO_ROOT / "matrix.yaml", ("cuda-arm64", "cuda")))
+    line = json.loads(updatefiles.groups_json(FIXTURE_MATRIX, ("cuda-arm64", "cuda")))
     assert {"group": "cuda", "variants": "cuda cuda-arm64"} in line["include"]

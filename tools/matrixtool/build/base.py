@@ -19,6 +19,7 @@ from docker.models.images import Image
 from matrixtool.build.pin import Lock
 from matrixtool.core import outputs, process
 from matrixtool.core.errors import BuildError
+from matrixtool.model import reference
 from matrixtool.model.model import Platform, Variant
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -34,11 +35,7 @@ def platform_tag(ref: str, platform: Platform) -> str:
     The classic image store keeps one image per tag, so the amd64 and arm64 bases of one ref would replace
     each other (and race under ``make images -j``); each platform's base is built from its own tag.
     """
-    arch = platform.arch
-    name, _, tag = ref.rpartition(":")
-    if not name or "/" in tag:  # no tag (a ':' belongs to a registry port)
-        name, tag = ref, "latest"
-    return f"{name}:{tag}-{arch}"
+    return reference.suffixed_tag(ref, platform.arch)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,6 +14,7 @@ from matrixtool.build.base import BaseImage, BaseKey
 from matrixtool.build.pin import Lock
 from matrixtool.build.render import RenderedFile, render_variant
 from matrixtool.core.errors import ConfigError, RegistryError
+from matrixtool.model import reference
 from matrixtool.model.model import Platform, Variant
 from matrixtool.model.variantrules import SUITE_PYTHON
 
@@ -283,7 +284,7 @@ def plan_build(
         base_image=variant.base_image,
     )
     name = image_repository(inputs.repository, variant, platform)
-    refs = (f"{name}:{digest[:16]}", f"{name}:{variant.vllm.version}")
+    refs = (f"{name}:{digest[:16]}", f"{name}:{reference.version_tag(variant.vllm.version)}")
     labels = {
         "org.opencontainers.image.source": inputs.source_url,
         "org.opencontainers.image.revision": inputs.revision,

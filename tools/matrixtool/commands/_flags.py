@@ -12,6 +12,7 @@ import click
 from matrixtool.build import plan
 from matrixtool.build.executor import BuildPolicy
 from matrixtool.build.preflight import Inputs
+from matrixtool.commands import _params
 from matrixtool.commands._shared import Decorator, F, apply_options, packing
 from matrixtool.core.errors import ConfigError
 from matrixtool.model import reference
@@ -23,18 +24,19 @@ REGISTRY_HELP = "Registry prefix HOST[:PORT][/NAMESPACE]; images: <registry>/<re
 INPUT_OPTIONS: Sequence[Decorator] = [
     click.option(
         "--ca-cert",
-        type=click.Path(path_type=Path),
+        type=_params.INPUT_FILE,
         default=None,
         help="CA bundle passed as build secret 'ca' (default: SSL_CERT_FILE, PIP_CERT, REQUESTS_CA_BUNDLE).",
     ),
     click.option(
         "--wheelhouse",
-        type=click.Path(path_type=Path),
+        type=_params.INPUT_FOLDER,
         default=None,
         help="Folder of local wheels, bind-mounted during the build (default: PIP_FIND_LINKS).",
     ),
     click.option(
         "--repository",
+        type=_params.REPOSITORY,
         default=plan.DEFAULT_REPOSITORY,
         show_default=True,
         help="Image repository prefix: images are <repository>/<variant>:<tag>.",
@@ -107,11 +109,13 @@ build_flags = packing(
         click.option(
             "--registry",
             "registry",
+            type=_params.REGISTRY,
             default=None,
             help="Also skip a build whose content-hash tag is in this registry. " + REGISTRY_HELP,
         ),
         click.option(
             "--cache-registry",
+            type=_params.REGISTRY,
             default=None,
             help="Keep BuildKit's cache in this registry as <registry>/<repository>/<variant>:buildcache-<arch> "
             "(read, and written after a build). " + REGISTRY_HELP,

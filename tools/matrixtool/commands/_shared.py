@@ -12,6 +12,7 @@ from typing import Any, TypeVar, cast
 import click
 
 from matrixtool import report
+from matrixtool.commands import _params
 from matrixtool.core import outputs
 from matrixtool.core.errors import ExitCode, SmokeFailure, VariantsFailed, most_severe
 from matrixtool.model.inputs import check_outputs
@@ -79,14 +80,14 @@ report_flags = packing(
     [
         click.option(
             "--junit",
-            type=click.Path(path_type=Path),
+            type=_params.OUTPUT_FILE,
             default=None,
             help="JUnit XML path (default: <out>/reports/junit.xml).",
         ),
         click.option("--json", "as_json", is_flag=True, help="Print the JSON report instead of the table."),
         click.option(
             "--json-file",
-            type=click.Path(path_type=Path),
+            type=_params.OUTPUT_FILE,
             default=None,
             help="Also write the JSON report to this file.",
         ),

@@ -12,6 +12,7 @@ import docker
 from matrixtool.build import executor as build
 from matrixtool.build import plan, registry
 from matrixtool.build.plan import BuildResult
+from matrixtool.commands import _params
 from matrixtool.commands._shared import packing
 from matrixtool.commands._steps import provenance
 from matrixtool.model.model import Matrix, Platform
@@ -38,14 +39,14 @@ sign_flags = packing(
     [
         click.option(
             "--sign-key",
-            type=click.Path(path_type=Path),
+            type=_params.INPUT_FILE,
             default=None,
             help="cosign private key: sign each pushed digest and attach the SBOM, provenance and --smoke-report "
             "(password in COSIGN_PASSWORD).",
         ),
         click.option(
             "--smoke-report",
-            type=click.Path(path_type=Path),
+            type=_params.INPUT_FILE,
             default=None,
             help="With --sign-key: the smoke report to attach (the --json-file of 'run' or 'test').",
         ),
@@ -56,7 +57,7 @@ sign_flags = packing(
 
 verify_option = click.option(
     "--verify-key",
-    type=click.Path(path_type=Path),
+    type=_params.INPUT_FILE,
     default=None,
     help="cosign public key: use an image only when its registry digest is signed by this key (exit 15 if not).",
 )

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from matrixtool.commands import _params
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.commands.sbom import read_document, variant_of
 from matrixtool.core.errors import ConfigError
@@ -74,10 +75,10 @@ class _Unreachable(sources.AdvisorySource):
 
 
 @click.command("audit")
-@click.argument("sbom_file", type=click.Path(path_type=Path))
+@click.argument("sbom_file", type=_params.INPUT_FILE)
 @click.option(
     "--advisories",
-    type=click.Path(path_type=Path),
+    type=_params.INPUT_FOLDER,
     default=None,
     help="Folder of OSV records, one folder per ecosystem (PyPI/, Debian:12/ or Debian/; JSON files or all.zip).",
 )

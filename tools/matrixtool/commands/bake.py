@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from matrixtool.build import bake, base, plan, preflight
+from matrixtool.commands import _params
 from matrixtool.commands._flags import REGISTRY_HELP, input_options
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.commands._steps import plan_context
@@ -85,6 +86,7 @@ def run(args: Args) -> BakeReport:
 @click.option(
     "--registry",
     "registry",
+    type=_params.REGISTRY,
     default=None,
     help="Add the same tags under this registry and use them as cache-from. " + REGISTRY_HELP,
 )

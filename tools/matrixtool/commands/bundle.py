@@ -9,11 +9,12 @@ from pathlib import Path
 
 import click
 
+from matrixtool.commands import _params
 from matrixtool.commands._flags import selection_flags
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import outputs
 from matrixtool.core.errors import ConfigError
-from matrixtool.model.inputs import _file_problem, _folder_problem
+from matrixtool.model.inputs import output_file_problem, output_folder_problem
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import Variant
 from matrixtool.model.select import Selection, select_variants
@@ -35,9 +36,9 @@ class Args:
     def __post_init__(self) -> None:
         self.selection.check([self.variant])
         if self.out is None:
-            problem = _folder_problem("--out (the global folder)", self.out_dir, must_exist=False)
+            problem = output_folder_problem("--out (the global folder)", self.out_dir)
         else:
-            problem = _file_problem("bundle --out", self.out, must_exist_parent=False)
+            problem = output_file_problem("bundle --out", self.out)
         if problem:
             raise ConfigError("output paths", [problem])
 
@@ -51,10 +52,9 @@ def run(args: Args) -> Path:
     """Raises OutputError: the file cannot be written (exit 3; nothing is left half-written)."""
     facts = bundle.facts(args.variant, args.selection.checks_of(args.variant), args.selection.suite)
     data = bundle.bundle_bytes(facts)
-    # Executable (`./vllm-smoke-VARIANT.pyz` runs it too, its shebang: python3) before it replaces the old one.
-    with outputs.replacing(args.path, mode=0o755) as tmp:
-        tmp.write_bytes(data)
-    return args.path
+    # Executable (`./vllm-smoke-VARIANT.pyz` runs it too, its shebang: python3) before it replaces the old one; a
+    # stream (/dev/stdout, a FIFO, a device) is written in place, never replaced.
+    return outputs.write_bytes(args.path, data, mode=0o755)
 
 
 @click.command("bundle")
@@ -62,7 +62,7 @@ def run(args: Args) -> Path:
 @click.option(
     "--out",
     "out",
-    type=click.Path(path_type=Path),
+    type=_params.OUTPUT_FILE,
     default=None,
     help="The file to write (default: <out>/vllm-smoke-VARIANT.pyz).",
 )
@@ -75,7 +75,7 @@ def command(settings: Settings, /, variant: str, out: Path | None, selection: Se
     matrix = load_matrix(settings.matrix_path)
     (chosen,) = select_variants(matrix, [variant])
     path = run(Args(variant=chosen, out_dir=settings.out_dir, out=out, selection=selection))
-    click.echo(str(path))
+    click.echo(str(path), err=outputs.is_stream(path))  # the bundle itself may be what stdout carries (/dev/stdout)
     click.echo(
         f"run it where the environment under test is: python3 {path} [--json FILE] [--junit FILE] [--logs DIR]",
         err=True,

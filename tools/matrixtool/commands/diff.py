@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import click
 
+from matrixtool.commands import _params
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import engine
 from matrixtool.core.errors import ConfigError
@@ -81,8 +82,8 @@ def format_report(report: DiffReport, limit: int = 0) -> str:
 
 
 @click.command("diff")
-@click.argument("a")
-@click.argument("b")
+@click.argument("a", type=_params.IMAGE)
+@click.argument("b", type=_params.IMAGE)
 @click.option("--for", "check", default=None, metavar="CHECK", help="Rank what matters to this check first.")
 @click.option("--limit", type=click.IntRange(min=0), default=0, show_default=True, help="Lines to print (0: all).")
 @pass_settings

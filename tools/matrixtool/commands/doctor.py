@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import click
 
+from matrixtool.commands import _params
 from matrixtool.core import engine
 from matrixtool.core.errors import ConfigError, EngineUnreachableError
 from matrixtool.model import reference
@@ -31,7 +32,13 @@ def run(args: Args) -> Sequence[engine.Finding]:
 
 
 @click.command("doctor")
-@click.option("--registry", default="registry-1.docker.io", show_default=True, help="Registry host to probe.")
+@click.option(
+    "--registry",
+    type=_params.REGISTRY,
+    default="registry-1.docker.io",
+    show_default=True,
+    help="Registry host to probe.",
+)
 def command(registry: str) -> None:
     """Report engine, buildx, arm64 emulation and registry reachability, with the fix for each."""
     findings = run(Args(registry=registry))

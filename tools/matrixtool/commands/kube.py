@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from matrixtool.commands import _params
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import outputs
 from matrixtool.core.errors import ConfigError, MatrixError
@@ -27,9 +28,9 @@ class InvalidManifest(MatrixError):
 
 @dataclass(frozen=True, kw_only=True)
 class Args:
-    """``profiles`` empty: every profile of each variant; ``image`` None: ``<repository>/<variant>:<vLLM
-    version>``; ``report``: its ``serve`` results give the measured time to ready per profile (cold: the
-    startupProbe's; warm: an annotation); ``cache_claim``: the compile cache's PersistentVolumeClaim (None: an
+    """``profiles`` empty: every profile of each variant; ``image`` None: ``vllm-matrix/<variant>:<version tag>``
+    (``reference.version_tag``); ``report``: its ``serve`` results give the measured time to ready per profile (cold:
+    the startupProbe's; warm: an annotation); ``cache_claim``: the compile cache's PersistentVolumeClaim (None: an
     emptyDir); ``smoke_job``:
     write the Job that runs the variant's bundle in a pod of the profile instead; ``cluster``: where they are applied
     (OpenShift: the restricted-v2 SCC assigns UID and fsGroup, ``kube.Cluster``)."""
@@ -77,7 +78,7 @@ def run(args: Args) -> list[Written]:
     ready, warm = kube_times.report_times(args.report)
     written, texts = [], []
     for variant in args.variants:
-        image = args.image or f"vllm-matrix/{variant.name}:{variant.vllm.version}"
+        image = args.image or f"vllm-matrix/{variant.name}:{reference.version_tag(variant.vllm.version)}"
         for profile in ProfileChoice(names=args.profiles).resolve(variant.name, variant.profiles):
             key = (variant.name, profile.name)
             serving = kube.serving_for(
@@ -136,11 +137,16 @@ def run(args: Args) -> list[Written]:
 @click.command("kube")
 @click.argument("variants", nargs=-1)
 @click.option("--profile", "profiles", multiple=True, help="Deployment profile (repeatable; default: every profile).")
-@click.option("--image", default=None, help="Image the Deployment runs (default: <repository>/<variant>:<version>).")
+@click.option(
+    "--image",
+    type=_params.IMAGE,
+    default=None,
+    help="Image the Deployment runs (default: vllm-matrix/<variant>:<version tag>, docs/publishing.md).",
+)
 @click.option(
     "--from-report",
     "report",
-    type=click.Path(path_type=Path),
+    type=_params.INPUT_FILE,
     default=None,
     help="A run/test --json-file report: its serve results give the measured time to ready for the probes.",
 )

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from matrixtool.build import plan
+from matrixtool.commands import _params
 from matrixtool.commands._flags import REGISTRY_HELP
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.commands._supply import check_keys, verify_option, verify_refs
@@ -47,10 +48,11 @@ def run(args: Args) -> Sequence[tuple[manifest.ManifestPlan, str]]:
 
 
 @click.command("manifest")
-@click.argument("pushed", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--registry", "registry", required=True, help=REGISTRY_HELP)
+@click.argument("pushed", nargs=-1, required=True, type=_params.INPUT_FILE)
+@click.option("--registry", "registry", type=_params.REGISTRY, required=True, help=REGISTRY_HELP)
 @click.option(
     "--repository",
+    type=_params.REPOSITORY,
     default=plan.DEFAULT_REPOSITORY,
     show_default=True,
     help="Image repository prefix: lists are <registry>/<repository>/<name>:<version>.",

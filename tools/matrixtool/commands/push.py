@@ -12,6 +12,7 @@ import click
 from matrixtool import report
 from matrixtool.build import executor as build
 from matrixtool.build import plan, preflight, registry
+from matrixtool.commands import _params
 from matrixtool.commands._flags import REGISTRY_HELP, input_options
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.commands._steps import provide_and_plan
@@ -103,7 +104,7 @@ def run(args: Args) -> PushReport:
 
 @click.command("push")
 @click.argument("variants", nargs=-1)
-@click.option("--registry", "registry_prefix", required=True, help=REGISTRY_HELP)
+@click.option("--registry", "registry_prefix", type=_params.REGISTRY, required=True, help=REGISTRY_HELP)
 @input_options
 @click.option(
     "--keep-tags/--no-keep-tags",

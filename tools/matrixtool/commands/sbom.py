@@ -10,12 +10,13 @@ from typing import Any
 
 import click
 
+from matrixtool.commands import _params
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import engine, jsontext
 from matrixtool.core.errors import ConfigError
 from matrixtool.core.untrusted import check_shape, shown
 from matrixtool.model import reference
-from matrixtool.model.inputs import _folder_problem
+from matrixtool.model.inputs import output_file_problem
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.select import select_variants
 from matrixtool.model.yamlfile import read_config_text
@@ -87,11 +88,7 @@ def run(args: Args) -> Report:
     reference.check_flags(image=args.image)
     if args.output is not None:
         # Checked before the image is read (minutes): a device or FIFO (-o /dev/null) is written in place.
-        problem = (
-            f"-o: {args.output} is a folder; give a file path"
-            if args.output.is_dir()
-            else _folder_problem("-o", args.output.parent, must_exist=False)
-        )
+        problem = output_file_problem("-o", args.output)
         if problem:
             raise ConfigError("output paths", [problem])
     published = read_document(args.compare, what="--compare FILE") if args.compare is not None else None
@@ -116,12 +113,12 @@ def summary_lines(summary: sbom_compare.Summary) -> list[str]:
 
 
 @click.command("sbom")
-@click.argument("image")
+@click.argument("image", type=_params.IMAGE)
 @click.option("--as", "as_variant", default=None, help="Variant whose image it is (recorded in the SBOM).")
-@click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Write the SBOM here.")
+@click.option("-o", "--output", type=_params.OUTPUT_FILE, default=None, help="Write the SBOM here.")
 @click.option(
     "--compare",
-    type=click.Path(path_type=Path),
+    type=_params.INPUT_FILE,
     default=None,
     help="A published SBOM: derive IMAGE's again and print what differs (exit 17 when anything does).",
 )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from matrixtool.commands import _params
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import engine, imagebytes
 from matrixtool.core.errors import ConfigError
@@ -74,7 +75,7 @@ def run(args: Args, matrix_path: Path | None = None) -> SizeReport:
 
 
 @click.command("size")
-@click.argument("image")
+@click.argument("image", type=_params.IMAGE)
 @click.option(
     "--limit", type=click.IntRange(min=0), default=25, show_default=True, help="Distributions listed (0: all)."
 )

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import click
 import docker
 
+from matrixtool.commands import _params
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import engine
 from matrixtool.core.container import OWNER_ENV_VAR
@@ -36,7 +37,7 @@ def run(args: Args) -> list[checks.StaticResult]:
 
 
 @click.command("static")
-@click.argument("image")
+@click.argument("image", type=_params.IMAGE)
 @pass_settings
 def command(settings: Settings, /, image: str) -> None:
     """OpenShift's static checks: /licenses, layer count, required labels, numeric non-root USER, tag."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from matrixtool import report
-from matrixtool.commands import _green
+from matrixtool.commands import _green, _params
 from matrixtool.commands._flags import selection_flags
 from matrixtool.commands._shared import ReportFlags, Settings, finish, pass_settings, report_flags
 from matrixtool.commands._steps import SmokeRequest, progress, smoke_image
@@ -104,7 +104,9 @@ def run(args: Args) -> report.RunReport:
 
 
 @click.command("test")
-@click.option("--image", default=None, help="Image ref to test (local, or pulled when a registry answers).")
+@click.option(
+    "--image", type=_params.IMAGE, default=None, help="Image ref to test (local, or pulled when a registry answers)."
+)
 @click.option(
     "--host", "host", is_flag=True, help="Host mode: run the checks in a Python environment of this machine, no Docker."
 )

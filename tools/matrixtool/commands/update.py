@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from matrixtool.build import hostfiles
+from matrixtool.commands import _params
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core.errors import ConfigError, MatrixError
 from matrixtool.model.matrixfile import load_matrix
@@ -110,13 +111,13 @@ def run(args: Args) -> updatefiles.UpdateReport:
 @click.option("--write", is_flag=True, help="Apply the change to matrix.yaml and render images/ (default: dry run).")
 @click.option(
     "--ca-cert",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=_params.INPUT_FILE,
     default=None,
     help="CA bundle for the index (default: SSL_CERT_FILE, PIP_CERT, REQUESTS_CA_BUNDLE).",
 )
 @click.option(
     "--wheelhouse",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=_params.INPUT_FOLDER,
     default=None,
     help="Folder of local wheels, read for a torch the index lacks (default: PIP_FIND_LINKS).",
 )

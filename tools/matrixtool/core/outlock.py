@@ -10,13 +10,14 @@ import fcntl
 import os
 import re
 import shlex
+import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from matrixtool.core import outputs
-from matrixtool.core.errors import OutLockedError
+from matrixtool.core.errors import OutLockedError, OutputError
 from matrixtool.core.untrusted import shown
 
 # The commands that write under --out (logs, reports, build contexts, bake file, manifests).
@@ -67,7 +68,15 @@ def held(
         yield
         return
     with outputs.guarded(path):  # a symlink planted as .lock (O_NOFOLLOW: ELOOP) is refused, never followed
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        # O_NONBLOCK: a FIFO planted as .lock is not waited on (it is refused below)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OutputError(
+            f"cannot use {path} as the lock of --out: it is no regular file (a FIFO, device or socket); remove it or "
+            "give another --out",
+            path=str(path),
+        )
     try:
         next_notice = 0.0
         while True:

@@ -20,11 +20,13 @@ import secrets
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from matrixtool.core.errors import OutputError
+from matrixtool.incontainer.vllm_smoke import streams
 
 # What to do for the causes seen on a full, capped or read-only disk.
 _ADVICE = {
@@ -81,28 +83,53 @@ def replacing(path: Path, *, mode: int = 0o644) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-_STREAM_ROOTS = ("/dev/", "/proc/")
-
-
 def is_stream(path: Path) -> bool:
-    """Whether ``path`` is a stream, written in place and never replaced: a FIFO, a device or a socket, or a name
-    that leads into ``/dev`` or ``/proc`` (itself, or a link on the way: ``/dev/stdout`` is a link to
-    ``/proc/self/fd/1``, which leads to whatever stdout is, a regular file when a shell redirected it; replacing
-    the name would put a regular file where the machine's ``/dev/stdout`` link was)."""
+    """Whether ``path`` is a stream, written in place and never replaced: a FIFO, a device or a socket, or a name that
+    leads into ``/dev`` or ``/proc`` (``vllm_smoke.streams.is_stream``: one rule for the tool and the bundle)."""
+    return bool(streams.is_stream(path))
+
+
+# Seconds a FIFO is given to have a reader before its write is refused (a FIFO nobody reads would hang the run).
+FIFO_READER_WAIT_S = 60.0
+
+
+def _open_stream(path: Path) -> int:
+    """A file descriptor for writing to the stream ``path`` in place (``O_WRONLY | O_APPEND``: never created, never
+    truncated). A FIFO is opened non-blocking, retried until a reader has it open or ``FIFO_READER_WAIT_S``
+    passed, then made blocking again. Raises OSError: ``ENXIO`` when no reader came."""
+    deadline = time.monotonic() + FIFO_READER_WAIT_S
+    while True:
+        try:
+            # O_APPEND: a stream that is a redirected stdout's file (/dev/stdout) keeps what was written before.
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+            continue
+        os.set_blocking(fd, True)
+        return fd
+
+
+def _write_stream(path: Path, data: bytes) -> None:
+    """``data`` written in place to the stream ``path`` (``is_stream``). Raises OutputError: the write failed, or a
+    FIFO had no reader within ``FIFO_READER_WAIT_S`` (exit 3). A name of this process's own descriptor
+    (``/dev/stdout``) is written through that descriptor (``streams.write_to_own_fd``)."""
+    with guarded(path):
+        if streams.write_to_own_fd(path, data):
+            return
     try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        return True
-    name = os.path.abspath(path)
-    for _ in range(40):  # the kernel's own limit on links followed is 40
-        if name.startswith(_STREAM_ROOTS):
-            return True
-        if not os.path.islink(name):
-            return False
-        name = os.path.abspath(os.path.join(os.path.dirname(name), os.readlink(name)))
-    return False
+        fd = _open_stream(path)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise OutputError(
+                f"cannot write {path}: it is a FIFO no process read within {FIFO_READER_WAIT_S:.0f} s; start its "
+                "reader first (cat FIFO) or give a file",
+                path=str(path),
+            ) from exc
+        raise error(path, exc) from exc
+    with guarded(path), os.fdopen(fd, "wb") as out:
+        out.write(data)
 
 
 def write_text(path: Path, text: str) -> Path:
@@ -110,24 +137,16 @@ def write_text(path: Path, text: str) -> Path:
     and is no regular file (``/dev/null``, a FIFO, ``/dev/stdout``) is written in place: replacing it would put a
     regular file where a device was (``is_stream``). Raises OutputError: the write failed (exit 3); a regular ``path``
     is unchanged."""
-    if path.exists() and (is_stream(path) or not path.is_file()):
-        with guarded(path), open(path, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-        return path
-    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as out:
-        out.write(text)
-        out.flush()
-        os.fsync(out.fileno())
-    return path
+    return write_bytes(path, text.encode("utf-8"))
 
 
-def write_bytes(path: Path, data: bytes) -> Path:
-    """As ``write_text``. Raises OutputError: the write failed (exit 3); a regular ``path`` is unchanged."""
-    if path.exists() and (is_stream(path) or not path.is_file()):
-        with guarded(path), open(path, "wb") as out:
-            out.write(data)
+def write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> Path:
+    """As ``write_text``; a regular file gets ``mode`` (a stream keeps its own). Raises OutputError: the write failed
+    (exit 3); a regular ``path`` is unchanged."""
+    if is_stream(path) or (path.exists() and not path.is_file()):
+        _write_stream(path, data)
         return path
-    with replacing(path) as tmp, open(tmp, "wb") as out:
+    with replacing(path, mode=mode) as tmp, open(tmp, "wb") as out:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())

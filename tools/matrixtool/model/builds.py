@@ -207,6 +207,39 @@ def known_rocm(base_image: str, accelerator: Accelerator, versions: Iterable[str
     return tuple(found)
 
 
+# The forms PyTorch and vLLM write a build tag in (a letter-led tag of another form names no toolkit: ``cpu``):
+# PyTorch's CUDA tags are ``cu`` and the version's digits without dots, at least two (major and minor: cu92, cu118,
+# cu130; never cu9, never dotted), its ROCm tags dotted (rocm6.4, rocm6.4.1); vLLM's ROCm tags the version's digits
+# cut to three, at least two (rocm72, rocm721). No part starts with 0 but a lone 0 (rocm7.0).
+_TOOLKIT_LIKE = re.compile(r"(cu|rocm)([0-9][0-9.]*)", re.IGNORECASE)
+_TOOLKIT_FORMS = {
+    "cu": re.compile(r"[1-9][0-9]{1,2}"),
+    "rocm": re.compile(r"[1-9][0-9]{1,2}|(?:0|[1-9][0-9]*)(?:\.(?:0|[1-9][0-9]*)){1,2}"),
+}
+
+
+def label_form_problem(tag: str) -> str | None:
+    """Why a build tag that starts as a CUDA or ROCm one (``cu`` or ``rocm`` and a digit) is in no form PyTorch or
+    vLLM write (``_TOOLKIT_FORMS``), or None: ``cu9`` names no minor version and reads as none PyTorch published
+    (its CUDA 9 tags are cu90, cu92), ``rocm7`` only a major one, ``cu12.1`` is dotted as no CUDA tag is. Such a
+    label passed the toolkit checks unread, so a stack of mixed releases went unnoticed."""
+    m = _TOOLKIT_LIKE.fullmatch(tag)
+    if m is None:
+        return None
+    kind, digits = m.group(1).lower(), m.group(2)
+    if _TOOLKIT_FORMS[kind].fullmatch(digits) or (len(digits) > 3 and digits.isdigit() and digits[0] != "0"):
+        return None  # a longer dotless tag is toolkit_tag_problem's (ambiguous: cu1210, rocm7100)
+    if kind == "cu":
+        return (
+            f"{tag!r} is no CUDA build tag: PyTorch writes the major and minor version's digits without dots "
+            "(cu118: CUDA 11.8, cu130: CUDA 13.0)"
+        )
+    return (
+        f"{tag!r} is no ROCm build tag: PyTorch writes the version dotted (rocm6.4, rocm6.4.1), vLLM its digits "
+        "without dots, at least major and minor (rocm72, rocm721)"
+    )
+
+
 def label_problems(variant: Mapping[str, Any], at: str) -> list[str]:
     """``key: problem`` lines (keys under ``at``, ``variants.<name>``) for each build tag of a matrix.yaml variant
     (the local labels of ``vllm.version`` and ``torch.version``, the toolkit segment of an index URL) that names more
@@ -221,10 +254,12 @@ def label_problems(variant: Mapping[str, Any], at: str) -> list[str]:
     tagged += [(key, url, segment) for key, url in urls for segment in _toolkit_segments(url)]
     problems = []
     for key, value, tag in tagged:
-        problem = toolkit_tag_problem(tag, known) if tag else None
+        problem = (label_form_problem(tag) or toolkit_tag_problem(tag, known)) if tag else None
         if problem is None:
             continue
-        if tag.lower().startswith("rocm"):
+        if label_form_problem(tag) is not None:
+            fix = "write the label the build's own index publishes (its wheel file names show it)"
+        elif tag.lower().startswith("rocm"):
             fix = (
                 f"write the base image's dotted tag ({at}.base_image stating the ROCm version with dots, as "
                 "rocm/dev-ubuntu-24.04:7.2.1-complete does) or pin torch with its dotted +rocmX.Y label "

@@ -1,7 +1,8 @@
 """Run conditions of a container, as one table (``ROWS``): a condition is one row (docs/profiles.md).
 
-``matrix.schema.json``'s ``$defs.profile`` and the in-image ``vllm_smoke.common.CONDITIONS`` are compared with
-it by unit tests. Every ``parse`` raises ``ValueError`` saying what to write instead; the caller names the key
+``matrix.schema.json``'s ``$defs.profile.properties`` is generated from it (``profile_schema_properties``, written
+by ``make docs``; a unit test fails on drift); the in-image ``vllm_smoke.common.CONDITIONS`` is compared with it by a
+unit test. Every ``parse`` raises ``ValueError`` saying what to write instead; the caller names the key
 or flag, so a bad value ends in exit 3 before any engine call.
 """
 
@@ -331,6 +332,12 @@ ROWS: tuple[Row, ...] = (
     ),
 )
 ROW: Mapping[Condition, Row] = {row.condition: row for row in ROWS}
+
+
+def profile_schema_properties() -> dict[str, Any]:
+    """The JSON Schema of a profile's keys, one per row: ``matrix.schema.json``'s ``$defs.profile.properties``
+    (``tools/docs_tables.py`` writes it there)."""
+    return {row.key: dict(row.schema) for row in ROWS}
 
 
 def parse_value(row: Row, value: Any) -> Any:

@@ -4,6 +4,7 @@ naming the flag, its value and what to pass instead."""
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +20,7 @@ from matrixtool.model.model import Variant
 
 def _nearest_existing(path: Path) -> Path:
     current = path
-    while not current.exists() and current != current.parent:
+    while not os.path.exists(current) and current != current.parent:  # os.path: False for any OSError
         current = current.parent
     return current
 
@@ -46,9 +47,31 @@ def _broken_link(flag: str, path: Path) -> str | None:
     return None
 
 
+# POSIX's floor for a path (``PATH_MAX`` of Linux); a name's own limit is the file system's (``PC_NAME_MAX``).
+_PATH_MAX = 4096
+
+
+def _length_problem(flag: str, path: Path) -> str | None:
+    """A name in ``path`` longer than its file system allows (``os.pathconf`` ``PC_NAME_MAX``, 255 bytes on ext4,
+    XFS, tmpfs), or a path over ``PATH_MAX``: the kernel refuses it (``ENAMETOOLONG``) wherever it is used."""
+    if len(os.fsencode(path)) >= _PATH_MAX:
+        return f"{flag}: the path is {len(os.fsencode(path))} bytes long (at most {_PATH_MAX - 1}); give a shorter one"
+    try:
+        limit = os.pathconf(_nearest_existing(path.absolute()), "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    for part in path.parts:
+        if len(os.fsencode(part)) > limit:
+            return (
+                f"{flag}: the name {part[:40]!r}… is {len(os.fsencode(part))} bytes long, over the file system's "
+                f"limit ({limit}); give a shorter name"
+            )
+    return None
+
+
 def _folder_problem(flag: str, folder: Path, *, must_exist: bool) -> str | None:
     """Why files cannot be written in ``folder`` (created with its parents when missing, unless ``must_exist``)."""
-    broken = _broken_link(flag, folder)
+    broken = _length_problem(flag, folder) or _broken_link(flag, folder)
     if broken:
         return broken
     if folder.exists():
@@ -68,8 +91,8 @@ def _folder_problem(flag: str, folder: Path, *, must_exist: bool) -> str | None:
 
 
 def _file_problem(flag: str, path: Path, *, must_exist_parent: bool) -> str | None:
-    """Why ``path`` cannot be written as a file."""
-    broken = _broken_link(flag, path)
+    """Why ``path`` cannot be written as a file (a stream, ``outputs.is_stream``, can: it is written in place)."""
+    broken = _length_problem(flag, path) or _broken_link(flag, path)
     if broken:
         return broken
     if path.is_dir():
@@ -79,6 +102,73 @@ def _file_problem(flag: str, path: Path, *, must_exist_parent: bool) -> str | No
     if path.exists() and not os.access(path, os.W_OK):
         return f"{flag}: {path} is not writable"
     return _folder_problem(flag, path.parent, must_exist=must_exist_parent)
+
+
+def output_file_problem(flag: str, path: Path) -> str | None:
+    """The rule of every option that names a file the tool writes (``--junit``, ``--json-file``, ``bundle --out``,
+    ``sbom -o``): not a folder (nor a link to one), no dangling link, a name the file system takes, in a folder that is
+    writable or can be made. A stream (``outputs.is_stream``: a FIFO, a device, a name that leads into ``/dev`` or
+    ``/proc``) is allowed: it is written in place (``outputs.write_bytes``), never replaced."""
+    return _file_problem(flag, path, must_exist_parent=False)
+
+
+def output_folder_problem(flag: str, folder: Path) -> str | None:
+    """The rule of every option that names a folder the tool writes in (``--out``): a folder, or one that can be
+    made; writable; no dangling link; a name the file system takes."""
+    return _folder_problem(flag, folder, must_exist=False)
+
+
+def _kind_of(path: Path) -> str:
+    """What ``path`` (followed) is, in words."""
+    mode = path.stat().st_mode
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "no regular file"
+
+
+def input_file_problem(flag: str, path: Path) -> str | None:
+    """The rule of every option that names a file the tool reads (``--matrix``, ``--ca-cert``, key flags, reports,
+    push records, SBOMs): it exists, is a regular file (a FIFO, device or socket is never opened: a FIFO without a
+    writer would hang the run, ``/dev/zero`` never ends) and is readable; what it holds is its reader's to check
+    (``yamlfile.read_config_text``: size, UTF-8, then the format)."""
+    broken = _length_problem(flag, path) or _broken_link(flag, path)
+    if broken:
+        return broken
+    try:
+        exists = path.exists()
+    except OSError as exc:
+        return f"{flag}: {path} cannot be looked at ({exc.strerror or exc})"
+    if not exists:
+        return f"{flag}: {path} does not exist; give the path of an existing file"
+    if not path.is_file():
+        return f"{flag}: {path} is {_kind_of(path)}, not a regular file; give a file"
+    if outputs.is_stream(path):
+        return f"{flag}: {path} leads into /dev or /proc (a stream such as /dev/stdin), not to a file; give a file"
+    if not os.access(path, os.R_OK):
+        return f"{flag}: {path} is not readable; make it readable for this user or give another file"
+    return None
+
+
+def input_folder_problem(flag: str, folder: Path) -> str | None:
+    """The rule of every option that names a folder the tool reads (``--wheelhouse``, ``--advisories``): an existing,
+    readable folder."""
+    broken = _length_problem(flag, folder) or _broken_link(flag, folder)
+    if broken:
+        return broken
+    if not folder.exists():
+        return f"{flag}: {folder} does not exist; give an existing folder"
+    if not folder.is_dir():
+        return f"{flag}: {folder} is {_kind_of(folder)}, not a folder"
+    if not os.access(folder, os.R_OK | os.X_OK):
+        return f"{flag}: the folder {folder} is not readable; make it readable for this user or give another"
+    return None
 
 
 def check_outputs(out_dir: Path, *, junit: Path | None = None, json_file: Path | None = None) -> None:

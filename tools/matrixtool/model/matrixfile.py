@@ -1,5 +1,6 @@
-"""Read and validate ``matrix.yaml``, whole, before anything touches Docker. The schema is shipped inside this
-package; the copy at the repository root, which editors use, is kept identical by a unit test.
+"""Read and validate ``matrix.yaml``, whole, before anything touches Docker. The schema is the one file
+``matrix.schema.json`` of this package (matrix.yaml's ``yaml-language-server`` line points editors at it); its
+profile part is generated from ``conditions.ROWS`` by ``make docs`` (tools/docs_tables.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from matrixtool.model.model import (
     TritonState,
     Variant,
 )
-from matrixtool.model.profiles import merge_profiles, profile_problems
+from matrixtool.model.profiles import merge_profiles, profile_problems, promise_problems
 from matrixtool.model.variantrules import parse_size, resolve_checks, semantic_problems, show
 from matrixtool.model.yamlfile import parse_yaml, read_config_text
 
@@ -33,6 +34,8 @@ SCHEMA_NAME = "matrix.schema.json"
 # Longest string value anywhere in matrix.yaml (a URL may be longer: MAX_URL_LENGTH).
 MAX_STRING_LENGTH = 512
 MAX_URL_LENGTH = 2048
+# How many members of an ``extends`` cycle a problem names (the rest are counted).
+CYCLE_SHOWN = 5
 
 
 def load_schema() -> dict[str, Any]:
@@ -60,10 +63,13 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
 
 
 def validate(data: Any) -> list[str]:
-    """Every problem of a parsed matrix document, as ``key.path: message`` lines (empty: valid).
+    """Every problem of a parsed matrix document, as ``key.path: message`` lines (empty: valid), all at once.
 
-    The file as written is checked against the schema first (an ``extends`` variant may leave keys out),
-    then ``extends`` is resolved (``resolve_extends``) and every resolved variant is checked whole.
+    The file as written is checked against the schema (a variant with ``extends`` may state any part of a mapping)
+    and its profile values against ``conditions.ROWS``; then ``extends`` is resolved (``resolve_extends``) and each
+    merged variant is checked whole against the schema, reporting only what its base does not already; then the
+    rules a schema cannot say (``semantic_problems``) on every variant the schema found whole, and the promises of
+    the profiles' names (``profiles.promise_problems``). At most ``MAX_PROBLEMS`` lines (``bounded``).
     """
     schema = load_schema()
     validator = jsonschema.Draft202012Validator(schema)
@@ -78,12 +84,85 @@ def validate(data: Any) -> list[str]:
     # One message per value: the schema's word on a key the whole-document rules already refused is dropped.
     refused = {p.split(": ", 1)[0] for p in own}
     problems = own + [p for p in schema_problems(data) if p.split(": ", 1)[0] not in refused] + profile_problems(data)
-    if problems:
-        return problems
-    resolved, problems = resolve_extends(data)
-    if problems:
-        return problems
-    return schema_problems(resolved) or semantic_problems(resolved)
+    if not isinstance(data, Mapping) or not isinstance(data.get("variants"), Mapping):
+        return bounded(problems)
+    if any(not isinstance(v, Mapping) for v in data["variants"].values()):
+        return bounded(problems)
+    resolved, extends_problems = resolve_extends(data)
+    problems += extends_problems
+    if extends_problems:
+        return bounded(problems)
+    problems += _merged_problems(data, schema_problems(resolved), problems)
+    bad = {_variant_of(p) for p in problems} - {None}
+    # A variant that extends one with a problem holds the bad value too (NaN passes the schema's bounds).
+    for name in data["variants"]:
+        chain, base = [name], data["variants"][name].get("extends")
+        while base in data["variants"] and base not in chain:
+            chain.append(base)
+            base = data["variants"][base].get("extends")
+        if bad & set(chain):
+            bad.add(name)
+    whole = {
+        name: v
+        for name, v in resolved["variants"].items()
+        if name not in bad and str(v.get("publish_as", name)) not in bad
+    }
+    problems += semantic_problems({**resolved, "variants": whole})
+    problems += _own(data, promise_problems(resolved))
+    return bounded(problems)
+
+
+# The most problem lines one message lists (the rest are counted): a file with a 10,000-entry list of bad values
+# is reported in a few kB, not in a line per entry.
+MAX_PROBLEMS = 20
+
+
+def bounded(problems: list[str]) -> list[str]:
+    """``problems`` without repeats, at most ``MAX_PROBLEMS`` of them, then one line counting the others."""
+    unique = list(dict.fromkeys(problems))
+    if len(unique) <= MAX_PROBLEMS:
+        return unique
+    return [*unique[:MAX_PROBLEMS], f"... and {len(unique) - MAX_PROBLEMS} more problem(s); fix these and run again"]
+
+
+def _variant_of(problem: str) -> str | None:
+    """The variant a problem line is about (``variants.cpu.torch: ...``: ``cpu``), or None; a problem of the
+    variant's own profiles leaves the variant's other keys whole."""
+    key = problem.split(": ", 1)[0]
+    parts = key.split(".")
+    if parts[0] != "variants" or len(parts) < 2 or (len(parts) > 2 and parts[2] == "profiles"):
+        return None
+    return parts[1]
+
+
+def _merged_problems(data: Mapping[str, Any], merged: list[str], reported: list[str]) -> list[str]:
+    """The schema's problems of the merged variants that the file as written did not show: those of variants with
+    ``extends`` (a variant without one is the same merged), less those it inherits (``_own``)."""
+    variants: Mapping[str, Any] = data["variants"]
+    seen = set(reported)
+    fresh = [p for p in merged if p not in seen and "extends" in variants.get(_variant_of(p) or "", {})]
+    return _own(data, fresh)
+
+
+def _own(data: Mapping[str, Any], problems: list[str]) -> list[str]:
+    """``problems`` less those of a variant that its base (or the base's base) has at the same key: an inherited
+    value is reported where it is written."""
+    variants: Mapping[str, Any] = data["variants"]
+    found = set(problems)
+    out = []
+    for problem in problems:
+        key = problem.split(": ", 1)[0]
+        name = key.split(".")[1] if key.startswith("variants.") and key.count(".") >= 1 else ""
+        rest = problem[len(f"variants.{name}") :]
+        base, inherited = variants.get(name, {}).get("extends"), False
+        for _ in range(len(variants)):
+            if base not in variants:
+                break
+            inherited = inherited or f"variants.{base}{rest}" in found
+            base = variants[base].get("extends")
+        if not inherited:
+            out.append(problem)
+    return out
 
 
 def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -108,6 +187,7 @@ def resolve_extends(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]
     variants: Mapping[str, Any] = data.get("variants") or {}
     problems: list[str] = []
     resolved: dict[str, dict[str, Any]] = {}
+    cycles: set[frozenset[str]] = set()
 
     def resolve(name: str, chain: tuple[str, ...]) -> dict[str, Any] | None:
         if name in resolved:
@@ -123,8 +203,14 @@ def resolve_extends(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]
             problems.append(f"variants.{name}.extends: no variant '{base_name}' to extend; {hint}")
             return None
         if base_name in chain:
-            cycle = " -> ".join([*chain[chain.index(base_name) :], base_name])
-            problems.append(f"variants.{chain[0]}.extends: a cycle ({cycle}); one variant of it must not extend")
+            members = chain[chain.index(base_name) :]
+            if frozenset(members) not in cycles:
+                cycles.add(frozenset(members))
+                shown = " -> ".join([*members[:CYCLE_SHOWN], *(["..."] if len(members) > CYCLE_SHOWN else [])])
+                problems.append(
+                    f"variants.{members[0]}.extends: a cycle of {len(members)} variant(s) ({shown} -> {members[0]}); "
+                    "one variant of it must not extend"
+                )
             return None
         base = resolve(base_name, (*chain, base_name))
         if base is None:
@@ -136,7 +222,7 @@ def resolve_extends(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]
         if name not in resolved:
             resolve(name, (name,))
     if problems:
-        return dict(data), sorted(set(problems))
+        return dict(data), problems
     return {**data, "variants": {name: resolved[name] for name in variants}}, []
 
 
@@ -208,7 +294,21 @@ def _describe(error: jsonschema.ValidationError, schema: dict[str, Any]) -> list
         hint = f"; did you mean '{close[0]}'?" if close else ""
         listed = ", ".join(repr(v) for v in choices)
         return [f"{where}: {error.instance!r} is not one of {listed}{hint}"]
-    return [f"{where}: {error.message}"]
+    return [f"{where}: {_short_message(error)}"]
+
+
+def _short_message(error: jsonschema.ValidationError) -> str:
+    """jsonschema's message with the value it quotes cut to ``show``'s length: a 10,000-entry list is named by its
+    first entries and its length, not written out."""
+    quoted = repr(error.instance)
+    if len(quoted) <= 80:
+        return error.message
+    if isinstance(error.instance, (list, dict)):
+        first = quoted[:60].rstrip(", ")
+        short = f"{first}... ({len(error.instance)} entries)"
+    else:
+        short = show(str(error.instance))
+    return error.message.replace(quoted, short)
 
 
 def _convert(data: Mapping[str, Any], source: Path) -> Matrix:

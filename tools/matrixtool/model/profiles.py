@@ -13,7 +13,7 @@ The conditions come from real reports:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -21,7 +21,7 @@ import jsonschema
 
 from matrixtool.model.conditions import ROW, ROWS, Condition, Row, Shape, docker_kwargs, parse_value
 
-__all__ = ["DEFAULT", "KEYS", "Overrides", "Profile", "ProfileChoice"]
+__all__ = ["DEFAULT", "KEYS", "PROMISES", "Overrides", "Profile", "ProfileChoice"]
 
 DEFAULT = "default"
 # Keys of a profile in matrix.yaml (one per row of conditions.ROWS).
@@ -121,6 +121,69 @@ def profile_problems(data: Any) -> list[str]:
                 shown = "" if row.shape in (Shape.MAPPING, Shape.LIST) else f"{value!r}: "
                 problems.append(f"{at}.{row.key}: {shown}{exc}")
     return problems
+
+
+@dataclass(frozen=True, kw_only=True)
+class Promise:
+    """One condition a profile's name promises: ``holds`` tells whether a value (normal form) keeps it; ``needs``:
+    what the profile must state instead, as matrix.yaml writes it."""
+
+    condition: Condition
+    holds: Callable[[Any], bool]
+    needs: str
+
+
+def _non_root(user: str | None) -> bool:
+    return user is not None and int(user.split(":")[0]) != 0
+
+
+# What a profile's name promises, by name. ``restricted`` is the Pod Security Standard "restricted" (whose rules
+# ``kube`` checks on the manifests of the profile of that name: ``deploy.kube_checks.pss_restricted_problems``),
+# stated on the conditions that decide it: a non-root UID (runAsNonRoot, runAsUser not 0), no privilege
+# escalation, capabilities dropped ALL, the runtime's seccomp profile, and no host network namespace. A profile of
+# that name that breaks one cannot be what it says: refused when the matrix loads, never found by ``kube`` later.
+PROMISES: Mapping[str, tuple[Promise, ...]] = {
+    "restricted": (
+        Promise(condition=Condition.USER, holds=_non_root, needs='a non-root UID, e.g. user: "1000770000:0"'),
+        Promise(condition=Condition.NO_NEW_PRIVILEGES, holds=lambda on: on is True, needs="no_new_privileges: true"),
+        Promise(condition=Condition.CAP_DROP, holds=lambda caps: "ALL" in caps, needs="cap_drop: [ALL]"),
+        Promise(condition=Condition.SECCOMP, holds=lambda v: v == "RuntimeDefault", needs="seccomp: RuntimeDefault"),
+        Promise(
+            condition=Condition.NETWORK,
+            holds=lambda v: v != "host",
+            needs="a network other than host (none, or leave it out)",
+        ),
+    ),
+}
+
+
+def promise_problems(data: Mapping[str, Any]) -> list[str]:
+    """Every profile of a resolved matrix document (``extends`` merged) whose name promises what one of its values
+    breaks (``PROMISES``), as ``<key path>: <what>; write <fix>, or rename the profile``; the key path is where the
+    value is written: the variant's own profile when it sets the key, else the shared one (once for all variants).
+    Profiles with values ``profile_problems`` refuses are skipped (those are reported already)."""
+    shared: Mapping[str, Any] = data.get("profiles") or {}
+    problems: dict[str, None] = {}
+    for variant, v in (data.get("variants") or {}).items():
+        own: Mapping[str, Any] = v.get("profiles") or {} if isinstance(v, Mapping) else {}
+        try:
+            profiles = merge_profiles(shared, own)
+        except (ValueError, TypeError, AttributeError):
+            continue
+        for profile in profiles:
+            for promise in PROMISES.get(profile.name, ()):
+                value = profile.value(promise.condition)
+                if promise.holds(value):
+                    continue
+                key = promise.condition.value
+                written = isinstance(own.get(profile.name), Mapping) and key in own[profile.name]
+                at = f"variants.{variant}.profiles" if written else "profiles"
+                shown = "not set" if value == ROW[promise.condition].default else f"{value!r}"
+                problems[
+                    f"{at}.{profile.name}.{key}: {shown}, which a profile named {profile.name!r} cannot have (the "
+                    f"Pod Security Standard {profile.name!r}); write {promise.needs}, or rename the profile"
+                ] = None
+    return list(problems)
 
 
 def merge_profiles(shared: Mapping[str, Any], variant: Mapping[str, Any]) -> tuple[Profile, ...]:

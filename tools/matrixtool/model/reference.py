@@ -8,9 +8,12 @@ so every value is first refused here when it holds whitespace or a control chara
 
 from __future__ import annotations
 
+import hashlib
+
 import regex
 from docker_image import reference as oci
 from docker_image.regexp import DOMAIN_AND_PORT, REMOTE_NAME
+from packaging.version import InvalidVersion, Version
 
 from matrixtool.core.errors import ConfigError
 
@@ -20,6 +23,8 @@ MAX_LENGTH = 255 + 1 + 128 + 1 + 71 + 64
 MAX_NAME_LENGTH = 255
 _NAME = regex.compile(REMOTE_NAME, regex.ASCII)
 _DOMAIN = regex.compile(DOMAIN_AND_PORT, regex.ASCII)
+# distribution/reference: the tag grammar.
+_TAG = regex.compile(r"[\w][\w.-]{0,127}", regex.ASCII)
 
 
 def _printable_problem(value: str) -> str | None:
@@ -64,6 +69,9 @@ def image_problem(value: str) -> str | None:
         oci.Reference.parse_normalized_named(value)
     except oci.InvalidReference as exc:
         return f"is not an image reference ({exc}); write [HOST[:PORT]/]name[:tag][@sha256:<64 hex>], lowercase name"
+    host, slash, _ = value.partition("/")
+    if slash and ("." in host or ":" in host or host == "localhost"):
+        return _host_problem(host)  # the grammar takes any digits as a port: the same rule as --registry's
     return None
 
 
@@ -135,3 +143,40 @@ def check_flags(*, image: str | None = None, registry: str | None = None, reposi
                 problems.append(f"{flag} {value!r} {problem}")
     if problems:
         raise ConfigError("flags", problems)
+
+
+def version_tag(version: str, *, key: str = "vllm.version") -> str:
+    """The image tag of a variant's ``version`` (matrix.yaml ``vllm.version``): the version in PEP 440's normal form
+    with its local label's ``+`` written ``-`` and an epoch's ``!`` written ``_`` (``0.33.0+rocm721`` ->
+    ``0.33.0-rocm721``, ``0.32.0`` -> ``0.32.0``). A tag cannot hold ``+`` or ``!``; a normal-form version holds
+    neither ``-`` nor ``_``, so two versions never share a tag. The one rule for every tag of a version: ``build``,
+    ``bake``, ``push``, ``manifest``, ``kube`` (the label ``org.opencontainers.image.version`` keeps the version).
+
+    Raises ConfigError: ``version`` is no PEP 440 version, or its tag is longer than a tag may be (128 characters),
+    naming ``key`` (exit 3)."""
+    try:
+        normal = str(Version(version))
+    except InvalidVersion as exc:
+        raise ConfigError("matrix.yaml", [f"{key}: {version[:80]!r} is not a PEP 440 version"]) from exc
+    tag = normal.replace("+", "-").replace("!", "_")
+    if not _TAG.fullmatch(tag):
+        raise ConfigError(
+            "matrix.yaml",
+            [f"{key}: the image tag of {version[:80]!r}… is {len(tag)} characters long; a tag holds at most 128"],
+        )
+    return tag
+
+
+def suffixed_tag(ref: str, suffix: str) -> str:
+    """``ref`` with ``-<suffix>`` after its tag (``latest`` where it has none): ``debian:bookworm-slim`` ->
+    ``debian:bookworm-slim-arm64``. A digest's first 12 hex go into the tag (one local tag per digest); a tag that would
+    be over 128 characters keeps its start and a hash of the rest, so distinct refs keep distinct tags. ``ref`` is a
+    reference (``image_problem`` is None); the result is one too."""
+    parsed = oci.Reference.parse(ref)
+    tag = str(parsed["tag"] or "latest")
+    if parsed["digest"]:
+        tag = f"{tag}-{str(parsed['digest']).partition(':')[2][:12]}"
+    tail = f"-{suffix}"
+    if len(tag) + len(tail) > 128:
+        tag = f"{tag[: 128 - len(tail) - 9]}-{hashlib.sha256(tag.encode()).hexdigest()[:8]}"
+    return f"{parsed['name']}:{tag}{tail}"

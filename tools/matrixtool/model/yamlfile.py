@@ -78,14 +78,23 @@ class _StrictLoader(_BaseLoader):  # type: ignore[misc]
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue  # `<<: *base`: merged keys may be overridden, as YAML says
-            key = self.construct_object(key_node, deep=deep)
             line = key_node.start_mark.line + 1
+            if not isinstance(key_node, yaml.ScalarNode):
+                kind = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"a {kind} is written as a key (YAML's complex key, `? ...`); keys are names: write the name "
+                    "followed by ':'",
+                    key_node.start_mark,
+                )
+            key = self.construct_object(key_node, deep=deep)
             if not isinstance(key, str):
                 raise yaml.constructor.ConstructorError(
                     None,
                     None,
-                    f"key {key_node.value!r} is read as {type(key).__name__} {key!r}, not as a name; "
-                    f'quote it ("{key_node.value}":)',
+                    f"key {key_node.value[:60]!r} is read as {type(key).__name__} {str(key)[:60]}, not as a name; "
+                    f'quote it ("{key_node.value[:60]}":)',
                     key_node.start_mark,
                 )
             if key in seen:

@@ -21,6 +21,7 @@ from matrixtool.build.registry import registry_host
 from matrixtool.core import jsontext, process
 from matrixtool.core.errors import ConfigError, RegistryError
 from matrixtool.core.untrusted import check_shape
+from matrixtool.model import reference
 from matrixtool.model.model import Platform, Variant
 from matrixtool.model.reference import image_problem
 from matrixtool.model.yamlfile import read_config_text
@@ -202,7 +203,7 @@ def plan_manifests(
         plans.append(
             ManifestPlan(
                 name=name,
-                tags=(remote_ref(registry, f"{repository}/{name}:{versions[0]}"),),
+                tags=(remote_ref(registry, f"{repository}/{name}:{reference.version_tag(versions[0])}"),),
                 sources=tuple(sources),
                 platforms=tuple(platform for _, platform in wanted),
             )

@@ -238,17 +238,27 @@ class IndexClient:
                 return _members(archive, wanted)
             except (remotezip.RemoteZipError, requests.RequestException, zipfile.BadZipFile, OSError) as exc:
                 raise IndexUnreachableError(f"{url}: cannot read the wheel ({type(exc).__name__}: {exc})") from exc
-            except KeyError as exc:
-                raise IndexUnreachableError(f"{url}: the wheel has no *.dist-info/METADATA") from exc
+            except NoMetadata as exc:
+                raise IndexUnreachableError(f"{url}: the wheel {exc}") from exc
+
+
+class NoMetadata(Exception):
+    """A wheel whose ``METADATA`` cannot be read: none at the top of the archive, or one over ``MAX_MEMBER_BYTES``
+    (the message says which, as a predicate of "the wheel")."""
 
 
 def _members(archive: zipfile.ZipFile, wanted: tuple[str, ...]) -> dict[str, str]:
     """``METADATA`` and each of ``wanted`` the archive holds (each at most ``MAX_MEMBER_BYTES``), as text. Raises
-    KeyError: no ``*.dist-info/METADATA`` at the top of the archive."""
+    NoMetadata: no ``*.dist-info/METADATA`` at the top of the archive, or one over ``MAX_MEMBER_BYTES``."""
     infos = {i.filename: i for i in archive.infolist()}
     metadata = [n for n in infos if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
     if not metadata:
-        raise KeyError("METADATA")
+        raise NoMetadata("has no *.dist-info/METADATA")
+    if infos[metadata[0]].file_size > MAX_MEMBER_BYTES:
+        raise NoMetadata(
+            f"has a {metadata[0]} of {infos[metadata[0]].file_size} bytes, over the {MAX_MEMBER_BYTES} read "
+            "(a METADATA is a few KiB): not a wheel to trust"
+        )
     out: dict[str, str] = {}
     for key, name in [("METADATA", metadata[0]), *((w, w) for w in wanted)]:
         info = infos.get(name)
@@ -263,8 +273,8 @@ def local_wheel_files(path: Path, wanted: tuple[str, ...]) -> dict[str, str]:
     try:
         with zipfile.ZipFile(path) as archive:
             return _members(archive, wanted)
-    except (zipfile.BadZipFile, OSError, KeyError, ValueError) as exc:
-        problem = "has no *.dist-info/METADATA" if isinstance(exc, KeyError) else f"is not a readable wheel ({exc})"
+    except (zipfile.BadZipFile, OSError, NoMetadata, ValueError) as exc:
+        problem = str(exc) if isinstance(exc, NoMetadata) else f"is not a readable wheel ({exc})"
         raise ConfigError(
             "--wheelhouse", [f"{path} {problem}; replace or remove it (--wheelhouse DIR or PIP_FIND_LINKS)"]
         ) from exc

@@ -33,7 +33,7 @@ import traceback
 import xml.etree.ElementTree as ET
 import zipimport
 
-from . import compilecache, rootcause, serving
+from . import compilecache, factshape, rootcause, serving, streams
 from .catalogue import DECLARATIONS
 from .common import PACKAGE, attached_gpu, last_error_line, parse_results, split_logs
 
@@ -72,9 +72,20 @@ def load_facts():
             "this package carries no variant facts (it is the plain check package, not a bundle); "
             "make one with: tools/matrix bundle VARIANT"
         )
-    facts = json.loads(data.decode("utf-8"))
-    if facts.get("format") != FACTS_FORMAT:
+    try:
+        facts = json.loads(data.decode("utf-8"))
+    except ValueError as exc:
+        raise UsageError(
+            f"{BUNDLE_FACTS} is not JSON ({exc}); make the bundle again: tools/matrix bundle VARIANT"
+        ) from None
+    if isinstance(facts, dict) and facts.get("format") != FACTS_FORMAT:
         raise UsageError(f"{BUNDLE_FACTS} is format {facts.get('format')!r}; this code reads {FACTS_FORMAT}")
+    found = factshape.problems(facts)
+    if found:
+        raise UsageError(
+            f"{BUNDLE_FACTS} is not what tools/matrix bundle writes: {'; '.join(found)}; "
+            "make the bundle again (tools/matrix bundle VARIANT) rather than editing it"
+        )
     return facts
 
 
@@ -511,10 +522,12 @@ def junit_xml(results):
 
 
 def write(path, text):
-    """``text`` to ``path`` whole (a temporary file renamed over it; a FIFO or device is written in place)."""
-    if os.path.exists(path) and not os.path.isfile(path):
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+    """``text`` to ``path`` whole (a temporary file renamed over it; a stream, ``streams.is_stream``, is written in
+    place: a FIFO, a device, ``/dev/stdout`` redirected to a file)."""
+    if streams.is_stream(path) or (os.path.exists(path) and not os.path.isfile(path)):
+        if not streams.write_to_own_fd(path, text.encode("utf-8")):  # /dev/stdout: through fd 1, in order
+            with open(path, "a", encoding="utf-8") as f:  # "a": a stdout redirected to a file is not truncated
+                f.write(text)
         return
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".vllm-smoke-")

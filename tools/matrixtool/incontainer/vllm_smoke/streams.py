@@ -1,0 +1,72 @@
+"""The stream rule, one place for the tool and the bundle: a name that is a FIFO, a device or a socket, or that leads
+into ``/dev`` or ``/proc``, is written in place and never replaced (``core.outputs`` and ``standalone.write`` use it).
+
+Standard library only, Python >= 3.9.
+"""
+
+import contextlib
+import os
+import re
+import stat
+import sys
+
+_STREAM_ROOTS = ("/dev/", "/proc/")
+_MAX_LINKS = 40  # the kernel's own limit on links followed in one path
+
+
+def is_stream(path: "str | os.PathLike[str]") -> bool:
+    """Whether ``path`` is a stream, written in place and never replaced: a FIFO, a device or a socket, or a name
+    that leads into ``/dev`` or ``/proc`` (itself, or a link on the way: ``/dev/stdout`` is a link to
+    ``/proc/self/fd/1``, which leads to whatever stdout is, a regular file when a shell redirected it; replacing
+    the name would put a regular file where the machine's ``/dev/stdout`` link was). False where nothing is there."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return True
+    name = os.path.abspath(path)
+    for _ in range(_MAX_LINKS):
+        if name.startswith(_STREAM_ROOTS):
+            return True
+        if not os.path.islink(name):
+            return False
+        name = os.path.abspath(os.path.join(os.path.dirname(name), os.readlink(name)))
+    return False
+
+
+_STANDARD = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+_OWN_FD = re.compile(r"/(?:proc/self|dev)/fd/([0-9]+)")
+
+
+def own_fd(path: "str | os.PathLike[str]") -> "int | None":
+    """The file descriptor of this process that ``path`` names (``/dev/stdout``, ``/dev/fd/1``, ``/proc/self/fd/1``,
+    or a link to one), or None. Opening such a name makes a new open file description at offset 0: where stdout was
+    redirected to a file, what it wrote before (and writes after) would overwrite the report."""
+    name = os.path.abspath(path)
+    for _ in range(_MAX_LINKS):
+        if name in _STANDARD:
+            return _STANDARD[name]
+        match = _OWN_FD.fullmatch(name)
+        if match:
+            return int(match.group(1))
+        if not os.path.islink(name):
+            return None
+        name = os.path.abspath(os.path.join(os.path.dirname(name), os.readlink(name)))
+    return None
+
+
+def write_to_own_fd(path: "str | os.PathLike[str]", data: bytes) -> bool:
+    """Write ``data`` through this process's own descriptor that ``path`` names (``own_fd``), after Python's buffered
+    stdout and stderr, so it lands where that descriptor is, in order; False (nothing written) when ``path`` names
+    none. Raises OSError: the write failed."""
+    fd = own_fd(path)
+    if fd is None:
+        return False
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    return True
