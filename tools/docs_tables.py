@@ -3,7 +3,7 @@
 (``docs/checks.md``), the command table from the click commands and the exit-code table from
 ``errors.ExitCode`` (``docs/commands.md``), the run-condition table from ``conditions.ROWS``
 (``docs/profiles.md``), the README's serve command line from the one the serve check
-runs (``matrixtool.smoke.serve_line.readme_block``), the profile part of ``matrix.schema.json`` from
+runs (``matrixtool.smoke.serve.line.readme_block``), the profile part of ``matrix.schema.json`` from
 ``conditions.ROWS`` and the golden file of the shipped matrix (``FILES``), and the wings of ``tools/matrixtool/``
 with the levels of its import graph from the tree (``docs/architecture.md``).
 
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from matrixtool.core.errors import exit_code_table
 from matrixtool.model.checks import readme_table
-from matrixtool.smoke.serve_line import readme_block
+from matrixtool.smoke.serve.line import readme_block
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tools" / "matrixtool"
@@ -118,13 +118,16 @@ def module_map(package: Path = PACKAGE) -> str:
 
 def wings(package: Path = PACKAGE) -> str:
     """One line per entry of ``tools/matrixtool/``: a folder with the first paragraph of its ``__init__``
-    docstring (joined into one line) and its modules, then the modules at the top with the first paragraph of
-    theirs."""
+    docstring (joined into one line) and its modules and packages, then the modules at the top with the first
+    paragraph of theirs."""
     rows = []
     for entry in sorted(package.iterdir()):
         if entry.is_dir() and (entry / "__init__.py").is_file():
             doc = ast.get_docstring(ast.parse((entry / "__init__.py").read_text(encoding="utf-8"))) or ""
-            inside = ", ".join(f"`{p.stem}`" for p in sorted(entry.glob("*.py")) if p.stem != "__init__")
+            inside = ", ".join(
+                [f"`{p.stem}`" for p in sorted(entry.glob("*.py")) if p.stem != "__init__"]
+                + [f"`{p.parent.name}/`" for p in sorted(entry.glob("*/__init__.py")) if entry.name != IN_IMAGE]
+            )
             paragraph = " ".join(doc.split("\n\n")[0].split())
             first = IN_IMAGE_SAYS if entry.name == IN_IMAGE else f"{paragraph} {inside}."
             rows.append(f"- `{entry.name}/`: {first}")

@@ -1,5 +1,5 @@
 """Serving failure classes (docs/failure-classes.md 15-22), each reproduced with a real `vllm serve` container of
-the CPU image (or a small image built FROM it) and diagnosed by ``matrixtool.smoke.serve_diagnosis``.
+the CPU image (or a small image built FROM it) and diagnosed by ``matrixtool.smoke.serve.diagnosis``.
 
 The servers run through the image's own ENTRYPOINT (``serve /model ...``) with the suite's tiny model mounted
 read-only, probed from the host through a published loopback port. testcontainers' ``DockerContainer`` starts
@@ -33,8 +33,9 @@ from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
 from matrixtool.core.container import OWNER_LABEL
-from matrixtool.smoke import serve_diagnosis as sd
-from matrixtool.smoke import serve_route_diagnosis as srd
+from matrixtool.incontainer.vllm_smoke import servediag
+from matrixtool.smoke.serve import diagnosis as sd
+from matrixtool.smoke.serve import route_diagnosis as srd
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import INSTALL_WHEELS, OWNER, TEST_REPOSITORY
 
@@ -375,7 +376,7 @@ def test_metrics_name_the_routes_once_the_file_is_gone(served: Served) -> None:
     status, text = http(f"{served.outcome.url}/metrics")
     assert status == 200, text[:500]
     assert 'http_requests_total{handler="/v1/completions"' in text, text[:3000]
-    assert srd.diagnose_metrics(text) is None
+    assert servediag.unlabelled_metrics(text) is None
 
 
 def test_shell_as_pid1_swallows_sigterm(served: Served) -> None:
@@ -431,10 +432,9 @@ def test_fastapi_upgraded_in_a_derived_image(
     finally:
         client.images.remove(image, force=True)
     assert status == 200, text[:500]
-    d = srd.diagnose_metrics(text)
-    assert d is not None, text[:3000]
-    assert (d.failure_class, d.name) == (16, "metrics-handler-none")
-    assert "fastapi<0.137" in d.fix
+    found = servediag.unlabelled_metrics(text)
+    assert found is not None, text[:3000]
+    assert "fastapi<0.137" in found[2]
 
 
 # --- probes ----------------------------------------------------------------------------------------------------------

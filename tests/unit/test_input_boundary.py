@@ -321,11 +321,11 @@ def test_the_run_table_escapes_what_an_image_printed() -> None:
 # --- a value bounded by the field it goes to ------------------------------------------------------------------
 def test_a_cold_start_past_a_day_never_becomes_a_probe_threshold() -> None:
     """kube's own guard, behind matrix.yaml's maximum and the report's: a Kubernetes int32 holds the threshold."""
-    from matrixtool.deploy import kube
+    from matrixtool.deploy import kube, kube_times
 
-    ok = kube.probes(kube.Serving(args=(), port=8000, model_mount="/m", cold_start_s=kube.MAX_READY_S))
+    ok = kube.probes(kube.Serving(args=(), port=8000, model_mount="/m", cold_start_s=kube_times.MAX_READY_S))
     assert ok["startupProbe"]["failureThreshold"] <= kube.INT32_MAX
-    for cold in (1e30, float("inf"), float("nan"), kube.MAX_READY_S + 1, 0, -5):
+    for cold in (1e30, float("inf"), float("nan"), kube_times.MAX_READY_S + 1, 0, -5):
         with pytest.raises(ConfigError, match="fits Kubernetes' 32-bit field"):
             kube.probes(kube.Serving(args=(), port=8000, model_mount="/m", cold_start_s=cold))
 
@@ -554,7 +554,7 @@ def test_an_inventory_of_another_shape_is_an_sbom_error(inventory: str, says: st
 def test_a_probe_result_that_is_no_object_is_a_probe_error_not_a_crash(printed: str) -> None:
     """The serve probe runs under the image's own python3: its result line is checked before use."""
     from matrixtool.incontainer.vllm_smoke.programs import serve_probe
-    from matrixtool.smoke import serve_probing
+    from matrixtool.smoke.serve import probing as serve_probing
 
     class Box:
         def exec(self, argv: list[str], env: dict[str, str], deadline_s: float) -> tuple[int, str]:

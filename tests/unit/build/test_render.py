@@ -8,7 +8,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from matrixtool.build import drift, render
+from matrixtool.build import drift, imagedir, render
 from matrixtool.cli import main
 from matrixtool.core.errors import ConfigError, ExitCode, StaleRenderError
 from matrixtool.model.matrixfile import load_matrix
@@ -103,7 +103,7 @@ def test_render_removes_what_a_killed_render_staged(tmp_path: Path) -> None:
         path.write_text("partial")
     stale = drift.drift(render.render_matrix(load_matrix(matrix_path)), tmp_path)
     assert stale == sorted(p.relative_to(tmp_path) for p in left)
-    changed = render.write(render.render_matrix(load_matrix(matrix_path)), tmp_path)
+    changed = imagedir.write(render.render_matrix(load_matrix(matrix_path)), tmp_path)
     assert changed == sorted(p.relative_to(tmp_path) for p in left) and not any(p.exists() for p in left)
     assert drift.drift(render.render_matrix(load_matrix(matrix_path)), tmp_path) == []
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from matrixtool.cli import main
 from matrixtool.core.errors import ExitCode
-from matrixtool.deploy import kube, kube_checks
+from matrixtool.deploy import kube, kube_checks, kube_pod
 from matrixtool.model.conditions import ROWS, Condition
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.profiles import Profile
@@ -25,7 +25,7 @@ PROFILES = [(v.name, p) for v in VARIANTS.values() for p in v.profiles]
 
 
 def test_every_condition_of_the_table_has_a_manifest_field() -> None:
-    assert set(kube.APPLY) == {row.condition for row in ROWS} == set(Condition)
+    assert set(kube_pod.APPLY) == {row.condition for row in ROWS} == set(Condition)
 
 
 @pytest.mark.parametrize("cluster", list(kube.Cluster), ids=[c.value for c in kube.Cluster])
@@ -44,7 +44,7 @@ def test_the_manifest_holds_exactly_the_profile_the_checks_ran_under(
         serving=SERVING,
         cluster=cluster,
     )
-    assert kube.conditions_of(docs) == kube.comparable(values)
+    assert kube_pod.conditions_of(docs) == kube_pod.comparable(values)
     assert kube_checks.validate(docs) == []
     assert list(yaml.safe_load_all(kube_checks.to_yaml(docs))) == docs and "&id" not in kube_checks.to_yaml(docs)
     if cluster is kube.Cluster.OPENSHIFT:
@@ -55,7 +55,7 @@ def test_the_manifest_holds_exactly_the_profile_the_checks_ran_under(
         contexts += [c.get("securityContext", {}) for c in pod["spec"]["containers"]]
         assert [sorted(set(kube.SCC_ASSIGNED) & set(sec)) for sec in contexts] == [[] for _ in contexts]
         user = values.get(Condition.USER)
-        assert pod["metadata"]["annotations"].get(kube.USER_ANNOTATION) == (None if user is None else str(user))
+        assert pod["metadata"]["annotations"].get(kube_pod.USER_ANNOTATION) == (None if user is None else str(user))
         # Every profile of matrix.yaml is admitted by OpenShift's default SCC in any namespace.
         assert kube_checks.scc_restricted_v2_problems(docs) == []
 
@@ -152,7 +152,7 @@ def test_the_kube_command_writes_valid_manifests_with_the_measured_cold_start(tm
         "allows 2700 s (3x 900.0 s, at least 120 s; the variant's ready_budget)" in result.output
     )  # default: no measurement in the report
     (deployment, *_) = yaml.safe_load_all((out / "kube" / "cpu.restricted.yaml").read_text())
-    assert kube.conditions_of([deployment])[Condition.USER] == "1000770000:0"
+    assert kube_pod.conditions_of([deployment])[Condition.USER] == "1000770000:0"
     bad = CliRunner().invoke(main, ["--out", str(out), "kube", "cpu", "--profile", "nope"])
     assert bad.exit_code == ExitCode.CONFIG and "unknown profile(s) 'nope'" in bad.output
 
@@ -173,11 +173,11 @@ def test_the_compile_cache_volume_is_mounted_at_the_images_cache_root(tmp_path: 
         assert result.exit_code == 0 and "PSS restricted: ok" in result.output, result.output
         (deployment, *_) = yaml.safe_load_all((out / "kube" / "cpu.restricted.yaml").read_text())
         pod = deployment["spec"]["template"]
-        (cache,) = [v for v in pod["spec"]["volumes"] if v["name"] == kube.CACHE_VOLUME]
-        assert cache == {"name": kube.CACHE_VOLUME, **volume}
+        (cache,) = [v for v in pod["spec"]["volumes"] if v["name"] == kube_pod.CACHE_VOLUME]
+        assert cache == {"name": kube_pod.CACHE_VOLUME, **volume}
         mounts = {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
         # Above restricted's tmpfs /tmp: the cache is on the volume, /tmp's other files on the memory emptyDir.
-        assert mounts[kube.CACHE_VOLUME] == "/tmp/.cache" and mounts["tmpfs-tmp"] == "/tmp"
+        assert mounts[kube_pod.CACHE_VOLUME] == "/tmp/.cache" and mounts["tmpfs-tmp"] == "/tmp"
         # The startupProbe follows the cold figure (a new pod on an emptyDir is cold); the warm one is recorded.
         assert pod["spec"]["containers"][0]["startupProbe"]["failureThreshold"] == 84  # 3 x 140 s / 5 s
         assert pod["metadata"]["annotations"]["io.vllm-matrix/warm-start"] == "61s (measured by the serve check)"
@@ -185,7 +185,7 @@ def test_the_compile_cache_volume_is_mounted_at_the_images_cache_root(tmp_path: 
         # Plain Kubernetes: the claim is group-owned by the pod's GID, 0 (PSS restricted has no rule on groups).
         assert pod_sec.get("fsGroup") == (pod_sec["runAsGroup"] if extra else None) and pod_sec["runAsGroup"] == 0
         # The cache volume is no run condition: the profile read back is the profile.
-        assert kube.conditions_of([deployment])[Condition.TMPFS] == {"/tmp": "size=4g"}
+        assert kube_pod.conditions_of([deployment])[Condition.TMPFS] == {"/tmp": "size=4g"}
 
 
 @pytest.mark.parametrize(
@@ -278,7 +278,7 @@ def test_for_openshift_the_scc_assigns_uid_gid_and_fsgroup_and_the_profile_is_ke
     pod_sec = pod["spec"]["securityContext"]
     assert not set(kube.SCC_ASSIGNED) & set(pod_sec), pod_sec
     assert pod_sec["runAsNonRoot"] is True and pod_sec["fsGroupChangePolicy"] == "OnRootMismatch"
-    assert pod["metadata"]["annotations"][kube.USER_ANNOTATION] == "1000770000:0"
+    assert pod["metadata"]["annotations"][kube_pod.USER_ANNOTATION] == "1000770000:0"
     assert kube_checks.validate(docs) == [] and kube_checks.pss_restricted_problems(docs) == []
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0 and "OpenShift" not in result.output, result.output
@@ -289,7 +289,7 @@ def test_for_openshift_the_scc_assigns_uid_gid_and_fsgroup_and_the_profile_is_ke
         "runAsGroup": 0,
         "fsGroup": 0,
     }
-    assert kube.USER_ANNOTATION not in pod["metadata"]["annotations"]
+    assert kube_pod.USER_ANNOTATION not in pod["metadata"]["annotations"]
     bad = CliRunner().invoke(main, [*args, "--cluster", "okd"])
     assert bad.exit_code == 2 and "'okd' is not one of 'kubernetes', 'openshift'" in bad.output, bad.output
 

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from matrixtool.deploy import kube, kube_checks, kube_job
+from matrixtool.deploy import kube, kube_checks, kube_job, kube_pod
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.select import select_checks
-from matrixtool.smoke import bundle, serve_line
+from matrixtool.smoke import bundle
+from matrixtool.smoke.serve import line as serve_line
 
 VARIANTS = {v.name: v for v in load_matrix().variants}
 
@@ -25,10 +26,6 @@ def _docs(variant: str, profile: str, suite: str = "quick") -> tuple[list[dict[s
     assert p is not None
     serving = kube.serving_for(v, profile, None, model=serve_line.MODEL_PATH, claim="vllm-models")
     data, deadline = kube_job.bundle_for(v, suite)
-    job = kube_job.smoke_job(
-        variant=v.name, accelerator=v.accelerator.value, profile=profile, values=p.values, image="img:1",
-        serving=serving, bundle_data=data, deadline_s=deadline,
-    )  # fmt: skip
     deployment = kube.manifests(
         variant=v.name,
         accelerator=v.accelerator.value,
@@ -36,6 +33,9 @@ def _docs(variant: str, profile: str, suite: str = "quick") -> tuple[list[dict[s
         values=p.values,
         image="img:1",
         serving=serving,
+    )
+    job = kube_job.smoke_job(
+        deployment, variant=v.name, profile=profile, image="img:1", bundle_data=data, deadline_s=deadline
     )
     return job, deployment
 
@@ -55,7 +55,7 @@ def test_the_job_is_the_profiles_pod_running_the_bundle(variant: str, profile: s
     for key in ("securityContext", "terminationGracePeriodSeconds", "enableServiceLinks"):
         assert pod.get(key) == server_pod.get(key), key
     assert container.get("securityContext") == server.get("securityContext")
-    profile_volumes = [v for v in server_pod["volumes"] if v["name"] != kube.MODEL_VOLUME]
+    profile_volumes = [v for v in server_pod["volumes"] if v["name"] != kube_pod.MODEL_VOLUME]
     assert pod["volumes"][: len(profile_volumes)] == profile_volumes
     assert container["env"][:-1] == server.get("env", [])
     limits = container.get("resources", {}).get("limits", {})

@@ -192,7 +192,8 @@ def test_wrong_platform_is_rejected_before_any_container_starts(tmp_path: Path) 
     client = _FakeClient({"Os": "linux", "Architecture": "amd64", "Config": {}})
     checks = [CheckSpec(name="triton-import", timeout=5)]
     with pytest.raises(WrongPlatformError, match="is linux/amd64, but variant arm64 is built for linux/arm64"):
-        smoke.run_profiles(client, "img", arm64, checks, [Profile(name="default")], log_dir=tmp_path)  # type: ignore[arg-type]
+        runs = smoke_plan.plan_profiles(arm64, checks, [Profile(name="default")])
+        smoke.run_profiles(client, "img", arm64, runs, log_dir=tmp_path)  # type: ignore[arg-type]
     assert client.started == []
     assert WrongPlatformError.exit_code is ExitCode.WRONG_PLATFORM and int(ExitCode.WRONG_PLATFORM) == 12
     assert smoke_plan.platform_matches("linux/arm64/v8", ["linux/arm64"])
@@ -202,14 +203,8 @@ def test_exec_format_error_is_named(tmp_path: Path) -> None:
     arm64 = next(v for v in load_matrix(FIXTURE).variants if v.name == "arm64")
     client = _FakeClient({"Os": "linux", "Architecture": "arm64", "Variant": "v8", "Config": {}})
     with pytest.raises(WrongPlatformError, match="exec format error"):
-        smoke.run_profiles(
-            client,  # type: ignore[arg-type]
-            "img",
-            arm64,
-            [CheckSpec(name="triton-import", timeout=5)],
-            [Profile(name="default")],
-            log_dir=tmp_path,
-        )
+        runs = smoke_plan.plan_profiles(arm64, [CheckSpec(name="triton-import", timeout=5)], [Profile(name="default")])
+        smoke.run_profiles(client, "img", arm64, runs, log_dir=tmp_path)  # type: ignore[arg-type]
     status, diagnosis, hint, _ = smoke_result.verdict("vllm-cli", 126, "exec /usr/bin/timeout: exec format error", 10)
     assert status is smoke_result.Status.FAILED and diagnosis.startswith("exec format error") and "binfmt" in hint
 

@@ -23,10 +23,12 @@ from matrixtool.incontainer.vllm_smoke.bounded import DEFAULT_LIMIT
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import CheckSpec
-from matrixtool.smoke import bundle, serve, serve_line
+from matrixtool.smoke import bundle
 from matrixtool.smoke import runners as smoke_runners
 from matrixtool.smoke.plan import check_params, plan_host
 from matrixtool.smoke.result import CheckResult, Status, verdict
+from matrixtool.smoke.serve import check as serve_check
+from matrixtool.smoke.serve import line as serve_line
 
 CPU = next(v for v in load_matrix().variants if v.name == "cpu")
 CUDA = next(v for v in load_matrix().variants if v.name == "cuda")
@@ -52,7 +54,7 @@ def test_the_facts_are_the_variants_plan_and_pins() -> None:
     assert facts["pins"]["vllm"] == str(CPU.vllm.version) and facts["pins"]["triton"] == CPU.triton.value
     options = facts["serve"]["options"]
     assert options == [*serve_line.SERVE_OPTIONS, *serve_line.MODEL_OPTIONS], "the container check's serve line"
-    assert facts["serve"]["stop_grace_s"] == (CPU.stop_grace_s or serve.STOP_GRACE_S)
+    assert facts["serve"]["stop_grace_s"] == (CPU.stop_grace_s or serve_check.STOP_GRACE_S)
     assert "--enforce-eager" in _facts(suite="quick")["serve"]["options"]
     assert bundle.facts(CPU, list(CPU.checks), host=True)["params"]["host"] is True
     assert _facts(CUDA)["params"]["accelerator"] == "cuda"

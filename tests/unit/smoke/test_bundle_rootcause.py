@@ -10,10 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from matrixtool.incontainer.vllm_smoke import rootcause as shared
-
-# Untyped, as the in-image package is (it runs on Python >= 3.9 in images).
-from matrixtool.incontainer.vllm_smoke import serving
-from matrixtool.smoke import rootcause, serve_route_diagnosis
+from matrixtool.incontainer.vllm_smoke import servediag, serving
+from matrixtool.smoke import rootcause
 from matrixtool.smoke.result import CheckResult, Status
 
 DATA = Path(__file__).parent.parent / "data" / "bundle"
@@ -118,20 +116,20 @@ def test_no_torch_makes_what_imports_it_consequences() -> None:
     assert out["vllm-cli"]["status"] == "failed"
 
 
-def test_the_bundle_names_unlabelled_metrics_as_the_host_does() -> None:
-    """Class 16: /metrics counting every request under handler="none" fails the bundle's serve with the host's
-    diagnosis and fix (one definition, ``servediag``)."""
+def test_the_serve_judgement_names_unlabelled_metrics() -> None:
+    """Class 16: /metrics counting every request under handler="none" fails serve with ``servediag``'s diagnosis
+    and fix (the judgement of the container check and the bundle alike, ``serving.answer_problems``)."""
     body = 'http_requests_total{handler="none",method="POST",status="2xx"} 6.0\n'
-    host = serve_route_diagnosis.diagnose_metrics(body)
-    assert host is not None and host.failure_class == 16
+    found = servediag.unlabelled_metrics(body)
+    assert found is not None
     probes = {name: {"status": 200, "body": "{}"} for name in ("models", "completion", "stream", "chat", "version")}
     probes["metrics"] = {"status": 200, "body": body}
     seen = {"ready_s": 1.0, "probes": probes, "stop": {}}
     status, diagnosis, _, facts = serving.judge(seen, {"model": "m", "vllm_version": "0.25.0"}, None)
     assert status == "failed"
-    assert f"{host.diagnosis}; fix: {host.fix}" in diagnosis
+    assert f"{found[1]}; fix: {found[2]}" in diagnosis
     assert facts["failure_class"] == 16
-    assert serve_route_diagnosis.diagnose_metrics(body.replace('"none"', '"/v1/completions"')) is None
+    assert servediag.unlabelled_metrics(body.replace('"none"', '"/v1/completions"')) is None
 
 
 # The two results of the H200 run with /sbin/ldconfig moved away (docs/gpu-proof.md), as the bundle printed them.

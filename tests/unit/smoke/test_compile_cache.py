@@ -11,8 +11,11 @@ from typing import Any
 from matrixtool.incontainer.vllm_smoke import cachelog
 from matrixtool.incontainer.vllm_smoke import compilecache as cc
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke import serve, serve_diagnosis, serve_line, serve_run
 from matrixtool.smoke.result import Status
+from matrixtool.smoke.serve import check as serve_check
+from matrixtool.smoke.serve import diagnosis as serve_diagnosis
+from matrixtool.smoke.serve import line as serve_line
+from matrixtool.smoke.serve import run as serve_run
 from tests.unit.smoke.test_serve import GOOD_STOP, _probes
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "serve"
@@ -126,16 +129,16 @@ def test_the_server_spec_mounts_the_cache_volume_at_the_root() -> None:
     assert plain.volumes == {"models": {"bind": "/models", "mode": "ro"}}
 
 
-def _judge(seen: serve.Observed) -> tuple[Status, str, str, dict[str, Any]]:
+def _judge(seen: serve_check.Observed) -> tuple[Status, str, str, dict[str, Any]]:
     seen = dataclasses.replace(seen, probes=_probes([1, 2, 3]), stop=GOOD_STOP)
     # The server's environment as ServeRun.environment gives it: the variant images' XDG_CACHE_HOME.
     env = {"XDG_CACHE_HOME": "/tmp/.cache"}
-    return serve.judge(seen, expected_tokens=[1, 2, 3], vllm_version="0.32.0", ready_budget_s=None, env=env)
+    return serve_check.judge(seen, expected_tokens=[1, 2, 3], vllm_version="0.32.0", ready_budget_s=None, env=env)
 
 
 def test_judge_reports_cold_and_warm_and_the_evidence() -> None:
     warm = {"ready_s": 40.0, "phases": {"engine core": 30.0}, "log": WARM, "cache_listing": AFTER_WARM}
-    seen = serve.Observed(ready_s=90.0, log=COLD, warm=warm, cache_listing=AFTER_COLD, cache_root="/tmp/.cache")
+    seen = serve_check.Observed(ready_s=90.0, log=COLD, warm=warm, cache_listing=AFTER_COLD, cache_root="/tmp/.cache")
     status, diagnosis, _, facts = _judge(seen)
     assert status is Status.PASSED, diagnosis
     assert "warm start 40 s on the cold start's cache, reusing inductor's compiled kernels" in diagnosis
@@ -147,7 +150,7 @@ def test_judge_reports_cold_and_warm_and_the_evidence() -> None:
 
 def test_judge_fails_a_warm_start_that_compiled_again_with_class_31() -> None:
     warm = {"ready_s": 90.0, "log": WARM, "cache_listing": AFTER_WARM + "xx/cnew.so\n"}
-    seen = serve.Observed(ready_s=90.0, log=COLD, warm=warm, cache_listing=AFTER_COLD, cache_root="/tmp/.cache")
+    seen = serve_check.Observed(ready_s=90.0, log=COLD, warm=warm, cache_listing=AFTER_COLD, cache_root="/tmp/.cache")
     status, diagnosis, hint, facts = _judge(seen)
     assert status is Status.FAILED and "compile-cache-load-failed" in diagnosis
     assert facts["failure_class"] == 31 and facts["warm"]["failure"] == "compile-cache-load-failed"
@@ -155,13 +158,13 @@ def test_judge_fails_a_warm_start_that_compiled_again_with_class_31() -> None:
 
 
 def test_the_quick_suite_says_why_no_warm_start_ran() -> None:
-    seen = serve.Observed(ready_s=50.0, warm={"skipped": serve_run.WARM_SKIPPED_EAGER})
+    seen = serve_check.Observed(ready_s=50.0, warm={"skipped": serve_run.WARM_SKIPPED_EAGER})
     status, _, _, facts = _judge(seen)
     assert status is Status.PASSED and "--enforce-eager" in facts["warm"]["skipped"]
 
 
 def test_a_warm_start_that_could_not_run_or_get_ready_fails_with_its_cause() -> None:
-    base = serve.Observed(ready_s=90.0, log=COLD, cache_listing=AFTER_COLD, cache_root="/tmp/.cache")
+    base = serve_check.Observed(ready_s=90.0, log=COLD, cache_listing=AFTER_COLD, cache_root="/tmp/.cache")
     status, diagnosis, _, _ = _judge(dataclasses.replace(base, warm={"error": "APIError: 500 volume in use"}))
     assert status is Status.FAILED and "could not run: APIError: 500 volume in use" in diagnosis
     log = (DATA / "compile-cache-unwritable.log").read_text(encoding="utf-8")

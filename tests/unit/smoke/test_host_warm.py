@@ -23,8 +23,10 @@ from matrixtool.incontainer.vllm_smoke import cachelog, servecache, server, serv
 from matrixtool.incontainer.vllm_smoke import compilecache as cc
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.matrixfile import load_matrix
-from matrixtool.smoke import bundle, serve, serve_run
+from matrixtool.smoke import bundle
 from matrixtool.smoke.plan import KILL_GRACE
+from matrixtool.smoke.serve import check as serve_check
+from matrixtool.smoke.serve import run as serve_run
 from tests.unit.smoke.test_bundle import GOOD_STOP, SPEC, _probes
 from tests.unit.smoke.test_compile_cache import AFTER_COLD, AFTER_WARM, COLD, WARM
 
@@ -170,10 +172,10 @@ def test_the_host_serve_reports_cold_and_warm_as_the_container_check_does() -> N
     assert "; warm start 40 s on the cold start's cache, reusing inductor's compiled kernels" in diagnosis
     assert facts["cold_ready_s"] == 90.0 and facts["warm"]["ready_s"] == 40.0
     assert facts["warm"]["cache_filesystem"] == "ext4"
-    # The same facts as the container check's judgement of the same starts (serve.judge).
-    container = serve.Observed(ready_s=90.0, log=COLD, warm=_seen()["warm"], cache_listing=AFTER_COLD,
+    # The same facts as the container check's judgement of the same starts (serve_check.judge).
+    container = serve_check.Observed(ready_s=90.0, log=COLD, warm=_seen()["warm"], cache_listing=AFTER_COLD,
                                cache_root="/tmp/.cache", probes=_probes([1, 2, 3]), stop=GOOD_STOP)  # fmt: skip
-    theirs = serve.judge(container, expected_tokens=[1, 2, 3], vllm_version="0.32.0", ready_budget_s=None)[3]
+    theirs = serve_check.judge(container, expected_tokens=[1, 2, 3], vllm_version="0.32.0", ready_budget_s=None)[3]
     assert {k: v for k, v in facts["warm"].items() if k != "cache_filesystem"} == theirs["warm"]
     assert facts["cold_ready_s"] == theirs["cold_ready_s"]
 
@@ -202,7 +204,7 @@ def test_the_bundles_deadline_counts_the_warm_servers_stop() -> None:
     no_serve = bundle.facts(CPU, [c for c in CPU.checks if c.name != "serve"], "full")
     assert bundle.warm_stop_s(no_serve) == 0
     # The serve check's own timeout holds both starts: the warm one is ready WARM_MARGIN_S before it.
-    assert CHECKS["serve"].timeout > serve.READY_TIMEOUT_S
+    assert CHECKS["serve"].timeout > serve_check.READY_TIMEOUT_S
 
 
 # A server of one route: /health answers 200 once the file argv[2] exists (made by the test), and the process

@@ -15,9 +15,11 @@ from matrixtool.model.checks import CHECKS
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import CheckSpec
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke import serve, serve_health, serve_line
 from matrixtool.smoke.plan import SERVED_REASON, plan_profiles
 from matrixtool.smoke.result import Status
+from matrixtool.smoke.serve import check as serve_check
+from matrixtool.smoke.serve import health as serve_health
+from matrixtool.smoke.serve import line as serve_line
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 RESTRICTED = {"user": "1000770000:0", "read_only": True, "tmpfs": {"/tmp": "rw,exec"}, "network": "none"}
@@ -85,13 +87,13 @@ GOOD_STOP = {
 }
 
 
-def _judge(seen: serve.Observed, **kw: Any) -> tuple[Status, str, str, dict[str, Any]]:
+def _judge(seen: serve_check.Observed, **kw: Any) -> tuple[Status, str, str, dict[str, Any]]:
     args: dict[str, Any] = {"expected_tokens": [1, 2, 3], "vllm_version": "0.32.0", "ready_budget_s": None}
-    return serve.judge(seen, **{**args, **kw})
+    return serve_check.judge(seen, **{**args, **kw})
 
 
 def test_a_server_that_answers_as_expected_passes() -> None:
-    seen = serve.Observed(ready_s=90.0, probes=_probes([1, 2, 3]), stop={**GOOD_STOP, "seconds": 2.0})
+    seen = serve_check.Observed(ready_s=90.0, probes=_probes([1, 2, 3]), stop={**GOOD_STOP, "seconds": 2.0})
     status, diagnosis, _, facts = _judge(seen)
     assert status is Status.PASSED, diagnosis
     assert facts["tokens"] == [1, 2, 3] and facts["metrics_requests"] == 3
@@ -100,23 +102,27 @@ def test_a_server_that_answers_as_expected_passes() -> None:
 def test_each_broken_assertion_fails_with_its_reason() -> None:
     stop = {**GOOD_STOP, "seconds": 2.0}
     cases = {
-        "differ from offline-generate": serve.Observed(ready_s=1.0, probes=_probes([1, 2, 4]), stop=stop),
-        "no content": serve.Observed(ready_s=1.0, probes=_probes([1, 2, 3], chat=""), stop=stop),
-        "/metrics counts 0": serve.Observed(ready_s=1.0, probes=_probes([1, 2, 3], requests=0), stop=stop),
-        "no request was sent": serve.Observed(ready_s=1.0, probes={}, stop=stop),
-        "SIGKILL": serve.Observed(ready_s=1.0, probes=_probes([1, 2, 3]), stop={**stop, "exit_code": 137}),
-        "not the server": serve.Observed(ready_s=1.0, probes=_probes([1, 2, 3]), stop={**stop, "pid1": "/bin/sh -c"}),
-        "over the 30 s grace": serve.Observed(ready_s=1.0, probes=_probes([1, 2, 3]), stop={**stop, "seconds": 31}),
+        "differ from offline-generate": serve_check.Observed(ready_s=1.0, probes=_probes([1, 2, 4]), stop=stop),
+        "no content": serve_check.Observed(ready_s=1.0, probes=_probes([1, 2, 3], chat=""), stop=stop),
+        "/metrics counts 0": serve_check.Observed(ready_s=1.0, probes=_probes([1, 2, 3], requests=0), stop=stop),
+        "no request was sent": serve_check.Observed(ready_s=1.0, probes={}, stop=stop),
+        "SIGKILL": serve_check.Observed(ready_s=1.0, probes=_probes([1, 2, 3]), stop={**stop, "exit_code": 137}),
+        "not the server": serve_check.Observed(
+            ready_s=1.0, probes=_probes([1, 2, 3]), stop={**stop, "pid1": "/bin/sh -c"}
+        ),
+        "over the 30 s grace": serve_check.Observed(
+            ready_s=1.0, probes=_probes([1, 2, 3]), stop={**stop, "seconds": 31}
+        ),
     }
     for needle, seen in cases.items():
         status, diagnosis, _, _ = _judge(seen)
         assert status is Status.FAILED and needle in diagnosis, (needle, diagnosis)
     broken = _probes([1, 2, 3])
     broken["chat"] = _answer("Internal Server Error", 500)
-    status, diagnosis, _, _ = _judge(serve.Observed(ready_s=1.0, probes=broken, stop=stop))
+    status, diagnosis, _, _ = _judge(serve_check.Observed(ready_s=1.0, probes=broken, stop=stop))
     assert status is Status.FAILED and "chat answered 500" in diagnosis
     status, diagnosis, _, _ = _judge(
-        serve.Observed(ready_s=200.0, probes=_probes([1, 2, 3]), stop=stop), ready_budget_s=100
+        serve_check.Observed(ready_s=200.0, probes=_probes([1, 2, 3]), stop=stop), ready_budget_s=100
     )
     assert status is Status.FAILED and "over its ready_budget of 100 s" in diagnosis
 
@@ -126,7 +132,7 @@ def test_a_server_that_dies_at_start_up_names_the_shm_line_and_both_fixes() -> N
         "(EngineCore pid=27) ERROR ... RuntimeError: Insufficient space in /dev/shm for shared-memory allocation: "
         "160 MiB required, 64 MiB free\nRuntimeError: Engine core initialization failed. See root cause above.\n"
     )
-    status, diagnosis, hint, _ = _judge(serve.Observed(ready_s=None, exit_code=1, log=log))
+    status, diagnosis, hint, _ = _judge(serve_check.Observed(ready_s=None, exit_code=1, log=log))
     assert status is Status.FAILED and "exited (1) before it was ready" in diagnosis
     assert "RuntimeError: Insufficient space in /dev/shm" in diagnosis and "initialization failed" not in diagnosis
     assert "160 MiB" in diagnosis + hint and "--shm-size" in hint and "emptyDir" in hint
@@ -134,8 +140,8 @@ def test_a_server_that_dies_at_start_up_names_the_shm_line_and_both_fixes() -> N
 
 def test_phases_are_recorded_once_at_their_first_line() -> None:
     seen: dict[str, float] = {}
-    serve.phases_seen("INFO non-default args: {}", 3.04, seen)
-    serve.phases_seen("INFO non-default args: {}\nInitializing a V1 LLM engine", 40.0, seen)
+    serve_check.phases_seen("INFO non-default args: {}", 3.04, seen)
+    serve_check.phases_seen("INFO non-default args: {}\nInitializing a V1 LLM engine", 40.0, seen)
     assert seen == {"cli": 3.0, "engine core": 40.0}
 
 
@@ -155,9 +161,9 @@ def test_reference_tokens_prefer_eager_and_take_the_first_prompt() -> None:
         )
 
     both = {"eager": {"tokens": [[1], [2]]}, "compiled": {"tokens": [[3], [4]]}}
-    assert serve.reference_tokens([result(both)]) == [1]
-    assert serve.reference_tokens([result({"compiled": {"tokens": [[3], [4]]}})]) == [3]
-    assert serve.reference_tokens([result(both, Status.FAILED)]) is None
+    assert serve_check.reference_tokens([result(both)]) == [1]
+    assert serve_check.reference_tokens([result({"compiled": {"tokens": [[3], [4]]}})]) == [3]
+    assert serve_check.reference_tokens([result(both, Status.FAILED)]) is None
 
 
 def test_under_restricted_the_server_stands_for_the_compiled_rerun() -> None:
@@ -178,8 +184,10 @@ def test_shutdown_errors_are_the_lines_after_shutdown_began() -> None:
         "ERROR EngineDeadError at start-up\n(APIServer pid=1) INFO [shutdown] API server: shutdown triggered\n"
         "(APIServer pid=1) ERROR [async_llm.py:906] AsyncLLM output_handler failed.\nINFO: Shutting down\n"
     )
-    assert serve.shutdown_errors(log) == ["(APIServer pid=1) ERROR [async_llm.py:906] AsyncLLM output_handler failed."]
-    assert serve.shutdown_errors("no shutdown here: EngineDeadError") == []
+    assert serve_check.shutdown_errors(log) == [
+        "(APIServer pid=1) ERROR [async_llm.py:906] AsyncLLM output_handler failed."
+    ]
+    assert serve_check.shutdown_errors("no shutdown here: EngineDeadError") == []
 
 
 def test_the_images_healthcheck_is_read_as_docker_runs_it() -> None:
@@ -216,12 +224,12 @@ def test_a_healthcheck_that_fails_against_a_ready_server_fails_serve() -> None:
     }
     for needle, run in cases.items():
         health = {"argv": ["curl", "-f", "x"], "timeout_s": 5.0, "healthy": False, "runs": [run] * 3}
-        seen = serve.Observed(ready_s=1.0, probes=_probes([1, 2, 3]), stop=stop, health=health)
+        seen = serve_check.Observed(ready_s=1.0, probes=_probes([1, 2, 3]), stop=stop, health=health)
         status, diagnosis, hint, facts = _judge(seen)
         assert status is Status.FAILED and needle in diagnosis, (needle, diagnosis)
         assert facts["healthcheck"] == health and hint
     healthy = {"argv": ["python3"], "timeout_s": 5.0, "healthy": True, "runs": [{"exit_code": 0, "output": ""}]}
-    seen = serve.Observed(ready_s=1.0, probes=_probes([1, 2, 3]), stop=stop, health=healthy)
+    seen = serve_check.Observed(ready_s=1.0, probes=_probes([1, 2, 3]), stop=stop, health=healthy)
     status, diagnosis, _, _ = _judge(seen)
     assert status is Status.PASSED and "the image's HEALTHCHECK passes" in diagnosis
 

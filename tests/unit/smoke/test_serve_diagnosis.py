@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from matrixtool.smoke import serve_diagnosis as sd
-from matrixtool.smoke import serve_route_diagnosis as srd
+from matrixtool.incontainer.vllm_smoke import servediag
+from matrixtool.smoke.serve import diagnosis as sd
+from matrixtool.smoke.serve import route_diagnosis as srd
 
 DATA = Path(__file__).parent.parent / "data" / "serve"
 
@@ -212,14 +213,14 @@ def test_answers_below_400_are_no_failure() -> None:
 
 def test_metrics_without_route_names() -> None:
     # /metrics of an image built on ours with fastapi 0.163.2 (`pip install -U fastapi`), after 4 requests.
-    d = srd.diagnose_metrics(log("metrics-handler-none.txt"))
-    assert d is not None
-    assert (d.failure_class, d.name) == (16, "metrics-handler-none")
-    assert d.cause.startswith('http_requests_total{handler="none"')
-    assert "fastapi<0.137" in d.fix and "pip check" in d.fix
+    found = servediag.unlabelled_metrics(log("metrics-handler-none.txt"))
+    assert found is not None
+    cause, _, fix = found
+    assert cause.startswith('http_requests_total{handler="none"')
+    assert "fastapi<0.137" in fix and "pip check" in fix
     named = 'http_requests_total{handler="/v1/completions",method="POST",status="2xx"} 1.0\n'
-    assert srd.diagnose_metrics(named) is None
-    assert srd.diagnose_metrics("# no requests counted\n") is None
+    assert servediag.unlabelled_metrics(named) is None
+    assert servediag.unlabelled_metrics("# no requests counted\n") is None
 
 
 def test_shell_pid1_swallowing_sigterm() -> None:

@@ -15,7 +15,7 @@ from matrixtool.model.profiles import Profile
 from matrixtool.smoke import executor as smoke
 from matrixtool.smoke import plan as smoke_plan
 from matrixtool.smoke import result as smoke_result
-from matrixtool.smoke import runners
+from matrixtool.smoke import steps
 from matrixtool.smoke.plan import Group, ProfileRun, SmokePlan, plan_host, plan_profiles
 from tests.unit._incontainer import incontainer
 
@@ -165,14 +165,14 @@ class RecordingRunner:
     def workers(self) -> int:
         return 1
 
-    def step(self, check: CheckSpec, run: ProfileRun, log_dir: Path) -> runners.Step:
+    def step(self, check: CheckSpec, run: ProfileRun, log_dir: Path) -> steps.Step:
         with self.lock:
             self.ran.append(("step", check.name))
         outcome = smoke_result.CheckResult(
             variant="cpu", image=self.image, check=check.name, status=smoke_result.Status.PASSED, diagnosis="",
             hint="", seconds=0.0, profile=run.profile.name,
         )  # fmt: skip
-        return runners.Skipped(outcome=outcome)
+        return steps.Skipped(outcome=outcome)
 
 
 def test_the_executor_runs_the_plan_in_its_order(tmp_path: Path) -> None:

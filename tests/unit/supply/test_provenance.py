@@ -31,12 +31,14 @@ def test_provenance_statement(tmp_path: Path) -> None:
         base_digest="sha256:" + "cd" * 32,
     )
     started = datetime.datetime(2026, 12, 1, 9, 0, tzinfo=datetime.UTC)
-    doc = provenance.statement(
-        plan, image_id=DIGEST, base_id=None, matrix_path=matrix, templates={"templates/Dockerfile.j2": "12" * 32},
+    sources = provenance.Sources(
+        matrix_path=matrix, templates={"templates/Dockerfile.j2": "12" * 32},
         wheels={"torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl": "34" * 32}, builder={"docker-engine": "20.10.24"},
-        revision="abc123", source="https://example.invalid/repo.git", started=started,
-        finished=started + datetime.timedelta(seconds=60),
+        revision="abc123", source="https://example.invalid/repo.git",
     )  # fmt: skip
+    doc = provenance.statement(
+        plan, sources, image_id=DIGEST, base_id=None, started=started, finished=started + datetime.timedelta(seconds=60)
+    )
     assert doc["_type"] == "https://in-toto.io/Statement/v1"
     assert doc["predicateType"] == "https://slsa.dev/provenance/v1"
     assert doc["subject"] == [{"name": "vllm-matrix/cpu", "digest": {"sha256": "ab" * 32}}]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from matrixtool.build import render
+from matrixtool.build import imagedir
 from matrixtool.core.errors import ConfigError, OutputError
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.update import edits, updatefiles
@@ -27,7 +27,7 @@ def test_write_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise ConfigError(str(tmp_path / "images"), ["images/cuda is a symbolic link"])
 
-    monkeypatch.setattr(render, "write", refuse)
+    monkeypatch.setattr(imagedir, "write", refuse)
     with pytest.raises(ConfigError):
         updatefiles.write_all(matrix, edited, files)
     assert matrix.read_text() == before and not list(tmp_path.glob(".matrix.yaml.*"))

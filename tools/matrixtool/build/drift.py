@@ -8,7 +8,8 @@ import os
 import stat
 from pathlib import Path
 
-from matrixtool.build.render import RenderedFile, extra_variant_dirs, variant_dirs
+from matrixtool.build.imagedir import extra_variant_dirs, variant_dirs
+from matrixtool.build.render import RenderedFile
 from matrixtool.core.errors import StaleRenderError
 from matrixtool.model.model import REPO_ROOT
 

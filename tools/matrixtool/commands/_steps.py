@@ -19,6 +19,7 @@ from matrixtool.model.model import Matrix, Variant
 from matrixtool.model.profiles import ProfileChoice
 from matrixtool.model.select import Selection
 from matrixtool.smoke import executor as smoke
+from matrixtool.smoke import plan as smoke_plan
 from matrixtool.smoke import result as smoke_result
 from matrixtool.smoke.budget import check_budget
 
@@ -102,16 +103,9 @@ def smoke_image(
     """Raises ConfigError (an unknown profile), WrongPlatformError (the image's platform is not the variant's)."""
     selected = request.selection.checks_of(variant)
     chosen = request.choice.resolve(variant.name, variant.profiles)
+    runs = smoke_plan.plan_profiles(variant, selected, chosen, request.selection.suite)
     results = smoke.run_profiles(
-        client,
-        image,
-        variant,
-        selected,
-        chosen,
-        log_dir=request.log_dir,
-        on_result=progress(request.quiet),
-        announce=note,
-        suite=request.selection.suite,
+        client, image, variant, runs, log_dir=request.log_dir, on_result=progress(request.quiet), announce=note
     )
     # matrix.yaml size_budget: within it one line on stderr (--json too); over it a failed result `size-budget`.
     judged = check_budget(client, image, variant, results, log_dir=request.log_dir)

@@ -12,14 +12,14 @@ from matrixtool.commands import _params
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import outputs
 from matrixtool.core.errors import ConfigError, MatrixError
-from matrixtool.deploy import kube, kube_checks, kube_job
+from matrixtool.deploy import kube, kube_checks, kube_job, kube_times
 from matrixtool.model import reference
 from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import Variant
 from matrixtool.model.profiles import ProfileChoice
 from matrixtool.model.select import select_variants
-from matrixtool.smoke import serve_line
+from matrixtool.smoke.serve import line as serve_line
 
 
 class InvalidManifest(MatrixError):
@@ -75,7 +75,7 @@ def run(args: Args) -> list[Written]:
     Raises ConfigError: an unknown profile, an unreadable report or one whose serve figures are no time to ready
     (exit 3); OutputError: a target is no regular file (a folder, a FIFO) or a write failed (exit 3; no manifest was
     replaced); InvalidManifest: a written manifest is invalid (a bug of this tool)."""
-    ready, warm = kube.report_times(args.report)
+    ready, warm = kube_times.report_times(args.report)
     written, texts = [], []
     for variant in args.variants:
         image = args.image or f"vllm-matrix/{variant.name}:{reference.version_tag(variant.vllm.version)}"
@@ -90,29 +90,20 @@ def run(args: Args) -> list[Written]:
                 cache_claim=args.cache_claim,
                 warm_s=warm.get(key),
             )
-            if not args.smoke_job:
-                docs = kube.manifests(
-                    variant=variant.name,
-                    accelerator=variant.accelerator.value,
-                    profile=profile.name,
-                    values=profile.values,
-                    image=image,
-                    serving=serving,
-                    cluster=args.cluster,
-                )
-                name = f"{variant.name}.{profile.name}.yaml"
-            else:
+            docs = kube.manifests(
+                variant=variant.name,
+                accelerator=variant.accelerator.value,
+                profile=profile.name,
+                values=profile.values,
+                image=image,
+                serving=serving,
+                cluster=args.cluster,
+            )
+            name = f"{variant.name}.{profile.name}.yaml"
+            if args.smoke_job:
                 data, deadline = kube_job.bundle_for(variant, args.suite)
                 docs = kube_job.smoke_job(
-                    variant=variant.name,
-                    accelerator=variant.accelerator.value,
-                    profile=profile.name,
-                    values=profile.values,
-                    image=image,
-                    serving=serving,
-                    bundle_data=data,
-                    deadline_s=deadline,
-                    cluster=args.cluster,
+                    docs, variant=variant.name, profile=profile.name, image=image, bundle_data=data, deadline_s=deadline
                 )
                 name = f"{variant.name}.{profile.name}.smoke-job.yaml"
             problems = kube_checks.validate(docs)

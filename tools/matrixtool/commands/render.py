@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from matrixtool.build import drift, render
+from matrixtool.build import drift, imagedir, render
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import Matrix
@@ -37,7 +37,7 @@ def run(args: Args) -> RenderReport:
     if args.check:
         drift.check_fresh(files, root)
         return RenderReport(root=root, rendered=len(files))
-    return RenderReport(root=root, rendered=len(files), changed=tuple(render.write(files, root)))
+    return RenderReport(root=root, rendered=len(files), changed=tuple(imagedir.write(files, root)))
 
 
 @click.command("render")

@@ -15,7 +15,7 @@ from typing import Any
 import kubernetes_validate
 import yaml
 
-from matrixtool.deploy.kube import USER_ANNOTATION
+from matrixtool.deploy.kube_pod import USER_ANNOTATION
 
 # The Kubernetes version the manifests are validated against (kubernetes-validate bundles its schemas).
 K8S_VERSION = "1.33.0"

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import base64
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from matrixtool.core.jsontext import loads
-from matrixtool.deploy import kube
-from matrixtool.model.conditions import Condition
+from matrixtool.deploy import kube_pod
 from matrixtool.model.model import Variant
 from matrixtool.model.select import select_checks
 from matrixtool.smoke import bundle
@@ -36,29 +35,18 @@ def names(variant: str, profile: str) -> tuple[str, str]:
 
 
 def smoke_job(
+    docs: Sequence[Mapping[str, Any]],
     *,
     variant: str,
-    accelerator: str,
     profile: str,
-    values: Mapping[Condition, Any],
     image: str,
-    serving: kube.Serving,
     bundle_data: bytes,
     deadline_s: int,
-    cluster: kube.Cluster = kube.Cluster.KUBERNETES,
 ) -> list[dict[str, Any]]:
-    """The ConfigMap holding ``bundle_data`` and the Job running it in ``image`` under one profile's condition
-    ``values``, bounded by ``deadline_s`` seconds (``activeDeadlineSeconds``); the pod as ``kube.manifests`` makes
-    it for ``cluster`` and ``accelerator`` (one GPU of its device plugin where the variant has one)."""
-    docs = kube.manifests(
-        variant=variant,
-        accelerator=accelerator,
-        profile=profile,
-        values=values,
-        image=image,
-        serving=serving,
-        cluster=cluster,
-    )
+    """The ConfigMap holding ``bundle_data`` and the Job running it in ``image`` under one profile, bounded by
+    ``deadline_s`` seconds (``activeDeadlineSeconds``): the pod is the Deployment's of ``docs`` (``kube.manifests`` of
+    the same variant, profile and image: the profile's conditions, the cluster's IDs, a GPU variant's one GPU), and
+    its NetworkPolicy follows the Job."""
     deployment = docs[0]
     template = copy.deepcopy(deployment["spec"]["template"])
     # No probes here, so no cold start to outlast; the run conditions' annotations stay.
@@ -71,12 +59,12 @@ def smoke_job(
     labels = {**deployment["metadata"]["labels"], "app.kubernetes.io/instance": job_name}
     template["metadata"]["labels"] = labels
     # The server's model claim is not needed: the bundle makes the tiny model itself, in its work folder.
-    spec["volumes"] = [v for v in spec["volumes"] if v["name"] != kube.MODEL_VOLUME]
+    spec["volumes"] = [v for v in spec["volumes"] if v["name"] != kube_pod.MODEL_VOLUME]
     spec["volumes"] += [
         {"name": BUNDLE_VOLUME, "configMap": {"name": config_name, "defaultMode": 0o444}},
         {"name": WORK_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": WORK_SIZE}},
     ]
-    mounts = [m for m in server["volumeMounts"] if m["name"] != kube.MODEL_VOLUME]
+    mounts = [m for m in server["volumeMounts"] if m["name"] != kube_pod.MODEL_VOLUME]
     mounts += [
         {"name": BUNDLE_VOLUME, "mountPath": BUNDLE_MOUNT, "readOnly": True},
         {"name": WORK_VOLUME, "mountPath": SMOKE_DIR},
@@ -107,9 +95,9 @@ def smoke_job(
         "metadata": {"name": job_name, "labels": labels},
         "spec": {"backoffLimit": 0, "activeDeadlineSeconds": deadline_s, "template": template},
     }
-    out = [config_map, job]
-    for policy in (d for d in docs if d["kind"] == "NetworkPolicy"):  # a profile without network: no egress
-        policy = copy.deepcopy(policy)
+    out: list[dict[str, Any]] = [config_map, job]
+    for found in (d for d in docs if d["kind"] == "NetworkPolicy"):  # a profile without network: no egress
+        policy = copy.deepcopy(dict(found))
         policy["metadata"] = {"name": f"{job_name}-no-egress", "labels": labels}
         policy["spec"]["podSelector"] = {"matchLabels": {"app.kubernetes.io/instance": job_name}}
         out.append(policy)

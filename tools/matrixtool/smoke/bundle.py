@@ -28,10 +28,11 @@ from matrixtool.incontainer.vllm_smoke import standalone
 from matrixtool.incontainer.vllm_smoke.bounded import BoundedOutput
 from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.model import CheckSpec, Variant
-from matrixtool.smoke import serve, serve_line
 from matrixtool.smoke.plan import HOST_SLACK, KILL_GRACE, check_params, plan_host
 from matrixtool.smoke.result import CheckResult, Status
 from matrixtool.smoke.runners import CHECKS_DIR, PACKAGE_DIR
+from matrixtool.smoke.serve import check as serve_check
+from matrixtool.smoke.serve import line as serve_line
 
 SHEBANG = b"#!/usr/bin/env python3\n"
 MAIN = "import sys\nfrom vllm_smoke.runner import entry\n\nsys.exit(entry())\n"
@@ -53,14 +54,14 @@ def serve_facts(variant: Variant, suite: str) -> dict[str, Any]:
     eager = ["--enforce-eager"] if str(suite) == "quick" else []
     return {
         "options": [*serve_line.SERVE_OPTIONS, *serve_line.MODEL_OPTIONS, *eager],
-        "ready_timeout_s": serve.READY_TIMEOUT_S,
-        "stop_grace_s": variant.stop_grace_s or serve.STOP_GRACE_S,
+        "ready_timeout_s": serve_check.READY_TIMEOUT_S,
+        "stop_grace_s": variant.stop_grace_s or serve_check.STOP_GRACE_S,
         "ready_budget_s": variant.ready_budget_s,
         "vllm_version": str(variant.vllm.version).split("+")[0],
-        "prompt": serve.PROMPT,
-        "max_tokens": serve.MAX_TOKENS,
-        "stream_tokens": serve.STREAM_TOKENS,
-        "first_chunk_s": serve.FIRST_CHUNK_S,
+        "prompt": serve_check.PROMPT,
+        "max_tokens": serve_check.MAX_TOKENS,
+        "stream_tokens": serve_check.STREAM_TOKENS,
+        "first_chunk_s": serve_check.FIRST_CHUNK_S,
     }
 
 
@@ -121,7 +122,7 @@ def deadline_s(bundle_facts: Mapping[str, Any]) -> int:
 def warm_stop_s(bundle_facts: Mapping[str, Any]) -> int:
     """Seconds the warm start's stop may take past the serve check's timeout (s): its stop grace, then SIGKILL and
     its group's teardown; 0 where no warm server starts (no serve, or the quick suite's ``--enforce-eager``)."""
-    serves = any(c["name"] == serve.CHECK for c in bundle_facts["checks"])
+    serves = any(c["name"] == serve_check.CHECK for c in bundle_facts["checks"])
     if not serves or "--enforce-eager" in bundle_facts["serve"]["options"]:
         return 0
     return int(bundle_facts["serve"]["stop_grace_s"]) + KILL_GRACE

@@ -9,7 +9,6 @@ removed (``container.TrackedContainer``).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import threading
@@ -22,7 +21,7 @@ from typing import Any, TypeVar
 import docker
 
 from matrixtool.core import outputs
-from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL
+from matrixtool.core.container import OWNER_ENV_VAR
 from matrixtool.incontainer.vllm_smoke.children import Parallel
 from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
 from matrixtool.model import profiles
@@ -30,17 +29,17 @@ from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke import bundle, hidden, rootcause, serve, serve_line
+from matrixtool.smoke import bundle, hidden, rootcause
 from matrixtool.smoke.plan import (
     Group,
     ProfileRun,
+    SmokePlan,
     check_params,
     check_platform,
-    plan_profiles,
     profile_run,
 )
 from matrixtool.smoke.result import CheckResult, Status, parse_output_safe, split_logs, unhidden, verdict
-from matrixtool.smoke.runners import Runner, ServeSetup, container_runner
+from matrixtool.smoke.runners import Runner, container_runner, container_steps
 
 __all__ = ["execute", "host_has_gpu", "run_host_suite", "run_profiles", "run_suite"]
 
@@ -143,62 +142,21 @@ def _in_image(
     on_result: Callable[[CheckResult], None],
     announce: Callable[[str], None] = lambda line: None,
 ) -> list[CheckResult]:
-    """``runs`` in ``image`` (inspected: ``attrs``), one tracked container per run that has checks. The runs that
-    serve share one model volume: the tiny model is made once, by the first (the image and the model are the same
-    under every profile), and a later profile's server starts without waiting for it."""
+    """``runs`` in ``image`` (inspected: ``attrs``), one tracked container per run that has checks, its steps made
+    by the kinds of ``runners.container_steps`` (which own what they share across runs: serve's model volume)."""
     base = check_params(variant, attrs.get("Config", {}).get("Entrypoint") or [])
     gpu = variant.accelerator is not Accelerator.CPU and host_has_gpu()
     results: list[CheckResult] = []
-    with contextlib.ExitStack() as volumes:
-        shared: list[str] = []
-
-        def model_volume() -> str:
-            if not shared:
-                shared.append(volumes.enter_context(serve_line.model_volume(client, {OWNER_LABEL: owner()})))
-            return shared[0]
-
+    with container_steps(client, variant, gpu=gpu) as steps:
         for run in runs:
             announce(run.describe(variant.name))
             if not run.checks:
                 continue
-            volume = model_volume() if _serves(variant, run, gpu) else None
-            results += _run_container(
-                client, image, variant, run, {**base, "rerun": run.rerun, "suite": run.suite},
-                gpu=gpu, volume=volume, log_dir=log_dir, on_result=on_result, earlier=results, announce=announce,
-            )  # fmt: skip
+            params = {**base, "rerun": run.rerun, "suite": run.suite}
+            with container_runner(client, image, gpu=gpu, run=run, steps=steps) as runner:
+                done = execute(run, runner, variant.name, params, log_dir, on_result, earlier=results)
+                results += _root_causes(client, image, run, done, announce)
     return results
-
-
-def _serves(variant: Variant, run: ProfileRun, gpu: bool) -> bool:
-    """True when ``run`` starts a server: it has the serve check and a server can run here (CPU, or a GPU seen)."""
-    return any(c.name == serve.CHECK for c in run.checks) and (variant.accelerator is Accelerator.CPU or gpu)
-
-
-def _run_container(
-    client: docker.DockerClient,
-    image: str,
-    variant: Variant,
-    run: ProfileRun,
-    params: Mapping[str, Any],
-    *,
-    gpu: bool,
-    volume: str | None,
-    log_dir: Path,
-    on_result: Callable[[CheckResult], None],
-    earlier: Sequence[CheckResult],
-    announce: Callable[[str], None],
-) -> list[CheckResult]:
-    """``run`` in one tracked container of ``image``, the checks given ``params``; ``volume``: the tiny model's,
-    where the run serves (None: no server runs here); ``earlier``: this command's results so far."""
-    served = any(c.name == serve.CHECK for c in run.checks)
-    mounts = serve_line.check_mounts(volume) if volume else {}
-    env = serve_line.check_env() if volume else {}
-    setup = ServeSetup(client=client, variant=variant, volume=volume, gpu=gpu) if served else None
-    with container_runner(
-        client, image, gpu=gpu, profile=run.profile, volumes=mounts, environment=env, serving=setup
-    ) as runner:
-        done = execute(run, runner, variant.name, params, log_dir, on_result, earlier=earlier)
-        return _root_causes(client, image, run, done, announce)
 
 
 def _root_causes(
@@ -233,18 +191,16 @@ def run_suite(
     log_dir: Path,
     on_result: Callable[[CheckResult], None] = lambda r: None,
     profile: Profile | None = None,
-    rerun: bool = False,
-    suite: str = DEFAULT_SUITE,
 ) -> list[CheckResult]:
-    """Run ``checks`` (in order) inside ``image`` with ``variant``'s expectations, under ``profile``'s conditions.
+    """Run ``checks`` (in order) inside ``image`` with ``variant``'s expectations, under ``profile``'s conditions
+    (the default suite, no rerun).
 
     Full outputs go to ``log_dir/<variant>.<check>.log`` (``<variant>.<profile>.<check>.log`` for a profile other
-    than ``default``); ``on_result`` sees each result as it lands. ``rerun``: the checks ran under ``default`` in
-    this command already (params["rerun"]: offline-generate then runs its compiled half only).
+    than ``default``); ``on_result`` sees each result as it lands.
     Raises docker.errors.ImageNotFound when ``image`` is not on the engine, WrongPlatformError when its platform
     is not one of ``variant``'s (before any container starts).
     """
-    run = profile_run(variant.name, profile or Profile(name=profiles.DEFAULT), checks, rerun=rerun, suite=suite)
+    run = profile_run(variant.name, profile or Profile(name=profiles.DEFAULT), checks)
     attrs = client.images.get(image).attrs
     check_platform(image, attrs, variant)
     return _in_image(client, image, attrs, variant, [run], log_dir=log_dir, on_result=on_result)
@@ -254,22 +210,19 @@ def run_profiles(
     client: docker.DockerClient,
     image: str,
     variant: Variant,
-    checks: Sequence[CheckSpec],
-    chosen: Sequence[Profile],
+    plan: SmokePlan,
     *,
     log_dir: Path,
     on_result: Callable[[CheckResult], None] = lambda r: None,
     announce: Callable[[str], None] = lambda line: None,
-    suite: str = DEFAULT_SUITE,
 ) -> list[CheckResult]:
-    """Run ``checks`` in ``image`` under each profile of ``chosen``, one container per profile, in order
-    (``smoke.plan.plan_profiles``: a profile other than ``default`` runs only the checks a condition it changes
-    can change); ``announce`` names each profile's checks and those left out, and why. Raises as ``run_suite``.
+    """Run ``plan`` (``smoke.plan.plan_profiles``: a profile other than ``default`` runs only the checks a condition
+    it changes can change) in ``image``, one container per profile, in order; ``announce`` names each profile's
+    checks and those left out, and why. Raises as ``run_suite``.
     """
     attrs = client.images.get(image).attrs
     check_platform(image, attrs, variant)  # before anything runs (exit 12)
-    announce(f"[{variant.name}] smoke checks in {image}: {', '.join(c.name for c in checks)}")
-    plan = plan_profiles(variant, checks, chosen, suite)
+    announce(f"[{variant.name}] smoke checks in {image}: {', '.join(c.name for c in plan.checks)}")
     return _in_image(client, image, attrs, variant, plan.runs, log_dir=log_dir, on_result=on_result, announce=announce)
 
 

@@ -1,6 +1,7 @@
 """Where the smoke checks run, behind one interface (``Runner``): in a container of the image (``ContainerRunner``,
 on ``container.TrackedContainer``). A check of the plan that runs beside the groups (``ProfileRun.steps``: serve)
-is a ``Step`` the runner makes: a server container of the image here. On a host or in a pod the whole plan runs
+is a ``steps.Step`` the runner makes by the kind of step it looks up by the check's name (``container_steps``):
+a server container of the image here. On a host or in a pod the whole plan runs
 in the bundle (``smoke.bundle``, ``vllm_smoke.standalone``), whose serve step is a child ``vllm serve`` process.
 
 The checks are the package ``incontainer/vllm_smoke``; it travels as a zipapp written once per container to the
@@ -19,7 +20,6 @@ import json
 import os
 import zipapp
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,9 +30,10 @@ from matrixtool.core.container import OWNER_ENV_VAR, ContainerSpec, TrackedConta
 from matrixtool.model import profiles
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke import serve, serve_run
 from matrixtool.smoke.plan import KILL_GRACE, ProfileRun, group_timeout
-from matrixtool.smoke.result import CheckResult, Status
+from matrixtool.smoke.serve import check as serve_check
+from matrixtool.smoke.serve.step import ServeStep
+from matrixtool.smoke.steps import ContainerStep, Step
 
 # The folder holding the in-image package ``vllm_smoke`` (the zipapp and the bundle are made from it).
 CHECKS_DIR = Path(__file__).parent.parent / "incontainer"
@@ -117,41 +118,6 @@ def container_kwargs(image: str, session: str, *, gpu: bool = False, profile: Pr
     return spec.run_kwargs(session=session, owner=os.environ.get(OWNER_ENV_VAR, ""))
 
 
-class Step(Protocol):
-    """A check of the plan that runs beside the groups, by the runner's own means (``ProfileRun.steps``): ``start``
-    begins it before the groups; ``result`` waits for it (up to ``timeout_s`` seconds since its start) and judges it
-    against ``results``, those of the same command so far (offline-generate's tokens, for serve)."""
-
-    def start(self) -> None: ...
-
-    def result(self, timeout_s: float, results: Sequence[CheckResult]) -> CheckResult: ...
-
-
-@dataclass(frozen=True, kw_only=True)
-class Skipped:
-    """A step that does not run here, and why (``outcome``: its result, skipped)."""
-
-    outcome: CheckResult
-
-    def start(self) -> None:
-        """Nothing to start."""
-
-    def result(self, timeout_s: float, results: Sequence[CheckResult]) -> CheckResult:
-        """The skip."""
-        return self.outcome
-
-
-@dataclass(frozen=True, kw_only=True)
-class ServeSetup:
-    """What the serve step of a container run needs: the engine, the variant, the model ``volume`` the check
-    container mounts (None: no server can run here, a GPU variant without a GPU), ``gpu`` passed through."""
-
-    client: docker.DockerClient
-    variant: Variant
-    volume: str | None
-    gpu: bool = False
-
-
 class Runner(Protocol):
     """Where a group of checks runs: ``image`` names it in the results; ``exec`` returns (exit code, output) or
     (None, the output so far) past ``deadline_s`` seconds; ``restart`` gives what runs next a clean start after
@@ -171,42 +137,26 @@ class Runner(Protocol):
 
 
 class ContainerRunner:
-    """Runs the checks in a tracked container of the image (``container_spec``), the zipapp installed."""
+    """Runs the checks in a tracked container of the image (``container_spec``), the zipapp installed; the plan's
+    steps by the kinds of ``steps`` (by check name: ``container_steps``)."""
 
-    def __init__(self, box: TrackedContainer, profile: Profile, serving: ServeSetup | None = None) -> None:
+    def __init__(self, box: TrackedContainer, profile: Profile, steps: Mapping[str, ContainerStep]) -> None:
         self.box = box
         self.profile = profile
         self.image = box.spec.image
-        self.serving = serving
-        self.servers: list[serve_run.ServeRun] = []
+        self.steps = steps
+        self.started: list[Step] = []
 
     def step(self, check: CheckSpec, run: ProfileRun, log_dir: Path) -> Step:
-        """The serve step (``serve_run.ServeRun``: the image's server container of this profile, the tiny model made
-        in this container's volume), or ``Skipped`` where no server can run here (a GPU variant, no GPU).
-
-        Raises ValueError for a check that is no step of a container run."""
-        setup = self.serving
-        if check.name != serve.CHECK or setup is None:
-            raise ValueError(f"{check.name} is no step this runner runs")
-        if setup.volume is None:
-            accelerator = setup.variant.accelerator.value
-            why = f"no GPU visible: the server of a {accelerator} variant needs one"
-            skipped = CheckResult(
-                variant=setup.variant.name, image=self.image, check=check.name, status=Status.SKIPPED,
-                diagnosis=why, hint="", seconds=0.0, profile=run.profile.name, suite=run.suite,
-            )  # fmt: skip
-            return Skipped(outcome=skipped)
-        server = serve_run.ServeRun(
-            setup.client, self.image, setup.variant, run, self, setup.volume, log_dir=log_dir, zipapp=ZIPAPP,
-            gpu=setup.gpu,
-        )  # fmt: skip
-        self.servers.append(server)
-        return server
+        """The step of ``check`` in ``run``, beside this container (serve: ``serve.step.ServeStep``)."""
+        made = self.steps[check.name].step(check, run, self, log_dir)
+        self.started.append(made)
+        return made
 
     def sweep(self) -> None:
-        """Remove the containers of every server this runner started."""
-        for server in self.servers:
-            server.sweep()
+        """Remove what every step this runner made started (the serve step's server containers)."""
+        for step in self.started:
+            step.sweep()
 
     def install(self) -> None:
         """Write the checks' zipapp to ``ZIPAPP`` (the tool's tmpfs) with one exec; a failure shows in each check's
@@ -232,24 +182,33 @@ class ContainerRunner:
 
 
 @contextlib.contextmanager
+def container_steps(client: docker.DockerClient, variant: Variant, *, gpu: bool) -> Iterator[dict[str, ContainerStep]]:
+    """The kinds of step the container runs of one image of ``variant`` make, by check name (the plan's
+    ``ProfileRun.steps``): serve (``serve.step.ServeStep``, its model volume removed on the way out)."""
+    with ServeStep(client, variant, gpu=gpu, zipapp=ZIPAPP) as serve:
+        yield {serve_check.CHECK: serve}
+
+
+@contextlib.contextmanager
 def container_runner(
     client: docker.DockerClient,
     image: str,
     *,
     gpu: bool,
-    profile: Profile,
-    volumes: Mapping[str, Mapping[str, str]] | None = None,
-    environment: Mapping[str, str] | None = None,
-    serving: ServeSetup | None = None,
+    run: ProfileRun,
+    steps: Mapping[str, ContainerStep],
 ) -> Iterator[ContainerRunner]:
-    """A ``ContainerRunner`` in a fresh container of ``image`` (a session of its own), removed on the way out with
-    the server containers of its steps; ``volumes``/``environment`` as ``container_spec``; ``serving``: what its
-    serve step needs (None: the run has none).
+    """A ``ContainerRunner`` for ``run`` in a fresh container of ``image`` (a session of its own) under ``run``'s
+    profile, with what the kinds of ``steps`` of ``run``'s steps need mounted (``ContainerStep.needs``), removed on
+    the way out with what its steps started.
 
     Raises as ``TrackedContainer.start`` (WrongPlatformError on ``exec format error``)."""
-    spec = container_spec(image, gpu=gpu, profile=profile, volumes=volumes, environment=environment)
+    needs = [steps[check.name].needs(run) for check in run.steps]
+    volumes = {k: v for need in needs for k, v in need.volumes.items()}
+    environment = {k: v for need in needs for k, v in need.environment.items()}
+    spec = container_spec(image, gpu=gpu, profile=run.profile, volumes=volumes, environment=environment)
     with TrackedContainer(client, spec) as box:
-        runner = ContainerRunner(box, profile, serving)
+        runner = ContainerRunner(box, run.profile, steps)
         try:
             runner.install()
             yield runner

@@ -72,16 +72,19 @@ def write_build_reports(
         finished = None
         if not result.cached:
             finished = datetime.datetime.now(datetime.UTC)
-        doc = provenance.statement(
-            the_plan,
-            image_id=result.image_id,
-            base_id=base_id,
+        sources = provenance.Sources(
             matrix_path=matrix_path,
             templates=provenance.template_digests(matrix_path.parent),
             wheels=provenance.wheel_digests(the_plan.wheelhouse),
             builder=builder,
             revision=revision,
             source=source,
+        )
+        doc = provenance.statement(
+            the_plan,
+            sources,
+            image_id=result.image_id,
+            base_id=base_id,
             started=finished - datetime.timedelta(seconds=result.seconds) if finished else None,
             finished=finished,
         )

@@ -10,6 +10,7 @@ import datetime
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,22 +43,33 @@ def _digest(value: str) -> dict[str, str]:
     return {"sha256": value.removeprefix("sha256:")}
 
 
+@dataclass(frozen=True, kw_only=True)
+class Sources:
+    """What a build read besides its plan, and what built it: the matrix file (``matrix_path``), the digests of the
+    templates and of the wheelhouse's wheels (``{path: sha256 hex}``), the checkout's git ``revision`` (``unknown``:
+    none) at ``source`` (its URL), and the ``builder``'s versions (``{component: version}``)."""
+
+    matrix_path: Path
+    templates: Mapping[str, str]
+    wheels: Mapping[str, str]
+    builder: Mapping[str, str]
+    revision: str
+    source: str
+
+
 def statement(
     plan: BuildPlan,
+    sources: Sources,
     *,
     image_id: str,
     base_id: str | None,
-    matrix_path: Path,
-    templates: Mapping[str, str],
-    wheels: Mapping[str, str],
-    builder: Mapping[str, str],
-    revision: str,
-    source: str,
     started: datetime.datetime | None = None,
     finished: datetime.datetime | None = None,
 ) -> dict[str, Any]:
-    """``base_id``: the base's image ID when it is not pinned; ``started``/``finished`` None for an image built
-    before (found by its content-hash tag)."""
+    """The statement of ``plan``'s image ``image_id`` built from ``sources``. ``base_id``: the base's image ID when it
+    is not pinned; ``started``/``finished`` None for an image built before (found by its content-hash tag)."""
+    matrix_path, templates, wheels = sources.matrix_path, sources.templates, sources.wheels
+    builder, revision, source = sources.builder, sources.revision, sources.source
     name = plan.hash_ref.rsplit(":", 1)[0]
     base: dict[str, Any] = {"uri": f"docker-image:{plan.base_image}"}
     if plan.base_digest:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from matrixtool.build import render
+from matrixtool.build import imagedir, render
 from matrixtool.core import outputs
 from matrixtool.core.errors import ConfigError, ExitCode, VariantsFailed, most_severe
 from matrixtool.model.matrixfile import load_matrix
@@ -53,16 +53,16 @@ def render_text(text: str, source: Path) -> list[render.RenderedFile]:
 
 
 def write_all(matrix_path: Path, text: str, files: list[render.RenderedFile]) -> list[Path]:
-    """Write the edited ``matrix.yaml`` and ``images/`` in one step that fails before changing either: ``render.write``
-    checks every obstacle before it writes, then replaces the changed files of ``images/`` and the matrix as one set
-    (``outputs.write_set``), and the matrix keeps its mode. Returns the changed paths of ``images/`` (relative to the
-    matrix's folder).
+    """Write the edited ``matrix.yaml`` and ``images/`` in one step that fails before changing either:
+    ``imagedir.write`` checks every obstacle before it writes, then replaces the changed files of ``images/`` and the
+    matrix as one set (``outputs.write_set``), and the matrix keeps its mode. Returns the changed paths of ``images/``
+    (relative to the matrix's folder).
 
-    Raises ConfigError: ``render.write`` found an obstacle; nothing was written; OutputError: a write failed (exit 3),
+    Raises ConfigError: ``imagedir.write`` found an obstacle; nothing was written; OutputError: a write failed (exit 3),
     naming the file; the matrix and ``images/`` are unchanged."""
     with outputs.guarded(matrix_path):
         mode = matrix_path.stat().st_mode & 0o7777
-    changed = render.write(files, matrix_path.parent, together={matrix_path: text})
+    changed = imagedir.write(files, matrix_path.parent, together={matrix_path: text})
     with outputs.guarded(matrix_path):
         os.chmod(matrix_path, mode)
     return changed

@@ -30,7 +30,7 @@ from .cachelog import cache_key, evidence, kernels, strings, suffixes
 
 COMPILE_CACHE = 31  # docs/failure-classes.md: "A compile cache that is not kept between starts"
 # The warm start (a second start of the same server on the cache the first wrote), in containers
-# (``matrixtool.smoke.serve_run``) and on a host (``serving``) alike: given less than WARM_MIN_S seconds of the serve
+# (``matrixtool.smoke.serve.run``) and on a host (``serving``) alike: given less than WARM_MIN_S seconds of the serve
 # check's timeout it is not tried; it must be ready WARM_MARGIN_S before that timeout (its stop, the cache's removal
 # and the judgement come after).
 WARM_MIN_S = 60.0

@@ -124,12 +124,11 @@ def stop_problems(stop: Mapping[str, Any]) -> List[str]:
     return out
 
 
-def judge(seen: Any, spec: Mapping[str, Any], expected_tokens: Any) -> Any:
-    """(status, diagnosis, hint, facts) of one server run, asserting what ``matrixtool.smoke.serve.judge`` asserts of a
-    container: ready, every route 200, /v1/models lists the model, greedy tokens == offline-generate's eager
-    ``expected_tokens`` (None: not compared, said so), stream == non-stream, chat content, /metrics counts the
-    requests, /version is the pin; then the process-level stop contract (``stop_problems``) and the warm start
-    (``warm_problems``). A cache folder that could not be made (``cache_error``) fails it as class 31."""
+def judge(seen: Mapping[str, Any], spec: Mapping[str, Any], expected_tokens: Any) -> Any:
+    """(status, diagnosis, hint, facts) of one server run, asserting what ``matrixtool.smoke.serve.check.judge``
+    asserts of a container: ready, the routes' answers (``answer_problems``; ``expected_tokens``: offline-generate's
+    eager tokens, None: not compared, said so); then the process-level stop contract (``stop_problems``) and the
+    warm start (``warm_problems``). A cache folder that could not be made (``cache_error``) fails it as class 31."""
     facts = {"ready_s": seen.get("ready_s"), "phases": dict(seen.get("phases") or {}), "argv": seen.get("argv")}
     log = seen.get("log") or ""
     if seen.get("cache_error"):
@@ -156,6 +155,36 @@ def judge(seen: Any, spec: Mapping[str, Any], expected_tokens: Any) -> Any:
     probes = seen.get("probes") or {}
     if not probes:
         return "failed", "the server was ready but no request was sent", "", facts
+    pinned = str(spec.get("vllm_version") or "").split("+")[0]
+    problems = answer_problems(probes, spec["model"], expected_tokens, pinned, facts)
+    stop = dict(seen.get("stop") or {})
+    facts["stop"] = stop
+    problems += stop_problems(stop)
+    hints: List[str] = []
+    warm = warm_problems(seen, facts, problems, hints)
+    budget = spec.get("ready_budget_s")
+    if budget is not None and seen["ready_s"] > float(budget):
+        facts["ready_budget_s"] = budget
+        problems.append(f"ready after {seen['ready_s']:.0f} s, over its ready_budget of {float(budget):.0f} s")
+    if problems:
+        return "failed", "; ".join(problems), "; ".join(hints) or "read the server's log", facts
+    summary = (
+        f"ready in {seen['ready_s']:.0f} s; models, greedy completion"
+        f"{' == offline-generate' if expected_tokens is not None else ' (no offline-generate tokens to compare)'}, "
+        f"stream, chat, metrics ({facts['metrics_requests']}), version {facts['version']}; stop: exit "
+        f"{stop.get('exit_code')} in {stop.get('seconds')} s, stream {stop.get('stream')}, no process left"
+    )
+    return "passed", summary + warm, "", facts
+
+
+def answer_problems(
+    probes: Mapping[str, Any], model: str, expected_tokens: Any, vllm_version: str, facts: Dict[str, Any]
+) -> List[str]:
+    """The routes' answers (``serve_probe.probe``'s) against what they must say, for the host's container check
+    (``matrixtool.smoke.serve.check``) and the bundle's process alike: every route 200 (the first that is not, in
+    words, comes first), /v1/models lists ``model``, greedy tokens == ``expected_tokens`` (None: not compared),
+    stream == non-stream, chat content, /metrics counts the requests and names their routes (class 16), /version
+    starts with ``vllm_version``. Returns the problems; records what was read in ``facts``."""
     problems = []
     for key, answer in probes.items():
         if answer.get("status") != 200:
@@ -166,8 +195,8 @@ def judge(seen: Any, spec: Mapping[str, Any], expected_tokens: Any) -> Any:
     with contextlib.suppress(ValueError, KeyError, TypeError):
         models = [m["id"] for m in _loads(probes["models"]["body"])["data"]]
     facts["models"] = models
-    if spec["model"] not in models:
-        problems.append(f"/v1/models lists {models}, not the served {spec['model']}")
+    if model not in models:
+        problems.append(f"/v1/models lists {models}, not the served {model}")
     first = choice(probes.get("completion", {}))
     tokens = list(first.get("token_ids") or [])
     facts["tokens"] = tokens
@@ -195,27 +224,9 @@ def judge(seen: Any, spec: Mapping[str, Any], expected_tokens: Any) -> Any:
     with contextlib.suppress(ValueError, KeyError, TypeError):
         version = str(_loads(probes["version"]["body"])["version"])
     facts["version"] = version
-    pinned = str(spec.get("vllm_version") or "").split("+")[0]
-    if not version.startswith(pinned):
-        problems.append(f"/version is {version!r}, the variant pins {pinned}")
-    stop = dict(seen.get("stop") or {})
-    facts["stop"] = stop
-    problems += stop_problems(stop)
-    hints: List[Any] = []
-    warm = warm_problems(seen, facts, problems, hints)
-    budget = spec.get("ready_budget_s")
-    if budget is not None and seen["ready_s"] > float(budget):
-        facts["ready_budget_s"] = budget
-        problems.append(f"ready after {seen['ready_s']:.0f} s, over its ready_budget of {float(budget):.0f} s")
-    if problems:
-        return "failed", "; ".join(problems), "; ".join(hints) or "read the server's log", facts
-    summary = (
-        f"ready in {seen['ready_s']:.0f} s; models, greedy completion"
-        f"{' == offline-generate' if expected_tokens is not None else ' (no offline-generate tokens to compare)'}, "
-        f"stream, chat, metrics ({counted}), version {version}; stop: exit {stop.get('exit_code')} in "
-        f"{stop.get('seconds')} s, stream {stop.get('stream')}, no process left"
-    )
-    return "passed", summary + warm, "", facts
+    if not version.startswith(vllm_version):
+        problems.append(f"/version is {version!r}, the variant pins {vllm_version}")
+    return problems
 
 
 def warm_problems(seen: Mapping[str, Any], facts: Dict[str, Any], problems: List[str], hints: List[str]) -> str:

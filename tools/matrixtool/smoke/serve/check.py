@@ -15,17 +15,19 @@ the run itself ``serve_run``.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from matrixtool.core import jsontext
 from matrixtool.incontainer.vllm_smoke import compilecache, serving
 from matrixtool.incontainer.vllm_smoke.errortext import root_cause
 from matrixtool.incontainer.vllm_smoke.programs import generate
-from matrixtool.smoke import serve_diagnosis, serve_health, serve_line, serve_probing, serve_route_diagnosis
 from matrixtool.smoke.result import CheckResult, Status
+from matrixtool.smoke.serve import diagnosis as serve_diagnosis
+from matrixtool.smoke.serve import health as serve_health
+from matrixtool.smoke.serve import line as serve_line
+from matrixtool.smoke.serve import probing as serve_probing
+from matrixtool.smoke.serve import route_diagnosis as serve_route_diagnosis
 
 CHECK = "serve"
 STOP_GRACE_S = 30  # a Kubernetes pod's terminationGracePeriodSeconds
@@ -34,18 +36,15 @@ STREAM_TOKENS = 200  # the stop contract's in-flight stream (the tiny model's co
 FIRST_CHUNK_S = 120.0
 PROMPT = generate.PROMPTS[0]
 MAX_TOKENS = 8
-# Lines of vLLM's start-up log that open a phase (time to ready, per phase): the bundle's, shared.
-PHASES: tuple[tuple[str, str], ...] = serving.PHASES
 _root_cause: Callable[[str], str | None] = root_cause
 # What the container check and the bundle's process-level check read alike (``vllm_smoke.serving``).
 phases_seen: Callable[[str, float, dict[str, float]], None] = serving.phases_seen
 shutdown_errors: Callable[[str], list[str]] = serving.shutdown_errors
 stream_outcome: Callable[[Mapping[str, Any]], str] = serving.stream_outcome
-counted_requests: Callable[[str], int] = serving.counted_requests
-_choice: Callable[[Mapping[str, Any]], dict[str, Any]] = serving.choice
-_streamed: Callable[[Mapping[str, Any]], tuple[str, list[int]]] = serving.streamed
-SHUTDOWN_ERRORS: tuple[str, ...] = serving.SHUTDOWN_ERRORS
-GENERATION_REQUESTS: int = serving.GENERATION_REQUESTS
+# The routes' answers against what they must say: the bundle's judgement's, one implementation.
+_answer_problems: Callable[[Mapping[str, Any], str, Sequence[int] | None, str, dict[str, Any]], list[str]] = (
+    serving.answer_problems
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,15 +83,6 @@ def startup_cause(log: str) -> str:
     return lines[-1] if lines else "no log"
 
 
-def _failed_route(probes: Mapping[str, Any]) -> str | None:
-    """The first route that did not answer 200, in words; None when every one did."""
-    for key, answer in probes.items():
-        if answer.get("status") != 200:
-            why = answer.get("error") or str(answer.get("body", ""))[:300]
-            return f"{key} answered {answer.get('status')}: {why}"
-    return None
-
-
 # The routes of ``serve_probe.probe``'s keys, as serve_diagnosis names them.
 ROUTES = {
     "metrics_before": "GET /metrics",
@@ -124,9 +114,12 @@ def judge(
     probes = seen.probes
     if not probes:
         return Status.FAILED, "the server was ready but no request was sent", "", facts
-    problems: list[str] = []
+    problems = _answer_problems(probes, serve_line.MODEL_PATH, expected_tokens, vllm_version, facts)
     hints: list[str] = []
-    _answer_problems(probes, seen.log, expected_tokens, vllm_version, facts, problems, hints)
+    route = _route_diagnosis(probes, seen.log)
+    if route is not None:  # after the failed route's own words, which come first
+        problems.insert(1, route.diagnosis)
+        hints.append(route.fix)
     _run_problems(seen, facts, problems, hints)
     warm = _warm_problems(seen, facts, problems, hints, env)
     stop = facts["stop"]
@@ -180,60 +173,14 @@ def _not_ready(
     )
 
 
-def _answer_problems(
-    probes: Mapping[str, Any],
-    log: str,
-    expected_tokens: Sequence[int] | None,
-    vllm_version: str,
-    facts: dict[str, Any],
-    problems: list[str],
-    hints: list[str],
-) -> None:
-    """The routes' answers against what they must say (models, greedy tokens, stream, chat, metrics, version):
-    appends to ``problems`` and ``hints``, records what was read in ``facts``."""
-    failed = _failed_route(probes)
-    if failed:
-        problems.append(failed)
-        route, answer = next((ROUTES.get(k, k), a) for k, a in probes.items() if a.get("status") != 200)
-        found = serve_route_diagnosis.diagnose_route(route, answer.get("status"), str(answer.get("body", "")), log=log)
-        if found is not None:
-            problems.append(found.diagnosis)
-            hints.append(found.fix)
-    models = []
-    with contextlib.suppress(ValueError, KeyError, TypeError):
-        models = [m["id"] for m in jsontext.loads(probes["models"]["body"])["data"]]
-    facts["models"] = models
-    if serve_line.MODEL_PATH not in models:
-        problems.append(f"/v1/models lists {models}, not the served {serve_line.MODEL_PATH}")
-    choice = _choice(probes.get("completion", {}))
-    tokens = list(choice.get("token_ids") or [])
-    facts["tokens"] = tokens
-    facts["expected_tokens"] = list(expected_tokens) if expected_tokens is not None else None
-    if expected_tokens is not None and tokens != list(expected_tokens):
-        problems.append(f"greedy tokens {tokens} differ from offline-generate's eager {list(expected_tokens)}")
-    text, streamed_tokens = _streamed(probes.get("stream", {}))
-    if text != choice.get("text") or streamed_tokens != tokens:
-        wanted = choice.get("text")
-        problems.append(f"streamed {text!r} {streamed_tokens} differs from non-streamed {wanted!r} {tokens}")
-    chat = _choice(probes.get("chat", {})).get("message", {}) or {}
-    facts["chat"] = chat.get("content")
-    if not chat.get("content"):
-        problems.append("/v1/chat/completions gave no content")
-    before = counted_requests(str(probes.get("metrics_before", {}).get("body", "")))
-    counted = counted_requests(str(probes.get("metrics", {}).get("body", ""))) - before
-    facts["metrics_requests"] = counted
-    if counted != GENERATION_REQUESTS:
-        problems.append(f"/metrics counts {counted} finished requests, {GENERATION_REQUESTS} were sent")
-    unlabelled = serve_route_diagnosis.diagnose_metrics(str(probes.get("metrics", {}).get("body", "")))
-    if unlabelled is not None:  # class 16: every request counted under handler="none"
-        facts["failure_class"] = unlabelled.failure_class
-        problems.append(f"{unlabelled.diagnosis}; fix: {unlabelled.fix}")
-    version = ""
-    with contextlib.suppress(ValueError, KeyError, TypeError):
-        version = str(jsontext.loads(probes["version"]["body"])["version"])
-    facts["version"] = version
-    if not version.startswith(vllm_version):
-        problems.append(f"/version is {version!r}, the variant pins {vllm_version}")
+def _route_diagnosis(probes: Mapping[str, Any], log: str) -> serve_diagnosis.Diagnosis | None:
+    """``serve_route_diagnosis.diagnose_route`` of the first route that did not answer 200, read with the server's
+    ``log`` (None: every route answered, or no cause is known)."""
+    failed = next(((ROUTES.get(k, k), a) for k, a in probes.items() if a.get("status") != 200), None)
+    if failed is None:
+        return None
+    route, answer = failed
+    return serve_route_diagnosis.diagnose_route(route, answer.get("status"), str(answer.get("body", "")), log=log)
 
 
 def _run_problems(seen: Observed, facts: dict[str, Any], problems: list[str], hints: list[str]) -> None:

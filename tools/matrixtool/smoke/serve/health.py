@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from matrixtool.core.container import TrackedContainer
-from matrixtool.smoke import serve_route_diagnosis
+from matrixtool.smoke.serve import route_diagnosis as serve_route_diagnosis
 
 # Docker's defaults for a HEALTHCHECK option the image leaves out (docker run --help: --health-*), in seconds.
 HEALTH_INTERVAL_S, HEALTH_TIMEOUT_S, HEALTH_RETRIES = 30.0, 30.0, 3

@@ -1,5 +1,6 @@
-"""Diagnoses of a server that started: a failing route (``diagnose_route``), its ``/metrics``
-(``diagnose_metrics``), its stop (``diagnose_stop``) and the image's HEALTHCHECK (``diagnose_healthcheck``).
+"""Diagnoses of a server that started: a failing route (``diagnose_route``), its stop (``diagnose_stop``) and the
+image's HEALTHCHECK (``diagnose_healthcheck``); its ``/metrics`` is read by the judgement both sides share
+(``vllm_smoke.serving.answer_problems``, with ``servediag.unlabelled_metrics``).
 
 Pure functions, no Docker, as ``serve_diagnosis`` (whose ``Diagnosis``, failure classes and log rules they use):
 each names the cause shown in *this* body, log or record, or returns None.
@@ -12,8 +13,7 @@ import re
 from collections.abc import Sequence
 
 from matrixtool.core import jsontext
-from matrixtool.incontainer.vllm_smoke import servediag
-from matrixtool.smoke.serve_diagnosis import (
+from matrixtool.smoke.serve.diagnosis import (
     CLIENT_MISMATCH,
     EXCEPTION_LINE,
     METRICS_DIR,
@@ -143,16 +143,6 @@ def diagnose_route(
 
 _MULTIPROC_FILES = ("mmap_dict.py", "multiprocess.py")
 _WEB_PACKAGES = ("fastapi", "starlette", "prometheus_fastapi_instrumentator", "prometheus_client", "uvicorn")
-
-
-def diagnose_metrics(text: str) -> Diagnosis | None:
-    """The cause of a ``/metrics`` answer that names no route (class 16; ``servediag.unlabelled_metrics``, which
-    the bundle applies too). None when a route is named or no request was counted."""
-    found = servediag.unlabelled_metrics(text)
-    if found is None:
-        return None
-    cause, diagnosis, fix = found
-    return Diagnosis(failure_class=WEB_STACK, name="metrics-handler-none", cause=cause, diagnosis=diagnosis, fix=fix)
 
 
 # --- stopping ----------------------------------------------------------------------------------------------------

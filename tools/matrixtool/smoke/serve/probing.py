@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from matrixtool.core import markers, process
 from matrixtool.core.container import TrackedContainer
 from matrixtool.incontainer.vllm_smoke.programs import serve_probe
-from matrixtool.smoke import serve_line
+from matrixtool.smoke.serve import line as serve_line
 
 PROBE_SOURCE = Path(serve_probe.__file__).read_text(encoding="utf-8")
 # The in-image package is untyped (stdlib, Python >= 3.9): its functions as this module calls them.
