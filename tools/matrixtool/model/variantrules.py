@@ -222,6 +222,23 @@ def _is_pep440(value: str) -> bool:
     return True
 
 
+def _gpu_arch_problems(at: str, variant: Mapping[str, Any]) -> list[str]:
+    """``gpu_archs`` named on a variant without a GPU, or not of its accelerator (CUDA ``sm_*``, ROCm ``gfx*``)."""
+    prefix = {"cuda": "sm_", "rocm": "gfx"}.get(variant.get("accelerator", ""))
+    problems: list[str] = []
+    for arch in variant.get("gpu_archs", []):
+        if prefix is None:
+            problems.append(
+                f"{at}.gpu_archs: {show(arch)} on a {variant.get('accelerator')} variant: only GPU "
+                "variants name GPU architectures"
+            )
+        elif not str(arch).startswith(prefix):
+            problems.append(
+                f"{at}.gpu_archs: {show(arch)} is no {variant['accelerator']} architecture (they begin with {prefix})"
+            )
+    return problems
+
+
 def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
     """Whole-value checks of one variant's strings that reach the Dockerfile or a requirement file."""
     problems: list[str] = []
@@ -258,17 +275,7 @@ def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
     problem = image_problem(variant["base_image"])
     if problem is not None:
         problems.append(f"{at}.base_image: {show(variant['base_image'])} {problem}")
-    prefix = {"cuda": "sm_", "rocm": "gfx"}.get(variant.get("accelerator", ""))
-    for arch in variant.get("gpu_archs", []):
-        if prefix is None:
-            problems.append(
-                f"{at}.gpu_archs: {show(arch)} on a {variant.get('accelerator')} variant: only GPU "
-                "variants name GPU architectures"
-            )
-        elif not str(arch).startswith(prefix):
-            problems.append(
-                f"{at}.gpu_archs: {show(arch)} is no {variant['accelerator']} architecture (they begin with {prefix})"
-            )
+    problems += _gpu_arch_problems(at, variant)
     features = variant.get("features", {})
     for both in sorted(set(features.get("promise", [])) & set(features.get("leave_out", {}))):
         problems.append(f"{at}.features: {show(both)} is both promised and left out: keep one")
