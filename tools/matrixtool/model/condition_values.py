@@ -275,4 +275,5 @@ def parse_pids(value: Any) -> int:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PIDS:
         raise ValueError(f"write a whole number from 1 to {MAX_PIDS} (Linux's PID_MAX_LIMIT), e.g. 1024")
-    return value
+    pids: int = value
+    return pids

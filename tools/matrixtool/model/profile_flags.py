@@ -67,10 +67,11 @@ def options(default_names: tuple[str, ...]) -> Callable[[Callable[..., Any]], Ca
             return f(*args, choice=profiles.ProfileChoice(names=names, overrides=overrides), **kw)
 
         default = ", ".join(default_names) if default_names else "every profile of the variant"
+        command: Callable[..., Any] = wrapper
         for option in reversed([*(_option(row) for row in ROWS)]):
-            wrapper = option(wrapper)
+            command = option(command)
         return click.option(
             "--profile", "profile_names", multiple=True, help=f"Deployment profile (repeatable; default: {default})."
-        )(wrapper)
+        )(command)
 
     return wrap
