@@ -1,8 +1,8 @@
 """Run conditions of a container, as one table (``ROWS``): a condition is one row (docs/profiles.md).
 
 ``matrix.schema.json``'s ``$defs.profile.properties`` is generated from it (``profile_schema_properties``, written
-by ``make docs``; a unit test fails on drift); the in-image ``vllm_smoke.declarations.CONDITIONS`` is compared with it by a
-unit test. Every ``parse`` raises ``ValueError`` saying what to write instead; the caller names the key
+by ``make docs``; a unit test fails on drift); the in-image ``vllm_smoke.declarations.CONDITIONS`` is compared with
+it by a unit test. Every ``parse`` raises ``ValueError`` saying what to write instead; the caller names the key
 or flag, so a bad value ends in exit 3 before any engine call.
 """
 
