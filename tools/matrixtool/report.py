@@ -19,8 +19,6 @@ from matrixtool.core.untrusted import shown
 from matrixtool.incontainer.vllm_smoke import reports
 from matrixtool.smoke.result import CheckResult, Status
 
-JSON_SCHEMA_VERSION = reports.JSON_SCHEMA_VERSION
-
 
 @dataclass(frozen=True, kw_only=True)
 class RunReport:
@@ -109,7 +107,7 @@ READ_BACK_SCHEMA: dict[str, Any] = {
 
 
 def to_json(report: RunReport) -> dict[str, Any]:
-    """The ``--json`` document (schema in README.md, version ``JSON_SCHEMA_VERSION``: ``reports.document``)."""
+    """The ``--json`` document (schema in README.md, version ``reports.JSON_SCHEMA_VERSION``: ``reports.document``)."""
     builds = [
         {
             "variant": b.variant,

@@ -15,7 +15,6 @@ from matrixtool.smoke.result import Status
 from matrixtool.smoke.serve import check as serve_check
 from matrixtool.smoke.serve import diagnosis as serve_diagnosis
 from matrixtool.smoke.serve import line as serve_line
-from matrixtool.smoke.serve import run as serve_run
 from tests.unit.smoke.test_serve import GOOD_STOP, _probes
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "serve"
@@ -158,7 +157,7 @@ def test_judge_fails_a_warm_start_that_compiled_again_with_class_31() -> None:
 
 
 def test_the_quick_suite_says_why_no_warm_start_ran() -> None:
-    seen = serve_check.Observed(ready_s=50.0, warm={"skipped": serve_run.WARM_SKIPPED_EAGER})
+    seen = serve_check.Observed(ready_s=50.0, warm={"skipped": cc.WARM_SKIPPED_EAGER})
     status, _, _, facts = _judge(seen)
     assert status is Status.PASSED and "--enforce-eager" in facts["warm"]["skipped"]
 

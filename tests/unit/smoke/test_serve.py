@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from matrixtool.incontainer.vllm_smoke import serving
 from matrixtool.model import profiles
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.matrixfile import load_matrix
@@ -140,8 +141,8 @@ def test_a_server_that_dies_at_start_up_names_the_shm_line_and_both_fixes() -> N
 
 def test_phases_are_recorded_once_at_their_first_line() -> None:
     seen: dict[str, float] = {}
-    serve_check.phases_seen("INFO non-default args: {}", 3.04, seen)
-    serve_check.phases_seen("INFO non-default args: {}\nInitializing a V1 LLM engine", 40.0, seen)
+    serving.phases_seen("INFO non-default args: {}", 3.04, seen)
+    serving.phases_seen("INFO non-default args: {}\nInitializing a V1 LLM engine", 40.0, seen)
     assert seen == {"cli": 3.0, "engine core": 40.0}
 
 
@@ -184,10 +185,10 @@ def test_shutdown_errors_are_the_lines_after_shutdown_began() -> None:
         "ERROR EngineDeadError at start-up\n(APIServer pid=1) INFO [shutdown] API server: shutdown triggered\n"
         "(APIServer pid=1) ERROR [async_llm.py:906] AsyncLLM output_handler failed.\nINFO: Shutting down\n"
     )
-    assert serve_check.shutdown_errors(log) == [
+    assert serving.shutdown_errors(log) == [
         "(APIServer pid=1) ERROR [async_llm.py:906] AsyncLLM output_handler failed."
     ]
-    assert serve_check.shutdown_errors("no shutdown here: EngineDeadError") == []
+    assert serving.shutdown_errors("no shutdown here: EngineDeadError") == []
 
 
 def test_the_images_healthcheck_is_read_as_docker_runs_it() -> None:

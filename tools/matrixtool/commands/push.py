@@ -9,7 +9,6 @@ from pathlib import Path
 
 import click
 
-from matrixtool import report
 from matrixtool.build import executor as build
 from matrixtool.build import plan, preflight, registry
 from matrixtool.commands import _params
@@ -19,6 +18,7 @@ from matrixtool.commands._steps import provide_and_plan
 from matrixtool.commands._supply import SignFlags, sign_flags, sign_pushed
 from matrixtool.core.engine import note
 from matrixtool.core.errors import NotBuiltError
+from matrixtool.incontainer.vllm_smoke import reports
 from matrixtool.model import reference
 from matrixtool.model.inputs import warn_unused_wheelhouse
 from matrixtool.model.matrixfile import load_matrix
@@ -147,7 +147,7 @@ def command(
             {"variant": r.variant, "platform": str(r.platform), "refs": list(r.refs), "digest": r.digest}
             for r in result.pushed
         ]
-        click.echo(json.dumps({"schema_version": report.JSON_SCHEMA_VERSION, "pushed": pushed}, indent=2))
+        click.echo(json.dumps({"schema_version": reports.JSON_SCHEMA_VERSION, "pushed": pushed}, indent=2))
         return
     for r in result.pushed:
         click.echo(f"{r.variant} ({r.platform}): pushed {', '.join(r.refs)} ({r.digest or 'digest unknown'})")

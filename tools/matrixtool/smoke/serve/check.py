@@ -15,7 +15,7 @@ the run itself ``serve_run``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,15 +36,6 @@ STREAM_TOKENS = 200  # the stop contract's in-flight stream (the tiny model's co
 FIRST_CHUNK_S = 120.0
 PROMPT = generate.PROMPTS[0]
 MAX_TOKENS = 8
-_root_cause: Callable[[str], str | None] = root_cause
-# What the container check and the bundle's process-level check read alike (``vllm_smoke.serving``).
-phases_seen: Callable[[str, float, dict[str, float]], None] = serving.phases_seen
-shutdown_errors: Callable[[str], list[str]] = serving.shutdown_errors
-stream_outcome: Callable[[Mapping[str, Any]], str] = serving.stream_outcome
-# The routes' answers against what they must say: the bundle's judgement's, one implementation.
-_answer_problems: Callable[[Mapping[str, Any], str, Sequence[int] | None, str, dict[str, Any]], list[str]] = (
-    serving.answer_problems
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +67,7 @@ class Observed:
 def startup_cause(log: str) -> str:
     """The root-cause line of a log no diagnosis of ``serve_diagnosis`` knows: the first exception that is not
     one of vLLM's wrappers (``vllmchecks.root_cause``), else the log's last line."""
-    cause = _root_cause(log)
+    cause = root_cause(log)
     if cause:
         return cause
     lines = [line.strip() for line in log.splitlines() if line.strip()]
@@ -114,7 +105,7 @@ def judge(
     probes = seen.probes
     if not probes:
         return Status.FAILED, "the server was ready but no request was sent", "", facts
-    problems = _answer_problems(probes, serve_line.MODEL_PATH, expected_tokens, vllm_version, facts)
+    problems = serving.answer_problems(probes, serve_line.MODEL_PATH, expected_tokens, vllm_version, facts)
     hints: list[str] = []
     route = _route_diagnosis(probes, seen.log)
     if route is not None:  # after the failed route's own words, which come first

@@ -29,7 +29,6 @@ INJECTED_ENV = 18
 SIGNALS = 19
 PROBES = 20
 METRICS_DIR = 22
-COMPILE_CACHE = compilecache.COMPILE_CACHE
 
 # vLLM prefixes each line of a process with its role and pid, then level, date, time and source:
 # "(EngineCore pid=24) ERROR 12-01 09:34:20 [core.py:1510] RuntimeError: ...". Worker roles vary
@@ -220,7 +219,7 @@ def _cache_unwritable(m: re.Match[str], lines: list[str], env: Mapping[str, str]
     if not (m["path"] == root or m["path"].startswith(root.rstrip("/") + "/")):
         return None
     return (
-        COMPILE_CACHE,
+        compilecache.COMPILE_CACHE,
         "compile-cache-unwritable",
         f"the server's user cannot write {m['path']} ({m['reason']}), in the cache root {root}, which torch's inductor "
         "creates at `import vllm`: the cache volume (or the folder) mounted there is not writable by this UID, so "

@@ -20,10 +20,6 @@ from matrixtool.incontainer.vllm_smoke.programs import serve_probe
 from matrixtool.smoke.serve import line as serve_line
 
 PROBE_SOURCE = Path(serve_probe.__file__).read_text(encoding="utf-8")
-# The in-image package is untyped (stdlib, Python >= 3.9): its functions as this module calls them.
-_health: Callable[[str], dict[str, Any]] = serve_probe.health
-_probe: Callable[[str, dict[str, Any]], dict[str, Any]] = serve_probe.probe
-_stream: Callable[..., dict[str, Any]] = serve_probe.stream
 
 FIRST_FILE = "/run/matrix-probe/first"
 # A command run against each server with a published port once ready, before the check's own probes (its URL
@@ -70,13 +66,13 @@ class HostProber:
     def call(self, command: str, spec: Mapping[str, Any]) -> dict[str, Any]:
         """``serve_probe.health`` or ``serve_probe.probe`` here."""
         if command == "health":
-            return _health(self.base)
-        return _probe(self.base, dict(spec))
+            return serve_probe.health(self.base)
+        return serve_probe.probe(self.base, dict(spec))
 
     def stream(self, body: Mapping[str, Any]) -> tuple[Callable[[float], bool], Callable[[float], dict[str, Any]]]:
         """``serve_probe.stream`` on a thread of this process."""
         first = threading.Event()
-        wait = _background(lambda: _stream(self.base, dict(body), on_first=first.set, timeout=300.0))
+        wait = _background(lambda: serve_probe.stream(self.base, dict(body), on_first=first.set, timeout=300.0))
         return first.wait, wait
 
 

@@ -9,7 +9,7 @@ import dataclasses
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,7 @@ from matrixtool.core.container import (
     TrackedContainer,
     sweep,
 )
-from matrixtool.incontainer.vllm_smoke import compilecache
+from matrixtool.incontainer.vllm_smoke import compilecache, serving
 from matrixtool.incontainer.vllm_smoke.programs import serve_probe
 from matrixtool.model.conditions import Condition
 from matrixtool.model.profiles import Profile
@@ -33,19 +33,9 @@ from matrixtool.smoke.serve import health as serve_health
 from matrixtool.smoke.serve import line as serve_line
 from matrixtool.smoke.serve import probing as serve_probing
 
-# The in-image package is untyped (stdlib, Python >= 3.9): its function as this module calls it.
-_completion_body: Callable[[Mapping[str, Any], bool], dict[str, Any]] = serve_probe.completion_body
-
-
 # Whether the warm start begins as soon as the cold server is ready (beside its probes and stop) or after it
 # stopped: measured both ways (docs/checks.md, "Cold and warm start").
 WARM_BESIDE_COLD = True
-# The line that opens the warm start's log in the check's log file, after the cold start's; the warm start's
-# limits (``compilecache``: the bundle's host serve uses the same).
-WARM_LOG_MARK: str = compilecache.WARM_LOG_MARK
-WARM_MIN_S: float = compilecache.WARM_MIN_S
-WARM_MARGIN_S: float = compilecache.WARM_MARGIN_S
-WARM_SKIPPED_EAGER: str = compilecache.WARM_SKIPPED_EAGER
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +92,7 @@ class _WarmStart:
 
     def __init__(self, client: docker.DockerClient, launch: Launch, spec: ContainerSpec, root: str) -> None:
         self.client, self.launch, self.spec, self.root = client, launch, spec, root
-        self.seen: dict[str, Any] = {"skipped": WARM_SKIPPED_EAGER} if launch.eager else {}
+        self.seen: dict[str, Any] = {"skipped": compilecache.WARM_SKIPPED_EAGER} if launch.eager else {}
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def run(self) -> None:
@@ -200,7 +190,7 @@ def _wait_ready(
     while time.monotonic() - started < timeout_s:
         code = server.wait(0.5)
         log = server.logs()
-        serve_check.phases_seen(log, time.monotonic() - started, seen)
+        serving.phases_seen(log, time.monotonic() - started, seen)
         if code is not None:
             return None, seen, code, log
         if prober.call("health", {}).get("status") == 200:
@@ -263,7 +253,7 @@ def stop_contract(server: TrackedContainer, prober: serve_probing.Prober, grace_
             code, out = server.container.exec_run(["cat", "/proc/1/cmdline"])
             text = out.decode(errors="replace") if isinstance(out, bytes) and code == 0 else ""
             pid1 = text.replace("\0", " ").strip()
-    body = _completion_body(
+    body = serve_probe.completion_body(
         {"model": serve_line.MODEL_PATH, "prompt": serve_check.PROMPT, "max_tokens": serve_check.STREAM_TOKENS}, True
     )
     streamed_at = time.monotonic()
@@ -282,8 +272,8 @@ def stop_contract(server: TrackedContainer, prober: serve_probing.Prober, grace_
         "pid1": pid1,
         "exit_code": code,
         "seconds": seconds,
-        "stream": serve_check.stream_outcome(stream) + (" before docker stop was sent" if ended_before else ""),
+        "stream": serving.stream_outcome(stream) + (" before docker stop was sent" if ended_before else ""),
         "stream_ended_before_stop": ended_before,
-        "shutdown_errors": serve_check.shutdown_errors(log),
+        "shutdown_errors": serving.shutdown_errors(log),
         "log": log,
     }

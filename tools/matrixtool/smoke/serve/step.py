@@ -20,6 +20,7 @@ import docker
 import docker.errors
 
 from matrixtool.core import container, outputs
+from matrixtool.incontainer.vllm_smoke import compilecache
 from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import CheckSpec, Variant
@@ -109,10 +110,10 @@ class ServeRun:
 
     def start(self) -> None:
         """Begin: the model, then the server (``observe``), on a daemon thread. The warm start must be ready
-        ``serve_run.WARM_MARGIN_S`` before the serve check's own timeout."""
+        ``compilecache.WARM_MARGIN_S`` before the serve check's own timeout."""
         self.started = time.monotonic()
         timeout = next((c.timeout for c in self.run.checks if c.name == serve_check.CHECK), None)
-        self.deadline = None if timeout is None else self.started + float(timeout) - serve_run.WARM_MARGIN_S
+        self.deadline = None if timeout is None else self.started + float(timeout) - compilecache.WARM_MARGIN_S
         self.thread.start()
 
     def _work(self) -> None:
@@ -158,7 +159,7 @@ class ServeRun:
     def result(self, timeout_s: float, results: Sequence[CheckResult]) -> CheckResult:
         """Wait for the server run (up to what is left of ``timeout_s`` seconds since ``start``), judge it
         (``serve_check.judge``) against ``results`` (offline-generate's tokens) and write its log to
-        ``<log stem>.serve.log`` (the warm start's after ``serve_run.WARM_LOG_MARK``)."""
+        ``<log stem>.serve.log`` (the warm start's after ``compilecache.WARM_LOG_MARK``)."""
         self.thread.join(max(1.0, timeout_s - (time.monotonic() - self.started)))
         log = self.log_dir / self.run.log_name(serve_check.CHECK)
         outputs.make_dirs(self.log_dir)
@@ -179,7 +180,7 @@ class ServeRun:
         written = "\n".join(filter(None, [self.error, self.error_output]))
         if self.seen is not None:
             warm_log = str(self.seen.warm.get("log") or "")
-            written = self.seen.log + (f"\n{serve_run.WARM_LOG_MARK}\n{warm_log}" if warm_log else "")
+            written = self.seen.log + (f"\n{compilecache.WARM_LOG_MARK}\n{warm_log}" if warm_log else "")
         outputs.write_text(log, written)
         return CheckResult(
             variant=self.variant.name,

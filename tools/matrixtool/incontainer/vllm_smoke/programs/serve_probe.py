@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 
 PROBE_MARK = "MATRIX-PROBE "
 FIRST_MARK = "MATRIX-STREAM-FIRST"
@@ -34,12 +34,12 @@ def call(base: str, path: str, body: Optional[Mapping[str, Any]] = None, timeout
     return {"status": status, "body": text, "error": error, "seconds": round(time.monotonic() - started, 3)}
 
 
-def health(base: str) -> Any:
+def health(base: str) -> Dict[str, Any]:
     """GET /health with a 5 s timeout."""
     return call(base, "/health", timeout=5.0)
 
 
-def completion_body(spec: Mapping[str, Any], stream: Any) -> Dict[str, Any]:
+def completion_body(spec: Mapping[str, Any], stream: bool) -> Dict[str, Any]:
     """The /v1/completions request of ``spec`` (model, prompt, max_tokens): greedy, no early stop."""
     return {
         "model": spec["model"],
@@ -52,7 +52,9 @@ def completion_body(spec: Mapping[str, Any], stream: Any) -> Dict[str, Any]:
     }
 
 
-def stream(base: str, body: Mapping[str, Any], on_first: Any = lambda: None, timeout: float = 120.0) -> Any:
+def stream(
+    base: str, body: Mapping[str, Any], on_first: Callable[[], None] = lambda: None, timeout: float = 120.0
+) -> Dict[str, Any]:
     """POST a streaming request; {"status", "chunks": [data...], "done": bool (``[DONE]`` seen), "error", "seconds"}.
 
     ``on_first`` runs once the first data chunk is in. Never raises: how the stream ended is the result."""
@@ -62,7 +64,7 @@ def stream(base: str, body: Mapping[str, Any], on_first: Any = lambda: None, tim
         headers={"Content-Type": "application/json"},
     )
     started = time.monotonic()
-    out: Any = {"status": None, "chunks": [], "done": False, "error": None}
+    out: Dict[str, Any] = {"status": None, "chunks": [], "done": False, "error": None}
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             out["status"] = resp.status
@@ -86,10 +88,10 @@ def stream(base: str, body: Mapping[str, Any], on_first: Any = lambda: None, tim
     return out
 
 
-def probe(base: str, spec: Mapping[str, Any]) -> Any:
+def probe(base: str, spec: Mapping[str, Any]) -> Dict[str, Any]:
     """Every route a user calls, in order: metrics (the counts before), models, a greedy completion, the same
     streamed, a chat, version, metrics again (the counts after). The raw answers, keyed by route."""
-    out = {"metrics_before": call(base, "/metrics")}
+    out: Dict[str, Any] = {"metrics_before": call(base, "/metrics")}
     out["models"] = call(base, "/v1/models")
     out["completion"] = call(base, "/v1/completions", completion_body(spec, False))
     out["stream"] = stream(base, completion_body(spec, True))
