@@ -17,7 +17,16 @@ import pytest
 
 from matrixtool import report
 from matrixtool.core.errors import ConfigError, ExitCode
-from matrixtool.incontainer.vllm_smoke import children, gpuprobe, reports, results, server, serving, standalone
+from matrixtool.incontainer.vllm_smoke import (
+    children,
+    factshape,
+    gpuprobe,
+    reports,
+    results,
+    server,
+    serving,
+    standalone,
+)
 from matrixtool.incontainer.vllm_smoke import suite as bundle_suite
 from matrixtool.incontainer.vllm_smoke.bounded import DEFAULT_LIMIT
 from matrixtool.model.checks import CHECKS
@@ -155,12 +164,30 @@ def test_facts_that_are_not_json_are_one_message(tmp_path: Path) -> None:
 
 
 def test_every_variants_facts_have_the_shape_the_bundle_checks() -> None:
-    from matrixtool.incontainer.vllm_smoke import factshape as _factshape
-
-    factshape: Any = _factshape  # the in-image package is untyped
     for variant in load_matrix().variants:
         for suite in ("quick", "full"):
             assert factshape.problems(_facts(variant, suite)) == [], variant.name
+
+
+def test_every_param_the_plan_writes_has_a_shape_the_bundle_checks() -> None:
+    """Before: ``features_promise`` and ``features_leave_out`` were unknown to the shape, so a hand-edited
+    ``features_promise: 5`` passed it and the features check died with a TypeError."""
+    for variant in load_matrix().variants:
+        assert set(check_params(variant)) <= factshape.KNOWN_PARAMS, variant.name
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        ("features_promise", 5, "params.features_promise"),
+        ("features_leave_out", ["audio"], "params.features_leave_out: must be a mapping"),
+        ("features_leave_out", {"audio": 3}, "params.features_leave_out.audio: must be a string"),
+    ],
+)
+def test_a_hand_edited_features_param_is_named_by_its_key_path(key: str, value: object, said: str) -> None:
+    facts = _facts()
+    facts["params"][key] = value
+    assert any(line.startswith(said) for line in factshape.problems(facts)), factshape.problems(facts)
 
 
 @pytest.mark.subprocess

@@ -184,3 +184,13 @@ def test_a_gpu_unusable_behind_a_compat_libcuda_is_gpu_drivers_consequence() -> 
     # Without the compat finding (gpu-driver passed), the same failure stays the kernel's own.
     passed = [dict(r, status="passed", facts={}) if r["check"] == "gpu-driver" else r for r in results]
     assert _by_check(shared.consequences(passed))["triton-kernel"]["status"] == "failed"
+
+
+def test_an_answer_nested_past_the_recursion_limit_is_a_problem_not_a_crash() -> None:
+    """Before the judge was shared, the host read answers with ``jsontext.loads`` (RecursionError -> ValueError);
+    the shared ``serving._loads`` raised RecursionError out of ``answer_problems``."""
+    deep = "[" * 100_000 + "]" * 100_000
+    probes = {key: {"status": 200, "body": deep} for key in ("models", "completion", "stream", "chat", "version")}
+    facts: dict[str, Any] = {}
+    problems = serving.answer_problems(probes, "m", None, "0.25.0", facts)
+    assert any("/v1/models lists [], not the served m" in p for p in problems), problems

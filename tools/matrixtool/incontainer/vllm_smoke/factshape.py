@@ -125,7 +125,11 @@ _PARAMS_OPTIONAL: Keys = {
     "max_tokens": ((_INT,), True),
     "cuda_weight_reason": ((_STR, _NULL), False),
 }
-_PARAMS_LISTS = ("gpu_archs", "exclude", "overrides", "accept_clashes", "entrypoint")
+_PARAMS_LISTS = ("gpu_archs", "exclude", "overrides", "accept_clashes", "entrypoint", "features_promise")
+# Mappings of a name to a string (a feature left out: its reason).
+_PARAMS_STRING_MAPS = ("features_leave_out",)
+# Every key of ``params`` this module knows the shape of (``smoke.plan.check_params`` writes no other).
+KNOWN_PARAMS = frozenset((*_PARAMS, *_PARAMS_OPTIONAL, *_PARAMS_LISTS, *_PARAMS_STRING_MAPS, "timeouts"))
 _CHECK: Keys = {"name": ((_STR,), False), "timeout": ((_INT,), True)}
 _SERVE: Keys = {
     "ready_timeout_s": ((_NUM,), True),
@@ -153,6 +157,9 @@ def problems(facts: object) -> List[str]:
         for key in _PARAMS_LISTS:
             if key in params:
                 c.strings(f"params.{key}", params[key])
+        for key in _PARAMS_STRING_MAPS:
+            if key in params:
+                _string_map(c, f"params.{key}", params[key])
         if "timeouts" in params:
             c.value("params.timeouts", params["timeouts"], "a mapping")
     names = _checks(c, top)
@@ -164,6 +171,16 @@ def problems(facts: object) -> List[str]:
         else:
             c.add("serve.options", "is missing")
     return c.found
+
+
+def _string_map(c: _Checker, path: str, value: object) -> None:
+    """``value`` must be a mapping of names to strings."""
+    if not isinstance(value, dict):
+        c.add(path, f"must be a mapping of names to strings, not {_kind(value)} ({_shown(value)})")
+        return
+    for key, item in value.items():
+        if not isinstance(item, str):
+            c.add(f"{path}.{key}", f"must be a string, not {_kind(item)} ({_shown(item)})")
 
 
 def _checks(c: _Checker, top: Mapping[str, Any]) -> Optional[Set[str]]:

@@ -55,9 +55,14 @@ def shutdown_errors(log: str) -> List[str]:
 
 
 def _loads(text: str) -> Any:
+    """``json.loads``; a body nested past the interpreter's recursion limit is unreadable too (ValueError), as
+    the host's ``core.jsontext.loads`` reads it: an answer never crashes its judge."""
     import json
 
-    return json.loads(text)
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
 
 
 def choice(answer: Mapping[str, Any]) -> Dict[str, Any]:
