@@ -28,8 +28,8 @@ from click.testing import CliRunner
 from matrixtool.cli import main
 from matrixtool.commands import _params
 from matrixtool.commands._params import Kind, KindType
-from matrixtool.core import outputs
 from matrixtool.core.errors import ExitCode
+from matrixtool.incontainer.vllm_smoke import streams
 from tests.conftest import bug_exits, copy_checkout
 
 # A parameter whose name reads as one of these takes that kind (the group's ``out_dir`` is a folder, ``bundle
@@ -254,7 +254,7 @@ def _tree(root: Path) -> dict[str, tuple[int, str | None] | None]:
 
 @pytest.fixture
 def no_reader_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(outputs, "FIFO_READER_WAIT_S", 0.2)
+    monkeypatch.setattr(streams, "FIFO_READER_WAIT_S", 0.2)
 
 
 @pytest.fixture

@@ -3,10 +3,12 @@ the tool's), the verdicts, and the process-level serve judgement and stop contra
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import zipfile
@@ -586,3 +588,18 @@ def test_host_mode_names_an_interpreter_that_cannot_start(tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match="--python '/no/python' cannot run the bundle") as caught:
         bundle.run_bundle("/no/python", facts, env={}, log_dir=tmp_path / "logs")
     assert caught.value.exit_code == ExitCode.CONFIG
+
+
+def test_the_bundles_report_to_a_fifo_nobody_reads_is_refused_not_waited_on_forever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: ``reports.write`` opened the FIFO blocking and waited for a reader forever (the tool refused after
+    ``streams.FIFO_READER_WAIT_S``); one rule now (``streams.open_stream``)."""
+    from matrixtool.incontainer.vllm_smoke import streams
+
+    fifo = tmp_path / "report.json"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(streams, "FIFO_READER_WAIT_S", 0.2)
+    with pytest.raises(OSError) as raised:
+        reports.write(str(fifo), "{}")
+    assert raised.value.errno == errno.ENXIO and stat.S_ISFIFO(os.stat(fifo).st_mode)

@@ -20,7 +20,6 @@ import secrets
 import shutil
 import stat
 import tempfile
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -89,42 +88,20 @@ def is_stream(path: Path) -> bool:
     return bool(streams.is_stream(path))
 
 
-# Seconds a FIFO is given to have a reader before its write is refused (a FIFO nobody reads would hang the run).
-FIFO_READER_WAIT_S = 60.0
-
-
-def _open_stream(path: Path) -> int:
-    """A file descriptor for writing to the stream ``path`` in place (``O_WRONLY | O_APPEND``: never created, never
-    truncated). A FIFO is opened non-blocking, retried until a reader has it open or ``FIFO_READER_WAIT_S``
-    passed, then made blocking again. Raises OSError: ``ENXIO`` when no reader came."""
-    deadline = time.monotonic() + FIFO_READER_WAIT_S
-    while True:
-        try:
-            # O_APPEND: a stream that is a redirected stdout's file (/dev/stdout) keeps what was written before.
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as exc:
-            if exc.errno != errno.ENXIO or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.1)
-            continue
-        os.set_blocking(fd, True)
-        return fd
-
-
 def _write_stream(path: Path, data: bytes) -> None:
     """``data`` written in place to the stream ``path`` (``is_stream``). Raises OutputError: the write failed, or a
-    FIFO had no reader within ``FIFO_READER_WAIT_S`` (exit 3). A name of this process's own descriptor
+    FIFO had no reader within ``streams.FIFO_READER_WAIT_S`` (exit 3). A name of this process's own descriptor
     (``/dev/stdout``) is written through that descriptor (``streams.write_to_own_fd``)."""
     with guarded(path):
         if streams.write_to_own_fd(path, data):
             return
     try:
-        fd = _open_stream(path)
+        fd = streams.open_stream(path)
     except OSError as exc:
         if exc.errno == errno.ENXIO:
             raise OutputError(
-                f"cannot write {path}: it is a FIFO no process read within {FIFO_READER_WAIT_S:.0f} s; start its "
-                "reader first (cat FIFO) or give a file",
+                f"cannot write {path}: it is a FIFO no process read within {streams.FIFO_READER_WAIT_S:.0f} s; "
+                "start its reader first (cat FIFO) or give a file",
                 path=str(path),
             ) from exc
         raise error(path, exc) from exc

@@ -188,7 +188,8 @@ def write(path: str, text: str) -> None:
     place: a FIFO, a device, ``/dev/stdout`` redirected to a file)."""
     if streams.is_stream(path) or (os.path.exists(path) and not os.path.isfile(path)):
         if not streams.write_to_own_fd(path, text.encode("utf-8")):  # /dev/stdout: through fd 1, in order
-            with open(path, "a", encoding="utf-8") as f:  # "a": a stdout redirected to a file is not truncated
+            # A FIFO without a reader is refused after streams.FIFO_READER_WAIT_S (ENXIO), as the tool refuses it.
+            with os.fdopen(streams.open_stream(path), "w", encoding="utf-8") as f:
                 f.write(text)
         return
     folder = os.path.dirname(os.path.abspath(path))

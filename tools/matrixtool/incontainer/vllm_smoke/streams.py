@@ -1,5 +1,6 @@
 """The stream rule, one place for the tool and the bundle: a name that is a FIFO, a device or a socket, or that leads
-into ``/dev`` or ``/proc``, is written in place and never replaced (``core.outputs`` and ``standalone.write`` use it).
+into ``/dev`` or ``/proc``, is written in place and never replaced (``core.outputs`` and ``reports.write`` use it);
+a FIFO nobody reads is given ``FIFO_READER_WAIT_S`` to get a reader, then refused (``open_stream``).
 
 Standard library only, Python >= 3.9.
 """
@@ -7,10 +8,12 @@ Standard library only, Python >= 3.9.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import stat
 import sys
+import time
 
 _STREAM_ROOTS = ("/dev/", "/proc/")
 _MAX_LINKS = 40  # the kernel's own limit on links followed in one path
@@ -72,3 +75,25 @@ def write_to_own_fd(path: str | os.PathLike[str], data: bytes) -> bool:
     while view:
         view = view[os.write(fd, view) :]
     return True
+
+
+# Seconds a FIFO is given to have a reader before its write is refused (a FIFO nobody reads would hang the run).
+FIFO_READER_WAIT_S = 60.0
+
+
+def open_stream(path: str | os.PathLike[str]) -> int:
+    """A file descriptor for writing to the stream ``path`` in place (``O_WRONLY | O_APPEND``: never created, never
+    truncated). A FIFO is opened non-blocking, retried until a reader has it open or ``FIFO_READER_WAIT_S`` seconds
+    passed, then made blocking again. Raises OSError: ``ENXIO`` when no reader came, or the open failed."""
+    deadline = time.monotonic() + FIFO_READER_WAIT_S
+    while True:
+        try:
+            # O_APPEND: a stream that is a redirected stdout's file (/dev/stdout) keeps what was written before.
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+            continue
+        os.set_blocking(fd, True)
+        return fd
