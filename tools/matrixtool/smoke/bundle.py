@@ -129,7 +129,7 @@ def warm_stop_s(bundle_facts: Mapping[str, Any]) -> int:
 
 
 def result_of(data: Mapping[str, Any]) -> CheckResult:
-    """A ``CheckResult`` from one check of the bundle's JSON report (``standalone.to_json``).
+    """A ``CheckResult`` from one check of the bundle's JSON report (``reports.to_json``).
 
     Raises KeyError/ValueError for a check object of another shape."""
     return CheckResult(

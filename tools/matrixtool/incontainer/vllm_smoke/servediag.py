@@ -1,4 +1,4 @@
-"""Diagnoses of a vLLM server's answers that the host (``matrixtool.smoke.serve_diagnosis``) and the bundle
+"""Diagnoses of a vLLM server's answers that the host (``matrixtool.smoke.serve.diagnosis``) and the bundle
 (``serving.judge``) both make: one definition. Pure, standard library only, Python >= 3.9."""
 
 from __future__ import annotations
