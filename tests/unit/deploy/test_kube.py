@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from matrixtool.cli import main
 from matrixtool.core.errors import ExitCode
 from matrixtool.deploy import kube, kube_checks, kube_pod
-from matrixtool.model.conditions import ROWS, Condition
+from matrixtool.model.conditions import Condition
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.profiles import Profile
 from tests.conftest import REPO_ROOT, copy_checkout
@@ -22,10 +22,6 @@ from tests.conftest import REPO_ROOT, copy_checkout
 SERVING = kube.Serving(args=("serve", "/models/tiny-llama"), port=8000, model_mount="/models", cold_start_s=98)
 VARIANTS = {v.name: v for v in load_matrix().variants}
 PROFILES = [(v.name, p) for v in VARIANTS.values() for p in v.profiles]
-
-
-def test_every_condition_of_the_table_has_a_manifest_field() -> None:
-    assert set(kube_pod.APPLY) == {row.condition for row in ROWS} == set(Condition)
 
 
 @pytest.mark.parametrize("cluster", list(kube.Cluster), ids=[c.value for c in kube.Cluster])

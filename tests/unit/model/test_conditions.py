@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import pytest
 
-from matrixtool.model import conditions, matrixfile, profile_flags, profiles
+from matrixtool.model import condition_pod, conditions, matrixfile, profile_flags, profiles
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.conditions import ROW, ROWS, Condition
 from matrixtool.model.matrixfile import SCHEMA_NAME, load_matrix
@@ -107,7 +107,7 @@ def test_flags_are_made_from_the_table_and_parsed_by_its_rules() -> None:
 
 
 def test_kubernetes_quantities() -> None:
-    assert [conditions.quantity(s) for s in ("4g", "512m", "100k", "123", "7b")] == [
+    assert [condition_pod.quantity(s) for s in ("4g", "512m", "100k", "123", "7b")] == [
         "4Gi",
         "512Mi",
         "100Ki",

@@ -3,8 +3,8 @@
 Per variant and profile: a Deployment (the image's own ENTRYPOINT with the serve arguments of the ``serve``
 check, each run condition of the profile as its Pod/Container field, probes on ``/health``, for a GPU variant one
 GPU of its device plugin, ``GPU_RESOURCES``), a Service, and
-for a profile without network a NetworkPolicy that allows no egress. ``kube_pod.APPLY`` maps every condition of
-``conditions.ROWS`` to its manifest field and ``kube_pod.conditions_of`` reads the fields back; the probes follow
+for a profile without network a NetworkPolicy that allows no egress. Each row of ``conditions.ROWS`` writes its
+condition into the pod's parts (``pod``) and ``kube_pod.conditions_of`` reads the fields back; the probes follow
 the times to ready a report measured (``kube_times``).
 
 Probes: a startupProbe that outlasts a cold start (``STARTUP_MARGIN`` times the measured cold time to ready, at
@@ -46,8 +46,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from matrixtool.core.errors import ConfigError
-from matrixtool.deploy.kube_pod import APPLY, CACHE_VOLUME, MODEL_VOLUME, USER_ANNOTATION, Pod
+from matrixtool.deploy.kube_pod import CACHE_VOLUME, MODEL_VOLUME, USER_ANNOTATION
 from matrixtool.deploy.kube_times import MAX_READY_S
+from matrixtool.model.condition_pod import PodParts
 from matrixtool.model.conditions import ROWS, Condition
 from matrixtool.model.model import Variant
 from matrixtool.smoke.serve import check as serve_check
@@ -237,14 +238,14 @@ def manifests(
     return docs
 
 
-def _pod(accelerator: str, values: Mapping[Condition, Any], serving: Serving, cluster: Cluster) -> Pod:
+def _pod(accelerator: str, values: Mapping[Condition, Any], serving: Serving, cluster: Cluster) -> PodParts:
     """The pod's parts: each condition of ``values`` applied in the order of ``conditions.ROWS``, the GPU of
     ``accelerator``, the model claim (read-only) and the compile cache (``_cache``), and on OpenShift the IDs left
     to its SCC."""
-    pod = Pod()
+    pod = PodParts()
     for row in ROWS:
         if row.condition in values:
-            APPLY[row.condition](values[row.condition], pod)
+            row.pod(pod, values[row.condition])
     if accelerator in GPU_RESOURCES:
         pod.resources.setdefault("limits", {})[GPU_RESOURCES[accelerator]] = 1
     pod.volumes.append({"name": MODEL_VOLUME, "persistentVolumeClaim": {"claimName": serving.model_claim}})
@@ -255,7 +256,7 @@ def _pod(accelerator: str, values: Mapping[Condition, Any], serving: Serving, cl
     return pod
 
 
-def _deployment(name: str, labels: Mapping[str, str], image: str, serving: Serving, pod: Pod) -> dict[str, Any]:
+def _deployment(name: str, labels: Mapping[str, str], image: str, serving: Serving, pod: PodParts) -> dict[str, Any]:
     """The Deployment of one replica: ``image``'s server container with ``pod``'s parts, the probes, and the cold
     (and warm) start the probes follow as annotations."""
     container: dict[str, Any] = {
@@ -301,7 +302,7 @@ def cache_root(values: Mapping[Condition, Any]) -> str:
     return serve_line.cache_root({"XDG_CACHE_HOME": serve_line.IMAGE_CACHE_ROOT, **values.get(Condition.ENV, {})})
 
 
-def _cache(serving: Serving, values: Mapping[Condition, Any], pod: Pod) -> None:
+def _cache(serving: Serving, values: Mapping[Condition, Any], pod: PodParts) -> None:
     """The compile cache volume at ``cache_root``: the claim, group-owned by the pod's group (``fsGroup``: the
     profile's GID, else the image's 0, which Pod Security "restricted" allows; ``fsGroupChangePolicy:
     OnRootMismatch``: changed only where the claim's root differs, not file by file at every start; on OpenShift
@@ -316,7 +317,7 @@ def _cache(serving: Serving, values: Mapping[Condition, Any], pod: Pod) -> None:
     pod.mounts.append({"name": CACHE_VOLUME, "mountPath": cache_root(values)})
 
 
-def _leave_ids_to_the_scc(values: Mapping[Condition, Any], pod: Pod) -> None:
+def _leave_ids_to_the_scc(values: Mapping[Condition, Any], pod: PodParts) -> None:
     """OpenShift: drop ``SCC_ASSIGNED`` from the pod's securityContext (restricted-v2 sets the UID and fsGroup from
     the namespace's ranges and refuses others); ``runAsNonRoot`` stays (the SCC's UIDs are not 0); the profile's
     ``UID[:GID]`` goes to ``USER_ANNOTATION``, so ``conditions_of`` still reads the profile back."""

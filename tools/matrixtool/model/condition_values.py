@@ -107,6 +107,11 @@ def text_value(value: Any, example: str) -> str:
     return value
 
 
+def parse_any_key(value: Any) -> str:
+    """A mapping's key as text (the default ``Row.parse_key``)."""
+    return text_value(value, '"KEY"')
+
+
 def parse_user(value: Any) -> str:
     """``UID[:GID]`` as decimal numbers, each at most ``MAX_ID`` (Kubernetes runAsUser/runAsGroup are integers)."""
     text = text_value(value, '"1000770000:0"')
@@ -277,3 +282,17 @@ def parse_pids(value: Any) -> int:
         raise ValueError(f"write a whole number from 1 to {MAX_PIDS} (Linux's PID_MAX_LIMIT), e.g. 1024")
     pids: int = value
     return pids
+
+
+def split_tmpfs(value: str) -> tuple[str, str]:
+    """A ``--tmpfs`` flag's ``PATH[:OPTS]`` -> (path, options)."""
+    path, _, opts = value.partition(":")
+    return path, opts
+
+
+def split_env(value: str) -> tuple[str, str]:
+    """An ``--env`` flag's ``KEY=VALUE`` -> (key, value). Raises ValueError without ``=``."""
+    key, sep, val = value.partition("=")
+    if not sep:
+        raise ValueError("write KEY=VALUE, e.g. HF_HUB_OFFLINE=1")
+    return key, val

@@ -1,9 +1,9 @@
-"""Run conditions of a container, as one table (``ROWS``): a condition is one row (docs/profiles.md).
-
-``matrix.schema.json``'s ``$defs.profile.properties`` is generated from it (``profile_schema_properties``, written
-by ``make docs``; a unit test fails on drift); the in-image ``vllm_smoke.declarations.CONDITIONS`` is compared with
-it by a unit test. Every ``parse`` raises ``ValueError`` saying what to write instead; the caller names the key
-or flag, so a bad value ends in exit 3 before any engine call.
+"""Run conditions of a container, as one table (``ROWS``): a condition is one row (docs/profiles.md), its value
+rule, flag, Docker setting and Kubernetes field (``pod``/``from_pod``: ``deploy.kube`` and ``kube_pod`` iterate the
+rows). ``matrix.schema.json``'s ``$defs.profile.properties`` is generated from it (``profile_schema_properties``,
+written by ``make docs``; a unit test fails on drift); the in-image ``vllm_smoke.declarations.CONDITIONS`` is
+compared with it by a unit test. Every ``parse`` raises ``ValueError`` saying what to write instead; the caller
+names the key or flag, so a bad value ends in exit 3 before any engine call.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from matrixtool.model import condition_pod as kpod
 from matrixtool.model.condition_values import (
     SECCOMP_TYPES,
-    SIZE,
+    parse_any_key,
     parse_bool,
     parse_capability,
     parse_cpus,
@@ -29,7 +30,8 @@ from matrixtool.model.condition_values import (
     parse_shm,
     parse_tmpfs_options,
     parse_user,
-    text_value,
+    split_env,
+    split_tmpfs,
 )
 
 
@@ -64,22 +66,7 @@ class Shape(str, Enum):
     LIST = "list"
 
 
-_K8S_UNITS = {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}
-
-
-def quantity(docker_size: str) -> str:
-    """A Docker size (``4g``) as a Kubernetes quantity (``4Gi``): Docker's units are binary."""
-    match = SIZE.fullmatch(docker_size)
-    if match is None:
-        raise ValueError(f"{docker_size!r} is not a Docker size")
-    return match.group(1) + _K8S_UNITS[match.group(2).lower()]
-
-
 # --- the table ---------------------------------------------------------------------------------------------
-
-
-def _any_key(value: Any) -> str:
-    return text_value(value, '"KEY"')
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,8 +74,10 @@ class Row:
     """Everything about one run condition.
 
     ``parse`` raises ValueError saying what to write; ``split``: a mapping flag's one value -> (key, value);
-    ``docker``: the normal value -> ``containers.run`` kwargs (lists under one key are joined); ``schema``: the
-    value's JSON Schema (``matrix.schema.json`` ``$defs.profile``).
+    ``docker``: the normal value -> ``containers.run`` kwargs (lists under one key are joined); ``kubernetes``
+    says in words what ``pod`` writes into a pod's parts and ``from_pod`` reads back (None: not set; the round trip
+    ``deploy.kube_pod``'s unit test proves); ``schema``: the value's JSON Schema (``matrix.schema.json``
+    ``$defs.profile``).
     """
 
     condition: Condition
@@ -99,11 +88,13 @@ class Row:
     docker: Callable[[Any], dict[str, Any]]
     docker_text: str
     kubernetes: str
+    pod: Callable[[kpod.PodParts, Any], None]
+    from_pod: Callable[[kpod.PodParts], Any]
     describe: Callable[[Any], list[str]]
     schema: Mapping[str, Any]
     metavar: str | None = None
     flag_off: str | None = None
-    parse_key: Callable[[Any], str] = _any_key
+    parse_key: Callable[[Any], str] = parse_any_key
     split: Callable[[str], tuple[str, str]] | None = None
 
     @property
@@ -115,22 +106,6 @@ class Row:
     def default(self) -> Any:
         """The value that leaves the engine's default in place."""
         return {Shape.SCALAR: None, Shape.SWITCH: False, Shape.MAPPING: {}, Shape.LIST: ()}[self.shape]
-
-
-def _split_tmpfs(value: str) -> tuple[str, str]:
-    path, _, opts = value.partition(":")
-    return path, opts
-
-
-def _split_env(value: str) -> tuple[str, str]:
-    key, sep, val = value.partition("=")
-    if not sep:
-        raise ValueError("write KEY=VALUE, e.g. HF_HUB_OFFLINE=1")
-    return key, val
-
-
-def _security_opt(option: str) -> Callable[[Any], dict[str, Any]]:
-    return lambda on: {"security_opt": [option]} if on else {}
 
 
 def _nullable(kind: str, description: str, **more: Any) -> dict[str, Any]:
@@ -150,6 +125,8 @@ ROWS: tuple[Row, ...] = (
         docker=lambda v: {"user": v},
         docker_text="`user=UID:GID` (`docker run --user`)",
         kubernetes="`securityContext.runAsUser` / `runAsGroup` (`runAsNonRoot: true` when UID is not 0)",
+        pod=kpod.write_user,
+        from_pod=kpod.read_user,
         describe=lambda v: [f"user {v}"],
         schema=_nullable(
             "string",
@@ -167,6 +144,8 @@ ROWS: tuple[Row, ...] = (
         docker=lambda on: {"read_only": True} if on else {},
         docker_text="`read_only=True` (`docker run --read-only`)",
         kubernetes="`securityContext.readOnlyRootFilesystem: true`",
+        pod=lambda parts, on: parts.security.update(readOnlyRootFilesystem=bool(on)),
+        from_pod=lambda parts: parts.security.get("readOnlyRootFilesystem") or None,
         describe=lambda on: ["read-only root"] if on else [],
         schema={
             "type": "boolean",
@@ -178,7 +157,7 @@ ROWS: tuple[Row, ...] = (
         shape=Shape.MAPPING,
         parse=parse_tmpfs_options,
         parse_key=parse_mount_point,
-        split=_split_tmpfs,
+        split=split_tmpfs,
         flag="--tmpfs",
         metavar="PATH[:OPTS]",
         help="Mount a tmpfs: PATH[:OPTS], e.g. /tmp:rw,exec (repeatable).",
@@ -186,6 +165,8 @@ ROWS: tuple[Row, ...] = (
         docker_text="`tmpfs={PATH: OPTS}` (`docker run --tmpfs PATH:OPTS`)",
         kubernetes="an `emptyDir` volume (`medium: Memory`, `sizeLimit` from `size=`) and a `volumeMount` at PATH; "
         "an emptyDir is mounted exec, mode 1777: `noexec`, `mode=`, `uid=` have no field",
+        pod=kpod.write_tmpfs,
+        from_pod=kpod.read_tmpfs,
         describe=lambda m: [f"tmpfs {p}" + (f" ({o})" if o else "") for p, o in m.items()],
         schema={
             **_STRING_MAP,
@@ -204,6 +185,8 @@ ROWS: tuple[Row, ...] = (
         docker=lambda v: {"mem_limit": v},
         docker_text="`mem_limit` (`docker run --memory`)",
         kubernetes="`resources.limits.memory` (`4g` -> `4Gi`)",
+        pod=lambda parts, v: parts.limits.update(memory=kpod.quantity(v)),
+        from_pod=lambda parts: kpod.docker_size(m) if (m := parts.resources.get("limits", {}).get("memory")) else None,
         describe=lambda v: [f"memory {v}"],
         schema=_nullable("string", 'Memory limit in Docker\'s units ("4g", binary; at least 6m); null: none.'),
     ),
@@ -217,6 +200,8 @@ ROWS: tuple[Row, ...] = (
         docker=lambda v: {"nano_cpus": round(v * 1e9)},
         docker_text="`nano_cpus` = CPUs x 10^9 (`docker run --cpus`)",
         kubernetes="`resources.limits.cpu` in millicores (`1.5` -> `1500m`)",
+        pod=lambda parts, v: parts.limits.update(cpu=f"{round(v * 1000)}m"),
+        from_pod=kpod.read_cpus,
         describe=lambda v: [f"cpus {v:g}"],
         schema=_nullable(
             "number", "CPU quota in CPUs (docker run --cpus), 0.01 to 8192, at most three decimals; null: none."
@@ -233,6 +218,8 @@ ROWS: tuple[Row, ...] = (
         docker_text="`network_mode` (`docker run --network`)",
         kubernetes="no Pod field: `none` is a NetworkPolicy that selects the pod and allows no egress (the pod "
         "keeps an interface); `host` is `hostNetwork: true` (PSS baseline forbids it)",
+        pod=kpod.write_network,
+        from_pod=kpod.read_network,
         describe=lambda v: [f"network {v}"],
         schema=_nullable("string", 'Docker network mode ("none": no network); null: the engine\'s default bridge.'),
     ),
@@ -246,6 +233,8 @@ ROWS: tuple[Row, ...] = (
         docker=lambda v: {"shm_size": v},
         docker_text="`shm_size` (`docker run --shm-size`)",
         kubernetes="an `emptyDir` volume (`medium: Memory`, `sizeLimit`) and a `volumeMount` at `/dev/shm`",
+        pod=kpod.write_shm,
+        from_pod=kpod.read_shm,
         describe=lambda v: [f"shm {v}"],
         schema=_nullable("string", "Size of /dev/shm in Docker's units (\"1g\"); null: the engine's (Docker: 64m)."),
     ),
@@ -259,6 +248,8 @@ ROWS: tuple[Row, ...] = (
         docker=lambda caps: {"cap_drop": list(caps)} if caps else {},
         docker_text="`cap_drop` (`docker run --cap-drop`)",
         kubernetes="`securityContext.capabilities.drop`",
+        pod=lambda parts, caps: parts.security.setdefault("capabilities", {}).update(drop=list(caps)),
+        from_pod=lambda parts: None if (d := parts.security.get("capabilities", {}).get("drop")) is None else tuple(d),
         describe=lambda caps: [f"cap-drop {','.join(caps)}"] if caps else [],
         schema={
             "type": ["array", "null"],
@@ -273,9 +264,11 @@ ROWS: tuple[Row, ...] = (
         flag="--no-new-privileges",
         flag_off="--allow-new-privileges",
         help="Forbid privilege escalation (setuid, file capabilities) or not.",
-        docker=_security_opt("no-new-privileges:true"),
+        docker=lambda on: {"security_opt": ["no-new-privileges:true"]} if on else {},
         docker_text='`security_opt=["no-new-privileges:true"]`',
         kubernetes="`securityContext.allowPrivilegeEscalation: false`",
+        pod=lambda parts, on: parts.security.update(allowPrivilegeEscalation=not on),
+        from_pod=lambda parts: parts.security.get("allowPrivilegeEscalation") is False or None,
         describe=lambda on: ["no-new-privileges"] if on else [],
         schema={
             "type": "boolean",
@@ -295,6 +288,8 @@ ROWS: tuple[Row, ...] = (
         'run privileged); `Unconfined`: `security_opt=["seccomp=unconfined"]`',
         kubernetes="`securityContext.seccompProfile.type` (a pod without it runs Unconfined unless the kubelet "
         "sets `seccompDefault`)",
+        pod=lambda parts, v: parts.pod_security.update(seccompProfile={"type": v}),
+        from_pod=lambda parts: parts.pod_security.get("seccompProfile", {}).get("type"),
         describe=lambda v: [f"seccomp {v}"],
         schema=_nullable(
             "string",
@@ -312,6 +307,8 @@ ROWS: tuple[Row, ...] = (
         docker=lambda v: {"pids_limit": v},
         docker_text="`pids_limit` (`docker run --pids-limit`)",
         kubernetes="no Pod field: the kubelet's `podPidsLimit` (KubeletConfiguration) bounds every pod of the node",
+        pod=lambda parts, v: parts.annotations.update({kpod.PIDS_ANNOTATION: str(v)}),
+        from_pod=kpod.read_pids,
         describe=lambda v: [f"pids {v}"],
         schema=_nullable("integer", "Most processes and threads of the container (pids cgroup); null: none."),
     ),
@@ -320,13 +317,15 @@ ROWS: tuple[Row, ...] = (
         shape=Shape.MAPPING,
         parse=parse_env_value,
         parse_key=parse_env_key,
-        split=_split_env,
+        split=split_env,
         flag="--env",
         metavar="KEY=VALUE",
         help="Extra environment variable KEY=VALUE (repeatable).",
         docker=lambda m: {"environment": dict(m)} if m else {},
         docker_text="`environment` (`docker run --env`)",
         kubernetes="`env` of the container (`name`, `value`)",
+        pod=lambda parts, m: parts.env.extend({"name": k, "value": str(v)} for k, v in m.items()),
+        from_pod=lambda parts: {e["name"]: e["value"] for e in parts.env} or None,
         describe=lambda m: [f"{k}={v}" for k, v in m.items()],
         schema={**_STRING_MAP, "description": "Extra environment variables; null removes an inherited one."},
     ),
