@@ -1,9 +1,9 @@
 """Run conditions of a container, as one table (``ROWS``): a condition is one row (docs/profiles.md), its value
 rule, flag, Docker setting and Kubernetes field (``pod``/``from_pod``: ``deploy.kube`` and ``kube_pod`` iterate the
 rows). ``matrix.schema.json``'s ``$defs.profile.properties`` is generated from it (``profile_schema_properties``,
-written by ``make docs``; a unit test fails on drift); the in-image ``vllm_smoke.declarations.CONDITIONS`` is
-compared with it by a unit test. Every ``parse`` raises ``ValueError`` saying what to write instead; the caller
-names the key or flag, so a bad value ends in exit 3 before any engine call.
+written by ``make docs``; a unit test fails on drift). ``Condition`` is the in-image one
+(``vllm_smoke.declarations.Condition``): checks and rows name one set. Every ``parse`` raises ``ValueError`` saying
+what to write instead; the caller names the key or flag, so a bad value ends in exit 3 before any engine call.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from matrixtool.incontainer.vllm_smoke.declarations import Condition as Condition
 from matrixtool.model import condition_pod as kpod
 from matrixtool.model.condition_values import (
     SECCOMP_TYPES,
@@ -33,23 +34,6 @@ from matrixtool.model.condition_values import (
     split_env,
     split_tmpfs,
 )
-
-
-class Condition(str, Enum):
-    """One run condition a profile may set (its ``matrix.yaml`` key); checks declare which can change their verdict."""
-
-    USER = "user"
-    READ_ONLY = "read_only"
-    TMPFS = "tmpfs"
-    MEMORY = "memory"
-    CPUS = "cpus"
-    NETWORK = "network"
-    SHM_SIZE = "shm_size"
-    CAP_DROP = "cap_drop"
-    NO_NEW_PRIVILEGES = "no_new_privileges"
-    SECCOMP = "seccomp"
-    PIDS_LIMIT = "pids_limit"
-    ENV = "env"
 
 
 class Shape(str, Enum):

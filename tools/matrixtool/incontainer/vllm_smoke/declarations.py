@@ -22,21 +22,26 @@ CheckFunction = Callable[[Params], Outcome]
 HOST_GROUP = "host"
 
 
-# Run conditions (matrixtool.model.conditions.Condition values) a profile may set.
-CONDITIONS = (
-    "user",
-    "read_only",
-    "tmpfs",
-    "memory",
-    "cpus",
-    "network",
-    "shm_size",
-    "cap_drop",
-    "no_new_privileges",
-    "seccomp",
-    "pids_limit",
-    "env",
-)
+class Condition(str, enum.Enum):
+    """One run condition a profile may set (its ``matrix.yaml`` key); checks declare which can change their verdict.
+    The host's table of conditions (``matrixtool.model.conditions.ROWS``) has one row per member."""
+
+    USER = "user"
+    READ_ONLY = "read_only"
+    TMPFS = "tmpfs"
+    MEMORY = "memory"
+    CPUS = "cpus"
+    NETWORK = "network"
+    SHM_SIZE = "shm_size"
+    CAP_DROP = "cap_drop"
+    NO_NEW_PRIVILEGES = "no_new_privileges"
+    SECCOMP = "seccomp"
+    PIDS_LIMIT = "pids_limit"
+    ENV = "env"
+
+
+# The conditions' keys, as checks declare them in ``affected_by``.
+CONDITIONS = tuple(c.value for c in Condition)
 
 
 # vLLM's repository, whose issues and pull requests the declarations cite.
