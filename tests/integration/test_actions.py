@@ -122,7 +122,7 @@ def test_a_push_to_main_pushes_the_hash_tag_and_manifest_reads_the_record(
         assert answer.headers["Docker-Content-Digest"] == push["digest"]
     assert {push["steps"][s] for s in ("Vulnerability gate", "Push", "Upload the push record")} == {"success"}
     # The cpu stack's multi-arch tag also needs arm64's image, which the cpu-only run does not build: manifest
-    # got the push record through the artifact and refused, naming it (tools/act/run.py MANIFEST_STOP).
+    # got the push record through the artifact and refused, naming it (tools/act/act_proofs.py MANIFEST_STOP).
     if push["multi_arch"]:
         tags = [t for t, digests in push["multi_arch"].items() if push["digest"] in digests]
         assert tags and push["digest"] in [m["digest"] for m in _manifest(local_registry, tags[0])["manifests"]]

@@ -1,9 +1,9 @@
-"""tools/act/run.py's reading of act's `--json --verbose` log (the record shapes act 0.2.89 writes) and its check
-of job outputs: a misspelt output name fails naming the workflow, the job and the step."""
+"""tools/act's reading (act_log.py) of act's `--json --verbose` log (the record shapes act 0.2.89 writes) and its check
+of job outputs (act_proofs.py): a misspelt output name fails naming the workflow, the job and the step."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -14,17 +14,19 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("act_run", REPO_ROOT / "tools" / "act" / "run.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["act_run"] = module
-    spec.loader.exec_module(module)
-    return module
+ACT = REPO_ROOT / "tools" / "act"
 
 
-act_run = _load()
+def _load(name: str) -> ModuleType:
+    """A module of tools/act (a folder beside the script run.py, not a package: its modules import each other by
+    their own names, as the script does)."""
+    if str(ACT) not in sys.path:
+        sys.path.insert(0, str(ACT))
+    return importlib.import_module(name)
+
+
+act_log = _load("act_log")
+act_proofs = _load("act_proofs")
 
 MATRIX_JOB = {"job": "images/matrix             ", "jobID": "matrix", "matrix": {}, "level": "info"}
 WORKFLOW = """
@@ -65,7 +67,7 @@ def _log() -> list[str]:
 
 
 def test_the_log_gives_jobs_steps_outputs_summaries_skips_and_errors() -> None:
-    run = act_run.parse_log("push", _log(), 1.0, 0)
+    run = act_log.parse_log("push", _log(), 1.0, 0)
     job = run.one("images", "matrix")
     assert job.result == "success" and job.label == "images/matrix"
     assert [(s.name, s.result) for s in job.steps] == [("Print the matrix", "success")]
@@ -80,12 +82,12 @@ def test_a_job_output_must_name_an_output_its_step_set(tmp_path: Path, name: str
     flows = tmp_path / ".github" / "workflows"
     flows.mkdir(parents=True)
     (flows / "images.yml").write_text(WORKFLOW.replace("MATRIX_OUTPUT", name))
-    run = act_run.parse_log("push", _log(), 1.0, 0)
+    run = act_log.parse_log("push", _log(), 1.0, 0)
     if name == "matrix":
-        act_run.check_outputs(run, tmp_path)
+        act_proofs.check_outputs(run, tmp_path)
         return
-    with pytest.raises(act_run.Failed) as failed:
-        act_run.check_outputs(run, tmp_path)
+    with pytest.raises(act_log.Failed) as failed:
+        act_proofs.check_outputs(run, tmp_path)
     assert str(failed.value) == (
         "push: images/matrix: job output 'matrix' reads steps.matrix.outputs.matrices, which step 'Print the matrix' "
         "never set (it set: matrix)"

@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# The code: the package (host wings and the in-image ``incontainer``) and the scripts beside it.
-SOURCES = (ROOT / "tools" / "matrixtool", *sorted((ROOT / "tools").glob("*.py")))
+# The code: the package (host wings and the in-image ``incontainer``), the scripts beside it and `make act`'s runner
+# of the workflows (tools/act: run.py, its modules, the stand-in actions' scripts).
+SOURCES = (ROOT / "tools" / "matrixtool", *sorted((ROOT / "tools").glob("*.py")), ROOT / "tools" / "act")
 
 MODULE_LINES = 400
 FUNCTION_LINES = 80
