@@ -29,7 +29,7 @@ from .featureplan import (
     vllm_distribution,
     vllm_requirements,
 )
-from .gpuprobe import needs_vllm
+from .gpuprobe import gpu_visible, needs_vllm
 from .results import result
 
 # --- the minimal calls ----------------------------------------------------------------------------------------
@@ -273,7 +273,12 @@ def _promise_problems(
             continue
         try:
             how = run_exercise(name, FEATURES.get(name), needed)
-        except Exception as e:  # any failure of the minimal call is the finding
+        except Exception as e:  # any failure of the minimal call is the finding, but for want of a GPU
+            if params.get("accelerator", "cpu") != "cpu" and not gpu_visible():
+                # A GPU variant checked without its GPU (a build machine): the call needs the device, as the
+                # GPU-only checks do; installed, not exercised here, and said so.
+                promised.append([name, f"installed; not exercised: needs a GPU, none visible ({error_line(e)})"])
+                continue
             problems.append(f"{name} is promised and installed, but its minimal call fails: {error_line(e)}")
             continue
         promised.append([name, how])
