@@ -252,6 +252,7 @@ def _promise_problems(
     to ``promised`` as [name, what its call did]."""
     problems: List[str] = []
     hint = None
+    gpu_here: Optional[bool] = None  # probed once (a child Python), at the first call that fails
     for name, (state, needed, reason) in states.items():
         if state != "promised":
             continue
@@ -274,7 +275,9 @@ def _promise_problems(
         try:
             how = run_exercise(name, FEATURES.get(name), needed)
         except Exception as e:  # any failure of the minimal call is the finding, but for want of a GPU
-            if params.get("accelerator", "cpu") != "cpu" and not gpu_visible():
+            if params.get("accelerator", "cpu") != "cpu" and gpu_here is None:
+                gpu_here = gpu_visible()
+            if params.get("accelerator", "cpu") != "cpu" and not gpu_here:
                 # A GPU variant checked without its GPU (a build machine): the call needs the device, as the
                 # GPU-only checks do; installed, not exercised here, and said so.
                 promised.append([name, f"installed; not exercised: needs a GPU, none visible ({error_line(e)})"])
