@@ -26,6 +26,7 @@ from matrixtool.model.condition_values import (
     parse_memory,
     parse_mount_point,
     parse_network,
+    parse_nofile,
     parse_pids,
     parse_seccomp,
     parse_shm,
@@ -295,6 +296,24 @@ ROWS: tuple[Row, ...] = (
         from_pod=kpod.read_pids,
         describe=lambda v: [f"pids {v}"],
         schema=_nullable("integer", "Most processes and threads of the container (pids cgroup); null: none."),
+    ),
+    Row(
+        condition=Condition.NOFILE,
+        shape=Shape.SCALAR,
+        parse=parse_nofile,
+        flag="--nofile",
+        metavar="N",
+        help="Open-files limit (soft and hard RLIMIT_NOFILE), e.g. 1024.",
+        docker=lambda v: {"ulimits": [{"name": "nofile", "soft": v, "hard": v}]},
+        docker_text="`ulimits` (`docker run --ulimit nofile=N:N`)",
+        kubernetes="no Pod field: the container runtime's default (containerd's `LimitNOFILE`, CRI-O's "
+        "`default_ulimits`) sets it for every container of the node",
+        pod=lambda parts, v: parts.annotations.update({kpod.NOFILE_LIMIT_ANNOTATION: str(v)}),
+        from_pod=kpod.read_nofile,
+        describe=lambda v: [f"nofile {v}"],
+        schema=_nullable(
+            "integer", "Open-files limit of the container (RLIMIT_NOFILE, soft and hard); null: the engine's."
+        ),
     ),
     Row(
         condition=Condition.ENV,

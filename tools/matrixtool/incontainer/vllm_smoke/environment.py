@@ -246,7 +246,7 @@ def _need_s(params: Mapping[str, Any]) -> Any:
     ),
     hint='see each variable\'s fix in the diagnosis; docs/checks.md "environment"',
     timeout=120,
-    affected_by=("env", "pids_limit", "user"),
+    affected_by=("env", "pids_limit", "nofile"),
     group="light",
 )
 def check_environment(params: Dict[str, Any]) -> Dict[str, Any]:
