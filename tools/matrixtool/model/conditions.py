@@ -306,14 +306,11 @@ ROWS: tuple[Row, ...] = (
         help="Open-files limit (soft and hard RLIMIT_NOFILE), e.g. 1024.",
         docker=lambda v: {"ulimits": [{"name": "nofile", "soft": v, "hard": v}]},
         docker_text="`ulimits` (`docker run --ulimit nofile=N:N`)",
-        kubernetes="no Pod field: the container runtime's default (containerd's `LimitNOFILE`, CRI-O's "
-        "`default_ulimits`) sets it for every container of the node",
+        kubernetes="no Pod field: the container runtime's default (containerd `LimitNOFILE`, CRI-O `default_ulimits`)",
         pod=lambda parts, v: parts.annotations.update({kpod.NOFILE_LIMIT_ANNOTATION: str(v)}),
         from_pod=kpod.read_nofile,
         describe=lambda v: [f"nofile {v}"],
-        schema=_nullable(
-            "integer", "Open-files limit of the container (RLIMIT_NOFILE, soft and hard); null: the engine's."
-        ),
+        schema=_nullable("integer", "Open-files limit (RLIMIT_NOFILE, soft and hard); null: the engine's."),
     ),
     Row(
         condition=Condition.ENV,

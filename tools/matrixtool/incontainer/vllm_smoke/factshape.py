@@ -124,6 +124,7 @@ _PARAMS_OPTIONAL: Keys = {
     "torch_version": ((_STR,), False),
     "max_tokens": ((_INT,), True),
     "cuda_weight_reason": ((_STR, _NULL), False),
+    "ready_budget_s": ((_NUM, _NULL), True),
 }
 _PARAMS_LISTS = ("gpu_archs", "exclude", "overrides", "accept_clashes", "entrypoint", "features_promise")
 # Mappings of a name to a string (a feature left out: its reason).
