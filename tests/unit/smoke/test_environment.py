@@ -10,6 +10,7 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -221,3 +222,34 @@ def test_the_registry_program_reads_names_defaults_flags_and_rejected_values(tmp
     assert found["flags"]["VLLM_NO_USAGE_STATS"] == {"accepted": ["1"], "lower": False, "strip": False}
     assert set(found["rejected"]) == {"VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_FLAG"}
     assert "invalid literal for int()" in found["rejected"]["VLLM_FLAG"]
+
+
+def _fake_program(stdout: str) -> Any:
+    def run(name: str, *args: Any, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        assert name == env_check.VLLM_ENVS
+        return subprocess.CompletedProcess([name], 1 if not stdout else 0, stdout, "Traceback ...\nOSError: boom\n")
+
+    return run
+
+
+def test_a_registry_that_cannot_be_read_is_said_and_the_rest_still_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "environ", {"HTTP_PROXY": "http://p:3128", "VLLM_TYPO": "1"})
+    for stdout in ("", "MATRIX-VLLM-ENVS {not json\n"):
+        monkeypatch.setattr(env_check, "run_program", _fake_program(stdout))
+        outcome = env_check.check_environment({"accelerator": "cpu"})
+        assert outcome["status"] == "failed" and [
+            f["variable"] for f in outcome["facts"]["findings"] if f["severity"] == ERROR
+        ] == ["HTTP_PROXY"]
+        assert outcome["facts"]["registry"]["error"]
+
+
+def test_the_check_names_each_variable_once_against_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = {"path": "/nowhere/vllm/envs.py", "names": REGISTRY, "defaults": {}, "rejected": {}, "executed": True}
+    registry["flags"] = {"VLLM_USE_MODELSCOPE": {"accepted": ["1", "true"], "lower": True, "strip": True}}
+    monkeypatch.setattr(env_check, "run_program", _fake_program("MATRIX-VLLM-ENVS " + json.dumps(registry) + "\n"))
+    monkeypatch.setattr(os, "environ", {"VLLM_USE_MODELSCOPE": "yes", "VLLM_CPU_KVCACHE_SPACES": "1"})
+    outcome = env_check.check_environment({"accelerator": "cpu"})
+    found = [(f["severity"], f["variable"]) for f in outcome["facts"]["findings"]]
+    # VLLM_USE_MODELSCOPE reads as off: named once, as that (not again for the modelscope package it would need)
+    assert found[:2] == [(ERROR, "VLLM_CPU_KVCACHE_SPACES"), (ERROR, "VLLM_USE_MODELSCOPE")]
+    assert outcome["status"] == "failed" and "reads as false" in outcome["diagnosis"]

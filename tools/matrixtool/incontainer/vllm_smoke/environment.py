@@ -10,6 +10,7 @@ import math
 import os
 import re
 import resource
+import subprocess
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from .children import marked, run_program
@@ -167,9 +168,12 @@ def limit_findings(
 
 def _registry() -> Any:
     """The installed vLLM's registry (``programs/vllm_envs.py``'s answer), or {"error": ...}."""
-    proc = run_program(VLLM_ENVS, timeout=60)
-    found = marked(proc, "MATRIX-VLLM-ENVS")
-    if found is None:
+    try:
+        proc = run_program(VLLM_ENVS, timeout=60)
+        found = marked(proc, "MATRIX-VLLM-ENVS")
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:  # no program, no JSON, no answer in time
+        return {"error": f"{VLLM_ENVS}: {type(exc).__name__}: {exc}"}
+    if not isinstance(found, dict):
         return {"error": last_error_line(proc.stderr) or f"{VLLM_ENVS} exited {proc.returncode}"}
     return found
 
