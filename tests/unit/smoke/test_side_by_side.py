@@ -46,6 +46,7 @@ def test_two_profiles_on_two_cores_with_memory_go_side_by_side() -> None:
     assert (plan.at_once, plan.workers) == (2, 1), "each run's groups get the core its neighbour leaves"
     assert plan.reason.startswith("default and restricted side by side: each needs 1 core")
     assert "this machine gives 2 cores (test)" in plan.reason
+    assert plan.reason.endswith("; each run's groups 1 at a time beside its serve step")
 
 
 def test_one_core_runs_them_one_after_the_other() -> None:
@@ -67,15 +68,21 @@ def test_memory_short_of_two_runs_runs_them_one_after_the_other() -> None:
 
 def test_unknown_memory_or_a_shared_gpu_is_one_after_the_other() -> None:
     runs = cpu_runs("default", "restricted")
-    assert room.schedule(runs, machine(8, None), gpu=False).reason.endswith("memory unknown (test)")
+    assert "one after the other: memory unknown (test); " in room.schedule(runs, machine(8, None), gpu=False).reason
     on_gpu = room.schedule(runs, machine(8, 500), gpu=True)
     assert on_gpu.at_once == 1
-    assert on_gpu.reason == "default and restricted one after the other: their servers share the GPU"
+    assert on_gpu.reason == (
+        "default and restricted one after the other: their servers share the GPU; "
+        "each run's groups 8 at a time beside its serve step"
+    )
 
 
 def test_a_single_run_takes_every_core() -> None:
     plan = room.schedule(cpu_runs("default"), machine(4, 2), gpu=False)
-    assert (plan.at_once, plan.workers, plan.reason) == (1, 4, "one profile run")
+    assert (plan.at_once, plan.workers) == (1, 4)
+    assert plan.reason == (
+        "default alone (4 cores (test), 2.0 GiB available (test)); each run's groups 4 at a time beside its serve step"
+    )
 
 
 def test_more_runs_than_room_go_as_many_at_a_time_as_fit() -> None:
@@ -89,7 +96,7 @@ def test_more_runs_than_room_go_as_many_at_a_time_as_fit() -> None:
 def test_a_run_without_checks_counts_for_nothing() -> None:
     (default, restricted) = cpu_runs("default", "restricted")
     empty = ProfileRun(profile=restricted.profile, checks=(), groups=(), log_stem="x")
-    assert room.schedule((default, empty), machine(2, 100), gpu=False).reason == "one profile run"
+    assert room.schedule((default, empty), machine(2, 100), gpu=False).reason.startswith("default alone (2 cores")
 
 
 def test_measure_reads_this_process_affinity_and_memory() -> None:

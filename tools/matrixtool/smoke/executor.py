@@ -153,8 +153,7 @@ def _in_image(
     base = check_params(variant, attrs.get("Config", {}).get("Entrypoint") or [])
     gpu = variant.accelerator is not Accelerator.CPU and host_has_gpu()
     plan = room.schedule(runs, room.measure(), gpu=gpu)
-    if sum(1 for run in runs if run.checks) > 1:
-        announce(f"[{variant.name}] profiles: {plan.reason}")
+    announce(f"[{variant.name}] profiles: {plan.reason}")
     lock = threading.Lock()
 
     def said(line: str) -> None:

@@ -108,24 +108,30 @@ def schedule(runs: Sequence[ProfileRun], room: Room, *, gpu: bool) -> Schedule:
     (less ``RESERVED_MEMORY_BYTES``) hold, each run taking ``PROFILE_RUN_CORES`` and ``PROFILE_RUN_MEMORY_BYTES``
     (a profile's ``cpus`` or ``memory`` limit caps each of its containers, never what the run needs beside
     another); one at a time on a GPU (every run's server would hold the same GPU's memory) or where memory is
-    unknown. ``workers``: the room's whole cores shared among the runs at once, at least 1."""
+    unknown. ``workers``: the room's whole cores shared among the runs at once, at least 1. ``reason`` says what
+    runs beside what, and why."""
     running = [r for r in runs if r.checks]
     whole = max(1, math.floor(room.cores))
+    names = " and ".join(r.profile.name for r in running) or "no profile"
+
+    def made(at_once: int, why: str) -> Schedule:
+        workers = whole if at_once == 1 else max(1, whole // at_once)
+        groups = f"each run's groups {workers} at a time beside its serve step"
+        return Schedule(at_once=at_once, workers=workers, reason=f"{why}; {groups}")
+
     if len(running) < 2:
-        return Schedule(at_once=1, workers=whole, reason="one profile run")
-    names = " and ".join(r.profile.name for r in running)
+        return made(1, f"{names} alone ({room.describe()})")
     if gpu:
-        return Schedule(at_once=1, workers=whole, reason=f"{names} one after the other: their servers share the GPU")
+        return made(1, f"{names} one after the other: their servers share the GPU")
     if room.memory_bytes is None:
-        reason = f"{names} one after the other: memory unknown ({room.memory_source})"
-        return Schedule(at_once=1, workers=whole, reason=reason)
+        return made(1, f"{names} one after the other: memory unknown ({room.memory_source})")
     cores_each, memory_each = PROFILE_RUN_CORES, PROFILE_RUN_MEMORY_BYTES
     by_cores = math.floor(room.cores / cores_each + 1e-9)
     by_memory = (room.memory_bytes - RESERVED_MEMORY_BYTES) // memory_each
     at_once = max(1, min(len(running), by_cores, by_memory))
     need = f"each needs {cores_each:g} core{'s' if cores_each != 1 else ''} and {memory_each / 1024**3:.1f} GiB"
-    where = f"{need}; this machine gives {room.describe()}"
+    where = f"{need}, this machine gives {room.describe()}"
     if at_once == 1:
-        return Schedule(at_once=1, workers=whole, reason=f"{names} one after the other: {where}")
+        return made(1, f"{names} one after the other: {where}")
     how = "side by side" if at_once == len(running) else f"{at_once} at a time"
-    return Schedule(at_once=at_once, workers=max(1, whole // at_once), reason=f"{names} {how}: {where}")
+    return made(at_once, f"{names} {how}: {where}")
