@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import docker
 
-from matrixtool.core import outputs
+from matrixtool.core import container, outputs
 from matrixtool.core.container import OWNER_ENV_VAR
 from matrixtool.incontainer.vllm_smoke.children import Parallel
 from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
@@ -39,7 +39,7 @@ from matrixtool.smoke.plan import (
     profile_run,
 )
 from matrixtool.smoke.result import CheckResult, Status, parse_output_safe, split_logs, unhidden, verdict
-from matrixtool.smoke.runners import Runner, container_runner, container_steps
+from matrixtool.smoke.runners import ContainerRunner, Runner, container_runner, container_steps
 
 __all__ = ["execute", "host_has_gpu", "run_host_suite", "run_profiles", "run_suite"]
 
@@ -164,6 +164,8 @@ def _in_image(
         with lock:
             on_result(result)
 
+    live: list[ContainerRunner] = []  # the runs' check containers now up, for the main thread's cleanup
+
     with container_steps(client, variant, gpu=gpu) as steps:
 
         def one(index: int, earlier: Callable[[], list[CheckResult]]) -> list[CheckResult]:
@@ -174,13 +176,26 @@ def _in_image(
                 return []
             params = {**base, "rerun": run.rerun, "suite": run.suite}
             with container_runner(client, image, gpu=gpu, run=run, steps=steps, workers=plan.workers) as runner:
+                with lock:
+                    live.append(runner)
                 done = execute(run, runner, variant.name, params, log_dir, landed, earlier=earlier)
                 return _root_causes(client, image, run, done, said)
 
         if plan.at_once > 1:
             for run in runs:
                 said(run.describe(variant.name))
-        return side_by_side(len(runs), plan.at_once, one)
+        try:
+            return side_by_side(len(runs), plan.at_once, one)
+        except BaseException:
+            # Runs on other threads: their ``with`` blocks do not unwind on Ctrl-C/SIGTERM in the main thread, so
+            # it removes what they started (by session label; removing a container ends the execs in it).
+            if plan.at_once > 1:
+                with lock:
+                    started = list(live)
+                for runner in started:
+                    container.sweep(client, runner.box.session)
+                    runner.sweep()
+            raise
 
 
 def side_by_side(
@@ -189,7 +204,8 @@ def side_by_side(
     """``run(index, earlier)`` for each of ``count`` profile runs, up to ``at_once`` at a time, started in order;
     their results joined in the order of the runs. ``earlier()`` returns the results of the runs before ``index``,
     waiting for those still running (a run calls it once its groups are done: its steps are judged against
-    them). A run that raises still releases the runs after it; the first exception is raised here."""
+    them). One at a time, the runs go in this thread. A run that raises still releases the runs after it; the first
+    exception is raised here."""
     done = [threading.Event() for _ in range(count)]
     found: list[list[CheckResult]] = [[] for _ in range(count)]
 
@@ -204,7 +220,11 @@ def side_by_side(
         finally:
             done[index].set()
 
-    in_parallel(range(count), max(1, at_once), one)
+    if at_once <= 1:  # in this thread, as ever: a signal unwinds each run's ``with`` blocks
+        for index in range(count):
+            one(index)
+    else:
+        in_parallel(range(count), at_once, one)
     return [r for results in found for r in results]
 
 
