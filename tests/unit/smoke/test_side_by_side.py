@@ -4,12 +4,18 @@ a run's steps judged against the runs before it, whichever finishes first."""
 
 from __future__ import annotations
 
+import _thread
+import contextlib
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, cast
 
+import docker
 import pytest
 
+from matrixtool.core import container
 from matrixtool.incontainer.vllm_smoke import podlimits
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.matrixfile import load_matrix
@@ -178,3 +184,56 @@ def test_a_run_that_raises_releases_the_runs_after_it() -> None:
 
     with pytest.raises(RuntimeError, match="engine gone"):
         executor.side_by_side(2, 2, run)
+
+
+class FakeBox:
+    def __init__(self, session: str) -> None:
+        self.session = session
+
+
+class FakeRunner:
+    def __init__(self, session: str, swept: list[str]) -> None:
+        self.box = FakeBox(session)
+        self.swept = swept
+
+    def sweep(self) -> None:
+        self.swept.append(f"steps of {self.box.session}")
+
+
+def test_an_interrupt_beside_removes_every_run_started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Runs side by side live on other threads, whose ``with`` blocks a signal in the main thread does not unwind:
+    the main thread removes their containers (by session label) and what their steps started."""
+    swept: list[str] = []
+    both_up = threading.Barrier(2, timeout=30)
+
+    @contextlib.contextmanager
+    def fake_steps(*args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        yield {}
+
+    @contextlib.contextmanager
+    def fake_runner(*args: Any, run: ProfileRun, **kwargs: Any) -> Iterator[FakeRunner]:
+        yield FakeRunner(run.profile.name, swept)
+
+    released = threading.Event()
+
+    def fake_execute(run: ProfileRun, *args: Any, **kwargs: Any) -> list[CheckResult]:
+        both_up.wait()
+        if run.profile.name == "restricted":
+            _thread.interrupt_main()  # Ctrl-C: KeyboardInterrupt in the main thread, as the signal handler raises it
+        released.wait(30)  # both runs still going when the interrupt lands
+        return []
+
+    monkeypatch.setattr(executor, "container_steps", fake_steps)
+    monkeypatch.setattr(executor, "container_runner", fake_runner)
+    monkeypatch.setattr(executor, "execute", fake_execute)
+    monkeypatch.setattr(container, "sweep", lambda client, session: swept.append(session))
+    monkeypatch.setattr(room, "measure", lambda: machine(2, ENOUGH))
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        executor._in_image(
+            cast(docker.DockerClient, None), "img", {}, cpu(), cpu_runs("default", "restricted"), log_dir=tmp_path,
+            on_result=lambda r: None, announce=lines.append,
+        )  # fmt: skip
+    released.set()
+    assert sorted(swept) == ["default", "restricted", "steps of default", "steps of restricted"]
+    assert lines[0].startswith("[cpu] profiles: default and restricted side by side")
