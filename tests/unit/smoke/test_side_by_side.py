@@ -4,7 +4,6 @@ a run's steps judged against the runs before it, whichever finishes first."""
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import os
 import threading
@@ -214,18 +213,20 @@ def test_an_interrupt_beside_removes_every_run_started(monkeypatch: pytest.Monke
     def fake_runner(*args: Any, run: ProfileRun, **kwargs: Any) -> Iterator[FakeRunner]:
         yield FakeRunner(run.profile.name, swept)
 
-    released = threading.Event()
+    raised = threading.Event()
 
     def fake_execute(run: ProfileRun, *args: Any, **kwargs: Any) -> list[CheckResult]:
         both_up.wait()
         if run.profile.name == "restricted":
-            _thread.interrupt_main()  # Ctrl-C: KeyboardInterrupt in the main thread, as the signal handler raises it
-        released.wait(30)  # both runs still going when the interrupt lands
+            raised.set()
+            raise KeyboardInterrupt  # reaches the main thread as the signal handler's would
+        raised.wait(30)
         return []
 
     monkeypatch.setattr(executor, "container_steps", fake_steps)
     monkeypatch.setattr(executor, "container_runner", fake_runner)
     monkeypatch.setattr(executor, "execute", fake_execute)
+    monkeypatch.setattr(executor, "_root_causes", lambda client, image, run, done, announce: done)
     monkeypatch.setattr(container, "sweep", lambda client, session: swept.append(session))
     monkeypatch.setattr(room, "measure", lambda: machine(2, ENOUGH))
     lines: list[str] = []
@@ -234,6 +235,5 @@ def test_an_interrupt_beside_removes_every_run_started(monkeypatch: pytest.Monke
             cast(docker.DockerClient, None), "img", {}, cpu(), cpu_runs("default", "restricted"), log_dir=tmp_path,
             on_result=lambda r: None, announce=lines.append,
         )  # fmt: skip
-    released.set()
     assert sorted(swept) == ["default", "restricted", "steps of default", "steps of restricted"]
     assert lines[0].startswith("[cpu] profiles: default and restricted side by side")
