@@ -14,14 +14,16 @@ from dataclasses import dataclass
 from matrixtool.incontainer.vllm_smoke import podlimits
 from matrixtool.smoke.plan import ProfileRun
 
-# What one profile run of the CPU image needs beside another, measured on 2026-12-03 18:27-18:40 UTC
-# (`tools/matrix test --image vllm-matrix/cpu:0.32.0 --as cpu --suite full --profile default --profile restricted`,
-# the 2-core, 24 GiB machine, the two profiles one after the other; every container of the run sampled each second
-# from its cgroup: memory.usage_in_bytes less inactive file pages, cpuacct.usage; docs/figures.md, "Profiles side by
-# side"). Cores: the run's critical path is its server's cold start, then its warm start, one core's work for most
-# of their time (the server container's CPU seconds over its wall time: PROFILE_RUN_CORES_MEASURED); the check
-# container's groups fill what is left. Memory: the largest sum over the run's containers at one instant (check
-# container, cold server, warm server beside it).
+# What one profile run of the CPU image needs beside another. Memory, measured on 2026-12-03 18:27-18:52 UTC
+# (`tools/matrix test --image vllm-matrix/cpu:0.32.0 --as cpu --suite full --profile default --profile restricted`
+# on the 2-core, 24 GiB machine; every container of the run sampled each second from its cgroup v1 files,
+# memory.usage_in_bytes less inactive file pages): the check container peaked at 1.72 GiB (its groups' interpreters),
+# the cold server at 1.78 GiB (engine core compiling, 1 GiB KV cache: VLLM_CPU_KVCACHE_SPACE); the warm start, a
+# second server beside the cold one, holds as much: 1.72 + 2 x 1.78 = 5.3 GiB, stated as 6 GiB for what the cold
+# server adds past compiling (that run's servers never got ready: load average 40 to 50 from other sessions).
+# Cores: a run's critical path is its server's cold, then warm start, one core's work for most of its time
+# (issue 39, from `make bench`'s naive server: ready in 62 s on 2 cores with nothing beside it); the check
+# container's groups fill what is left. docs/figures.md, "Profiles side by side".
 PROFILE_RUN_CORES = 1.0
 PROFILE_RUN_MEMORY_BYTES = 6 * 1024**3
 # Left to everything else of the machine (the engine, the tool, a shell): not handed to profile runs.
