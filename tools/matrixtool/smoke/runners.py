@@ -140,11 +140,14 @@ class ContainerRunner:
     """Runs the checks in a tracked container of the image (``container_spec``), the zipapp installed; the plan's
     steps by the kinds of ``steps`` (by check name: ``container_steps``)."""
 
-    def __init__(self, box: TrackedContainer, profile: Profile, steps: Mapping[str, ContainerStep]) -> None:
+    def __init__(
+        self, box: TrackedContainer, profile: Profile, steps: Mapping[str, ContainerStep], *, cores: int | None = None
+    ) -> None:
         self.box = box
         self.profile = profile
         self.image = box.spec.image
         self.steps = steps
+        self.cores = cores
         self.started: list[Step] = []
 
     def step(self, check: CheckSpec, run: ProfileRun, log_dir: Path) -> Step:
@@ -177,8 +180,10 @@ class ContainerRunner:
         return self.box.exec(argv, env, deadline_s)
 
     def workers(self) -> int:
-        """How many groups may run at once: the CPUs of the container (its profile's quota, else the host's)."""
-        return max(1, int(self.profile.cpus or os.cpu_count() or 1))
+        """How many groups may run at once: the CPUs of the container (its profile's quota), else the cores this
+        run was given (``room.Schedule.workers``: the machine's, shared among the profile runs side by side), else
+        the host's."""
+        return max(1, int(self.profile.cpus or self.cores or os.cpu_count() or 1))
 
 
 @contextlib.contextmanager
@@ -197,10 +202,11 @@ def container_runner(
     gpu: bool,
     run: ProfileRun,
     steps: Mapping[str, ContainerStep],
+    workers: int | None = None,
 ) -> Iterator[ContainerRunner]:
     """A ``ContainerRunner`` for ``run`` in a fresh container of ``image`` (a session of its own) under ``run``'s
     profile, with what the kinds of ``steps`` of ``run``'s steps need mounted (``ContainerStep.needs``), removed on
-    the way out with what its steps started.
+    the way out with what its steps started; ``workers``: the cores its groups may take (None: the host's).
 
     Raises as ``TrackedContainer.start`` (WrongPlatformError on ``exec format error``)."""
     needs = [steps[check.name].needs(run) for check in run.steps]
@@ -208,7 +214,7 @@ def container_runner(
     environment = {k: v for need in needs for k, v in need.environment.items()}
     spec = container_spec(image, gpu=gpu, profile=run.profile, volumes=volumes, environment=environment)
     with TrackedContainer(client, spec) as box:
-        runner = ContainerRunner(box, run.profile, steps)
+        runner = ContainerRunner(box, run.profile, steps, cores=workers)
         try:
             runner.install()
             yield runner

@@ -44,6 +44,7 @@ class ServeStep:
         self.client, self.variant, self.gpu, self.zipapp = client, variant, gpu, zipapp
         self.volume: str | None = None
         self.stack = contextlib.ExitStack()
+        self.lock = threading.Lock()  # profile runs side by side ask for the volume at once
 
     def __enter__(self) -> ServeStep:
         return self
@@ -59,10 +60,11 @@ class ServeStep:
 
     def model_volume(self) -> str:
         """The tiny model's volume (``serve_line.model_volume``), made on the first call, labelled with the owner."""
-        if self.volume is None:
-            labels = {container.OWNER_LABEL: os.environ.get(container.OWNER_ENV_VAR, "")}
-            self.volume = self.stack.enter_context(serve_line.model_volume(self.client, labels))
-        return self.volume
+        with self.lock:
+            if self.volume is None:
+                labels = {container.OWNER_LABEL: os.environ.get(container.OWNER_ENV_VAR, "")}
+                self.volume = self.stack.enter_context(serve_line.model_volume(self.client, labels))
+            return self.volume
 
     def needs(self, run: ProfileRun) -> Needs:
         """The model volume at ``serve_line.CHECK_MOUNT`` and its folder in the environment, where a server can run."""
