@@ -23,13 +23,13 @@ import docker
 from matrixtool.core import outputs
 from matrixtool.core.container import OWNER_ENV_VAR
 from matrixtool.incontainer.vllm_smoke.children import Parallel
-from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
 from matrixtool.model import profiles
 from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
 from matrixtool.smoke import bundle, hidden, rootcause
+from matrixtool.smoke.gpuaccess import host_gpu
 from matrixtool.smoke.plan import (
     Group,
     ProfileRun,
@@ -124,10 +124,8 @@ def in_parallel(jobs: Sequence[J], workers: int, run: Callable[[J], R]) -> list[
 
 
 def host_has_gpu() -> bool:
-    """True when an NVIDIA GPU device node is visible on this host (then containers get ``--gpus all``).
-
-    ROCm passes /dev/kfd and /dev/dri as devices instead; not wired yet (no ROCm machine to prove it on).
-    """
+    """True when an NVIDIA GPU device node is visible on this host (then cuda containers get ``--gpus all``);
+    ``gpuaccess.host_gpu`` gives each accelerator's containers what its runtime passes (ROCm: /dev/kfd, /dev/dri)."""
     return Path("/dev/nvidia0").exists()
 
 
@@ -145,7 +143,7 @@ def _in_image(
     """``runs`` in ``image`` (inspected: ``attrs``), one tracked container per run that has checks, its steps made
     by the kinds of ``runners.container_steps`` (which own what they share across runs: serve's model volume)."""
     base = check_params(variant, attrs.get("Config", {}).get("Entrypoint") or [])
-    gpu = variant.accelerator is not Accelerator.CPU and host_has_gpu()
+    gpu = host_gpu(variant.accelerator)
     results: list[CheckResult] = []
     with container_steps(client, variant, gpu=gpu) as steps:
         for run in runs:
