@@ -23,13 +23,13 @@ import docker
 from matrixtool.core import container, outputs
 from matrixtool.core.container import OWNER_ENV_VAR
 from matrixtool.incontainer.vllm_smoke.children import Parallel
-from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
 from matrixtool.model import profiles
 from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
 from matrixtool.smoke import bundle, hidden, room, rootcause
+from matrixtool.smoke.gpuaccess import host_gpu
 from matrixtool.smoke.plan import (
     Group,
     ProfileRun,
@@ -125,10 +125,8 @@ def in_parallel(jobs: Sequence[J], workers: int, run: Callable[[J], R]) -> list[
 
 
 def host_has_gpu() -> bool:
-    """True when an NVIDIA GPU device node is visible on this host (then containers get ``--gpus all``).
-
-    ROCm passes /dev/kfd and /dev/dri as devices instead; not wired yet (no ROCm machine to prove it on).
-    """
+    """True when an NVIDIA GPU device node is visible on this host (then cuda containers get ``--gpus all``);
+    ``gpuaccess.host_gpu`` gives each accelerator's containers what its runtime passes (ROCm: /dev/kfd, /dev/dri)."""
     return Path("/dev/nvidia0").exists()
 
 
@@ -151,8 +149,8 @@ def _in_image(
     come back in the plan's order, and a run's steps are judged against the results of the runs before it
     (``earlier``: serve against ``default``'s offline-generate), which it waits for once its own groups are done."""
     base = check_params(variant, attrs.get("Config", {}).get("Entrypoint") or [])
-    gpu = variant.accelerator is not Accelerator.CPU and host_has_gpu()
-    plan = room.schedule(runs, room.measure(), gpu=gpu)
+    gpu = host_gpu(variant.accelerator)
+    plan = room.schedule(runs, room.measure(), gpu=gpu is not None)
     announce(f"[{variant.name}] profiles: {plan.reason}")
     lock = threading.Lock()
 

@@ -171,6 +171,10 @@ def problems(facts: object) -> List[str]:
             c.strings("serve.options", serve["options"])
         else:
             c.add("serve.options", "is missing")
+        fraction = serve.get("gpu_memory_utilization")
+        where = "serve.gpu_memory_utilization"
+        if fraction is not None and c.value(where, fraction, _NUM, positive=True) and fraction > 1:
+            c.add(where, f"must be at most 1 (a share of the GPU's memory), not {fraction}")
     return c.found
 
 
