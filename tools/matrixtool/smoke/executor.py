@@ -30,6 +30,7 @@ from matrixtool.model.conditions import Condition
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
 from matrixtool.smoke import bundle, hidden, rootcause
+from matrixtool.smoke.emulator import floor_mount
 from matrixtool.smoke.plan import (
     Group,
     ProfileRun,
@@ -152,8 +153,9 @@ def _in_image(
             announce(run.describe(variant.name))
             if not run.checks:
                 continue
-            params = {**base, "rerun": run.rerun, "suite": run.suite}
-            with container_runner(client, image, gpu=gpu, run=run, steps=steps) as runner:
+            volumes, qemu = floor_mount(variant, run)
+            params = {**base, "rerun": run.rerun, "suite": run.suite, "qemu": qemu}
+            with container_runner(client, image, gpu=gpu, run=run, steps=steps, volumes=volumes) as runner:
                 done = execute(run, runner, variant.name, params, log_dir, on_result, earlier=results)
                 results += _root_causes(client, image, run, done, announce)
     return results
