@@ -169,7 +169,11 @@ def probe_argv(params: Dict[str, Any]) -> List[str]:
     "its kernels on the variant's CPU floor (matrix.yaml cpu_floor: a QEMU CPU model of that level, whose CPU "
     "flags torch and vLLM dispatch on); an instruction above the floor is named: library, symbol, instruction",
     classes=(34, 35),
-    reports=(f"{VLLM_REPO}/issues/18660", f"{VLLM_REPO}/pull/35466"),
+    reports=(
+        f"{VLLM_REPO}/issues/18660",
+        f"{VLLM_REPO}/pull/35466",
+        "https://github.com/vllm-project/vllm-ascend/issues/13936",
+    ),
     hint="build the library for the floor (-march of the floor level) or have it dispatch on the CPU's flags, or "
     "raise the variant's cpu_floor (matrix.yaml) to what the image needs",
     timeout=1800,
