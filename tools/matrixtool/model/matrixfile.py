@@ -17,6 +17,7 @@ import jsonschema
 
 from matrixtool.core.errors import ConfigError
 from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
+from matrixtool.model import cpufloor
 from matrixtool.model.model import (
     DEFAULT_MATRIX,
     IndexSettings,
@@ -356,6 +357,9 @@ def _convert(data: Mapping[str, Any], source: Path) -> Matrix:
                 gpu_archs=tuple(v.get("gpu_archs", ())),
                 features_promise=tuple(v.get("features", {}).get("promise", ())),
                 features_leave_out=dict(v.get("features", {}).get("leave_out", {})),
+                cpu_floor=cpufloor.resolve(
+                    v.get("cpu_floor"), [p.split("/")[1] for p in v["platforms"]], v["accelerator"]
+                ),
             )
         )
     return Matrix(schema_version=data["schema_version"], variants=tuple(variants), source=source)

@@ -10,6 +10,7 @@ from enum import Enum
 from pathlib import Path
 
 from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
+from matrixtool.model.cpufloor import CpuFloor
 from matrixtool.model.profiles import Profile
 
 __all__ = [
@@ -146,6 +147,9 @@ class Variant:
     # (matrix.yaml features.promise / features.leave_out; the features check proves both).
     features_promise: tuple[str, ...] = ()
     features_leave_out: Mapping[str, str] = field(default_factory=dict)
+    # The oldest CPU the variant supports (matrix.yaml cpu_floor, else its architecture's default for a cpu
+    # variant; None: a GPU variant without one) and the QEMU CPU model the cpu-floor check proves it on.
+    cpu_floor: CpuFloor | None = None
 
     # The variant whose name this one is published under, as one multi-arch manifest list (matrix.yaml
     # publish_as); None: published under its own name.

@@ -13,7 +13,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from matrixtool.model import builds
+from matrixtool.model import builds, cpufloor
 from matrixtool.model.checks import CHECKS, applicable
 from matrixtool.model.model import CheckSpec
 from matrixtool.model.reference import image_problem
@@ -276,6 +276,11 @@ def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
     if problem is not None:
         problems.append(f"{at}.base_image: {show(variant['base_image'])} {problem}")
     problems += _gpu_arch_problems(at, variant)
+    if "cpu_floor" in variant:
+        archs = [str(p).split("/")[1] if "/" in str(p) else str(p) for p in variant["platforms"]]
+        floor = cpufloor.floor_problem(variant["cpu_floor"], archs)
+        if floor is not None:
+            problems.append(f"{at}.cpu_floor: {floor}")
     features = variant.get("features", {})
     for both in sorted(set(features.get("promise", [])) & set(features.get("leave_out", {}))):
         problems.append(f"{at}.features: {show(both)} is both promised and left out: keep one")

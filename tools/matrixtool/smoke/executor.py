@@ -29,6 +29,7 @@ from matrixtool.model.conditions import Condition
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
 from matrixtool.smoke import bundle, hidden, room, rootcause
+from matrixtool.smoke.emulator import floor_mount
 from matrixtool.smoke.gpuaccess import host_gpu
 from matrixtool.smoke.plan import (
     Group,
@@ -172,8 +173,11 @@ def _in_image(
                 said(run.describe(variant.name))
             if not run.checks:
                 return []
-            params = {**base, "rerun": run.rerun, "suite": run.suite}
-            with container_runner(client, image, gpu=gpu, run=run, steps=steps, workers=plan.workers) as runner:
+            volumes, qemu = floor_mount(variant, run)
+            params = {**base, "rerun": run.rerun, "suite": run.suite, "qemu": qemu}
+            with container_runner(
+                client, image, gpu=gpu, run=run, steps=steps, workers=plan.workers, volumes=volumes
+            ) as runner:
                 with lock:
                     live.append(runner)
                 done = execute(run, runner, variant.name, params, log_dir, landed, earlier=earlier)

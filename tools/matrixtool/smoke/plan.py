@@ -7,6 +7,7 @@ runs a ``ProfileRun`` over a runner (``smoke.runners``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,9 @@ LEFT_OUT_REASON = "no condition of this profile can change them"
 # serve check (compiled, engine core and worker processes, under the same conditions) stands for it.
 SERVE_STANDS_FOR = "offline-generate"
 SERVED_REASON = "the serve check's compiled server stands for it"
+# Checks whose group starts after every other group has (their timeout would put them first): cpu-floor's
+# emulated run is long and CPU-bound and gates nothing, so the short groups do not wait for a worker behind it.
+LAST_GROUPS = frozenset({"cpu-floor"})
 
 
 def groups(checks: Sequence[CheckSpec]) -> list[list[CheckSpec]]:
@@ -124,9 +128,12 @@ def profile_run(
     left_out: Sequence[CheckSpec] = (),
     reason: str = LEFT_OUT_REASON,
 ) -> ProfileRun:
-    """The run of ``checks`` under ``profile``: grouped (``groups``), the longest group first (a stable sort);
+    """The run of ``checks`` under ``profile``: grouped (``groups``), the longest group first (a stable sort) but
+    those of ``LAST_GROUPS``, which start after every other group has;
     ``reason``: why ``left_out`` is left out."""
-    ordered = sorted((Group.of(g) for g in groups(checks)), key=lambda g: g.timeout, reverse=True)
+    ordered = sorted(
+        (Group.of(g) for g in groups(checks)), key=lambda g: (not set(g.names) & LAST_GROUPS, g.timeout), reverse=True
+    )
     return ProfileRun(
         profile=profile,
         checks=tuple(checks),
@@ -189,7 +196,17 @@ def check_params(variant: Variant, entrypoint: Sequence[str] = ()) -> dict[str, 
         "features_promise": list(variant.features_promise),
         "features_leave_out": dict(variant.features_leave_out),
         "ready_budget_s": variant.ready_budget_s,
+        "cpu_floor": floor_params(variant),
+        "qemu": None,
     }
+
+
+def floor_params(variant: Variant) -> dict[str, Any] | None:
+    """The variant's CPU floor as the cpu-floor check reads it (None: none declared, a GPU variant)."""
+    floor = variant.cpu_floor
+    if floor is None:
+        return None
+    return {**dataclasses.asdict(floor), "qemu": floor.qemu}
 
 
 def image_platform(attrs: Mapping[str, Any]) -> str:

@@ -210,14 +210,16 @@ def container_runner(
     run: ProfileRun,
     steps: Mapping[str, ContainerStep],
     workers: int | None = None,
+    volumes: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Iterator[ContainerRunner]:
     """A ``ContainerRunner`` for ``run`` in a fresh container of ``image`` (a session of its own) under ``run``'s
-    profile, with what the kinds of ``steps`` of ``run``'s steps need mounted (``ContainerStep.needs``), removed on
-    the way out with what its steps started; ``workers``: the cores its groups may take (None: the host's).
+    profile, with what the kinds of ``steps`` of ``run``'s steps need mounted (``ContainerStep.needs``) and
+    ``volumes`` (the cpu-floor check's emulator), removed on the way out with what its steps started; ``workers``:
+    the cores its groups may take (None: the host's).
 
     Raises as ``TrackedContainer.start`` (WrongPlatformError on ``exec format error``)."""
     needs = [steps[check.name].needs(run) for check in run.steps]
-    volumes = {k: v for need in needs for k, v in need.volumes.items()}
+    volumes = {**{k: v for need in needs for k, v in need.volumes.items()}, **(volumes or {})}
     environment = {k: v for need in needs for k, v in need.environment.items()}
     spec = container_spec(image, gpu=gpu, profile=run.profile, volumes=volumes, environment=environment)
     with TrackedContainer(client, spec) as box:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import (  # noqa: F401
     conditions,
     cpuengine,
+    cpufloor,
     distributions,
     environment,
     features,
@@ -48,6 +49,7 @@ ORDER = (
     "pip-check",
     "native-libs",
     "cpu-engine-settings",
+    "cpu-floor",
     "cuda-weight",
     "gpu-driver",
     "rocm-build",

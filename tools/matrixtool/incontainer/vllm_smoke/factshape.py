@@ -125,12 +125,22 @@ _PARAMS_OPTIONAL: Keys = {
     "max_tokens": ((_INT,), True),
     "cuda_weight_reason": ((_STR, _NULL), False),
     "ready_budget_s": ((_NUM, _NULL), True),
+    "qemu": ((_STR, _NULL), False),
 }
 _PARAMS_LISTS = ("gpu_archs", "exclude", "overrides", "accept_clashes", "entrypoint", "features_promise")
 # Mappings of a name to a string (a feature left out: its reason).
 _PARAMS_STRING_MAPS = ("features_leave_out",)
 # Every key of ``params`` this module knows the shape of (``smoke.plan.check_params`` writes no other).
-KNOWN_PARAMS = frozenset((*_PARAMS, *_PARAMS_OPTIONAL, *_PARAMS_LISTS, *_PARAMS_STRING_MAPS, "timeouts"))
+KNOWN_PARAMS = frozenset((*_PARAMS, *_PARAMS_OPTIONAL, *_PARAMS_LISTS, *_PARAMS_STRING_MAPS, "timeouts", "cpu_floor"))
+# The variant's CPU floor (``smoke.plan.check_params``: ``model.cpufloor.CpuFloor`` and the emulator's name).
+_FLOOR: Keys = {
+    "name": ((_STR,), False),
+    "model": ((_STR,), False),
+    "arch": ((_STR,), False),
+    "qemu": ((_STR,), False),
+    "declared": ((_BOOL,), False),
+    "emulated": ((_BOOL,), False),
+}
 _CHECK: Keys = {"name": ((_STR,), False), "timeout": ((_INT,), True)}
 _SERVE: Keys = {
     "ready_timeout_s": ((_NUM,), True),
@@ -163,6 +173,8 @@ def problems(facts: object) -> List[str]:
                 _string_map(c, f"params.{key}", params[key])
         if "timeouts" in params:
             c.value("params.timeouts", params["timeouts"], "a mapping")
+        if params.get("cpu_floor") is not None:
+            c.mapping("params.cpu_floor", params["cpu_floor"], _FLOOR)
     names = _checks(c, top)
     _groups(c, top, names)
     serve = c.child(top, "serve", _SERVE)

@@ -1,0 +1,171 @@
+"""The cpu-floor check's logic: when it does not apply, how it reads the emulated probe's output (steps, the
+SIGILL report) into one verdict naming library, symbol and instruction, and that an emulated run past its time is
+killed with its whole process group."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from matrixtool.incontainer.vllm_smoke import cpufloor
+
+FLOOR = {"name": "x86-64-v3", "model": "Haswell-noTSX", "arch": "amd64", "qemu": "qemu-x86_64",
+         "declared": True, "emulated": True}  # fmt: skip
+
+
+def _params(**over: Any) -> dict[str, Any]:
+    return {"accelerator": "cpu", "cpu_floor": dict(FLOOR), "qemu": sys.executable, "timeouts": {}, **over}
+
+
+@pytest.mark.parametrize(
+    ("over", "said"),
+    [
+        ({"accelerator": "cuda"}, "not applicable: a GPU variant"),
+        ({"cpu_floor": None}, "not applicable: the variant declares no cpu_floor"),
+        ({"cpu_floor": {**FLOOR, "name": "x86-64-v4", "emulated": False}}, "x86-64-v4 cannot be proven by emulation"),
+        ({"qemu": None}, "no static qemu-x86_64 was mounted from the host: tools/setup-engine.sh installs it"),
+    ],
+)
+def test_the_check_says_why_it_does_not_apply(over: dict[str, Any], said: str) -> None:
+    outcome = cpufloor.check_cpu_floor(_params(**over))
+    assert outcome["status"] == "skipped"
+    assert said in outcome["diagnosis"]
+
+
+def test_instruction_kinds_by_encoding() -> None:
+    assert cpufloor.instruction_kind("62f17c48", "amd64") == "an EVEX-encoded (AVX-512) instruction"
+    assert "VEX-encoded" in cpufloor.instruction_kind("c5fd6fc1", "amd64")
+    assert cpufloor.instruction_kind("0f0b", "amd64") == ""
+    # SVE's `ptrue p0.b` (0x2518e3e0): bits 28:25 are 0b0010
+    assert cpufloor.instruction_kind("e0e31825", "arm64") == "an SVE instruction"
+    assert cpufloor.instruction_kind("1f2003d5", "arm64") == "the A64 instruction d503201f"
+
+
+def _fake_run(output: str, code: int | None) -> Any:
+    def run(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int | None, str]:
+        return code, output
+
+    return run
+
+
+def test_a_sigill_is_one_failure_naming_library_symbol_instruction_step_and_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fault = {"address": "0x7f00", "path": "/opt/venv/lib/libfloor.so", "library": "/opt/venv/lib/libfloor.so",
+             "vaddr": 0x1139, "symbol": "floor_init", "symbol_offset": 4, "bytes": "62f17c4858c0c3"}  # fmt: skip
+    output = 'MATRIX-FLOOR {"step": "startup"}\nMATRIX-FLOOR {"step": "torch", "capability": "AVX2"}\n'
+    output += 'MATRIX-FLOOR {"step": "vllm", "extension": ["_C_AVX2.abi3.so"]}\n'
+    output += f"MATRIX-SIGILL {__import__('json').dumps(fault)}\n"
+    monkeypatch.setattr(cpufloor, "run_emulated", _fake_run(output, 132))
+    monkeypatch.setattr(cpufloor, "program_path", lambda name: f"/x/{name}")
+    monkeypatch.setattr(cpufloor, "disassembly", lambda library, vaddr: "vaddps %zmm0,%zmm0,%zmm0")
+    outcome = cpufloor.check_cpu_floor(_params())
+    assert outcome["status"] == "failed"
+    said = outcome["diagnosis"]
+    assert said.startswith("illegal instruction on x86-64-v3 (QEMU Haswell-noTSX) at the kernels step")
+    assert "/opt/venv/lib/libfloor.so at offset 0x1139 (in floor_init+0x4): `vaddps %zmm0,%zmm0,%zmm0`" in said
+    assert "an EVEX-encoded (AVX-512) instruction" in said
+    assert said.endswith("vLLM's extension build selected: _C_AVX2.abi3.so")
+    assert outcome["facts"]["fault"]["symbol"] == "floor_init"
+
+
+def test_a_pass_names_the_floor_the_capability_and_the_extension_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    output = "".join(
+        f"MATRIX-FLOOR {line}\n"
+        for line in ('{"step": "startup"}', '{"step": "torch", "capability": "AVX2"}',
+                     '{"step": "vllm", "extension": ["_C_AVX2.abi3.so"]}', '{"step": "kernels"}')
+    )  # fmt: skip
+    monkeypatch.setattr(cpufloor, "run_emulated", _fake_run(output, 0))
+    monkeypatch.setattr(cpufloor, "program_path", lambda name: f"/x/{name}")
+    outcome = cpufloor.check_cpu_floor(_params())
+    assert outcome["status"] == "passed", outcome
+    assert outcome["diagnosis"] == (
+        "proven on x86-64-v3 (QEMU Haswell-noTSX): start-up, torch (torch's CPU capability AVX2), vLLM; vLLM's "
+        "extension build selected: _C_AVX2.abi3.so, its kernels"
+    )
+    assert outcome["facts"]["extension"] == ["_C_AVX2.abi3.so"] and outcome["facts"]["floor"] == "x86-64-v3"
+
+
+def test_an_exit_without_a_sigill_names_the_step_and_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    output = 'MATRIX-FLOOR {"step": "startup"}\nModuleNotFoundError: No module named \'torch\'\n'
+    monkeypatch.setattr(cpufloor, "run_emulated", _fake_run(output, 1))
+    monkeypatch.setattr(cpufloor, "program_path", lambda name: f"/x/{name}")
+    outcome = cpufloor.check_cpu_floor(_params())
+    assert outcome["status"] == "failed"
+    assert outcome["diagnosis"].startswith("the torch step failed on x86-64-v3 (QEMU Haswell-noTSX) (exit 1)")
+
+
+def test_qemus_own_uncaught_sigill_line_is_a_sigill(monkeypatch: pytest.MonkeyPatch) -> None:
+    output = "qemu: uncaught target signal 4 (Illegal instruction) - core dumped\n"
+    monkeypatch.setattr(cpufloor, "run_emulated", _fake_run(output, 132))
+    monkeypatch.setattr(cpufloor, "program_path", lambda name: f"/x/{name}")
+    outcome = cpufloor.check_cpu_floor(_params())
+    assert outcome["diagnosis"].startswith("illegal instruction on x86-64-v3 (QEMU Haswell-noTSX) at the startup step")
+
+
+@pytest.mark.subprocess
+def test_an_emulated_run_past_its_time_is_killed_with_its_group(tmp_path: Any) -> None:
+    pid_file = tmp_path / "child"
+    script = f"sleep 300 & echo $! > {pid_file}; echo started; wait"
+    started = time.monotonic()
+    code, output = cpufloor.run_emulated(["sh", "-c", script], dict(os.environ), 2)
+    assert code is None and "started" in output
+    assert time.monotonic() - started < 60
+    child = int(pid_file.read_text())
+    for _ in range(50):  # the killed sleep is reaped by init (the container's, or this machine's)
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{child}/stat", encoding="utf-8") as f:
+            if f.read().rpartition(")")[2].split()[0] == "Z":
+                break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the group's sleep {child} outlived the kill")
+
+
+def test_the_floor_group_starts_after_every_other_group() -> None:
+    from matrixtool.model.matrixfile import load_matrix
+    from matrixtool.smoke.plan import plan_profiles
+    from tests.conftest import FIXTURE_MATRIX
+
+    (cpu,) = [v for v in load_matrix(FIXTURE_MATRIX).variants if v.name == "cpu"]
+    run = plan_profiles(cpu, cpu.checks, [cpu.profiles[0]]).runs[0]
+    assert run.groups[-1].names == ("cpu-floor",)
+    assert run.groups[0].timeout == max(g.timeout for g in run.groups[:-1])
+
+
+def test_the_host_mounts_a_static_emulator_only_for_a_run_of_the_floor_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    from matrixtool.model.matrixfile import load_matrix
+    from matrixtool.smoke import emulator
+    from matrixtool.smoke.plan import plan_profiles
+    from tests.conftest import FIXTURE_MATRIX
+
+    variants = {v.name: v for v in load_matrix(FIXTURE_MATRIX).variants}
+    cpu, cuda = variants["cpu"], variants["cuda"]
+    monkeypatch.setattr(emulator, "static_emulator", lambda name: Path(f"/usr/bin/{name}"))
+    run = plan_profiles(cpu, cpu.checks, [cpu.profiles[0]]).runs[0]
+    volumes, inside = emulator.floor_mount(cpu, run)
+    assert volumes == {"/usr/bin/qemu-x86_64": {"bind": "/run/matrix-qemu/qemu-x86_64", "mode": "ro"}}
+    assert inside == "/run/matrix-qemu/qemu-x86_64"
+    without = plan_profiles(cpu, [c for c in cpu.checks if c.name != "cpu-floor"], [cpu.profiles[0]]).runs[0]
+    assert emulator.floor_mount(cpu, without) == ({}, None)
+    assert emulator.floor_mount(cuda, plan_profiles(cuda, cuda.checks, [cuda.profiles[0]]).runs[0]) == ({}, None)
+
+
+def test_a_dynamically_linked_emulator_is_not_static(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from matrixtool.smoke import emulator
+
+    assert not emulator.is_static(Path(sys.executable).resolve())  # CPython links the C library
+    assert not emulator.is_static(tmp_path / "absent")
+    (tmp_path / "text").write_text("#!/bin/sh\n")
+    assert not emulator.is_static(tmp_path / "text")
