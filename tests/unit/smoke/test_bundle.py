@@ -443,9 +443,38 @@ def test_a_serve_step_that_crashes_is_a_failed_check_and_the_report_is_still_wri
         suite.serve()
     finally:
         bundle_suite.self_argv, server.observe = original_argv, original_observe
-    (result,) = landed
+    assert not landed, "a failed serve may be another check's consequence: its line waits for the judgement"
+    result = suite.outcomes["serve"]
     assert result["status"] == "failed" and "RuntimeError: probe exploded" in result["diagnosis"]
     assert "probe exploded" in Path(result["log"]).read_text()
+
+
+def test_the_progress_lines_say_what_the_final_table_says(tmp_path: Path) -> None:
+    """A failure that turns out to be another's consequence is shown once, as ``skipped: <cause> failed`` (the H200:
+    the progress said "failed" where the table said "skipped"); a cause check's failure is shown as it lands."""
+    names = ["run-conditions", "vllm-import", "pip-check"]
+    facts = bundle.facts(CPU, [CheckSpec(name=n, timeout=60) for n in names])
+    landed: list[dict[str, Any]] = []
+    suite = bundle_suite.Suite(facts, env={}, logs=str(tmp_path), image="img", on_result=landed.append)
+    unwritable = {"unwritable": [{"path": "/tmp/.cache", "blocker": "/tmp/.cache"}]}
+    suite._land(suite._result("run-conditions", ("failed", "/tmp/.cache unwritable", "fix it", unwritable), 1.0, None))
+    assert [r["check"] for r in landed] == ["run-conditions"]
+    denied: tuple[str, str, str, dict[str, Any]] = (
+        "failed",
+        "PermissionError: [Errno 13] Permission denied: '/tmp/.cache/vllm'",
+        "h",
+        {},
+    )
+    suite._land(suite._result("vllm-import", denied, 1.0, None))
+    suite._land(suite._result("pip-check", ("passed", "fine", "", {}), 1.0, None))
+    assert [r["check"] for r in landed] == ["run-conditions", "pip-check"], "the failure waits for its judgement"
+    suite.groups.run = lambda workers, run: []  # type: ignore[method-assign,assignment]
+    judged = suite.run()
+    assert [(r["check"], r["status"]) for r in landed] == [
+        ("run-conditions", "failed"), ("pip-check", "passed"), ("vllm-import", "skipped")
+    ]  # fmt: skip
+    assert landed[-1] == next(r for r in judged if r["check"] == "vllm-import")
+    assert landed[-1]["diagnosis"] == "run-conditions failed"
 
 
 def test_a_report_that_cannot_be_written_is_refused_before_anything_runs(tmp_path: Path) -> None:

@@ -99,21 +99,30 @@ def failure_lines(
     *,
     connect: Callable[[], docker.DockerClient] = engine.connect,
 ) -> list[str]:
-    """One block per variant with a failed check on an image. The engine is asked only when a green image is on record.
-    Raises MatrixError or docker's errors: the engine or an image could not be read (the caller reports it)."""
+    """One block per variant with a failed check on an image, against the variant's own last green image (its green
+    report, an image whose label and ref are still the variant's: ``own_image_problem``). The engine is asked only
+    when a green image is on record. Raises MatrixError or docker's errors: the engine or an image could not be read
+    (the caller reports it)."""
     out: list[str] = []
     failed: dict[str, Any] = {}
     for c in result.checks:
         if not c.status.ok:
             failed.setdefault(c.variant, c)
     client: docker.DockerClient | None = None
+    labels = engine_labels(connect)
     for variant, check in failed.items():
-        if imagediff.last_green(reports, variant, exclude_image=check.image) is None:
+
+        def own(image: str, variant: str = variant) -> bool:
+            # An image the engine no longer has was judged its own when its green report was written.
+            found = labels(image)
+            return found is None or own_image_problem(image, found, variant) is None
+
+        if imagediff.last_green(reports, variant, exclude_image=check.image, own=own) is None:
             out.append(f"{variant}: no earlier green image of {variant} in {reports}")
             continue
         client = client or connect()
         context = imagediff.failure_context(
-            client, reports, variant, check.image, check.check, lines=HEAD_LINES, env=env
+            client, reports, variant, check.image, check.check, lines=HEAD_LINES, env=env, own=own
         )
         out.append(f"{variant} ({check.check} failed on {check.image}): {context}")
     return out

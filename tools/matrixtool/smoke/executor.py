@@ -22,6 +22,7 @@ import docker
 
 from matrixtool.core import outputs
 from matrixtool.core.container import OWNER_ENV_VAR
+from matrixtool.incontainer.vllm_smoke import rootcause as shared_rootcause
 from matrixtool.incontainer.vllm_smoke.children import Parallel
 from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
 from matrixtool.model import profiles
@@ -153,9 +154,22 @@ def _in_image(
             if not run.checks:
                 continue
             params = {**base, "rerun": run.rerun, "suite": run.suite}
+            held: set[str] = set()
+
+            def landed(r: CheckResult, held: set[str] = held) -> None:
+                # A failure or skip that may be another's consequence is shown once judged: as the table says it.
+                if shared_rootcause.held_back(r.check, r.status.value):
+                    held.add(r.check)
+                else:
+                    on_result(r)
+
             with container_runner(client, image, gpu=gpu, run=run, steps=steps) as runner:
-                done = execute(run, runner, variant.name, params, log_dir, on_result, earlier=results)
-                results += _root_causes(client, image, run, done, announce)
+                done = execute(run, runner, variant.name, params, log_dir, landed, earlier=results)
+                judged = _root_causes(client, image, run, done, announce)
+            for r in judged:
+                if r.check in held:
+                    on_result(r)
+            results += judged
     return results
 
 

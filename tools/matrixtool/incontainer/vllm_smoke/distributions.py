@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Set, Tuple
 
 from . import SYS_PATH_AT_START
 from .declarations import check
-from .errortext import gpu_kernel_distribution
+from .errortext import gpu_kernel_distribution, listed
 from .results import result
 
 
@@ -115,7 +115,7 @@ def check_pip_check(params: Dict[str, Any]) -> Dict[str, Any]:
         return result(
             "failed",
             f"{len(kernels)} GPU-kernel package(s) required but not installed (optional kernels vLLM loads only "
-            f"on the paths that use them): " + "; ".join(kernels[:8]) + ("; …" if len(kernels) > 8 else ""),
+            f"on the paths that use them): " + listed(kernels, 8),
             "install them from the variant's index, or exclude them on purpose (matrix.yaml index.exclude) where "
             "this image does not ship those kernels; a path that needs one then fails on its import",
             problems=problems,
@@ -123,10 +123,10 @@ def check_pip_check(params: Dict[str, Any]) -> Dict[str, Any]:
             **facts,
         )
     if problems:
-        named = f" ({len(kernels)} of them GPU-kernel packages: {'; '.join(kernels[:4])})" if kernels else ""
+        named = f" ({len(kernels)} of them GPU-kernel packages: {listed(kernels, 8)})" if kernels else ""
         return result(
             "failed",
-            f"{len(problems)} dependency conflict(s): " + "; ".join(problems[:8]) + named,
+            f"{len(problems)} dependency conflict(s): " + listed(problems, 8) + named,
             "install the required versions, or exclude the package on purpose (matrix.yaml "
             "index.exclude) if the variant must not ship it",
             problems=problems,

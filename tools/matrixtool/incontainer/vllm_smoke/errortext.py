@@ -4,9 +4,17 @@ C/C++ build error names. Standard library only, Python >= 3.9."""
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Optional, Sequence
 
 from .installed import dist_version, providers_of, python_dev_package, regular_package
+
+
+def listed(items: Sequence[str], shown: int, sep: str = "; ") -> str:
+    """The first ``shown`` of ``items`` joined by ``sep``, then how many more (``a; b and 3 more``): a message that
+    counts a list names from that one list, and says what it leaves out (pip-check said "6 of them GPU-kernel
+    packages" and named 4)."""
+    head = sep.join(items[:shown])
+    return head + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
 def last_error_line(text: str) -> str:

@@ -161,6 +161,14 @@ def _only_about(cause: Result, result: Result) -> bool:
     return bool(blamed and problems) and all(any(p.startswith(f"{b} ") for b in blamed) for p in problems)
 
 
+def held_back(check: str, status: str) -> bool:
+    """Whether a result's progress line waits until its run's results are all in and ``consequences`` has judged
+    them: a failure or a skip that may yet turn out to follow from another check's failure (or point at another
+    root), so that the line says what the final table says. A cause check's own failure (``CAUSES``) and every
+    other outcome are shown as they land."""
+    return status in ("failed", "skipped") and check not in CAUSES
+
+
 def consequences(results: Sequence[Result]) -> List[Dict[str, Any]]:
     """``results`` (as dicts) with each failure that follows from a failed cause check (``CAUSES``) turned into
     ``skipped: <cause> failed`` (facts ``failed_need``, ``need_diagnosis``, ``need_hint``, as ``results.need_skip``
