@@ -298,6 +298,31 @@ def _probes(tokens: list[int]) -> dict[str, Any]:
     }
 
 
+def test_401s_name_where_the_api_key_came_from_in_the_bundle_and_on_the_host() -> None:
+    """A server started with an API key: the 401s come with the key's source (the environment, the command line)
+    and the fix, in the bundle's judgement and the host's alike."""
+    from matrixtool.smoke.serve import check as serve_check
+    from matrixtool.smoke.serve.check import Observed
+
+    probes = _probes([1, 2, 3])
+    denied = {"status": 401, "body": '{"error":"Unauthorized"}', "error": None}
+    probes.update(models=denied, completion=denied, chat=denied)
+    seen = {"ready_s": 9.0, "probes": probes, "stop": GOOD_STOP, "argv": ["vllm", "serve", "--api-key", "k"]}
+    status, diagnosis, hint, _ = serving.judge({**seen, "env": {"VLLM_API_KEY": "k"}}, SPEC, None)
+    assert status == "failed" and "models, completion, chat answered 401 Unauthorized" in diagnosis
+    assert "VLLM_API_KEY is set in the server's environment" in diagnosis
+    assert "--api-key is in the server's command line" in diagnosis and "Kubernetes Secret" in hint
+    assert serving.unauthorized(_probes([1]), {"VLLM_API_KEY": "k"}, []) is None, "no 401, nothing said"
+    found = serving.unauthorized(probes, {}, ["serve"])
+    assert found is not None and "neither VLLM_API_KEY nor --api-key is visible" in found[0]
+    host = Observed(ready_s=9.0, phases={}, exit_code=None, probes=probes, stop=GOOD_STOP, log="")
+    status_h, diagnosis_h, hint_h, _ = serve_check.judge(
+        host, expected_tokens=None, vllm_version="0.32.0", ready_budget_s=None, env={"VLLM_API_KEY": "k"}
+    )
+    assert status_h.value == "failed" and "VLLM_API_KEY is set in the server's environment" in diagnosis_h
+    assert "Kubernetes Secret" in hint_h
+
+
 def test_the_process_server_is_judged_as_the_container_one() -> None:
     seen = {"ready_s": 90.0, "probes": _probes([1, 2, 3]), "stop": GOOD_STOP, "argv": ["vllm", "serve"]}
     status, diagnosis, _, facts = serving.judge(seen, SPEC, [1, 2, 3])

@@ -203,7 +203,7 @@ class Suite:
         deadline = started + limit - compilecache.WARM_MARGIN_S
         try:
             seen = server.observe(spec, log, self.env, deadline=deadline)
-            judged = serving.judge(seen, spec, serving.reference_tokens(self.outcomes))
+            judged = serving.judge(dict(seen, env=self.env), spec, serving.reference_tokens(self.outcomes))
         except Exception:  # the step fails with it, as a crashed check does; the report is still written
             text = traceback.format_exc()
             with open(log, "a", encoding="utf-8") as f:
