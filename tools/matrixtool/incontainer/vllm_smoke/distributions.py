@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Set, Tuple
 
 from . import SYS_PATH_AT_START
 from .declarations import check
-from .errortext import gpu_kernel_distribution, listed
+from .errortext import MODULE_OF, gpu_kernel_distribution, listed
 from .results import result
 
 
@@ -110,7 +110,13 @@ def check_pip_check(params: Dict[str, Any]) -> Dict[str, Any]:
             f"contents (e.g. {clash['paths'][0]}); {clash['winner']}'s copies are on disk, so {clash['loser']} "
             "is broken"
         )
-    facts = {"distributions": len(installed), "waived": waived, "clashes": clashes, "accepted_clashes": accepted}
+    facts = {
+        "distributions": len(installed),
+        "waived": waived,
+        "clashes": clashes,
+        "accepted_clashes": accepted,
+        "modules": _unmet_modules(problems, installed),
+    }
     if problems and len(kernels) == len(problems):
         return result(
             "failed",
@@ -139,6 +145,39 @@ def check_pip_check(params: Dict[str, Any]) -> Dict[str, Any]:
             f"{', '.join(c['paths'])} ({c['loser']}, {c['winner']})" for c in accepted
         )
     return result("passed", f"{len(installed)} distributions, no unmet requirement, no clashing files{note}", **facts)
+
+
+def import_names(dist: Any) -> List[str]:
+    """The top-level modules ``dist`` installs, which an import error names (``Pillow`` -> ``PIL``, ``PyYAML`` ->
+    ``yaml``, ``protobuf`` -> ``google``): its ``top_level.txt`` (setuptools), else the first part of each file its
+    RECORD lists (``X.py`` or ``X/``), leaving out metadata, scripts and data; empty when it lists none."""
+    text = dist.read_text("top_level.txt") or ""
+    names = [n.strip() for n in text.splitlines() if n.strip().isidentifier() and not n.strip().startswith("_")]
+    if names:
+        return sorted(set(names))
+    found = set()
+    for f in dist.files or []:
+        first = f.parts[0] if f.parts else ""
+        if len(f.parts) == 1 and first.endswith(".py"):
+            found.add(first[:-3])
+        elif len(f.parts) > 1 and first.isidentifier() and not first.startswith("_"):
+            found.add(first)  # a package folder ("pyzmq-27.dist-info", "pyzmq.libs", ".." are no identifiers)
+    return sorted(found)
+
+
+def _unmet_modules(problems: Sequence[str], installed: Mapping[str, Any]) -> Dict[str, List[str]]:
+    """For each distribution a problem says is required (``X requires Y...``): the modules an import of it names
+    (``import_names`` of the installed one; its name with ``_`` for ``-`` when none is installed). The host's
+    root-cause rule (``rootcause``) reads an import error of any of them as pip-check's consequence."""
+    out: Dict[str, List[str]] = {}
+    for problem in problems:
+        m = re.search(r" requires ([A-Za-z0-9_.\-]+)", problem)
+        if m is None:
+            continue
+        name = _canonical(m.group(1))
+        dist = installed.get(name)
+        out[name] = (import_names(dist) if dist is not None else []) or [MODULE_OF.get(name, name.replace("-", "_"))]
+    return out
 
 
 def _overrides(lines: Sequence[str]) -> Dict[str, Any]:

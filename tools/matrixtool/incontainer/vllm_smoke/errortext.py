@@ -56,7 +56,12 @@ _DISTRIBUTION_OF = {
     "google": "protobuf",
     "flashinfer": "flashinfer-python",
     "deep_gemm": "deep-gemm",
+    "zmq": "pyzmq",
+    "cpuinfo": "py-cpuinfo",
+    "pythonjsonlogger": "python-json-logger",
 }
+# The other way: the module an import of a distribution that is not installed names.
+MODULE_OF = {dist: module for module, dist in _DISTRIBUTION_OF.items()}
 
 
 # Optional GPU-kernel packages vLLM imports only on a path that uses them: {import name: (distribution, the vLLM

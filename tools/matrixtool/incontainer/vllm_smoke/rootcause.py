@@ -108,7 +108,12 @@ def _follows_from(cause: Result, result: Result) -> bool:
         lacks = _facts(cause).get("compile_cause") or compile_cause(cause.get("diagnosis"))
         return bool(lacks) and compile_cause(text) == lacks
     if check == "pip-check":
-        return any(_import_fails_on(dist, text) for dist in _unmet(cause))
+        modules = _facts(cause).get("modules") or {}
+        return any(
+            _import_fails_on(module, text)
+            for dist in _unmet(cause)
+            for module in modules.get(dist.lower()) or modules.get(re.sub(r"[-_.]+", "-", dist).lower()) or [dist]
+        )
     if check == "offline-generate":
         # The server runs the same engine: the same exception in its log is the same cause.
         error = _exception(str(cause.get("diagnosis") or ""))
@@ -133,11 +138,12 @@ def _unmet(cause: Result) -> List[str]:
 
 
 def _import_fails_on(dist: str, text: str) -> bool:
-    """True when ``text`` holds an import error of ``dist``'s top-level module (``-`` read as ``_``): ``No module
-    named 'openai'``, ``cannot import name 'X' from 'openai.types'``."""
+    """True when ``text`` holds an import error of the top-level module ``dist`` (a distribution's name, ``-`` read
+    as ``_``, or one of the modules pip-check found it installs, facts ``modules``: ``PIL`` for Pillow): ``No module
+    named 'openai'``, ``cannot import name 'X' from 'openai.types'``, ``cannot import name 'Image' from 'PIL'``."""
     module = re.escape(dist.lower().replace("-", "_"))
     return bool(
-        re.search(rf"No module named '{module}[.']|cannot import name '[^']+' from '{module}[.']", text, re.IGNORECASE)
+        re.search(rf"No module named '{module}[.']|cannot import name '[^']+' from '{module}[.' ]", text, re.IGNORECASE)
     )
 
 
