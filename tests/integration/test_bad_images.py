@@ -117,6 +117,22 @@ CASES = {
         hint="index.exclude",
         skipped={"vllm-import": "pip-check failed", "vllm-cli": "pip-check failed"},
     ),
+    "a-path-entry-the-runtime-user-cannot-search": BadImage(
+        # g++ moved into a root-only folder put first on PATH: `which g++` finds nothing for UID 1000 and
+        # inductor's compiler search fails with "PermissionError: [Errno 13] Permission denied: 'g++'"
+        # (run-conditions passed before); one cause, named by run-conditions.
+        failure_class=49,
+        lines=[
+            ROOT,
+            "RUN mkdir -m 700 /opt/cc && mv /usr/bin/g++-12 /opt/cc/g++ && rm /usr/bin/g++",
+            "ENV PATH=/opt/cc:/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            USER,
+        ],
+        check="run-conditions",
+        diagnosis=["PATH not searchable", "/opt/cc (owned by 0:0, mode 700)", "PermissionError"],
+        hint="chmod a+rx /opt/cc",
+        skipped={"inductor-compile": "run-conditions failed"},
+    ),
     "one-distribution-overwrites-another": BadImage(
         # Seen in the cuda image (issue 3): flashinfer's cuda-python>=12.0 resolved to 12.6.2.post1, which
         # still ships cuda/bindings/* and overwrote cuda-bindings 13.5.0; torch's inductor then failed.

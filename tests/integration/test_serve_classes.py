@@ -444,7 +444,7 @@ def test_fastapi_upgraded_in_a_derived_image(
 def test_an_api_key_baked_into_the_image_is_named_with_its_source(
     client: docker.DockerClient, cpu_image: str, tiny_model: Path, tmp_path: Path
 ) -> None:
-    """Class 17: `ENV VLLM_API_KEY` in an image built FROM ours: every /v1 route answers 401 to the suite's probe
+    """Class 50: `ENV VLLM_API_KEY` in an image built FROM ours: every /v1 route answers 401 to the suite's probe
     (the one the serve check sends), and the diagnosis names the key's source and the fix, not just the 401s."""
     image = _build(client, tmp_path / "ctx", ["ENV VLLM_API_KEY=baked-into-the-image"], cpu_image)
     try:

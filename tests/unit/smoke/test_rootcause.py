@@ -3,8 +3,11 @@ cache folder is traced to the root build step that made it. The texts come from 
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
+import os
+from pathlib import Path, PurePosixPath
 from typing import Any
+
+import pytest
 
 from matrixtool.smoke import rootcause
 from matrixtool.smoke.result import CheckResult, Status
@@ -126,6 +129,39 @@ def test_an_import_of_a_module_named_unlike_its_distribution_is_pip_checks_conse
         ("pip-check", Status.FAILED), ("offline-generate", Status.FAILED)
     ]  # fmt: skip
     assert {r.diagnosis for r in out[1:4]} == {"pip-check failed"}
+
+
+def test_a_program_refused_through_an_unsearchable_path_entry_is_run_conditions_consequence() -> None:
+    blocked = [{"entry": "/opt/cc", "blocker": "/opt/cc", "uid": 0, "gid": 0, "mode": "700"}]
+    denied = "inductor failed: PermissionError: [Errno 13] Permission denied: 'g++'"
+    results = [
+        _r("run-conditions", Status.FAILED, "PATH not searchable: ...", unsearchable_path=blocked),
+        _r("inductor-compile", Status.FAILED, denied),
+        _r("offline-generate", Status.FAILED, f"eager generate fails: {denied}"),
+        _r("vllm-import", Status.FAILED, "PermissionError: [Errno 13] Permission denied: '/data/x'"),
+    ]
+    out = rootcause.consequences(results)
+    assert [(r.check, r.diagnosis) for r in out if r.status is Status.SKIPPED] == [
+        ("inductor-compile", "run-conditions failed"), ("offline-generate", "run-conditions failed")
+    ]  # fmt: skip
+    assert out[3] == results[3], "a denied path elsewhere is not the PATH entry's doing"
+
+
+def test_unsearchable_path_entries_name_the_folder_that_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from matrixtool.incontainer.vllm_smoke import podlimits
+
+    (tmp_path / "closed" / "bin").mkdir(parents=True)
+    (tmp_path / "closed").chmod(0o700)
+    (tmp_path / "open").mkdir()
+    closed = str(tmp_path / "closed")
+    real = os.access
+    # As root every folder is searchable: the UID 1000 of the images is played by os.access.
+    monkeypatch.setattr(os, "access", lambda p, mode: p != closed and real(p, mode))
+    path = f"{tmp_path}/closed/bin:{tmp_path}/open:{tmp_path}/absent/bin:relative:{tmp_path}/closed/bin"
+    found = podlimits.unsearchable_path_entries(path)
+    assert found == [
+        {"entry": f"{tmp_path}/closed/bin", "blocker": closed, "uid": os.getuid(), "gid": os.getgid(), "mode": "700"}
+    ]
 
 
 def test_pip_check_names_the_modules_of_what_it_found_unmet() -> None:

@@ -33,6 +33,9 @@ LATER_CAUSES = ("torch-import", "inductor-compile", "pip-check", "offline-genera
 # where their failure is only about what the cause blamed (``_only_about``).
 OWN_CLASS = frozenset({"no-fake-triton", "triton-drivers", "triton-kernel", "pip-check", "cuda-weight", "gpu-driver"})
 _PERMISSION = re.compile(r"Permission denied|PermissionError|Errno 13")
+# An exec through PATH refused for a folder on it (subprocess names the bare program): "[Errno 13] Permission
+# denied: 'gcc'".
+_PATH_EXEC_DENIED = re.compile(r"(?:PermissionError: )?\[Errno 13\] Permission denied: '[^'/]+'")
 _TRITON = re.compile(r"\btriton\b", re.IGNORECASE)
 _NO_TORCH = re.compile(r"No module named 'torch[.']")
 # triton-import's failure where no triton imports at all, on a variant that needs one (a GPU's).
@@ -83,7 +86,12 @@ def _follows_from(cause: Result, result: Result) -> bool:
     check = cause["check"]
     if check == "run-conditions":
         paths = _unwritable_paths(cause)
-        return bool(paths) and bool(_PERMISSION.search(text)) and any(p in text for p in paths)
+        if paths and _PERMISSION.search(text) and any(p in text for p in paths):
+            return True
+        # A program run through a PATH entry this UID cannot search: "Permission denied: 'gcc'" (a bare name) or
+        # a path under that entry.
+        entries = [str(b.get("entry")) for b in _facts(cause).get("unsearchable_path") or [] if isinstance(b, Mapping)]
+        return bool(entries) and bool(_PATH_EXEC_DENIED.search(text) or any(f"{e}/" in text for e in entries))
     if check == "torch-import":
         return bool(_NO_TORCH.search(str(cause.get("diagnosis")) + _text(cause))) and bool(_NO_TORCH.search(text))
     if check == "triton-import":
