@@ -251,6 +251,29 @@ def test_run_and_test_keep_a_green_report_and_name_the_last_green_image(tmp_path
     assert imagediff.last_green(reports, "cpu", exclude_image="m/cpu:2") is not None
 
 
+def test_the_last_green_image_is_of_the_failing_images_matrix(tmp_path: Path) -> None:
+    """Two matrices (``--repository``) with a variant of one name and one ``--out``: the failing image of one is never
+    compared with the other's green image."""
+    reports = tmp_path / "reports"
+    _green.write_variant_reports(
+        report.RunReport(checks=[_check("cpu", "other/cpu:1", Status.PASSED)]), reports, labels=_OWN
+    )
+    red = report.RunReport(checks=[_check("cpu", "m/cpu:2", Status.FAILED)])
+    labels = {"m/cpu:2": {"name": "vllm-cpu"}, "other/cpu:1": {"name": "vllm-cpu"}}
+
+    class Client:
+        class images:
+            @staticmethod
+            def get(ref: str) -> Any:
+                if ref not in labels:
+                    raise KeyError(ref)
+                return type("Image", (), {"attrs": {"Config": {"Labels": labels[ref]}}})()
+
+    lines = _green.failure_lines(red, reports, {}, connect=lambda: Client())  # type: ignore[arg-type,return-value]
+    assert lines == [f"cpu: no earlier green image of cpu in {reports}"]
+    assert _green.repository_of("127.0.0.1:5000/vllm-matrix/cpu@sha256:" + "a" * 64) == "127.0.0.1:5000/vllm-matrix"
+
+
 def test_a_failing_last_green_lookup_is_one_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     reports = tmp_path / "reports"
     _green.write_variant_reports(
