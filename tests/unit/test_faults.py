@@ -184,6 +184,11 @@ def test_an_image_the_tool_did_not_build_runs_hardened_under_every_profile() -> 
         names=("default",), overrides=profiles.Overrides.of(pids_limit=77), untrusted=True
     ).resolve("cpu", cpu.profiles)
     assert flagged[0].pids_limit == 77 and flagged[0].cap_drop == ("ALL",)
+    # A flag that asks for the engine's default is the user's choice too: honoured, not silently hardened.
+    allowed = profiles.ProfileChoice(
+        names=("default",), overrides=profiles.Overrides.of(no_new_privileges=False), untrusted=True
+    ).resolve("cpu", cpu.profiles)
+    assert allowed[0].no_new_privileges is False and allowed[0].cap_drop == ("ALL",)
 
 
 @pytest.mark.subprocess  # the bake file names the checkout's revision (git rev-parse)

@@ -25,6 +25,29 @@ def test_write_bytes_replaces_whole(tmp_path: Path) -> None:
     assert path.read_bytes() == b"new" and [p.name for p in path.parent.iterdir()] == ["a.bin"]
 
 
+@pytest.fixture
+def umask_027() -> object:
+    old = os.umask(0o027)
+    yield
+    os.umask(old)
+
+
+def test_every_atomic_writer_gives_the_mode_open_would(tmp_path: Path, umask_027: object) -> None:
+    """A file written through a temporary one gets what ``open()`` gives a new file (0666 less the umask), not
+    mkstemp's 0600: the bundle's JSON report was 0600 (seen on the H200), unreadable to the CI user's group."""
+    from matrixtool.incontainer.vllm_smoke import reports, streams
+
+    assert streams.umask() == 0o027 and os.umask(0o027) == 0o027, "reading the umask leaves it as it was"
+    outputs.write_bytes(tmp_path / "a.bin", b"x")
+    outputs.write_set({tmp_path / "b.yaml": "b: 1\n"})
+    outputs.write_bytes(tmp_path / "prog", b"#!/bin/sh\n", mode=streams.new_file_mode(executable=True))
+    reports.write(str(tmp_path / "report.json"), "{}")
+    with open(tmp_path / "by-open", "w") as f:
+        f.write("x")
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in tmp_path.iterdir()}
+    assert modes == {"a.bin": "0o640", "b.yaml": "0o640", "prog": "0o750", "report.json": "0o640", "by-open": "0o640"}
+
+
 def test_write_bytes_failure_names_the_file(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")

@@ -64,6 +64,22 @@ def test_select_checks_validates_as_the_flag_check_does() -> None:
         select.select_checks(cpu, [], [c.name for c in cpu.checks])
 
 
+def test_a_skip_is_honoured_or_refused_never_overridden() -> None:
+    """``--skip offline-generate`` was run anyway for serve (it only uses its tokens): now it is left out; a skip of a
+    check a selected one needs is refused, naming both and the fix (exit 3 through the CLI)."""
+    cpu = next(v for v in load_matrix(FIXTURE_MATRIX).variants if v.name == "cpu")
+    names = [c.name for c in select.select_checks(cpu, [], ["offline-generate"], "full")]
+    assert "serve" in names and "offline-generate" not in names and "tiny-model" in names
+    assert "offline-generate" in [c.name for c in select.select_checks(cpu, ["serve"], [], "full")]
+    with pytest.raises(ConfigError) as refused:
+        select.select_checks(cpu, ["serve"], ["tiny-model"])
+    assert str(refused.value).count("--skip tiny-model: serve needs it") == 1
+    assert "skip serve too (--skip serve), or run tiny-model" in str(refused.value)
+    result = CliRunner().invoke(main, ["test", "--host", "--as", "cpu", "--skip", "tiny-model"])
+    assert result.exit_code == ExitCode.CONFIG and "--skip tiny-model: " in result.output
+    assert "offline-generate" in result.output and "Traceback" not in result.output
+
+
 @pytest.mark.parametrize(
     ("args", "part"),
     [

@@ -342,6 +342,31 @@ def _probes(tokens: list[int]) -> dict[str, Any]:
     }
 
 
+def test_401s_name_where_the_api_key_came_from_in_the_bundle_and_on_the_host() -> None:
+    """A server started with an API key: the 401s come with the key's source (the environment, the command line)
+    and the fix, in the bundle's judgement and the host's alike."""
+    from matrixtool.smoke.serve import check as serve_check
+    from matrixtool.smoke.serve.check import Observed
+
+    probes = _probes([1, 2, 3])
+    denied = {"status": 401, "body": '{"error":"Unauthorized"}', "error": None}
+    probes.update(models=denied, completion=denied, chat=denied)
+    seen = {"ready_s": 9.0, "probes": probes, "stop": GOOD_STOP, "argv": ["vllm", "serve", "--api-key", "k"]}
+    status, diagnosis, hint, _ = serving.judge({**seen, "env": {"VLLM_API_KEY": "k"}}, SPEC, None)
+    assert status == "failed" and "models, completion, chat answered 401 Unauthorized" in diagnosis
+    assert "VLLM_API_KEY is set in the server's environment" in diagnosis
+    assert "--api-key is in the server's command line" in diagnosis and "Kubernetes Secret" in hint
+    assert serving.unauthorized(_probes([1]), {"VLLM_API_KEY": "k"}, []) is None, "no 401, nothing said"
+    found = serving.unauthorized(probes, {}, ["serve"])
+    assert found is not None and "neither VLLM_API_KEY nor --api-key is visible" in found[0]
+    host = Observed(ready_s=9.0, phases={}, exit_code=None, probes=probes, stop=GOOD_STOP, log="")
+    status_h, diagnosis_h, hint_h, _ = serve_check.judge(
+        host, expected_tokens=None, vllm_version="0.32.0", ready_budget_s=None, env={"VLLM_API_KEY": "k"}
+    )
+    assert status_h.value == "failed" and "VLLM_API_KEY is set in the server's environment" in diagnosis_h
+    assert "Kubernetes Secret" in hint_h
+
+
 def test_the_process_server_is_judged_as_the_container_one() -> None:
     seen = {"ready_s": 90.0, "probes": _probes([1, 2, 3]), "stop": GOOD_STOP, "argv": ["vllm", "serve"]}
     status, diagnosis, _, facts = serving.judge(seen, SPEC, [1, 2, 3])
@@ -487,9 +512,38 @@ def test_a_serve_step_that_crashes_is_a_failed_check_and_the_report_is_still_wri
         suite.serve()
     finally:
         bundle_suite.self_argv, server.observe = original_argv, original_observe
-    (result,) = landed
+    assert not landed, "a failed serve may be another check's consequence: its line waits for the judgement"
+    result = suite.outcomes["serve"]
     assert result["status"] == "failed" and "RuntimeError: probe exploded" in result["diagnosis"]
     assert "probe exploded" in Path(result["log"]).read_text()
+
+
+def test_the_progress_lines_say_what_the_final_table_says(tmp_path: Path) -> None:
+    """A failure that turns out to be another's consequence is shown once, as ``skipped: <cause> failed`` (the H200:
+    the progress said "failed" where the table said "skipped"); a cause check's failure is shown as it lands."""
+    names = ["run-conditions", "vllm-import", "pip-check"]
+    facts = bundle.facts(CPU, [CheckSpec(name=n, timeout=60) for n in names])
+    landed: list[dict[str, Any]] = []
+    suite = bundle_suite.Suite(facts, env={}, logs=str(tmp_path), image="img", on_result=landed.append)
+    unwritable = {"unwritable": [{"path": "/tmp/.cache", "blocker": "/tmp/.cache"}]}
+    suite._land(suite._result("run-conditions", ("failed", "/tmp/.cache unwritable", "fix it", unwritable), 1.0, None))
+    assert [r["check"] for r in landed] == ["run-conditions"]
+    denied: tuple[str, str, str, dict[str, Any]] = (
+        "failed",
+        "PermissionError: [Errno 13] Permission denied: '/tmp/.cache/vllm'",
+        "h",
+        {},
+    )
+    suite._land(suite._result("vllm-import", denied, 1.0, None))
+    suite._land(suite._result("pip-check", ("passed", "fine", "", {}), 1.0, None))
+    assert [r["check"] for r in landed] == ["run-conditions", "pip-check"], "the failure waits for its judgement"
+    suite.groups.run = lambda workers, run: []  # type: ignore[method-assign,assignment]
+    judged = suite.run()
+    assert [(r["check"], r["status"]) for r in landed] == [
+        ("run-conditions", "failed"), ("pip-check", "passed"), ("vllm-import", "skipped")
+    ]  # fmt: skip
+    assert landed[-1] == next(r for r in judged if r["check"] == "vllm-import")
+    assert landed[-1]["diagnosis"] == "run-conditions failed"
 
 
 def test_a_report_that_cannot_be_written_is_refused_before_anything_runs(tmp_path: Path) -> None:

@@ -337,6 +337,9 @@ class _Dist:
         self.requires = requires
         self.files: list[Any] = []
 
+    def read_text(self, name: str) -> str | None:
+        return None
+
 
 def test_pip_check_says_when_only_gpu_kernel_packages_are_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 26's H200 host: vLLM 0.25.0 installed without its large kernel packages."""

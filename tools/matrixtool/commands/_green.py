@@ -44,6 +44,12 @@ def own_image_problem(ref: str, labels: Mapping[str, str] | None, variant: str) 
     return None
 
 
+def repository_of(ref: str) -> str:
+    """The repository part of an image ``ref`` before its variant's name (``127.0.0.1:5000/vllm-matrix`` of
+    ``127.0.0.1:5000/vllm-matrix/cpu:0.32.0``, of ``…/cpu@sha256:…`` too): the matrix's ``--repository``."""
+    return ref.split("@", 1)[0].rsplit("/", 1)[0] if "/" in ref.split("@", 1)[0] else ""
+
+
 def engine_labels(connect: Callable[[], docker.DockerClient] = engine.connect) -> Callable[[str], Any]:
     """A function giving an image's labels (None where the engine cannot say), connecting on the first call."""
     client: list[docker.DockerClient] = []
@@ -99,21 +105,35 @@ def failure_lines(
     *,
     connect: Callable[[], docker.DockerClient] = engine.connect,
 ) -> list[str]:
-    """One block per variant with a failed check on an image. The engine is asked only when a green image is on record.
-    Raises MatrixError or docker's errors: the engine or an image could not be read (the caller reports it)."""
+    """One block per variant with a failed check on an image, against the variant's own last green image (its green
+    report, an image whose label and ref are still the variant's: ``own_image_problem``; where the failing image is
+    the variant's own too, one of the same repository, the matrix that built it: ``repository_of``). The engine is
+    asked only when a green image is on record. Raises MatrixError or docker's errors: the engine or an image could
+    not be read (the caller reports it)."""
     out: list[str] = []
     failed: dict[str, Any] = {}
     for c in result.checks:
         if not c.status.ok:
             failed.setdefault(c.variant, c)
     client: docker.DockerClient | None = None
+    labels = engine_labels(connect)
     for variant, check in failed.items():
-        if imagediff.last_green(reports, variant, exclude_image=check.image) is None:
+        failing_own = own_image_problem(check.image, labels(check.image), variant) is None
+        repository = repository_of(check.image) if failing_own else None
+
+        def own(image: str, variant: str = variant, repository: str | None = repository) -> bool:
+            if repository is not None and repository_of(image) != repository:
+                return False  # another matrix's (--repository) image of a variant of the same name
+            # An image the engine no longer has was judged its own when its green report was written.
+            found = labels(image)
+            return found is None or own_image_problem(image, found, variant) is None
+
+        if imagediff.last_green(reports, variant, exclude_image=check.image, own=own) is None:
             out.append(f"{variant}: no earlier green image of {variant} in {reports}")
             continue
         client = client or connect()
         context = imagediff.failure_context(
-            client, reports, variant, check.image, check.check, lines=HEAD_LINES, env=env
+            client, reports, variant, check.image, check.check, lines=HEAD_LINES, env=env, own=own
         )
         out.append(f"{variant} ({check.check} failed on {check.image}): {context}")
     return out

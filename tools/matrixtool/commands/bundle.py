@@ -14,6 +14,7 @@ from matrixtool.commands._flags import selection_flags
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import outputs
 from matrixtool.core.errors import ConfigError
+from matrixtool.incontainer.vllm_smoke import streams
 from matrixtool.model.inputs import output_file_problem, output_folder_problem
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import Variant
@@ -54,7 +55,7 @@ def run(args: Args) -> Path:
     data = bundle.bundle_bytes(facts)
     # Executable (`./vllm-smoke-VARIANT.pyz` runs it too, its shebang: python3) before it replaces the old one; a
     # stream (/dev/stdout, a FIFO, a device) is written in place, never replaced.
-    return outputs.write_bytes(args.path, data, mode=0o755)
+    return outputs.write_bytes(args.path, data, mode=streams.new_file_mode(executable=True))
 
 
 @click.command("bundle")

@@ -63,8 +63,9 @@ def make_dirs(path: Path) -> None:
 
 
 @contextmanager
-def replacing(path: Path, *, mode: int = 0o644) -> Iterator[Path]:
-    """A temporary path beside ``path`` for the block to write; on success it replaces ``path`` (``os.replace``), on any
+def replacing(path: Path, *, mode: int | None = None) -> Iterator[Path]:
+    """A temporary path beside ``path`` for the block to write; on success it replaces ``path`` (``os.replace``) with
+    ``mode`` (None: what ``open()`` would give a new file, ``streams.new_file_mode``: 0644 under umask 022), on any
     failure it is removed and ``path`` keeps its old content (or stays absent). For a regular file only (``write_text``
     says what happens to others). Raises OutputError: the folder cannot be made, or the block or the replace failed with
     an ``OSError``."""
@@ -76,7 +77,7 @@ def replacing(path: Path, *, mode: int = 0o644) -> Iterator[Path]:
     try:
         with guarded(path):
             yield tmp
-            os.chmod(tmp, mode)
+            os.chmod(tmp, streams.new_file_mode() if mode is None else mode)
             os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -117,9 +118,9 @@ def write_text(path: Path, text: str) -> Path:
     return write_bytes(path, text.encode("utf-8"))
 
 
-def write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> Path:
-    """As ``write_text``; a regular file gets ``mode`` (a stream keeps its own). Raises OutputError: the write failed
-    (exit 3); a regular ``path`` is unchanged."""
+def write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> Path:
+    """As ``write_text``; a regular file gets ``mode`` (None: ``streams.new_file_mode``; a stream keeps its own).
+    Raises OutputError: the write failed (exit 3); a regular ``path`` is unchanged."""
     if is_stream(path) or (path.exists() and not path.is_file()):
         _write_stream(path, data)
         return path
@@ -244,22 +245,23 @@ def remove_staging(folders: Iterable[Path]) -> list[Path]:
     return removed
 
 
-def _stage(path: Path, data: bytes, mode: int) -> Path:
-    """``data`` in a new temporary file beside ``path`` (synced, ``mode``); removed again when writing it fails."""
+def _stage(path: Path, data: bytes, mode: int | None) -> Path:
+    """``data`` in a new temporary file beside ``path`` (synced, ``mode``, None: ``streams.new_file_mode``); removed
+    again when writing it fails."""
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(name, mode)
+        os.chmod(name, streams.new_file_mode() if mode is None else mode)
     except BaseException:
         Path(name).unlink(missing_ok=True)
         raise
     return Path(name)
 
 
-def write_set(files: Mapping[Path, str | bytes | None], *, mode: int = 0o644) -> list[Path]:
+def write_set(files: Mapping[Path, str | bytes | None], *, mode: int | None = None) -> list[Path]:
     """Write every file of ``files`` (text as UTF-8; None: the file is removed) or none: the targets are checked
     (``check_targets``), then with the folders locked (``folders_locked``) each file is staged beside its target, and
     only once all are staged they replace their targets (``os.replace``); a failed rename (or a signal) puts back what

@@ -3,7 +3,7 @@ check's code; the host reads those ``Declaration`` values as they are."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from matrixtool.incontainer.vllm_smoke.catalogue import DECLARATIONS
 from matrixtool.incontainer.vllm_smoke.declarations import Accelerator, Declaration, Suite
@@ -31,8 +31,9 @@ def applicable(accelerator: Accelerator | str) -> list[str]:
     return [name for name, d in CHECKS.items() if accelerator in d.accelerators]
 
 
-def prerequisites(names: Iterable[str]) -> list[str]:
-    """``names`` with every check they need or use (transitively) added, in the catalogue's order."""
+def prerequisites(names: Iterable[str], skip: Collection[str] = ()) -> list[str]:
+    """``names`` with every check they need or use (transitively) added, in the catalogue's order; a check they only
+    use (``uses``: its verdict is referred to, it gates nothing) and ``skip`` names is left out, as asked."""
     wanted: set[str] = set()
     todo = list(names)
     while todo:
@@ -40,8 +41,20 @@ def prerequisites(names: Iterable[str]) -> list[str]:
         if name in wanted or name not in CHECKS:
             continue
         wanted.add(name)
-        todo += [*CHECKS[name].needs, *CHECKS[name].uses]
+        todo += [*CHECKS[name].needs, *(u for u in CHECKS[name].uses if u not in skip)]
     return [n for n in CHECKS if n in wanted]
+
+
+def needed_skips(names: Iterable[str], skip: Collection[str]) -> dict[str, list[str]]:
+    """The checks of ``skip`` that a check of ``names`` needs (``needs``, transitively): each with the checks that
+    need it. A skip of one cannot be honoured (the check would report ``skipped: <need> failed`` without its need's
+    verdict), so the selection is refused rather than the skip silently overridden."""
+    found: dict[str, list[str]] = {}
+    for name in names:
+        for need in prerequisites([name], skip=set(CHECKS)):  # needs only: every use left out
+            if need != name and need in skip:
+                found.setdefault(need, []).append(name)
+    return found
 
 
 def in_suite(names: Sequence[str], suite: Suite) -> list[str]:

@@ -13,7 +13,7 @@ The conditions come from real reports:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -278,11 +278,13 @@ UNTRUSTED: Mapping[Condition, Any] = {
 }
 
 
-def hardened(profile: Profile) -> Profile:
-    """``profile`` with each condition of ``UNTRUSTED`` it leaves at the engine's default set."""
+def hardened(profile: Profile, given: Collection[Condition] = ()) -> Profile:
+    """``profile`` with each condition of ``UNTRUSTED`` it leaves at the engine's default set, but those ``given``
+    on the command line: a flag that asks for the engine's default (``--allow-new-privileges``) is honoured, never
+    silently overridden."""
     values = dict(profile.values)
     for condition, value in UNTRUSTED.items():
-        if profile.value(condition) == ROW[condition].default:
+        if condition not in given and profile.value(condition) == ROW[condition].default:
             values[condition] = value
     return replace(profile, values=values)
 
@@ -308,4 +310,4 @@ class ProfileChoice:
         except KeyError as exc:
             raise ConfigError("--profile", [f"variant {variant}: {exc.args[0]}"]) from exc
         applied = [self.overrides.apply(p) for p in chosen]
-        return [hardened(p) for p in applied] if self.untrusted else applied
+        return [hardened(p, self.overrides.values) for p in applied] if self.untrusted else applied

@@ -6,8 +6,8 @@ import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from matrixtool.core.errors import NothingSelectedError
-from matrixtool.model.checks import CHECKS, DEFAULT_SUITE, in_suite, prerequisites
+from matrixtool.core.errors import ConfigError, NothingSelectedError
+from matrixtool.model.checks import CHECKS, DEFAULT_SUITE, in_suite, needed_skips, prerequisites
 from matrixtool.model.inputs import check_selection, check_suite
 from matrixtool.model.model import CheckSpec, Matrix, Variant
 
@@ -37,8 +37,11 @@ def select_checks(
 ) -> list[CheckSpec]:
     """``variant``'s checks of ``suite``, narrowed by ``--only`` (when given: those run whatever their suites) and
     ``--skip``, plus every check they need or use (``checks.prerequisites``: a check whose prerequisite failed reports
-    ``skipped: <check> failed``, so the prerequisite's own failure must be in the report). Prerequisites the variant
+    ``skipped: <check> failed``, so the prerequisite's own failure must be in the report); a skipped check that is only
+    used is left out (serve without offline-generate compares no tokens, and says so), a skipped check that is needed
+    is refused (``checks.needed_skips``), never silently run. Prerequisites the variant
     does not list come first, with their declared timeouts. Raises ConfigError: a name is not a check of the variant,
+    a skipped check is needed by a selected one,
     nothing is left to run (``inputs.check_selection``, the one place that validates a selection), or an unknown suite.
     """
     check_selection([variant], only, skip)
@@ -46,7 +49,17 @@ def select_checks(
     names = [c.name for c in variant.checks if (not only or c.name in only) and c.name not in skip]
     if not only:
         names = in_suite(names, suite)
-    wanted = prerequisites(names)
+    refused = needed_skips(names, skip)
+    if refused:
+        raise ConfigError(
+            "--skip",
+            [
+                f"--skip {need}: {', '.join(by)} need{'s' if len(by) == 1 else ''} it (a check whose need did not "
+                f"run cannot be judged); skip {' and '.join(by)} too (--skip {' --skip '.join(by)}), or run {need}"
+                for need, by in refused.items()
+            ],
+        )
+    wanted = prerequisites(names, skip)
     listed = {c.name: c for c in variant.checks}
     extra = [CheckSpec(name=n, timeout=CHECKS[n].timeout) for n in wanted if n not in listed]
     return extra + [c for c in variant.checks if c.name in wanted]

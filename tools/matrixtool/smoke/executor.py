@@ -22,6 +22,7 @@ import docker
 
 from matrixtool.core import container, outputs
 from matrixtool.core.container import OWNER_ENV_VAR
+from matrixtool.incontainer.vllm_smoke import rootcause as shared_rootcause
 from matrixtool.incontainer.vllm_smoke.children import Parallel
 from matrixtool.model import profiles
 from matrixtool.model.checks import DEFAULT_SUITE
@@ -175,13 +176,26 @@ def _in_image(
                 return []
             volumes, qemu = floor_mount(variant, run)
             params = {**base, "rerun": run.rerun, "suite": run.suite, "qemu": qemu}
+            held: set[str] = set()
+
+            def landed_here(result: CheckResult) -> None:
+                # A failure or skip that may be another's consequence is shown once judged: as the table says it.
+                if shared_rootcause.held_back(result.check, result.status.value):
+                    held.add(result.check)
+                else:
+                    landed(result)
+
             with container_runner(
                 client, image, gpu=gpu, run=run, steps=steps, workers=plan.workers, volumes=volumes
             ) as runner:
                 with lock:
                     live.append(runner)
-                done = execute(run, runner, variant.name, params, log_dir, landed, earlier=earlier)
-                return _root_causes(client, image, run, done, said)
+                done = execute(run, runner, variant.name, params, log_dir, landed_here, earlier=earlier)
+                judged = _root_causes(client, image, run, done, said)
+            for result in judged:
+                if result.check in held:
+                    landed(result)
+            return judged
 
         if plan.at_once > 1:
             for run in runs:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.resources
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from fnmatch import fnmatch
@@ -329,27 +329,43 @@ class GreenImage:
     report: Path
 
 
-def last_green(reports: Path, variant: str, *, exclude_image: str | None = None) -> GreenImage | None:
-    """The newest (by report file time) image of ``variant`` whose checks in one JSON report under ``reports``
-    all passed or were skipped (``*.json``, ``report.to_json``'s document); ``exclude_image``: not this one
-    (the failing image itself). A file that is no regular file or no such report (``report.READ_BACK_SCHEMA``)
-    is passed over. The registry is not asked."""
-    found: list[tuple[float, GreenImage]] = []
-    for path in sorted(reports.glob("*.json")) if reports.is_dir() else []:
-        try:  # a FIFO or a device named *.json is refused unread, never waited on
-            doc = jsontext.loads(read_config_text(path, limit=MAX_REPORT_BYTES, what="a JSON report"))
-        except (ConfigError, ValueError):
-            continue
-        if shape_problems(doc, READ_BACK_SCHEMA, limit=1):
-            continue
-        by_image: dict[str, list[str]] = {}
-        for c in doc.get("checks") or [] if isinstance(doc, dict) else []:
-            if isinstance(c, dict) and c.get("variant") == variant and isinstance(c.get("image"), str):
-                by_image.setdefault(c["image"], []).append(str(c.get("status")))
-        for image, statuses in by_image.items():
-            if image != exclude_image and all(s in ("passed", "skipped") for s in statuses):
-                found.append((path.stat().st_mtime, GreenImage(variant=variant, image=image, report=path)))
-    return max(found, key=lambda t: t[0])[1] if found else None
+def green_report(reports: Path, variant: str) -> Path:
+    """``<variant>.green.json``: the variant's latest all-green report on its own image (``commands._green`` writes
+    it); ``<variant>.json`` is the latest report of whatever image was tested as the variant."""
+    return reports / f"{variant}.green.json"
+
+
+def last_green(
+    reports: Path,
+    variant: str,
+    *,
+    exclude_image: str | None = None,
+    own: Callable[[str], bool] = lambda image: True,
+) -> GreenImage | None:
+    """The image every check of ``variant`` last passed on (or was skipped), as ``<variant>.green.json`` under
+    ``reports`` records it (``green_report``), and only where ``own(image)`` says it is one of the variant's own
+    images (``commands._green.own_image_problem``: its label and its ref): another variant's report, or one of an
+    image merely tested as the variant (``test --image ANY --as VARIANT``), is never its last green.
+    ``exclude_image``: not this one (the failing image itself). A file that is no regular file or no such report
+    (``report.READ_BACK_SCHEMA``) is none. The registry is not asked."""
+    path = green_report(reports, variant)
+    if not path.is_file():
+        return None
+    try:  # a FIFO or a device is refused unread, never waited on
+        doc = jsontext.loads(read_config_text(path, limit=MAX_REPORT_BYTES, what="a JSON report"))
+    except (ConfigError, ValueError):
+        return None
+    if not isinstance(doc, dict) or shape_problems(doc, READ_BACK_SCHEMA, limit=1):
+        return None
+    by_image: dict[str, list[str]] = {}
+    for c in doc.get("checks") or []:
+        if isinstance(c, dict) and isinstance(c.get("image"), str):
+            by_image.setdefault(c["image"], []).append(f"{c.get('variant')}:{c.get('status')}")
+    for image, statuses in by_image.items():
+        green = all(s in (f"{variant}:passed", f"{variant}:skipped") for s in statuses)
+        if green and image != exclude_image and own(image):
+            return GreenImage(variant=variant, image=image, report=path)
+    return None
 
 
 def failure_context(
@@ -361,11 +377,12 @@ def failure_context(
     *,
     lines: int = 15,
     env: Mapping[str, str] | None = None,
+    own: Callable[[str], bool] = lambda image: True,
 ) -> str:
     """For a failed ``check`` of ``variant`` on ``image``: a line naming the last green image and the head of
     the ``--for check`` diff against it, or one line saying why there is none (for ``run``/``test`` reports);
-    ``env`` as for ``read_facts``."""
-    green = last_green(reports, variant, exclude_image=image)
+    ``env`` as for ``read_facts``, ``own`` as for ``last_green``."""
+    green = last_green(reports, variant, exclude_image=image, own=own)
     if green is None:
         return f"no earlier green image of {variant} in {reports}"
     try:

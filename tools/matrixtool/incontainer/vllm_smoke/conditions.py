@@ -20,8 +20,10 @@ from .podlimits import (
     memory_limit_bytes,
     mount_of,
     mount_table,
+    path_problem,
     pidfd_getfd_probe,
     pod_conditions,
+    unsearchable_path_entries,
     writable,
 )
 from .results import result
@@ -167,7 +169,7 @@ Problem = Tuple[str, str, Optional[str]]
         "cache on an exec mount, no hub access without a network; reports the cgroup memory limit, and "
         "torch's threads against the CPU quota (a warning)"
     ),
-    classes=(13, 26, 27),
+    classes=(13, 26, 27, 49),
     reports=(
         "https://github.com/pytorch/pytorch/issues/140765",
         "https://github.com/pytorch/pytorch/issues/91005",
@@ -215,6 +217,10 @@ def check_run_conditions(params: Dict[str, Any]) -> Dict[str, Any]:
     if params.get("accelerator", "cpu") != "cpu":
         _pidfd_getfd(facts, warnings)
     _network(env, facts, problems, warnings)
+    blocked = unsearchable_path_entries(env.get("PATH") or "")
+    if blocked:
+        facts["unsearchable_path"] = blocked
+        problems.append(path_problem(blocked, uid, gid))
     if problems:
         return result(
             "failed",

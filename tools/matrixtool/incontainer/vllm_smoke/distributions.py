@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Set, Tuple
 
 from . import SYS_PATH_AT_START
 from .declarations import check
-from .errortext import gpu_kernel_distribution
+from .errortext import MODULE_OF, gpu_kernel_distribution, listed
 from .results import result
 
 
@@ -110,12 +110,18 @@ def check_pip_check(params: Dict[str, Any]) -> Dict[str, Any]:
             f"contents (e.g. {clash['paths'][0]}); {clash['winner']}'s copies are on disk, so {clash['loser']} "
             "is broken"
         )
-    facts = {"distributions": len(installed), "waived": waived, "clashes": clashes, "accepted_clashes": accepted}
+    facts = {
+        "distributions": len(installed),
+        "waived": waived,
+        "clashes": clashes,
+        "accepted_clashes": accepted,
+        "modules": _unmet_modules(problems, installed),
+    }
     if problems and len(kernels) == len(problems):
         return result(
             "failed",
             f"{len(kernels)} GPU-kernel package(s) required but not installed (optional kernels vLLM loads only "
-            f"on the paths that use them): " + "; ".join(kernels[:8]) + ("; …" if len(kernels) > 8 else ""),
+            f"on the paths that use them): " + listed(kernels, 8),
             "install them from the variant's index, or exclude them on purpose (matrix.yaml index.exclude) where "
             "this image does not ship those kernels; a path that needs one then fails on its import",
             problems=problems,
@@ -123,10 +129,10 @@ def check_pip_check(params: Dict[str, Any]) -> Dict[str, Any]:
             **facts,
         )
     if problems:
-        named = f" ({len(kernels)} of them GPU-kernel packages: {'; '.join(kernels[:4])})" if kernels else ""
+        named = f" ({len(kernels)} of them GPU-kernel packages: {listed(kernels, 8)})" if kernels else ""
         return result(
             "failed",
-            f"{len(problems)} dependency conflict(s): " + "; ".join(problems[:8]) + named,
+            f"{len(problems)} dependency conflict(s): " + listed(problems, 8) + named,
             "install the required versions, or exclude the package on purpose (matrix.yaml "
             "index.exclude) if the variant must not ship it",
             problems=problems,
@@ -139,6 +145,39 @@ def check_pip_check(params: Dict[str, Any]) -> Dict[str, Any]:
             f"{', '.join(c['paths'])} ({c['loser']}, {c['winner']})" for c in accepted
         )
     return result("passed", f"{len(installed)} distributions, no unmet requirement, no clashing files{note}", **facts)
+
+
+def import_names(dist: Any) -> List[str]:
+    """The top-level modules ``dist`` installs, which an import error names (``Pillow`` -> ``PIL``, ``PyYAML`` ->
+    ``yaml``, ``protobuf`` -> ``google``): its ``top_level.txt`` (setuptools), else the first part of each file its
+    RECORD lists (``X.py`` or ``X/``), leaving out metadata, scripts and data; empty when it lists none."""
+    text = dist.read_text("top_level.txt") or ""
+    names = [n.strip() for n in text.splitlines() if n.strip().isidentifier() and not n.strip().startswith("_")]
+    if names:
+        return sorted(set(names))
+    found = set()
+    for f in dist.files or []:
+        first = f.parts[0] if f.parts else ""
+        if len(f.parts) == 1 and first.endswith(".py"):
+            found.add(first[:-3])
+        elif len(f.parts) > 1 and first.isidentifier() and not first.startswith("_"):
+            found.add(first)  # a package folder ("pyzmq-27.dist-info", "pyzmq.libs", ".." are no identifiers)
+    return sorted(found)
+
+
+def _unmet_modules(problems: Sequence[str], installed: Mapping[str, Any]) -> Dict[str, List[str]]:
+    """For each distribution a problem says is required (``X requires Y...``): the modules an import of it names
+    (``import_names`` of the installed one; its name with ``_`` for ``-`` when none is installed). The host's
+    root-cause rule (``rootcause``) reads an import error of any of them as pip-check's consequence."""
+    out: Dict[str, List[str]] = {}
+    for problem in problems:
+        m = re.search(r" requires ([A-Za-z0-9_.\-]+)", problem)
+        if m is None:
+            continue
+        name = _canonical(m.group(1))
+        dist = installed.get(name)
+        out[name] = (import_names(dist) if dist is not None else []) or [MODULE_OF.get(name, name.replace("-", "_"))]
+    return out
 
 
 def _overrides(lines: Sequence[str]) -> Dict[str, Any]:

@@ -4,7 +4,7 @@ C/C++ build error names. Standard library only, Python >= 3.9."""
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Optional, Sequence
 
 from .installed import dist_version, providers_of, python_dev_package, regular_package
 
@@ -16,6 +16,14 @@ _BOILERPLATE = re.compile(
 # An exception line of any class name (``TritonMissing: Cannot find a working triton installation``): read only
 # after the traceback's last frame, where nothing else starts so.
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*: \S")
+
+
+def listed(items: Sequence[str], shown: int, sep: str = "; ") -> str:
+    """The first ``shown`` of ``items`` joined by ``sep``, then how many more (``a; b and 3 more``): a message that
+    counts a list names from that one list, and says what it leaves out (pip-check said "6 of them GPU-kernel
+    packages" and named 4)."""
+    head = sep.join(items[:shown])
+    return head + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
 def last_error_line(text: str) -> str:
@@ -63,7 +71,12 @@ _DISTRIBUTION_OF = {
     "google": "protobuf",
     "flashinfer": "flashinfer-python",
     "deep_gemm": "deep-gemm",
+    "zmq": "pyzmq",
+    "cpuinfo": "py-cpuinfo",
+    "pythonjsonlogger": "python-json-logger",
 }
+# The other way: the module an import of a distribution that is not installed names.
+MODULE_OF = {dist: module for module, dist in _DISTRIBUTION_OF.items()}
 
 
 # Optional GPU-kernel packages vLLM imports only on a path that uses them: {import name: (distribution, the vLLM

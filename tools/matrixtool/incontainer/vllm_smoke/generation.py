@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -216,6 +217,9 @@ def _vllm_imports() -> bool:
     return True
 
 
+_IMPORT_ERROR = re.compile(r"\b(ImportError|ModuleNotFoundError)\b")
+
+
 @check(
     "vllm-cli",
     proves=(
@@ -261,9 +265,14 @@ def check_vllm_cli(params: Dict[str, Any]) -> Dict[str, Any]:
                 "register a metadata-only 'vllm' distribution (matrix.yaml dist_alias), or install vLLM "
                 "under its own name"
             )
-        return result(
-            "failed", f"`vllm --version` exits {proc.returncode}: {error}", hint or import_hint(error), **facts
-        )
+        hint = hint or import_hint(error)
+        if hint is None and _IMPORT_ERROR.search(error):
+            # The console script was found and ran: the check's PATH hint would send the user the wrong way.
+            hint = (
+                "the `vllm` command is on PATH and runs, but an import of its fails: install or fix the package the "
+                "error names at the version vLLM requires (pip-check lists unmet requirements), then `vllm --version`"
+            )
+        return result("failed", f"`vllm --version` exits {proc.returncode}: {error}", hint, **facts)
     if expected and not version.startswith(expected):
         return result(
             "failed",

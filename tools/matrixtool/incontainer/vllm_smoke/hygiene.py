@@ -8,6 +8,7 @@ import re
 from typing import Any, Dict, List, Set
 
 from .declarations import check
+from .errortext import listed
 from .results import result
 
 # --- cuda-weight: CUDA dead weight in a CPU variant (failure class 14) -------------------------
@@ -69,7 +70,7 @@ def cw_cuda_torch(dists: Any) -> str:
         if m and CW_DIST.match(cw_canonical(m.group(1))):
             names.append(cw_canonical(m.group(1)))
     if names:
-        shown = ", ".join(sorted(set(names))[:4]) + (", ..." if len(set(names)) > 4 else "")
+        shown = listed(sorted(set(names)), 4, ", ")
         return f"it requires {shown}"
     return ""
 
@@ -175,8 +176,9 @@ def check_cuda_weight(params: Dict[str, Any]) -> Dict[str, Any]:
         for n, v, s in flagged
     ]
     items += [f"{p} {cw_mb(s)}" for p, s in stray]
-    listed = ", ".join(items[:12]) + (f", and {len(items) - 12} more" if len(items) > 12 else "")
-    what = f"{len(flagged)} CUDA package(s) and {len(stray)} libcuda* file(s), {cw_mb(total)} in all: {listed}"
+    what = f"{len(flagged)} CUDA package(s) and {len(stray)} libcuda* file(s), {cw_mb(total)} in all: " + listed(
+        items, 12, ", "
+    )
     reason = params.get("cuda_weight_reason")
     if reason:
         return result("passed", f"carries CUDA weight on purpose ({reason}): {what}", **facts)

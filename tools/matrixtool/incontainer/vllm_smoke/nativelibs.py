@@ -10,6 +10,7 @@ import subprocess
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .declarations import check
+from .errortext import listed
 from .gpuprobe import gpu_visible
 from .results import result
 
@@ -61,8 +62,7 @@ def missing_libraries(broken: Any, shown: int = 3) -> str:
             by_lib.setdefault(lib, []).append(obj)
     parts = []
     for lib, objs in sorted(by_lib.items()):
-        more = f" and {len(objs) - shown} more" if len(objs) > shown else ""
-        parts.append(f"{lib} (needed by {', '.join(sorted(objs)[:shown])}{more})")
+        parts.append(f"{lib} (needed by {listed(sorted(objs), shown, ', ')})")
     return f"{len(broken)} shared object(s) miss a library that is not found: {'; '.join(parts)}"
 
 
@@ -94,7 +94,7 @@ def describe_too_new_dependency(origin: Any, needs: Any, loaded_by: Any, glibc: 
     newer than the image's ``glibc`` and that the shared objects ``loaded_by`` load (so each of them fails to
     load by it): the library is named once, with where it comes from, and the fix fits that origin."""
     path, versions = origin["path"], ", ".join(needs)
-    shown = ", ".join(loaded_by[:4]) + (f" and {len(loaded_by) - 4} more" if len(loaded_by) > 4 else "")
+    shown = listed(loaded_by, 4, ", ")
     instead = origin.get("system_copies") or []
     system = f" (the system's {instead[0]} would load without it)" if instead else ""
     base = f"or use a base image whose glibc provides {versions}"

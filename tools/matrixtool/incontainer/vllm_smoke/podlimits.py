@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import subprocess
 import sys
 import tempfile
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 
 # --- cgroup limits (classes 12 and 13) ---------------------------------------------------------------
@@ -170,6 +171,51 @@ def writable(path: str) -> Optional[str]:
     except OSError as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+def unsearchable_path_entries(path_value: str) -> List[Dict[str, Any]]:
+    """The entries of ``path_value`` (a ``PATH``) this process cannot search: the entry itself or a folder above it
+    lacks the search (x) permission for this UID and its groups, so every program behind it is invisible to
+    ``shutil.which`` and an ``exec`` through PATH fails with ``PermissionError`` (``[Errno 13] Permission denied:
+    'gcc'``) where nothing later on PATH has it. Each as {entry, blocker, uid, gid, mode: '700'}; an entry that does
+    not exist, or a relative one, is left out."""
+    found = []
+    for entry in dict.fromkeys(path_value.split(os.pathsep)):
+        if not entry.startswith("/"):
+            continue
+        probe = "/"
+        for part in [p for p in entry.split("/") if p]:
+            probe = os.path.join(probe, part)
+            try:
+                st = os.stat(probe)
+            except OSError:
+                break  # absent (the folder above was searchable: its entries could be looked up)
+            if stat.S_ISDIR(st.st_mode) and not os.access(probe, os.X_OK):
+                mode = format(st.st_mode & 0o7777, "o")
+                found.append({"entry": entry, "blocker": probe, "uid": st.st_uid, "gid": st.st_gid, "mode": mode})
+                break
+    return found
+
+
+def path_problem(blocked: List[Dict[str, Any]], uid: int, gid: int) -> Tuple[str, str, Optional[str]]:
+    """run-conditions' (condition, diagnosis, fix) for the PATH entries ``blocked`` (``unsearchable_path_entries``)
+    of UID ``uid`` GID ``gid``: a folder the image made for root only (``mkdir -m 700``, a tool unpacked with its
+    archive's modes) hides its programs, and a compiler there fails with ``PermissionError`` only when something
+    compiles (inductor, Triton)."""
+    shown = "; ".join(
+        b["entry"]
+        + (f" (its folder {b['blocker']} " if b["blocker"] != b["entry"] else " (")
+        + f"owned by {b['uid']}:{b['gid']}, mode {b['mode']})"
+        for b in blocked
+    )
+    return (
+        "PATH not searchable",
+        f"UID {uid} GID {gid} cannot search the PATH entr{'y' if len(blocked) == 1 else 'ies'} {shown}: the programs "
+        "there are not found, and running one through PATH fails with PermissionError",
+        "make the folders searchable by every user in the image (RUN chmod a+rx "
+        + " ".join(dict.fromkeys(b["blocker"] for b in blocked))
+        + "), or take the entry off PATH",
+    )
 
 
 def blocker(path: str) -> Dict[str, Any]:

@@ -197,6 +197,7 @@ def write(path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, streams.new_file_mode())  # mkstemp's 0600 would make the report unreadable to the others
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

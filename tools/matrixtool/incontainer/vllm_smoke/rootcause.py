@@ -33,6 +33,9 @@ LATER_CAUSES = ("torch-import", "inductor-compile", "pip-check", "offline-genera
 # where their failure is only about what the cause blamed (``_only_about``).
 OWN_CLASS = frozenset({"no-fake-triton", "triton-drivers", "triton-kernel", "pip-check", "cuda-weight", "gpu-driver"})
 _PERMISSION = re.compile(r"Permission denied|PermissionError|Errno 13")
+# An exec through PATH refused for a folder on it (subprocess names the bare program): "[Errno 13] Permission
+# denied: 'gcc'".
+_PATH_EXEC_DENIED = re.compile(r"(?:PermissionError: )?\[Errno 13\] Permission denied: '[^'/]+'")
 _TRITON = re.compile(r"\btriton\b", re.IGNORECASE)
 _NO_TORCH = re.compile(r"No module named 'torch[.']")
 # triton-import's failure where no triton imports at all, on a variant that needs one (a GPU's).
@@ -89,7 +92,12 @@ def _follows_from(cause: Result, result: Result) -> bool:
     check = cause["check"]
     if check == "run-conditions":
         paths = _unwritable_paths(cause)
-        return bool(paths) and bool(_PERMISSION.search(text)) and any(p in text for p in paths)
+        if paths and _PERMISSION.search(text) and any(p in text for p in paths):
+            return True
+        # A program run through a PATH entry this UID cannot search: "Permission denied: 'gcc'" (a bare name) or
+        # a path under that entry.
+        entries = [str(b.get("entry")) for b in _facts(cause).get("unsearchable_path") or [] if isinstance(b, Mapping)]
+        return bool(entries) and bool(_PATH_EXEC_DENIED.search(text) or any(f"{e}/" in text for e in entries))
     if check == "torch-import":
         return bool(_NO_TORCH.search(str(cause.get("diagnosis")) + _text(cause))) and bool(_NO_TORCH.search(text))
     if check == "triton-import":
@@ -119,7 +127,12 @@ def _follows_from(cause: Result, result: Result) -> bool:
         lacks = _facts(cause).get("compile_cause") or compile_cause(cause.get("diagnosis"))
         return bool(lacks) and compile_cause(text) == lacks
     if check == "pip-check":
-        return any(_import_fails_on(dist, text) for dist in _unmet(cause))
+        modules = _facts(cause).get("modules") or {}
+        return any(
+            _import_fails_on(module, text)
+            for dist in _unmet(cause)
+            for module in modules.get(dist.lower()) or modules.get(re.sub(r"[-_.]+", "-", dist).lower()) or [dist]
+        )
     if check == "offline-generate":
         # The server runs the same engine: the same exception in its log is the same cause.
         error = _exception(str(cause.get("diagnosis") or ""))
@@ -144,11 +157,12 @@ def _unmet(cause: Result) -> List[str]:
 
 
 def _import_fails_on(dist: str, text: str) -> bool:
-    """True when ``text`` holds an import error of ``dist``'s top-level module (``-`` read as ``_``): ``No module
-    named 'openai'``, ``cannot import name 'X' from 'openai.types'``."""
+    """True when ``text`` holds an import error of the top-level module ``dist`` (a distribution's name, ``-`` read
+    as ``_``, or one of the modules pip-check found it installs, facts ``modules``: ``PIL`` for Pillow): ``No module
+    named 'openai'``, ``cannot import name 'X' from 'openai.types'``, ``cannot import name 'Image' from 'PIL'``."""
     module = re.escape(dist.lower().replace("-", "_"))
     return bool(
-        re.search(rf"No module named '{module}[.']|cannot import name '[^']+' from '{module}[.']", text, re.IGNORECASE)
+        re.search(rf"No module named '{module}[.']|cannot import name '[^']+' from '{module}[.' ]", text, re.IGNORECASE)
     )
 
 
@@ -170,6 +184,14 @@ def _only_about(cause: Result, result: Result) -> bool:
     blamed = [str(p) for p in _facts(cause).get("providers") or [] if p]
     problems = [str(p) for p in _facts(result).get("problems") or []]
     return bool(blamed and problems) and all(any(p.startswith(f"{b} ") for b in blamed) for p in problems)
+
+
+def held_back(check: str, status: str) -> bool:
+    """Whether a result's progress line waits until its run's results are all in and ``consequences`` has judged
+    them: a failure or a skip that may yet turn out to follow from another check's failure (or point at another
+    root), so that the line says what the final table says. A cause check's own failure (``CAUSES``) and every
+    other outcome are shown as they land."""
+    return status in ("failed", "skipped") and check not in CAUSES
 
 
 def consequences(results: Sequence[Result]) -> List[Dict[str, Any]]:

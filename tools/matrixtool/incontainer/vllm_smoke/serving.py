@@ -129,6 +129,36 @@ def stop_problems(stop: Mapping[str, Any]) -> List[str]:
     return out
 
 
+API_KEY_ENV = "VLLM_API_KEY"
+
+
+def unauthorized(probes: Mapping[str, Any], env: Mapping[str, str], argv: Any) -> Any:
+    """(problem, fix) where a route answered 401 because the server demands an API key (vLLM answers every
+    ``/v1`` route 401 without ``Authorization: Bearer <key>`` once ``VLLM_API_KEY`` or ``--api-key`` is given,
+    ``vllm/entrypoints/openai/api_server.py``): the routes, where the key came from (``env``: the server's
+    environment, the image's ``ENV`` and the profile's; ``argv``: its command line) and the fix. None: no 401."""
+    routes = [k for k, a in probes.items() if isinstance(a, Mapping) and a.get("status") == 401]
+    if not routes:
+        return None
+    words = [str(a) for a in argv or []]
+    sources = []
+    if env.get(API_KEY_ENV):
+        sources.append(f"{API_KEY_ENV} is set in the server's environment (the image's ENV, or the deployment's)")
+    if any(w == "--api-key" or w.startswith("--api-key=") for w in words):
+        sources.append("--api-key is in the server's command line")
+    where = "; ".join(sources) or f"neither {API_KEY_ENV} nor --api-key is visible to this check: a wrapper sets it"
+    problem = (
+        f"{', '.join(routes)} answered 401 Unauthorized: the server demands an API key ({where}), and a client "
+        "without it (this check's, a probe's) is refused"
+    )
+    fix = (
+        f"do not bake the key into the image (`docker inspect` shows an ENV to anyone who pulls it): remove "
+        f"`ENV {API_KEY_ENV}` / `--api-key` from the image and give it at deploy time (a Kubernetes Secret as "
+        f"{API_KEY_ENV}, `docker run -e {API_KEY_ENV}`); clients send `Authorization: Bearer <key>`"
+    )
+    return problem, fix
+
+
 def judge(seen: Mapping[str, Any], spec: Mapping[str, Any], expected_tokens: Any) -> Any:
     """(status, diagnosis, hint, facts) of one server run, asserting what ``matrixtool.smoke.serve.check.judge``
     asserts of a container: ready, the routes' answers (``answer_problems``; ``expected_tokens``: offline-generate's
@@ -162,10 +192,14 @@ def judge(seen: Mapping[str, Any], spec: Mapping[str, Any], expected_tokens: Any
         return "failed", "the server was ready but no request was sent", "", facts
     pinned = str(spec.get("vllm_version") or "").split("+")[0]
     problems = answer_problems(probes, spec["model"], expected_tokens, pinned, facts)
+    hints: List[str] = []
+    key = unauthorized(probes, seen.get("env") or {}, seen.get("argv"))
+    if key is not None:  # after the failed route's own words, which come first
+        problems.insert(1, key[0])
+        hints.append(key[1])
     stop = dict(seen.get("stop") or {})
     facts["stop"] = stop
     problems += stop_problems(stop)
-    hints: List[str] = []
     warm = warm_problems(seen, facts, problems, hints)
     fraction = spec.get("gpu_memory_utilization")
     if fraction is not None:  # a GPU host: the share asked for, and what the warm start saved

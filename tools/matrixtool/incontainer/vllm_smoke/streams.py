@@ -19,6 +19,28 @@ _STREAM_ROOTS = ("/dev/", "/proc/")
 _MAX_LINKS = 40  # the kernel's own limit on links followed in one path
 
 
+def umask() -> int:
+    """This process's umask, read without changing it: ``/proc/self/status``'s ``Umask:`` line (Linux >= 4.7), else
+    set and put back at once (``os.umask`` has no read-only form)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def new_file_mode(executable: bool = False) -> int:
+    """The mode ``open()`` gives a new file, for a file written through a temporary one (``mkstemp`` makes it 0600):
+    0666 (0777 for a program) less the umask, so a report is 0644 under the usual umask 022, as a shell's ``>``
+    would make it."""
+    return (0o777 if executable else 0o666) & ~umask()
+
+
 def is_stream(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a stream, written in place and never replaced: a FIFO, a device or a socket, or a name
     that leads into ``/dev`` or ``/proc`` (itself, or a link on the way: ``/dev/stdout`` is a link to

@@ -134,7 +134,8 @@ class Suite:
     def _land(self, result: Result) -> None:
         with self.lock:
             self.outcomes[result["check"]] = result
-            self.on_result(result)
+            if not rootcause.held_back(result["check"], result["status"]):
+                self.on_result(result)
 
     def group(self, names: Sequence[str]) -> None:
         """Run the group ``names`` and land each of its results (logs written, a timeout named as the group's)."""
@@ -202,7 +203,7 @@ class Suite:
         deadline = started + limit - compilecache.WARM_MARGIN_S
         try:
             seen = server.observe(spec, log, self.env, deadline=deadline)
-            judged = serving.judge(seen, spec, serving.reference_tokens(self.outcomes))
+            judged = serving.judge(dict(seen, env=self.env), spec, serving.reference_tokens(self.outcomes))
         except Exception:  # the step fails with it, as a crashed check does; the report is still written
             text = traceback.format_exc()
             with open(log, "a", encoding="utf-8") as f:
@@ -220,7 +221,11 @@ class Suite:
             self.serve()
         # Failures that follow from another group's, as the host reports them for a container (one definition).
         # In the host's order: a hidden skip made a failure first, then consequences.
-        return rootcause.consequences([self._unhidden(self.outcomes[n], names) for n in names if n in self.outcomes])
+        judged = rootcause.consequences([self._unhidden(self.outcomes[n], names) for n in names if n in self.outcomes])
+        for result in judged:  # the lines held back, as the final table has them
+            if rootcause.held_back(result["check"], self.outcomes[result["check"]]["status"]):
+                self.on_result(result)
+        return judged
 
     @staticmethod
     def _unhidden(result: Result, names: Sequence[str]) -> Result:

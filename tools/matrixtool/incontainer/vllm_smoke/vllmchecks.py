@@ -251,7 +251,7 @@ def check_model_runner(params: Dict[str, Any]) -> Dict[str, Any]:
         "containers a volume at the image's cache root; on a host or in a pod a fresh folder under its cache root), "
         "its time to ready, and its reuse shown by vLLM's load line or by no compiled kernel added to the cache"
     ),
-    classes=(15, 16, 17, 18, 19, 20, 22, 31),
+    classes=(15, 16, 17, 18, 19, 20, 22, 31, 50),
     reports=(f"{VLLM_REPO}/issues/14888",),
     hint="read the server's log (log file <variant>.serve.log)",
     timeout=1500,

@@ -108,7 +108,11 @@ def judge(
     problems = serving.answer_problems(probes, serve_line.MODEL_PATH, expected_tokens, vllm_version, facts)
     hints: list[str] = []
     route = _route_diagnosis(probes, seen.log)
-    if route is not None:  # after the failed route's own words, which come first
+    key = serving.unauthorized(probes, env or {}, facts["argv"])
+    if key is not None:  # after the failed route's own words, which come first
+        problems.insert(1, key[0])
+        hints.append(key[1])
+    elif route is not None:
         problems.insert(1, route.diagnosis)
         hints.append(route.fix)
     _run_problems(seen, facts, problems, hints)
