@@ -135,6 +135,8 @@ def judge(seen: Mapping[str, Any], spec: Mapping[str, Any], expected_tokens: Any
     eager tokens, None: not compared, said so); then the process-level stop contract (``stop_problems``) and the
     warm start (``warm_problems``). A cache folder that could not be made (``cache_error``) fails it as class 31."""
     facts = {"ready_s": seen.get("ready_s"), "phases": dict(seen.get("phases") or {}), "argv": seen.get("argv")}
+    start = process_start(seen.get("argv") or [])
+    facts["start"] = start
     log = seen.get("log") or ""
     if seen.get("cache_error"):
         name, cause, diagnosis, fix = seen["cache_error"]
@@ -179,7 +181,22 @@ def judge(seen: Mapping[str, Any], spec: Mapping[str, Any], expected_tokens: Any
         f"stream, chat, metrics ({facts['metrics_requests']}), version {facts['version']}; stop: exit "
         f"{stop.get('exit_code')} in {stop.get('seconds')} s, stream {stop.get('stream')}, no process left"
     )
-    return "passed", summary + warm, "", facts
+    return (
+        "passed",
+        summary + warm + f"; started in the {start['form']} form ({start['how']})",
+        "",
+        facts,
+    )
+
+
+def process_start(argv: List[Any]) -> Dict[str, str]:
+    """How the bundle's server (a child process, ``server.server_argv``) was started: the ``vllm`` form (vLLM's
+    console script) or ``cli-module`` (``python -m vllm.entrypoints.cli.main``, no console script found); no image
+    config is involved (the host's serve check reads it: ``matrixtool.smoke.serve.start``)."""
+    words = [str(a) for a in argv]
+    program = words[: words.index("serve")] if "serve" in words else words[:1]
+    form = "cli-module" if "-m" in program else "vllm"
+    return {"form": form, "how": f"`{' '.join(program)} serve MODEL ...` as a child process"}
 
 
 def answer_problems(
