@@ -38,8 +38,8 @@ class ServeStep:
     and shared by the later ones (the image and the model are the same under every profile, so a later profile's
     server starts without waiting for it), removed on the way out (``with``); what each run's check container mounts
     for it (``needs``); and the server of each profile run (``ServeRun``), or a skip where no server can run here (a
-    GPU variant, no GPU visible). ``zipapp``: the check package's path in the check container; ``gpu``: every GPU
-    passed through."""
+    GPU variant, no GPU visible); the form the image is started in (``start_of``, read once per image).
+    ``zipapp``: the check package's path in the check container; ``gpu``: every GPU passed through."""
 
     def __init__(self, client: docker.DockerClient, variant: Variant, *, gpu: bool, zipapp: str) -> None:
         self.client, self.variant, self.gpu, self.zipapp = client, variant, gpu, zipapp
