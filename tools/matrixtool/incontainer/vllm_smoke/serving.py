@@ -176,17 +176,12 @@ def judge(seen: Mapping[str, Any], spec: Mapping[str, Any], expected_tokens: Any
     if problems:
         return "failed", "; ".join(problems), "; ".join(hints) or "read the server's log", facts
     summary = (
-        f"ready in {seen['ready_s']:.0f} s; models, greedy completion"
+        f"started in the {start['form']} form, ready in {seen['ready_s']:.0f} s; models, greedy completion"
         f"{' == offline-generate' if expected_tokens is not None else ' (no offline-generate tokens to compare)'}, "
         f"stream, chat, metrics ({facts['metrics_requests']}), version {facts['version']}; stop: exit "
         f"{stop.get('exit_code')} in {stop.get('seconds')} s, stream {stop.get('stream')}, no process left"
     )
-    return (
-        "passed",
-        summary + warm + f"; started in the {start['form']} form ({start['how']})",
-        "",
-        facts,
-    )
+    return "passed", summary + warm, "", facts
 
 
 def process_start(argv: List[Any]) -> Dict[str, str]:

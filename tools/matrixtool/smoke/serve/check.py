@@ -131,14 +131,13 @@ def judge(
         facts["ready_budget_s"] = ready_budget_s
         problems.append(f"ready after {seen.ready_s:.0f} s, over its ready_budget of {ready_budget_s:.0f} s")
     summary = (
-        f"ready in {seen.ready_s:.0f} s; models, greedy completion"
+        f"started in the {form.form} form, ready in {seen.ready_s:.0f} s; models, greedy completion"
         f"{' == offline-generate' if expected_tokens is not None else ' (no offline-generate tokens to compare)'}, "
         f"stream, chat, metrics ({facts['metrics_requests']}), version {facts['version']}; stop: exit "
         f"{stop.get('exit_code')} in "
         f"{stop.get('seconds')} s, stream {stop.get('stream')}"
         + ("; the image's HEALTHCHECK passes" if seen.health else "")
         + warm
-        + f"; started in the {form.form} form ({form.how})"
     )
     stopped = _stop_diagnosis(stop)
     if stopped is not None:
