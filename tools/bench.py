@@ -7,9 +7,12 @@ in the image, eager then compiled, each its own ``docker run``: what a user writ
 and the naive server (the same tiny model written by one ``docker run``, then ``docker run IMAGE serve /model``
 with vLLM's defaults, ``/health`` polled until 200, one completion: what a user writes to prove an image serves);
 then the full smoke suite and the quick one (``tools/matrix test --image ... --suite full|quick``). Prints the
-table and writes ``build/bench/<variant>.suites.json`` with each wall time in seconds, per-check times and the
-ratios suite / naive server alone, suite / naive pair and suite / naive trio (the targets: full suite <= 1.0x the
-naive server, quick suite <= 0.3x the trio).
+table, what ran beside what (the naive parts alone, one after the other; in each suite, the tool's own line
+``[VARIANT] profiles: ...``: which profile runs went side by side, and how many check groups at a time beside the
+serve step) and writes ``build/bench/<variant>.suites.json`` with each wall time in seconds, per-check times, the
+``beside`` lines and the ratios suite / naive server alone, suite / naive server's cold + warm starts, suite /
+naive pair and suite / naive trio (the targets, issue 39: full suite <= 1.0x the naive server's cold + warm
+starts, quick suite <= 0.25x the trio).
 
 ``python tools/bench.py build [VARIANT] [--warm]`` (``make bench-build``): cold build time, image size and
 smoke wall time of ``tools/matrix run``. Cold means: no image of the variant, no base image and no BuildKit
@@ -159,9 +162,19 @@ def _timed(argv: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
     return round(time.monotonic() - started, 1), proc
 
 
-def suite(image: str, variant: str, name: str, out: Path) -> tuple[float, dict[str, Any] | None, str]:
+PROFILES_LINE = "] profiles: "  # the tool's stderr line saying which runs went beside which (smoke.room)
+
+
+def beside(stderr: str) -> str:
+    """What ran beside what in one ``tools/matrix`` run: its ``[VARIANT] profiles: ...`` lines (``smoke.room``),
+    joined; empty when it printed none."""
+    return " | ".join(line.split(PROFILES_LINE, 1)[1] for line in stderr.splitlines() if PROFILES_LINE in line)
+
+
+def suite(image: str, variant: str, name: str, out: Path) -> tuple[float, dict[str, Any] | None, str, str]:
     """Wall seconds of ``tools/matrix test --image IMAGE --as VARIANT --suite NAME`` (container start, copying
-    the checks in, every check, removal), its JSON report (None when it wrote none) and its table."""
+    the checks in, every check, removal), its JSON report (None when it wrote none), its table and what ran beside
+    what (``beside``)."""
     report = out / f"{variant}.{name}.report.json"
     report.unlink(missing_ok=True)
     seconds, proc = _timed(
@@ -183,8 +196,8 @@ def suite(image: str, variant: str, name: str, out: Path) -> tuple[float, dict[s
     try:
         doc = json.loads(report.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
-        return seconds, None, proc.stdout + proc.stderr
-    return seconds, doc, proc.stdout
+        return seconds, None, proc.stdout + proc.stderr, beside(proc.stderr)
+    return seconds, doc, proc.stdout, beside(proc.stderr)
 
 
 def image_ref(variant: str, wheelhouse: str | None, out: Path) -> str | None:
@@ -225,21 +238,36 @@ def suites_table(result: dict[str, Any]) -> str:
         f"{'':31} {'seconds':>8}  {'x naive server':>14}  {'x cold+warm':>11}  {'x naive pair':>12}  "
         f"{'x naive trio':>12}"
     )
+    targets = (
+        f"targets (issue 39): full suite <= 1.00 x cold+warm (now {result['full']['vs_naive_cold_warm']:.2f}), "
+        f"quick suite <= 0.25 x naive trio (now {result['quick']['vs_naive_trio']:.2f})"
+    )
+    side = [
+        "what ran beside what:",
+        "  naive parts: each alone, one after the other (one docker run at a time, the warm start after the cold)",
+        *(f"  {name} suite: {result[name].get('beside') or '?'}" for name in ("full", "quick")),
+        "  full suite's serve: its warm start beside its cold server's probes and stop (the quick suite has none)",
+    ]
     return "\n".join(
         [header]
         + [
             f"{label:31} {sec:8.1f}  {srv:>14}  {both:>11}  {pair:>12}  {trio:>12}"
             for label, sec, srv, both, pair, trio in rows
         ]
+        + [targets, *side]
     )
 
 
-def _suite_figures(seconds: float, doc: dict[str, Any] | None, naive_s: dict[str, float]) -> dict[str, Any]:
-    """One suite's figures: its wall ``seconds``, whether its report ``doc`` is ok, its ratio to each naive figure
-    of ``naive_s`` (``vs_naive_<name>``), its smoke wall time and per-check times."""
+def _suite_figures(
+    seconds: float, doc: dict[str, Any] | None, naive_s: dict[str, float], side: str = ""
+) -> dict[str, Any]:
+    """One suite's figures: its wall ``seconds``, whether its report ``doc`` is ok, what ran beside what (``side``:
+    the tool's profiles line), its ratio to each naive figure of ``naive_s`` (``vs_naive_<name>``), its smoke wall
+    time and per-check times."""
     return {
         "seconds": seconds,
         "ok": bool(doc and doc["ok"]),
+        "beside": side,
         **{f"vs_naive_{name}": round(seconds / naive, 2) for name, naive in naive_s.items()},
         "smoke_wall_seconds": (doc or {}).get("smoke_wall_seconds"),
         "checks": {c["check"]: {"status": c["status"], "seconds": c["seconds"]} for c in (doc or {}).get("checks", [])},
@@ -267,11 +295,12 @@ def suites_bench(variant: str, wheelhouse: str | None) -> int:
     finally:
         _run(["docker", "volume", "rm", "-f", cache])
         shutil.rmtree(out / "naive-model", ignore_errors=True)
-    full_s, full, full_table = suite(image, variant, "full", out)
-    quick_s, quick, quick_table = suite(image, variant, "quick", out)
+    full_s, full, full_table, full_beside = suite(image, variant, "full", out)
+    quick_s, quick, quick_table, quick_beside = suite(image, variant, "quick", out)
     pair = round(eager_s + compiled_s, 1)
     trio = round(pair + server_s, 1)
     servers = round(server_s + warm_s, 1)
+    naive_figures = {"server": server_s, "cold_warm": servers, "pair": pair, "trio": trio}
     result: dict[str, Any] = {
         "variant": variant,
         "image": image,
@@ -288,8 +317,8 @@ def suites_bench(variant: str, wheelhouse: str | None) -> int:
             "cold_warm_servers_seconds": servers,
         },
         "naive_tokens_equal": eager_tokens is not None and eager_tokens == compiled_tokens,
-        "full": _suite_figures(full_s, full, {"server": server_s, "cold_warm": servers, "pair": pair, "trio": trio}),
-        "quick": _suite_figures(quick_s, quick, {"server": server_s, "cold_warm": servers, "pair": pair, "trio": trio}),
+        "full": _suite_figures(full_s, full, naive_figures, full_beside),
+        "quick": _suite_figures(quick_s, quick, naive_figures, quick_beside),
     }
     (out / f"{variant}.suites.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     text = suites_table(result)

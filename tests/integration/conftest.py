@@ -2,6 +2,25 @@
 
 The CPU image is built once per session through the CLI (``tools/matrix build cpu``); an image this
 session built is removed at the end (BuildKit's cache stays, so the next session rebuilds quickly).
+
+The suite's budget (docs/figures.md, "The test suite's budget"): ``bash .ci/run`` on a clean clone at most 40
+minutes where the images exist, at most 60 where nothing does. What costs is a vLLM start (an ``import vllm``,
+a server, an engine) and a build; so, for a new test:
+
+- One suite run per image and profile, read by many assertions. A test that needs what the CPU image's full suite
+  shows (a check's verdict or facts, the server's phases, a cold or warm start, the stop, the logs, the JUnit file)
+  reads the session's ``cpu_run`` (`tools/matrix run cpu`: every check under `default` and `restricted`) and asserts
+  on its ``doc``, ``proc.stderr`` or files; it does not start ``run``/``test`` or a server of its own. A new step of
+  the serve check (a restart, a kill) shows up in ``cpu_run`` without a test of its own running it again.
+- A run of its own only where the input differs (a bad or derived image, a condition flag, a fault injected),
+  with ``--only`` the checks that prove the point, never the whole suite, and ``--profile default`` unless the
+  point is another profile. A server of its own only where the image or the server's conditions differ; tests of
+  one module that can read one server share it (a ``scope="module"`` fixture, as test_serve_classes' ``served``).
+- Another image (cuda, arm64 under QEMU) is built once per session by a session fixture here
+  (``emulated_arm64``) or in its module, and its one run is read by every test of it.
+- Say in the test's docstring which shared run it reads; a test that adds more than about 30 s to ``make test``
+  on a quiet machine names its cost in docs/figures.md (the owners' table), or is marked out of ``make test``
+  (``act``, ``emulated``) with a target of its own.
 """
 
 from __future__ import annotations

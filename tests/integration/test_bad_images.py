@@ -291,6 +291,45 @@ CASES = {
         hint="ld.so.conf.d",
         as_variant="cuda",
     ),
+    "libcuda-that-is-no-driver-first": BadImage(
+        # A library named libcuda.so.1 that is not NVIDIA's driver first on LD_LIBRARY_PATH (on the H200, torch then
+        # said "Found no NVIDIA driver" and gpu-driver passed): a stand-in library of another SONAME.
+        failure_class=46,
+        lines=[
+            ROOT,
+            "RUN mkdir -p /opt/fakecuda && cp /usr/lib/x86_64-linux-gnu/libnuma.so.1 /opt/fakecuda/libcuda.so.1",
+            USER,
+            "ENV LD_LIBRARY_PATH=/opt/fakecuda:/usr/local/nvidia/lib:/usr/local/nvidia/lib64",
+        ],
+        check="gpu-driver",
+        diagnosis=[
+            "/opt/fakecuda/libcuda.so.1 (LD_LIBRARY_PATH), is not NVIDIA's driver",
+            "its SONAME is 'libnuma.so.1'",
+            "missing: cuInit",
+        ],
+        hint="take /opt/fakecuda out of LD_LIBRARY_PATH",
+        as_variant="cuda",
+    ),
+    "ldconfig-not-executable": BadImage(
+        # /sbin/ldconfig present but not executable by the runtime user: Triton's `ldconfig -p` raises PermissionError
+        # (it was named "missing" with a FileNotFoundError).
+        failure_class=47,
+        lines=[ROOT, "RUN chmod 0644 /sbin/ldconfig", USER],
+        check="gpu-driver",
+        diagnosis=["/sbin/ldconfig is present but not executable by this user (uid 1000)", "PermissionError"],
+        hint="chmod 755 /sbin/ldconfig",
+        as_variant="cuda",
+    ),
+    "ld-library-path-drops-the-driver-folders": BadImage(
+        # A derived image sets LD_LIBRARY_PATH anew: the folders GKE's device plugin mounts the driver into
+        # (/usr/local/nvidia/lib64, named by the nvidia/cuda images' LD_LIBRARY_PATH) are off the loader's path.
+        failure_class=48,
+        lines=["ENV LD_LIBRARY_PATH=/opt/vendor/lib"],
+        check="gpu-driver",
+        diagnosis=["LD_LIBRARY_PATH is set without /usr/local/nvidia/lib64 or /usr/local/nvidia/lib", "GKE"],
+        hint="append to LD_LIBRARY_PATH rather than set it",
+        as_variant="cuda",
+    ),
     "gpu-library-cache-under-home": BadImage(
         # FlashInfer's JIT workspace goes under $HOME unless FLASHINFER_WORKSPACE_BASE is set (ai-dynamo/dynamo
         # #12770); with HOME=/ (Docker's for a UID without a passwd entry, llm-d#1430) nobody may write there. A
@@ -392,6 +431,8 @@ def test_bad_image_is_flagged(case: str, derived_image: Any, wheel_cache: Any, f
     bad = CASES[case]
     image = derived_image(bad.lines, [wheel_cache(w) for w in bad.wheels], [file_cache(*f) for f in bad.files])
     args = ["test", "--image", image, "--as", bad.as_variant]
+    if bad.check == "serve":  # a class of the cold server: the quick suite's eager one shows it, without a warm start
+        args += ["--suite", "quick"]
     for name in [bad.check, *bad.also, *bad.skipped, *bad.passed]:
         args += ["--only", name]
     proc = matrix_cli(*args, "--json", out=out_dir)

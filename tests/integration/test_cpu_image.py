@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -89,3 +90,24 @@ def test_second_build_is_skipped_by_content_hash(cpu_image: str, out_dir: Path) 
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "exists (content hash unchanged)" in proc.stderr
     assert "docker buildx build" not in proc.stderr
+
+
+def test_the_profiles_ran_as_the_room_allowed_and_report_in_plan_order(cpu_run: CpuRun) -> None:
+    """From the session's ``cpu_run`` (no run of its own): the tool said whether `default` and `restricted` went side
+    by side (the cores and memory it measured against one run's needs, smoke.room), and either way the rows come in
+    the plan's order, each profile's results its own (its own logs, its own server)."""
+    proc, doc = cpu_run.proc, cpu_run.doc
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("[cpu] profiles: ")]
+    cores = len(os.sched_getaffinity(0))  # the tool's, as a child of this process
+    pattern = (
+        r"\[cpu\] profiles: default and restricted (side by side|one after the other): each needs 1 core and "
+        r"[0-9.]+ GiB, this machine gives [0-9.]+ cores? \((sched_getaffinity|cgroup [^)]+)\)"
+    )
+    assert re.match(pattern, line), line
+    if cores < 2:
+        assert "one after the other" in line, line
+    rows = [(c["profile"], c["check"]) for c in doc["checks"]]
+    assert rows == [("default", c) for c in ALL_CHECKS] + [("restricted", c) for c in RESTRICTED_CHECKS]
+    logs = [str(c.get("log") or "") for c in doc["checks"]]
+    assert len(set(logs)) == len(logs), "each row its own log"
+    assert all(".restricted." in log for (profile, _), log in zip(rows, logs, strict=True) if profile == "restricted")

@@ -15,7 +15,7 @@ import pytest
 
 from matrixtool.core.container import OWNER_LABEL
 from matrixtool.core.errors import ExitCode
-from tests.integration.conftest import OWNER, json_of, matrix_cli
+from tests.integration.conftest import OWNER, CpuRun, json_of, matrix_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -34,23 +34,17 @@ def _no_containers(client: docker.DockerClient) -> None:
     assert not left, f"leaked containers: {[c.name for c in left]}"
 
 
-def test_restricted_profile_passes_with_default_in_one_run(
-    client: docker.DockerClient, cpu_image: str, out_dir: Path
-) -> None:
-    """Arbitrary UID with GID 0, read-only root, tmpfs /tmp with exec, no network: the project's image passes."""
-    rc, doc, err = _test(
-        out_dir, cpu_image, "--profile", "default", "--profile", "restricted",
-        "--only", "run-conditions", "--only", "inductor-compile", "--only", "pip-check",
-    )  # fmt: skip
-    assert rc == 0, err[-3000:]
-    # torch-import comes along as inductor-compile's prerequisite.
-    assert list(_by(doc)) == ["run-conditions", "torch-import", "inductor-compile", "pip-check"]
-    restricted = _by(doc, "restricted")
-    # pip-check: no condition of `restricted` can change it, so it is left out there (and said so); torch-import
-    # too (inductor-compile's interpreter still imports torch first, and a failure there would fail it).
-    assert list(restricted) == ["run-conditions", "inductor-compile"]
-    assert "left out, as no condition of this profile can change them: torch-import, pip-check" in err
+def test_restricted_profile_passes_with_default_in_one_run(cpu_run: CpuRun) -> None:
+    """Arbitrary UID with GID 0, read-only root, tmpfs /tmp with exec, no network: the project's image passes. Read
+    from the session's ``cpu_run`` (`run cpu`: both profiles, every check), no run of its own."""
+    doc = cpu_run.doc
     assert {c["status"] for c in doc["checks"]} == {"passed"}, doc["checks"]
+    restricted = _by(doc, "restricted")
+    assert {"run-conditions", "inductor-compile"} <= set(restricted), list(restricted)
+    # pip-check and torch-import: no condition of `restricted` can change them, so they are left out there (and
+    # said so); inductor-compile's interpreter still imports torch first, and a failure there would fail it.
+    assert "pip-check" not in restricted and "torch-import" not in restricted
+    assert "left out, as no condition of this profile can change them" in cpu_run.proc.stderr
     facts = restricted["run-conditions"]["facts"]
     assert facts["uid"] == 1000770000 and facts["gid"] == 0 and facts["passwd_user"] is None
     assert facts["read_only_root"] is True and facts["network_interfaces"] == []
@@ -59,8 +53,22 @@ def test_restricted_profile_passes_with_default_in_one_run(
     # filter, OpenShift's pids limit; /dev/shm as the profile declares it (a pod's emptyDir), as `default`'s.
     assert facts["capabilities_bounding"] == "0000000000000000" and facts["no_new_privs"] is True
     assert facts["seccomp_mode"] == "filter" and facts["pids_max"] == 4096 and facts["shm_bytes"] == 2**30
+
+
+def test_image_of_another_builder_runs_every_profile_hardened(
+    client: docker.DockerClient, cpu_image: str, out_dir: Path
+) -> None:
+    """``test --image`` hardens every profile (profiles.UNTRUSTED): `default` too runs without capabilities, with
+    no_new_privs and a pids limit. Two cheap checks, both profiles (side by side where the room holds them)."""
+    rc, doc, err = _test(
+        out_dir, cpu_image, "--profile", "default", "--profile", "restricted",
+        "--only", "run-conditions", "--only", "pip-check",
+    )  # fmt: skip
+    assert rc == 0, err[-3000:]
+    assert list(_by(doc)) == ["run-conditions", "pip-check"]
+    assert list(_by(doc, "restricted")) == ["run-conditions"]
+    assert "left out, as no condition of this profile can change them: pip-check" in err
     default = _by(doc)["run-conditions"]["facts"]
-    # test --image hardens every profile (profiles.UNTRUSTED): `default` too runs without capabilities.
     assert default["shm_bytes"] == 2**30 and default["no_new_privs"] is True and default["pids_max"] == 4096
     assert default["capabilities_bounding"] == "0000000000000000"
     _no_containers(client)

@@ -722,18 +722,35 @@ for _smoke_key in ("timeout_scale", "serve"):
 _CPU_DESCRIPTION = (
     "    description: vLLM on x86-64 CPUs (no Triton; vLLM's CPU attention and torch inductor's C++ backend)\n"
 )
+
+
+def _line_of(text: str) -> int:
+    """The 1-based line of the shipped matrix.yaml that ``text`` starts (the messages name it)."""
+    return MATRIX_TEXT[: MATRIX_TEXT.index(text)].count("\n") + 1
+
+
+_DESCRIPTION_LINE = _line_of(_CPU_DESCRIPTION)
+_BUDGET_LINE = _line_of("    ready_budget: 900\n")
 for _name, _value, _says in [
-    ("impossible-date", "2027-02-30", "variants.cpu.description (line 34): '2027-02-30' is read as a date"),
-    ("date", "2027-02-28", "variants.cpu.description (line 34): '2027-02-28' is read as a date"),
+    (
+        "impossible-date",
+        "2027-02-30",
+        f"variants.cpu.description (line {_DESCRIPTION_LINE}): '2027-02-30' is read as a date",
+    ),
+    ("date", "2027-02-28", f"variants.cpu.description (line {_DESCRIPTION_LINE}): '2027-02-28' is read as a date"),
     ("timestamp", "2027-02-28 10:00:00", "is read as a date or timestamp"),
-    ("sexagesimal", "1:30", "variants.cpu.description (line 34): '1:30' is read as an integer in another base"),
+    (
+        "sexagesimal",
+        "1:30",
+        f"variants.cpu.description (line {_DESCRIPTION_LINE}): '1:30' is read as an integer in another base",
+    ),
     ("sexagesimal-float", "1:30.5", "'1:30.5' is read as a sexagesimal number"),
     ("octal", "0755", "'0755' is read as an integer in another base"),
     ("hex", "0x1F", "'0x1F' is read as an integer in another base"),
     ("binary-int", "0b101", "'0b101' is read as an integer in another base"),
-    ("huge-int", "9" * 5000, "variants.cpu.description (line 34): is an integer of 5000 digits"),
+    ("huge-int", "9" * 5000, f"variants.cpu.description (line {_DESCRIPTION_LINE}): is an integer of 5000 digits"),
     ("binary", "!!binary aGVsbG8=", "is read as binary data"),
-    ("set", "!!set {a}", "variants.cpu.description (line 34): is tagged as a set"),
+    ("set", "!!set {a}", f"variants.cpu.description (line {_DESCRIPTION_LINE}): is tagged as a set"),
     ("omap", "!!omap [a: 1]", "is tagged as an ordered map"),
 ]:
     case(f"yaml-implicit-{_name}", CONFIG, _says)(
@@ -759,8 +776,8 @@ case("audit-expires-impossible-date", CONFIG, "variants.cpu.audit.accept[0].expi
 
 # --- a value checked against the bounds of where it goes -----------------------------------------------------
 for _name, _value, _says in [
-    ("30-digits", "1" + "0" * 30, "variants.cpu.ready_budget (line 81): is an integer of 31 digits"),
-    ("400-digits", "9" * 400, "variants.cpu.ready_budget (line 81): is an integer of 400 digits"),
+    ("30-digits", "1" + "0" * 30, f"variants.cpu.ready_budget (line {_BUDGET_LINE}): is an integer of 31 digits"),
+    ("400-digits", "9" * 400, f"variants.cpu.ready_budget (line {_BUDGET_LINE}): is an integer of 400 digits"),
     ("past-a-day", "100000000000", "variants.cpu.ready_budget"),
     ("one-past-a-day", "86401", "variants.cpu.ready_budget"),
 ]:

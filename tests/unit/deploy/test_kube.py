@@ -420,3 +420,24 @@ def test_a_warm_start_that_gave_no_figure_is_no_annotation(tmp_path: Path, warm:
     assert result.exit_code == 0, result.output
     (deployment, *_) = yaml.safe_load_all((tmp_path / "kube" / "cpu.default.yaml").read_text())
     assert "io.vllm-matrix/warm-start" not in deployment["spec"]["template"]["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize("cold_start_s", [98, 900])
+@pytest.mark.parametrize("given", [None, "3600"])
+def test_vllms_engine_ready_timeout_outlasts_the_startup_probe_unless_the_profile_sets_it(
+    cold_start_s: float, given: str | None
+) -> None:
+    """Class 41: a cold start the startupProbe allows is not ended first by vLLM's own 600 s (vllm#48031)."""
+    values = {Condition.ENV: {"VLLM_ENGINE_READY_TIMEOUT_S": given}} if given else {}
+    serving = kube.Serving(args=(), port=8000, model_mount="/models", cold_start_s=cold_start_s)
+    docs = kube.manifests(variant="cpu", accelerator="cpu", profile="x", values=values, image="i", serving=serving)
+    pod = docs[0]["spec"]["template"]
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0].get("env", [])}
+    window = kube.startup_window_s(cold_start_s)
+    expected = given or (str(int(window)) if window > 600 else None)
+    assert env.get("VLLM_ENGINE_READY_TIMEOUT_S") == expected
+    added = pod["metadata"]["annotations"].get(kube_pod.ENV_ADDED_ANNOTATION)
+    assert added == ("VLLM_ENGINE_READY_TIMEOUT_S" if expected and not given else None)
+    assert kube_pod.conditions_of(docs) == kube_pod.comparable(values)  # the added variable is no condition
+    # What no Pod field sets is said where the pod is: the open-files limit comes from the container runtime.
+    assert "container runtime" in pod["metadata"]["annotations"][kube.NOFILE_ANNOTATION]

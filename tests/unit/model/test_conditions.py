@@ -138,3 +138,17 @@ def test_the_markdown_table_has_a_line_per_row() -> None:
 )
 def test_bounds_that_are_accepted(condition: Condition, value: object, normal: object) -> None:
     assert conditions.parse_value(ROW[condition], value) == normal
+
+
+def test_the_open_files_limit_is_a_condition_docker_sets_and_a_pod_can_only_annotate() -> None:
+    """Failure class 41's run condition: ``--ulimit nofile=N:N`` for Docker; no Pod field (an annotation)."""
+    profile = profiles.profile_from_mapping("p", {"nofile": "1024"})
+    assert profiles.container_kwargs(profile) == {"ulimits": [{"name": "nofile", "soft": 1024, "hard": 1024}]}
+    assert profile.describe() == "nofile 1024"
+    parts = condition_pod.PodParts()
+    ROW[Condition.NOFILE].pod(parts, 1024)
+    assert parts.annotations == {condition_pod.NOFILE_LIMIT_ANNOTATION: "1024"}
+    assert ROW[Condition.NOFILE].from_pod(parts) == 1024
+    for bad in (0, 15, 2**20 + 1, True, "1k"):
+        with pytest.raises(ValueError, match="from 16 to 1048576"):
+            conditions.parse_value(ROW[Condition.NOFILE], bad)

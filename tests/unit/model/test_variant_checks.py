@@ -21,6 +21,7 @@ VARIANTS = ("cpu", "arm64", "cuda", "cuda-arm64", "rocm")
 NOW: dict[str, tuple[int | None, ...]] = {
     "triton-import": (120, 720, 300, 1200, 300),
     "run-conditions": (120, 720, 600, 2400, 600),
+    "environment": (120, 720, 120, 480, 120),
     "torch-import": (120, 1800, 300, 1200, 300),
     "vllm-import": (180, 1800, 300, 1200, 300),
     "tiny-model": (300, 1800, 300, 1200, 300),

@@ -21,6 +21,7 @@ from matrixtool import report
 from matrixtool.core.errors import ConfigError, ExitCode
 from matrixtool.incontainer.vllm_smoke import (
     children,
+    compilecache,
     factshape,
     gpuprobe,
     reports,
@@ -69,6 +70,49 @@ def test_the_facts_are_the_variants_plan_and_pins() -> None:
     assert "--enforce-eager" in _facts(suite="quick")["serve"]["options"]
     assert bundle.facts(CPU, list(CPU.checks), host=True)["params"]["host"] is True
     assert _facts(CUDA)["params"]["accelerator"] == "cuda"
+
+
+def test_a_gpu_variants_server_asks_for_a_stated_share_of_the_gpus_memory() -> None:
+    """vLLM's default takes 90 % of the GPU (issue 38/39): the bundle's serve line states a smaller share."""
+    serve = _facts(CUDA)["serve"]
+    share = str(serve_line.GPU_MEMORY_UTILIZATION)
+    assert serve["gpu_memory_utilization"] == serve_line.GPU_MEMORY_UTILIZATION <= 0.5
+    assert serve["options"][-2:] == ["--gpu-memory-utilization", share]
+    assert _facts(CPU)["serve"]["gpu_memory_utilization"] is None  # the CPU server takes no GPU memory
+    assert "--gpu-memory-utilization" not in _facts(CPU)["serve"]["options"]
+    # The bundle's flag overrides it; refused where the variant's server uses no GPU; out of range is one message.
+    changed = standalone.with_gpu_share(_facts(CUDA), 0.35)["serve"]
+    assert changed["options"][-2:] == ["--gpu-memory-utilization", "0.35"] and changed["gpu_memory_utilization"] == 0.35
+    assert standalone.with_gpu_share(_facts(CUDA), None) == _facts(CUDA)
+    with pytest.raises(standalone.UsageError, match="the cpu variant's server uses no GPU"):
+        standalone.with_gpu_share(_facts(CPU), 0.35)
+    assert standalone.parse_args(["--gpu-memory-utilization", "0.3"]).gpu_memory_utilization == 0.3
+    for bad in ("0", "1.5", "half"):
+        with pytest.raises(standalone.UsageError, match="--gpu-memory-utilization"):
+            standalone.parse_args(["--gpu-memory-utilization", bad])
+    assert factshape.problems(_edited(_facts(CUDA), lambda f: f["serve"].update(gpu_memory_utilization=2))) == [
+        "serve.gpu_memory_utilization: must be at most 1 (a share of the GPU's memory), not 2"
+    ]
+
+
+H200_SERVE_LOG = (Path(__file__).parent.parent / "data" / "bundle" / "h200-serve-warm.log").read_text(encoding="utf-8")
+
+
+def test_a_warm_start_over_half_the_cold_one_names_what_vllm_could_not_reuse() -> None:
+    """The H200 run of 2026-12-03 (vLLM 0.25.0, ``data/bundle/h200-serve-warm.log``): ready in 99.1 s cold and 59.0
+    s warm (0.6); the compile, CUDA graph and engine spans shrank, the two processes' start and imports did not."""
+    _, _, warm_log = H200_SERVE_LOG.partition(compilecache.WARM_LOG_MARK)
+    seen = {"ready_s": 99.1, "phases": {"cli": 20.0, "engine core": 57.1, "api server": 99.1}, "log": H200_SERVE_LOG,
+            "warm": {"ready_s": 59.0, "log": warm_log}}  # fmt: skip
+    facts: dict[str, Any] = {"warm": {"ready_s": 59.0, "phases": {"cli": 26.0, "engine core": 47.0}}}
+    words = serving.warm_share(seen, facts)
+    assert words.startswith("; warm/cold 0.6 (over 0.5; what vLLM could not reuse: 26 s to vLLM's first line")
+    assert "21 s from there to the engine core's first line, its own process start and imports (cold 37.1 s)" in words
+    assert "torch.compile 9.43 s -> 0.99 s, CUDA graph capture 6 s -> 1 s, engine init 35.69 s -> 5.14 s" in words
+    assert facts["warm"]["ratio"] == 0.6 and facts["warm"]["spans"]["model load"] == [1.575655, 1.669745]
+    fast = {"warm": {"ready_s": 40.0, "phases": {}}}
+    assert serving.warm_share(dict(seen, ready_s=99.1), fast) == "; warm/cold 0.4 (at most 0.5)"
+    assert serving.warm_share({"ready_s": 99.1}, {"warm": {"skipped": "eager"}}) == ""
 
 
 def test_the_archive_carries_the_package_and_the_facts_and_is_reproducible() -> None:

@@ -194,3 +194,33 @@ def test_an_answer_nested_past_the_recursion_limit_is_a_problem_not_a_crash() ->
     facts: dict[str, Any] = {}
     problems = serving.answer_problems(probes, "m", None, "0.25.0", facts)
     assert any("/v1/models lists [], not the served m" in p for p in problems), problems
+
+
+def test_a_kernel_failing_by_an_ldconfig_it_may_not_run_is_gpu_drivers_consequence() -> None:
+    """An /sbin/ldconfig present but not executable: Triton's PermissionError follows from gpu-driver's finding."""
+    kernel = dict(_NO_LDCONFIG[0], diagnosis="compiling or launching a triton kernel fails: PermissionError: "
+                  "[Errno 13] Permission denied: '/sbin/ldconfig'")  # fmt: skip
+    facts = {"ldconfig": False, "ldconfig_state": "not executable", "TRITON_LIBCUDA_PATH": None}
+    driver = dict(_NO_LDCONFIG[1], hint="make /sbin/ldconfig executable for every user again (chmod 755 …)",
+                  facts=facts)  # fmt: skip
+    out = _by_check(shared.consequences([kernel, driver]))
+    assert out["triton-kernel"]["status"] == "skipped" and "chmod 755" in out["triton-kernel"]["facts"]["need_hint"]
+
+
+def test_checks_failing_by_a_libcuda_that_is_no_driver_are_gpu_drivers_consequences() -> None:
+    """A libcuda.so.1 that is not NVIDIA's driver first on LD_LIBRARY_PATH: torch's "Found no NVIDIA driver" in
+    triton-kernel and inductor-compile is gpu-driver's cause, with its hint; without the finding it stays theirs."""
+    no_driver = "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU"
+    results: list[dict[str, Any]] = [
+        {"check": "triton-kernel", "status": "failed", "diagnosis": f"a triton kernel fails: {no_driver}",
+         "hint": "see gpu-driver", "facts": {}, "log": None},
+        {"check": "inductor-compile", "status": "failed", "diagnosis": f"fails on cuda: {no_driver}", "hint": "",
+         "facts": {}, "log": None},
+        {"check": "gpu-driver", "status": "failed", "diagnosis": "… is not NVIDIA's driver", "hint": "remove it",
+         "facts": {"ldconfig": True, "not_a_driver": "its SONAME is 'libm.so.6'", "compat": []}, "log": None},
+    ]  # fmt: skip
+    out = _by_check(shared.consequences(results))
+    for check in ("triton-kernel", "inductor-compile"):
+        assert out[check]["status"] == "skipped" and out[check]["facts"]["need_hint"] == "remove it", check
+    passed = [dict(r, status="passed", facts={}) if r["check"] == "gpu-driver" else r for r in results]
+    assert _by_check(shared.consequences(passed))["triton-kernel"]["status"] == "failed"

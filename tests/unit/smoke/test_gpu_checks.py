@@ -113,6 +113,105 @@ def test_an_extension_linked_against_another_accelerators_runtime_is_named() -> 
     assert mod.foreign_links(cuda_build, "cpu") == {}
 
 
+_DRIVER_API = set(incontainer().DRIVER_SYMBOLS)
+
+
+def test_a_libcuda_is_known_by_its_soname_and_driver_api_not_its_name(tmp_path: Path) -> None:
+    mod = incontainer()
+    # NVIDIA's driver: SONAME libcuda.so.1 and the driver API torch and Triton call.
+    assert (
+        mod.not_a_driver("/x/libcuda.so.1", exports=lambda p: ("libcuda.so.1", _DRIVER_API | {"cuMemAlloc_v2"})) is None
+    )
+    # Another library renamed libcuda.so.1 (the H200 trial: a stand-in first on LD_LIBRARY_PATH passed before).
+    why = mod.not_a_driver("/x/libcuda.so.1", exports=lambda p: ("libm.so.6", {"cos", "sin"}))
+    assert "its SONAME is 'libm.so.6', not 'libcuda.so.1'" in why and "defines none of the driver API" in why
+    assert "cuInit" in why and "cuGetProcAddress" in why
+    partial = mod.not_a_driver("/x/libcuda.so.1", exports=lambda p: ("libcuda.so.1", {"cuInit", "cuDriverGetVersion"}))
+    assert partial is not None and "defines 2 of the driver API" in partial and "cuLaunchKernel" in partial
+    # Read for real: a text file and an empty one are no ELF object; libm is no driver.
+    text = tmp_path / "libcuda.so.1"
+    text.write_text("not an ELF file")
+    assert mod.not_a_driver(str(text)) == "it is no ELF shared object"
+    text.write_text("")
+    assert mod.not_a_driver(str(text)) == "it is no ELF shared object"
+    assert "its SONAME is 'libm.so.6'" in mod.not_a_driver("/lib/x86_64-linux-gnu/libm.so.6")
+    soname, names = mod.elf_exports("/lib/x86_64-linux-gnu/libm.so.6")
+    assert soname == "libm.so.6" and {"cos", "sin"} <= names and "printf" not in names  # imports are left out
+
+
+def test_the_first_libcuda_follows_the_loaders_order() -> None:
+    mod = incontainer()
+    every = lambda p: True  # noqa: E731
+    assert mod.first_libcuda("/opt/fake:/usr/local/nvidia/lib64", ["/etc/x"], exists=every) == (
+        "/opt/fake/libcuda.so.1",
+        "LD_LIBRARY_PATH",
+    )
+    assert mod.first_libcuda("", ["/usr/local/cuda/compat"], exists=every) == (
+        "/usr/local/cuda/compat/libcuda.so.1",
+        "ld.so.conf",
+    )
+    only_system = lambda p: p == "/usr/lib/x86_64-linux-gnu/libcuda.so.1"  # noqa: E731
+    assert mod.first_libcuda("/opt/a", [], exists=only_system) == (
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        "the system folders",
+    )
+    assert mod.first_libcuda("/opt/a", ["/b"], exists=lambda p: False) is None  # no GPU: nothing mounted
+
+
+def test_a_libcuda_that_is_no_driver_first_on_the_path_is_named_with_its_fix() -> None:
+    why = "its SONAME is 'libm.so.6', not 'libcuda.so.1'"
+    problems, fixes = _findings(libcuda=("/opt/fake/libcuda.so.1", "LD_LIBRARY_PATH", why))
+    assert "/opt/fake/libcuda.so.1 (LD_LIBRARY_PATH), is not NVIDIA's driver: " + why in problems[0]
+    assert "Found no NVIDIA driver on your system" in problems[0]
+    assert "take /opt/fake out of LD_LIBRARY_PATH" in fixes[0]
+
+
+def test_an_ldconfig_that_is_not_executable_is_named_with_permission_error() -> None:
+    problems, fixes = _findings(ldconfig="not executable", uid=1000)
+    assert "/sbin/ldconfig is present but not executable by this user (uid 1000)" in problems[0]
+    assert "PermissionError: [Errno 13] Permission denied: '/sbin/ldconfig'" in problems[0]
+    assert "FileNotFoundError" not in problems[0] and "chmod 755 /sbin/ldconfig" in fixes[0]
+    assert _findings(ldconfig="not executable", libcuda_env="/usr/lib/x86_64-linux-gnu") == ([], [])
+    assert "is missing" in _findings(ldconfig="missing")[0][0]
+    assert _findings(ldconfig="ok") == ([], [])
+
+
+def test_the_state_of_ldconfig_tells_missing_from_not_executable(tmp_path: Path) -> None:
+    mod = incontainer()
+    tool = tmp_path / "ldconfig"
+    assert mod.ldconfig_state(str(tool)) == "missing"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o644)
+    assert mod.ldconfig_state(str(tool)) == "not executable"
+    tool.chmod(0o755)
+    assert mod.ldconfig_state(str(tool)) == "ok"
+
+
+def test_a_driver_folder_off_the_loaders_path_is_named() -> None:
+    mod = incontainer()
+    nvidia = "/usr/local/nvidia/lib64"
+    mounted = lambda p: p == f"{nvidia}/libcuda.so.1"  # noqa: E731
+    # A device plugin mounted the driver there, a derived image's LD_LIBRARY_PATH dropped it: nothing else found.
+    assert mod.driver_off_path("/opt/vendor/lib", [], None, exists=mounted) == (nvidia, "mounted")
+    assert mod.driver_off_path(f"/opt/vendor/lib:{nvidia}", [], ("x", "LD_LIBRARY_PATH"), exists=mounted) is None
+    # The runtime also put a driver in the system folders (the NVIDIA Container Toolkit): found, nothing to name.
+    assert (
+        mod.driver_off_path("/opt/vendor/lib", [], ("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "x"), exists=mounted)
+        is None
+    )
+    # No GPU here: LD_LIBRARY_PATH set without the folders GKE's device plugin mounts the driver into.
+    assert mod.driver_off_path("/opt/vendor/lib", [], None, exists=lambda p: False) == (nvidia, "unnamed")
+    assert mod.driver_off_path("/opt/vendor/lib", [], None, exists=lambda p: False, image=False) is None  # host
+    assert mod.driver_off_path("", [], None, exists=lambda p: False) is None  # unset: the base's cache stands
+    assert mod.driver_off_path(f"/usr/local/nvidia/lib:{nvidia}", [], None, exists=lambda p: False) is None
+    problems, fixes = _findings(off_path=(nvidia, "mounted"))
+    assert f"{nvidia} holds libcuda.so.1 but is off the loader's path" in problems[0]
+    assert "ENV LD_LIBRARY_PATH=...:/usr/local/nvidia/lib64:/usr/local/nvidia/lib" in fixes[0]
+    problems, _ = _findings(off_path=(nvidia, "unnamed"))
+    assert "LD_LIBRARY_PATH is set without /usr/local/nvidia/lib64 or /usr/local/nvidia/lib" in problems[0]
+    assert "GKE" in problems[0]
+
+
 def test_the_elf_reader_gives_what_the_loader_needs(tmp_path: Path) -> None:
     mod = incontainer()
     assert "libc.so.6" in mod.elf_needed("/lib/x86_64-linux-gnu/libm.so.6")
@@ -373,3 +472,23 @@ def test_vllms_rocm_stack_agrees_and_what_names_no_rocm_is_left_out() -> None:
     # Without a vLLM label torch is the reference for the image's ROCm.
     (problem,), _ = mod.rocm_toolkit_problems("0.33.0", "7.2.53211-e4ba3ffb04", "6.4.1")
     assert problem.startswith("torch (HIP 7.2.53211-e4ba3ffb04) is built for ROCm 7.2, but the image's ROCm is 6.4")
+
+
+def test_inductor_without_triton_names_torchs_error_not_dynamos_advice() -> None:
+    """The H200 run with Triton hidden (2026-12-03): torch 2.11's inductor raises ``TritonMissing`` (no "Error" in
+    its name) and Dynamo appends its advice; the diagnosis was that advice ("Set TORCHDYNAMO_VERBOSE=1 …")."""
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "<string>", line 20, in check_inductor_compile\n'
+        '    got = torch.compile(f, backend="inductor")(x)\n'
+        "torch._inductor.exc.TritonMissing: Cannot find a working triton installation. Either the package is not "
+        "installed or it is too old. More information on installing Triton can be found at: "
+        "https://github.com/triton-lang/triton\n\n"
+        "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace (please do this especially if you're reporting a bug "
+        'to PyTorch). For even more developer context, set TORCH_LOGS="+dynamo"\n\n'
+    )
+    error = incontainer().last_error_line(text)
+    assert error.startswith("torch._inductor.exc.TritonMissing: Cannot find a working triton installation")
+    # An Error line still wins, and a message without a traceback is its last line, as before.
+    assert incontainer().last_error_line(text + "RuntimeError: later\n") == "RuntimeError: later"
+    assert incontainer().last_error_line("plain words\nNote: not an exception") == "Note: not an exception"

@@ -35,7 +35,7 @@ class _Box:
 
 
 def test_a_gpu_variant_without_a_gpu_skips_serve_and_mounts_nothing(tmp_path: Path) -> None:
-    step = ServeStep(object(), VARIANTS["cuda"], gpu=False, zipapp="/z.pyz")  # type: ignore[arg-type]
+    step = ServeStep(object(), VARIANTS["cuda"], gpu=None, zipapp="/z.pyz")  # type: ignore[arg-type]
     run = _run("cuda")
     assert step.needs(run) == Needs(), "no model volume is made where no server can run"
     made = step.step(SERVE, run, _Box(), tmp_path)

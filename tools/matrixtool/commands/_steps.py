@@ -87,12 +87,14 @@ class SmokeRequest:
 
 
 def progress(quiet: bool) -> Callable[[smoke_result.CheckResult], None]:
-    """The per-check progress line on stderr (nothing when ``quiet``)."""
+    """The per-check progress line on stderr (nothing when ``quiet``); a profile other than ``default`` is named
+    (profile runs side by side interleave their lines)."""
 
     def show(r: smoke_result.CheckResult) -> None:
         if not quiet:
+            where = r.variant if r.profile in ("", "default") else f"{r.variant}, {r.profile}"
             # the diagnosis quotes the image's and the server's output: escaped
-            note(f"[{r.variant}] {r.check}: {r.status.value} ({r.seconds:.1f} s) {shown(r.diagnosis, lines=True)}")
+            note(f"[{where}] {r.check}: {r.status.value} ({r.seconds:.1f} s) {shown(r.diagnosis, lines=True)}")
 
     return show
 

@@ -51,6 +51,8 @@ _NOT_YET: tuple[type[Exception], ...] = (docker.errors.DockerException, *engine.
 class ContainerSpec:
     """What to run, in the Docker SDK's terms (``client.containers.run``).
 
+    ``devices``: host device nodes passed in (``docker run --device``, ``HOST:CONTAINER:PERMS``); ``group_add``:
+    supplementary groups (GIDs), added to any the profile's ``extra`` gives.
     ``entrypoint``/``command`` None keep the image's own. ``ports``: a host port of None lets the engine pick.
     ``mem_limit`` in Docker's units (``4g``); ``nano_cpus`` in 10^-9 CPUs. ``extra``: its ``tmpfs``,
     ``environment`` and ``labels`` are merged below the spec's own; any other key the spec sets wins over it.
@@ -74,6 +76,8 @@ class ContainerSpec:
     init: bool = False
     auto_remove: bool = False
     device_requests: Sequence[docker.types.DeviceRequest] = ()
+    devices: Sequence[str] = ()
+    group_add: Sequence[str] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def run_kwargs(self, *, session: str, owner: str, container: str = "") -> dict[str, Any]:
@@ -102,6 +106,8 @@ class ContainerSpec:
             "init": self.init or None,
             "auto_remove": self.auto_remove or None,
             "device_requests": list(self.device_requests) or None,
+            "devices": list(self.devices) or None,
+            "group_add": [*out.get("group_add", []), *self.group_add] or None,
         }
         out.update({k: v for k, v in optional.items() if v is not None})
         return {**out, "image": self.image, "detach": True}

@@ -46,8 +46,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from matrixtool.core.errors import ConfigError
-from matrixtool.deploy.kube_pod import CACHE_VOLUME, MODEL_VOLUME, USER_ANNOTATION
+from matrixtool.deploy.kube_pod import CACHE_VOLUME, ENV_ADDED_ANNOTATION, MODEL_VOLUME, USER_ANNOTATION
 from matrixtool.deploy.kube_times import MAX_READY_S
+from matrixtool.incontainer.vllm_smoke import envrules
 from matrixtool.model.condition_pod import PodParts
 from matrixtool.model.conditions import ROWS, Condition
 from matrixtool.model.model import Variant
@@ -72,6 +73,12 @@ SCC_ASSIGNED = ("runAsUser", "runAsGroup", "fsGroup")
 # The extended resource whose device plugin (NVIDIA's k8s-device-plugin, AMD's k8s-device-plugin) gives a GPU
 # variant's container its GPU; a container that does not ask for it gets none. One GPU: the checks ran on one.
 GPU_RESOURCES = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu"}
+# What a pod spec cannot set: the open-files limit comes from the container runtime (failure class 41).
+NOFILE_ANNOTATION = "io.vllm-matrix/ulimit-nofile"
+NOFILE_NOTE = (
+    "vLLM raises the soft open-files limit to 65535 where the hard limit allows it; no Pod field sets it: the "
+    "container runtime's default does (containerd LimitNOFILE, CRI-O default_ulimits)"
+)
 
 
 class Cluster(enum.Enum):
@@ -251,6 +258,8 @@ def _pod(accelerator: str, values: Mapping[Condition, Any], serving: Serving, cl
     pod.volumes.append({"name": MODEL_VOLUME, "persistentVolumeClaim": {"claimName": serving.model_claim}})
     pod.mounts.append({"name": MODEL_VOLUME, "mountPath": serving.model_mount, "readOnly": True})
     _cache(serving, values, pod)
+    _engine_ready_timeout(serving, values, pod)
+    pod.annotations[NOFILE_ANNOTATION] = NOFILE_NOTE
     if cluster is Cluster.OPENSHIFT:
         _leave_ids_to_the_scc(values, pod)
     return pod
@@ -315,6 +324,19 @@ def _cache(serving: Serving, values: Mapping[Condition, Any], pod: PodParts) -> 
     else:
         pod.volumes.append({"name": CACHE_VOLUME, "emptyDir": {}})
     pod.mounts.append({"name": CACHE_VOLUME, "mountPath": cache_root(values)})
+
+
+def _engine_ready_timeout(serving: Serving, values: Mapping[Condition, Any], pod: PodParts) -> None:
+    """``VLLM_ENGINE_READY_TIMEOUT_S`` = the startupProbe's window where that is longer than vLLM's default (600 s),
+    so vLLM does not end a slow cold start the probe still allows ("Engine core initialization failed",
+    vllm#48031; failure class 41); a value the profile's env gives is kept (the ``environment`` check judges it).
+    Named in ``ENV_ADDED_ANNOTATION``: not one of the profile's conditions."""
+    name = envrules.ENGINE_READY_TIMEOUT
+    window = math.ceil(startup_window_s(serving.cold_start_s))
+    if name in values.get(Condition.ENV, {}) or window <= envrules.ENGINE_READY_DEFAULT_S:
+        return
+    pod.env.append({"name": name, "value": str(window)})
+    pod.annotations[ENV_ADDED_ANNOTATION] = name
 
 
 def _leave_ids_to_the_scc(values: Mapping[Condition, Any], pod: PodParts) -> None:

@@ -13,10 +13,20 @@ from typing import Any
 from matrixtool.model.condition_pod import USER_ANNOTATION, PodParts
 from matrixtool.model.conditions import ROWS, Condition
 
-__all__ = ["CACHE_VOLUME", "MODEL_VOLUME", "USER_ANNOTATION", "comparable", "conditions_of", "parts_of"]
+__all__ = [
+    "CACHE_VOLUME",
+    "ENV_ADDED_ANNOTATION",
+    "MODEL_VOLUME",
+    "USER_ANNOTATION",
+    "comparable",
+    "conditions_of",
+    "parts_of",
+]
 
 MODEL_VOLUME = "models"
 CACHE_VOLUME = "compile-cache"
+# The variables ``kube`` adds to the container beside the profile's (comma-separated names): not a condition.
+ENV_ADDED_ANNOTATION = "io.vllm-matrix/env-added"
 
 
 def parts_of(docs: Sequence[Mapping[str, Any]]) -> PodParts:
@@ -44,6 +54,9 @@ def conditions_of(docs: Sequence[Mapping[str, Any]]) -> dict[Condition, Any]:
     ``conditions.ROWS`` (normal forms; a tmpfs keeps only its ``size=``, the one option an emptyDir has; on
     OpenShift the user is ``USER_ANNOTATION``)."""
     parts = parts_of(docs)
+    added = set(filter(None, parts.annotations.get(ENV_ADDED_ANNOTATION, "").split(",")))
+    if added:
+        parts.env = [e for e in parts.env if e["name"] not in added]
     found = {row.condition: row.from_pod(parts) for row in ROWS}
     return {condition: value for condition, value in found.items() if value is not None}
 

@@ -22,6 +22,7 @@ TMPFS_VOLUME_PREFIX = "tmpfs-"
 USER_ANNOTATION = "io.vllm-matrix/user"
 # No Pod field: the kubelet's podPidsLimit bounds every pod of a node; the manifest records what was tested.
 PIDS_ANNOTATION = "io.vllm-matrix/pids-limit"
+NOFILE_LIMIT_ANNOTATION = "io.vllm-matrix/nofile-limit"
 _K8S_UNITS = {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}
 
 
@@ -134,3 +135,7 @@ def read_cpus(parts: PodParts) -> float | None:
 
 def read_pids(parts: PodParts) -> int | None:
     return int(parts.annotations[PIDS_ANNOTATION]) if PIDS_ANNOTATION in parts.annotations else None
+
+
+def read_nofile(parts: PodParts) -> int | None:
+    return int(parts.annotations[NOFILE_LIMIT_ANNOTATION]) if NOFILE_LIMIT_ANNOTATION in parts.annotations else None

@@ -18,6 +18,7 @@ MAX_CPUS = 8192
 MIN_CPUS = 0.01
 # PID_MAX_LIMIT of 64-bit Linux (2^22): no pids limit above it can ever bind.
 MAX_PIDS = 2**22
+MAX_NOFILE = 2**20
 # Sizes go to the Engine API as int64 bytes; Docker refuses a memory limit below 6 MB.
 MAX_BYTES = 2**63 - 1
 MIN_MEMORY = 6 * 2**20
@@ -282,6 +283,16 @@ def parse_pids(value: Any) -> int:
         raise ValueError(f"write a whole number from 1 to {MAX_PIDS} (Linux's PID_MAX_LIMIT), e.g. 1024")
     pids: int = value
     return pids
+
+
+def parse_nofile(value: Any) -> int:
+    """An open-files limit: an integer from 16 to ``MAX_NOFILE`` (soft and hard ``RLIMIT_NOFILE`` alike)."""
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,8}", value):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 16 <= value <= MAX_NOFILE:
+        raise ValueError(f"write a whole number from 16 to {MAX_NOFILE} (Linux's default fs.nr_open), e.g. 65535")
+    nofile: int = value
+    return nofile
 
 
 def split_tmpfs(value: str) -> tuple[str, str]:

@@ -26,6 +26,7 @@ from matrixtool.core import process
 from matrixtool.core.errors import ConfigError
 from matrixtool.incontainer.vllm_smoke import standalone
 from matrixtool.incontainer.vllm_smoke.bounded import BoundedOutput
+from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
 from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.smoke.plan import HOST_SLACK, KILL_GRACE, check_params, plan_host
@@ -49,11 +50,15 @@ def file_name(variant: str) -> str:
 
 def serve_facts(variant: Variant, suite: str) -> dict[str, Any]:
     """The serve step of ``variant``: the serve line's options (``serve_line.SERVE_OPTIONS``, the tiny model's
-    ``serve_line.MODEL_OPTIONS``, ``--enforce-eager`` in the quick suite, as the container check), the timeouts
-    (seconds) and what the probes send."""
+    ``serve_line.MODEL_OPTIONS``, ``--enforce-eager`` in the quick suite, as the container check; on a GPU variant
+    ``--gpu-memory-utilization`` ``serve_line.GPU_MEMORY_UTILIZATION``, also as ``gpu_memory_utilization``, None on
+    a CPU variant), the timeouts (seconds) and what the probes send."""
     eager = ["--enforce-eager"] if str(suite) == "quick" else []
+    fraction = serve_line.GPU_MEMORY_UTILIZATION if variant.accelerator is not Accelerator.CPU else None
+    share = [standalone.GPU_MEMORY_OPTION, str(fraction)] if fraction is not None else []
     return {
-        "options": [*serve_line.SERVE_OPTIONS, *serve_line.MODEL_OPTIONS, *eager],
+        "options": [*serve_line.SERVE_OPTIONS, *serve_line.MODEL_OPTIONS, *share, *eager],
+        "gpu_memory_utilization": fraction,
         "ready_timeout_s": serve_check.READY_TIMEOUT_S,
         "stop_grace_s": variant.stop_grace_s or serve_check.STOP_GRACE_S,
         "ready_budget_s": variant.ready_budget_s,

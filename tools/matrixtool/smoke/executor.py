@@ -20,16 +20,16 @@ from typing import Any, TypeVar
 
 import docker
 
-from matrixtool.core import outputs
+from matrixtool.core import container, outputs
 from matrixtool.core.container import OWNER_ENV_VAR
 from matrixtool.incontainer.vllm_smoke.children import Parallel
-from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
 from matrixtool.model import profiles
 from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke import bundle, hidden, rootcause
+from matrixtool.smoke import bundle, hidden, room, rootcause
+from matrixtool.smoke.gpuaccess import host_gpu
 from matrixtool.smoke.plan import (
     Group,
     ProfileRun,
@@ -39,7 +39,7 @@ from matrixtool.smoke.plan import (
     profile_run,
 )
 from matrixtool.smoke.result import CheckResult, Status, parse_output_safe, split_logs, unhidden, verdict
-from matrixtool.smoke.runners import Runner, container_runner, container_steps
+from matrixtool.smoke.runners import ContainerRunner, Runner, container_runner, container_steps
 
 __all__ = ["execute", "host_has_gpu", "run_host_suite", "run_profiles", "run_suite"]
 
@@ -54,14 +54,14 @@ def execute(
     params: Mapping[str, Any],
     log_dir: Path,
     on_result: Callable[[CheckResult], None],
-    earlier: Sequence[CheckResult] = (),
+    earlier: Callable[[], Sequence[CheckResult]] = tuple,
 ) -> list[CheckResult]:
     """Run ``run``'s plan over ``runner``: its steps (``ProfileRun.steps``, each a ``runner.step``) start first and
     run beside the groups, up to ``runner.workers()`` execs at once, in the plan's order; each step's result is
-    judged once the groups are done, against ``earlier`` (this command's results of the runs before) and the
-    groups'. Results in the order of ``run.checks``, each check's full output in ``log_dir/run.log_name(check)``.
-    A group that times out leaves its unfinished checks ``timeout`` and the runner restarts once the others are
-    done."""
+    judged once the groups are done, against ``earlier()`` (this command's results of the runs before: called then,
+    it may wait for runs beside this one) and the groups'. Results in the order of ``run.checks``, each check's full
+    output in ``log_dir/run.log_name(check)``. A group that times out leaves its unfinished checks ``timeout`` and
+    the runner restarts once the others are done."""
     outputs.make_dirs(log_dir)
     steps = [(check, runner.step(check, run, log_dir)) for check in run.steps]
     for _, step in steps:
@@ -109,8 +109,9 @@ def execute(
     found = {r.check: unhidden(r, run.checks) for results in finished for r in results}
     if timed_out.is_set():
         runner.restart()  # a hung check may leave processes behind: what runs next starts clean
+    before = list(earlier()) if steps else []
     for check, step in steps:
-        outcome = step.result(check.timeout, [*earlier, *found.values()])
+        outcome = step.result(check.timeout, [*before, *found.values()])
         on_result(outcome)
         found[check.name] = outcome
     return [found[c.name] for c in run.checks if c.name in found]
@@ -124,10 +125,8 @@ def in_parallel(jobs: Sequence[J], workers: int, run: Callable[[J], R]) -> list[
 
 
 def host_has_gpu() -> bool:
-    """True when an NVIDIA GPU device node is visible on this host (then containers get ``--gpus all``).
-
-    ROCm passes /dev/kfd and /dev/dri as devices instead; not wired yet (no ROCm machine to prove it on).
-    """
+    """True when an NVIDIA GPU device node is visible on this host (then cuda containers get ``--gpus all``);
+    ``gpuaccess.host_gpu`` gives each accelerator's containers what its runtime passes (ROCm: /dev/kfd, /dev/dri)."""
     return Path("/dev/nvidia0").exists()
 
 
@@ -143,20 +142,88 @@ def _in_image(
     announce: Callable[[str], None] = lambda line: None,
 ) -> list[CheckResult]:
     """``runs`` in ``image`` (inspected: ``attrs``), one tracked container per run that has checks, its steps made
-    by the kinds of ``runners.container_steps`` (which own what they share across runs: serve's model volume)."""
+    by the kinds of ``runners.container_steps`` (which own what they share across runs: serve's model volume).
+
+    Up to ``room.schedule``'s ``at_once`` runs go at a time (the machine's cores and memory, measured now,
+    against what one run needs; one at a time on a GPU), the line saying so announced first. Either way the results
+    come back in the plan's order, and a run's steps are judged against the results of the runs before it
+    (``earlier``: serve against ``default``'s offline-generate), which it waits for once its own groups are done."""
     base = check_params(variant, attrs.get("Config", {}).get("Entrypoint") or [])
-    gpu = variant.accelerator is not Accelerator.CPU and host_has_gpu()
-    results: list[CheckResult] = []
+    gpu = host_gpu(variant.accelerator)
+    plan = room.schedule(runs, room.measure(), gpu=gpu is not None)
+    announce(f"[{variant.name}] profiles: {plan.reason}")
+    lock = threading.Lock()
+
+    def said(line: str) -> None:
+        with lock:
+            announce(line)
+
+    def landed(result: CheckResult) -> None:
+        with lock:
+            on_result(result)
+
+    live: list[ContainerRunner] = []  # the runs' check containers now up, for the main thread's cleanup
+
     with container_steps(client, variant, gpu=gpu) as steps:
-        for run in runs:
-            announce(run.describe(variant.name))
+
+        def one(index: int, earlier: Callable[[], list[CheckResult]]) -> list[CheckResult]:
+            run = runs[index]
+            if plan.at_once == 1:
+                said(run.describe(variant.name))
             if not run.checks:
-                continue
+                return []
             params = {**base, "rerun": run.rerun, "suite": run.suite}
-            with container_runner(client, image, gpu=gpu, run=run, steps=steps) as runner:
-                done = execute(run, runner, variant.name, params, log_dir, on_result, earlier=results)
-                results += _root_causes(client, image, run, done, announce)
-    return results
+            with container_runner(client, image, gpu=gpu, run=run, steps=steps, workers=plan.workers) as runner:
+                with lock:
+                    live.append(runner)
+                done = execute(run, runner, variant.name, params, log_dir, landed, earlier=earlier)
+                return _root_causes(client, image, run, done, said)
+
+        if plan.at_once > 1:
+            for run in runs:
+                said(run.describe(variant.name))
+        try:
+            return side_by_side(len(runs), plan.at_once, one)
+        except BaseException:
+            # Runs on other threads: their ``with`` blocks do not unwind on Ctrl-C/SIGTERM in the main thread, so
+            # it removes what they started (by session label; removing a container ends the execs in it).
+            if plan.at_once > 1:
+                with lock:
+                    started = list(live)
+                for runner in started:
+                    container.sweep(client, runner.box.session)
+                    runner.sweep()
+            raise
+
+
+def side_by_side(
+    count: int, at_once: int, run: Callable[[int, Callable[[], list[CheckResult]]], list[CheckResult]]
+) -> list[CheckResult]:
+    """``run(index, earlier)`` for each of ``count`` profile runs, up to ``at_once`` at a time, started in order;
+    their results joined in the order of the runs. ``earlier()`` returns the results of the runs before ``index``,
+    waiting for those still running (a run calls it once its groups are done: its steps are judged against
+    them). One at a time, the runs go in this thread. A run that raises still releases the runs after it; the first
+    exception is raised here."""
+    done = [threading.Event() for _ in range(count)]
+    found: list[list[CheckResult]] = [[] for _ in range(count)]
+
+    def earlier(index: int) -> list[CheckResult]:
+        for event in done[:index]:
+            event.wait()
+        return [r for results in found[:index] for r in results]
+
+    def one(index: int) -> None:
+        try:
+            found[index] = run(index, lambda: earlier(index))
+        finally:
+            done[index].set()
+
+    if at_once <= 1:  # in this thread, as ever: a signal unwinds each run's ``with`` blocks
+        for index in range(count):
+            one(index)
+    else:
+        in_parallel(range(count), at_once, one)
+    return [r for results in found for r in results]
 
 
 def _root_causes(

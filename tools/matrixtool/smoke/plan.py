@@ -188,6 +188,7 @@ def check_params(variant: Variant, entrypoint: Sequence[str] = ()) -> dict[str, 
         "cuda_weight_reason": variant.cuda_weight_reason,
         "features_promise": list(variant.features_promise),
         "features_leave_out": dict(variant.features_leave_out),
+        "ready_budget_s": variant.ready_budget_s,
     }
 
 

@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import docker
-import docker.types
 
 from matrixtool.core.container import OWNER_ENV_VAR, ContainerSpec, TrackedContainer
 from matrixtool.model import profiles
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
+from matrixtool.smoke.gpuaccess import GpuAccess
 from matrixtool.smoke.plan import KILL_GRACE, ProfileRun, group_timeout
 from matrixtool.smoke.serve import check as serve_check
 from matrixtool.smoke.serve.step import ServeStep
@@ -85,16 +85,17 @@ def exec_argv(checks: Sequence[CheckSpec], params: Mapping[str, Any], *, python:
 def container_spec(
     image: str,
     *,
-    gpu: bool = False,
+    gpu: GpuAccess | None = None,
     profile: Profile | None = None,
     volumes: Mapping[str, Mapping[str, str]] | None = None,
     environment: Mapping[str, str] | None = None,
 ) -> ContainerSpec:
     """The long-lived check container: ``sleep infinity`` under ``profile``'s run conditions
     (``profiles.container_kwargs``; ``/dev/shm`` as the profile declares, else the engine's 64 MB), with the tool's
-    own tmpfs ``SMOKE_DIR`` and an init process; ``gpu``: every GPU passed through (a Docker device request, like
-    ``--gpus all``); ``volumes`` and ``environment``: added (the serve check's model volume and its folder)."""
-    gpus = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpu else []
+    own tmpfs ``SMOKE_DIR`` and an init process; ``gpu``: the host's GPUs as their vendor's runtime passes them
+    (``gpuaccess``: a device request like ``--gpus all``, or ROCm's device nodes and their groups); ``volumes``
+    and ``environment``: added (the serve check's model volume and its folder)."""
+    access = gpu or GpuAccess()
     return ContainerSpec(
         image=image,
         entrypoint=["sleep"],
@@ -105,13 +106,17 @@ def container_spec(
         init=True,
         # Nothing reads it after it exits; the engine removes it even when its own restart stopped it.
         auto_remove=True,
-        device_requests=gpus,
+        device_requests=access.device_requests,
+        devices=access.devices,
+        group_add=access.group_add,
         # The image's HEALTHCHECK asks a server's /health: a check container serves nothing.
         extra={**profiles.container_kwargs(profile or Profile(name=profiles.DEFAULT)), "healthcheck": NO_HEALTHCHECK},
     )
 
 
-def container_kwargs(image: str, session: str, *, gpu: bool = False, profile: Profile | None = None) -> dict[str, Any]:
+def container_kwargs(
+    image: str, session: str, *, gpu: GpuAccess | None = None, profile: Profile | None = None
+) -> dict[str, Any]:
     """Keyword arguments of ``client.containers.run`` for the check container of ``session`` (``container_spec``),
     labelled as ``TrackedContainer`` labels it (the owner from MATRIX_OWNER)."""
     spec = container_spec(image, gpu=gpu, profile=profile)
@@ -140,11 +145,14 @@ class ContainerRunner:
     """Runs the checks in a tracked container of the image (``container_spec``), the zipapp installed; the plan's
     steps by the kinds of ``steps`` (by check name: ``container_steps``)."""
 
-    def __init__(self, box: TrackedContainer, profile: Profile, steps: Mapping[str, ContainerStep]) -> None:
+    def __init__(
+        self, box: TrackedContainer, profile: Profile, steps: Mapping[str, ContainerStep], *, cores: int | None = None
+    ) -> None:
         self.box = box
         self.profile = profile
         self.image = box.spec.image
         self.steps = steps
+        self.cores = cores
         self.started: list[Step] = []
 
     def step(self, check: CheckSpec, run: ProfileRun, log_dir: Path) -> Step:
@@ -177,12 +185,16 @@ class ContainerRunner:
         return self.box.exec(argv, env, deadline_s)
 
     def workers(self) -> int:
-        """How many groups may run at once: the CPUs of the container (its profile's quota, else the host's)."""
-        return max(1, int(self.profile.cpus or os.cpu_count() or 1))
+        """How many groups may run at once: the CPUs of the container (its profile's quota), else the cores this
+        run was given (``room.Schedule.workers``: the machine's, shared among the profile runs side by side), else
+        the host's."""
+        return max(1, int(self.profile.cpus or self.cores or os.cpu_count() or 1))
 
 
 @contextlib.contextmanager
-def container_steps(client: docker.DockerClient, variant: Variant, *, gpu: bool) -> Iterator[dict[str, ContainerStep]]:
+def container_steps(
+    client: docker.DockerClient, variant: Variant, *, gpu: GpuAccess | None
+) -> Iterator[dict[str, ContainerStep]]:
     """The kinds of step the container runs of one image of ``variant`` make, by check name (the plan's
     ``ProfileRun.steps``): serve (``serve.step.ServeStep``, its model volume removed on the way out)."""
     with ServeStep(client, variant, gpu=gpu, zipapp=ZIPAPP) as serve:
@@ -194,13 +206,14 @@ def container_runner(
     client: docker.DockerClient,
     image: str,
     *,
-    gpu: bool,
+    gpu: GpuAccess | None,
     run: ProfileRun,
     steps: Mapping[str, ContainerStep],
+    workers: int | None = None,
 ) -> Iterator[ContainerRunner]:
     """A ``ContainerRunner`` for ``run`` in a fresh container of ``image`` (a session of its own) under ``run``'s
     profile, with what the kinds of ``steps`` of ``run``'s steps need mounted (``ContainerStep.needs``), removed on
-    the way out with what its steps started.
+    the way out with what its steps started; ``workers``: the cores its groups may take (None: the host's).
 
     Raises as ``TrackedContainer.start`` (WrongPlatformError on ``exec format error``)."""
     needs = [steps[check.name].needs(run) for check in run.steps]
@@ -208,7 +221,7 @@ def container_runner(
     environment = {k: v for need in needs for k, v in need.environment.items()}
     spec = container_spec(image, gpu=gpu, profile=run.profile, volumes=volumes, environment=environment)
     with TrackedContainer(client, spec) as box:
-        runner = ContainerRunner(box, run.profile, steps)
+        runner = ContainerRunner(box, run.profile, steps, cores=workers)
         try:
             runner.install()
             yield runner

@@ -11,6 +11,7 @@ from . import (  # noqa: F401
     conditions,
     cpuengine,
     distributions,
+    environment,
     features,
     generation,
     gpuarchs,
@@ -30,6 +31,7 @@ from .declarations import CATALOGUE
 ORDER = (
     "triton-import",
     "run-conditions",
+    "environment",
     "torch-import",
     "vllm-import",
     "tiny-model",

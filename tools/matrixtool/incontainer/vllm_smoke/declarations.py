@@ -37,6 +37,7 @@ class Condition(str, enum.Enum):
     NO_NEW_PRIVILEGES = "no_new_privileges"
     SECCOMP = "seccomp"
     PIDS_LIMIT = "pids_limit"
+    NOFILE = "nofile"
     ENV = "env"
 
 

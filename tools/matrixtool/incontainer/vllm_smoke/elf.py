@@ -121,3 +121,71 @@ def fatbin_archs(f: Any, start: int = 0, end: Any = None) -> Dict[str, Any]:
             entry += entry_header + payload
         pos = max(stop, pos + 16)
     return {"sass": [f"sm_{a}" for a in sorted(sass)], "ptx": [f"sm_{a}" for a in sorted(ptx)]}
+
+
+_DT_SONAME, _SHT_DYNSYM = 14, 11
+
+
+def elf_exports(path: str) -> Any:
+    """(soname, names): the ``DT_SONAME`` of the ELF shared object ``path`` (None where it has none) and the names
+    of the symbols its ``.dynsym`` defines (what ``dlsym`` finds in it; undefined imports left out). 64- and
+    32-bit, either byte order; the file is mapped, not read (NVIDIA's libcuda is some 100 MB). Raises OSError for an
+    unreadable file, ValueError for a file that is no ELF object or is cut short."""
+    import mmap
+
+    with open(path, "rb") as f:
+        try:
+            data: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError as exc:  # an empty file
+            raise ValueError(f"{path} is no ELF file ({exc})") from None
+    try:
+        if data[:4] != b"\x7fELF":
+            raise ValueError(f"{path} is no ELF file")
+        return _exports(path, data)
+    finally:
+        data.close()
+
+
+def _cstring(data: Any, at: int) -> str:
+    end = data.find(b"\0", at)
+    return bytes(data[at : end if end >= 0 else len(data)]).decode("utf-8", "replace")
+
+
+def _exports(path: str, data: Any) -> Any:
+    wide, order = data[4] == 2, "<" if data[5] == 1 else ">"
+    try:
+        if wide:
+            (shoff,) = struct.unpack_from(order + "Q", data, 0x28)
+            shentsize, shnum = struct.unpack_from(order + "HH", data, 0x3A)
+        else:
+            (shoff,) = struct.unpack_from(order + "I", data, 0x20)
+            shentsize, shnum = struct.unpack_from(order + "HH", data, 0x2E)
+        sections = []
+        for i in range(shnum):
+            fmt = order + ("IIQQQQIIQQ" if wide else "IIIIIIIIII")
+            _, stype, _, _, offset, size, link, _, _, entsize = struct.unpack_from(fmt, data, shoff + i * shentsize)
+            sections.append((stype, offset, size, link, entsize))
+        soname, names = None, set()
+        for stype, offset, size, link, entsize in sections:
+            if stype == _SHT_DYNAMIC:
+                str_off = sections[link][1]
+                fmt = order + ("qQ" if wide else "iI")
+                for pos in range(offset, offset + size, entsize or struct.calcsize(fmt)):
+                    tag, value = struct.unpack_from(fmt, data, pos)
+                    if tag == 0:
+                        break
+                    if tag == _DT_SONAME:
+                        soname = _cstring(data, str_off + value)
+            elif stype == _SHT_DYNSYM:
+                str_off = sections[link][1]
+                step = entsize or (24 if wide else 16)
+                for pos in range(offset + step, offset + size, step):  # entry 0 is the null symbol
+                    if wide:
+                        name, _, _, shndx = struct.unpack_from(order + "IBBH", data, pos)
+                    else:
+                        name, _, _, _, _, shndx = struct.unpack_from(order + "IIIBBH", data, pos)
+                    if shndx != 0 and name:
+                        names.add(_cstring(data, str_off + name))
+        return soname, names
+    except (struct.error, IndexError) as exc:
+        raise ValueError(f"{path}: a cut-short ELF file ({exc})") from exc

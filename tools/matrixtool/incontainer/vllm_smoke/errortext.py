@@ -8,12 +8,27 @@ from typing import Optional
 
 from .installed import dist_version, providers_of, python_dev_package, regular_package
 
+# Lines that torch's Dynamo appends to every exception it re-raises (torch/_dynamo/exc.py): advice, never the error.
+_BOILERPLATE = re.compile(
+    r"^(?:Set TORCHDYNAMO_VERBOSE=1 |For even more developer context|You can suppress this exception and fall back "
+    r"to eager|\s+import torch\._dynamo$|\s+torch\._dynamo\.config\.suppress_errors = True$)"
+)
+# An exception line of any class name (``TritonMissing: Cannot find a working triton installation``): read only
+# after the traceback's last frame, where nothing else starts so.
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*: \S")
+
 
 def last_error_line(text: str) -> str:
-    """The last ``...Error``/``Exception``/``Exit`` line of ``text`` (a traceback), else its last line."""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
+    """The last ``...Error``/``Exception``/``Exit`` line of ``text`` (a traceback); else, after its last frame, the
+    last line of the form ``ClassName: message`` (torch's ``TritonMissing``, Dynamo's ``BackendCompilerFailed``);
+    else its last line. Dynamo's advice lines ("Set TORCHDYNAMO_VERBOSE=1 …") are never taken."""
+    lines = [line for line in text.strip().splitlines() if line.strip() and not _BOILERPLATE.match(line)]
     for line in reversed(lines):
         if re.match(r"^[A-Za-z_.]*(Error|Exception|Exit)\b", line):
+            return line.strip()
+    frames = [i for i, line in enumerate(lines) if line.startswith('  File "')]
+    for line in reversed(lines[frames[-1] + 1 :] if frames else []):
+        if _EXCEPTION_LINE.match(line):
             return line.strip()
     return lines[-1].strip() if lines else ""
 

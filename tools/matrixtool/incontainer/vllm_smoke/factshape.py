@@ -124,6 +124,7 @@ _PARAMS_OPTIONAL: Keys = {
     "torch_version": ((_STR,), False),
     "max_tokens": ((_INT,), True),
     "cuda_weight_reason": ((_STR, _NULL), False),
+    "ready_budget_s": ((_NUM, _NULL), True),
 }
 _PARAMS_LISTS = ("gpu_archs", "exclude", "overrides", "accept_clashes", "entrypoint", "features_promise")
 # Mappings of a name to a string (a feature left out: its reason).
@@ -170,6 +171,10 @@ def problems(facts: object) -> List[str]:
             c.strings("serve.options", serve["options"])
         else:
             c.add("serve.options", "is missing")
+        fraction = serve.get("gpu_memory_utilization")
+        where = "serve.gpu_memory_utilization"
+        if fraction is not None and c.value(where, fraction, _NUM, positive=True) and fraction > 1:
+            c.add(where, f"must be at most 1 (a share of the GPU's memory), not {fraction}")
     return c.found
 
 

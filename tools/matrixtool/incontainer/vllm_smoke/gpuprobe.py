@@ -114,7 +114,8 @@ def needs_gpu(function: CheckFunction) -> CheckFunction:
         if not visible:
             return result(
                 "skipped",
-                f"no GPU visible (a {accelerator} variant: run on a host with a GPU, which then gets `--gpus all`)",
+                f"no GPU visible (a {accelerator} variant: run on a host with a GPU, which then gets "
+                + ("`--device /dev/kfd --device /dev/dri`)" if accelerator == "rocm" else "`--gpus all`)"),
             )
         return function(params)
 

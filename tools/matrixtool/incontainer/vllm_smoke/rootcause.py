@@ -45,7 +45,13 @@ _NO_TRITON = re.compile(r"\bno triton (is )?installed\b", re.IGNORECASE)
 _EXCEPTION = re.compile(r"\b([A-Za-z_.]*(?:Error|Exception)): (.+)$")
 # What a Triton kernel fails by where gpu-driver found no /sbin/ldconfig and no TRITON_LIBCUDA_PATH
 # (triton/backends/nvidia/driver.py, libcuda_dirs()), or a forward-compat libcuda ahead of the host's driver.
-_NO_LDCONFIG = re.compile(r"No such file or directory: '/sbin/ldconfig'")
+_NO_LDCONFIG = re.compile(r"(?:No such file or directory|Permission denied): '/sbin/ldconfig'")
+# What torch and Triton fail by where the libcuda.so.1 loaded is no driver, or none is found (gpu-driver's
+# ``not_a_driver`` and ``driver_off_path``): torch's _check_driver, Triton's libcuda_dirs(), a missing entry point.
+_NO_DRIVER = re.compile(
+    r"Found no NVIDIA driver|libcuda\.so cannot found|libcuda\.so\.1: cannot open shared object file"
+    r"|undefined symbol: cu[A-Z]\w+|CUDA_ERROR_STUB_LIBRARY|CUDA driver initialization failed"
+)
 _DRIVER_MISMATCH = re.compile(
     r"Error 803|unsupported display driver / cuda driver combination|DriverMismatch"
     r"|NVIDIA driver on your system is too old"
@@ -99,7 +105,12 @@ def _follows_from(cause: Result, result: Result) -> bool:
         # A compat libcuda first on the loader's path, or a declared CUDA older than torch's (the runtime admits
         # a driver too old for torch): CUDA's init fails by it (H200: "found version 12020" from a 535 libcuda).
         driver = facts.get("compat") or "torch is built for CUDA" in str(cause.get("diagnosis") or "")
-        return bool(no_ldconfig and _NO_LDCONFIG.search(text)) or bool(driver and _DRIVER_MISMATCH.search(text))
+        no_driver = facts.get("not_a_driver") or facts.get("driver_off_path")
+        return (
+            bool(no_ldconfig and _NO_LDCONFIG.search(text))
+            or bool(driver and _DRIVER_MISMATCH.search(text))
+            or bool(no_driver and _NO_DRIVER.search(text))
+        )
     if check == "native-libs":
         missing = [str(m) for m in _facts(cause).get("root_errors") or [] if m]
         return any(m in text for m in missing)

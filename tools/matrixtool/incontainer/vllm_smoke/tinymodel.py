@@ -35,9 +35,14 @@ def ensure_model() -> Any:
     os.makedirs(os.path.dirname(MODEL_DIR), exist_ok=True)
     # A lock file of another UID (an earlier profile's container, on the same volume) opens for reading only
     # (flock needs no more): a sticky folder refuses to open it for writing.
+    # Profile runs side by side ask at once: the other may create it between the look and the open.
     lock_path = MODEL_DIR + ".lock"
     mode = "r" if os.path.exists(lock_path) and os.stat(lock_path).st_uid != os.geteuid() else "w"
-    with open(lock_path, mode) as lock:
+    try:
+        opened = open(lock_path, mode)  # noqa: SIM115 (closed by the with below)
+    except PermissionError:
+        opened = open(lock_path)  # noqa: SIM115
+    with opened as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not os.path.isfile(os.path.join(MODEL_DIR, "config.json")):
             from .programs import make_model

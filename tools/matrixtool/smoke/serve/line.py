@@ -18,6 +18,7 @@ from matrixtool.core.container import ContainerSpec
 from matrixtool.incontainer.vllm_smoke import compilecache
 from matrixtool.model import profiles
 from matrixtool.model.profiles import Profile
+from matrixtool.smoke.gpuaccess import GpuAccess
 from matrixtool.smoke.serve import start as serve_start
 
 PORT = 8000
@@ -37,6 +38,11 @@ MODEL_OPTIONS = ("--dtype", "float32", "--max-model-len", "256", "--seed", "0")
 # in-flight streams open, and uvicorn waits for them until the grace ends in SIGKILL (exit 137, seen on the CPU
 # image); a drain of 15 s finishes them and the server exits 0 within a pod's 30 s grace.
 SERVE_OPTIONS = ("--shutdown-timeout", "15")
+# The share of a GPU's memory the bundle's server asks for on a GPU host (``--gpu-memory-utilization``): vLLM's
+# default is 0.9, which leaves a GPU shared with other work nearly full (and fails at start where others hold more
+# than a tenth of it). The tiny model needs far less than a fifth of any GPU vLLM supports; the bundle's
+# ``--gpu-memory-utilization`` overrides it (docs/commands.md).
+GPU_MEMORY_UTILIZATION = 0.2
 # The variant images' cache root (templates/Dockerfile.j2 sets XDG_CACHE_HOME, TORCHINDUCTOR_CACHE_DIR and
 # TRITON_CACHE_DIR below it, mode 1777): where a pod mounts the compile cache volume (``tools/matrix kube``).
 IMAGE_CACHE_ROOT = "/tmp/.cache"
@@ -136,7 +142,7 @@ def server_spec(
     profile: Profile,
     volume: str,
     *,
-    gpu: bool = False,
+    gpu: GpuAccess | None = None,
     eager: bool = False,
     cache: tuple[str, str] | None = None,
     start: serve_start.Start = PROJECT_START,
@@ -152,7 +158,7 @@ def server_spec(
     extra = profiles.container_kwargs(profile)
     if profile.network != "none":
         extra["ports"] = {f"{PORT}/tcp": ("127.0.0.1", None)}
-    gpus = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpu else []
+    access = gpu or GpuAccess()
     volumes = {volume: {"bind": MODEL_MOUNT, "mode": "ro"}}
     if cache is not None:
         volumes[cache[0]] = {"bind": cache[1], "mode": "rw"}
@@ -160,7 +166,9 @@ def server_spec(
         image=image,
         command=server_args(start, eager=eager),
         volumes=volumes,
-        device_requests=gpus,
+        device_requests=access.device_requests,
+        devices=access.devices,
+        group_add=access.group_add,
         extra=extra,
     )
 

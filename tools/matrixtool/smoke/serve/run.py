@@ -28,6 +28,7 @@ from matrixtool.incontainer.vllm_smoke import compilecache, serving
 from matrixtool.incontainer.vllm_smoke.programs import serve_probe
 from matrixtool.model.conditions import Condition
 from matrixtool.model.profiles import Profile
+from matrixtool.smoke.gpuaccess import GpuAccess
 from matrixtool.smoke.serve import check as serve_check
 from matrixtool.smoke.serve import health as serve_health
 from matrixtool.smoke.serve import line as serve_line
@@ -43,17 +44,17 @@ WARM_BESIDE_COLD = True
 class Launch:
     """The server of one profile run as ``observe`` starts it: ``image`` under ``profile``, the tiny model from
     ``volume``; ``session`` labels its containers and its compile cache volume; ``grace_s``: ``docker stop``'s grace
-    (s); ``gpu``: every GPU passed through; ``eager``: no compile (the quick suite), so no warm start; ``env``: the
-    server's environment (where its cache root is); ``deadline`` (``time.monotonic()``): where the warm start must be
-    ready by (None: no bound but ``ready_timeout_s``, seconds a start may take to be ready); ``start``: the form the
-    image is started in (``serve_start.choose``)."""
+    (s); ``gpu``: the host's GPUs (``gpuaccess``), None: none; ``eager``: no compile (the quick suite), so no warm
+    start; ``env``: the server's environment (where its cache root is); ``deadline`` (``time.monotonic()``): where
+    the warm start must be ready by (None: no bound but ``ready_timeout_s``, seconds a start may take to be ready);
+    ``start``: the form the image is started in (``serve_start.choose``)."""
 
     image: str
     profile: Profile
     volume: str
     session: str
     grace_s: int = serve_check.STOP_GRACE_S
-    gpu: bool = False
+    gpu: GpuAccess | None = None
     eager: bool = False
     ready_timeout_s: float = serve_check.READY_TIMEOUT_S
     env: Mapping[str, str] = field(default_factory=dict)
@@ -150,7 +151,7 @@ def _cold_start(
             if ready_s is None:
                 return serve_check.Observed(ready_s=None, phases=seen, exit_code=code, log=log)
             listing = cache_listing(server, root) if warm is not None else ""
-            if warm is not None and WARM_BESIDE_COLD and not launch.gpu:
+            if warm is not None and WARM_BESIDE_COLD and launch.gpu is None:
                 warm.begin()
             ran = serve_probing.run_client(base) if base is not None else {}
             health = serve_health.run_healthcheck(

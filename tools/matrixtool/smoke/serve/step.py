@@ -24,6 +24,7 @@ from matrixtool.incontainer.vllm_smoke import compilecache
 from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import CheckSpec, Variant
+from matrixtool.smoke.gpuaccess import GpuAccess
 from matrixtool.smoke.plan import ProfileRun
 from matrixtool.smoke.result import CheckResult, Status
 from matrixtool.smoke.serve import check as serve_check
@@ -38,15 +39,17 @@ class ServeStep:
     and shared by the later ones (the image and the model are the same under every profile, so a later profile's
     server starts without waiting for it), removed on the way out (``with``); what each run's check container mounts
     for it (``needs``); and the server of each profile run (``ServeRun``), or a skip where no server can run here (a
-    GPU variant, no GPU visible); the form the image is started in (``start_of``, read once per image).
-    ``zipapp``: the check package's path in the check container; ``gpu``: every GPU passed through."""
+    GPU variant, no GPU visible); the form the image is started in (``start_of``, read once per image). ``zipapp``:
+    the check package's path in the check container; ``gpu``: the host's GPUs as their vendor's runtime passes them
+    (``gpuaccess``), None where it has none."""
 
-    def __init__(self, client: docker.DockerClient, variant: Variant, *, gpu: bool, zipapp: str) -> None:
+    def __init__(self, client: docker.DockerClient, variant: Variant, *, gpu: GpuAccess | None, zipapp: str) -> None:
         self.client, self.variant, self.gpu, self.zipapp = client, variant, gpu, zipapp
         self.volume: str | None = None
         self.stack = contextlib.ExitStack()
+        self.lock = threading.Lock()  # profile runs side by side ask for the volume at once
         self.starts: dict[str, tuple[serve_start.ImageConfig, serve_start.Start]] = {}
-        self.lock = threading.Lock()
+        self.start_lock = threading.Lock()  # and for the image's start form
 
     def __enter__(self) -> ServeStep:
         return self
@@ -58,21 +61,22 @@ class ServeStep:
 
     def serves(self) -> bool:
         """Whether a server can run here: a CPU variant, or a GPU seen."""
-        return self.variant.accelerator is Accelerator.CPU or self.gpu
+        return self.variant.accelerator is Accelerator.CPU or self.gpu is not None
 
     def model_volume(self) -> str:
         """The tiny model's volume (``serve_line.model_volume``), made on the first call, labelled with the owner."""
-        if self.volume is None:
-            labels = {container.OWNER_LABEL: os.environ.get(container.OWNER_ENV_VAR, "")}
-            self.volume = self.stack.enter_context(serve_line.model_volume(self.client, labels))
-        return self.volume
+        with self.lock:
+            if self.volume is None:
+                labels = {container.OWNER_LABEL: os.environ.get(container.OWNER_ENV_VAR, "")}
+                self.volume = self.stack.enter_context(serve_line.model_volume(self.client, labels))
+            return self.volume
 
     def start_of(self, image: str, session: str) -> tuple[serve_start.ImageConfig, serve_start.Start]:
         """``image``'s config and the form its server is started in (``serve_start.choose``), read once per image
         (its files from a container of ``session``, created and removed).
 
         Raises docker.errors.DockerException: the engine cannot inspect the image or create the container."""
-        with self.lock:
+        with self.start_lock:
             if image not in self.starts:
                 config = serve_start.ImageConfig.of(self.client.images.get(image).attrs)
                 with serve_start.ImageFiles(self.client, image, session=session) as files:

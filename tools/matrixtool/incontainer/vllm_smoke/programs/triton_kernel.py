@@ -4,15 +4,16 @@ A file: Triton reads a kernel's source with inspect, which ``python -c`` cannot 
 """
 
 import json
-from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
 
+# No annotations but constexpr's: Triton 3.6 resolves a kernel's annotations as globals, and `x_ptr: Any` failed
+# with NameError("Cannot access global variable Any from within @jit'ed function") on the H200 (2026-12-03).
 @triton.jit
-def add(x_ptr: Any, y_ptr: Any, out_ptr: Any, n: Any, BLOCK: tl.constexpr) -> None:
+def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
     pid = tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
