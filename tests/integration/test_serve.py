@@ -28,6 +28,12 @@ def test_serve_under_both_profiles(cpu_run: CpuRun, client: docker.DockerClient)
         stop = facts["stop"]
         assert stop["exit_code"] in (0, 143) and stop["seconds"] <= stop["grace_s"] and stop["in_flight"]
         assert "vllm serve" in stop["pid1"]
+        # The project's images are the `vllm` form (ENTRYPOINT ["vllm"], the README's line); the profile's user
+        # over the image's USER (tests/integration/test_start_forms.py serves the other forms).
+        start = facts["start"]
+        assert (start["form"], start["entrypoint"], start["user"]) == ("vllm", ["vllm"], "1000:0"), start
+        assert start["run_as"] == ("1000770000:0" if profile == "restricted" else "1000:0"), start
+        assert "started in the vllm form" in result["diagnosis"]
         # The warm start: a second server on the cache volume the first wrote, at the image's cache root; reuse
         # is shown by the cache itself (no kernel added), vLLM's own artifact by its log line.
         warm = facts["warm"]

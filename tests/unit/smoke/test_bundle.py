@@ -29,6 +29,7 @@ from matrixtool.incontainer.vllm_smoke import (
     server,
     serving,
     standalone,
+    warmshare,
 )
 from matrixtool.incontainer.vllm_smoke import suite as bundle_suite
 from matrixtool.incontainer.vllm_smoke.bounded import DEFAULT_LIMIT
@@ -105,14 +106,14 @@ def test_a_warm_start_over_half_the_cold_one_names_what_vllm_could_not_reuse() -
     seen = {"ready_s": 99.1, "phases": {"cli": 20.0, "engine core": 57.1, "api server": 99.1}, "log": H200_SERVE_LOG,
             "warm": {"ready_s": 59.0, "log": warm_log}}  # fmt: skip
     facts: dict[str, Any] = {"warm": {"ready_s": 59.0, "phases": {"cli": 26.0, "engine core": 47.0}}}
-    words = serving.warm_share(seen, facts)
+    words = warmshare.warm_share(seen, facts)
     assert words.startswith("; warm/cold 0.6 (over 0.5; what vLLM could not reuse: 26 s to vLLM's first line")
     assert "21 s from there to the engine core's first line, its own process start and imports (cold 37.1 s)" in words
     assert "torch.compile 9.43 s -> 0.99 s, CUDA graph capture 6 s -> 1 s, engine init 35.69 s -> 5.14 s" in words
     assert facts["warm"]["ratio"] == 0.6 and facts["warm"]["spans"]["model load"] == [1.575655, 1.669745]
     fast = {"warm": {"ready_s": 40.0, "phases": {}}}
-    assert serving.warm_share(dict(seen, ready_s=99.1), fast) == "; warm/cold 0.4 (at most 0.5)"
-    assert serving.warm_share({"ready_s": 99.1}, {"warm": {"skipped": "eager"}}) == ""
+    assert warmshare.warm_share(dict(seen, ready_s=99.1), fast) == "; warm/cold 0.4 (at most 0.5)"
+    assert warmshare.warm_share({"ready_s": 99.1}, {"warm": {"skipped": "eager"}}) == ""
 
 
 def test_the_archive_carries_the_package_and_the_facts_and_is_reproducible() -> None:

@@ -240,7 +240,9 @@ def check_model_runner(params: Dict[str, Any]) -> Dict[str, Any]:
 @check(
     "serve",
     proves=(
-        "`vllm serve` through the image's own ENTRYPOINT (the README's line), the tiny model mounted read-only: "
+        "`vllm serve` started as the image's users must (its ENTRYPOINT, CMD and script read: `vllm`, `vllm "
+        "serve`, the API server module, a wrapper, no ENTRYPOINT; the README's line for ours), the tiny model mounted "
+        "read-only: "
         "/health ready (time per phase), /v1/models, greedy /v1/completions == offline-generate's eager tokens, "
         "stream == non-stream, chat, /metrics counts, /version, the image's own HEALTHCHECK run as Docker runs "
         "it; `docker stop` during a stream exits 0/143 "
@@ -251,8 +253,8 @@ def check_model_runner(params: Dict[str, Any]) -> Dict[str, Any]:
         "containers a volume at the image's cache root; on a host or in a pod a fresh folder under its cache root), "
         "its time to ready, and its reuse shown by vLLM's load line or by no compiled kernel added to the cache"
     ),
-    classes=(15, 16, 17, 18, 19, 20, 22, 31, 50),
-    reports=(f"{VLLM_REPO}/issues/14888",),
+    classes=(15, 16, 17, 18, 19, 20, 22, 31, 36, 50),
+    reports=(f"{VLLM_REPO}/issues/14888", f"{VLLM_REPO}/issues/22072"),
     hint="read the server's log (log file <variant>.serve.log)",
     timeout=1500,
     affected_by=("user", "read_only", "tmpfs", "env", "network", "memory", "cpus", "shm_size", "pids_limit"),

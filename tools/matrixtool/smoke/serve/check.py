@@ -1,6 +1,7 @@
 """The ``serve`` check: the image started as its README tells users to serve it, probed from outside, stopped.
 
-One server per profile: ``docker run`` of the image's own ENTRYPOINT with ``serve_argv()`` (the README's line,
+One server per profile: ``docker run`` of the image as its users must start it (``serve_start.choose``: the form its
+ENTRYPOINT, CMD and files call for; this project's images take ``serve_argv()``, the README's line,
 ``readme_block``), the profile's run conditions, and the suite's tiny model mounted read-only at ``/models``.
 The model is made in the profile's check container into a Docker volume backed by a tmpfs (``model_volume``:
 mode 1777, so any UID of any profile writes it; nothing on the host's disk); the engine mounts one tmpfs per
@@ -28,6 +29,7 @@ from matrixtool.smoke.serve import health as serve_health
 from matrixtool.smoke.serve import line as serve_line
 from matrixtool.smoke.serve import probing as serve_probing
 from matrixtool.smoke.serve import route_diagnosis as serve_route_diagnosis
+from matrixtool.smoke.serve import start as serve_start
 
 CHECK = "serve"
 STOP_GRACE_S = 30  # a Kubernetes pod's terminationGracePeriodSeconds
@@ -93,13 +95,24 @@ def judge(
     vllm_version: str,
     ready_budget_s: float | None,
     env: Mapping[str, str] | None = None,
+    start: tuple[serve_start.ImageConfig, serve_start.Start] | None = None,
+    user: str | None = None,
 ) -> tuple[Status, str, str, dict[str, Any]]:
     """Status, diagnosis, hint and facts of one server run (see the module docstring for what is asserted).
 
     ``expected_tokens``: offline-generate's eager greedy tokens for ``PROMPT`` (None: no comparison, said so);
     ``ready_budget_s``: the variant's ``ready_budget`` in seconds (None: none); ``env``: the server's
-    environment (the image's and the profile's), where a log names no variable (a Kubernetes service link)."""
-    facts: dict[str, Any] = {"ready_s": seen.ready_s, "phases": dict(seen.phases), "argv": serve_line.serve_argv()}
+    environment (the image's and the profile's), where a log names no variable (a Kubernetes service link);
+    ``start``: the image's config and the form its server was started in (None: this project's ``vllm`` form,
+    ``serve_line.PROJECT_START``), shown in ``facts["start"]`` with the user it ran as (``user``: the profile's,
+    None: the image's USER) and in the summary."""
+    config, form = start if start is not None else (None, serve_line.PROJECT_START)
+    facts: dict[str, Any] = {
+        "ready_s": seen.ready_s,
+        "phases": dict(seen.phases),
+        "argv": serve_line.server_args(form),
+        "start": start_facts(config, form, user),
+    }
     if seen.ready_s is None:
         return _not_ready(seen, facts, env)
     probes = seen.probes
@@ -122,7 +135,7 @@ def judge(
         facts["ready_budget_s"] = ready_budget_s
         problems.append(f"ready after {seen.ready_s:.0f} s, over its ready_budget of {ready_budget_s:.0f} s")
     summary = (
-        f"ready in {seen.ready_s:.0f} s; models, greedy completion"
+        f"started in the {form.form} form, ready in {seen.ready_s:.0f} s; models, greedy completion"
         f"{' == offline-generate' if expected_tokens is not None else ' (no offline-generate tokens to compare)'}, "
         f"stream, chat, metrics ({facts['metrics_requests']}), version {facts['version']}; stop: exit "
         f"{stop.get('exit_code')} in "
@@ -136,6 +149,35 @@ def judge(
     if problems:
         return Status.FAILED, "; ".join(problems), "; ".join(hints) or "read the server's log", facts
     return Status.PASSED, summary, "", facts
+
+
+def start_facts(config: serve_start.ImageConfig | None, start: serve_start.Start, user: str | None) -> dict[str, Any]:
+    """The serve check's ``facts["start"]``: the form, in words, the image's config (``ImageConfig.facts``: its
+    HEALTHCHECK included) and the user the server ran as (``user``: the profile's; None: the image's USER)."""
+    facts: dict[str, Any] = {"form": start.form, "how": start.how}
+    if config is not None:
+        facts.update(config.facts())
+        facts["run_as"] = user or facts["user"]
+    return facts
+
+
+def unservable(
+    image: str, config: serve_start.ImageConfig, start: serve_start.Start
+) -> tuple[Status, str, str, dict[str, Any]]:
+    """``judge`` of an image no documented form serves (``start.problem``; no server was started): the cause in
+    words and the ``docker run`` line that would serve it (``serve_line.working_line``), class 36."""
+    facts = {"start": start_facts(config, start, None), "failure_class": serve_diagnosis.START_FORM}
+    line = serve_line.working_line(image, start)
+    if line is None:
+        return Status.FAILED, f"no documented way to start the image serves a model: {start.problem}", "", facts
+    facts["working_line"] = line
+    return (
+        Status.FAILED,
+        f"no documented way to start the image serves a model: {start.problem}; this line would: {line}",
+        'give the image an exec-form ENTRYPOINT (["vllm"], ["vllm", "serve"], or a script that ends in exec "$@"), '
+        "or start it with --entrypoint as that line does",
+        facts,
+    )
 
 
 def _not_ready(

@@ -29,6 +29,7 @@ INJECTED_ENV = 18
 SIGNALS = 19
 PROBES = 20
 METRICS_DIR = 22
+START_FORM = 36  # an image no documented form of starting serves (serve.start)
 
 # vLLM prefixes each line of a process with its role and pid, then level, date, time and source:
 # "(EngineCore pid=24) ERROR 12-01 09:34:20 [core.py:1510] RuntimeError: ...". Worker roles vary

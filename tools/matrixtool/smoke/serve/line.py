@@ -6,6 +6,7 @@ and the containers of the serve check (``server_spec``, ``client_spec``)."""
 from __future__ import annotations
 
 import contextlib
+import shlex
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -18,6 +19,7 @@ from matrixtool.incontainer.vllm_smoke import compilecache
 from matrixtool.model import profiles
 from matrixtool.model.profiles import Profile
 from matrixtool.smoke.gpuaccess import GpuAccess
+from matrixtool.smoke.serve import start as serve_start
 
 PORT = 8000
 MODEL_MOUNT = "/models"
@@ -44,11 +46,32 @@ GPU_MEMORY_UTILIZATION = 0.2
 # The variant images' cache root (templates/Dockerfile.j2 sets XDG_CACHE_HOME, TORCHINDUCTOR_CACHE_DIR and
 # TRITON_CACHE_DIR below it, mode 1777): where a pod mounts the compile cache volume (``tools/matrix kube``).
 IMAGE_CACHE_ROOT = "/tmp/.cache"
+# How this project's images start (templates/Dockerfile.j2: ENTRYPOINT ["vllm"]): the README's line.
+PROJECT_START = serve_start.Start(
+    form=serve_start.VLLM, how='ENTRYPOINT ["vllm"]: `serve MODEL ...` as arguments', prefix=("serve",)
+)
 
 
 def serve_argv(model: str = MODEL_PATH, options: Sequence[str] = MODEL_OPTIONS) -> list[str]:
     """The arguments after the image name: ``serve MODEL SERVE_OPTIONS [options]`` (the ENTRYPOINT is ``vllm``)."""
     return ["serve", model, *SERVE_OPTIONS, *options]
+
+
+def server_args(start: serve_start.Start, *, eager: bool = False) -> list[str]:
+    """The arguments after the image name that serve the tiny model in ``start``'s form: the model, then
+    ``SERVE_OPTIONS`` and ``MODEL_OPTIONS`` (``--enforce-eager`` last where ``eager``)."""
+    return start.args(MODEL_PATH, [*SERVE_OPTIONS, *MODEL_OPTIONS, *(["--enforce-eager"] if eager else [])])
+
+
+def working_line(image: str, start: serve_start.Start) -> str | None:
+    """The user's ``docker run`` line that serves a model from ``$PWD/models`` in an image no documented form
+    serves: ``start.fix``'s ``--entrypoint`` and arguments (None: no fix is known)."""
+    fix = start.fix
+    if fix is None or not fix.entrypoint:
+        return None
+    args = fix.args(f"{MODEL_MOUNT}/MODEL", SERVE_OPTIONS)
+    line = ["docker", "run", "--rm", *docker_flags('"$PWD/models"'), "--entrypoint", *fix.entrypoint, image, *args]
+    return " ".join(a if a.startswith('"$PWD') else shlex.quote(a) for a in line)
 
 
 def docker_flags(model_source: str, published: str = f"{PORT}:{PORT}") -> list[str]:
@@ -122,8 +145,11 @@ def server_spec(
     gpu: GpuAccess | None = None,
     eager: bool = False,
     cache: tuple[str, str] | None = None,
+    start: serve_start.Start = PROJECT_START,
 ) -> ContainerSpec:
-    """The server container: the image's ENTRYPOINT with ``serve_argv()``, ``profile``'s run conditions (its
+    """The server container: the image's ENTRYPOINT with the arguments of ``start``'s form (``server_args``;
+    default: this project's images, ``serve_argv()``), the image's USER, WORKDIR and ENV (the profile's user and
+    env over them), ``profile``'s run conditions (its
     /dev/shm too: ``shm_size``), the model volume read-only at ``/models``, no init (the server is PID 1, as users
     run it); port 8000 published on 127.0.0.1 (a port the engine picks) where the profile has a network.
     ``eager``: ``--enforce-eager`` added (the quick suite: about 70 s to ready here instead of 100 s compiled; the
@@ -138,7 +164,7 @@ def server_spec(
         volumes[cache[0]] = {"bind": cache[1], "mode": "rw"}
     return ContainerSpec(
         image=image,
-        command=[*serve_argv(), *(["--enforce-eager"] if eager else [])],
+        command=server_args(start, eager=eager),
         volumes=volumes,
         device_requests=access.device_requests,
         devices=access.devices,

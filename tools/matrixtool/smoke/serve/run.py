@@ -33,6 +33,7 @@ from matrixtool.smoke.serve import check as serve_check
 from matrixtool.smoke.serve import health as serve_health
 from matrixtool.smoke.serve import line as serve_line
 from matrixtool.smoke.serve import probing as serve_probing
+from matrixtool.smoke.serve import start as serve_start
 
 # Whether the warm start begins as soon as the cold server is ready (beside its probes and stop) or after it
 # stopped: measured both ways (docs/checks.md, "Cold and warm start").
@@ -45,7 +46,8 @@ class Launch:
     ``volume``; ``session`` labels its containers and its compile cache volume; ``grace_s``: ``docker stop``'s grace
     (s); ``gpu``: the host's GPUs (``gpuaccess``), None: none; ``eager``: no compile (the quick suite), so no warm
     start; ``env``: the server's environment (where its cache root is); ``deadline`` (``time.monotonic()``): where
-    the warm start must be ready by (None: no bound but ``ready_timeout_s``, seconds a start may take to be ready)."""
+    the warm start must be ready by (None: no bound but ``ready_timeout_s``, seconds a start may take to be ready);
+    ``start``: the form the image is started in (``serve_start.choose``)."""
 
     image: str
     profile: Profile
@@ -57,6 +59,7 @@ class Launch:
     ready_timeout_s: float = serve_check.READY_TIMEOUT_S
     env: Mapping[str, str] = field(default_factory=dict)
     deadline: float | None = None
+    start: serve_start.Start = serve_line.PROJECT_START
 
 
 def observe(client: docker.DockerClient, launch: Launch) -> serve_check.Observed:
@@ -75,7 +78,13 @@ def observe(client: docker.DockerClient, launch: Launch) -> serve_check.Observed
     with contextlib.ExitStack() as outer:
         cache = None if launch.eager else (outer.enter_context(serve_line.cache_volume(client, labels)), root)
         spec = serve_line.server_spec(
-            launch.image, launch.profile, launch.volume, gpu=launch.gpu, eager=launch.eager, cache=cache
+            launch.image,
+            launch.profile,
+            launch.volume,
+            gpu=launch.gpu,
+            eager=launch.eager,
+            cache=cache,
+            start=launch.start,
         )
         warm = _WarmStart(client, launch, spec, root)
         outer.callback(warm.end)  # before the volume goes

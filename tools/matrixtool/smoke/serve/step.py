@@ -30,6 +30,7 @@ from matrixtool.smoke.result import CheckResult, Status
 from matrixtool.smoke.serve import check as serve_check
 from matrixtool.smoke.serve import line as serve_line
 from matrixtool.smoke.serve import run as serve_run
+from matrixtool.smoke.serve import start as serve_start
 from matrixtool.smoke.steps import Execs, Needs, Skipped, Step
 
 
@@ -38,14 +39,17 @@ class ServeStep:
     and shared by the later ones (the image and the model are the same under every profile, so a later profile's
     server starts without waiting for it), removed on the way out (``with``); what each run's check container mounts
     for it (``needs``); and the server of each profile run (``ServeRun``), or a skip where no server can run here (a
-    GPU variant, no GPU visible). ``zipapp``: the check package's path in the check container; ``gpu``: the host's
-    GPUs as their vendor's runtime passes them (``gpuaccess``), None where it has none."""
+    GPU variant, no GPU visible); the form the image is started in (``start_of``, read once per image). ``zipapp``:
+    the check package's path in the check container; ``gpu``: the host's GPUs as their vendor's runtime passes them
+    (``gpuaccess``), None where it has none."""
 
     def __init__(self, client: docker.DockerClient, variant: Variant, *, gpu: GpuAccess | None, zipapp: str) -> None:
         self.client, self.variant, self.gpu, self.zipapp = client, variant, gpu, zipapp
         self.volume: str | None = None
         self.stack = contextlib.ExitStack()
         self.lock = threading.Lock()  # profile runs side by side ask for the volume at once
+        self.starts: dict[str, tuple[serve_start.ImageConfig, serve_start.Start]] = {}
+        self.start_lock = threading.Lock()  # and for the image's start form
 
     def __enter__(self) -> ServeStep:
         return self
@@ -66,6 +70,18 @@ class ServeStep:
                 labels = {container.OWNER_LABEL: os.environ.get(container.OWNER_ENV_VAR, "")}
                 self.volume = self.stack.enter_context(serve_line.model_volume(self.client, labels))
             return self.volume
+
+    def start_of(self, image: str, session: str) -> tuple[serve_start.ImageConfig, serve_start.Start]:
+        """``image``'s config and the form its server is started in (``serve_start.choose``), read once per image
+        (its files from a container of ``session``, created and removed).
+
+        Raises docker.errors.DockerException: the engine cannot inspect the image or create the container."""
+        with self.start_lock:
+            if image not in self.starts:
+                config = serve_start.ImageConfig.of(self.client.images.get(image).attrs)
+                with serve_start.ImageFiles(self.client, image, session=session) as files:
+                    self.starts[image] = (config, serve_start.choose(config, files))
+            return self.starts[image]
 
     def needs(self, run: ProfileRun) -> Needs:
         """The model volume at ``serve_line.CHECK_MOUNT`` and its folder in the environment, where a server can run."""
@@ -102,6 +118,8 @@ class ServeRun:
     def __init__(self, setup: ServeStep, run: ProfileRun, runner: Execs, log_dir: Path) -> None:
         self.client, self.variant, self.gpu, self.zipapp = setup.client, setup.variant, setup.gpu, setup.zipapp
         self.image, self.run, self.runner, self.log_dir = runner.image, run, runner, log_dir
+        self.setup = setup
+        self.start_form: tuple[serve_start.ImageConfig, serve_start.Start] | None = None
         self.volume = setup.model_volume()
         self.session = uuid.uuid4().hex[:12]
         self.seen: serve_check.Observed | None = None
@@ -121,6 +139,9 @@ class ServeRun:
 
     def _work(self) -> None:
         try:
+            self.start_form = self.setup.start_of(self.image, self.session)
+            if self.start_form[1].problem:  # no documented form serves it: no server, one failure (result)
+                return
             code, output = self.runner.exec(["python3", "-c", ENSURE_MODEL, self.zipapp], {}, MODEL_DEADLINE_S)
             if "MATRIX-MODEL " not in output:
                 tail = " | ".join(output.strip().splitlines()[-2:])
@@ -137,6 +158,7 @@ class ServeRun:
                 eager=str(self.run.suite) == "quick",
                 env=self.environment(),
                 deadline=self.deadline,
+                start=self.start_form[1],
             )
             self.seen = serve_run.observe(self.client, launch)
         except Exception as exc:  # the check fails with it; the run goes on
@@ -170,6 +192,8 @@ class ServeRun:
         if self.thread.is_alive():
             self.sweep()
             status, diagnosis, hint, facts = Status.TIMEOUT, f"no result within {timeout_s:.0f} s", "", {}
+        elif self.start_form is not None and self.start_form[1].problem:
+            status, diagnosis, hint, facts = serve_check.unservable(self.image, *self.start_form)
         elif self.seen is None:
             status, diagnosis, hint, facts = Status.FAILED, self.error or "no result", "read the log", {}
         else:
@@ -179,6 +203,8 @@ class ServeRun:
                 vllm_version=str(self.variant.vllm.version).split("+")[0],
                 ready_budget_s=self.variant.ready_budget_s,
                 env=self.environment(),
+                start=self.start_form,
+                user=self.run.profile.user,
             )
         written = "\n".join(filter(None, [self.error, self.error_output]))
         if self.seen is not None:
