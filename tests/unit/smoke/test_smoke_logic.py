@@ -180,8 +180,8 @@ def test_every_failure_class_has_a_check_and_the_readme_names_gpu_only_ones() ->
     covered = {n for info in CHECKS.values() for n in info.classes}
     # 15-20 and 22: the serving classes, observed by serve; 21 (derived images) has no check yet (issue 19);
     # 23-30: the GPU classes (docs/failure-classes.md), those with a check so far; 31: the compile cache (serve);
-    # 32-33: vLLM's optional features (features).
-    assert covered == set(range(1, 21)) | set(range(22, 34))
+    # 32-33: vLLM's optional features (features); 42-45: end of life (serve).
+    assert covered == set(range(1, 21)) | set(range(22, 34)) | set(range(42, 46))
     readme = (smoke_runners.CHECKS_DIR.parents[2] / "docs" / "checks.md").read_text()
     assert "needs a GPU" in readme
     for name in CHECKS:

@@ -54,6 +54,84 @@ def shutdown_errors(log: str) -> List[str]:
     return [line.strip() for line in after.splitlines() if any(e in line for e in SHUTDOWN_ERRORS)][:3]
 
 
+# docs/failure-classes.md: a stop that exits 0 in time but whose log shows the engine died under the server.
+UNCLEAN_STOP = 44
+# vLLM 0.32's shutdown lines (vllm/v1/engine/core_client.py, utils.py, core.py), in the order a clean stop logs them.
+_MANAGER_STOPPED = "[shutdown] MPClient: engine manager stopped"
+_ENGINE_DIED = "[shutdown] MPClient: engine core exited unexpectedly"
+_FATAL = "EngineCore encountered a fatal error"
+_FORCE_KILLED = "[shutdown] Process manager: force killing remaining process"
+_TEARDOWN_DEAD = (
+    "vLLM's own teardown: once the engine manager stopped, MPClient's cleanup cancels its output-socket task, whose "
+    "`except asyncio.CancelledError` queues an EngineDeadError (vllm/v1/engine/core_client.py, "
+    'process_outputs_socket) that AsyncLLM\'s output handler logs as "output_handler failed" when the event loop '
+    "runs it before uvicorn's loop closes (a race: some stops log it, most do not); no request was cut"
+)
+
+
+def shutdown_verdict(log: str) -> List[Tuple[str, bool, str, str]]:
+    """What vLLM's shutdown log (``log``, the server's whole log) shows beyond the exit code: one
+    (name, clean, line, meaning) per cause found, in this order:
+
+    - ``engine-died``: the engine core exited before the API server stopped it (MPClient's monitor saw it die: it was
+      killed, by the OOM killer or a signal sent to every process, or it crashed): not clean;
+    - ``engine-fatal``: the engine core's own fatal error during the stop: not clean;
+    - ``drain-cut``: the drain outlived ``--shutdown-timeout`` and the engine core was SIGKILLed (its in-flight
+      requests cut): clean for the exit contract, named (the stream's outcome says what the client got);
+    - ``teardown-engine-dead``: an EngineDeadError logged after the engine manager had stopped
+      (``_TEARDOWN_DEAD``): clean, named.
+
+    An EngineDeadError before the engine manager stopped (with no other cause) is ``engine-died`` too. Empty: the
+    stop logged none of these (vLLM 0.32's wording; before "[shutdown]" nothing is read)."""
+    at = log.find("[shutdown]")
+    if at < 0:
+        return []
+    lines = [line.strip() for line in log[at:].splitlines()]
+    stopped = next((i for i, line in enumerate(lines) if _MANAGER_STOPPED in line), len(lines))
+    out: List[Tuple[str, bool, str, str]] = []
+    died = next((line for line in lines if _ENGINE_DIED in line), "")
+    early_dead = next((line for line in lines[:stopped] if "EngineDeadError" in line), "")
+    if died or early_dead:
+        out.append(
+            (
+                "engine-died",
+                False,
+                died or early_dead,
+                "the engine core died before the API server stopped it (killed by a signal sent to every process, "
+                "the OOM killer, or a crash): its in-flight requests were lost, not drained",
+            )
+        )
+    fatal = next((line for line in lines if _FATAL in line), "")
+    if fatal:
+        out.append(("engine-fatal", False, fatal, "the engine core failed during the stop"))
+    cut = next((line for line in lines if _FORCE_KILLED in line), "")
+    if cut:
+        out.append(
+            (
+                "drain-cut",
+                True,
+                cut,
+                "the drain outlived --shutdown-timeout and vLLM SIGKILLed its engine core: requests still running "
+                "were cut (raise --shutdown-timeout, below the pod's grace, where requests run longer)",
+            )
+        )
+    late = next((line for line in lines[stopped:] if "EngineDeadError" in line), "")
+    if late and not (died or early_dead):
+        out.append(("teardown-engine-dead", True, late, _TEARDOWN_DEAD))
+    return out
+
+
+def unclean_stop(stop: Mapping[str, Any]) -> List[str]:
+    """The stop contract's failures from its log's causes (``stop["shutdown"]``, ``shutdown_verdict``'s tuples)."""
+    return [f"the stop {meaning}: {line!r}" for _, clean, line, meaning in stop.get("shutdown") or [] if not clean]
+
+
+def stop_notes(stop: Mapping[str, Any]) -> str:
+    """The named notes of a clean stop's log (``stop["shutdown"]``), for the summary ("" where none)."""
+    names = [name for name, clean, _, _ in stop.get("shutdown") or [] if clean]
+    return f" (logged on stop, clean: {', '.join(names)})" if names else ""
+
+
 def _loads(text: str) -> Any:
     """``json.loads``; a body nested past the interpreter's recursion limit is unreadable too (ValueError), as
     the host's ``core.jsontext.loads`` reads it: an answer never crashes its judge."""
@@ -164,7 +242,7 @@ def judge(seen: Mapping[str, Any], spec: Mapping[str, Any], expected_tokens: Any
     problems = answer_problems(probes, spec["model"], expected_tokens, pinned, facts)
     stop = dict(seen.get("stop") or {})
     facts["stop"] = stop
-    problems += stop_problems(stop)
+    problems += stop_problems(stop) + unclean_stop(stop)
     hints: List[str] = []
     warm = warm_problems(seen, facts, problems, hints)
     budget = spec.get("ready_budget_s")
@@ -178,6 +256,7 @@ def judge(seen: Mapping[str, Any], spec: Mapping[str, Any], expected_tokens: Any
         f"{' == offline-generate' if expected_tokens is not None else ' (no offline-generate tokens to compare)'}, "
         f"stream, chat, metrics ({facts['metrics_requests']}), version {facts['version']}; stop: exit "
         f"{stop.get('exit_code')} in {stop.get('seconds')} s, stream {stop.get('stream')}, no process left"
+        f"{stop_notes(stop)}"
     )
     return "passed", summary + warm, "", facts
 
