@@ -1,21 +1,23 @@
-"""End of life beyond a clean stop (docs/failure-classes.md 42-45) with real servers of the CPU image: the serve
-check's warm path (``serve.run._start_once`` in a pod of ``serve.endoflife``: SIGKILL once ready, /dev/shm read, a
-restart in a fresh container on the same /dev/shm), eager (no compile) to keep it short. The good image under the
-suite's profiles is judged by the session's run (test_serve.py); here the bad run conditions and images."""
+"""End of life beyond a clean stop (docs/failure-classes.md 42-45) with a real server of the CPU image, eager (no
+compile) to keep it short: the serve check's warm path in a pod of ``serve.endoflife`` (ready, SIGKILL, /dev/shm
+read, a restart in a fresh container on the same /dev/shm), with leftovers planted in /dev/shm before the restart.
+The good image under the suite's profiles is judged by the session's run (test_serve.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import docker
 import pytest
 
-from matrixtool.core.container import OWNER_LABEL, SESSION_LABEL, sweep
+from matrixtool.core.container import OWNER_LABEL, SESSION_LABEL, TrackedContainer, sweep
 from matrixtool.model.conditions import Condition
 from matrixtool.model.profiles import Profile
+from matrixtool.smoke.serve import diagnosis as sd
 from matrixtool.smoke.serve import endoflife
 from matrixtool.smoke.serve import line as serve_line
 from matrixtool.smoke.serve import run as serve_run
@@ -24,38 +26,48 @@ from tests.integration.test_serve_classes import START_TIMEOUT, tiny_model  # no
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
-
-def warm_path(client: docker.DockerClient, image: str, model: Path, profile: Profile) -> dict[str, Any]:
-    """The warm server of ``image`` under ``profile`` (eager, the tiny model) in a pod: ready, killed, restarted
-    (``serve_run._start_once``); what it saw."""
-    session = uuid.uuid4().hex[:12]
-    labels = {OWNER_LABEL: OWNER, SESSION_LABEL: session}
-    launch = serve_run.Launch(image=image, profile=profile, volume="", session=session, eager=True)
-    spec = serve_line.server_spec(image, profile, "unused", eager=True)
-    spec = dataclasses.replace(spec, volumes={str(model): {"bind": serve_line.MODEL_PATH, "mode": "ro"}})
-    try:
-        with endoflife.pod(client, image, profile, session, labels) as (shm, pod):
-            return serve_run._start_once(
-                client, launch, endoflife.with_shm(spec, shm), "/tmp/.cache", ready_timeout_s=START_TIMEOUT, pod=pod
-            )
-    finally:
-        sweep(client, session)
+# Fills /dev/shm (argv[1]) but for argv[2] MiB with one file, as a dead server's segments would.
+PLANT = (
+    "import os, sys; st = os.statvfs('/dev/shm'); n = st.f_frsize * st.f_bavail - int(sys.argv[2]) * 2**20\n"
+    "with open(sys.argv[1], 'wb') as f:\n"
+    "    for _ in range(n // 2**20): f.write(bytes(2**20))\n"
+)
 
 
-def test_leftovers_of_a_killed_server_fail_the_restart_in_a_shm_sized_for_one(
+def test_leftovers_planted_in_the_pods_shm_fail_the_restart_and_are_named(
     client: docker.DockerClient,
     cpu_image: str,
     tiny_model: Path,  # noqa: F811
 ) -> None:
-    """Class 43: a /dev/shm of 250 MiB holds one CPU engine's 160 MiB message queue, not a dead one's beside it."""
-    seen = warm_path(client, cpu_image, tiny_model, Profile(name="shm250", values={Condition.SHM_SIZE: "250m"}))
-    assert seen["ready_s"] is not None, seen.get("log", "")[-3000:]
-    killed = seen["kill"]
+    """Class 43 (and the kill's facts of a good image): the server is PID 1, so its SIGKILL leaves no process; its
+    segments stay in the pod's /dev/shm; with /dev/shm then filled but for 50 MiB, the restart fails with
+    "Insufficient space in /dev/shm" and the diagnosis names the files, not the size."""
+    profile = Profile(name="pod", values={Condition.SHM_SIZE: "1g"})
+    session = uuid.uuid4().hex[:12]
+    labels = {OWNER_LABEL: OWNER, SESSION_LABEL: session}
+    launch = serve_run.Launch(image=cpu_image, profile=profile, volume="", session=session, eager=True)
+    spec = serve_line.server_spec(cpu_image, profile, "unused", eager=True)
+    spec = dataclasses.replace(spec, volumes={str(tiny_model): {"bind": serve_line.MODEL_PATH, "mode": "ro"}})
+    try:
+        with endoflife.pod(client, cpu_image, profile, session, labels) as (shm, pod):
+            spec = endoflife.with_shm(spec, shm)
+            with TrackedContainer(client, spec, session=session) as server, contextlib.ExitStack() as stack:
+                prober, _ = serve_run._prober(client, launch, server, stack)
+                ready_s, _, _, log = serve_run._wait_ready(server, prober, time.monotonic(), START_TIMEOUT)
+                assert ready_s is not None, sd.root_exception(log) or log[-3000:]
+                killed = endoflife.kill(server)
+            left = endoflife.read_shm(pod)
+            pod.exec(["python3", "-c", PLANT, "/dev/shm/psm_planted", "50"], {}, 120.0)
+            restart = serve_run._restart(client, launch, spec, pod, START_TIMEOUT)
+    finally:
+        sweep(client, session)
     assert killed["exit_code"] == 137 and killed["survivors"] == [], killed
-    assert killed["target"]["pid"] == 1 and "serve" in killed["target"]["cmd"]
+    assert killed["target"]["pid"] == 1 and "serve" in killed["target"]["cmd"], killed
     assert any(p["cmd"].startswith("VLLM::EngineCore") for p in killed["tree"]), killed["tree"]
-    assert seen["shm_after_kill"]["files_bytes"] > 100 * 2**20, seen["shm_after_kill"]
+    assert left["count"] > 0 and left["files_bytes"] > 0, left  # the killed server's segments stayed
+    assert restart["ready_s"] is None and restart["exit_code"] not in (None, 0), restart.get("log", "")[-3000:]
+    seen = {"kill": killed, "shm_after_kill": left, "restart": restart}
     problems, hints, facts, _ = endoflife.judge(seen, {})
     assert facts["failure_class"] == 43 and len(problems) == 1, problems
-    assert "holds what a server that did not exit left there" in problems[0] and "psm_" in problems[0]
+    assert "holds what a server that did not exit left there" in problems[0] and "psm_planted" in problems[0]
     assert "Insufficient space in /dev/shm" in problems[0] and "find /dev/shm" in hints[0]

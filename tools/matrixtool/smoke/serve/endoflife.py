@@ -41,6 +41,9 @@ SHM_LEFTOVERS = servediag.SHM_LEFTOVERS  # 43: a killed server's /dev/shm segmen
 RESTART = 45  # the restart in the same pod does not come up, for a cause other than leftovers
 DOCKER_SHM = "64m"  # Docker's /dev/shm when a profile sets none
 KILL_WAIT_S = 20.0
+# The /dev/shm volume's mount: ``nocopy``, else the engine copies the image's /dev/shm folder (root, mode 0755) onto
+# the empty volume at its first mount, and no other UID can make a segment there (seen on the CPU image).
+SHM_MOUNT = {"bind": "/dev/shm", "mode": "rw,nocopy"}
 # The line that opens the restart's log in the serve check's log file, after the warm start's.
 RESTART_LOG_MARK = (
     "----- the restart in the same pod (after the warm server's SIGKILL, on its /dev/shm and cache) -----"
@@ -93,14 +96,14 @@ def pod_spec(image: str, profile: Profile, volume: str) -> ContainerSpec:
         network_mode="none",
         user=profile.user,
         read_only=True,
-        volumes={volume: {"bind": "/dev/shm", "mode": "rw"}},
+        volumes={volume: SHM_MOUNT},
         extra={"healthcheck": {"test": ["NONE"]}},
     )
 
 
 def with_shm(spec: ContainerSpec, volume: str) -> ContainerSpec:
     """``spec`` with ``volume`` as its /dev/shm (the engine mounts no /dev/shm of its own over a mount there)."""
-    return dataclasses.replace(spec, volumes={**spec.volumes, volume: {"bind": "/dev/shm", "mode": "rw"}})
+    return dataclasses.replace(spec, volumes={**spec.volumes, volume: SHM_MOUNT})
 
 
 def _json(box: TrackedContainer, argv: list[str]) -> Any:
