@@ -10,6 +10,7 @@ import dataclasses
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -71,3 +72,36 @@ def test_leftovers_planted_in_the_pods_shm_fail_the_restart_and_are_named(
     assert facts["failure_class"] == 43 and len(problems) == 1, problems
     assert "holds what a server that did not exit left there" in problems[0] and "psm_planted" in problems[0]
     assert "Insufficient space in /dev/shm" in problems[0] and "find /dev/shm" in hints[0]
+
+
+def test_a_shell_that_outlives_the_server_keeps_what_the_kill_left(
+    client: docker.DockerClient,
+    cpu_image: str,
+    derived_image: Any,
+    tiny_model: Path,  # noqa: F811
+) -> None:
+    """Class 42: an image whose PID 1 is a shell that runs `vllm serve` and then stays (a wrapper that "keeps the
+    container up"): the OOM killer's SIGKILL to the API server leaves the container running with what survived."""
+    image = derived_image(['ENTRYPOINT ["/bin/sh", "-c", "vllm \\"$@\\"; sleep infinity", "vllm"]'])
+    profile = Profile(name="pod", values={Condition.SHM_SIZE: "1g"})
+    session = uuid.uuid4().hex[:12]
+    labels = {OWNER_LABEL: OWNER, SESSION_LABEL: session}
+    launch = serve_run.Launch(image=image, profile=profile, volume="", session=session, eager=True)
+    spec = serve_line.server_spec(image, profile, "unused", eager=True)
+    spec = dataclasses.replace(spec, volumes={str(tiny_model): {"bind": serve_line.MODEL_PATH, "mode": "ro"}})
+    try:
+        with contextlib.ExitStack() as stack:
+            shm, _pod = stack.enter_context(endoflife.pod(client, image, profile, session, labels))
+            server = stack.enter_context(TrackedContainer(client, endoflife.with_shm(spec, shm), session=session))
+            prober, _ = serve_run._prober(client, launch, server, stack)
+            ready_s, _, _, log = serve_run._wait_ready(server, prober, time.monotonic(), START_TIMEOUT)
+            assert ready_s is not None, sd.root_exception(log) or log[-3000:]
+            killed = endoflife.kill(server)
+    finally:
+        sweep(client, session)
+    print(killed)  # what survived, for the record (pytest -s)
+    assert killed["target"]["pid"] != 1 and killed["exit_code"] is None, killed
+    assert killed["survivors"] and killed["survivors"][0]["pid"] == 1, killed
+    problems, hints, facts, _ = endoflife.judge({"kill": killed, "shm_after_kill": {}}, {})
+    assert facts["failure_class"] == 42 and len(problems) == 1, problems
+    assert "process(es) alive holding" in problems[0] and "vllm#55510" in problems[0] and "PID 1" in hints[0]

@@ -145,6 +145,8 @@ def test_the_api_server_is_pid_1_when_it_serves_else_the_first_vllm_serve() -> N
     shell = [{"pid": 1, "ppid": 0, "rss_kib": 1, "cmd": "/bin/sh /start.sh"}, {**TREE[0], "pid": 7}, *TREE[1:]]
     assert (endoflife.api_server(shell) or {})["pid"] == 7
     assert endoflife.api_server(TREE[1:]) is None
+    stays = [{"pid": 1, "ppid": 0, "rss_kib": 1, "cmd": '/bin/sh -c vllm "$@"; sleep infinity vllm serve /m'}]
+    assert (endoflife.api_server([*stays, {**TREE[0], "pid": 8}]) or {})["pid"] == 8
 
 
 def test_a_kill_that_ends_the_container_and_a_restart_that_comes_up_pass_with_the_leftovers_named() -> None:

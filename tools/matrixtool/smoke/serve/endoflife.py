@@ -49,12 +49,12 @@ RESTART_LOG_MARK = (
     "----- the restart in the same pod (after the warm server's SIGKILL, on its /dev/shm and cache) -----"
 )
 
-# The processes of a container as its user sees them (``python3 -c PROCESSES``): one JSON list of
+# The processes of a container as its user sees them (``python3 -c PROCESSES``; itself left out): one JSON list of
 # {pid, ppid, rss_kib, cmd}.
 PROCESSES = (
     "import json, os\n"
     "out = []\n"
-    "for p in sorted((int(p) for p in os.listdir('/proc') if p.isdigit())):\n"
+    "for p in sorted((int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid())):\n"
     "    try:\n"
     "        cmd = open(f'/proc/{p}/cmdline', 'rb').read().replace(b'\\0', b' ').decode(errors='replace').strip()\n"
     "        st = dict(l.split(':', 1) for l in open(f'/proc/{p}/status') if ':' in l)\n"
@@ -131,10 +131,24 @@ def processes(box: TrackedContainer) -> list[dict[str, Any]]:
     return list(got) if isinstance(got, list) else []
 
 
+SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "busybox"})
+
+
 def api_server(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """vLLM's API server among ``procs``: PID 1 when its command is ``... serve ...``, else the first process whose
-    command runs ``vllm`` with ``serve`` (engine cores and workers are titled ``VLLM::...``)."""
-    serving = [p for p in procs if " serve" in f" {p['cmd']}" and not p["cmd"].startswith("VLLM::")]
+    """vLLM's API server among ``procs``: PID 1 when it runs ``... serve ...``, else the first process that does;
+    never a shell that runs it (``sh -c 'vllm serve ...'``: its command line holds the words too), nor an engine core
+    or worker (titled ``VLLM::...``)."""
+
+    def serves(p: dict[str, Any]) -> bool:
+        words = str(p["cmd"]).split()
+        return (
+            bool(words)
+            and " serve" in f" {p['cmd']}"
+            and not words[0].startswith("VLLM::")
+            and (words[0].rsplit("/", 1)[-1] not in SHELLS)
+        )
+
+    serving = [p for p in procs if serves(p)]
     return next((p for p in serving if p["pid"] == 1), None) or next(iter(serving), None)
 
 
