@@ -126,9 +126,12 @@ def test_an_engine_that_died_under_the_server_is_not_a_clean_stop() -> None:
 
 
 def test_a_drain_cut_by_the_shutdown_timeout_is_named_but_clean() -> None:
-    cut = SHUTDOWN + "WARNING [utils.py:653] [shutdown] Process manager: force killing remaining process EngineCore\n"
-    verdict = serving.shutdown_verdict(cut)
+    kill = "WARNING [utils.py:653] [shutdown] Process manager: force killing remaining process EngineCore\n"
+    draining = "(EngineCore pid=60) INFO [core.py:1655] [shutdown] EngineCore: draining in-flight requests count=1\n"
+    verdict = serving.shutdown_verdict(SHUTDOWN + draining + kill)
     assert [(name, clean) for name, clean, _, _ in verdict] == [("drain-cut", True)]
+    drained = "(EngineCore pid=60) INFO [core.py:1666] [shutdown] EngineCore: request processing complete; starting\n"
+    assert [v[:2] for v in serving.shutdown_verdict(SHUTDOWN + drained + kill)] == [("teardown-slow", True)]
     fatal = SHUTDOWN + "(EngineCore pid=60) ERROR [core.py:1512] EngineCore encountered a fatal error.\n"
     assert serving.shutdown_verdict(fatal)[0][:2] == ("engine-fatal", False)
 

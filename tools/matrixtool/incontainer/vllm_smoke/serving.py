@@ -61,6 +61,8 @@ _MANAGER_STOPPED = "[shutdown] MPClient: engine manager stopped"
 _ENGINE_DIED = "[shutdown] MPClient: engine core exited unexpectedly"
 _FATAL = "EngineCore encountered a fatal error"
 _FORCE_KILLED = "[shutdown] Process manager: force killing remaining process"
+_DRAINING = "[shutdown] EngineCore: draining in-flight requests"
+_DRAINED = "[shutdown] EngineCore: request processing complete"
 _TEARDOWN_DEAD = (
     "vLLM's own teardown: once the engine manager stopped, MPClient's cleanup cancels its output-socket task, whose "
     "`except asyncio.CancelledError` queues an EngineDeadError (vllm/v1/engine/core_client.py, "
@@ -78,6 +80,7 @@ def shutdown_verdict(log: str) -> List[Tuple[str, bool, str, str]]:
     - ``engine-fatal``: the engine core's own fatal error during the stop: not clean;
     - ``drain-cut``: the drain outlived ``--shutdown-timeout`` and the engine core was SIGKILLed (its in-flight
       requests cut): clean for the exit contract, named (the stream's outcome says what the client got);
+      ``teardown-slow`` where no request was left (its workers' exit was slow): clean, named;
     - ``teardown-engine-dead``: an EngineDeadError logged after the engine manager had stopped
       (``_TEARDOWN_DEAD``): clean, named.
 
@@ -105,7 +108,8 @@ def shutdown_verdict(log: str) -> List[Tuple[str, bool, str, str]]:
     if fatal:
         out.append(("engine-fatal", False, fatal, "the engine core failed during the stop"))
     cut = next((line for line in lines if _FORCE_KILLED in line), "")
-    if cut:
+    drained = any(_DRAINING in line for line in lines) and not any(_DRAINED in line for line in lines)
+    if cut and drained:
         out.append(
             (
                 "drain-cut",
@@ -113,6 +117,17 @@ def shutdown_verdict(log: str) -> List[Tuple[str, bool, str, str]]:
                 cut,
                 "the drain outlived --shutdown-timeout and vLLM SIGKILLed its engine core: requests still running "
                 "were cut (raise --shutdown-timeout, below the pod's grace, where requests run longer)",
+            )
+        )
+    elif cut:
+        out.append(
+            (
+                "teardown-slow",
+                True,
+                cut,
+                "no request was left, but the engine core's teardown outlived --shutdown-timeout (its workers did not "
+                "exit within the executor's 5 s grace: `Executor: workers still running after grace period`, seen "
+                "on a loaded CPU) and vLLM SIGKILLed it",
             )
         )
     late = next((line for line in lines[stopped:] if "EngineDeadError" in line), "")
