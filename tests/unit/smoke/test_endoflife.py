@@ -86,6 +86,8 @@ def test_read_shm_and_its_program_agree(tmp_path: Path) -> None:
     there = json.loads(out.stdout)
     assert there["files"] == here["files"] and there["count"] == 2
     assert servediag.shm_leftovers(here).startswith("2 file(s)")
+    sparse = {"files": [["psm_71072b01", 36864, 1000]], "count": 1, "files_bytes": 36864}
+    assert servediag.shm_leftovers(sparse) == "1 file(s), 36 KiB: psm_71072b01 (36 KiB)"
     assert servediag.shm_leftovers(servediag.read_shm(str(tmp_path / ".."))) != ""
 
 

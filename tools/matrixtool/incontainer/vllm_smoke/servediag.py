@@ -68,7 +68,9 @@ read_shm.__doc__ = (
 
 
 def _mib(n: Any) -> str:
-    return f"{int(n or 0) / 2**20:.0f} MiB"
+    """Bytes in MiB, or KiB below 1 MiB (a killed server's segments are sparse: 36 KiB each held on the CPU image)."""
+    n = int(n or 0)
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 or n == 0 else f"{n / 2**10:.0f} KiB"
 
 
 def shm_leftovers(state: Mapping[str, Any]) -> str:
