@@ -45,6 +45,11 @@ def test_serve_under_both_profiles(cpu_run: CpuRun, client: docker.DockerClient)
                    warm["cold_log_lines"]), warm  # fmt: skip
         assert any("/tmp/.cache/vllm/torch_compile_cache/" in x and "load" in x for x in warm["log_lines"]), warm
         assert "warm start" in result["diagnosis"]
+        # End of life: the warm server killed with SIGKILL (PID 1: nothing left), restarted in the same pod.
+        killed = facts["kill"]
+        assert killed["exit_code"] == 137 and killed["survivors"] == [] and killed["target"]["pid"] == 1, killed
+        assert facts["restart"]["ready_s"] > 0 and "restart in the same pod ready in" in result["diagnosis"]
+        assert not [x for x in stop["shutdown"] if not x[1]], stop["shutdown"]  # no unclean cause (class 44)
     # The openai client ran against the default server only (restricted has no network to publish on).
     ran = served["default"]["facts"]["client"]
     assert ran["exit_code"] == 0 and "MATRIX-OPENAI " in ran["output"]

@@ -181,9 +181,9 @@ def test_every_failure_class_has_a_check_and_the_readme_names_gpu_only_ones() ->
     # 15-20 and 22: the serving classes, observed by serve; 21 (derived images) has no check yet (issue 19);
     # 23-30: the GPU classes (docs/failure-classes.md), those with a check so far; 31: the compile cache (serve);
     # 32-33: vLLM's optional features (features); 34-35: the CPU floor (cpu-floor); 36: how the image is started
-    # (serve); 38-41: the environment and limits a server is given (environment); 46-48: the GPU driver by what it
-    # is (gpu-driver); 49: PATH entries (run-conditions); 50: an API key (serve).
-    assert covered >= set(range(1, 21)) | set(range(22, 37)) | set(range(38, 42)) | set(range(46, 51))
+    # (serve); 38-41: the environment and limits a server is given (environment); 42-45: end of life (serve);
+    # 46-48: the GPU driver by what it is (gpu-driver); 49: PATH entries (run-conditions); 50: an API key (serve).
+    assert covered >= set(range(1, 21)) | set(range(22, 37)) | set(range(38, 51))
     assert 21 not in covered
     readme = (smoke_runners.CHECKS_DIR.parents[2] / "docs" / "checks.md").read_text()
     assert "needs a GPU" in readme

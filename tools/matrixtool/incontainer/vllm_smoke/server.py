@@ -30,6 +30,7 @@ from .children import group_members, kill_group
 from .programs import serve_probe
 from .servecache import cache_base, cache_env, cache_unwritable, filesystem, list_files, make_cache, read_text
 from .serving import phases_seen, shutdown_errors, stream_outcome
+from .shutdown import shutdown_verdict
 
 # Seconds a process of the server's group may take to go after the server exited.
 GROUP_SETTLE_S = 5.0
@@ -147,6 +148,7 @@ def stop_during_stream(
         "stream": stream_outcome(stream) + (" before SIGTERM was sent" if ended_before else ""),
         "stream_ended_before_stop": ended_before,
         "shutdown_errors": shutdown_errors(log),
+        "shutdown": shutdown_verdict(log),
         "log": log,
     }
 

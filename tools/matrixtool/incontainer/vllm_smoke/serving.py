@@ -14,6 +14,7 @@ import signal
 from typing import Any, Dict, List, Mapping, Tuple
 
 from . import compilecache, errortext, servediag
+from .shutdown import stop_notes, unclean_stop
 from .warmshare import warm_share
 
 CHECK = "serve"
@@ -202,7 +203,7 @@ def judge(seen: Mapping[str, Any], spec: Mapping[str, Any], expected_tokens: Any
         hints.append(key[1])
     stop = dict(seen.get("stop") or {})
     facts["stop"] = stop
-    problems += stop_problems(stop)
+    problems += stop_problems(stop) + unclean_stop(stop)
     warm = warm_problems(seen, facts, problems, hints)
     fraction = spec.get("gpu_memory_utilization")
     if fraction is not None:  # a GPU host: the share asked for, and what the warm start saved
@@ -219,6 +220,7 @@ def judge(seen: Mapping[str, Any], spec: Mapping[str, Any], expected_tokens: Any
         f"{' == offline-generate' if expected_tokens is not None else ' (no offline-generate tokens to compare)'}, "
         f"stream, chat, metrics ({facts['metrics_requests']}), version {facts['version']}; stop: exit "
         f"{stop.get('exit_code')} in {stop.get('seconds')} s, stream {stop.get('stream')}, no process left"
+        f"{stop_notes(stop)}"
     )
     return "passed", summary + warm, "", facts
 

@@ -246,15 +246,24 @@ def check_model_runner(params: Dict[str, Any]) -> Dict[str, Any]:
         "/health ready (time per phase), /v1/models, greedy /v1/completions == offline-generate's eager tokens, "
         "stream == non-stream, chat, /metrics counts, /version, the image's own HEALTHCHECK run as Docker runs "
         "it; `docker stop` during a stream exits 0/143 "
-        "within the grace, PID 1 the server. Probed from outside: the host's published port, or a client "
+        "within the grace, PID 1 the server, the engine stopped by it (its `[shutdown]` lines). Probed from outside: "
+        "the host's published port, or a client "
         "container in its network namespace. On a host or in a pod (the bundle): `vllm serve` as a child "
         "process on a loopback port, SIGTERM during a stream exits 0/-15 within the grace, its process group "
         "left empty. With the full suite (compiled): a warm start on the compile cache the first start wrote (in "
         "containers a volume at the image's cache root; on a host or in a pod a fresh folder under its cache root), "
-        "its time to ready, and its reuse shown by vLLM's load line or by no compiled kernel added to the cache"
+        "its time to ready, and its reuse shown by vLLM's load line or by no compiled kernel added to the cache; "
+        "in containers the warm server, on a pod's /dev/shm volume, is then killed with SIGKILL (nothing of it may "
+        "be left; /dev/shm's leftovers named) and restarted in a fresh container on the same /dev/shm and cache, "
+        "which must come up"
     ),
-    classes=(15, 16, 17, 18, 19, 20, 22, 31, 36, 50),
-    reports=(f"{VLLM_REPO}/issues/14888", f"{VLLM_REPO}/issues/22072"),
+    classes=(15, 16, 17, 18, 19, 20, 22, 31, 36, 42, 43, 44, 45, 50),
+    reports=(
+        f"{VLLM_REPO}/issues/14888",
+        f"{VLLM_REPO}/issues/22072",
+        f"{VLLM_REPO}/issues/55510",
+        f"{VLLM_REPO}/issues/54002",
+    ),
     hint="read the server's log (log file <variant>.serve.log)",
     timeout=1500,
     affected_by=("user", "read_only", "tmpfs", "env", "network", "memory", "cpus", "shm_size", "pids_limit"),

@@ -20,11 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from matrixtool.incontainer.vllm_smoke import compilecache, serving
+from matrixtool.incontainer.vllm_smoke import compilecache, serving, shutdown
 from matrixtool.incontainer.vllm_smoke.errortext import root_cause
 from matrixtool.incontainer.vllm_smoke.programs import generate
 from matrixtool.smoke.result import CheckResult, Status
 from matrixtool.smoke.serve import diagnosis as serve_diagnosis
+from matrixtool.smoke.serve import endoflife as serve_endoflife
 from matrixtool.smoke.serve import health as serve_health
 from matrixtool.smoke.serve import line as serve_line
 from matrixtool.smoke.serve import probing as serve_probing
@@ -130,6 +131,14 @@ def judge(
         hints.append(route.fix)
     _run_problems(seen, facts, problems, hints)
     warm = _warm_problems(seen, facts, problems, hints, env)
+    ended, ended_hints, ended_facts, ended_words = serve_endoflife.judge(seen.warm, env)
+    klass = ended_facts.pop("failure_class", None)
+    if ended and klass is not None:
+        facts.setdefault("failure_class", klass)
+    facts.update(ended_facts)
+    problems += ended
+    hints += ended_hints
+    warm += ended_words
     stop = facts["stop"]
     if ready_budget_s is not None and seen.ready_s > ready_budget_s:
         facts["ready_budget_s"] = ready_budget_s
@@ -139,7 +148,7 @@ def judge(
         f"{' == offline-generate' if expected_tokens is not None else ' (no offline-generate tokens to compare)'}, "
         f"stream, chat, metrics ({facts['metrics_requests']}), version {facts['version']}; stop: exit "
         f"{stop.get('exit_code')} in "
-        f"{stop.get('seconds')} s, stream {stop.get('stream')}"
+        f"{stop.get('seconds')} s, stream {stop.get('stream')}{shutdown.stop_notes(stop)}"
         + ("; the image's HEALTHCHECK passes" if seen.health else "")
         + warm
     )
@@ -238,6 +247,14 @@ def _run_problems(seen: Observed, facts: dict[str, Any], problems: list[str], hi
     stop = dict(seen.stop)
     facts["stop"] = stop
     problems += stop_problems(stop)
+    unclean = shutdown.unclean_stop(stop)
+    if unclean:
+        facts.setdefault("failure_class", shutdown.UNCLEAN_STOP)
+        problems += unclean
+        hints.append(
+            "read the server's log around its [shutdown] lines: an engine core that dies before the API server "
+            "stops it was killed (the OOM killer, a signal sent to every process of the container) or crashed"
+        )
 
 
 def _warm_problems(

@@ -19,10 +19,11 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from matrixtool.incontainer.vllm_smoke import compilecache
+from matrixtool.incontainer.vllm_smoke import compilecache, servediag
 
 # docs/failure-classes.md numbers of the serving classes.
-SHM = 15
+SHM = servediag.SHM
+SHM_LEFTOVERS = servediag.SHM_LEFTOVERS
 WEB_STACK = 16
 CLIENT_MISMATCH = 17
 INJECTED_ENV = 18
@@ -105,14 +106,26 @@ class _Rule:
 
 def _shm(m: re.Match[str], *_: object) -> tuple[int, str, str, str]:
     need, free = int(m["need"]), int(m["free"])
+    what = {"shared-memory allocation": "engine's shared-memory message queue"}.get(m["what"], m["what"])
     return (
         SHM,
         "shm-too-small",
-        f"vllm serve asked for {need} MiB of /dev/shm (its engine's shared-memory message queue) and the container "
-        f"has {free} MiB free: Docker's and a Kubernetes pod's /dev/shm is 64 MiB unless set",
+        f"vllm serve asked for {need} MiB of {m['path']} (its {what}) and the container has {free} MiB free: "
+        "Docker's and a Kubernetes pod's /dev/shm is 64 MiB unless set",
         f"give the container a larger /dev/shm, at least {need} MiB plus what its workers use (1 GiB is usual): "
         "`docker run --shm-size 1g`, or in Kubernetes a volume `emptyDir: {medium: Memory, sizeLimit: 1Gi}` "
         "mounted at /dev/shm",
+    )
+
+
+def _bad_address(m: re.Match[str], *_: object) -> tuple[int, str, str, str]:
+    return (
+        servediag.SHM_LEFTOVERS,
+        "shm-bad-address",
+        "a shared-memory segment could not be used (EFAULT, Bad address): vLLM's reports of it (vllm#54002) follow a "
+        "server killed in the same pod, whose segments stay in a /dev/shm that outlived its container; not a /dev/shm "
+        "that is too small",
+        servediag.LEFTOVERS_FIX,
     )
 
 
@@ -232,7 +245,7 @@ def _cache_unwritable(m: re.Match[str], lines: list[str], env: Mapping[str, str]
 _RULES = (
     _Rule(
         pattern=re.compile(
-            r"Insufficient space in /dev/shm for shared-memory allocation: (?P<need>\d+) MiB required, "
+            r"Insufficient space in (?P<path>/\S*) for (?P<what>[^:]+): (?P<need>\d+) MiB required, "
             r"(?P<free>\d+) MiB free"
         ),
         make=_shm,
@@ -242,6 +255,7 @@ _RULES = (
         pattern=re.compile(r"unable to write to file </torch_\w+>: No space left on device|/dev/shm.*No space left"),
         make=_shm_enospc,
     ),
+    _Rule(pattern=re.compile(r"OSError: \[Errno 14\] Bad address"), make=_bad_address),
     _Rule(pattern=re.compile(r"VLLM_PORT '(?P<value>[^']+)' appears to be a URI"), make=_vllm_port),
     _Rule(
         pattern=re.compile(r"invalid literal for int\(\) with base 10: '(?P<value>tcp://[^']+)'"),
@@ -273,6 +287,22 @@ def match_rules(lines: list[str], env: Mapping[str, str] | None = None) -> Diagn
                 klass, name, diagnosis, fix = made
                 return Diagnosis(failure_class=klass, name=name, cause=line.strip(), diagnosis=diagnosis, fix=fix)
     return None
+
+
+_NEED = re.compile(r"(?P<need>\d+) MiB required")
+
+
+def _with_shm(found: Diagnosis, shm: Mapping[str, object]) -> Diagnosis:
+    """``found`` (a shared-memory diagnosis) read again with /dev/shm's state: leftovers that take the room named as
+    the cause (``servediag.shm_cause``); other diagnoses as they are."""
+    if found.failure_class not in (SHM, SHM_LEFTOVERS):
+        return found
+    need = _NEED.search(found.cause)
+    made = servediag.shm_cause(int(need["need"]) * 2**20 if need else None, shm)
+    if made is None:
+        return found
+    klass, name, diagnosis, fix = made
+    return Diagnosis(failure_class=klass, name=name, cause=found.cause, diagnosis=diagnosis, fix=fix)
 
 
 def root_exception(log: str) -> str | None:
@@ -312,7 +342,12 @@ def start_phase(log: str) -> str | None:
 
 
 def diagnose_log(
-    log: str, exit_code: int | None, *, seconds: float | None = None, env: Mapping[str, str] | None = None
+    log: str,
+    exit_code: int | None,
+    *,
+    seconds: float | None = None,
+    env: Mapping[str, str] | None = None,
+    shm: Mapping[str, object] | None = None,
 ) -> Diagnosis | None:
     """The cause of a server's failure from its log: ``log`` (``docker logs`` text), ``exit_code`` (None while it
     runs), ``seconds`` (how long it ran, for a server killed while starting) and ``env`` (the container's
@@ -323,10 +358,13 @@ def diagnose_log(
     A server killed by a signal (exit 137 or 143) before it started serving, with no exception, was killed while
     starting: class 20 (a liveness probe or a stop that came before the server was ready), with the phase it was
     in. None when the log shows no failure and the server still runs or exited 0.
+
+    ``shm``: /dev/shm as it was after the failure (``servediag.read_shm``; None: not read): a shared-memory failure
+    where files left by another server take the room is class 43 (``servediag.shm_cause``), named with them.
     """
     lines = log_lines(log)
     if found := match_rules(lines, env):
-        return found
+        return _with_shm(found, shm) if shm is not None else found
     if exit_code in (None, 0):
         return None
     started = any(_STARTED in line for line in lines)

@@ -24,12 +24,13 @@ from matrixtool.core.container import (
     TrackedContainer,
     sweep,
 )
-from matrixtool.incontainer.vllm_smoke import compilecache, serving
+from matrixtool.incontainer.vllm_smoke import compilecache, serving, shutdown
 from matrixtool.incontainer.vllm_smoke.programs import serve_probe
 from matrixtool.model.conditions import Condition
 from matrixtool.model.profiles import Profile
 from matrixtool.smoke.gpuaccess import GpuAccess
 from matrixtool.smoke.serve import check as serve_check
+from matrixtool.smoke.serve import endoflife as serve_endoflife
 from matrixtool.smoke.serve import health as serve_health
 from matrixtool.smoke.serve import line as serve_line
 from matrixtool.smoke.serve import probing as serve_probing
@@ -86,8 +87,14 @@ def observe(client: docker.DockerClient, launch: Launch) -> serve_check.Observed
             cache=cache,
             start=launch.start,
         )
-        warm = _WarmStart(client, launch, spec, root)
-        outer.callback(warm.end)  # before the volume goes
+        warm_spec, pod = spec, None
+        if cache is not None:  # the warm server and its restart share a pod's /dev/shm (serve_endoflife)
+            shm, pod = outer.enter_context(
+                serve_endoflife.pod(client, launch.image, launch.profile, launch.session, labels)
+            )
+            warm_spec = serve_endoflife.with_shm(spec, shm)
+        warm = _WarmStart(client, launch, warm_spec, root, pod)
+        outer.callback(warm.end)  # before the volumes go
         seen = _cold_start(client, launch, spec, warm if cache is not None else None)
         if seen.ready_s is not None and cache is not None:
             warm.finish()
@@ -100,8 +107,10 @@ class _WarmStart:
     (``WARM_BESIDE_COLD``, not on a GPU) or after its stop. ``seen``: what it showed (``skipped``: why none ran;
     ``error``: why it could not run)."""
 
-    def __init__(self, client: docker.DockerClient, launch: Launch, spec: ContainerSpec, root: str) -> None:
-        self.client, self.launch, self.spec, self.root = client, launch, spec, root
+    def __init__(
+        self, client: docker.DockerClient, launch: Launch, spec: ContainerSpec, root: str, pod: TrackedContainer | None
+    ) -> None:
+        self.client, self.launch, self.spec, self.root, self.pod = client, launch, spec, root, pod
         self.seen: dict[str, Any] = {"skipped": compilecache.WARM_SKIPPED_EAGER} if launch.eager else {}
         self.thread = threading.Thread(target=self.run, daemon=True)
 
@@ -112,7 +121,9 @@ class _WarmStart:
             self.seen["skipped"] = skipped
             return
         try:
-            self.seen.update(_start_once(self.client, self.launch, self.spec, self.root, ready_timeout_s=left))
+            self.seen.update(
+                _start_once(self.client, self.launch, self.spec, self.root, ready_timeout_s=left, pod=self.pod)
+            )
         except Exception as exc:  # the check fails with it (serve_check.judge); the cold run's result stands
             self.seen["error"] = f"{type(exc).__name__}: {exc}"
 
@@ -210,17 +221,57 @@ def _wait_ready(
 
 
 def _start_once(
-    client: docker.DockerClient, launch: Launch, spec: ContainerSpec, root: str, *, ready_timeout_s: float
+    client: docker.DockerClient,
+    launch: Launch,
+    spec: ContainerSpec,
+    root: str,
+    *,
+    ready_timeout_s: float,
+    pod: TrackedContainer | None = None,
 ) -> dict[str, Any]:
-    """The warm start: ``spec`` (the cold server's, on the same cache volume at ``root``) started, ready, removed
-    (no probe, no stop contract: the cold run proved those). Its ``ready_s``, ``phases``, ``exit_code`` (None: ready
-    or timed out), ``log`` and ``cache_listing`` (``cache_listing`` once ready)."""
+    """The warm start: ``spec`` (the cold server's, on the same cache volume at ``root``) started, ready (no probe, no
+    stop contract: the cold run proved those). Its ``ready_s``, ``phases``, ``exit_code`` (None: ready or timed
+    out), ``log`` and ``cache_listing`` (``cache_listing`` once ready). In a ``pod`` (its /dev/shm held there,
+    ``serve_endoflife``), once ready it is killed with SIGKILL (``kill``: what was left of it) and restarted in a
+    fresh container on the same volumes (``restart``: ``ready_s``, ``exit_code``, ``log``, ``shm``), with /dev/shm
+    read between (``shm_after_kill``)."""
     started = time.monotonic()
+    out: dict[str, Any] = {}
     with TrackedContainer(client, spec, session=launch.session) as server, contextlib.ExitStack() as stack:
         prober, _ = _prober(client, launch, server, stack)
         ready_s, seen, code, _log = _wait_ready(server, prober, started, ready_timeout_s)
         listing = cache_listing(server, root) if ready_s else ""
-        return {"ready_s": ready_s, "phases": seen, "exit_code": code, "log": server.logs(), "cache_listing": listing}
+        if ready_s is not None and pod is not None:
+            try:
+                out["kill"] = serve_endoflife.kill(server)
+            except docker.errors.DockerException as exc:
+                out["kill"] = {"error": f"{type(exc).__name__}: {exc}"}
+        out.update(
+            {"ready_s": ready_s, "phases": seen, "exit_code": code, "log": server.logs(), "cache_listing": listing}
+        )
+    if "kill" in out and "error" not in out["kill"] and pod is not None:
+        out["shm_after_kill"] = serve_endoflife.read_shm(pod)
+        out["restart"] = _restart(client, launch, spec, pod, ready_timeout_s - (time.monotonic() - started))
+    return out
+
+
+def _restart(
+    client: docker.DockerClient, launch: Launch, spec: ContainerSpec, pod: TrackedContainer, left_s: float
+) -> dict[str, Any]:
+    """The restart in the same pod: ``spec`` in a fresh container (the killed server's /dev/shm and cache volumes),
+    ready within ``left_s`` seconds or not; removed once ready (its own end is not judged). Its ``ready_s``,
+    ``exit_code``, ``log`` and, where it did not come up, ``shm`` (/dev/shm after it)."""
+    started = time.monotonic()
+    try:
+        with TrackedContainer(client, spec, session=launch.session) as server, contextlib.ExitStack() as stack:
+            prober, _ = _prober(client, launch, server, stack)
+            ready_s, _seen, code, log = _wait_ready(server, prober, started, max(60.0, left_s))
+            out: dict[str, Any] = {"ready_s": ready_s, "exit_code": code, "log": log or server.logs()}
+    except docker.errors.DockerException as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    if ready_s is None:
+        out["shm"] = serve_endoflife.read_shm(pod)
+    return out
 
 
 # The files under argv[1], one relative path a line: Python, which every vLLM image has (find may be missing).
@@ -285,5 +336,6 @@ def stop_contract(server: TrackedContainer, prober: serve_probing.Prober, grace_
         "stream": serving.stream_outcome(stream) + (" before docker stop was sent" if ended_before else ""),
         "stream_ended_before_stop": ended_before,
         "shutdown_errors": serving.shutdown_errors(log),
+        "shutdown": shutdown.shutdown_verdict(log),
         "log": log,
     }

@@ -1,0 +1,101 @@
+"""A stop judged by what vLLM logged (class 44): the ``[shutdown]`` lines of vLLM 0.32 read into causes, each clean
+or not, so a stop that exits 0 in time with an engine that died under it fails, and a clean one that logged an
+error says why it is clean.
+
+Standard library only, Python >= 3.9: the container check and the bundle's server read alike."""
+
+from __future__ import annotations
+
+from typing import Any, List, Mapping, Tuple
+
+# docs/failure-classes.md: a stop that exits 0 in time but whose log shows the engine died under the server.
+UNCLEAN_STOP = 44
+# vLLM 0.32's shutdown lines (vllm/v1/engine/core_client.py, utils.py, core.py), in the order a clean stop logs them.
+_MANAGER_STOPPED = "[shutdown] MPClient: engine manager stopped"
+_ENGINE_DIED = "[shutdown] MPClient: engine core exited unexpectedly"
+_FATAL = "EngineCore encountered a fatal error"
+_FORCE_KILLED = "[shutdown] Process manager: force killing remaining process"
+_DRAINING = "[shutdown] EngineCore: draining in-flight requests"
+_DRAINED = "[shutdown] EngineCore: request processing complete"
+_TEARDOWN_DEAD = (
+    "vLLM's own teardown: once the engine manager stopped, MPClient's cleanup cancels its output-socket task, whose "
+    "`except asyncio.CancelledError` queues an EngineDeadError (vllm/v1/engine/core_client.py, "
+    'process_outputs_socket) that AsyncLLM\'s output handler logs as "output_handler failed" when the event loop '
+    "runs it before uvicorn's loop closes (a race: some stops log it, most do not); no request was cut"
+)
+
+
+def shutdown_verdict(log: str) -> List[Tuple[str, bool, str, str]]:
+    """What vLLM's shutdown log (``log``, the server's whole log) shows beyond the exit code: one
+    (name, clean, line, meaning) per cause found, in this order:
+
+    - ``engine-died``: the engine core exited before the API server stopped it (MPClient's monitor saw it die: it was
+      killed, by the OOM killer or a signal sent to every process, or it crashed): not clean;
+    - ``engine-fatal``: the engine core's own fatal error during the stop: not clean;
+    - ``drain-cut``: the drain outlived ``--shutdown-timeout`` and the engine core was SIGKILLed (its in-flight
+      requests cut): clean for the exit contract, named (the stream's outcome says what the client got);
+      ``teardown-slow`` where no request was left (its workers' exit was slow): clean, named;
+    - ``teardown-engine-dead``: an EngineDeadError logged after the engine manager had stopped
+      (``_TEARDOWN_DEAD``): clean, named.
+
+    An EngineDeadError before the engine manager stopped (with no other cause) is ``engine-died`` too. Empty: the
+    stop logged none of these (vLLM 0.32's wording; before "[shutdown]" nothing is read)."""
+    at = log.find("[shutdown]")
+    if at < 0:
+        return []
+    lines = [line.strip() for line in log[at:].splitlines()]
+    stopped = next((i for i, line in enumerate(lines) if _MANAGER_STOPPED in line), len(lines))
+    out: List[Tuple[str, bool, str, str]] = []
+    died = next((line for line in lines if _ENGINE_DIED in line), "")
+    early_dead = next((line for line in lines[:stopped] if "EngineDeadError" in line), "")
+    if died or early_dead:
+        out.append(
+            (
+                "engine-died",
+                False,
+                died or early_dead,
+                "the engine core died before the API server stopped it (killed by a signal sent to every process, "
+                "the OOM killer, or a crash): its in-flight requests were lost, not drained",
+            )
+        )
+    fatal = next((line for line in lines if _FATAL in line), "")
+    if fatal:
+        out.append(("engine-fatal", False, fatal, "the engine core failed during the stop"))
+    cut = next((line for line in lines if _FORCE_KILLED in line), "")
+    drained = any(_DRAINING in line for line in lines) and not any(_DRAINED in line for line in lines)
+    if cut and drained:
+        out.append(
+            (
+                "drain-cut",
+                True,
+                cut,
+                "the drain outlived --shutdown-timeout and vLLM SIGKILLed its engine core: requests still running "
+                "were cut (raise --shutdown-timeout, below the pod's grace, where requests run longer)",
+            )
+        )
+    elif cut:
+        out.append(
+            (
+                "teardown-slow",
+                True,
+                cut,
+                "no request was left, but the engine core's teardown outlived --shutdown-timeout (its workers did not "
+                "exit within the executor's 5 s grace: `Executor: workers still running after grace period`, seen "
+                "on a loaded CPU) and vLLM SIGKILLed it",
+            )
+        )
+    late = next((line for line in lines[stopped:] if "EngineDeadError" in line), "")
+    if late and not (died or early_dead):
+        out.append(("teardown-engine-dead", True, late, _TEARDOWN_DEAD))
+    return out
+
+
+def unclean_stop(stop: Mapping[str, Any]) -> List[str]:
+    """The stop contract's failures from its log's causes (``stop["shutdown"]``, ``shutdown_verdict``'s tuples)."""
+    return [f"the stop {meaning}: {line!r}" for _, clean, line, meaning in stop.get("shutdown") or [] if not clean]
+
+
+def stop_notes(stop: Mapping[str, Any]) -> str:
+    """The named notes of a clean stop's log (``stop["shutdown"]``), for the summary ("" where none)."""
+    names = [name for name, clean, _, _ in stop.get("shutdown") or [] if clean]
+    return f" (logged on stop, clean: {', '.join(names)})" if names else ""

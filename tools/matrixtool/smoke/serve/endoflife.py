@@ -1,0 +1,252 @@
+"""End of life beyond a clean stop, on the serve check's warm server: killed with SIGKILL (``kill``), as the OOM
+killer or a liveness kill ends it, with what is left of its processes and of /dev/shm afterwards; then a restart in
+the same pod (``restart``): a fresh container on the same /dev/shm and compile cache volumes, which must come up, or
+the leftovers are named as its cause.
+
+A pod's /dev/shm is an ``emptyDir: {medium: Memory}``: it belongs to the pod, not the container, so it outlives a
+container restart. Here it is a tmpfs Docker volume (``shm_volume``, the profile's ``shm_size``) mounted at
+/dev/shm, held by a pod container (``pod_spec``: ``sleep infinity``, as the pod's sandbox holds its volumes; the
+engine unmounts a tmpfs volume once no container uses it) for as long as the warm server and its restart live; the
+state of /dev/shm is read in it (``read_shm``: ``servediag.READ_SHM``).
+
+Which process is killed: vLLM's API server, the process a pod's OOM kill or liveness kill ends. The serve check's
+stop contract requires it to be PID 1; then the SIGKILL comes from outside the container (``docker kill``: PID 1
+ignores SIGKILL sent from its own PID namespace), and the kernel ends every process of the namespace with it, as
+in a pod. Where it is not PID 1 (a shell or a supervisor in front of it), it is killed inside the container (as
+the OOM killer picks one process) and its engine core and workers may survive (vllm#55510): they are named, with
+their memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import docker
+import docker.errors
+
+from matrixtool.core.container import ContainerSpec, TrackedContainer
+from matrixtool.incontainer.vllm_smoke import servediag
+from matrixtool.model.conditions import Condition
+from matrixtool.model.profiles import Profile
+from matrixtool.smoke.serve import diagnosis as serve_diagnosis
+
+# docs/failure-classes.md numbers.
+SURVIVORS = 42  # processes of a killed server left alive, holding memory
+SHM_LEFTOVERS = servediag.SHM_LEFTOVERS  # 43: a killed server's /dev/shm segments fail (or burden) the restart
+RESTART = 45  # the restart in the same pod does not come up, for a cause other than leftovers
+DOCKER_SHM = "64m"  # Docker's /dev/shm when a profile sets none
+KILL_WAIT_S = 20.0
+# The /dev/shm volume's mount: ``nocopy``, else the engine copies the image's /dev/shm folder (root, mode 0755) onto
+# the empty volume at its first mount, and no other UID can make a segment there (seen on the CPU image).
+SHM_MOUNT = {"bind": "/dev/shm", "mode": "rw,nocopy"}
+# The line that opens the restart's log in the serve check's log file, after the warm start's.
+RESTART_LOG_MARK = (
+    "----- the restart in the same pod (after the warm server's SIGKILL, on its /dev/shm and cache) -----"
+)
+
+# The processes of a container as its user sees them (``python3 -c PROCESSES``; itself left out): one JSON list of
+# {pid, ppid, rss_kib, cmd}.
+PROCESSES = (
+    "import json, os\n"
+    "out = []\n"
+    "for p in sorted((int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid())):\n"
+    "    try:\n"
+    "        cmd = open(f'/proc/{p}/cmdline', 'rb').read().replace(b'\\0', b' ').decode(errors='replace').strip()\n"
+    "        st = dict(l.split(':', 1) for l in open(f'/proc/{p}/status') if ':' in l)\n"
+    "    except OSError:\n"
+    "        continue\n"
+    "    rss = int(st.get('VmRSS', '0 kB').split()[0])\n"
+    "    out.append({'pid': p, 'ppid': int(st['PPid']), 'rss_kib': rss, 'cmd': cmd[:160] or st['Name'].strip()})\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def shm_size(profile: Profile) -> str:
+    """The profile's /dev/shm size in Docker's units (``shm_size``; Docker's 64m where it sets none)."""
+    value = profile.value(Condition.SHM_SIZE)
+    return str(value) if value else DOCKER_SHM
+
+
+@contextlib.contextmanager
+def shm_volume(client: docker.DockerClient, labels: Mapping[str, str], size: str) -> Iterator[str]:
+    """A fresh tmpfs Docker volume ``vllm-matrix-shm-<random>`` of ``size`` (mode 1777: any UID of any profile
+    writes it), the pod's /dev/shm; removed on the way out (errors ignored, as the model's volume)."""
+    name = f"vllm-matrix-shm-{uuid.uuid4().hex[:12]}"
+    opts = {"type": "tmpfs", "device": "tmpfs", "o": f"size={size},mode=1777"}
+    client.volumes.create(name=name, driver="local", labels=dict(labels), driver_opts=opts)
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(docker.errors.DockerException):
+            client.volumes.get(name).remove(force=True)
+
+
+def pod_spec(image: str, profile: Profile, volume: str) -> ContainerSpec:
+    """The pod's holder of /dev/shm: ``sleep infinity`` in the image, as the profile's user, no network, a read-only
+    root, ``volume`` at /dev/shm (the state of /dev/shm is read in it)."""
+    return ContainerSpec(
+        image=image,
+        entrypoint=["sleep"],
+        command=["infinity"],
+        network_mode="none",
+        user=profile.user,
+        read_only=True,
+        volumes={volume: SHM_MOUNT},
+        extra={"healthcheck": {"test": ["NONE"]}},
+    )
+
+
+def with_shm(spec: ContainerSpec, volume: str) -> ContainerSpec:
+    """``spec`` with ``volume`` as its /dev/shm (the engine mounts no /dev/shm of its own over a mount there)."""
+    return dataclasses.replace(spec, volumes={**spec.volumes, volume: SHM_MOUNT})
+
+
+def _json(box: TrackedContainer, argv: list[str]) -> Any:
+    """The JSON that ``argv`` prints in ``box``; None where it cannot run or prints none."""
+    try:
+        code, out = box.exec(argv, {}, 60.0)
+    except docker.errors.DockerException:
+        return None
+    if code != 0:
+        return None
+    with contextlib.suppress(ValueError):
+        return json.loads(out.strip().splitlines()[-1])
+    return None
+
+
+def read_shm(pod: TrackedContainer) -> dict[str, Any]:
+    """/dev/shm's state in ``pod`` (``servediag.read_shm``'s keys), or {"error": ...} where it cannot be read."""
+    got = _json(pod, ["python3", "-c", servediag.READ_SHM, "/dev/shm"])
+    return dict(got) if isinstance(got, dict) else {"error": "/dev/shm could not be read in the pod's container"}
+
+
+def processes(box: TrackedContainer) -> list[dict[str, Any]]:
+    """The processes of ``box`` (``PROCESSES``); [] where it does not run."""
+    got = _json(box, ["python3", "-c", PROCESSES])
+    return list(got) if isinstance(got, list) else []
+
+
+SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "busybox"})
+
+
+def api_server(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """vLLM's API server among ``procs``: PID 1 when it runs ``... serve ...``, else the first process that does;
+    never a shell that runs it (``sh -c 'vllm serve ...'``: its command line holds the words too), nor an engine core
+    or worker (titled ``VLLM::...``)."""
+
+    def serves(p: dict[str, Any]) -> bool:
+        words = str(p["cmd"]).split()
+        return (
+            bool(words)
+            and " serve" in f" {p['cmd']}"
+            and not words[0].startswith("VLLM::")
+            and (words[0].rsplit("/", 1)[-1] not in SHELLS)
+        )
+
+    serving = [p for p in procs if serves(p)]
+    return next((p for p in serving if p["pid"] == 1), None) or next(iter(serving), None)
+
+
+def kill(server: TrackedContainer) -> dict[str, Any]:
+    """SIGKILL to the ready ``server``'s API server (see the module docstring for which process and how), then
+    what is left: ``target`` (pid, command), ``tree`` (its processes before, ``PROCESSES``), ``exit_code`` (None:
+    the container still runs), ``survivors`` (the processes left, with their memory). Raises docker errors of the
+    kill itself."""
+    assert server.container is not None
+    tree = processes(server)
+    target = api_server(tree)
+    if target is None or target["pid"] == 1:
+        server.container.kill(signal="SIGKILL")
+    else:
+        server.exec(["python3", "-c", f"import os; os.kill({int(target['pid'])}, 9)"], {}, 30.0)
+    code = server.wait(KILL_WAIT_S)
+    survivors = processes(server) if code is None else []
+    return {
+        "target": target or {"pid": 1, "cmd": "unknown"},
+        "tree": tree,
+        "exit_code": code,
+        "survivors": survivors,
+        "survivors_rss_kib": sum(int(p.get("rss_kib") or 0) for p in survivors),
+    }
+
+
+@contextlib.contextmanager
+def pod(
+    client: docker.DockerClient, image: str, profile: Profile, session: str, labels: Mapping[str, str]
+) -> Iterator[tuple[str, TrackedContainer]]:
+    """The pod of the warm server and its restart: its /dev/shm volume (``shm_volume``) and the container that holds
+    it (``pod_spec``), started; both removed on the way out."""
+    with contextlib.ExitStack() as stack:
+        volume = stack.enter_context(shm_volume(client, labels, shm_size(profile)))
+        box = stack.enter_context(TrackedContainer(client, pod_spec(image, profile, volume), session=session))
+        yield volume, box
+
+
+def judge(warm: Mapping[str, Any], env: Mapping[str, str] | None) -> tuple[list[str], list[str], dict[str, Any], str]:
+    """(problems, hints, facts, summary words) of the kill and the restart that ``warm`` holds (``kill``,
+    ``shm_after_kill``, ``restart``): survivors of the SIGKILL fail (class 42), with their memory; a restart that
+    does not come up fails with its diagnosis read with /dev/shm's state (class 43 where the leftovers take the
+    room, else its log's cause, class 45); a restart that came up with leftovers in /dev/shm passes with them
+    named (their memory counts against the pod's). Pure."""
+    problems: list[str] = []
+    hints: list[str] = []
+    facts: dict[str, Any] = {}
+    killed, restart = warm.get("kill"), warm.get("restart")
+    if not killed:
+        return problems, hints, facts, ""
+    shm = dict(warm.get("shm_after_kill") or {})
+    facts["kill"] = {k: killed.get(k) for k in ("target", "exit_code", "survivors", "survivors_rss_kib")}
+    facts["kill"]["shm"] = shm
+    if killed.get("error"):
+        problems.append(f"the warm server could not be killed: {killed['error']}")
+        return problems, hints, facts, ""
+    survivors = killed.get("survivors") or []
+    target = killed.get("target") or {}
+    if survivors:
+        facts["failure_class"] = SURVIVORS
+        named = ", ".join(
+            f"{p['pid']} {p['cmd'][:50]} ({int(p.get('rss_kib') or 0) / 1024:.0f} MiB)" for p in survivors[:4]
+        )
+        problems.append(
+            f"SIGKILL to vLLM's API server (pid {target.get('pid')}, {str(target.get('cmd'))[:60]}) left "
+            f"{len(survivors)} process(es) alive holding {int(killed.get('survivors_rss_kib') or 0) / 1024:.0f} MiB: "
+            f"{named} (vllm#55510: its engine core and workers outlive it where it is not PID 1)"
+        )
+        hints.append(
+            "make vLLM's API server PID 1 (ENTRYPOINT in exec form, `exec vllm serve` in a script): then its death "
+            "ends the container, and the kubelet restarts it; a supervisor in front of it keeps its orphans alive"
+        )
+    left = servediag.shm_leftovers(shm)
+    words = f"; SIGKILL: {'nothing' if not survivors else len(survivors)} left"
+    words += f", /dev/shm kept {left}" if left else ", /dev/shm empty"
+    if not restart:
+        return problems, hints, facts, words
+    facts["restart"] = {k: restart.get(k) for k in ("ready_s", "exit_code", "shm")}
+    if restart.get("error"):
+        problems.append(f"the restart in the same pod could not run: {restart['error']}")
+    elif restart.get("ready_s") is None:
+        code, log = restart.get("exit_code"), str(restart.get("log") or "")
+        found = (
+            serve_diagnosis.diagnose_log(log, code, env=env, shm=restart.get("shm") or shm)
+            if code is not None
+            else None
+        )
+        if found is not None and found.failure_class == SHM_LEFTOVERS:
+            facts["failure_class"] = SHM_LEFTOVERS
+            problems.append(f"the restart in the same pod exited ({code}): {found.diagnosis}: {found.cause}")
+            hints.append(found.fix)
+        else:
+            facts.setdefault("failure_class", RESTART)
+            cause = found.render() if found is not None else serve_diagnosis.root_exception(log) or "no cause logged"
+            what = f"exited ({code})" if code is not None else "was not ready in time"
+            problems.append(f"the restart in the same pod (after SIGKILL, on its /dev/shm and cache) {what}: {cause}")
+            if found is not None:
+                hints.append(found.fix)
+    else:
+        words += f"; restart in the same pod ready in {restart['ready_s']:.0f} s"
+    return problems, hints, facts, words
