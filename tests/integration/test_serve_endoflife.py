@@ -102,6 +102,8 @@ def test_a_shell_that_outlives_the_server_keeps_what_the_kill_left(
     print(killed)  # what survived, for the record (pytest -s)
     assert killed["target"]["pid"] != 1 and killed["exit_code"] is None, killed
     assert killed["survivors"] and killed["survivors"][0]["pid"] == 1, killed
+    # vllm#55510 itself: vLLM's own engine core or workers outlived the API server (not only the wrapper shell).
+    assert any(str(p["cmd"]).startswith("VLLM::") for p in killed["survivors"]), killed
     problems, hints, facts, _ = endoflife.judge({"kill": killed, "shm_after_kill": {}}, {})
     assert facts["failure_class"] == 42 and len(problems) == 1, problems
     assert "process(es) alive holding" in problems[0] and "vllm#55510" in problems[0] and "PID 1" in hints[0]

@@ -20,8 +20,9 @@ from typing import Any
 import docker
 import pytest
 
+from matrixtool.core.container import OWNER_LABEL
 from matrixtool.core.errors import ExitCode
-from tests.integration.conftest import TEST_REPOSITORY, json_of, matrix_cli
+from tests.integration.conftest import OWNER, TEST_REPOSITORY, json_of, matrix_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -156,5 +157,7 @@ def test_the_line_named_for_an_unservable_image_starts_its_server(
     image = look_alikes["none"]
     entrypoint = argv[argv.index("--entrypoint") + 1]
     args = argv[argv.index(image) + 1 :]
-    output = client.containers.run(image, entrypoint=[entrypoint], command=[args[0], "--help"], remove=True)
+    output = client.containers.run(
+        image, entrypoint=[entrypoint], command=[args[0], "--help"], remove=True, labels={OWNER_LABEL: OWNER}
+    )
     assert b"model" in output.lower(), output[-2000:]

@@ -142,7 +142,8 @@ def not_applicable(params: Dict[str, Any]) -> Optional[str]:
         where = "is on PATH" if params.get("host") else "was mounted from the host"
         return (
             f"no static {floor.get('qemu', 'QEMU user-mode emulator')} {where}: "
-            "tools/setup-engine.sh installs it (qemu-user, Debian trixie)"
+            "`make engine` installs it (tools/setup-engine.sh without --minimal, which `make run` uses: qemu-user, "
+            "Debian trixie)"
         )
     return None
 

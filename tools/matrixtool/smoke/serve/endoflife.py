@@ -215,7 +215,13 @@ def judge(warm: Mapping[str, Any], env: Mapping[str, str] | None) -> tuple[list[
         problems.append(
             f"SIGKILL to vLLM's API server (pid {target.get('pid')}, {str(target.get('cmd'))[:60]}) left "
             f"{len(survivors)} process(es) alive holding {int(killed.get('survivors_rss_kib') or 0) / 1024:.0f} MiB: "
-            f"{named} (vllm#55510: its engine core and workers outlive it where it is not PID 1)"
+            f"{named} ("
+            + (
+                "vllm#55510: its engine core and workers outlive it where it is not PID 1)"
+                if any(str(p.get("cmd", "")).startswith("VLLM::") for p in survivors)
+                else "no vLLM process among them: PID 1 keeps the container up with the server dead, so the "
+                "kubelet never restarts it)"
+            )
         )
         hints.append(
             "make vLLM's API server PID 1 (ENTRYPOINT in exec form, `exec vllm serve` in a script): then its death "
