@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -170,12 +171,22 @@ def act_command(event: str, repo: Path, work: Path, *, act: str, env: dict[str, 
 
 
 def run_event(
-    event: str, repo: Path, out: Path, act: str, env: dict[str, str], private: Path, job: str | None = None
+    event: str,
+    repo: Path,
+    out: Path,
+    act: str,
+    env: dict[str, str],
+    private: Path,
+    job: str | None = None,
+    seed: Callable[[Path], None] | None = None,
 ) -> Run:
-    """act on ``event`` in ``repo``; its log in ``out/<event>.jsonl``, its artifacts in ``out/artifacts-<event>``."""
+    """act on ``event`` in ``repo``; its log in ``out/<event>.jsonl``, its artifacts in ``out/artifacts-<event>``
+    (emptied first, then handed to ``seed``: the artifacts of jobs that run elsewhere)."""
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True).stdout
     (out / f"{event}.event.json").write_text(json.dumps(event_payload(event, sha.strip())))
     shutil.rmtree(out / f"artifacts-{event}", ignore_errors=True)
+    if seed is not None:
+        seed(out / f"artifacts-{event}")
     cmd = act_command(event, repo, out, act=act, env=env, private=private) + (["-j", job] if job else [])
     log_path = out / f"{event}.jsonl"
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "act"

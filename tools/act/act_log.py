@@ -81,6 +81,11 @@ def parse_log(event: str, lines: list[str], seconds: float, exit_code: int) -> R
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
+            # act's own refusals (a bad flag, a workflow it cannot read) are plain text: "Error: ...".
+            if line.startswith("Error: "):
+                errors.append(f"act: {line.strip()}")
+            continue
+        if not isinstance(rec, dict):
             continue
         if rec.get("level") in ("error", "fatal"):
             errors.append(f"{rec.get('job', 'act')}: {rec.get('msg', '')}")
