@@ -134,6 +134,13 @@ def failures(run: Run, allowed: dict[str, tuple[str, str]]) -> list[str]:
             expected = stop is not None and stop[0] == step.name and stop[1] in "".join(step.output)
             if step.result == "failure" and not expected:
                 tail = "".join(step.output).rstrip().splitlines()[-15:]
+                # The tool's own diagnosis, as GitHub shows it: the step's ::error:: annotations and the rows of
+                # the job summary that did not pass (tools/matrix run writes both).
                 errors = [e for e in job.errors if e.startswith(step.name)]
-                out.append(f"{run.event}: {job.label}: step {step.name!r} failed\n    " + "\n    ".join(errors + tail))
+                rows = [
+                    f"summary: {r}" for r in job.summary.splitlines() if r.startswith("| ") and ("❌" in r or "⏱️" in r)
+                ]
+                out.append(
+                    f"{run.event}: {job.label}: step {step.name!r} failed\n    " + "\n    ".join(errors + rows + tail)
+                )
     return out
