@@ -147,6 +147,10 @@ def act_command(event: str, repo: Path, work: Path, *, act: str, env: dict[str, 
         "--concurrent-jobs",
         "1",
         "--action-offline-mode",
+        # The host workspaces act makes (a copy of the tree per job, its venvs, the wheelhouse): this run's own
+        # folder, removed after it, so that two runs side by side never touch each other's.
+        "--action-cache-path",
+        str(private / f"act-cache-{event}"),
         "--secret-file",
         str(private / "secrets.env"),
         "--var-file",
@@ -189,8 +193,6 @@ def run_event(
         seed(out / f"artifacts-{event}")
     cmd = act_command(event, repo, out, act=act, env=env, private=private) + (["-j", job] if job else [])
     log_path = out / f"{event}.jsonl"
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "act"
-    before = {p.name for p in cache.iterdir()} if cache.is_dir() else set()
     lines: list[str] = []
     started = time.monotonic()
     print(f"act run: {event}: {' '.join(cmd[:8])} ... (log: {log_path})", flush=True)
@@ -213,9 +215,5 @@ def run_event(
             proc.wait(timeout=60)
             raise
         finally:
-            # act's host executor leaves each job's workspace (a copy of the tree, its venvs, the wheelhouse)
-            # under ~/.cache/act/<16 hex>: those this run made go.
-            for made in cache.iterdir() if cache.is_dir() else []:
-                if made.name not in before and re.fullmatch(r"[0-9a-f]{16}", made.name):
-                    shutil.rmtree(made, ignore_errors=True)
+            shutil.rmtree(private / f"act-cache-{event}", ignore_errors=True)
     return parse_log(event, lines, time.monotonic() - started, code)

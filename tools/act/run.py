@@ -164,12 +164,17 @@ def run_and_check(
     found = failures(run, allowed)
     if not run.jobs and run.exit_code != 0:
         found.append(f"{event}: act exited {run.exit_code} before any job ran: " + "; ".join(run.errors[-5:]))
+    if not args.job:
+        # A job output naming an output its step never set is the cause of what fails after it: named first.
+        try:
+            check_outputs(run, repo)
+        except Failed as e:
+            found.insert(0, str(e))
     try:
         if found:
             raise Failed("\n".join(found))
         if args.job:
             return facts, seen, []
-        check_outputs(run, repo)
         if event in ("push", "pull_request"):
             check_images(run, repo, registry, args.out, seen)
         if event == "push":
