@@ -86,7 +86,12 @@ _STEP_OUTPUT = re.compile(r"^\$\{\{\s*steps\.([\w-]+)\.outputs\.([\w-]+)\s*\}\}$
 def check_outputs(run: Run, repo: Path) -> None:
     """Each job output (``outputs: NAME: ${{ steps.ID.outputs.OUT }}``) of a job that passed names an output its
     step ``ID`` set in this run: a misspelt output name reads as empty on GitHub, silently."""
-    docs = [yaml.safe_load(wf.read_text()) for wf in sorted((repo / ".github" / "workflows").glob("*.yml"))]
+    docs = []
+    for wf in sorted((repo / ".github" / "workflows").glob("*.yml")):
+        try:
+            docs.append(yaml.safe_load(wf.read_text()))
+        except yaml.YAMLError as e:
+            raise Failed(f"{run.event}: {wf.name} is not valid YAML: {' '.join(str(e).split())}") from e
     by_name = {str(d.get("name")): d for d in docs}
     for job in run.jobs:
         spec = by_name.get(job.workflow, {}).get("jobs", {}).get(job.job_id, {})
