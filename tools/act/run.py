@@ -187,6 +187,24 @@ def run_and_check(
     return facts, seen, []
 
 
+def untag_registry_refs(registry: str) -> list[str]:
+    """Remove from the engine every tag and repo digest under ``registry`` (the run's loopback registry: the image
+    job's push tags its images there; the images themselves stay under their own tags). The refs removed."""
+    listed = subprocess.run(
+        ["docker", "image", "ls", "--digests", "--format", "{{.Repository}} {{.Tag}} {{.Digest}}"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    refs: list[str] = []
+    for line in listed.stdout.splitlines():
+        repository, tag, digest = [*line.split(), "", "", ""][:3]
+        if repository.startswith(f"{registry}/"):
+            refs += [f"{repository}:{tag}"] if tag != "<none>" else []
+            refs += [f"{repository}@{digest}"] if digest.startswith("sha256:") else []
+    for ref in dict.fromkeys(refs):
+        subprocess.run(["docker", "image", "rm", "--no-prune", ref], capture_output=True, timeout=120, check=False)
+    return list(dict.fromkeys(refs))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     act = shutil.which("act", path=f"{ROOT / '.venv' / 'bin'}:{os.environ.get('PATH', '')}")
@@ -205,11 +223,15 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         registry = args.registry or stack.enter_context(own_registry(work))
         env = prepare(work, osv=stack.enter_context(osv_standin(args.osv_records)), wheelhouse=wheelhouse)
-        for event in args.events:
-            facts, seen, failed = run_and_check(event, args, work, registry=registry, act=act, env=env)
-            result["events"][event] = facts
-            result |= seen
-            result["failures"] += failed
+        try:
+            for event in args.events:
+                facts, seen, failed = run_and_check(event, args, work, registry=registry, act=act, env=env)
+                result["events"][event] = facts
+                result |= seen
+                result["failures"] += failed
+        finally:
+            if not args.registry:  # its own registry goes with the run: so do the engine's tags of it
+                result["untagged"] = untag_registry_refs(registry)
     (args.out / "result.json").write_text(json.dumps(result, indent=2, default=str))
     for event, facts in result["events"].items():
         print(f"act run: {event}: {facts['seconds']} s, jobs {facts['jobs']}")
