@@ -33,6 +33,9 @@ What differs from GitHub's run, and nothing else (docs/publishing.md "The workfl
 The modules beside it: act_invoke.py (the snapshot, act's command line, the run), act_log.py (act's log read),
 act_standins.py (registry, stub index, OSV API), act_proofs.py (what each event's run must prove).
 
+Afterwards the engine's tags of the run's own registry are removed (``untagged`` in result.json); the
+content-hash tags the image jobs made (``vllm-matrix/cpu:<hash>``) stay, as after ``make run``.
+
 Exit 0: every check passed; 1: a check failed (each failure named by workflow, job and step); 2: bad usage or a
 missing program. Writes ``OUT/<event>.jsonl`` (act's log), ``OUT/result.json`` (what was checked).
 """
