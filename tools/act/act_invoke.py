@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,10 @@ def act_command(event: str, repo: Path, work: Path, *, act: str, env: dict[str, 
         "--concurrent-jobs",
         "1",
         "--action-offline-mode",
+        # The host workspaces act makes (a copy of the tree per job, its venvs, the wheelhouse): this run's own
+        # folder, removed after it, so that two runs side by side never touch each other's.
+        "--action-cache-path",
+        str(private / f"act-cache-{event}"),
         "--secret-file",
         str(private / "secrets.env"),
         "--var-file",
@@ -170,16 +175,24 @@ def act_command(event: str, repo: Path, work: Path, *, act: str, env: dict[str, 
 
 
 def run_event(
-    event: str, repo: Path, out: Path, act: str, env: dict[str, str], private: Path, job: str | None = None
+    event: str,
+    repo: Path,
+    out: Path,
+    act: str,
+    env: dict[str, str],
+    private: Path,
+    job: str | None = None,
+    seed: Callable[[Path], None] | None = None,
 ) -> Run:
-    """act on ``event`` in ``repo``; its log in ``out/<event>.jsonl``, its artifacts in ``out/artifacts-<event>``."""
+    """act on ``event`` in ``repo``; its log in ``out/<event>.jsonl``, its artifacts in ``out/artifacts-<event>``
+    (emptied first, then handed to ``seed``: the artifacts of jobs that run elsewhere)."""
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True).stdout
     (out / f"{event}.event.json").write_text(json.dumps(event_payload(event, sha.strip())))
     shutil.rmtree(out / f"artifacts-{event}", ignore_errors=True)
+    if seed is not None:
+        seed(out / f"artifacts-{event}")
     cmd = act_command(event, repo, out, act=act, env=env, private=private) + (["-j", job] if job else [])
     log_path = out / f"{event}.jsonl"
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "act"
-    before = {p.name for p in cache.iterdir()} if cache.is_dir() else set()
     lines: list[str] = []
     started = time.monotonic()
     print(f"act run: {event}: {' '.join(cmd[:8])} ... (log: {log_path})", flush=True)
@@ -202,9 +215,5 @@ def run_event(
             proc.wait(timeout=60)
             raise
         finally:
-            # act's host executor leaves each job's workspace (a copy of the tree, its venvs, the wheelhouse)
-            # under ~/.cache/act/<16 hex>: those this run made go.
-            for made in cache.iterdir() if cache.is_dir() else []:
-                if made.name not in before and re.fullmatch(r"[0-9a-f]{16}", made.name):
-                    shutil.rmtree(made, ignore_errors=True)
+            shutil.rmtree(private / f"act-cache-{event}", ignore_errors=True)
     return parse_log(event, lines, time.monotonic() - started, code)

@@ -81,6 +81,11 @@ def parse_log(event: str, lines: list[str], seconds: float, exit_code: int) -> R
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
+            # act's own refusals (a bad flag, a workflow it cannot read) are plain text: "Error: ...".
+            if line.startswith("Error: "):
+                errors.append(f"act: {line.strip()}")
+            continue
+        if not isinstance(rec, dict):
             continue
         if rec.get("level") in ("error", "fatal"):
             errors.append(f"{rec.get('job', 'act')}: {rec.get('msg', '')}")
@@ -129,6 +134,13 @@ def failures(run: Run, allowed: dict[str, tuple[str, str]]) -> list[str]:
             expected = stop is not None and stop[0] == step.name and stop[1] in "".join(step.output)
             if step.result == "failure" and not expected:
                 tail = "".join(step.output).rstrip().splitlines()[-15:]
+                # The tool's own diagnosis, as GitHub shows it: the step's ::error:: annotations and the rows of
+                # the job summary that did not pass (tools/matrix run writes both).
                 errors = [e for e in job.errors if e.startswith(step.name)]
-                out.append(f"{run.event}: {job.label}: step {step.name!r} failed\n    " + "\n    ".join(errors + tail))
+                rows = [
+                    f"summary: {r}" for r in job.summary.splitlines() if r.startswith("| ") and ("❌" in r or "⏱️" in r)
+                ]
+                out.append(
+                    f"{run.event}: {job.label}: step {step.name!r} failed\n    " + "\n    ".join(errors + rows + tail)
+                )
     return out

@@ -21,9 +21,6 @@ from act_log import Failed, Job, Run
 
 # kube.yml's first step that needs a cluster (kind and kubectl against an API server): where the local run stops.
 KUBE_STOP = "Cluster"
-# images.yml's manifest under the cpu-only filter: the cpu stack's multi-arch tag also needs arm64's image, which
-# this machine does not build (ubuntu-24.04-arm, the aarch64 +cpu wheel): `tools/matrix manifest` refuses, naming it.
-MANIFEST_STOP = ("Multi-arch tags", "no pushed image of arm64")
 
 
 def registry_digest(registry: str, ref: str) -> str | None:
@@ -89,7 +86,12 @@ _STEP_OUTPUT = re.compile(r"^\$\{\{\s*steps\.([\w-]+)\.outputs\.([\w-]+)\s*\}\}$
 def check_outputs(run: Run, repo: Path) -> None:
     """Each job output (``outputs: NAME: ${{ steps.ID.outputs.OUT }}``) of a job that passed names an output its
     step ``ID`` set in this run: a misspelt output name reads as empty on GitHub, silently."""
-    docs = [yaml.safe_load(wf.read_text()) for wf in sorted((repo / ".github" / "workflows").glob("*.yml"))]
+    docs = []
+    for wf in sorted((repo / ".github" / "workflows").glob("*.yml")):
+        try:
+            docs.append(yaml.safe_load(wf.read_text()))
+        except yaml.YAMLError as e:
+            raise Failed(f"{run.event}: {wf.name} is not valid YAML: {' '.join(str(e).split())}") from e
     by_name = {str(d.get("name")): d for d in docs}
     for job in run.jobs:
         spec = by_name.get(job.workflow, {}).get("jobs", {}).get(job.job_id, {})
@@ -157,6 +159,8 @@ def check_images(run: Run, repo: Path, registry: str, work: Path, result: dict[s
         "steps": {s.name: s.result for s in image.steps},
     }
     manifest_if = workflow_if(repo, "images.yml", "manifest")
+    # act gives a skipped job's `if:` even when a failed need skipped it; the image job passed (image_job), so a
+    # skip here is the `if:`'s.
     if not publish:
         if run.skipped.get("images/manifest") != manifest_if:
             raise Failed(
@@ -173,7 +177,9 @@ def check_images(run: Run, repo: Path, registry: str, work: Path, result: dict[s
 
 def pushed(run: Run, registry: str, work: Path, image: Job) -> dict[str, Any]:
     """images.yml on push: the push record the image job uploaded, the registry's digest of its content-hash tag,
-    the manifest job's multi-arch tags (or its expected stop, MANIFEST_STOP). What was seen."""
+    the manifest job's multi-arch tag: the registry answers it with a list of exactly the pushed cpu (linux/amd64)
+    digest and the arm64 stand-in's (linux/arm64), both records read by manifest through download-artifact. What
+    was seen."""
     # push: the record the image job uploaded names the content-hash tag the registry answers with its digest.
     files = artifact_files(work, run.event, "pushed-cpu-amd64")
     if "cpu-amd64.json" not in files:
@@ -185,33 +191,27 @@ def pushed(run: Run, registry: str, work: Path, image: Job) -> dict[str, Any]:
             f"{run.event}: {image.label}: step 'Push': the registry does not answer {hash_ref} with {record['digest']}"
         )
     manifest = run.one("images", "manifest")
-    said_by_manifest = manifest.text("Multi-arch tags")
-    if manifest.result != "success" and MANIFEST_STOP[1] in said_by_manifest:
-        # The push record came through the artifact (download-artifact), the tool read it and refused the tag.
-        return {
-            "pushed": record["refs"],
-            "digest": record["digest"],
-            "multi_arch": {},
-            "manifest_stop": said_by_manifest.strip().splitlines()[-1],
-            "manifest_steps": {s.name: s.result for s in manifest.steps},
-        }
     if manifest.result != "success":
         raise Failed(f"{run.event}: {manifest.label} {manifest.result or 'did not finish'}")
+    # The arm64 record came from the stand-in (act_standins.arm64_standin) through the same artifact download.
+    arm64 = json.loads(artifact_files(work, run.event, "pushed-arm64-arm64")["arm64-arm64.json"])["pushed"][0]
     tags = re.findall(rf"{re.escape(registry)}/[\w./-]+:[\w.-]+", manifest.text("Multi-arch tags"))
-    lists = {t for t in tags if t != hash_ref and not t.endswith(("-amd64", "-arm64"))}
-    listed: dict[str, list[str]] = {}
+    lists = {t for t in tags if t not in (hash_ref, arm64["refs"][0])}
+    listed: dict[str, dict[str, str]] = {}
     for tag in sorted(lists):
         with contextlib.suppress(urllib.error.HTTPError):
             doc = registry_manifest(registry, tag)
-            listed[tag] = [m["digest"] for m in doc.get("manifests", [])]
-    if not any(record["digest"] in digests for digests in listed.values()):
+            listed[tag] = {m["digest"]: "{os}/{architecture}".format(**m["platform"]) for m in doc.get("manifests", [])}
+    wanted = {record["digest"]: "linux/amd64", arm64["digest"]: "linux/arm64"}
+    if not any(platforms == wanted for platforms in listed.values()):
         raise Failed(
-            f"{run.event}: {manifest.label}: step 'Multi-arch tags': no multi-arch tag in the registry "
-            f"lists the pushed {record['digest']} (tags named: {sorted(lists)}, lists: {listed})"
+            f"{run.event}: {manifest.label}: step 'Multi-arch tags': no multi-arch tag in the registry lists "
+            f"exactly the pushed {wanted} (tags it named: {sorted(lists)}, the registry's lists: {listed})"
         )
     return {
         "pushed": record["refs"],
         "digest": record["digest"],
+        "arm64_stand_in": arm64,
         "multi_arch": listed,
         "manifest_steps": {s.name: s.result for s in manifest.steps},
     }

