@@ -15,8 +15,9 @@ from tests.integration.conftest import CPU_CHECKS as ALL_CHECKS
 from tests.integration.conftest import CpuRun, matrix_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
-# Under restricted the serve check's compiled server stands for offline-generate's compiled rerun.
-RESTRICTED_CHECKS = ["run-conditions", "inductor-compile", "serve"]
+# Under restricted the serve check's compiled server stands for offline-generate's compiled rerun; environment
+# reruns for its pids limit (docs/profiles.md).
+RESTRICTED_CHECKS = ["run-conditions", "environment", "inductor-compile", "serve"]
 
 
 def test_run_cpu_passes_every_check(cpu_image: str, cpu_run: CpuRun) -> None:

@@ -38,7 +38,7 @@ NOW: dict[str, tuple[int | None, ...]] = {
     "pip-check": (120, 720, 120, 480, 120),
     "native-libs": (300, 1800, 300, 1200, 300),
     "cpu-engine-settings": (60, 360, None, None, None),
-    "cpu-floor": (1800, 7200, 1800, 7200, 1800),
+    "cpu-floor": (1800, 7200, None, None, None),
     "cuda-weight": (120, 1800, None, None, None),
     "gpu-driver": (None, None, 120, 480, None),
     "rocm-build": (None, None, None, None, 120),

@@ -179,6 +179,7 @@ def probe_argv(params: Dict[str, Any]) -> List[str]:
     "raise the variant's cpu_floor (matrix.yaml) to what the image needs",
     timeout=1800,
     suites=(Suite.FULL,),
+    accelerators=("cpu",),  # a GPU variant generates on its GPU: no CPU path to prove
     fresh=True,
 )
 def check_cpu_floor(params: Dict[str, Any]) -> Dict[str, Any]:
