@@ -7,9 +7,26 @@ Standard library only, Python >= 3.9: the ELF format (System V ABI) and NVIDIA's
 from __future__ import annotations
 
 import struct
-from typing import Any, Dict, Set
+from typing import Any, Dict, List, Set, Tuple
 
 _DT_NEEDED, _DT_STRTAB, _SHT_DYNAMIC = 1, 5, 6
+
+
+def _sections(data: Any, wide: bool, order: str) -> List[Tuple[int, int, int, int, int]]:
+    """The section headers of the ELF image ``data`` as (type, offset, size, link, entsize), 64- or 32-bit
+    (``wide``) in byte order ``order``. Raises struct.error for a header table past the end of ``data``."""
+    if wide:
+        (shoff,) = struct.unpack_from(order + "Q", data, 0x28)
+        shentsize, shnum = struct.unpack_from(order + "HH", data, 0x3A)
+    else:
+        (shoff,) = struct.unpack_from(order + "I", data, 0x20)
+        shentsize, shnum = struct.unpack_from(order + "HH", data, 0x2E)
+    fmt = order + ("IIQQQQIIQQ" if wide else "IIIIIIIIII")
+    sections = []
+    for i in range(shnum):
+        _, stype, _, _, offset, size, link, _, _, entsize = struct.unpack_from(fmt, data, shoff + i * shentsize)
+        sections.append((stype, offset, size, link, entsize))
+    return sections
 
 
 def elf_needed(path: str) -> Any:
@@ -23,20 +40,7 @@ def elf_needed(path: str) -> Any:
         raise ValueError(f"{path} is no ELF file")
     wide, order = data[4] == 2, "<" if data[5] == 1 else ">"
     try:
-        if wide:
-            (shoff,) = struct.unpack_from(order + "Q", data, 0x28)
-            shentsize, shnum = struct.unpack_from(order + "HH", data, 0x3A)
-        else:
-            (shoff,) = struct.unpack_from(order + "I", data, 0x20)
-            shentsize, shnum = struct.unpack_from(order + "HH", data, 0x2E)
-        sections = []
-        for i in range(shnum):
-            base = shoff + i * shentsize
-            if wide:
-                _, stype, _, _, offset, size, link, _, _, entsize = struct.unpack_from(order + "IIQQQQIIQQ", data, base)
-            else:
-                _, stype, _, _, offset, size, link, _, _, entsize = struct.unpack_from(order + "IIIIIIIIII", data, base)
-            sections.append((stype, offset, size, link, entsize))
+        sections = _sections(data, wide, order)
         needed = []
         for stype, offset, size, link, entsize in sections:
             if stype != _SHT_DYNAMIC:
@@ -154,17 +158,7 @@ def _cstring(data: Any, at: int) -> str:
 def _exports(path: str, data: Any) -> Any:
     wide, order = data[4] == 2, "<" if data[5] == 1 else ">"
     try:
-        if wide:
-            (shoff,) = struct.unpack_from(order + "Q", data, 0x28)
-            shentsize, shnum = struct.unpack_from(order + "HH", data, 0x3A)
-        else:
-            (shoff,) = struct.unpack_from(order + "I", data, 0x20)
-            shentsize, shnum = struct.unpack_from(order + "HH", data, 0x2E)
-        sections = []
-        for i in range(shnum):
-            fmt = order + ("IIQQQQIIQQ" if wide else "IIIIIIIIII")
-            _, stype, _, _, offset, size, link, _, _, entsize = struct.unpack_from(fmt, data, shoff + i * shentsize)
-            sections.append((stype, offset, size, link, entsize))
+        sections = _sections(data, wide, order)
         soname, names = None, set()
         for stype, offset, size, link, entsize in sections:
             if stype == _SHT_DYNAMIC:
