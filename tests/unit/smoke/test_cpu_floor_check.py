@@ -73,6 +73,65 @@ def test_a_sigill_is_one_failure_naming_library_symbol_instruction_step_and_buil
     assert outcome["facts"]["fault"]["symbol"] == "floor_init"
 
 
+def test_a_sigill_in_vllms_own_extension_build_names_that_build_as_the_cause(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Class 35: the fault lies in the build of vLLM's extension vLLM loads on the floor, so that build is the
+    cause (not a library beside it), with its own fix; the mangled symbol is given as C++ names it."""
+    so = "/opt/venv/lib/python3.11/site-packages/vllm/_C_AVX2.abi3.so"
+    symbol = "_Z8rms_normRN2at6TensorES1_St8optionalIS0_Ed"
+    fault = {"address": "0x7f00", "path": so, "library": so, "vaddr": 0x259790, "symbol": symbol,
+             "symbol_offset": 0, "bytes": "62f17d48efc0"}  # fmt: skip
+    output = 'MATRIX-FLOOR {"step": "startup"}\nMATRIX-FLOOR {"step": "torch", "capability": "AVX2"}\n'
+    output += 'MATRIX-FLOOR {"step": "vllm", "extension": ["_C_AVX2.abi3.so"]}\n'
+    output += f"MATRIX-SIGILL {__import__('json').dumps(fault)}\n"
+    monkeypatch.setattr(cpufloor, "run_emulated", _fake_run(output, 132))
+    monkeypatch.setattr(cpufloor, "program_path", lambda name: f"/x/{name}")
+    monkeypatch.setattr(cpufloor, "disassembly", lambda library, vaddr: "vpxord %zmm0,%zmm0,%zmm0")
+    demangled = {symbol: "rms_norm(at::Tensor&, at::Tensor&, double)"}
+    monkeypatch.setattr(cpufloor, "demangled", lambda symbol: demangled.get(symbol, symbol))
+    outcome = cpufloor.check_cpu_floor(_params())
+    assert outcome["status"] == "failed"
+    assert outcome["diagnosis"] == (
+        "vLLM's extension build _C_AVX2.abi3.so, the one vLLM loads on x86-64-v3 (QEMU Haswell-noTSX), carries an "
+        f"instruction above the floor: illegal instruction at the kernels step, in {so} at offset 0x259790 (in "
+        "rms_norm(at::Tensor&, at::Tensor&, double)+0x0): `vpxord %zmm0,%zmm0,%zmm0`, an EVEX-encoded (AVX-512) "
+        "instruction"
+    )
+    assert outcome["hint"].startswith("vLLM loads _C_AVX2.abi3.so on CPUs of x86-64-v3")
+    assert outcome["facts"]["failure_class"] == 35 and outcome["facts"]["extension"] == ["_C_AVX2.abi3.so"]
+
+
+@pytest.mark.parametrize(
+    ("library", "build"),
+    [
+        ("/opt/venv/lib/python3.11/site-packages/vllm/_C_AVX512.abi3.so", "_C_AVX512.abi3.so"),
+        ("/opt/venv/lib/python3.11/site-packages/vllm/_C.abi3.so", "_C.abi3.so"),
+        ("/opt/venv/lib/python3.11/site-packages/vllm/_moe_C.abi3.so", ""),  # not a build of _C
+        ("/opt/venv/lib/python3.11/site-packages/torch/lib/_C.so", ""),  # torch's, not vLLM's
+        ("/opt/vendor/lib/libfloor_avx512.so", ""),
+        ("", ""),
+    ],
+)
+def test_which_faulting_library_is_a_build_of_vllms_extension(library: str, build: str) -> None:
+    assert cpufloor.extension_build({"library": library}) == build
+    assert cpufloor.extension_build(None) == ""
+
+
+def test_a_sigill_elsewhere_stays_class_34(monkeypatch: pytest.MonkeyPatch) -> None:
+    fault = {"library": "/opt/vendor/lib/libfloor_avx512.so", "vaddr": 0x1139, "bytes": "62f17d48efc0"}
+    monkeypatch.setattr(cpufloor, "run_emulated", _fake_run(f"MATRIX-SIGILL {__import__('json').dumps(fault)}\n", 132))
+    monkeypatch.setattr(cpufloor, "program_path", lambda name: f"/x/{name}")
+    monkeypatch.setattr(cpufloor, "disassembly", lambda library, vaddr: "")
+    outcome = cpufloor.check_cpu_floor(_params())
+    assert outcome["diagnosis"].startswith("illegal instruction on x86-64-v3 (QEMU Haswell-noTSX) at the startup step")
+    assert outcome["hint"] is None and outcome["facts"]["failure_class"] == 34
+
+
+def test_a_mangled_symbol_is_demangled_where_cxxfilt_is_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert cpufloor.demangled("floor_init") == "floor_init"  # not C++: as it is, c++filt or not
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert cpufloor.demangled("_Z8rms_normd") == "_Z8rms_normd"
+
+
 def test_a_pass_names_the_floor_the_capability_and_the_extension_build(monkeypatch: pytest.MonkeyPatch) -> None:
     output = "".join(
         f"MATRIX-FLOOR {line}\n"

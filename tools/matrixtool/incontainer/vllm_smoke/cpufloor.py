@@ -70,12 +70,42 @@ def disassembly(library: str, vaddr: int) -> str:
     return " ".join(lines[0].split(":", 1)[1].split()) if lines else ""
 
 
+def demangled(symbol: str) -> str:
+    """``symbol`` as C++ source names it (binutils' c++filt, beside objdump), or as it is where the image has no
+    c++filt or it is no mangled C++ name (``_Z...``)."""
+    tool = shutil.which("c++filt")
+    if not tool or not symbol.startswith("_Z"):
+        return symbol
+    try:
+        out = subprocess.run([tool, symbol], capture_output=True, text=True, timeout=30, check=False).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return symbol
+    return out or symbol
+
+
+def extension_build(fault: Optional[Dict[str, Any]]) -> str:
+    """The file name of the build of vLLM's extension (``vllm/_C*.so``: vllm/platforms/cpu.py import_kernels loads
+    one per CPU) that faulted, or "" where the fault lies elsewhere (class 34: another library)."""
+    library = str((fault or {}).get("library") or (fault or {}).get("path") or "")
+    name = os.path.basename(library)
+    return name if os.path.basename(os.path.dirname(library)) == "vllm" and name.startswith("_C") else ""
+
+
+def build_hint(build: str, floor: Dict[str, Any]) -> str:
+    """The fix where the faulting library is ``build``, vLLM's own extension build for ``floor`` (class 35)."""
+    return (
+        f"vLLM loads {build} on CPUs of {floor['name']} (vllm/platforms/cpu.py import_kernels): install a vLLM "
+        f"whose {build} is built for that level (no instruction above it), rebuild vLLM's CPU extension for it, or "
+        "raise the variant's cpu_floor (matrix.yaml) to what that build needs"
+    )
+
+
 def describe_fault(fault: Dict[str, Any], arch: str) -> str:
     """The faulting library, symbol and instruction in words (``fault``: the probe's MATRIX-SIGILL object)."""
     library = fault.get("library") or fault.get("path") or "an unnamed mapping"
     where = f"{library} at offset {hex(int(fault.get('vaddr', fault.get('offset', 0))))}"
     if fault.get("symbol"):
-        where += f" (in {fault['symbol']}+{hex(int(fault.get('symbol_offset', 0)))})"
+        where += f" (in {demangled(str(fault['symbol']))}+{hex(int(fault.get('symbol_offset', 0)))})"
     code = str(fault.get("bytes", ""))
     instruction = disassembly(str(fault.get("library", "")), int(fault.get("vaddr", -1))) if "vaddr" in fault else ""
     kind = instruction_kind(code, arch)
@@ -187,7 +217,8 @@ def check_cpu_floor(params: Dict[str, Any]) -> Dict[str, Any]:
     the floor in the build of vLLM's extension vLLM selects on a CPU of the floor).
 
     params: cpu_floor {name, model, arch, qemu, emulated, declared} (smoke.plan.check_params), qemu (the emulator's
-    path in the container), timeouts. Facts: floor, qemu_model, steps, extension, capability, fault, seconds."""
+    path in the container), timeouts. Facts: floor, qemu_model, steps, extension,
+    capability, fault, failure_class (34: another library, 35: vLLM's extension build), seconds, cpu_seconds."""
     skip = not_applicable(params)
     if skip:
         return result("skipped", skip)
@@ -209,6 +240,12 @@ def check_cpu_floor(params: Dict[str, Any]) -> Dict[str, Any]:
     if fault is not None or (code is not None and QEMU_UNCAUGHT in output):
         facts["fault"] = fault or {}
         what = describe_fault(fault, floor["arch"]) if fault else "no address read (QEMU: uncaught SIGILL)"
+        own = extension_build(fault)
+        facts["failure_class"] = 35 if own else 34
+        if own:  # class 35: the cause is vLLM's own build for this floor, not a library beside it
+            cause = f"vLLM's extension build {own}, the one vLLM loads {on}, carries an instruction above the floor"
+            said = f"{cause}: illegal instruction at the {at} step, in {what}"
+            return result("failed", said, build_hint(own, floor), **facts)
         return result("failed", f"illegal instruction {on} at the {at} step, in {what}{build}", None, **facts)
     if code is None:
         return result("timeout", f"no result {on} within {limit:.0f} s at the {at} step; killed{build}", None, **facts)
