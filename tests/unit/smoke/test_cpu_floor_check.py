@@ -149,6 +149,39 @@ def test_a_pass_names_the_floor_the_capability_and_the_extension_build(monkeypat
     assert outcome["facts"]["extension"] == ["_C_AVX2.abi3.so"] and outcome["facts"]["floor"] == "x86-64-v3"
 
 
+def test_each_step_carries_the_emulated_processs_cpu_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's marks carry its CPU seconds so far (the load of the machine does not change them): the facts
+    keep them per step, the figures' source for what each stage costs."""
+    steps = ("startup", 1.5), ("torch", 9.0), ("vllm", 30.2), ("kernels", 31.0)
+    output = "".join(f'MATRIX-FLOOR {{"step": "{name}", "cpu_s": {cpu}}}\n' for name, cpu in steps)
+    monkeypatch.setattr(cpufloor, "run_emulated", _fake_run(output, 0))
+    monkeypatch.setattr(cpufloor, "program_path", lambda name: f"/x/{name}")
+    outcome = cpufloor.check_cpu_floor(_params())
+    assert outcome["status"] == "passed", outcome
+    assert outcome["facts"]["step_cpu_seconds"] == dict(steps)
+
+
+def test_the_generate_stage_makes_the_model_first_and_names_the_engine_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpufloor, "STAGE", "generate")
+    monkeypatch.setattr(cpufloor, "EXPECTED", cpufloor.STEPS)
+    monkeypatch.setattr(cpufloor, "program_path", lambda name: f"/x/{name}")
+    made: list[str] = []
+    monkeypatch.setattr(cpufloor, "ensure_model", lambda: made.append("model"))
+    output = "".join(f'MATRIX-FLOOR {{"step": "{s}"}}\n' for s in ("startup", "torch", "vllm", "kernels"))
+    monkeypatch.setattr(cpufloor, "run_emulated", _fake_run(output + "RuntimeError: engine core died\n", 1))
+    outcome = cpufloor.check_cpu_floor(_params())
+    assert made == ["model"]
+    assert outcome["diagnosis"].startswith("the engine step failed on x86-64-v3 (QEMU Haswell-noTSX) (exit 1)")
+
+    def no_model() -> None:
+        raise OSError("read-only file system")
+
+    monkeypatch.setattr(cpufloor, "ensure_model", no_model)
+    outcome = cpufloor.check_cpu_floor(_params())
+    assert outcome["status"] == "failed"
+    assert "the tiny model to generate with on the floor could not be made: OSError('read-only" in outcome["diagnosis"]
+
+
 def test_an_exit_without_a_sigill_names_the_step_and_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
     output = 'MATRIX-FLOOR {"step": "startup"}\nModuleNotFoundError: No module named \'torch\'\n'
     monkeypatch.setattr(cpufloor, "run_emulated", _fake_run(output, 1))

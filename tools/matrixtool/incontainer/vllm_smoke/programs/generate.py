@@ -12,17 +12,23 @@ import gc
 import json
 import os
 import sys
-from typing import Any, Dict
+from typing import Any, Callable, Dict, Optional
 
 PROMPTS = ["The quick brown fox", "Once upon a time"]
 
 
-def generate(model: Any, eager: Any, max_tokens: Any, in_process: bool = False) -> Dict[str, Any]:
+def generate(
+    model: Any,
+    eager: Any,
+    max_tokens: Any,
+    in_process: bool = False,
+    made: Optional[Callable[[], None]] = None,
+) -> Dict[str, Any]:
     """Greedy tokens for ``PROMPTS`` from the model folder ``model``: {"tokens": [[int]], "runner": "V1"|"V2"|None}.
 
     ``eager``: ``enforce_eager`` (no torch.compile); ``in_process``: engine core and worker in this interpreter
-    (vllm/v1/engine/llm_engine.py reads VLLM_ENABLE_V1_MULTIPROCESSING when the engine is made). Raises what vLLM
-    raises."""
+    (vllm/v1/engine/llm_engine.py reads VLLM_ENABLE_V1_MULTIPROCESSING when the engine is made); ``made``: called
+    once the engine is made (the cpu-floor probe marks the step). Raises what vLLM raises."""
     from vllm import LLM, SamplingParams
 
     saved = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
@@ -38,6 +44,8 @@ def generate(model: Any, eager: Any, max_tokens: Any, in_process: bool = False) 
                 os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
             else:
                 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = saved
+    if made is not None:
+        made()
     try:
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
         out = llm.generate(PROMPTS, params, use_tqdm=False)
