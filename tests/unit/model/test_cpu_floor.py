@@ -3,6 +3,10 @@ message (key, value, the values it may take) with exit 3 for a bad one."""
 
 from __future__ import annotations
 
+import shutil
+import signal
+import struct
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +106,37 @@ def test_one_floor_cannot_fit_two_architectures() -> None:
         "'x86-64-v3': one floor cannot fit amd64 and arm64; split the variant per platform"
     )
     assert cpufloor.floor_problem("x86-64-v3", ["amd64", "amd64"]) is None
+
+
+def _aarch64_program(instruction: int) -> bytes:
+    """A static aarch64 ELF executable (one PT_LOAD at 0x400000) that runs ``instruction``, then exit(0)."""
+    code = b"".join(
+        struct.pack("<I", word)  # movz x0, #0; movz x8, #93 (exit); svc #0
+        for word in (instruction, 0xD2800000, 0xD2800BA8, 0xD4000001)
+    )
+    base, headers = 0x400000, 64 + 56
+    ident = b"\x7fELF\x02\x01\x01" + bytes(9)  # 64-bit, little-endian, version 1
+    elf = ident + struct.pack("<HHIQQQIHHHHHH", 2, 183, 1, base + headers, 64, 0, 0, 64, 56, 1, 0, 0, 0)  # EM_AARCH64
+    size = headers + len(code)
+    return elf + struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, size, size, 0x1000) + code  # PT_LOAD, R+X
+
+
+# (instruction word, the oldest arm64 level of LEVELS that has it): LSE's `ldadd w0, w1, [sp]` (armv8.1-a), SVE's
+# `ptrue p0.b` (armv8.2-a's optional SVE, as Neoverse V1 has it), and `nop`.
+_A64 = {"nop": (0xD503201F, "armv8.0-a"), "ldadd": (0xB82003E1, "armv8.2-a"), "ptrue": (0x2518E3E0, "armv8.4-a")}
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(shutil.which("qemu-aarch64") is None, reason="no qemu-aarch64 on PATH (`make engine` installs it)")
+@pytest.mark.parametrize("instruction", sorted(_A64))
+def test_qemus_arm64_model_of_each_level_stops_the_instructions_above_it(instruction: str, tmp_path: Path) -> None:
+    """What the arm64 floor rests on, with the host's QEMU (no arm64 image is built here): each level's CPU model
+    runs an instruction of its level and stops one of a later level with SIGILL, as such a CPU does."""
+    word, first = _A64[instruction]
+    program = tmp_path / instruction
+    program.write_bytes(_aarch64_program(word))
+    program.chmod(0o755)
+    levels = list(cpufloor.LEVELS["arm64"])
+    for level, (model, _) in cpufloor.LEVELS["arm64"].items():
+        code = subprocess.run(["qemu-aarch64", "-cpu", model, str(program)], capture_output=True, timeout=60).returncode
+        assert code == (0 if levels.index(level) >= levels.index(first) else -signal.SIGILL), (level, model)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from matrixtool.incontainer.vllm_smoke import cpufloor
+from matrixtool.incontainer.vllm_smoke.children import MODEL_DIR
 
 FLOOR = {"name": "x86-64-v3", "model": "Haswell-noTSX", "arch": "amd64", "qemu": "qemu-x86_64",
          "declared": True, "emulated": True}  # fmt: skip
@@ -261,3 +262,28 @@ def test_a_dynamically_linked_emulator_is_not_static(tmp_path: Any) -> None:
     assert not emulator.is_static(tmp_path / "absent")
     (tmp_path / "text").write_text("#!/bin/sh\n")
     assert not emulator.is_static(tmp_path / "text")
+
+
+def test_the_arm64_variant_is_proven_under_qemu_aarch64_on_neoverse_n1(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shipped matrix.yaml's arm64 variant (armv8.2-a) from its plan to the emulated command line: the host's
+    qemu-aarch64 mounted, and the image's Python run on a Neoverse N1 (Graviton 2), the model without SVE."""
+    from pathlib import Path
+
+    from matrixtool.model.matrixfile import load_matrix
+    from matrixtool.smoke import emulator
+    from matrixtool.smoke.plan import check_params, plan_profiles
+    from tests.conftest import REPO_ROOT
+
+    (arm64,) = [v for v in load_matrix(REPO_ROOT / "matrix.yaml").variants if v.name == "arm64"]
+    monkeypatch.setattr(emulator, "static_emulator", lambda name: Path(f"/usr/bin/{name}"))
+    run = plan_profiles(arm64, arm64.checks, [arm64.profiles[0]]).runs[0]
+    volumes, inside = emulator.floor_mount(arm64, run)
+    assert volumes == {"/usr/bin/qemu-aarch64": {"bind": "/run/matrix-qemu/qemu-aarch64", "mode": "ro"}}
+    params = dict(check_params(arm64), qemu=inside)
+    assert params["cpu_floor"] == {"name": "armv8.2-a", "model": "neoverse-n1", "arch": "arm64", "declared": True,
+                                   "emulated": True, "qemu": "qemu-aarch64"}  # fmt: skip
+    assert cpufloor.not_applicable(dict(params, qemu=sys.executable)) is None
+    monkeypatch.setattr(cpufloor, "program_path", lambda name: f"/x/{name}")
+    argv = cpufloor.probe_argv(params)
+    assert argv[:3] == ["/run/matrix-qemu/qemu-aarch64", "-cpu", "neoverse-n1"]
+    assert argv[3:] == [sys.executable, "-S", "/x/floor_probe.py", cpufloor.STAGE, MODEL_DIR]
