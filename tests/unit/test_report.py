@@ -178,3 +178,50 @@ def test_a_run_report_to_a_fifo_is_written_in_place_after_the_set(tmp_path: Path
     with pytest.raises(SmokeFailure):
         _shared.finish(_report(), _shared.ReportFlags(json_file=Path("/dev/null")), out_dir=tmp_path, env={})
     assert Path("/dev/null").is_char_device()
+
+
+def _promise_checks(floor: Status, features: Status) -> list[CheckResult]:
+    floor_facts = {"floor": "x86-64-v3", "qemu_model": "Haswell-noTSX", "capability": "AVX2",
+                   "extension": ["_C_AVX2.abi3.so"]}  # fmt: skip
+    feature_facts = {"promised": [["xgrammar", "compiles"], ["guidance", "compiles"]],
+                     "left_out": {"audio": "av is not on the index"}, "missing": {}}  # fmt: skip
+    said = {Status.PASSED: "ok", Status.FAILED: "illegal instruction on x86-64-v3 at the kernels step, in ...",
+            Status.SKIPPED: "no static qemu-x86_64 was mounted from the host: `make engine` installs it"}  # fmt: skip
+    return [
+        CheckResult(variant="cpu", image="i", check="cpu-floor", status=floor, diagnosis=said[floor], hint="",
+                    seconds=40.0, facts=floor_facts if floor != Status.SKIPPED else {}),
+        CheckResult(variant="cpu", image="i", check="features", status=features, diagnosis=said[features], hint="",
+                    seconds=9.0, facts=feature_facts),
+        CheckResult(variant="cpu", image="i", check="features", status=Status.FAILED, diagnosis="x", hint="",
+                    seconds=9.0, facts={}, profile="restricted"),
+    ]  # fmt: skip
+
+
+def test_the_report_shows_the_floor_the_image_was_proven_on_and_its_features() -> None:
+    run = report.RunReport(checks=_promise_checks(Status.PASSED, Status.PASSED))
+    assert (
+        "cpu promises: runs on x86-64-v3 (proven under QEMU Haswell-noTSX; vLLM's _C_AVX2.abi3.so); features "
+        "xgrammar, guidance (each exercised); leaves out audio"
+    ) in report.table(run)
+    said = report.to_json(run)["promises"]
+    assert said == {
+        "cpu": {
+            "image": "i",
+            "cpu_floor": {"status": "passed", "proven": True, "floor": "x86-64-v3", "qemu_model": "Haswell-noTSX",
+                          "capability": "AVX2", "extension": ["_C_AVX2.abi3.so"]},
+            "features": {"status": "passed", "kept": True, "promised": ["xgrammar", "guidance"],
+                         "left_out": {"audio": "av is not on the index"}, "missing": {}},
+        }
+    }  # fmt: skip
+    assert "cpu promises: runs on x86-64-v3" in report.step_summary(run)
+
+
+def test_a_floor_not_proven_is_said_so_with_why() -> None:
+    skipped = report.RunReport(checks=_promise_checks(Status.SKIPPED, Status.FAILED))
+    text = report.table(skipped)
+    assert "cpu promises: CPU floor NOT proven (skipped: no static qemu-x86_64 was mounted" in text
+    assert "features xgrammar, guidance (NOT kept, failed: see features)" in text
+    floor = report.to_json(skipped)["promises"]["cpu"]["cpu_floor"]
+    assert floor["proven"] is False and floor["reason"].startswith("no static qemu-x86_64")
+    assert "promises" not in report.table(report.RunReport(checks=_report().checks))
+    assert report.to_json(report.RunReport(checks=_report().checks))["promises"] == {}

@@ -69,6 +69,7 @@ def table(report: RunReport) -> str:
         parts.append(f"{variant}: error: {message}")
     for variant, reason in report.skipped.items():
         parts.append(f"{variant}: skipped: {reason}")
+    parts += reports.promise_parts(checks)
     parts += reports.suite_parts(checks)
     summary = reports.summary_line(checks, report.ok, report.smoke_wall_seconds)
     parts.append(summary + (f"; {len(report.errors)} variant error(s)" if report.errors else ""))
@@ -212,6 +213,7 @@ def step_summary(report: RunReport) -> str:
                 f"| {diagnosis} |"
             )
         lines.append("")
+        lines += [f"{line}  " for line in reports.promise_parts([fields(c) for c in report.checks])]
     for variant, message in report.errors.items():
         lines.append(f"**{variant}**: {message}")
     return "\n".join(lines) + "\n"

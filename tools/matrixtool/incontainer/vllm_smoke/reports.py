@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 import xml.etree.ElementTree as ET
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import streams
 
@@ -21,6 +21,8 @@ OK_STATUSES = ("passed", "skipped")
 COUNTED = ("passed", "failed", "timeout", "skipped")
 CHECK_HEADERS = ("variant", "profile", "check", "status", "time", "diagnosis")
 Result = Mapping[str, Any]
+# The checks whose results say what an image promises (``promises``), and the report's key for each.
+PROMISE_CHECKS = {"cpu-floor": "cpu_floor", "features": "features"}
 # A check's JUnit test case: (name, classname, time, outcome: "failed" / "timeout" / "skipped" / None, message,
 # system-out or None).
 Case = Tuple[str, str, float, Optional[str], str, Optional[str]]
@@ -102,10 +104,63 @@ def summary_line(results: Sequence[Result], passed: bool, wall: float | None) ->
     )
 
 
+def promises(results: Sequence[Result]) -> Dict[str, Dict[str, Any]]:
+    """{variant: what its image promises, as its checks found it}: ``image``; ``cpu_floor`` from ``cpu-floor``
+    ({status, proven, floor, qemu_model, capability, extension: the build of vLLM's extension selected there,
+    reason: the diagnosis unless passed}) and ``features`` from ``features`` ({status, kept, promised: names,
+    left_out: {name: reason}, missing: {name: distributions}, reason}); each only where that check ran. The
+    ``default`` profile's result, else the first."""
+    found: Dict[str, Dict[str, Any]] = {}
+    for r in sorted(results, key=lambda r: r["profile"] != DEFAULT_PROFILE):
+        if r["check"] not in PROMISE_CHECKS:
+            continue
+        entry = found.setdefault(r["variant"], {"image": r.get("image")})
+        key, facts = PROMISE_CHECKS[r["check"]], dict(r.get("facts") or {})
+        if key in entry:
+            continue
+        said: Dict[str, Any] = {"status": r["status"]}
+        if key == "cpu_floor":
+            said["proven"] = r["status"] == "passed"
+            said.update({k: facts.get(k) for k in ("floor", "qemu_model", "capability")})
+            said["extension"] = list(facts.get("extension") or [])
+        else:
+            said["kept"] = r["status"] == "passed"
+            said["promised"] = [str(p[0]) for p in facts.get("promised") or []]
+            said.update(left_out=dict(facts.get("left_out") or {}), missing=dict(facts.get("missing") or {}))
+        if r["status"] != "passed":
+            said["reason"] = r["diagnosis"]
+        entry[key] = said
+    return found
+
+
+def promise_parts(results: Sequence[Result]) -> List[str]:
+    """The table's lines of what each image promises (``promises``): the CPU floor it was proven on, the features
+    it carries and those it leaves out; none where neither check ran."""
+    lines = []
+    for variant, entry in promises(results).items():
+        said = []
+        floor = entry.get("cpu_floor")
+        if floor is not None and floor["proven"]:
+            how = [f"QEMU {floor['qemu_model']}"] + [f"vLLM's {', '.join(floor['extension'])}"] * bool(
+                floor["extension"]
+            )
+            said.append(f"runs on {floor['floor']} (proven under {'; '.join(how)})")
+        elif floor is not None:
+            said.append(f"CPU floor NOT proven ({floor['status']}: {shorten(floor['reason'], 80)})")
+        features = entry.get("features")
+        if features is not None:
+            left = ", ".join(features["left_out"]) or "nothing"
+            kept = "each exercised" if features["kept"] else f"NOT kept, {features['status']}: see features"
+            said.append(f"features {', '.join(features['promised']) or 'none'} ({kept}); leaves out {left}")
+        lines.append(f"{variant} promises: {'; '.join(said)}")
+    return lines
+
+
 def table(results: Sequence[Result], wall: float | None = None) -> str:
     """The summary the bundle prints (``matrixtool.report.table`` of a run without builds or errors); ``wall``:
     the run's wall time in seconds (None: not timed)."""
-    return "\n\n".join([*check_parts(results), *suite_parts(results), summary_line(results, ok(results), wall)])
+    parts = [*check_parts(results), *promise_parts(results), *suite_parts(results)]
+    return "\n\n".join([*parts, summary_line(results, ok(results), wall)])
 
 
 def check_json(r: Result) -> dict[str, Any]:
@@ -132,6 +187,7 @@ def document(
         "checks": [check_json(r) for r in results],
         "errors": dict(errors or {}),
         "skipped": dict(skipped or {}),
+        "promises": promises(results),
         "smoke_wall_seconds": None if wall is None else round(wall, 1),
         "checks_seconds_summed": round(sum(r["seconds"] for r in results), 1),
     }
