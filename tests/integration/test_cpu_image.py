@@ -47,6 +47,12 @@ def test_run_cpu_passes_every_check(cpu_image: str, cpu_run: CpuRun) -> None:
         "Haswell-noTSX",
         ["_C_AVX2.abi3.so"],
     )
+    # The report says what the image promises: the floor it was proven on, the features it carries and leaves out.
+    promises = doc["promises"]["cpu"]
+    assert promises["cpu_floor"]["proven"] is True and promises["cpu_floor"]["floor"] == "x86-64-v3", promises
+    assert promises["features"]["promised"] == ["xgrammar", "guidance", "outlines"], promises
+    assert list(promises["features"]["left_out"]) == ["audio", "video", "ngram", "lm-format-enforcer"], promises
+    assert "cpu promises: runs on x86-64-v3 (proven under QEMU Haswell-noTSX" in proc.stdout + proc.stderr
     # The restricted profile (arbitrary UID, read-only root, tmpfs /tmp, no network) reruns the checks its
     # conditions can change, and the image passes them (docs/profiles.md).
     restricted = {c["check"]: c for c in doc["checks"] if c["profile"] == "restricted"}
