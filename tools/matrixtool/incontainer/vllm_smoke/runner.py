@@ -113,9 +113,25 @@ class Session:
             if found and name != "run-conditions":
                 outcome["diagnosis"] += f" [run condition: {found[0]}]"
                 outcome["hint"] = found[1]
+        outcome = self._rooted(name, outcome)
         outcome["seconds"] = round(time.monotonic() - started, 2)
         self.outcomes[name] = outcome
         return outcome
+
+
+    def _rooted(self, name: str, outcome: Dict[str, Any]) -> Dict[str, Any]:
+        """``outcome``, or where it is a skip for a check it uses that already ran here and did not pass (facts
+        ``failed_need``: no-fake-triton without ``import vllm``), the skip ``need_skip`` gives: the root check that
+        failed (that check's own need where it was skipped for one), its diagnosis and hint. A consequence names
+        its root, never the consequence between."""
+        facts = outcome.get("facts") or {}
+        need = facts.get("failed_need")
+        if outcome.get("status") != "skipped" or not need or need == name or need not in self.outcomes:
+            return outcome
+        found = need_skip(str(need), self.outcomes)
+        if found is None:
+            return outcome
+        return dict(result("skipped", found[0], None, **{**facts, **found[1]}))
 
 
 def run(names: Sequence[str], params: Dict[str, Any]) -> int:

@@ -90,8 +90,11 @@ def check_no_fake_triton(params: Dict[str, Any]) -> Dict[str, Any]:
         facts.update(more)
         if diagnosis:
             return result("failed", diagnosis, None, **facts)
-    if vllm_error:  # no placeholder to blame: vllm-import reports why vLLM does not import
-        return result("skipped", "vllm-import failed", **facts)
+    if vllm_error:  # no placeholder to blame: a consequence of vllm-import's failure, or of the root it follows from
+        # (the runner and rootcause.consequences point it there by ``failed_need``; unhidden where vllm-import is not
+        # in the run: its error and hint)
+        facts.update(failed_need="vllm-import", need_diagnosis=f"`import vllm` fails: {vllm_error}")
+        return result("skipped", "vllm-import failed", None, **facts)
     spec_found = module is not None or importlib.util.find_spec("triton") is not None
     try:
         from torch.utils._triton import has_triton_package
