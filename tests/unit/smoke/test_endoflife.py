@@ -202,6 +202,7 @@ def test_a_restart_that_fails_for_another_cause_is_class_45_with_its_cause() -> 
         "shm_after_kill": shm_state(1024, {}),
         "restart": {"ready_s": None, "exit_code": 1, "log": "ValueError: lock file held by another process\n"},
     }
-    problems, _, facts, _ = endoflife.judge(warm, {})
+    problems, hints, facts, _ = endoflife.judge(warm, {})
     assert facts["failure_class"] == 45 and "ValueError: lock file held" in problems[0]
+    assert hints == [endoflife.RESTART_HINT] and "stale state" in hints[0]  # a fix that fits, where none is known
     assert endoflife.judge({}, {}) == ([], [], {}, "")

@@ -44,6 +44,12 @@ KILL_WAIT_S = 20.0
 # The /dev/shm volume's mount: ``nocopy``, else the engine copies the image's /dev/shm folder (root, mode 0755) onto
 # the empty volume at its first mount, and no other UID can make a segment there (seen on the CPU image).
 SHM_MOUNT = {"bind": "/dev/shm", "mode": "rw,nocopy"}
+# Class 45's fix where the restart's log names a cause no diagnosis knows (a stale lock or pid file, a port).
+RESTART_HINT = (
+    "the first start came up and the restart, on the same volumes, did not: what the killed server left there (a lock "
+    "or pid file of a dead process on the cache volume, a file in /dev/shm) or held is the cause quoted; have the "
+    "server's start clear its own stale state, or keep such files off the volumes that outlive the container"
+)
 # The line that opens the restart's log in the serve check's log file, after the warm start's.
 RESTART_LOG_MARK = (
     "----- the restart in the same pod (after the warm server's SIGKILL, on its /dev/shm and cache) -----"
@@ -248,11 +254,14 @@ def judge(warm: Mapping[str, Any], env: Mapping[str, str] | None) -> tuple[list[
             hints.append(found.fix)
         else:
             facts.setdefault("failure_class", RESTART)
-            cause = found.render() if found is not None else serve_diagnosis.root_exception(log) or "no cause logged"
+            known = found is not None and found.failure_class is not None  # a class of its own, with its fix
+            if found is not None and known:
+                cause = found.render()
+            else:  # vLLM's generic "server exited" says no more than the cause line: quote it, with class 45's fix
+                cause = repr(serve_diagnosis.root_exception(log) or (found.cause if found else "no cause logged"))
             what = f"exited ({code})" if code is not None else "was not ready in time"
             problems.append(f"the restart in the same pod (after SIGKILL, on its /dev/shm and cache) {what}: {cause}")
-            if found is not None:
-                hints.append(found.fix)
+            hints.append(found.fix if found is not None and known else RESTART_HINT)
     else:
         words += f"; restart in the same pod ready in {restart['ready_s']:.0f} s"
     return problems, hints, facts, words
