@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 
-from matrixtool.incontainer.vllm_smoke import results, runner, tritonruntime
+from matrixtool.incontainer.vllm_smoke import catalogue, results, runner, tritonruntime
 from matrixtool.smoke import rootcause
 from matrixtool.smoke.result import CheckResult, Status
-
 
 
 def _no_fake_triton() -> dict[str, Any]:
@@ -28,8 +27,8 @@ SKIP = _no_fake_triton()
 
 
 def _declare(monkeypatch: pytest.MonkeyPatch, name: str, outcome: dict[str, Any], needs: tuple[str, ...] = ()) -> None:
-    declaration = dataclasses.replace(runner.DECLARATIONS[name], function=lambda params: dict(outcome), needs=needs)
-    monkeypatch.setitem(runner.DECLARATIONS, name, declaration)
+    declaration = dataclasses.replace(catalogue.DECLARATIONS[name], function=lambda params: dict(outcome), needs=needs)
+    monkeypatch.setitem(catalogue.DECLARATIONS, name, declaration)
 
 
 def test_in_its_interpreter_the_skip_names_the_root_that_vllm_import_was_skipped_for(
@@ -85,7 +84,7 @@ def test_the_checks_skip_names_the_check_it_follows_from() -> None:
 
 
 def test_alone_the_skip_is_the_imports_failure_with_vllm_imports_hint() -> None:
-    shown = results.unhidden("skipped", SKIP["facts"], {"no-fake-triton"}, lambda c: runner.DECLARATIONS[c].hint)
+    shown = results.unhidden("skipped", SKIP["facts"], {"no-fake-triton"}, lambda c: catalogue.DECLARATIONS[c].hint)
     assert shown is not None
     assert shown[0] == "vllm-import failed here: `import vllm` fails: ModuleNotFoundError: No module named 'vllm'"
-    assert shown[1] == runner.DECLARATIONS["vllm-import"].hint
+    assert shown[1] == catalogue.DECLARATIONS["vllm-import"].hint

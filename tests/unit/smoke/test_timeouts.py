@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from matrixtool.incontainer.vllm_smoke import results, runner
+from matrixtool.incontainer.vllm_smoke import catalogue, results, runner
 
 
 def test_a_timeout_on_a_loaded_machine_names_the_load_and_asks_for_room_or_a_longer_timeout() -> None:
@@ -50,8 +50,8 @@ def test_a_checks_own_alarm_names_the_frame_it_fired_in(monkeypatch: pytest.Monk
     def stuck(params: Any) -> Any:
         time.sleep(5)  # the alarm lands here
 
-    declaration = dataclasses.replace(runner.DECLARATIONS["pip-check"], function=stuck)
-    monkeypatch.setitem(runner.DECLARATIONS, "pip-check", declaration)
+    declaration = dataclasses.replace(catalogue.DECLARATIONS["pip-check"], function=stuck)
+    monkeypatch.setitem(catalogue.DECLARATIONS, "pip-check", declaration)
     monkeypatch.setattr(results, "machine_load", lambda: (0.5, 2))
     monkeypatch.setattr(runner, "machine_load", lambda: (0.5, 2))
     outcome = runner.Session({"timeouts": {"pip-check": 1}}).outcome("pip-check")

@@ -118,7 +118,6 @@ class Session:
         self.outcomes[name] = outcome
         return outcome
 
-
     def _rooted(self, name: str, outcome: Dict[str, Any]) -> Dict[str, Any]:
         """``outcome``, or where it is a skip for a check it uses that already ran here and did not pass (facts
         ``failed_need``: no-fake-triton without ``import vllm``), the skip ``need_skip`` gives: the root check that
