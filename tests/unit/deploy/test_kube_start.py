@@ -26,7 +26,7 @@ OPTIONS = ["--shutdown-timeout", "15"]
 
 def _container(start: Any, source: str = "read") -> dict[str, Any]:
     serving = kube.serving_for(
-        CPU, "default", None, model=MODEL, claim="c", start=kube.start_in_pod(start, "img"), start_source=source
+        CPU, "default", None, model=MODEL, claim="c", start=(kube.start_in_pod(start, "img"), source)
     )
     docs = kube.manifests(variant="cpu", accelerator="cpu", profile="default", values={}, image="img", serving=serving)
     template = docs[0]["spec"]["template"]

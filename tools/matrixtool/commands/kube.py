@@ -104,8 +104,7 @@ def run(args: Args) -> list[Written]:
                 claim=args.model_claim,
                 cache_claim=args.cache_claim,
                 warm_s=warm.get(key),
-                start=start,
-                start_source=start_source,
+                start=(start, start_source),
             )
             docs = kube.manifests(
                 variant=variant.name,

@@ -170,27 +170,27 @@ def serving_for(
     claim: str,
     cache_claim: str | None = None,
     warm_s: float | None = None,
-    start: serve_start.Start = serve_line.PROJECT_START,
-    start_source: str = START_ASSUMED,
+    start: tuple[serve_start.Start, str] = (serve_line.PROJECT_START, START_ASSUMED),
 ) -> Serving:
     """How ``variant``'s server runs under ``profile`` (the serve check's argv, port and mount; ``stop_grace``),
     with the cold start its probes must outlast: ``measured_s`` (the serve check's cold time to ready) where
     given, else the variant's ``ready_budget``, else 100 s (said so in ``cold_start_source``); ``warm_s``: the warm
     start measured on the cache, recorded only (a start can be cold: a new pod, a fresh claim, a new image);
-    ``start``: the form the image's users must start it in (``start_in_pod``'s; default: this project's images,
-    ``start_source`` says whether it was read or assumed)."""
+    ``start``: the form the image's users must start it in (``start_in_pod``'s; default: this project's images) and
+    whether it was read or assumed."""
     if measured_s is not None:
         cold, source = measured_s, f"measured by the serve check under {profile}"
     elif variant.ready_budget_s is not None:
         cold, source = variant.ready_budget_s, "the variant's ready_budget"
     else:
         cold, source = 100.0, "no measurement or ready_budget: 100 s assumed"
+    form, start_source = start
     own = serve_line.MODEL_OPTIONS if model == serve_line.MODEL_PATH else ()
     return Serving(
         # The suite's tiny model carries its own options (dtype, length, seed); a user's model serves with none.
-        args=tuple(start.args(model, [*serve_line.SERVE_OPTIONS, *own])),
-        command=start.entrypoint or None,
-        start=start.form if start.form != serve_start.NONE else f"--entrypoint {' '.join(start.entrypoint or ())}",
+        args=tuple(form.args(model, [*serve_line.SERVE_OPTIONS, *own])),
+        command=form.entrypoint or None,
+        start=form.form if form.form != serve_start.NONE else f"--entrypoint {' '.join(form.entrypoint or ())}",
         start_source=start_source,
         port=serve_line.PORT,
         model_mount=serve_line.MODEL_MOUNT,

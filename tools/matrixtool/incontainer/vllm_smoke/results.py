@@ -133,7 +133,6 @@ def verdict(
     hint: str,
     accelerator: str = "cpu",
     where: str = "environment",
-    load: Load = None,
 ) -> Verdict:
     """(status, diagnosis, hint, facts) of one check from its group's exit status, output and wall time
     (``seconds``, None: not timed) in ``where`` (container, environment); ``hint``: the check's declared one.
@@ -141,8 +140,8 @@ def verdict(
     ``exit_code`` None means the caller's deadline passed; 124 is coreutils ``timeout`` firing, and 137 (SIGKILL)
     is its ``-k`` follow-up only once ``timeout`` seconds have passed: earlier it is another SIGKILL, most often
     the kernel's OOM killer (host memory, whatever the ``accelerator``: its hint names VLLM_CPU_KVCACHE_SPACE for
-    an engine's check on cpu only, ``oom_hint``). A timeout is judged by the machine's ``load`` then
-    (``timeout_cause``)."""
+    an engine's check on cpu only, ``oom_hint``). A timeout gives both fixes (``timeout_cause`` without the load):
+    the caller, which read the machine's load when the group ended, judges it by that."""
     tail = " | ".join(output.strip().splitlines()[-3:])
     if exit_code == SIGKILLED and seconds is not None and seconds < timeout:
         return (
@@ -152,8 +151,8 @@ def verdict(
             {},
         )
     if exit_code is None or exit_code in (TIMEOUT_EXIT, SIGKILLED):
-        diagnosis, fix = timeout_cause(f"{timeout} s", seconds, load)
-        return "timeout", diagnosis, fix, {"load": list(load)} if load is not None else {}
+        diagnosis, fix = timeout_cause(f"{timeout} s", seconds, None)
+        return "timeout", diagnosis, fix, {}
     try:
         parsed = parsed_result(output, check)
         status = parsed["status"] if parsed is not None else None

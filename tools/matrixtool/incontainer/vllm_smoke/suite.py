@@ -162,6 +162,7 @@ class Suite:
             )
             if status == "timeout":
                 diagnosis, hint = timeout_cause(f"the {limit} s of its group ({', '.join(names)})", wall, load)
+                facts = {**facts, "load": list(load)} if load is not None else facts
             try:
                 parsed = parsed_result(output, name)
             except ValueError:
