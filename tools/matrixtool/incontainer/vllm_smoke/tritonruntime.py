@@ -104,7 +104,8 @@ def check_no_fake_triton(params: Dict[str, Any]) -> Dict[str, Any]:
         torch_says = None
     facts.update(torch_has_triton_package=torch_says, find_spec=spec_found)
     if torch_says is False and spec_found and module is None and _import_fails("triton"):
-        return result("skipped", "triton-import failed", **facts)  # a broken triton: triton-import names it
+        facts.update(failed_need="triton-import")  # a broken triton: triton-import names it
+        return result("skipped", "triton-import failed", None, **facts)
     if torch_says is not None and torch_says != spec_found:
         return result(
             "failed",
@@ -159,7 +160,8 @@ def check_triton_drivers(params: Dict[str, Any]) -> Dict[str, Any]:
     if "error" in state:
         return result("failed", f"inspecting triton's backends fails: {state['error']}", None, **facts)
     if "backends_error" in state and "backends" not in state:  # `import triton` itself fails: triton-import's cause
-        return result("skipped", "triton-import failed", **facts)
+        facts.update(failed_need="triton-import", need_diagnosis=f"`import triton` fails: {state['backends_error']}")
+        return result("skipped", "triton-import failed", None, **facts)
     has = state.get("has_triton")
     summary = (
         f"triton {version}: backends {', '.join(state.get('backends', [])) or 'none'}; "
