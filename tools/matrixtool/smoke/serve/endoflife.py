@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -161,9 +162,11 @@ def api_server(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
 def kill(server: TrackedContainer) -> dict[str, Any]:
     """SIGKILL to the ready ``server``'s API server (see the module docstring for which process and how), then
     what is left: ``target`` (pid, command), ``tree`` (its processes before, ``PROCESSES``), ``exit_code`` (None:
-    the container still runs), ``survivors`` (the processes left, with their memory). Raises docker errors of the
+    the container still runs), ``survivors`` (the processes left, with their memory), ``seconds`` (the step's wall
+    time: listing, kill, wait, listing again). Raises docker errors of the
     kill itself."""
     assert server.container is not None
+    began = time.monotonic()
     tree = processes(server)
     target = api_server(tree)
     if target is None or target["pid"] == 1:
@@ -178,6 +181,7 @@ def kill(server: TrackedContainer) -> dict[str, Any]:
         "exit_code": code,
         "survivors": survivors,
         "survivors_rss_kib": sum(int(p.get("rss_kib") or 0) for p in survivors),
+        "seconds": round(time.monotonic() - began, 1),
     }
 
 
@@ -206,7 +210,7 @@ def judge(warm: Mapping[str, Any], env: Mapping[str, str] | None) -> tuple[list[
     if not killed:
         return problems, hints, facts, ""
     shm = dict(warm.get("shm_after_kill") or {})
-    facts["kill"] = {k: killed.get(k) for k in ("target", "exit_code", "survivors", "survivors_rss_kib")}
+    facts["kill"] = {k: killed.get(k) for k in ("target", "exit_code", "survivors", "survivors_rss_kib", "seconds")}
     facts["kill"]["shm"] = shm
     if killed.get("error"):
         problems.append(f"the warm server could not be killed: {killed['error']}")
