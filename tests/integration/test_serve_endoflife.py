@@ -207,7 +207,9 @@ def test_a_stop_that_exits_in_time_with_an_engine_killed_under_it_is_one_failure
     assert status is Status.FAILED and facts["failure_class"] == 44, diagnosis
     assert [name for name, clean, _, _ in stop["shutdown"] if not clean] == ["engine-died"], stop["shutdown"]
     assert diagnosis.count("the stop the engine core died before the API server stopped it") == 1, diagnosis
-    assert "engine core exited unexpectedly" in diagnosis and "[shutdown] lines" in hint, (diagnosis, hint)
+    # vLLM's monitor names the death where it sees it before the stop begins; else the engine core's silence does.
+    said = ("engine core exited unexpectedly", "send sigterm to process EngineCore")
+    assert any(s in diagnosis for s in said) and "[shutdown] lines" in hint, (diagnosis, hint)
     assert "PID 1 is" not in diagnosis and "docker stop -t" not in diagnosis, diagnosis  # the stop itself was clean
 
 
@@ -242,6 +244,7 @@ def test_a_restart_refused_by_what_the_killed_server_left_on_the_cache_is_one_fa
     assert killed["exit_code"] == 137 and killed["target"]["pid"] == 1, killed
     assert restart["ready_s"] is None and restart["exit_code"] == 1, restart.get("log", "")[-3000:]
     problems, hints, facts, _ = endoflife.judge({"kill": killed, "shm_after_kill": left, "restart": restart}, {})
+    print(problems, hints)  # the verdict, for the record (pytest -s)
     assert facts["failure_class"] == 45 and len(problems) == 1 and len(hints) == 1, problems
     assert "the restart in the same pod (after SIGKILL, on its /dev/shm and cache) exited (1)" in problems[0]
     assert "FileExistsError" in problems[0] and "/tmp/.cache/vllm-api.pid" in problems[0], problems

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from matrixtool.incontainer.vllm_smoke import servediag, shutdown
+from matrixtool.incontainer.vllm_smoke import servediag, serving, shutdown
 from matrixtool.smoke.serve import diagnosis as sd
 from matrixtool.smoke.serve import endoflife
 
@@ -206,3 +206,42 @@ def test_a_restart_that_fails_for_another_cause_is_class_45_with_its_cause() -> 
     assert facts["failure_class"] == 45 and "ValueError: lock file held" in problems[0]
     assert hints == [endoflife.RESTART_HINT] and "stale state" in hints[0]  # a fix that fits, where none is known
     assert endoflife.judge({}, {}) == ([], [], {}, "")
+
+
+# vLLM 0.32's stop of a server whose engine core was SIGKILLed as the stop began (tests/integration/
+# test_serve_endoflife.py's class-44 image, 2026-12-07): the process manager's SIGTERM finds no engine core to log its
+# stop, vLLM's monitor stays quiet (the stop had begun), and the exit is 0 in 3.5 s.
+SILENT_ENGINE = (
+    "(APIServer pid=1) INFO 12-07 03:22:09 [launcher.py:254] [shutdown] API server: shutdown triggered\n"
+    "(APIServer pid=1) INFO 12-07 03:22:09 [core_client.py:772] [shutdown] MPClient: stopping engine manager\n"
+    "(APIServer pid=1) INFO 12-07 03:22:09 [utils.py:628] [shutdown] Process manager: send sigterm to process "
+    "EngineCore\n"
+    "(Worker pid=49) INFO 12-07 03:22:09 [multiproc_executor.py:843] Parent process exited, terminating worker queues\n"
+    "(APIServer pid=1) INFO 12-07 03:22:09 [core_client.py:774] [shutdown] MPClient: engine manager stopped\n"
+    "(APIServer pid=1) INFO 12-07 03:22:09 [core_client.py:777] [shutdown] MPClient: complete\n"
+)
+# The same lines of a live engine core's stop (the good CPU image's full suite, 2026-12-07).
+LIVE_ENGINE = SILENT_ENGINE.replace(
+    "(Worker pid=49)",
+    "(EngineCore pid=36) INFO 12-07 03:07:00 [core.py:1454] [shutdown] EngineCore: trigger received signal=SIGTERM\n"
+    "(Worker pid=49)",
+)
+
+
+def test_an_engine_core_that_logs_nothing_of_its_stop_was_dead_before_it() -> None:
+    verdict = shutdown.shutdown_verdict(SILENT_ENGINE + TEARDOWN_DEAD)
+    assert [(name, clean) for name, clean, _, _ in verdict] == [("engine-died", False)], verdict
+    assert "send sigterm to process EngineCore" in verdict[0][2]
+    assert shutdown.shutdown_verdict(LIVE_ENGINE) == []
+    assert [n for n, _, _, _ in shutdown.shutdown_verdict(LIVE_ENGINE + TEARDOWN_DEAD)] == ["teardown-engine-dead"]
+
+
+def test_a_stream_that_ends_with_an_error_chunk_is_cut_not_completed() -> None:
+    """vLLM's OpenAI server ends a request whose engine died with an error chunk and then ``[DONE]``: the stop's
+    words say it was cut (seen with class 44's image: "[DONE] after 2 chunks" of 200 tokens)."""
+    token = '{"choices": [{"text": "a", "finish_reason": null}]}'
+    error = '{"error": {"message": "EngineCore encountered an issue.", "type": "InternalServerError", "code": 500}}'
+    assert serving.stream_outcome({"chunks": [token, error], "done": True}) == (
+        "cut after 2 chunks by the server's error chunk (EngineCore encountered an issue.), then [DONE]"
+    )
+    assert serving.stream_outcome({"chunks": [token, "not json"], "done": True}) == "completed ([DONE] after 2 chunks)"
