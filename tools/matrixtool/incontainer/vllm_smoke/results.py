@@ -75,8 +75,9 @@ def oom_hint(accelerator: str, where: str = "environment", check: str = "") -> s
         return f"give the {where} more memory, or lower VLLM_CPU_KVCACHE_SPACE (the engine's KV cache, GiB)"
     if accelerator == "cpu":
         return (
-            f"the kernel's OOM killer ended it short of host memory (it starts no engine: no KV cache is involved): "
-            f"give the {where} (or its pod) more memory, or run fewer checks and servers beside it"
+            f"the kernel's OOM killer ended it (it starts no engine: no KV cache is involved): the {where}'s memory "
+            "limit (docker run --memory, a pod's resources.limits.memory) or the host's memory is short of what it "
+            "loads: raise the limit, or run fewer checks and servers beside it"
         )
     return (
         "the host's or pod's memory limit killed it (the kernel's OOM killer, host memory, not GPU memory): "
