@@ -185,7 +185,8 @@ def test_a_stop_that_exits_in_time_with_an_engine_killed_under_it_is_one_failure
 ) -> None:
     """Class 44: the serve check's own path (``observe``: ready, probes, the stop contract during a stream; eager, so
     one server) on an image whose SIGTERM kills the engine core before the API server stops it: the stop exits in
-    time, and the verdict fails on what the log shows, once, with its cause and hint."""
+    time (or, seen once, hangs until SIGKILL), and the verdict fails on what the log shows, once, with its cause and
+    hint."""
     image = _hook_image(derived_image, tmp_path, "stophook", STOP_HOOK)
     profile = Profile(name="pod", values={Condition.SHM_SIZE: "1g"})
     session = uuid.uuid4().hex[:12]
@@ -200,17 +201,22 @@ def test_a_stop_that_exits_in_time_with_an_engine_killed_under_it_is_one_failure
     assert seen.ready_s is not None, sd.root_exception(seen.log) or seen.log[-3000:]
     stop = seen.stop
     print(stop["exit_code"], stop["seconds"], stop["stream"], stop["shutdown"])  # for the record (pytest -s)
-    assert stop["exit_code"] in (0, 143) and stop["seconds"] <= stop["grace_s"] and stop["in_flight"], stop
+    # Seen both ways: exit 0 in 1-4 s (the class), or the API server hung once its engine was gone, SIGKILLed after
+    # the grace (then named as a consequence of the engine's death, below).
+    clean_exit = stop["exit_code"] in (0, 143) and stop["seconds"] <= stop["grace_s"]
+    assert stop["in_flight"] and (clean_exit or stop["exit_code"] == 137), stop
     status, diagnosis, hint, facts = serve_check.judge(
         seen, expected_tokens=None, vllm_version="0.32.0", ready_budget_s=None
     )
     assert status is Status.FAILED and facts["failure_class"] == 44, diagnosis
     assert [name for name, clean, _, _ in stop["shutdown"] if not clean] == ["engine-died"], stop["shutdown"]
-    assert diagnosis.count("the stop the engine core died before the API server stopped it") == 1, diagnosis
+    assert diagnosis.startswith("the stop the engine core died before the API server stopped it"), diagnosis
+    assert diagnosis.count("the engine core died before") == 1, diagnosis
+    assert ("(a consequence: the engine core died under the server)" in diagnosis) == (not clean_exit), diagnosis
     # vLLM's monitor names the death where it sees it before the stop begins; else the engine core's silence does.
     said = ("engine core exited unexpectedly", "send sigterm to process EngineCore")
     assert any(s in diagnosis for s in said) and "[shutdown] lines" in hint, (diagnosis, hint)
-    assert "PID 1 is" not in diagnosis and "docker stop -t" not in diagnosis, diagnosis  # the stop itself was clean
+    assert "PID 1 is" not in diagnosis and "terminationGracePeriodSeconds" not in hint, (diagnosis, hint)
 
 
 def test_a_restart_refused_by_what_the_killed_server_left_on_the_cache_is_one_failure(

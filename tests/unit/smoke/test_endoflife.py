@@ -245,3 +245,30 @@ def test_a_stream_that_ends_with_an_error_chunk_is_cut_not_completed() -> None:
         "cut after 2 chunks by the server's error chunk (EngineCore encountered an issue.), then [DONE]"
     )
     assert serving.stream_outcome({"chunks": [token, "not json"], "done": True}) == "completed ([DONE] after 2 chunks)"
+
+
+@pytest.mark.parametrize(("code", "seconds"), [(0, 1.0), (137, 30.3)])
+def test_an_engine_that_died_under_the_stop_is_the_root_and_a_broken_exit_its_consequence(
+    code: int, seconds: float
+) -> None:
+    """Both ends seen with class 44's image: exit 0 at once, or the API server hung and SIGKILLed after the grace. One
+    failure: the engine's death first, with its hint; the broken exit named as its consequence, not as a stop that
+    outlived its grace for a reason of its own."""
+    from matrixtool.smoke.result import Status
+    from matrixtool.smoke.serve import check as serve_check
+    from tests.unit.smoke.test_bundle import _probes
+
+    pid1 = "/opt/venv/bin/python /opt/venv/bin/vllm serve /models/tiny-llama"
+    verdict = shutdown.shutdown_verdict(SILENT_ENGINE)
+    stop = {"grace_s": 30, "in_flight": True, "exit_code": code, "seconds": seconds, "pid1": pid1,
+            "stream": "closed after 2 chunks without [DONE]", "shutdown": verdict}  # fmt: skip
+    probes = _probes([1, 2, 3])
+    probes["models"] = {"status": 200, "body": json.dumps({"data": [{"id": "/models/tiny-llama"}]}), "error": None}
+    seen = serve_check.Observed(ready_s=9.0, phases={}, exit_code=None, probes=probes, stop=stop, log="")
+    status, diagnosis, hint, facts = serve_check.judge(
+        seen, expected_tokens=None, vllm_version="0.32.0", ready_budget_s=None
+    )
+    assert status is Status.FAILED and facts["failure_class"] == 44, diagnosis
+    assert diagnosis.startswith("the stop the engine core died before the API server stopped it"), diagnosis
+    assert ("(a consequence: the engine core died under the server)" in diagnosis) == (code == 137), diagnosis
+    assert "[shutdown] lines" in hint and "terminationGracePeriodSeconds" not in hint, hint
