@@ -296,9 +296,9 @@ def test_verdicts_read_exit_codes_and_output() -> None:
     line = '\nMATRIX-RESULT {"check": "pip-check", "status": "failed", "diagnosis": "d", "hint": null, "facts": {}}\n'
     cases = {
         (0, line, 1.0): ("failed", "d"),
-        (124, "", 5.0): ("timeout", "no result within 60 s; the check was killed"),
+        (124, "", 5.0): ("timeout", "no result within 60 s after 5 s; the check was killed"),
         (137, "", 1.0): ("failed", "killed by SIGKILL after 1 s, before its 60 s timeout (out of memory?): "),
-        (137, "", 99.0): ("timeout", "no result within 60 s; the check was killed"),
+        (137, "", 99.0): ("timeout", "no result within 60 s after 99 s; the check was killed"),
         (0, "garbage", 1.0): ("failed", "the check printed no result (exit 0): garbage"),
         (1, "", 1.0): ("failed", "the check printed no result (exit 1): "),
     }
@@ -659,14 +659,19 @@ def test_facts_piped_to_head_print_no_traceback(tmp_path: Path) -> None:
     assert proc.stdout == "{\n" and proc.stderr == "", proc.stderr
 
 
-def test_a_sigkill_before_the_timeout_names_host_memory_and_the_cpu_knob_only_on_cpu() -> None:
-    for accelerator in ("cpu", "cuda", "rocm"):
-        ours = results.verdict("pip-check", 137, "", 60, 1.0, hint="", accelerator=accelerator)
-        tools = verdict("pip-check", 137, "", 60, 1.0, accelerator=accelerator)
-        for hint in (ours[2], tools[2]):
-            assert "memory" in hint and ("VLLM_CPU_KVCACHE_SPACE" in hint) == (accelerator == "cpu"), hint
-            if accelerator != "cpu":
-                assert "OOM killer" in hint and "pod" in hint and "gpu_memory_utilization" not in hint
+def test_a_sigkill_before_the_timeout_names_host_memory_and_the_kv_cache_only_for_a_cpu_engine() -> None:
+    for check in ("pip-check", "torch-import", "offline-generate", "serve"):
+        engine = check in ("offline-generate", "serve")
+        for accelerator in ("cpu", "cuda", "rocm"):
+            ours = results.verdict(check, 137, "", 60, 1.0, hint="", accelerator=accelerator)
+            tools = verdict(check, 137, "", 60, 1.0, accelerator=accelerator)
+            for hint in (ours[2], tools[2]):
+                assert "memory" in hint, hint
+                assert ("VLLM_CPU_KVCACHE_SPACE" in hint) == (accelerator == "cpu" and engine), (check, hint)
+                if accelerator != "cpu":
+                    assert "OOM killer" in hint and "pod" in hint and "gpu_memory_utilization" not in hint
+                elif not engine:  # torch-import's kill is memory for the import, not a KV cache
+                    assert "no KV cache" in hint and "OOM killer" in hint, hint
 
 
 @pytest.mark.subprocess

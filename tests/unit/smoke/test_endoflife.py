@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from matrixtool.incontainer.vllm_smoke import servediag, shutdown
+from matrixtool.incontainer.vllm_smoke import servediag, serving, shutdown
 from matrixtool.smoke.serve import diagnosis as sd
 from matrixtool.smoke.serve import endoflife
 
@@ -202,6 +202,73 @@ def test_a_restart_that_fails_for_another_cause_is_class_45_with_its_cause() -> 
         "shm_after_kill": shm_state(1024, {}),
         "restart": {"ready_s": None, "exit_code": 1, "log": "ValueError: lock file held by another process\n"},
     }
-    problems, _, facts, _ = endoflife.judge(warm, {})
+    problems, hints, facts, _ = endoflife.judge(warm, {})
     assert facts["failure_class"] == 45 and "ValueError: lock file held" in problems[0]
+    assert hints == [endoflife.RESTART_HINT] and "stale state" in hints[0]  # a fix that fits, where none is known
     assert endoflife.judge({}, {}) == ([], [], {}, "")
+
+
+# vLLM 0.32's stop of a server whose engine core was SIGKILLed as the stop began (tests/integration/
+# test_serve_endoflife.py's class-44 image, 2026-12-07): the process manager's SIGTERM finds no engine core to log its
+# stop, vLLM's monitor stays quiet (the stop had begun), and the exit is 0 in 3.5 s.
+SILENT_ENGINE = (
+    "(APIServer pid=1) INFO 12-07 03:22:09 [launcher.py:254] [shutdown] API server: shutdown triggered\n"
+    "(APIServer pid=1) INFO 12-07 03:22:09 [core_client.py:772] [shutdown] MPClient: stopping engine manager\n"
+    "(APIServer pid=1) INFO 12-07 03:22:09 [utils.py:628] [shutdown] Process manager: send sigterm to process "
+    "EngineCore\n"
+    "(Worker pid=49) INFO 12-07 03:22:09 [multiproc_executor.py:843] Parent process exited, terminating worker queues\n"
+    "(APIServer pid=1) INFO 12-07 03:22:09 [core_client.py:774] [shutdown] MPClient: engine manager stopped\n"
+    "(APIServer pid=1) INFO 12-07 03:22:09 [core_client.py:777] [shutdown] MPClient: complete\n"
+)
+# The same lines of a live engine core's stop (the good CPU image's full suite, 2026-12-07).
+LIVE_ENGINE = SILENT_ENGINE.replace(
+    "(Worker pid=49)",
+    "(EngineCore pid=36) INFO 12-07 03:07:00 [core.py:1454] [shutdown] EngineCore: trigger received signal=SIGTERM\n"
+    "(Worker pid=49)",
+)
+
+
+def test_an_engine_core_that_logs_nothing_of_its_stop_was_dead_before_it() -> None:
+    verdict = shutdown.shutdown_verdict(SILENT_ENGINE + TEARDOWN_DEAD)
+    assert [(name, clean) for name, clean, _, _ in verdict] == [("engine-died", False)], verdict
+    assert "send sigterm to process EngineCore" in verdict[0][2]
+    assert shutdown.shutdown_verdict(LIVE_ENGINE) == []
+    assert [n for n, _, _, _ in shutdown.shutdown_verdict(LIVE_ENGINE + TEARDOWN_DEAD)] == ["teardown-engine-dead"]
+
+
+def test_a_stream_that_ends_with_an_error_chunk_is_cut_not_completed() -> None:
+    """vLLM's OpenAI server ends a request whose engine died with an error chunk and then ``[DONE]``: the stop's
+    words say it was cut (seen with class 44's image: "[DONE] after 2 chunks" of 200 tokens)."""
+    token = '{"choices": [{"text": "a", "finish_reason": null}]}'
+    error = '{"error": {"message": "EngineCore encountered an issue.", "type": "InternalServerError", "code": 500}}'
+    assert serving.stream_outcome({"chunks": [token, error], "done": True}) == (
+        "cut after 2 chunks by the server's error chunk (EngineCore encountered an issue.), then [DONE]"
+    )
+    assert serving.stream_outcome({"chunks": [token, "not json"], "done": True}) == "completed ([DONE] after 2 chunks)"
+
+
+@pytest.mark.parametrize(("code", "seconds"), [(0, 1.0), (137, 30.3)])
+def test_an_engine_that_died_under_the_stop_is_the_root_and_a_broken_exit_its_consequence(
+    code: int, seconds: float
+) -> None:
+    """Both ends seen with class 44's image: exit 0 at once, or the API server hung and SIGKILLed after the grace. One
+    failure: the engine's death first, with its hint; the broken exit named as its consequence, not as a stop that
+    outlived its grace for a reason of its own."""
+    from matrixtool.smoke.result import Status
+    from matrixtool.smoke.serve import check as serve_check
+    from tests.unit.smoke.test_bundle import _probes
+
+    pid1 = "/opt/venv/bin/python /opt/venv/bin/vllm serve /models/tiny-llama"
+    verdict = shutdown.shutdown_verdict(SILENT_ENGINE)
+    stop = {"grace_s": 30, "in_flight": True, "exit_code": code, "seconds": seconds, "pid1": pid1,
+            "stream": "closed after 2 chunks without [DONE]", "shutdown": verdict}  # fmt: skip
+    probes = _probes([1, 2, 3])
+    probes["models"] = {"status": 200, "body": json.dumps({"data": [{"id": "/models/tiny-llama"}]}), "error": None}
+    seen = serve_check.Observed(ready_s=9.0, phases={}, exit_code=None, probes=probes, stop=stop, log="")
+    status, diagnosis, hint, facts = serve_check.judge(
+        seen, expected_tokens=None, vllm_version="0.32.0", ready_budget_s=None
+    )
+    assert status is Status.FAILED and facts["failure_class"] == 44, diagnosis
+    assert diagnosis.startswith("the stop the engine core died before the API server stopped it"), diagnosis
+    assert ("(a consequence: the engine core died under the server)" in diagnosis) == (code == 137), diagnosis
+    assert "[shutdown] lines" in hint and "terminationGracePeriodSeconds" not in hint, hint

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
+import docker
+import docker.errors
 
 from matrixtool.commands import _params
 from matrixtool.commands._shared import Settings, pass_settings
-from matrixtool.core import outputs
+from matrixtool.core import engine, outputs
 from matrixtool.core.errors import ConfigError, MatrixError
 from matrixtool.deploy import kube, kube_checks, kube_job, kube_times
 from matrixtool.model import reference
@@ -20,6 +23,7 @@ from matrixtool.model.model import Variant
 from matrixtool.model.profiles import ProfileChoice
 from matrixtool.model.select import select_variants
 from matrixtool.smoke.serve import line as serve_line
+from matrixtool.smoke.serve import start as serve_start
 
 
 class InvalidManifest(MatrixError):
@@ -33,7 +37,8 @@ class Args:
     the startupProbe's; warm: an annotation); ``cache_claim``: the compile cache's PersistentVolumeClaim (None: an
     emptyDir); ``smoke_job``:
     write the Job that runs the variant's bundle in a pod of the profile instead; ``cluster``: where they are applied
-    (OpenShift: the restricted-v2 SCC assigns UID and fsGroup, ``kube.Cluster``)."""
+    (OpenShift: the restricted-v2 SCC assigns UID and fsGroup, ``kube.Cluster``); ``read_start``: how an image's
+    users must start its server and how that was known (``ImageStarts``; None: this project's form, assumed)."""
 
     variants: tuple[Variant, ...]
     profiles: tuple[str, ...] = ()
@@ -46,6 +51,7 @@ class Args:
     smoke_job: bool = False
     suite: str = DEFAULT_SUITE
     cluster: kube.Cluster = kube.Cluster.KUBERNETES
+    read_start: Callable[[str], tuple[serve_start.Start, str]] | None = None
 
     def __post_init__(self) -> None:
         reference.check_flags(image=self.image)
@@ -56,7 +62,8 @@ class Args:
 
 @dataclass(frozen=True, kw_only=True)
 class Written:
-    """One manifest file: its variant, profile, path, the cold start its probes allow for and where it came from;
+    """One manifest file: its variant, profile, path, the cold start its probes allow for and where it came from,
+    the form its server starts in (``start``) and how that was known (``start_source``);
     ``scc``: for OpenShift, why restricted-v2 would refuse it (empty: admitted), None for plain Kubernetes."""
 
     variant: str
@@ -66,19 +73,27 @@ class Written:
     cold_start_source: str
     pss_restricted: bool
     scc: tuple[str, ...] | None = None
+    start: str = serve_line.PROJECT_START.form
+    start_source: str = ""
 
 
 def run(args: Args) -> list[Written]:
-    """Profiles named ``restricted`` are also validated against PSS restricted; for OpenShift every profile is
+    """The manifests of ``args``, the server started as the image's users must (``args.read_start``).
+    Profiles named ``restricted`` are also validated against PSS restricted; for OpenShift every profile is
     judged against the restricted-v2 SCC (a refusal is reported, not raised: another SCC may be granted).
 
     Raises ConfigError: an unknown profile, an unreadable report or one whose serve figures are no time to ready
-    (exit 3); OutputError: a target is no regular file (a folder, a FIFO) or a write failed (exit 3; no manifest was
-    replaced); InvalidManifest: a written manifest is invalid (a bug of this tool)."""
+    (exit 3), or an image that no form can serve (``kube.start_in_pod``); OutputError: a target is no regular file
+    (a folder, a FIFO) or a write failed (exit 3; no manifest was replaced); InvalidManifest: a written manifest is
+    invalid (a bug of this tool)."""
     ready, warm = kube_times.report_times(args.report)
     written, texts = [], []
     for variant in args.variants:
         image = args.image or f"vllm-matrix/{variant.name}:{reference.version_tag(variant.vllm.version)}"
+        start, start_source = (
+            args.read_start(image) if args.read_start is not None else (serve_line.PROJECT_START, kube.START_ASSUMED)
+        )
+        start = kube.start_in_pod(start, image)
         for profile in ProfileChoice(names=args.profiles).resolve(variant.name, variant.profiles):
             key = (variant.name, profile.name)
             serving = kube.serving_for(
@@ -89,6 +104,7 @@ def run(args: Args) -> list[Written]:
                 claim=args.model_claim,
                 cache_claim=args.cache_claim,
                 warm_s=warm.get(key),
+                start=(start, start_source),
             )
             docs = kube.manifests(
                 variant=variant.name,
@@ -126,12 +142,41 @@ def run(args: Args) -> list[Written]:
                     cold_start_source=serving.cold_start_source,
                     pss_restricted=strict,
                     scc=scc,
+                    start=serving.start,
+                    start_source=serving.start_source,
                 )
             )
     # Written only once every manifest is made and valid (a bad profile or manifest leaves no folder or file), as one
     # set: a target that is a folder or a FIFO refuses the whole set before any file is replaced.
     outputs.write_set(dict(texts))
     return written
+
+
+class ImageStarts:
+    """``read_start`` of ``Args`` on this machine's engine: an image's config and files read as the serve check
+    reads them (``serve_start.choose``), once per image; where the engine or the image is not there, this project's
+    form, said to be assumed and why. The client is made at the first image and kept."""
+
+    def __init__(self) -> None:
+        self.client: docker.DockerClient | None = None
+        self.seen: dict[str, tuple[serve_start.Start, str]] = {}
+
+    def __call__(self, image: str) -> tuple[serve_start.Start, str]:
+        if image not in self.seen:
+            self.seen[image] = self._read(image)
+        return self.seen[image]
+
+    def _read(self, image: str) -> tuple[serve_start.Start, str]:
+        try:
+            self.client = self.client or engine.connect()
+            config = serve_start.ImageConfig.of(self.client.images.get(image).attrs)
+            with serve_start.ImageFiles(self.client, image, session=uuid.uuid4().hex[:12]) as files:
+                start = serve_start.choose(config, files)
+        except (MatrixError, docker.errors.DockerException) as exc:
+            why = "not on this machine's engine" if isinstance(exc, docker.errors.ImageNotFound) else str(exc)[:200]
+            return serve_line.PROJECT_START, f"{kube.START_ASSUMED} ({image}: {why})"
+        entry = serve_start.shown(config.entrypoint) if config.entrypoint else "none"
+        return start, f"read from the image: ENTRYPOINT {entry}, CMD {serve_start.shown(config.cmd)}; {start.how}"
 
 
 @click.command("kube")
@@ -210,6 +255,7 @@ def command(
             smoke_job=smoke_job,
             suite=suite,
             cluster=kube.Cluster(cluster),
+            read_start=ImageStarts(),
         )
     )
     for w in written:
@@ -227,5 +273,6 @@ def command(
         click.echo(
             f"{w.path}: Kubernetes {kube_checks.K8S_VERSION} schemas: valid{pss}; startupProbe allows "
             f"{kube.startup_window_s(w.cold_start_s):.0f} s ({kube.STARTUP_MARGIN:g}x {w.cold_start_s:.1f} s, "
-            f"at least {kube.MIN_STARTUP_S} s; {w.cold_start_source})"
+            f"at least {kube.MIN_STARTUP_S} s; {w.cold_start_source}); the server starts in the {w.start} form "
+            f"({w.start_source})"
         )

@@ -54,6 +54,7 @@ from matrixtool.model.conditions import ROWS, Condition
 from matrixtool.model.model import Variant
 from matrixtool.smoke.serve import check as serve_check
 from matrixtool.smoke.serve import line as serve_line
+from matrixtool.smoke.serve import start as serve_start
 
 PORT_NAME = "http"
 PROBE_PERIOD_S = 5
@@ -75,6 +76,12 @@ SCC_ASSIGNED = ("runAsUser", "runAsGroup", "fsGroup")
 GPU_RESOURCES = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu"}
 # What a pod spec cannot set: the open-files limit comes from the container runtime (failure class 41).
 NOFILE_ANNOTATION = "io.vllm-matrix/ulimit-nofile"
+# How the server container starts (its form, docs/checks.md "How the server is started") and how that was known.
+START_ANNOTATION = "io.vllm-matrix/start"
+START_ASSUMED = (
+    'assumed, not read: this project\'s images (ENTRYPOINT ["vllm"]); give an image this engine has (pull it) to '
+    "read its ENTRYPOINT and CMD"
+)
 NOFILE_NOTE = (
     "vLLM raises the soft open-files limit to 65535 where the hard limit allows it; no Pod field sets it: the "
     "container runtime's default does (containerd LimitNOFILE, CRI-O default_ulimits)"
@@ -91,7 +98,9 @@ class Cluster(enum.Enum):
 
 @dataclass(frozen=True, kw_only=True)
 class Serving:
-    """How the server runs: ``args`` after the image's ENTRYPOINT (``serve MODEL …``), the container ``port``,
+    """How the server runs: ``args`` after the image's ENTRYPOINT (``serve MODEL …`` in the ``vllm`` form), the
+    container's ``command`` in place of the ENTRYPOINT (None: the image's), the form they follow (``start``,
+    ``serve_start``'s forms) and how it was known (``start_source``: read from the image, or assumed), the port,
     where the model is mounted (``model_mount``, from the PersistentVolumeClaim ``model_claim``), the stop
     grace (``grace_s``: ``terminationGracePeriodSeconds``), and the cold start the startupProbe must outlast
     (``cold_start_s``, seconds) with where that figure came from (``cold_start_source``); the compile cache's
@@ -100,6 +109,9 @@ class Serving:
 
     args: tuple[str, ...]
     port: int
+    command: tuple[str, ...] | None = None
+    start: str = serve_line.PROJECT_START.form
+    start_source: str = START_ASSUMED
     model_mount: str
     model_claim: str = "vllm-models"
     grace_s: int = 30
@@ -134,6 +146,21 @@ def flag_problems(*, model: str, claim: str, cache_claim: str | None = None) -> 
     return problems
 
 
+def start_in_pod(start: serve_start.Start, image: str) -> serve_start.Start:
+    """The start a pod spec writes for ``image`` read as ``start`` (``serve_start.choose``): a documented form as it
+    is (the image's ENTRYPOINT kept, ``args`` its arguments); no documented form, the ``--entrypoint`` that would
+    serve it (``start.fix``: ``command`` in the pod). Raises ConfigError where none would (neither ``vllm`` nor
+    ``python3`` in the image)."""
+    if start.form != serve_start.NONE:
+        return start
+    if start.fix is None or not start.fix.entrypoint:
+        raise ConfigError(
+            "image", [f"{image}: no documented form serves it ({start.problem}), and no command would: give an image "
+                      "with vllm or python3 and vLLM on its PATH"]
+        )  # fmt: skip
+    return start.fix
+
+
 def serving_for(
     variant: Variant,
     profile: str,
@@ -143,20 +170,28 @@ def serving_for(
     claim: str,
     cache_claim: str | None = None,
     warm_s: float | None = None,
+    start: tuple[serve_start.Start, str] = (serve_line.PROJECT_START, START_ASSUMED),
 ) -> Serving:
     """How ``variant``'s server runs under ``profile`` (the serve check's argv, port and mount; ``stop_grace``),
     with the cold start its probes must outlast: ``measured_s`` (the serve check's cold time to ready) where
     given, else the variant's ``ready_budget``, else 100 s (said so in ``cold_start_source``); ``warm_s``: the warm
-    start measured on the cache, recorded only (a start can be cold: a new pod, a fresh claim, a new image)."""
+    start measured on the cache, recorded only (a start can be cold: a new pod, a fresh claim, a new image);
+    ``start``: the form the image's users must start it in (``start_in_pod``'s; default: this project's images) and
+    whether it was read or assumed."""
     if measured_s is not None:
         cold, source = measured_s, f"measured by the serve check under {profile}"
     elif variant.ready_budget_s is not None:
         cold, source = variant.ready_budget_s, "the variant's ready_budget"
     else:
         cold, source = 100.0, "no measurement or ready_budget: 100 s assumed"
+    form, start_source = start
+    own = serve_line.MODEL_OPTIONS if model == serve_line.MODEL_PATH else ()
     return Serving(
         # The suite's tiny model carries its own options (dtype, length, seed); a user's model serves with none.
-        args=tuple(serve_line.serve_argv(model, serve_line.MODEL_OPTIONS if model == serve_line.MODEL_PATH else ())),
+        args=tuple(form.args(model, [*serve_line.SERVE_OPTIONS, *own])),
+        command=form.entrypoint or None,
+        start=form.form if form.form != serve_start.NONE else f"--entrypoint {' '.join(form.entrypoint or ())}",
+        start_source=start_source,
         port=serve_line.PORT,
         model_mount=serve_line.MODEL_MOUNT,
         model_claim=claim,
@@ -271,6 +306,7 @@ def _deployment(name: str, labels: Mapping[str, str], image: str, serving: Servi
     container: dict[str, Any] = {
         "name": "vllm",
         "image": image,
+        **({"command": list(serving.command)} if serving.command else {}),
         "args": list(serving.args),
         "ports": [{"name": PORT_NAME, "containerPort": serving.port, "protocol": "TCP"}],
         **probes(serving),
@@ -287,7 +323,10 @@ def _deployment(name: str, labels: Mapping[str, str], image: str, serving: Servi
         "containers": [container],
         "volumes": pod.volumes,
     }
-    annotations = {"io.vllm-matrix/cold-start": f"{serving.cold_start_s:.0f}s ({serving.cold_start_source})"}
+    annotations = {
+        "io.vllm-matrix/cold-start": f"{serving.cold_start_s:.0f}s ({serving.cold_start_source})",
+        START_ANNOTATION: f"{serving.start} ({serving.start_source})",
+    }
     if serving.warm_start_s is not None:
         annotations["io.vllm-matrix/warm-start"] = f"{serving.warm_start_s:.0f}s (measured by the serve check)"
     return {

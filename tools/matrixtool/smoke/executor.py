@@ -22,6 +22,7 @@ import docker
 
 from matrixtool.core import container, outputs
 from matrixtool.core.container import OWNER_ENV_VAR
+from matrixtool.incontainer.vllm_smoke import results
 from matrixtool.incontainer.vllm_smoke import rootcause as shared_rootcause
 from matrixtool.incontainer.vllm_smoke.children import Parallel
 from matrixtool.model import profiles
@@ -76,6 +77,7 @@ def execute(
         limit = group.timeout
         exit_code, output = runner.exec(runner.argv(group.checks, params), {}, group.deadline_s)
         wall = time.monotonic() - started
+        load = results.machine_load()  # the machine when the group ended: a timeout says loaded or hung
         parts = split_logs(output)
         done: list[CheckResult] = []
         for check in group.checks:
@@ -86,7 +88,10 @@ def execute(
             )
             if status is Status.TIMEOUT:
                 timed_out.set()
-                diagnosis = f"no result within the {limit} s of its group ({', '.join(group.names)})"
+                diagnosis, hint = results.timeout_cause(
+                    f"the {limit} s of its group ({', '.join(group.names)})", wall, load
+                )
+                facts = {**facts, "load": list(load)} if load is not None else facts
             parsed = parse_output_safe(output, check.name)
             seconds = float(parsed.get("seconds", wall)) if parsed else wall
             result = CheckResult(

@@ -250,8 +250,10 @@ def check_vllm_cli(params: Dict[str, Any]) -> Dict[str, Any]:
     version = out[-1].strip() if out else ""
     facts["version"] = version
     if proc.returncode != 0:
-        if not _vllm_imports():
-            return result("skipped", "vllm-import failed", **facts)
+        if not _vllm_imports():  # a consequence: of vllm-import's failure, or of the root that one follows from
+            error = last_error_line(proc.stderr)
+            facts.update(failed_need="vllm-import", need_diagnosis=f"`import vllm` fails: {error}")
+            return result("skipped", "vllm-import failed", None, **facts)
         error = last_error_line(proc.stderr)
         hint = None
         renamed = [d for d in providers_of("vllm") if d.lower() != "vllm"]

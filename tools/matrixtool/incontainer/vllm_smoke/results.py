@@ -7,6 +7,7 @@ Standard library only, Python >= 3.9 (the bundle and the host both use these rul
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Callable, Collection, Dict, Mapping, Optional, Tuple
 
 from . import markers
@@ -55,14 +56,71 @@ def split_logs(output: str) -> dict[str, str]:
     return markers.sections(output, BEGIN_MARK, RESULT_MARK)
 
 
-def oom_hint(accelerator: str, where: str = "environment") -> str:
-    """The hint for a check SIGKILLed before its timeout in ``where`` (container, environment): the kernel's OOM
-    killer ends a process short of host memory; on cpu the KV cache lives there (VLLM_CPU_KVCACHE_SPACE)."""
+# Checks that start a vLLM engine, whose KV cache lives in host memory on CPU (VLLM_CPU_KVCACHE_SPACE): an OOM kill
+# of any other check (an import, a listing) has nothing to do with the KV cache.
+ENGINE_CHECKS = frozenset({"offline-generate", "serve", "cpu-floor"})
+# A machine is loaded where its 1-minute load average is above this many runnable tasks per core: each task then
+# had less than a core, and a check's timeout measures the machine, not the check.
+LOADED_PER_CORE = 1.0
+# What a check's timeout is compared with: (1-minute load average, cores); None where it cannot be read.
+Load = Optional[Tuple[float, int]]
+
+
+def oom_hint(accelerator: str, where: str = "environment", check: str = "") -> str:
+    """The hint for ``check`` SIGKILLed before its timeout in ``where`` (container, environment): the kernel's OOM
+    killer ends a process short of host memory; on cpu, for a check that starts an engine (``ENGINE_CHECKS``), the
+    KV cache lives there (VLLM_CPU_KVCACHE_SPACE); another check (an import: torch's and vLLM's libraries) only
+    needs more memory."""
+    if accelerator == "cpu" and check in ENGINE_CHECKS:
+        return f"give the {where} more memory, or lower VLLM_CPU_KVCACHE_SPACE (the engine's KV cache, GiB)"
     if accelerator == "cpu":
-        return f"give the {where} more memory, or lower VLLM_CPU_KVCACHE_SPACE"
+        return (
+            f"the kernel's OOM killer ended it (it starts no engine: no KV cache is involved): the {where}'s memory "
+            "limit (docker run --memory, a pod's resources.limits.memory) or the host's memory is short of what it "
+            "loads: raise the limit, or run fewer checks and servers beside it"
+        )
     return (
         "the host's or pod's memory limit killed it (the kernel's OOM killer, host memory, not GPU memory): "
         f"give the {where} (or its pod) more memory"
+    )
+
+
+def machine_load() -> Load:
+    """(1-minute load average, cores) of the machine this runs on (``os.getloadavg``: a container sees its host's);
+    None where it has none (not Linux or BSD)."""
+    try:
+        return os.getloadavg()[0], os.cpu_count() or 1
+    except (AttributeError, OSError):
+        return None
+
+
+def timeout_cause(what: str, seconds: Optional[float], load: Load, where: str = "") -> Tuple[str, str]:
+    """(diagnosis, hint) of a check with no result within ``what`` (its limit in words: "its timeout of 120 s", "the
+    120 s of its group (a, b)"), after ``seconds`` of wall time (None: not timed), judged by the machine's ``load``
+    when it fired (``machine_load``): on a loaded machine (``LOADED_PER_CORE``) the check was starved of CPU, and
+    the fix is room or a longer timeout; with cores to spare it hung, and the fix is to find where (``where``: the
+    frame it was in, where known; else its log's last lines). Neither is the check's declared hint, which fixes
+    what the check looks for, not a timeout. Pure."""
+    after = f" after {seconds:.0f} s" if seconds is not None else ""
+    if load is not None and load[0] > load[1] * LOADED_PER_CORE:
+        return (
+            f"no result within {what}{after}, on a loaded machine (load average {load[0]:.1f} on {load[1]} "
+            "cores): the check was short of CPU, not stuck",
+            "run it again when the machine is quieter (fewer runs, builds or servers beside it), or give a machine "
+            "this busy longer timeouts (matrix.yaml variants.<variant>.smoke.timeout_scale)",
+        )
+    at = f"; it was at {where}" if where else ""
+    if load is None:  # not read: slow or hung, the fix of each
+        return (
+            f"no result within {what}{after}; the check was killed{at}",
+            "on a busy machine run it again when quieter, or raise the variant's timeouts (matrix.yaml "
+            "variants.<variant>.smoke.timeout_scale); on an idle one it hung: find what it waited for in its log",
+        )
+    return (
+        f"no result within {what}{after} with cores to spare (load average {load[0]:.1f} on {load[1]} cores): "
+        f"the check hung{at}",
+        f"a hang, not a slow machine: find what it waited for ({'that frame' if where else 'its log'}: a child "
+        "process, a lock, a download or a device) and run it alone with --only CHECK to see it again",
     )
 
 
@@ -83,17 +141,19 @@ def verdict(
     ``exit_code`` None means the caller's deadline passed; 124 is coreutils ``timeout`` firing, and 137 (SIGKILL)
     is its ``-k`` follow-up only once ``timeout`` seconds have passed: earlier it is another SIGKILL, most often
     the kernel's OOM killer (host memory, whatever the ``accelerator``: its hint names VLLM_CPU_KVCACHE_SPACE for
-    cpu only)."""
+    an engine's check on cpu only, ``oom_hint``). A timeout gives both fixes (``timeout_cause`` without the load):
+    the caller, which read the machine's load when the group ended, judges it by that."""
     tail = " | ".join(output.strip().splitlines()[-3:])
     if exit_code == SIGKILLED and seconds is not None and seconds < timeout:
         return (
             "failed",
             f"killed by SIGKILL after {seconds:.0f} s, before its {timeout} s timeout (out of memory?): {tail}",
-            oom_hint(accelerator, where),
+            oom_hint(accelerator, where, check),
             {},
         )
     if exit_code is None or exit_code in (TIMEOUT_EXIT, SIGKILLED):
-        return "timeout", f"no result within {timeout} s; the check was killed", hint, {}
+        diagnosis, fix = timeout_cause(f"{timeout} s", seconds, None)
+        return "timeout", diagnosis, fix, {}
     try:
         parsed = parsed_result(output, check)
         status = parsed["status"] if parsed is not None else None

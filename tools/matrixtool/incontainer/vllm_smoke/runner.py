@@ -8,6 +8,7 @@ output starts with a ``MATRIX-BEGIN <check>`` line and ends with its ``MATRIX-RE
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -18,11 +19,31 @@ from typing import Any, Dict, Sequence
 from .catalogue import DECLARATIONS
 from .conditions import explain
 from .errortext import last_error_line
-from .results import BEGIN_MARK, need_skip, result, result_line
+from .results import BEGIN_MARK, machine_load, need_skip, result, result_line, timeout_cause
 
 
 class CheckTimeout(BaseException):
     """Raised in the main thread when a check runs past its own timeout (a BaseException: checks catch Exception)."""
+
+
+_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep  # this package's folder (in a zipapp too)
+
+
+def _frame_words(frame: Any) -> str:
+    """Where the main thread was when the alarm fired: its innermost frame, and the innermost of this package's
+    frames (the check's own line) where that is another, each as ``file:line in function`` (the file's last two
+    path parts); "" where none."""
+
+    def words(f: Any) -> str:
+        return f"{'/'.join(f.f_code.co_filename.split('/')[-2:])}:{f.f_lineno} in {f.f_code.co_name}"
+
+    ours, at = None, frame
+    while at is not None and ours is None:
+        ours = at if at.f_code.co_filename.startswith(_HERE) else None
+        at = at.f_back
+    if frame is None:
+        return ""
+    return words(frame) + (f", called from {words(ours)}" if ours is not None and ours is not frame else "")
 
 
 class _deadline:
@@ -37,7 +58,7 @@ class _deadline:
         # Raised where the check happens to be: inside a __del__ Python only prints it ("Exception ignored", seen
         # in regex's Group.__del__ during vLLM's start-up), so the alarm fires again each second until it lands.
         signal.alarm(1)
-        raise CheckTimeout()
+        raise CheckTimeout(_frame_words(frame))
 
     def __enter__(self) -> _deadline:
         if self.seconds > 0:
@@ -75,8 +96,10 @@ class Session:
             with _deadline(limit):
                 assert declaration.function is not None  # every declared check has its function
                 outcome = declaration.function(self.params)
-        except CheckTimeout:
-            outcome = result("timeout", f"no result within its timeout of {limit} s", None)
+        except CheckTimeout as exc:
+            seconds = time.monotonic() - started
+            where = str(exc.args[0]) if exc.args else ""
+            outcome = result("timeout", *timeout_cause(f"its timeout of {limit} s", seconds, machine_load(), where))
         except Exception:
             text = traceback.format_exc()
             sys.stdout.write(text)
@@ -90,9 +113,24 @@ class Session:
             if found and name != "run-conditions":
                 outcome["diagnosis"] += f" [run condition: {found[0]}]"
                 outcome["hint"] = found[1]
+        outcome = self._rooted(name, outcome)
         outcome["seconds"] = round(time.monotonic() - started, 2)
         self.outcomes[name] = outcome
         return outcome
+
+    def _rooted(self, name: str, outcome: Dict[str, Any]) -> Dict[str, Any]:
+        """``outcome``, or where it is a skip for a check it uses that already ran here and did not pass (facts
+        ``failed_need``: no-fake-triton without ``import vllm``), the skip ``need_skip`` gives: the root check that
+        failed (that check's own need where it was skipped for one), its diagnosis and hint. A consequence names
+        its root, never the consequence between."""
+        facts = outcome.get("facts") or {}
+        need = facts.get("failed_need")
+        if outcome.get("status") != "skipped" or not need or need == name or need not in self.outcomes:
+            return outcome
+        found = need_skip(str(need), self.outcomes)
+        if found is None:
+            return outcome
+        return dict(result("skipped", found[0], None, **{**facts, **found[1]}))
 
 
 def run(names: Sequence[str], params: Dict[str, Any]) -> int:

@@ -40,9 +40,27 @@ def phases_seen(log: str, seconds: float, seen: Any) -> None:
             seen[name] = round(seconds, 1)
 
 
+def _stream_error(chunks: List[Any]) -> str:
+    """The message of an error a stream's chunks carry (vLLM's OpenAI server ends a request its engine lost with a
+    ``data: {"error": ...}`` chunk, then ``[DONE]``), "" where none does."""
+    for chunk in chunks:
+        try:
+            data = _loads(str(chunk))
+        except ValueError:
+            continue
+        if isinstance(data, dict) and data.get("error"):
+            error = data["error"]
+            return str(error.get("message") or error) if isinstance(error, dict) else str(error)
+    return ""
+
+
 def stream_outcome(stream: Any) -> str:
-    """How the stop contract's stream ended, in words (the container check's too)."""
+    """How the stop contract's stream ended, in words (the container check's too): ``completed`` only where no chunk
+    carries an error (a request cut by a dead engine still ends with ``[DONE]``)."""
     chunks = len(stream.get("chunks") or [])
+    error = _stream_error(list(stream.get("chunks") or []))
+    if stream.get("done") and error:
+        return f"cut after {chunks} chunks by the server's error chunk ({error[:200]}), then [DONE]"
     if stream.get("done"):
         return f"completed ([DONE] after {chunks} chunks)"
     if stream.get("error"):

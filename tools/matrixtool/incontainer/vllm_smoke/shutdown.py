@@ -17,6 +17,10 @@ _FATAL = "EngineCore encountered a fatal error"
 _FORCE_KILLED = "[shutdown] Process manager: force killing remaining process"
 _DRAINING = "[shutdown] EngineCore: draining in-flight requests"
 _DRAINED = "[shutdown] EngineCore: request processing complete"
+# The process manager's SIGTERM to the engine core, and the engine core's own first line on receiving it
+# (vllm/v1/utils.py, vllm/v1/engine/core.py): a live engine core logs the second right after the first.
+_SIGTERM_SENT = "[shutdown] Process manager: send sigterm to process EngineCore"
+_ENGINE_STOPPING = "[shutdown] EngineCore:"
 _TEARDOWN_DEAD = (
     "vLLM's own teardown: once the engine manager stopped, MPClient's cleanup cancels its output-socket task, whose "
     "`except asyncio.CancelledError` queues an EngineDeadError (vllm/v1/engine/core_client.py, "
@@ -38,7 +42,9 @@ def shutdown_verdict(log: str) -> List[Tuple[str, bool, str, str]]:
     - ``teardown-engine-dead``: an EngineDeadError logged after the engine manager had stopped
       (``_TEARDOWN_DEAD``): clean, named.
 
-    An EngineDeadError before the engine manager stopped (with no other cause) is ``engine-died`` too. Empty: the
+    An EngineDeadError before the engine manager stopped (with no other cause) is ``engine-died`` too, and so is an
+    engine core that was sent its SIGTERM and logged no ``[shutdown] EngineCore:`` line (dead before the stop: a
+    late EngineDeadError is then no teardown race). Empty: the
     stop logged none of these (vLLM 0.32's wording; before "[shutdown]" nothing is read)."""
     at = log.find("[shutdown]")
     if at < 0:
@@ -48,6 +54,12 @@ def shutdown_verdict(log: str) -> List[Tuple[str, bool, str, str]]:
     out: List[Tuple[str, bool, str, str]] = []
     died = next((line for line in lines if _ENGINE_DIED in line), "")
     early_dead = next((line for line in lines[:stopped] if "EngineDeadError" in line), "")
+    sent = next((line for line in lines if _SIGTERM_SENT in line), "")
+    # Sent its SIGTERM, the engine core logged nothing of its stop: it was dead already, and vLLM's monitor, which
+    # stays quiet once the stop has begun, did not say so (seen: an engine core SIGKILLed at the stop, exit 0 in
+    # 3.5 s, the stream in flight ended by [DONE] after 105 of 200 tokens).
+    silent = bool(sent) and not any(_ENGINE_STOPPING in line for line in lines)
+    died = died or (sent if silent else "")
     if died or early_dead:
         out.append(
             (

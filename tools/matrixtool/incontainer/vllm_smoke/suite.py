@@ -26,7 +26,16 @@ from .children import KILL_GRACE, PACKAGE, Children, Parallel, kill_group
 from .errortext import last_error_line
 from .gpuprobe import attached_gpu
 from .reports import DEFAULT_PROFILE
-from .results import TIMEOUT_EXIT, need_skip, parsed_result, split_logs, unhidden, verdict
+from .results import (
+    TIMEOUT_EXIT,
+    machine_load,
+    need_skip,
+    parsed_result,
+    split_logs,
+    timeout_cause,
+    unhidden,
+    verdict,
+)
 
 MODEL_MARK = "MATRIX-MODEL "
 # A result as the reports hold it: variant, profile, image, check, status, diagnosis, hint, seconds, facts, log,
@@ -140,6 +149,7 @@ class Suite:
     def group(self, names: Sequence[str]) -> None:
         """Run the group ``names`` and land each of its results (logs written, a timeout named as the group's)."""
         code, output, wall = run_group(self.children, names, self.facts["params"], self.timeouts, self.env)
+        load = machine_load()  # the machine when the group ended: a timeout says loaded or hung
         parts = split_logs(output)
         limit = sum(self.timeouts[n] for n in names)
         accelerator = str(self.facts["params"].get("accelerator", "cpu"))
@@ -151,7 +161,8 @@ class Suite:
                 name, code, output, limit, wall, hint=declared_hint(name), accelerator=accelerator
             )
             if status == "timeout":
-                diagnosis = f"no result within the {limit} s of its group ({', '.join(names)})"
+                diagnosis, hint = timeout_cause(f"the {limit} s of its group ({', '.join(names)})", wall, load)
+                facts = {**facts, "load": list(load)} if load is not None else facts
             try:
                 parsed = parsed_result(output, name)
             except ValueError:

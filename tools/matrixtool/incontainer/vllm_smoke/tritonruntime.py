@@ -90,8 +90,11 @@ def check_no_fake_triton(params: Dict[str, Any]) -> Dict[str, Any]:
         facts.update(more)
         if diagnosis:
             return result("failed", diagnosis, None, **facts)
-    if vllm_error:  # no placeholder to blame: vllm-import reports why vLLM does not import
-        return result("skipped", "vllm-import failed", **facts)
+    if vllm_error:  # no placeholder to blame: a consequence of vllm-import's failure, or of the root it follows from
+        # (the runner and rootcause.consequences point it there by ``failed_need``; unhidden where vllm-import is not
+        # in the run: its error and hint)
+        facts.update(failed_need="vllm-import", need_diagnosis=f"`import vllm` fails: {vllm_error}")
+        return result("skipped", "vllm-import failed", None, **facts)
     spec_found = module is not None or importlib.util.find_spec("triton") is not None
     try:
         from torch.utils._triton import has_triton_package
@@ -101,7 +104,8 @@ def check_no_fake_triton(params: Dict[str, Any]) -> Dict[str, Any]:
         torch_says = None
     facts.update(torch_has_triton_package=torch_says, find_spec=spec_found)
     if torch_says is False and spec_found and module is None and _import_fails("triton"):
-        return result("skipped", "triton-import failed", **facts)  # a broken triton: triton-import names it
+        facts.update(failed_need="triton-import")  # a broken triton: triton-import names it
+        return result("skipped", "triton-import failed", None, **facts)
     if torch_says is not None and torch_says != spec_found:
         return result(
             "failed",
@@ -156,7 +160,8 @@ def check_triton_drivers(params: Dict[str, Any]) -> Dict[str, Any]:
     if "error" in state:
         return result("failed", f"inspecting triton's backends fails: {state['error']}", None, **facts)
     if "backends_error" in state and "backends" not in state:  # `import triton` itself fails: triton-import's cause
-        return result("skipped", "triton-import failed", **facts)
+        facts.update(failed_need="triton-import", need_diagnosis=f"`import triton` fails: {state['backends_error']}")
+        return result("skipped", "triton-import failed", None, **facts)
     has = state.get("has_triton")
     summary = (
         f"triton {version}: backends {', '.join(state.get('backends', [])) or 'none'}; "

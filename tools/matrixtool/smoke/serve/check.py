@@ -153,7 +153,7 @@ def judge(
         + warm
     )
     stopped = _stop_diagnosis(stop)
-    if stopped is not None:
+    if stopped is not None and not shutdown.unclean_stop(stop):  # else the engine's death is the cause, with its hint
         hints.append(stopped.fix)
     if problems:
         return Status.FAILED, "; ".join(problems), "; ".join(hints) or "read the server's log", facts
@@ -246,15 +246,21 @@ def _run_problems(seen: Observed, facts: dict[str, Any], problems: list[str], hi
             hints.append(unhealthy[1])
     stop = dict(seen.stop)
     facts["stop"] = stop
-    problems += stop_problems(stop)
     unclean = shutdown.unclean_stop(stop)
-    if unclean:
+    broken = stop_problems(stop)
+    if unclean:  # the root first; a stop past its grace or with another exit follows from it (seen: the API
+        # server hung once its engine core was killed, SIGKILLed after the grace; or exited 0 at once)
         facts.setdefault("failure_class", shutdown.UNCLEAN_STOP)
-        problems += unclean
+        problems += unclean + [
+            f"{p} (a consequence: the engine core died under the server)" if p.startswith("docker stop") else p
+            for p in broken
+        ]
         hints.append(
             "read the server's log around its [shutdown] lines: an engine core that dies before the API server "
             "stops it was killed (the OOM killer, a signal sent to every process of the container) or crashed"
         )
+    else:
+        problems += broken
 
 
 def _warm_problems(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -44,6 +45,12 @@ KILL_WAIT_S = 20.0
 # The /dev/shm volume's mount: ``nocopy``, else the engine copies the image's /dev/shm folder (root, mode 0755) onto
 # the empty volume at its first mount, and no other UID can make a segment there (seen on the CPU image).
 SHM_MOUNT = {"bind": "/dev/shm", "mode": "rw,nocopy"}
+# Class 45's fix where the restart's log names a cause no diagnosis knows (a stale lock or pid file, a port).
+RESTART_HINT = (
+    "the first start came up and the restart, on the same volumes, did not: what the killed server left there (a lock "
+    "or pid file of a dead process on the cache volume, a file in /dev/shm) or held is the cause quoted; have the "
+    "server's start clear its own stale state, or keep such files off the volumes that outlive the container"
+)
 # The line that opens the restart's log in the serve check's log file, after the warm start's.
 RESTART_LOG_MARK = (
     "----- the restart in the same pod (after the warm server's SIGKILL, on its /dev/shm and cache) -----"
@@ -155,9 +162,11 @@ def api_server(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
 def kill(server: TrackedContainer) -> dict[str, Any]:
     """SIGKILL to the ready ``server``'s API server (see the module docstring for which process and how), then
     what is left: ``target`` (pid, command), ``tree`` (its processes before, ``PROCESSES``), ``exit_code`` (None:
-    the container still runs), ``survivors`` (the processes left, with their memory). Raises docker errors of the
+    the container still runs), ``survivors`` (the processes left, with their memory), ``seconds`` (the step's wall
+    time: listing, kill, wait, listing again). Raises docker errors of the
     kill itself."""
     assert server.container is not None
+    began = time.monotonic()
     tree = processes(server)
     target = api_server(tree)
     if target is None or target["pid"] == 1:
@@ -172,6 +181,7 @@ def kill(server: TrackedContainer) -> dict[str, Any]:
         "exit_code": code,
         "survivors": survivors,
         "survivors_rss_kib": sum(int(p.get("rss_kib") or 0) for p in survivors),
+        "seconds": round(time.monotonic() - began, 1),
     }
 
 
@@ -200,7 +210,7 @@ def judge(warm: Mapping[str, Any], env: Mapping[str, str] | None) -> tuple[list[
     if not killed:
         return problems, hints, facts, ""
     shm = dict(warm.get("shm_after_kill") or {})
-    facts["kill"] = {k: killed.get(k) for k in ("target", "exit_code", "survivors", "survivors_rss_kib")}
+    facts["kill"] = {k: killed.get(k) for k in ("target", "exit_code", "survivors", "survivors_rss_kib", "seconds")}
     facts["kill"]["shm"] = shm
     if killed.get("error"):
         problems.append(f"the warm server could not be killed: {killed['error']}")
@@ -248,11 +258,14 @@ def judge(warm: Mapping[str, Any], env: Mapping[str, str] | None) -> tuple[list[
             hints.append(found.fix)
         else:
             facts.setdefault("failure_class", RESTART)
-            cause = found.render() if found is not None else serve_diagnosis.root_exception(log) or "no cause logged"
+            known = found is not None and found.failure_class is not None  # a class of its own, with its fix
+            if found is not None and known:
+                cause = found.render()
+            else:  # vLLM's generic "server exited" says no more than the cause line: quote it, with class 45's fix
+                cause = repr(serve_diagnosis.root_exception(log) or (found.cause if found else "no cause logged"))
             what = f"exited ({code})" if code is not None else "was not ready in time"
             problems.append(f"the restart in the same pod (after SIGKILL, on its /dev/shm and cache) {what}: {cause}")
-            if found is not None:
-                hints.append(found.fix)
+            hints.append(found.fix if found is not None and known else RESTART_HINT)
     else:
         words += f"; restart in the same pod ready in {restart['ready_s']:.0f} s"
     return problems, hints, facts, words
