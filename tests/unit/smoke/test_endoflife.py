@@ -236,6 +236,29 @@ def test_an_engine_core_that_logs_nothing_of_its_stop_was_dead_before_it() -> No
     assert [n for n, _, _, _ in shutdown.shutdown_verdict(LIVE_ENGINE + TEARDOWN_DEAD)] == ["teardown-engine-dead"]
 
 
+def test_an_engine_core_that_vllm_force_killed_was_alive_not_dead_before_the_stop() -> None:
+    """vLLM's process manager force-kills only an engine core still alive at its timeout (vllm/v1/utils.py,
+    shutdown): with --shutdown-timeout 0 it does so at once, before the engine core's SIGTERM handler logs; that
+    silence is no death (a good server's stop), it is named and clean, as a cut drain is."""
+    kill = (
+        "(APIServer pid=1) WARNING 12-07 03:22:09 [utils.py:647] [shutdown] Process manager: force killing remaining "
+        "processes count=1\n"
+        "(APIServer pid=1) WARNING 12-07 03:22:09 [utils.py:653] [shutdown] Process manager: force killing remaining "
+        "process EngineCore pid 36\n"
+    )
+    forced = SILENT_ENGINE.replace("(Worker pid=49)", kill + "(Worker pid=49)")
+    verdict = shutdown.shutdown_verdict(forced)
+    assert [(name, clean) for name, clean, _, _ in verdict] == [("sigterm-unanswered", True)], verdict
+    assert shutdown.unclean_stop({"shutdown": verdict}) == []
+    assert [n for n, _, _, _ in shutdown.shutdown_verdict(forced + TEARDOWN_DEAD)] == [
+        "sigterm-unanswered",
+        "teardown-engine-dead",
+    ]
+    # The monitor's own word still wins: an engine core that exited unexpectedly died, force-kill or not.
+    died = forced.replace("MPClient: stopping engine manager", "MPClient: engine core exited unexpectedly")
+    assert shutdown.shutdown_verdict(died)[0][:2] == ("engine-died", False)
+
+
 def test_a_stream_that_ends_with_an_error_chunk_is_cut_not_completed() -> None:
     """vLLM's OpenAI server ends a request whose engine died with an error chunk and then ``[DONE]``: the stop's
     words say it was cut (seen with class 44's image: "[DONE] after 2 chunks" of 200 tokens)."""

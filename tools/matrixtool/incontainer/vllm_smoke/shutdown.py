@@ -39,12 +39,14 @@ def shutdown_verdict(log: str) -> List[Tuple[str, bool, str, str]]:
     - ``drain-cut``: the drain outlived ``--shutdown-timeout`` and the engine core was SIGKILLed (its in-flight
       requests cut): clean for the exit contract, named (the stream's outcome says what the client got);
       ``teardown-slow`` where no request was left (its workers' exit was slow): clean, named;
+    - ``sigterm-unanswered``: the engine core was sent its SIGTERM, logged no ``[shutdown] EngineCore:`` line and
+      was force-killed by vLLM at the timeout (alive, its handler not run): clean for the exit contract, named;
     - ``teardown-engine-dead``: an EngineDeadError logged after the engine manager had stopped
       (``_TEARDOWN_DEAD``): clean, named.
 
     An EngineDeadError before the engine manager stopped (with no other cause) is ``engine-died`` too, and so is an
-    engine core that was sent its SIGTERM and logged no ``[shutdown] EngineCore:`` line (dead before the stop: a
-    late EngineDeadError is then no teardown race). Empty: the
+    engine core that was sent its SIGTERM and logged no ``[shutdown] EngineCore:`` line and was not force-killed
+    (dead before the stop: a late EngineDeadError is then no teardown race). Empty: the
     stop logged none of these (vLLM 0.32's wording; before "[shutdown]" nothing is read)."""
     at = log.find("[shutdown]")
     if at < 0:
@@ -55,11 +57,15 @@ def shutdown_verdict(log: str) -> List[Tuple[str, bool, str, str]]:
     died = next((line for line in lines if _ENGINE_DIED in line), "")
     early_dead = next((line for line in lines[:stopped] if "EngineDeadError" in line), "")
     sent = next((line for line in lines if _SIGTERM_SENT in line), "")
+    cut = next((line for line in lines if _FORCE_KILLED in line), "")
     # Sent its SIGTERM, the engine core logged nothing of its stop: it was dead already, and vLLM's monitor, which
     # stays quiet once the stop has begun, did not say so (seen: an engine core SIGKILLed at the stop, exit 0 in
-    # 3.5 s, the stream in flight ended by [DONE] after 105 of 200 tokens).
+    # 3.5 s, the stream in flight ended by [DONE] after 105 of 200 tokens). Unless vLLM force-killed it: its process
+    # manager does that only to an engine core still alive at the timeout (vllm/v1/utils.py, shutdown), one whose
+    # Python SIGTERM handler had not run (its main thread in one native call longer than the timeout, or a timeout
+    # of 0: --shutdown-timeout 0, vLLM's default off ROCm, SIGKILLs it at once).
     silent = bool(sent) and not any(_ENGINE_STOPPING in line for line in lines)
-    died = died or (sent if silent else "")
+    died = died or (sent if silent and not cut else "")
     if died or early_dead:
         out.append(
             (
@@ -73,9 +79,19 @@ def shutdown_verdict(log: str) -> List[Tuple[str, bool, str, str]]:
     fatal = next((line for line in lines if _FATAL in line), "")
     if fatal:
         out.append(("engine-fatal", False, fatal, "the engine core failed during the stop"))
-    cut = next((line for line in lines if _FORCE_KILLED in line), "")
     drained = any(_DRAINING in line for line in lines) and not any(_DRAINED in line for line in lines)
-    if cut and drained:
+    if cut and silent:
+        out.append(
+            (
+                "sigterm-unanswered",
+                True,
+                cut,
+                "the engine core, alive, logged nothing of its stop before vLLM SIGKILLed it at --shutdown-timeout "
+                "(its SIGTERM handler had not run: a timeout of 0, or its main thread in one native call longer than "
+                "the timeout, such as a forward step on a loaded CPU): requests still running were cut",
+            )
+        )
+    elif cut and drained:
         out.append(
             (
                 "drain-cut",
