@@ -58,3 +58,17 @@ def test_a_checks_own_alarm_names_the_frame_it_fired_in(monkeypatch: pytest.Monk
     assert outcome["status"] == "timeout", outcome
     assert "the check hung; it was at" in outcome["diagnosis"] and "in stuck" in outcome["diagnosis"], outcome
     assert "load average 0.5 on 2 cores" in outcome["diagnosis"] and "a hang" in outcome["hint"]
+
+
+def test_the_hosts_group_timeout_reads_the_load_only_of_an_engine_on_this_machine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A remote engine's checks run on another machine: this one's load would call its timeout a hang (or the
+    machine loaded) by the wrong machine, so none is read and the timeout gives both fixes."""
+    from matrixtool.smoke import executor
+
+    monkeypatch.setattr(results, "machine_load", lambda: (0.3, 16))
+    assert executor.engine_load({}) == (0.3, 16)  # the default socket
+    assert executor.engine_load({"DOCKER_HOST": "unix:///run/user/1000/docker.sock"}) == (0.3, 16)
+    assert executor.engine_load({"DOCKER_HOST": "tcp://10.0.0.7:2376"}) is None
+    assert executor.engine_load({"DOCKER_HOST": "ssh://ci@builder"}) is None

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import docker
 
-from matrixtool.core import container, outputs
+from matrixtool.core import container, engine, outputs
 from matrixtool.core.container import OWNER_ENV_VAR
 from matrixtool.incontainer.vllm_smoke import results
 from matrixtool.incontainer.vllm_smoke import rootcause as shared_rootcause
@@ -50,6 +50,13 @@ J = TypeVar("J")
 R = TypeVar("R")
 
 
+def engine_load(env: Mapping[str, str]) -> results.Load:
+    """``results.machine_load`` where the Docker engine (``engine.host(env)``) runs on this machine (a unix socket);
+    None for one elsewhere (``tcp://``, ``ssh://``: its checks' load is not this machine's), so a timeout there gives
+    the fixes of both a slow machine and a hang rather than judging by the wrong machine's load."""
+    return results.machine_load() if engine.host(env).startswith("unix://") else None
+
+
 def execute(
     run: ProfileRun,
     runner: Runner,
@@ -77,7 +84,7 @@ def execute(
         limit = group.timeout
         exit_code, output = runner.exec(runner.argv(group.checks, params), {}, group.deadline_s)
         wall = time.monotonic() - started
-        load = results.machine_load()  # the machine when the group ended: a timeout says loaded or hung
+        load = engine_load(os.environ)  # the engine's machine when the group ended: a timeout says loaded or hung
         parts = split_logs(output)
         done: list[CheckResult] = []
         for check in group.checks:
