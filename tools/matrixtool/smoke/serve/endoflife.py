@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import json
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -35,6 +34,7 @@ from matrixtool.incontainer.vllm_smoke import servediag
 from matrixtool.model.conditions import Condition
 from matrixtool.model.profiles import Profile
 from matrixtool.smoke.serve import diagnosis as serve_diagnosis
+from matrixtool.smoke.serve import line as serve_line
 
 # docs/failure-classes.md numbers.
 SURVIVORS = 42  # processes of a killed server left alive, holding memory
@@ -82,15 +82,10 @@ def shm_size(profile: Profile) -> str:
 @contextlib.contextmanager
 def shm_volume(client: docker.DockerClient, labels: Mapping[str, str], size: str) -> Iterator[str]:
     """A fresh tmpfs Docker volume ``vllm-matrix-shm-<random>`` of ``size`` (mode 1777: any UID of any profile
-    writes it), the pod's /dev/shm; removed on the way out (errors ignored, as the model's volume)."""
-    name = f"vllm-matrix-shm-{uuid.uuid4().hex[:12]}"
+    writes it), the pod's /dev/shm; removed on the way out as the model's volume (``serve_line.fresh_volume``)."""
     opts = {"type": "tmpfs", "device": "tmpfs", "o": f"size={size},mode=1777"}
-    client.volumes.create(name=name, driver="local", labels=dict(labels), driver_opts=opts)
-    try:
+    with serve_line.fresh_volume(client, "shm", labels, opts) as name:
         yield name
-    finally:
-        with contextlib.suppress(docker.errors.DockerException):
-            client.volumes.get(name).remove(force=True)
 
 
 def pod_spec(image: str, profile: Profile, volume: str) -> ContainerSpec:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -14,6 +15,7 @@ import docker
 import docker.errors
 import docker.types
 
+from matrixtool.core import engine
 from matrixtool.core.container import ContainerSpec
 from matrixtool.incontainer.vllm_smoke import compilecache
 from matrixtool.model import profiles
@@ -29,6 +31,10 @@ MODEL_PATH = f"{MODEL_MOUNT}/{MODEL_NAME}"
 CHECK_MOUNT = "/run/matrix-model"
 CHECK_MODEL_DIR = f"{CHECK_MOUNT}/{MODEL_NAME}"
 VOLUME_OPTS = {"type": "tmpfs", "device": "tmpfs", "o": "size=512m,mode=1777"}
+# How long a volume's removal waits for the containers that hold it to go (an AutoRemove container is removed by the
+# engine after it stops, not when its ``wait`` returns), in seconds.
+VOLUME_RELEASE_S = 20.0
+_GIVE_UP: tuple[type[Exception], ...] = (docker.errors.DockerException, *engine.GONE)
 # vLLM's CPU backend asks for 160 MiB of /dev/shm; Docker's default is 64 MB (the server dies at start-up).
 SHM_SIZE = "1g"
 # What the tiny model needs beyond a user's line: offline-generate's settings (float32: vLLM's "auto" would
@@ -102,25 +108,42 @@ def check_env() -> dict[str, str]:
     return {"MATRIX_MODEL_DIR": CHECK_MODEL_DIR}
 
 
+def remove_volume(client: docker.DockerClient, name: str, wait_s: float = VOLUME_RELEASE_S) -> None:
+    """Remove the volume ``name``, retrying every 0.5 s for up to ``wait_s`` seconds while a container still holds it
+    (the engine's 409 "volume is in use": an AutoRemove check container the engine is still removing; the engine
+    never removes a named volume with the container, so one given up on here is left for good). Other errors
+    (gone already, the engine unreachable) are ignored."""
+    ends = time.monotonic() + wait_s
+    while True:
+        try:
+            client.volumes.get(name).remove(force=True)
+            return
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409 or time.monotonic() >= ends:
+                return
+        except _GIVE_UP:
+            return
+        time.sleep(0.5)
+
+
 @contextlib.contextmanager
-def _fresh_volume(
+def fresh_volume(
     client: docker.DockerClient, kind: str, labels: Mapping[str, str], driver_opts: Mapping[str, str] | None = None
 ) -> Iterator[str]:
     """A fresh named volume ``vllm-matrix-<kind>-<random>`` of the engine's local driver, removed on the way out
-    (errors ignored: a container still using it keeps it until the engine removes that container)."""
+    (``remove_volume``: waited for while a container still holds it)."""
     name = f"vllm-matrix-{kind}-{uuid.uuid4().hex[:12]}"
     options = {"driver_opts": dict(driver_opts)} if driver_opts else {}
     client.volumes.create(name=name, driver="local", labels=dict(labels), **options)
     try:
         yield name
     finally:
-        with contextlib.suppress(docker.errors.DockerException):
-            client.volumes.get(name).remove(force=True)
+        remove_volume(client, name)
 
 
 def model_volume(client: docker.DockerClient, labels: Mapping[str, str]) -> contextlib.AbstractContextManager[str]:
-    """A fresh tmpfs-backed volume for the tiny model (``VOLUME_OPTS``; ``_fresh_volume``)."""
-    return _fresh_volume(client, "model", labels, VOLUME_OPTS)
+    """A fresh tmpfs-backed volume for the tiny model (``VOLUME_OPTS``; ``fresh_volume``)."""
+    return fresh_volume(client, "model", labels, VOLUME_OPTS)
 
 
 def cache_root(env: Mapping[str, str]) -> str:
@@ -130,11 +153,11 @@ def cache_root(env: Mapping[str, str]) -> str:
 
 
 def cache_volume(client: docker.DockerClient, labels: Mapping[str, str]) -> contextlib.AbstractContextManager[str]:
-    """A fresh Docker named volume for the compile cache (``_fresh_volume``: the engine's local driver, on its
+    """A fresh Docker named volume for the compile cache (``fresh_volume``: the engine's local driver, on its
     disk, as a pod's PersistentVolumeClaim or emptyDir is on the node's). Mounted empty at a path the image has,
     the engine first copies the image's folder into it, owner and mode included (the variant images'
     ``/tmp/.cache`` is mode 1777)."""
-    return _fresh_volume(client, "cache", labels)
+    return fresh_volume(client, "cache", labels)
 
 
 def server_spec(
