@@ -80,38 +80,9 @@ def shutdown_verdict(log: str) -> List[Tuple[str, bool, str, str]]:
     if fatal:
         out.append(("engine-fatal", False, fatal, "the engine core failed during the stop"))
     drained = any(_DRAINING in line for line in lines) and not any(_DRAINED in line for line in lines)
-    if cut and silent:
-        out.append(
-            (
-                "sigterm-unanswered",
-                True,
-                cut,
-                "the engine core, alive, logged nothing of its stop before vLLM SIGKILLed it at --shutdown-timeout "
-                "(its SIGTERM handler had not run: a timeout of 0, or its main thread in one native call longer than "
-                "the timeout, such as a forward step on a loaded CPU): requests still running were cut",
-            )
-        )
-    elif cut and drained:
-        out.append(
-            (
-                "drain-cut",
-                True,
-                cut,
-                "the drain outlived --shutdown-timeout and vLLM SIGKILLed its engine core: requests still running "
-                "were cut (raise --shutdown-timeout, below the pod's grace, where requests run longer)",
-            )
-        )
-    elif cut:
-        out.append(
-            (
-                "teardown-slow",
-                True,
-                cut,
-                "no request was left, but the engine core's teardown outlived --shutdown-timeout (its workers did not "
-                "exit within the executor's 5 s grace: `Executor: workers still running after grace period`, seen "
-                "on a loaded CPU) and vLLM SIGKILLed it",
-            )
-        )
+    forced = _forced(cut, silent, drained) if cut else None
+    if forced is not None:
+        out.append(forced)
     late = next((line for line in lines[stopped:] if "EngineDeadError" in line), "")
     if late and not (died or early_dead):
         out.append(("teardown-engine-dead", True, late, _TEARDOWN_DEAD))
@@ -127,3 +98,34 @@ def stop_notes(stop: Mapping[str, Any]) -> str:
     """The named notes of a clean stop's log (``stop["shutdown"]``), for the summary ("" where none)."""
     names = [name for name, clean, _, _ in stop.get("shutdown") or [] if clean]
     return f" (logged on stop, clean: {', '.join(names)})" if names else ""
+
+
+def _forced(cut: str, silent: bool, drained: bool) -> Tuple[str, bool, str, str]:
+    """The cause of vLLM's force-kill of the engine core (``cut``: its line) at the timeout: its SIGTERM unanswered
+    (``silent``: no ``[shutdown] EngineCore:`` line), its drain cut (``drained``: draining, never complete), else a
+    slow teardown; each clean, named."""
+    if silent:
+        return (
+            "sigterm-unanswered",
+            True,
+            cut,
+            "the engine core, alive, logged nothing of its stop before vLLM SIGKILLed it at --shutdown-timeout "
+            "(its SIGTERM handler had not run: a timeout of 0, or its main thread in one native call longer than "
+            "the timeout, such as a forward step on a loaded CPU): requests still running were cut",
+        )
+    if drained:
+        return (
+            "drain-cut",
+            True,
+            cut,
+            "the drain outlived --shutdown-timeout and vLLM SIGKILLed its engine core: requests still running "
+            "were cut (raise --shutdown-timeout, below the pod's grace, where requests run longer)",
+        )
+    return (
+        "teardown-slow",
+        True,
+        cut,
+        "no request was left, but the engine core's teardown outlived --shutdown-timeout (its workers did not "
+        "exit within the executor's 5 s grace: `Executor: workers still running after grace period`, seen "
+        "on a loaded CPU) and vLLM SIGKILLed it",
+    )
