@@ -72,3 +72,14 @@ def test_the_hosts_group_timeout_reads_the_load_only_of_an_engine_on_this_machin
     assert executor.engine_load({"DOCKER_HOST": "unix:///run/user/1000/docker.sock"}) == (0.3, 16)
     assert executor.engine_load({"DOCKER_HOST": "tcp://10.0.0.7:2376"}) is None
     assert executor.engine_load({"DOCKER_HOST": "ssh://ci@builder"}) is None
+
+
+def test_a_groups_timeout_is_judged_alike_on_the_host_and_in_the_bundle() -> None:
+    """``results.group_timeout``, which the host's executor and the bundle's suite both call: the group's limit and
+    checks named, the load kept in the facts where read, the facts given left as they were."""
+    given = {"steps": ["startup"]}
+    diagnosis, hint, facts = results.group_timeout(("torch-import", "vllm-import"), 240, 241.2, (9.5, 2), given)
+    assert diagnosis.startswith("no result within the 240 s of its group (torch-import, vllm-import) after 241 s")
+    assert "loaded machine" in diagnosis and "timeout_scale" in hint
+    assert facts == {"steps": ["startup"], "load": [9.5, 2]} and given == {"steps": ["startup"]}
+    assert results.group_timeout(("x",), 60, 61.0, None, {})[2] == {}

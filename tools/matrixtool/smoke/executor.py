@@ -95,10 +95,7 @@ def execute(
             )
             if status is Status.TIMEOUT:
                 timed_out.set()
-                diagnosis, hint = results.timeout_cause(
-                    f"the {limit} s of its group ({', '.join(group.names)})", wall, load
-                )
-                facts = {**facts, "load": list(load)} if load is not None else facts
+                diagnosis, hint, facts = results.group_timeout(group.names, limit, wall, load, facts)
             parsed = parse_output_safe(output, check.name)
             seconds = float(parsed.get("seconds", wall)) if parsed else wall
             result = CheckResult(

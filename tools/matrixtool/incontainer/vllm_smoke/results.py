@@ -124,6 +124,16 @@ def timeout_cause(what: str, seconds: Optional[float], load: Load, where: str = 
     )
 
 
+def group_timeout(
+    names: Collection[str], limit: float, wall: float, load: Load, facts: Mapping[str, Any]
+) -> Tuple[str, str, Dict[str, Any]]:
+    """(diagnosis, hint, facts) of a check of the group ``names`` left without a result by the group's ``limit``
+    (seconds, its checks' timeouts summed) after ``wall`` seconds, judged by ``load`` (``timeout_cause``); ``facts``
+    with ``load`` ([1-minute load average, cores]) added where it was read. The host's runs and the bundle's alike."""
+    diagnosis, hint = timeout_cause(f"the {limit:.0f} s of its group ({', '.join(names)})", wall, load)
+    return diagnosis, hint, {**facts, "load": list(load)} if load is not None else dict(facts)
+
+
 def verdict(
     check: str,
     exit_code: int | None,

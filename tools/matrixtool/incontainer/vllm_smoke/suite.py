@@ -28,11 +28,11 @@ from .gpuprobe import attached_gpu
 from .reports import DEFAULT_PROFILE
 from .results import (
     TIMEOUT_EXIT,
+    group_timeout,
     machine_load,
     need_skip,
     parsed_result,
     split_logs,
-    timeout_cause,
     unhidden,
     verdict,
 )
@@ -161,8 +161,7 @@ class Suite:
                 name, code, output, limit, wall, hint=declared_hint(name), accelerator=accelerator
             )
             if status == "timeout":
-                diagnosis, hint = timeout_cause(f"the {limit} s of its group ({', '.join(names)})", wall, load)
-                facts = {**facts, "load": list(load)} if load is not None else facts
+                diagnosis, hint, facts = group_timeout(names, limit, wall, load, facts)
             try:
                 parsed = parsed_result(output, name)
             except ValueError:
