@@ -295,3 +295,23 @@ def test_an_engine_that_died_under_the_stop_is_the_root_and_a_broken_exit_its_co
     assert diagnosis.startswith("the stop the engine core died before the API server stopped it"), diagnosis
     assert ("(a consequence: the engine core died under the server)" in diagnosis) == (code == 137), diagnosis
     assert "[shutdown] lines" in hint and "terminationGracePeriodSeconds" not in hint, hint
+
+
+@pytest.mark.parametrize(("killed", "seconds"), [(False, 1.0), (True, 30.3)])
+def test_the_bundles_server_names_the_engines_death_as_the_root_as_the_container_check_does(
+    killed: bool, seconds: float
+) -> None:
+    """The bundle's server (a pod, a GPU host: ``vllm_smoke.serving.judge``) reads the same rule
+    (``shutdown.rooted_stop``): the engine's death first, class 44, its hint; a stop SIGKILLed after the grace its
+    consequence."""
+    from tests.unit.smoke.test_bundle import GOOD_STOP, SPEC, _probes
+
+    stop = {**GOOD_STOP, "killed_after_grace": killed, "exit_code": None if killed else 0, "seconds": seconds}
+    seen = {"ready_s": 9.0, "probes": _probes([1, 2, 3]), "argv": ["vllm", "serve"]}
+    seen["stop"] = {**stop, "shutdown": shutdown.shutdown_verdict(SILENT_ENGINE)}
+    status, diagnosis, hint, facts = serving.judge(seen, SPEC, None)
+    assert status == "failed" and facts["failure_class"] == 44, diagnosis
+    assert diagnosis.startswith("the stop the engine core died before the API server stopped it"), diagnosis
+    assert diagnosis.count(shutdown.CONSEQUENCE) == int(killed), diagnosis
+    assert hint == shutdown.DIED_HINT
+    assert serving.judge({**seen, "stop": stop}, SPEC, None)[0] == ("failed" if killed else "passed")

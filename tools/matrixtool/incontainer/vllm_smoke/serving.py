@@ -14,7 +14,7 @@ import signal
 from typing import Any, Dict, List, Mapping, Tuple
 
 from . import compilecache, errortext, servediag
-from .shutdown import stop_notes, unclean_stop
+from .shutdown import UNCLEAN_STOP, rooted_stop, stop_notes
 from .warmshare import warm_share
 
 CHECK = "serve"
@@ -221,7 +221,13 @@ def judge(seen: Mapping[str, Any], spec: Mapping[str, Any], expected_tokens: Any
         hints.append(key[1])
     stop = dict(seen.get("stop") or {})
     facts["stop"] = stop
-    problems += stop_problems(stop) + unclean_stop(stop)
+    # The engine's death is the root (class 44); an exit, a SIGKILL after the grace or a slow stop follows from it.
+    follows = ("SIGTERM during", "the server took")
+    stopped, died = rooted_stop(stop, stop_problems(stop), lambda p: p.startswith(follows))
+    if died:
+        facts.setdefault("failure_class", UNCLEAN_STOP)
+    problems += stopped
+    hints += died
     warm = warm_problems(seen, facts, problems, hints)
     fraction = spec.get("gpu_memory_utilization")
     if fraction is not None:  # a GPU host: the share asked for, and what the warm start saved

@@ -6,7 +6,7 @@ Standard library only, Python >= 3.9: the container check and the bundle's serve
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Tuple
+from typing import Any, Callable, List, Mapping, Tuple
 
 # docs/failure-classes.md: a stop that exits 0 in time but whose log shows the engine died under the server.
 UNCLEAN_STOP = 44
@@ -92,6 +92,28 @@ def shutdown_verdict(log: str) -> List[Tuple[str, bool, str, str]]:
 def unclean_stop(stop: Mapping[str, Any]) -> List[str]:
     """The stop contract's failures from its log's causes (``stop["shutdown"]``, ``shutdown_verdict``'s tuples)."""
     return [f"the stop {meaning}: {line!r}" for _, clean, line, meaning in stop.get("shutdown") or [] if not clean]
+
+
+# The fix of an engine core that died under the server (class 44), and how a stop failure it explains is marked.
+DIED_HINT = (
+    "read the server's log around its [shutdown] lines: an engine core that dies before the API server stops it was "
+    "killed (the OOM killer, a signal sent to every process of the container) or crashed"
+)
+CONSEQUENCE = " (a consequence: the engine core died under the server)"
+
+
+def rooted_stop(
+    stop: Mapping[str, Any], broken: List[str], follows: Callable[[str], bool]
+) -> Tuple[List[str], List[str]]:
+    """(problems, hints) of a stop: where its log shows an unclean stop (``unclean_stop``), that root first, then
+    ``broken`` (the caller's process-level stop failures) with each that ``follows`` from it (an exit code or a
+    stop past the grace: seen, the API server hung once its engine core was killed, SIGKILLed after the grace)
+    marked ``CONSEQUENCE``, and ``DIED_HINT``; else ``broken`` as it is and no hint. The container check and the
+    bundle's server alike."""
+    unclean = unclean_stop(stop)
+    if not unclean:
+        return list(broken), []
+    return unclean + [p + CONSEQUENCE if follows(p) else p for p in broken], [DIED_HINT]
 
 
 def stop_notes(stop: Mapping[str, Any]) -> str:

@@ -246,21 +246,12 @@ def _run_problems(seen: Observed, facts: dict[str, Any], problems: list[str], hi
             hints.append(unhealthy[1])
     stop = dict(seen.stop)
     facts["stop"] = stop
-    unclean = shutdown.unclean_stop(stop)
-    broken = stop_problems(stop)
-    if unclean:  # the root first; a stop past its grace or with another exit follows from it (seen: the API
-        # server hung once its engine core was killed, SIGKILLed after the grace; or exited 0 at once)
+    # The engine's death is the root; a stop with another exit or past its grace follows from it.
+    stopped, died = shutdown.rooted_stop(stop, stop_problems(stop), lambda p: p.startswith("docker stop"))
+    if died:
         facts.setdefault("failure_class", shutdown.UNCLEAN_STOP)
-        problems += unclean + [
-            f"{p} (a consequence: the engine core died under the server)" if p.startswith("docker stop") else p
-            for p in broken
-        ]
-        hints.append(
-            "read the server's log around its [shutdown] lines: an engine core that dies before the API server "
-            "stops it was killed (the OOM killer, a signal sent to every process of the container) or crashed"
-        )
-    else:
-        problems += broken
+    problems += stopped
+    hints += died
 
 
 def _warm_problems(
