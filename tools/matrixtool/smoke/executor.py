@@ -9,16 +9,20 @@ removed (``container.TrackedContainer``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import docker
+import docker.errors
+import requests.exceptions
 
 from matrixtool.core import container, outputs
 from matrixtool.core.container import OWNER_ENV_VAR
@@ -152,8 +156,12 @@ def _in_image(
     (``earlier``: serve against ``default``'s offline-generate), which it waits for once its own groups are done."""
     base = check_params(variant, attrs.get("Config", {}).get("Entrypoint") or [])
     gpu = host_gpu(variant.accelerator)
-    plan = room.schedule(runs, room.measure(), gpu=gpu is not None)
+    plan = room.schedule(runs, room.measure(), gpu=gpu is not None, engine_cpus=engine_cpus(client))
     announce(f"[{variant.name}] profiles: {plan.reason}")
+    image_env = dict(str(p).partition("=")[::2] for p in attrs.get("Config", {}).get("Env") or [])
+    places: queue.SimpleQueue[str] = queue.SimpleQueue()  # the CPUs of each place a run side by side takes
+    for cores in plan.cores:
+        places.put(cores)
     lock = threading.Lock()
 
     def said(line: str) -> None:
@@ -185,13 +193,25 @@ def _in_image(
                 else:
                     landed(result)
 
-            with container_runner(
-                client, image, gpu=gpu, run=run, steps=steps, workers=plan.workers, volumes=volumes
-            ) as runner:
-                with lock:
-                    live.append(runner)
-                done = execute(run, runner, variant.name, params, log_dir, landed_here, earlier=earlier)
-                judged = _root_causes(client, image, run, done, said)
+            with _place(places, len(plan.cores)) as cores:
+                bind = room.omp_bind(cores, {**image_env, **run.profile.value(Condition.ENV)})
+                if bind:
+                    named = f"[{variant.name}] profile {run.profile.name}"
+                    said(f"{named}: vLLM's engines on CPU {cores} ({', '.join(bind)})")
+                with container_runner(
+                    client,
+                    image,
+                    gpu=gpu,
+                    run=run,
+                    steps=steps,
+                    workers=plan.workers,
+                    volumes=volumes,
+                    environment=bind,
+                ) as runner:
+                    with lock:
+                        live.append(runner)
+                    done = execute(run, runner, variant.name, params, log_dir, landed_here, earlier=earlier)
+                    judged = _root_causes(client, image, run, done, said)
             for result in judged:
                 if result.check in held:
                     landed(result)
@@ -242,6 +262,30 @@ def side_by_side(
     else:
         in_parallel(range(count), at_once, one)
     return [r for results in found for r in results]
+
+
+@contextlib.contextmanager
+def _place(places: queue.SimpleQueue[str], count: int) -> Iterator[str]:
+    """The CPUs of a free place for a run side by side (``room.Schedule.cores``), given back on the way out; ``""``
+    (no place: vLLM's own binding) where the schedule has none (``count`` 0). A run waits for a place only where
+    more runs than places are started, which ``side_by_side``'s ``at_once`` prevents."""
+    if not count:
+        yield ""
+        return
+    cores = places.get()
+    try:
+        yield cores
+    finally:
+        places.put(cores)
+
+
+def engine_cpus(client: docker.DockerClient) -> int | None:
+    """The CPU count of the engine's machine (``docker info`` NCPU); None where it does not say."""
+    try:
+        count = client.info().get("NCPU")
+    except (docker.errors.DockerException, requests.exceptions.RequestException):
+        return None
+    return count if isinstance(count, int) else None
 
 
 def _root_causes(
