@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -307,7 +308,20 @@ def test_an_interrupt_beside_removes_every_run_started(monkeypatch: pytest.Monke
         )  # fmt: skip
     assert sorted(swept) == ["default", "restricted", "steps of default", "steps of restricted"]
     assert lines[0].startswith("[cpu] profiles: default and restricted side by side")
-    binds = sorted(given[name]["VLLM_CPU_OMP_THREADS_BIND"] for name in ("default", "restricted"))
-    assert binds == ["0", "1"], "each run's containers on a CPU of its own"
+    binds = [given[name]["VLLM_CPU_OMP_THREADS_BIND"] for name in ("default", "restricted")]
+    assert binds == ["0", "1"], "each run's containers on a CPU of its own, in the plan's order"
     said = sorted(line for line in lines if "vLLM's engines on CPU" in line)
     assert len(said) == 2 and all(line.endswith("(VLLM_CPU_OMP_THREADS_BIND)") for line in said)
+
+
+def test_a_later_run_takes_the_place_an_earlier_one_gave_back() -> None:
+    freed: queue.SimpleQueue[str] = queue.SimpleQueue()
+    with executor._place(("0", "1"), 0, freed) as first, executor._place(("0", "1"), 1, freed) as second:
+        assert (first, second) == ("0", "1")
+    with executor._place(("0", "1"), 0, freed) as again:
+        pass
+    assert again == "0"
+    with executor._place(("0", "1"), 2, freed) as third:
+        assert third in ("0", "1"), "the third run waits for a place given back (side_by_side starts it then)"
+    with executor._place((), 5, freed) as none:
+        assert none == "", "no places: vLLM's own binding"

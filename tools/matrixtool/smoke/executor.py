@@ -159,9 +159,8 @@ def _in_image(
     plan = room.schedule(runs, room.measure(), gpu=gpu is not None, engine_cpus=engine_cpus(client))
     announce(f"[{variant.name}] profiles: {plan.reason}")
     image_env = dict(str(p).partition("=")[::2] for p in attrs.get("Config", {}).get("Env") or [])
-    places: queue.SimpleQueue[str] = queue.SimpleQueue()  # the CPUs of each place a run side by side takes
-    for cores in plan.cores:
-        places.put(cores)
+    freed: queue.SimpleQueue[str] = queue.SimpleQueue()  # places the runs before gave back, for the runs after
+    checking = [i for i, r in enumerate(runs) if r.checks]  # a run without checks takes no place
     lock = threading.Lock()
 
     def said(line: str) -> None:
@@ -193,7 +192,7 @@ def _in_image(
                 else:
                     landed(result)
 
-            with _place(places, len(plan.cores)) as cores:
+            with _place(plan.cores, checking.index(index), freed) as cores:
                 bind = room.omp_bind(cores, {**image_env, **run.profile.value(Condition.ENV)})
                 if bind:
                     named = f"[{variant.name}] profile {run.profile.name}"
@@ -265,18 +264,19 @@ def side_by_side(
 
 
 @contextlib.contextmanager
-def _place(places: queue.SimpleQueue[str], count: int) -> Iterator[str]:
-    """The CPUs of a free place for a run side by side (``room.Schedule.cores``), given back on the way out; ``""``
-    (no place: vLLM's own binding) where the schedule has none (``count`` 0). A run waits for a place only where
-    more runs than places are started, which ``side_by_side``'s ``at_once`` prevents."""
-    if not count:
+def _place(places: Sequence[str], index: int, freed: queue.SimpleQueue[str]) -> Iterator[str]:
+    """The CPUs of the place of the ``index``-th run with checks side by side (``room.Schedule.cores``): the first
+    runs take the places in order (``default`` the first), a later one the place a run before it gave back
+    (``freed``: ``side_by_side`` starts it once one has ended); given back on the way out. ``""`` (vLLM's own
+    binding) where the schedule has no places."""
+    if not places:
         yield ""
         return
-    cores = places.get()
+    cores = places[index] if index < len(places) else freed.get()
     try:
         yield cores
     finally:
-        places.put(cores)
+        freed.put(cores)
 
 
 def engine_cpus(client: docker.DockerClient) -> int | None:
