@@ -21,7 +21,7 @@ from matrixtool.model.checks import CHECKS
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke import executor, room
+from matrixtool.smoke import executor, places, room
 from matrixtool.smoke.plan import ProfileRun, plan_profiles
 from matrixtool.smoke.result import CheckResult, Status
 
@@ -299,7 +299,7 @@ def test_an_interrupt_beside_removes_every_run_started(monkeypatch: pytest.Monke
     monkeypatch.setattr(executor, "_root_causes", lambda client, image, run, done, announce: done)
     monkeypatch.setattr(container, "sweep", lambda client, session: swept.append(session))
     monkeypatch.setattr(room, "measure", lambda: machine(2, ENOUGH, (0, 1)))
-    monkeypatch.setattr(executor, "engine_cpus", lambda client: 2)
+    monkeypatch.setattr(places, "engine_cpus", lambda client: 2)
     lines: list[str] = []
     with pytest.raises(KeyboardInterrupt):
         executor._in_image(
@@ -316,12 +316,12 @@ def test_an_interrupt_beside_removes_every_run_started(monkeypatch: pytest.Monke
 
 def test_a_later_run_takes_the_place_an_earlier_one_gave_back() -> None:
     freed: queue.SimpleQueue[str] = queue.SimpleQueue()
-    with executor._place(("0", "1"), 0, freed) as first, executor._place(("0", "1"), 1, freed) as second:
+    with places.place(("0", "1"), 0, freed) as first, places.place(("0", "1"), 1, freed) as second:
         assert (first, second) == ("0", "1")
-    with executor._place(("0", "1"), 0, freed) as again:
+    with places.place(("0", "1"), 0, freed) as again:
         pass
     assert again == "0"
-    with executor._place(("0", "1"), 2, freed) as third:
+    with places.place(("0", "1"), 2, freed) as third:
         assert third in ("0", "1"), "the third run waits for a place given back (side_by_side starts it then)"
-    with executor._place((), 5, freed) as none:
+    with places.place((), 5, freed) as none:
         assert none == "", "no places: vLLM's own binding"

@@ -9,20 +9,17 @@ removed (``container.TrackedContainer``).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import docker
 import docker.errors
-import requests.exceptions
 
 from matrixtool.core import container, outputs
 from matrixtool.core.container import OWNER_ENV_VAR
@@ -33,7 +30,7 @@ from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke import bundle, hidden, room, rootcause
+from matrixtool.smoke import bundle, hidden, places, rootcause
 from matrixtool.smoke.emulator import floor_mount
 from matrixtool.smoke.gpuaccess import host_gpu
 from matrixtool.smoke.plan import (
@@ -50,6 +47,7 @@ from matrixtool.smoke.runners import ContainerRunner, Runner, container_runner, 
 __all__ = ["execute", "host_has_gpu", "run_host_suite", "run_profiles", "run_suite"]
 
 J = TypeVar("J")
+T = TypeVar("T")
 R = TypeVar("R")
 
 
@@ -156,21 +154,11 @@ def _in_image(
     (``earlier``: serve against ``default``'s offline-generate), which it waits for once its own groups are done."""
     base = check_params(variant, attrs.get("Config", {}).get("Entrypoint") or [])
     gpu = host_gpu(variant.accelerator)
-    plan = room.schedule(runs, room.measure(), gpu=gpu is not None, engine_cpus=engine_cpus(client))
+    plan = places.schedule(client, runs, gpu=gpu is not None)
     announce(f"[{variant.name}] profiles: {plan.reason}")
-    image_env = dict(str(p).partition("=")[::2] for p in attrs.get("Config", {}).get("Env") or [])
-    freed: queue.SimpleQueue[str] = queue.SimpleQueue()  # places the runs before gave back, for the runs after
-    checking = [i for i, r in enumerate(runs) if r.checks]  # a run without checks takes no place
+    held_places = places.Places(plan.cores, runs, attrs)
     lock = threading.Lock()
-
-    def said(line: str) -> None:
-        with lock:
-            announce(line)
-
-    def landed(result: CheckResult) -> None:
-        with lock:
-            on_result(result)
-
+    said, landed = _locked(lock, announce), _locked(lock, on_result)
     live: list[ContainerRunner] = []  # the runs' check containers now up, for the main thread's cleanup
 
     with container_steps(client, variant, gpu=gpu) as steps:
@@ -192,12 +180,8 @@ def _in_image(
                 else:
                     landed(result)
 
-            with _place(plan.cores, checking.index(index), freed) as cores:
-                bind = room.omp_bind(cores, {**image_env, **run.profile.value(Condition.ENV)})
-                if bind:
-                    named = f"[{variant.name}] profile {run.profile.name}"
-                    said(f"{named}: vLLM's engines on CPU {cores} ({', '.join(bind)})")
-                with container_runner(
+            with held_places.bind(index, f"[{variant.name}] profile {run.profile.name}", said) as bind:
+                made = container_runner(
                     client,
                     image,
                     gpu=gpu,
@@ -206,7 +190,8 @@ def _in_image(
                     workers=plan.workers,
                     volumes=volumes,
                     environment=bind,
-                ) as runner:
+                )
+                with made as runner:
                     with lock:
                         live.append(runner)
                     done = execute(run, runner, variant.name, params, log_dir, landed_here, earlier=earlier)
@@ -225,12 +210,18 @@ def _in_image(
             # Runs on other threads: their ``with`` blocks do not unwind on Ctrl-C/SIGTERM in the main thread, so
             # it removes what they started (by session label; removing a container ends the execs in it).
             if plan.at_once > 1:
-                with lock:
-                    started = list(live)
-                for runner in started:
-                    container.sweep(client, runner.box.session)
-                    runner.sweep()
+                _sweep_runs(client, live, lock)
             raise
+
+
+def _locked(lock: threading.Lock, call: Callable[[T], None]) -> Callable[[T], None]:
+    """``call`` under ``lock``: the runs side by side announce lines and results one at a time."""
+
+    def under(value: T) -> None:
+        with lock:
+            call(value)
+
+    return under
 
 
 def side_by_side(
@@ -263,29 +254,14 @@ def side_by_side(
     return [r for results in found for r in results]
 
 
-@contextlib.contextmanager
-def _place(places: Sequence[str], index: int, freed: queue.SimpleQueue[str]) -> Iterator[str]:
-    """The CPUs of the place of the ``index``-th run with checks side by side (``room.Schedule.cores``): the first
-    runs take the places in order (``default`` the first), a later one the place a run before it gave back
-    (``freed``: ``side_by_side`` starts it once one has ended); given back on the way out. ``""`` (vLLM's own
-    binding) where the schedule has no places."""
-    if not places:
-        yield ""
-        return
-    cores = places[index] if index < len(places) else freed.get()
-    try:
-        yield cores
-    finally:
-        freed.put(cores)
-
-
-def engine_cpus(client: docker.DockerClient) -> int | None:
-    """The CPU count of the engine's machine (``docker info`` NCPU); None where it does not say."""
-    try:
-        count = client.info().get("NCPU")
-    except (docker.errors.DockerException, requests.exceptions.RequestException):
-        return None
-    return count if isinstance(count, int) else None
+def _sweep_runs(client: docker.DockerClient, live: Sequence[ContainerRunner], lock: threading.Lock) -> None:
+    """Remove the check containers of the runs ``live`` on other threads (by session label; removing a container
+    ends the execs in it) and what their steps started."""
+    with lock:
+        started = list(live)
+    for runner in started:
+        container.sweep(client, runner.box.session)
+        runner.sweep()
 
 
 def _root_causes(
