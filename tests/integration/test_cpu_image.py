@@ -120,6 +120,11 @@ def test_the_profiles_ran_as_the_room_allowed_and_report_in_plan_order(cpu_run: 
     assert re.match(pattern, line), line
     if cores < 2:
         assert "one after the other" in line, line
+    if "side by side" in line:  # each run's vLLM engines on CPUs of its own (smoke.places), said per profile
+        assert "each run's vLLM engines on CPUs of its own (VLLM_CPU_OMP_THREADS_BIND: " in line, line
+        bound = [x for x in proc.stderr.splitlines() if "vLLM's engines on CPU" in x]
+        assert sorted(x.split(":")[0] for x in bound) == ["[cpu] profile default", "[cpu] profile restricted"], bound
+        assert len({x.split("on CPU ")[1] for x in bound}) == 2, f"the same CPUs for both runs: {bound}"
     rows = [(c["profile"], c["check"]) for c in doc["checks"]]
     assert rows == [("default", c) for c in ALL_CHECKS] + [("restricted", c) for c in RESTRICTED_CHECKS]
     logs = [str(c.get("log") or "") for c in doc["checks"]]

@@ -50,6 +50,17 @@ def test_the_server_container_runs_the_readme_line() -> None:
     assert not spec.init  # PID 1 is the server, as `docker run IMAGE serve` makes it
 
 
+def test_a_run_beside_another_binds_its_servers_to_its_own_cores() -> None:
+    """Side by side, the tool adds the run's cores (``room.omp_bind``) over the profile's environment; alone, the
+    server's environment is the image's and the profile's, as the README's line gives it."""
+    restricted = profiles.profile_from_mapping("restricted", {**RESTRICTED, "env": {"HF_HUB_OFFLINE": "1"}})
+    bound = serve_line.server_spec("img", restricted, "vol", environment={"VLLM_CPU_OMP_THREADS_BIND": "1"})
+    env = bound.run_kwargs(session="s", owner="o")["environment"]
+    assert env == {"HF_HUB_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "1"}
+    alone = serve_line.server_spec("img", restricted, "vol").run_kwargs(session="s", owner="o")["environment"]
+    assert alone == {"HF_HUB_OFFLINE": "1"}
+
+
 def test_a_profile_without_network_publishes_nothing_and_its_client_shares_the_namespace() -> None:
     restricted = profiles.profile_from_mapping("restricted", RESTRICTED)
     spec = serve_line.server_spec("img", restricted, "vol")

@@ -3,14 +3,20 @@ owns what the check container needs for it (its model volume) or skips where no 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, cast
 
+import docker
+import pytest
+
+from matrixtool.core.container import ContainerSpec
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.matrixfile import load_matrix
 from matrixtool.model.model import CheckSpec
 from matrixtool.model.profiles import Profile
+from matrixtool.smoke import runners
 from matrixtool.smoke.plan import ProfileRun, profile_run
 from matrixtool.smoke.result import CheckResult, Status
 from matrixtool.smoke.runners import ContainerRunner
@@ -29,6 +35,7 @@ class _Box:
     """The check container as a step sees it: an image and execs (none is made here)."""
 
     image = "img:1"
+    environment: Mapping[str, str] = MappingProxyType({})
 
     def exec(self, argv: list[str], env: Any, deadline_s: float) -> tuple[int | None, str]:
         raise AssertionError("no exec")
@@ -88,3 +95,37 @@ def test_the_container_runner_looks_the_step_up_and_sweeps_what_it_made(tmp_path
     assert kind.made == ["serve"]
     runner.sweep()
     assert isinstance(made, _Sweeping) and made.swept
+
+
+def test_the_runs_environment_reaches_the_check_container_and_its_steps(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """What the tool adds for a run side by side (its cores, ``room.omp_bind``) is set in its check container and
+    handed to its steps (the serve step's servers take it from ``runner.environment``)."""
+    specs: list[ContainerSpec] = []
+
+    class _Started:
+        def __init__(self, client: Any, spec: ContainerSpec) -> None:
+            specs.append(spec)
+            self.spec = spec
+
+        def __enter__(self) -> _Started:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def exec(self, argv: list[str], env: Any, deadline_s: float) -> tuple[int | None, str]:
+            return 0, ""
+
+    monkeypatch.setattr(runners, "TrackedContainer", _Started)
+    bind = {"VLLM_CPU_OMP_THREADS_BIND": "1"}
+    engine = cast(docker.DockerClient, object())
+    with runners.container_runner(
+        engine, "img:1", gpu=None, run=_run("cpu"), steps={"serve": _Kind()}, environment=bind
+    ) as runner:
+        assert runner.environment == bind
+    assert specs[0].environment["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+    with runners.container_runner(engine, "img:1", gpu=None, run=_run("cpu"), steps={"serve": _Kind()}) as runner:
+        assert runner.environment == {}
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in specs[1].environment

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import docker
+import docker.errors
 
 from matrixtool.core import container, engine, outputs
 from matrixtool.core.container import OWNER_ENV_VAR
@@ -30,7 +31,7 @@ from matrixtool.model.checks import DEFAULT_SUITE
 from matrixtool.model.conditions import Condition
 from matrixtool.model.model import CheckSpec, Variant
 from matrixtool.model.profiles import Profile
-from matrixtool.smoke import bundle, hidden, room, rootcause
+from matrixtool.smoke import bundle, hidden, places, rootcause
 from matrixtool.smoke.emulator import floor_mount
 from matrixtool.smoke.gpuaccess import host_gpu
 from matrixtool.smoke.plan import (
@@ -47,6 +48,7 @@ from matrixtool.smoke.runners import ContainerRunner, Runner, container_runner, 
 __all__ = ["execute", "host_has_gpu", "run_host_suite", "run_profiles", "run_suite"]
 
 J = TypeVar("J")
+T = TypeVar("T")
 R = TypeVar("R")
 
 
@@ -161,18 +163,11 @@ def _in_image(
     (``earlier``: serve against ``default``'s offline-generate), which it waits for once its own groups are done."""
     base = check_params(variant, attrs.get("Config", {}).get("Entrypoint") or [])
     gpu = host_gpu(variant.accelerator)
-    plan = room.schedule(runs, room.measure(), gpu=gpu is not None)
+    plan = places.schedule(client, runs, gpu=gpu is not None)
     announce(f"[{variant.name}] profiles: {plan.reason}")
+    held_places = places.Places(plan.cores, runs, attrs)
     lock = threading.Lock()
-
-    def said(line: str) -> None:
-        with lock:
-            announce(line)
-
-    def landed(result: CheckResult) -> None:
-        with lock:
-            on_result(result)
-
+    said, landed = _locked(lock, announce), _locked(lock, on_result)
     live: list[ContainerRunner] = []  # the runs' check containers now up, for the main thread's cleanup
 
     with container_steps(client, variant, gpu=gpu) as steps:
@@ -194,13 +189,22 @@ def _in_image(
                 else:
                     landed(result)
 
-            with container_runner(
-                client, image, gpu=gpu, run=run, steps=steps, workers=plan.workers, volumes=volumes
-            ) as runner:
-                with lock:
-                    live.append(runner)
-                done = execute(run, runner, variant.name, params, log_dir, landed_here, earlier=earlier)
-                judged = _root_causes(client, image, run, done, said)
+            with held_places.bind(index, f"[{variant.name}] profile {run.profile.name}", said) as bind:
+                made = container_runner(
+                    client,
+                    image,
+                    gpu=gpu,
+                    run=run,
+                    steps=steps,
+                    workers=plan.workers,
+                    volumes=volumes,
+                    environment=bind,
+                )
+                with made as runner:
+                    with lock:
+                        live.append(runner)
+                    done = execute(run, runner, variant.name, params, log_dir, landed_here, earlier=earlier)
+                    judged = _root_causes(client, image, run, done, said)
             for result in judged:
                 if result.check in held:
                     landed(result)
@@ -215,12 +219,18 @@ def _in_image(
             # Runs on other threads: their ``with`` blocks do not unwind on Ctrl-C/SIGTERM in the main thread, so
             # it removes what they started (by session label; removing a container ends the execs in it).
             if plan.at_once > 1:
-                with lock:
-                    started = list(live)
-                for runner in started:
-                    container.sweep(client, runner.box.session)
-                    runner.sweep()
+                _sweep_runs(client, live, lock)
             raise
+
+
+def _locked(lock: threading.Lock, call: Callable[[T], None]) -> Callable[[T], None]:
+    """``call`` under ``lock``: the runs side by side announce lines and results one at a time."""
+
+    def under(value: T) -> None:
+        with lock:
+            call(value)
+
+    return under
 
 
 def side_by_side(
@@ -251,6 +261,16 @@ def side_by_side(
     else:
         in_parallel(range(count), at_once, one)
     return [r for results in found for r in results]
+
+
+def _sweep_runs(client: docker.DockerClient, live: Sequence[ContainerRunner], lock: threading.Lock) -> None:
+    """Remove the check containers of the runs ``live`` on other threads (by session label; removing a container
+    ends the execs in it) and what their steps started."""
+    with lock:
+        started = list(live)
+    for runner in started:
+        container.sweep(client, runner.box.session)
+        runner.sweep()
 
 
 def _root_causes(

@@ -146,13 +146,21 @@ class ContainerRunner:
     steps by the kinds of ``steps`` (by check name: ``container_steps``)."""
 
     def __init__(
-        self, box: TrackedContainer, profile: Profile, steps: Mapping[str, ContainerStep], *, cores: int | None = None
+        self,
+        box: TrackedContainer,
+        profile: Profile,
+        steps: Mapping[str, ContainerStep],
+        *,
+        cores: int | None = None,
+        environment: Mapping[str, str] | None = None,
     ) -> None:
         self.box = box
         self.profile = profile
         self.image = box.spec.image
         self.steps = steps
         self.cores = cores
+        # What the tool adds to the environment of this run's containers, its steps' servers too (room.omp_bind).
+        self.environment: Mapping[str, str] = dict(environment or {})
         self.started: list[Step] = []
 
     def step(self, check: CheckSpec, run: ProfileRun, log_dir: Path) -> Step:
@@ -211,19 +219,22 @@ def container_runner(
     steps: Mapping[str, ContainerStep],
     workers: int | None = None,
     volumes: Mapping[str, Mapping[str, str]] | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> Iterator[ContainerRunner]:
     """A ``ContainerRunner`` for ``run`` in a fresh container of ``image`` (a session of its own) under ``run``'s
     profile, with what the kinds of ``steps`` of ``run``'s steps need mounted (``ContainerStep.needs``) and
     ``volumes`` (the cpu-floor check's emulator), removed on the way out with what its steps started; ``workers``:
-    the cores its groups may take (None: the host's).
+    the cores its groups may take (None: the host's); ``environment``: set in it and in its steps' servers (the
+    run's own cores side by side, ``room.omp_bind``).
 
     Raises as ``TrackedContainer.start`` (WrongPlatformError on ``exec format error``)."""
     needs = [steps[check.name].needs(run) for check in run.steps]
     volumes = {**{k: v for need in needs for k, v in need.volumes.items()}, **(volumes or {})}
-    environment = {k: v for need in needs for k, v in need.environment.items()}
+    added = dict(environment or {})
+    environment = {**{k: v for need in needs for k, v in need.environment.items()}, **added}
     spec = container_spec(image, gpu=gpu, profile=run.profile, volumes=volumes, environment=environment)
     with TrackedContainer(client, spec) as box:
-        runner = ContainerRunner(box, run.profile, steps, cores=workers)
+        runner = ContainerRunner(box, run.profile, steps, cores=workers, environment=added)
         try:
             runner.install()
             yield runner

@@ -47,9 +47,11 @@ class Skipped:
 
 class Execs(Protocol):
     """What a step runs in the check container (``TrackedContainer.exec``'s contract): the serve step makes the tiny
-    model there."""
+    model there. ``environment``: what the tool adds to the environment of the run's containers, the step's own
+    too (the run's cores side by side: ``room.omp_bind``)."""
 
     image: str
+    environment: Mapping[str, str]
 
     def exec(self, argv: list[str], env: Mapping[str, str], deadline_s: float) -> tuple[int | None, str]: ...
 

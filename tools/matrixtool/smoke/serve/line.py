@@ -169,6 +169,7 @@ def server_spec(
     eager: bool = False,
     cache: tuple[str, str] | None = None,
     start: serve_start.Start = PROJECT_START,
+    environment: Mapping[str, str] | None = None,
 ) -> ContainerSpec:
     """The server container: the image's ENTRYPOINT with the arguments of ``start``'s form (``server_args``;
     default: this project's images, ``serve_argv()``), the image's USER, WORKDIR and ENV (the profile's user and
@@ -177,7 +178,8 @@ def server_spec(
     run it); port 8000 published on 127.0.0.1 (a port the engine picks) where the profile has a network.
     ``eager``: ``--enforce-eager`` added (the quick suite: about 70 s to ready here instead of 100 s compiled; the
     full suite's server proves the compiled engine). ``cache``: (volume, cache root) mounts the compile cache's
-    volume read-write at the cache root (``cache_root``), above a tmpfs of the profile that holds it."""
+    volume read-write at the cache root (``cache_root``), above a tmpfs of the profile that holds it.
+    ``environment``: set over the image's and the profile's (the run's own cores side by side: ``room.omp_bind``)."""
     extra = profiles.container_kwargs(profile)
     if profile.network != "none":
         extra["ports"] = {f"{PORT}/tcp": ("127.0.0.1", None)}
@@ -188,6 +190,7 @@ def server_spec(
     return ContainerSpec(
         image=image,
         command=server_args(start, eager=eager),
+        environment=dict(environment or {}),
         volumes=volumes,
         device_requests=access.device_requests,
         devices=access.devices,

@@ -48,7 +48,8 @@ class Launch:
     (s); ``gpu``: the host's GPUs (``gpuaccess``), None: none; ``eager``: no compile (the quick suite), so no warm
     start; ``env``: the server's environment (where its cache root is); ``deadline`` (``time.monotonic()``): where
     the warm start must be ready by (None: no bound but ``ready_timeout_s``, seconds a start may take to be ready);
-    ``start``: the form the image is started in (``serve_start.choose``)."""
+    ``start``: the form the image is started in (``serve_start.choose``); ``added``: set in the server's environment
+    over the image's and the profile's (the run's own cores beside another run: ``room.omp_bind``)."""
 
     image: str
     profile: Profile
@@ -61,6 +62,7 @@ class Launch:
     env: Mapping[str, str] = field(default_factory=dict)
     deadline: float | None = None
     start: serve_start.Start = serve_line.PROJECT_START
+    added: Mapping[str, str] = field(default_factory=dict)
 
 
 def observe(client: docker.DockerClient, launch: Launch) -> serve_check.Observed:
@@ -86,6 +88,7 @@ def observe(client: docker.DockerClient, launch: Launch) -> serve_check.Observed
             eager=launch.eager,
             cache=cache,
             start=launch.start,
+            environment=launch.added,
         )
         warm_spec, pod = spec, None
         if cache is not None:  # the warm server and its restart share a pod's /dev/shm (serve_endoflife)

@@ -160,6 +160,7 @@ class ServeRun:
                 env=self.environment(),
                 deadline=self.deadline,
                 start=self.start_form[1],
+                added=self.runner.environment,
             )
             self.seen = serve_run.observe(self.client, launch)
         except Exception as exc:  # the check fails with it; the run goes on
