@@ -53,17 +53,23 @@ def _fake_run(output: str, code: int | None) -> Any:
     return run
 
 
-def test_a_sigill_is_one_failure_naming_library_symbol_instruction_step_and_build(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    fault = {"address": "0x7f00", "path": "/opt/venv/lib/libfloor.so", "library": "/opt/venv/lib/libfloor.so",
-             "vaddr": 0x1139, "symbol": "floor_init", "symbol_offset": 4, "bytes": "62f17c4858c0c3"}  # fmt: skip
+def _sigill_at_the_kernels_step(monkeypatch: pytest.MonkeyPatch, fault: dict[str, object], instruction: str) -> None:
+    """The emulated probe's output up to the kernels step (vLLM selected its AVX2 build), then ``fault`` (exit 132),
+    with ``instruction`` as the disassembly at the faulting address."""
     output = 'MATRIX-FLOOR {"step": "startup"}\nMATRIX-FLOOR {"step": "torch", "capability": "AVX2"}\n'
     output += 'MATRIX-FLOOR {"step": "vllm", "extension": ["_C_AVX2.abi3.so"]}\n'
     output += f"MATRIX-SIGILL {__import__('json').dumps(fault)}\n"
     monkeypatch.setattr(cpufloor, "run_emulated", _fake_run(output, 132))
     monkeypatch.setattr(cpufloor, "program_path", lambda name: f"/x/{name}")
-    monkeypatch.setattr(cpufloor, "disassembly", lambda library, vaddr: "vaddps %zmm0,%zmm0,%zmm0")
+    monkeypatch.setattr(cpufloor, "disassembly", lambda library, vaddr: instruction)
+
+
+def test_a_sigill_is_one_failure_naming_library_symbol_instruction_step_and_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fault = {"address": "0x7f00", "path": "/opt/venv/lib/libfloor.so", "library": "/opt/venv/lib/libfloor.so",
+             "vaddr": 0x1139, "symbol": "floor_init", "symbol_offset": 4, "bytes": "62f17c4858c0c3"}  # fmt: skip
+    _sigill_at_the_kernels_step(monkeypatch, fault, "vaddps %zmm0,%zmm0,%zmm0")
     outcome = cpufloor.check_cpu_floor(_params())
     assert outcome["status"] == "failed"
     said = outcome["diagnosis"]
@@ -81,12 +87,7 @@ def test_a_sigill_in_vllms_own_extension_build_names_that_build_as_the_cause(mon
     symbol = "_Z8rms_normRN2at6TensorES1_St8optionalIS0_Ed"
     fault = {"address": "0x7f00", "path": so, "library": so, "vaddr": 0x259790, "symbol": symbol,
              "symbol_offset": 0, "bytes": "62f17d48efc0"}  # fmt: skip
-    output = 'MATRIX-FLOOR {"step": "startup"}\nMATRIX-FLOOR {"step": "torch", "capability": "AVX2"}\n'
-    output += 'MATRIX-FLOOR {"step": "vllm", "extension": ["_C_AVX2.abi3.so"]}\n'
-    output += f"MATRIX-SIGILL {__import__('json').dumps(fault)}\n"
-    monkeypatch.setattr(cpufloor, "run_emulated", _fake_run(output, 132))
-    monkeypatch.setattr(cpufloor, "program_path", lambda name: f"/x/{name}")
-    monkeypatch.setattr(cpufloor, "disassembly", lambda library, vaddr: "vpxord %zmm0,%zmm0,%zmm0")
+    _sigill_at_the_kernels_step(monkeypatch, fault, "vpxord %zmm0,%zmm0,%zmm0")
     demangled = {symbol: "rms_norm(at::Tensor&, at::Tensor&, double)"}
     monkeypatch.setattr(cpufloor, "demangled", lambda symbol: demangled.get(symbol, symbol))
     outcome = cpufloor.check_cpu_floor(_params())
