@@ -246,7 +246,8 @@ def suites_table(result: dict[str, Any]) -> str:
         "what ran beside what:",
         "  naive parts: each alone, one after the other (one docker run at a time, the warm start after the cold)",
         *(f"  {name} suite: {result[name].get('beside') or '?'}" for name in ("full", "quick")),
-        "  full suite's serve: its warm start beside its cold server's probes and stop (the quick suite has none)",
+        "  full suite's serve: two starts one after the other, the warm one the first's restart after its SIGKILL "
+        "(the quick suite: one start)",
     ]
     return "\n".join(
         [header]

@@ -71,7 +71,7 @@ def test_leftovers_planted_in_the_pods_shm_fail_the_restart_and_are_named(
     assert any(p["cmd"].startswith("VLLM::EngineCore") for p in killed["tree"]), killed["tree"]
     assert left["count"] > 0 and left["files_bytes"] > 0, left  # the killed server's segments stayed
     assert restart["ready_s"] is None and restart["exit_code"] not in (None, 0), restart.get("log", "")[-3000:]
-    seen = {"kill": killed, "shm_after_kill": left, "restart": restart}
+    seen = {"kill": killed, "shm_after_kill": left, **restart}  # the warm start is the restart
     problems, hints, facts, _ = endoflife.judge(seen, {})
     assert facts["failure_class"] == 43 and len(problems) == 1, problems
     assert "holds what a server that did not exit left there" in problems[0] and "psm_planted" in problems[0]
@@ -249,7 +249,7 @@ def test_a_restart_refused_by_what_the_killed_server_left_on_the_cache_is_one_fa
         sweep(client, session)
     assert killed["exit_code"] == 137 and killed["target"]["pid"] == 1, killed
     assert restart["ready_s"] is None and restart["exit_code"] == 1, restart.get("log", "")[-3000:]
-    problems, hints, facts, _ = endoflife.judge({"kill": killed, "shm_after_kill": left, "restart": restart}, {})
+    problems, hints, facts, _ = endoflife.judge({"kill": killed, "shm_after_kill": left, **restart}, {})
     print(problems, hints)  # the verdict, for the record (pytest -s)
     assert facts["failure_class"] == 45 and len(problems) == 1 and len(hints) == 1, problems
     assert "the restart in the same pod (after SIGKILL, on its /dev/shm and cache) exited (1)" in problems[0]

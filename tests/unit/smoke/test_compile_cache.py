@@ -15,6 +15,7 @@ from matrixtool.smoke.result import Status
 from matrixtool.smoke.serve import check as serve_check
 from matrixtool.smoke.serve import diagnosis as serve_diagnosis
 from matrixtool.smoke.serve import line as serve_line
+from tests.unit.smoke.test_endoflife import shm_state
 from tests.unit.smoke.test_serve import GOOD_STOP, _probes
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "serve"
@@ -170,3 +171,47 @@ def test_a_warm_start_that_could_not_run_or_get_ready_fails_with_its_cause() -> 
     status, diagnosis, hint, _ = _judge(dataclasses.replace(base, warm={"ready_s": None, "exit_code": 1, "log": log}))
     assert status is Status.FAILED and "the warm start exited (1) before it was ready" in diagnosis
     assert "Permission denied: '/tmp/.cache/torchinductor'" in diagnosis and "fsGroup" in hint
+
+
+KILLED = {"target": {"pid": 1, "cmd": "vllm serve /models/tiny-llama"}, "exit_code": 137, "survivors": []}
+
+
+def test_the_warm_start_after_the_kill_reads_in_the_order_it_ran() -> None:
+    """The container check's full suite: the first server SIGKILLed once probed, the warm start its restart in the
+    same pod, then that server's stop (``serve_run._serve``)."""
+    warm = {
+        "kill": KILLED,
+        "shm_after_kill": shm_state(1024, {}),
+        "ready_s": 40.0,
+        "exit_code": None,
+        "log": WARM,
+        "cache_listing": AFTER_WARM,
+    }
+    seen = serve_check.Observed(ready_s=90.0, log=COLD, warm=warm, cache_listing=AFTER_COLD, cache_root="/tmp/.cache")
+    status, diagnosis, _, facts = _judge(seen)
+    assert status is Status.PASSED, diagnosis
+    killed = diagnosis.index("SIGKILL once probed: nothing left, /dev/shm empty, then restarted in the same pod")
+    assert (
+        killed < diagnosis.index("; warm start 40 s on the cold start's cache") < diagnosis.index("; its stop: exit 0")
+    )
+    assert "; stop:" not in diagnosis
+    assert facts["restart"]["ready_s"] == facts["warm"]["ready_s"] == 40.0
+
+
+def test_a_restart_that_does_not_come_up_is_one_failure_and_no_stop_is_judged() -> None:
+    """The warm start is the restart: its end is judged once (serve_endoflife, with /dev/shm's state), and the stop
+    that could not happen is not a second failure."""
+    log = (DATA / "compile-cache-unwritable.log").read_text(encoding="utf-8")
+    warm = {"kill": KILLED, "shm_after_kill": shm_state(1024, {}), "ready_s": None, "exit_code": 1, "log": log}
+    seen = serve_check.Observed(
+        ready_s=90.0, log=COLD, warm=warm, cache_listing=AFTER_COLD, cache_root="/tmp/.cache", probes=_probes([1, 2, 3])
+    )
+    env = {"XDG_CACHE_HOME": "/tmp/.cache"}
+    status, diagnosis, hint, facts = serve_check.judge(
+        seen, expected_tokens=[1, 2, 3], vllm_version="0.32.0", ready_budget_s=None, env=env
+    )
+    assert status is Status.FAILED and "no streaming request" not in diagnosis and "PID 1" not in diagnosis, diagnosis
+    assert "the warm start" not in diagnosis  # said once, as the restart
+    assert diagnosis.startswith("the restart in the same pod (after SIGKILL, on its /dev/shm and cache) exited (1)")
+    assert "Permission denied: '/tmp/.cache/torchinductor'" in diagnosis and "fsGroup" in hint
+    assert "no server to stop" in facts["stop"]["skipped"] and facts["failure_class"] == 31

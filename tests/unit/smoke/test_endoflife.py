@@ -158,12 +158,14 @@ def test_a_kill_that_ends_the_container_and_a_restart_that_comes_up_pass_with_th
     warm = {
         "kill": {"target": TREE[0], "exit_code": 137, "survivors": [], "survivors_rss_kib": 0},
         "shm_after_kill": shm_state(1024, {"psm_3f9c": 160}),
-        "restart": {"ready_s": 41.2, "exit_code": None, "log": ""},
+        "ready_s": 41.2,  # the warm start is the restart
+        "exit_code": None,
+        "log": "",
     }
     problems, hints, facts, words = endoflife.judge(warm, {})
     assert problems == [] and hints == []
-    assert "SIGKILL: nothing left, /dev/shm kept 1 file(s), 160 MiB: psm_3f9c (160 MiB)" in words
-    assert "restart in the same pod ready in 41 s" in words
+    assert "SIGKILL once probed: nothing left, /dev/shm kept 1 file(s), 160 MiB: psm_3f9c (160 MiB)" in words
+    assert words.endswith(", then restarted in the same pod")
     assert facts["kill"]["exit_code"] == 137 and facts["restart"]["ready_s"] == 41.2
 
 
@@ -188,7 +190,7 @@ def test_a_restart_failed_by_the_leftovers_names_them_not_the_size() -> None:
     warm = {
         "kill": {"target": TREE[0], "exit_code": 137, "survivors": []},
         "shm_after_kill": leftovers,
-        "restart": {"ready_s": None, "exit_code": 1, "log": RING, "shm": leftovers},
+        **{"ready_s": None, "exit_code": 1, "log": RING, "shm": leftovers},
     }
     problems, hints, facts, _ = endoflife.judge(warm, {})
     assert len(problems) == 1 and facts["failure_class"] == 43
@@ -200,7 +202,7 @@ def test_a_restart_that_fails_for_another_cause_is_class_45_with_its_cause() -> 
     warm = {
         "kill": {"target": TREE[0], "exit_code": 137, "survivors": []},
         "shm_after_kill": shm_state(1024, {}),
-        "restart": {"ready_s": None, "exit_code": 1, "log": "ValueError: lock file held by another process\n"},
+        **{"ready_s": None, "exit_code": 1, "log": "ValueError: lock file held by another process\n"},
     }
     problems, hints, facts, _ = endoflife.judge(warm, {})
     assert facts["failure_class"] == 45 and "ValueError: lock file held" in problems[0]

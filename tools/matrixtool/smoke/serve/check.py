@@ -138,19 +138,24 @@ def judge(
     facts.update(ended_facts)
     problems += ended
     hints += ended_hints
-    warm += ended_words
+    warm = ended_words + warm  # the kill came before the warm start, its restart
     stop = facts["stop"]
     if ready_budget_s is not None and seen.ready_s > ready_budget_s:
         facts["ready_budget_s"] = ready_budget_s
         problems.append(f"ready after {seen.ready_s:.0f} s, over its ready_budget of {ready_budget_s:.0f} s")
+    stopped_words = (
+        f"exit {stop.get('exit_code')} in {stop.get('seconds')} s, stream {stop.get('stream')}"
+        f"{shutdown.stop_notes(stop)}"
+    )
+    restarted = bool(seen.warm.get("kill"))  # then the stop was the warm server's, after the restart
     summary = (
         f"started in the {form.form} form, ready in {seen.ready_s:.0f} s; models, greedy completion"
         f"{' == offline-generate' if expected_tokens is not None else ' (no offline-generate tokens to compare)'}, "
-        f"stream, chat, metrics ({facts['metrics_requests']}), version {facts['version']}; stop: exit "
-        f"{stop.get('exit_code')} in "
-        f"{stop.get('seconds')} s, stream {stop.get('stream')}{shutdown.stop_notes(stop)}"
+        f"stream, chat, metrics ({facts['metrics_requests']}), version {facts['version']}"
+        + ("" if restarted else f"; stop: {stopped_words}")
         + ("; the image's HEALTHCHECK passes" if seen.health else "")
         + warm
+        + (f"; its stop: {stopped_words}" if restarted else "")
     )
     stopped = _stop_diagnosis(stop)
     if stopped is not None and not shutdown.unclean_stop(stop):  # else the engine's death is the cause, with its hint
@@ -246,6 +251,9 @@ def _run_problems(seen: Observed, facts: dict[str, Any], problems: list[str], hi
             hints.append(unhealthy[1])
     stop = dict(seen.stop)
     facts["stop"] = stop
+    if not stop and seen.warm.get("kill"):  # the warm start, the server stopped, did not come up: judged as such
+        facts["stop"] = {"skipped": "no server to stop: the restart after SIGKILL did not come up"}
+        return
     # The engine's death is the root; a stop with another exit or past its grace follows from it.
     stopped, died = shutdown.rooted_stop(stop, stop_problems(stop), lambda p: p.startswith("docker stop"))
     if died:
@@ -263,11 +271,14 @@ def _warm_problems(
     ``cold_ready_s``); returns the summary's words for it ("" where none ran or it failed)."""
     if not seen.warm:
         return ""
+    restart = bool(seen.warm.get("kill"))  # the warm start is the restart after SIGKILL: serve_endoflife judges its end
     judged = compilecache.judge_warm(
         seen.log, seen.ready_s, seen.warm, cold_listing=seen.cache_listing, cache_root=seen.cache_root, tmpfs=seen.tmpfs
     )
     facts.update(judged["facts"])
     outcome, warm_log = judged["outcome"], str(seen.warm.get("log") or "")
+    if restart and outcome in ("error", "not_ready"):
+        return ""
     if outcome == "error":
         problems.append(f"the warm start on the cold start's cache could not run: {seen.warm['error']}")
     elif outcome == "not_ready":

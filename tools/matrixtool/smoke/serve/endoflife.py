@@ -1,12 +1,12 @@
-"""End of life beyond a clean stop, on the serve check's warm server: killed with SIGKILL (``kill``), as the OOM
-killer or a liveness kill ends it, with what is left of its processes and of /dev/shm afterwards; then a restart in
-the same pod (``restart``): a fresh container on the same /dev/shm and compile cache volumes, which must come up, or
-the leftovers are named as its cause.
+"""End of life beyond a clean stop, on the serve check's first server in the full suite: killed with SIGKILL once
+probed (``kill``), as the OOM killer or a liveness kill ends it, with what is left of its processes and of /dev/shm
+afterwards; then restarted in the same pod: a fresh container on the same /dev/shm and compile cache volumes, which
+must come up (it is the warm start, ``serve_run._restart``), or the leftovers are named as its cause.
 
 A pod's /dev/shm is an ``emptyDir: {medium: Memory}``: it belongs to the pod, not the container, so it outlives a
 container restart. Here it is a tmpfs Docker volume (``shm_volume``, the profile's ``shm_size``) mounted at
 /dev/shm, held by a pod container (``pod_spec``: ``sleep infinity``, as the pod's sandbox holds its volumes; the
-engine unmounts a tmpfs volume once no container uses it) for as long as the warm server and its restart live; the
+engine unmounts a tmpfs volume once no container uses it) for as long as the server and its restart live; the
 state of /dev/shm is read in it (``read_shm``: ``servediag.READ_SHM``).
 
 Which process is killed: vLLM's API server, the process a pod's OOM kill or liveness kill ends. The serve check's
@@ -51,11 +51,6 @@ RESTART_HINT = (
     "or pid file of a dead process on the cache volume, a file in /dev/shm) or held is the cause quoted; have the "
     "server's start clear its own stale state, or keep such files off the volumes that outlive the container"
 )
-# The line that opens the restart's log in the serve check's log file, after the warm start's.
-RESTART_LOG_MARK = (
-    "----- the restart in the same pod (after the warm server's SIGKILL, on its /dev/shm and cache) -----"
-)
-
 # The processes of a container as its user sees them (``python3 -c PROCESSES``; itself left out): one JSON list of
 # {pid, ppid, rss_kib, cmd}.
 PROCESSES = (
@@ -184,8 +179,8 @@ def kill(server: TrackedContainer) -> dict[str, Any]:
 def pod(
     client: docker.DockerClient, image: str, profile: Profile, session: str, labels: Mapping[str, str]
 ) -> Iterator[tuple[str, TrackedContainer]]:
-    """The pod of the warm server and its restart: its /dev/shm volume (``shm_volume``) and the container that holds
-    it (``pod_spec``), started; both removed on the way out."""
+    """The pod of the full suite's server and its restart: its /dev/shm volume (``shm_volume``) and the container
+    that holds it (``pod_spec``), started; both removed on the way out."""
     with contextlib.ExitStack() as stack:
         volume = stack.enter_context(shm_volume(client, labels, shm_size(profile)))
         box = stack.enter_context(TrackedContainer(client, pod_spec(image, profile, volume), session=session))
@@ -193,22 +188,24 @@ def pod(
 
 
 def judge(warm: Mapping[str, Any], env: Mapping[str, str] | None) -> tuple[list[str], list[str], dict[str, Any], str]:
-    """(problems, hints, facts, summary words) of the kill and the restart that ``warm`` holds (``kill``,
-    ``shm_after_kill``, ``restart``): survivors of the SIGKILL fail (class 42), with their memory; a restart that
-    does not come up fails with its diagnosis read with /dev/shm's state (class 43 where the leftovers take the
-    room, else its log's cause, class 45); a restart that came up with leftovers in /dev/shm passes with them
-    named (their memory counts against the pod's). Pure."""
+    """(problems, hints, facts, summary words) of the kill and the restart that ``warm`` holds: ``kill`` and
+    ``shm_after_kill`` of the first server, then the warm start's own keys (``serve_run._restart``: ``ready_s``,
+    ``exit_code``, ``log``, ``shm``, or ``error``), as the restart in the same pod. Survivors of the SIGKILL fail
+    (class 42), with their memory; a restart that does not come up fails with its diagnosis read with /dev/shm's
+    state (class 43 where the leftovers take the room, else its log's cause, class 45); a restart that came up with
+    leftovers in /dev/shm passes with them named (their memory counts against the pod's). Pure."""
     problems: list[str] = []
     hints: list[str] = []
     facts: dict[str, Any] = {}
-    killed, restart = warm.get("kill"), warm.get("restart")
+    killed = warm.get("kill")
+    restart = warm if ("ready_s" in warm or "error" in warm) else None
     if not killed:
         return problems, hints, facts, ""
     shm = dict(warm.get("shm_after_kill") or {})
     facts["kill"] = {k: killed.get(k) for k in ("target", "exit_code", "survivors", "survivors_rss_kib", "seconds")}
     facts["kill"]["shm"] = shm
     if killed.get("error"):
-        problems.append(f"the warm server could not be killed: {killed['error']}")
+        problems.append(f"the server could not be killed: {killed['error']}")
         return problems, hints, facts, ""
     survivors = killed.get("survivors") or []
     target = killed.get("target") or {}
@@ -233,7 +230,7 @@ def judge(warm: Mapping[str, Any], env: Mapping[str, str] | None) -> tuple[list[
             "ends the container, and the kubelet restarts it; a supervisor in front of it keeps its orphans alive"
         )
     left = servediag.shm_leftovers(shm)
-    words = f"; SIGKILL: {'nothing' if not survivors else len(survivors)} left"
+    words = f"; SIGKILL once probed: {'nothing' if not survivors else len(survivors)} left"
     words += f", /dev/shm kept {left}" if left else ", /dev/shm empty"
     if not restart:
         return problems, hints, facts, words
@@ -252,8 +249,8 @@ def judge(warm: Mapping[str, Any], env: Mapping[str, str] | None) -> tuple[list[
             problems.append(f"the restart in the same pod exited ({code}): {found.diagnosis}: {found.cause}")
             hints.append(found.fix)
         else:
-            facts.setdefault("failure_class", RESTART)
             known = found is not None and found.failure_class is not None  # a class of its own, with its fix
+            facts.setdefault("failure_class", found.failure_class if found is not None and known else RESTART)
             if found is not None and known:
                 cause = found.render()
             else:  # vLLM's generic "server exited" says no more than the cause line: quote it, with class 45's fix
@@ -262,5 +259,5 @@ def judge(warm: Mapping[str, Any], env: Mapping[str, str] | None) -> tuple[list[
             problems.append(f"the restart in the same pod (after SIGKILL, on its /dev/shm and cache) {what}: {cause}")
             hints.append(found.fix if found is not None and known else RESTART_HINT)
     else:
-        words += f"; restart in the same pod ready in {restart['ready_s']:.0f} s"
+        words += ", then restarted in the same pod"
     return problems, hints, facts, words

@@ -1,13 +1,12 @@
-"""The server of one profile run (``Launch``) started and observed (``observe``): ready, probed, stopped during a
-stream (``stop_contract``), then a warm start on the compile cache the first wrote (``_WarmStart``); the serve step
+"""The server of one profile run (``Launch``) started and observed (``observe``): ready, probed; then, in the full
+suite, killed with SIGKILL and restarted in the same pod on the compile cache it wrote (the warm start), which is
+stopped during a stream (``stop_contract``); in the quick suite the first server is the one stopped. The serve step
 (``serve.step.ServeRun``) runs it on a thread and judges what it showed."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,7 +21,6 @@ from matrixtool.core.container import (
     SESSION_LABEL,
     ContainerSpec,
     TrackedContainer,
-    sweep,
 )
 from matrixtool.incontainer.vllm_smoke import compilecache, serving, shutdown
 from matrixtool.incontainer.vllm_smoke.programs import serve_probe
@@ -35,10 +33,6 @@ from matrixtool.smoke.serve import health as serve_health
 from matrixtool.smoke.serve import line as serve_line
 from matrixtool.smoke.serve import probing as serve_probing
 from matrixtool.smoke.serve import start as serve_start
-
-# Whether the warm start begins as soon as the cold server is ready (beside its probes and stop) or after it
-# stopped: measured both ways (docs/checks.md, "Cold and warm start").
-WARM_BESIDE_COLD = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,17 +60,18 @@ class Launch:
 
 
 def observe(client: docker.DockerClient, launch: Launch) -> serve_check.Observed:
-    """Start ``launch``'s server, wait until ready, probe it, stop it during a stream (``_cold_start``); then (not
-    ``eager``) the warm start: a second server on the compile cache volume the first wrote (mounted at the image's
-    cache root, ``serve_line.cache_root`` of the server's environment), ready and stopped (``_WarmStart``).
+    """Start ``launch``'s server, wait until ready, probe it. Eager (the quick suite): then stop it during a stream.
+    Else (the full suite) it runs in a pod (``serve_endoflife.pod``: /dev/shm a volume the pod holds) on a fresh
+    compile cache volume mounted at the image's cache root (``serve_line.cache_root`` of the server's environment);
+    once probed it is killed with SIGKILL (``serve_endoflife.kill``) and the warm start is its restart in the same pod
+    on the same volumes (``_restart``), stopped during a stream once ready. With less than ``compilecache.WARM_MIN_S``
+    of the ``deadline`` left the first server is stopped instead and the warm start skipped, saying so, so the check's
+    own timeout never swallows the cold verdict; a kill the engine refuses does the same.
 
     Once ready and where the port is published, the command of ``CLIENT_ENV`` runs first (``run_client``).
-    Raises docker errors as ``TrackedContainer.start`` does; every container and the cache volume are removed on
-    the way out. None of the ``deadline`` left, the warm start is skipped with that reason, so the check's own
-    timeout never swallows the cold verdict. On a GPU the warm start waits for the cold server's stop (both would
-    hold the GPU's memory at once)."""
+    Raises docker errors as ``TrackedContainer.start`` does; every container and volume is removed on the way out."""
     root = serve_line.cache_root(launch.env)
-    # As TrackedContainer labels its containers: ServeRun.sweep removes the volume on Ctrl-C/SIGTERM too.
+    # As TrackedContainer labels its containers: ServeRun.sweep removes the volumes on Ctrl-C/SIGTERM too.
     labels = {OWNER_LABEL: os.environ.get(OWNER_ENV_VAR, ""), SESSION_LABEL: launch.session}
     with contextlib.ExitStack() as outer:
         cache = None if launch.eager else (outer.enter_context(serve_line.cache_volume(client, labels)), root)
@@ -90,72 +85,25 @@ def observe(client: docker.DockerClient, launch: Launch) -> serve_check.Observed
             start=launch.start,
             environment=launch.added,
         )
-        warm_spec, pod = spec, None
-        if cache is not None:  # the warm server and its restart share a pod's /dev/shm (serve_endoflife)
+        pod = None
+        if cache is not None:  # the server and its restart share a pod's /dev/shm (serve_endoflife)
             shm, pod = outer.enter_context(
                 serve_endoflife.pod(client, launch.image, launch.profile, launch.session, labels)
             )
-            warm_spec = serve_endoflife.with_shm(spec, shm)
-        warm = _WarmStart(client, launch, warm_spec, root, pod)
-        outer.callback(warm.end)  # before the volumes go
-        seen = _cold_start(client, launch, spec, warm if cache is not None else None)
-        if seen.ready_s is not None and cache is not None:
-            warm.finish()
-        return dataclasses.replace(seen, warm=warm.seen) if seen.ready_s is not None else seen
+            spec = serve_endoflife.with_shm(spec, shm)
+        return _serve(client, launch, spec, pod)
 
 
-class _WarmStart:
-    """The warm start of ``observe``: ``spec`` (the cold server's, on its cache volume at ``root``) started again
-    (``_start_once``), within what is left of the ``deadline``; begun beside the cold server's probes
-    (``WARM_BESIDE_COLD``, not on a GPU) or after its stop. ``seen``: what it showed (``skipped``: why none ran;
-    ``error``: why it could not run)."""
-
-    def __init__(
-        self, client: docker.DockerClient, launch: Launch, spec: ContainerSpec, root: str, pod: TrackedContainer | None
-    ) -> None:
-        self.client, self.launch, self.spec, self.root, self.pod = client, launch, spec, root, pod
-        self.seen: dict[str, Any] = {"skipped": compilecache.WARM_SKIPPED_EAGER} if launch.eager else {}
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self) -> None:
-        """Start it now, on this thread."""
-        left, skipped = compilecache.warm_budget(self.launch.ready_timeout_s, self.launch.deadline, time.monotonic())
-        if skipped is not None:
-            self.seen["skipped"] = skipped
-            return
-        try:
-            self.seen.update(
-                _start_once(self.client, self.launch, self.spec, self.root, ready_timeout_s=left, pod=self.pod)
-            )
-        except Exception as exc:  # the check fails with it (serve_check.judge); the cold run's result stands
-            self.seen["error"] = f"{type(exc).__name__}: {exc}"
-
-    def begin(self) -> None:
-        """Start it beside the cold server, on a daemon thread."""
-        self.thread.start()
-
-    def finish(self) -> None:
-        """After the cold server's stop: wait for the one begun beside it, else start it now."""
-        if self.thread.ident is not None:
-            self.thread.join(self.launch.ready_timeout_s + 60)
-        else:
-            self.run()
-
-    def end(self) -> None:
-        """On the way out: a warm server still running (the cold run raised) is removed, its thread ended."""
-        if self.thread.is_alive():
-            sweep(self.client, self.launch.session)
-            self.thread.join(60.0)
-
-
-def _cold_start(
-    client: docker.DockerClient, launch: Launch, spec: ContainerSpec, warm: _WarmStart | None
+def _serve(
+    client: docker.DockerClient, launch: Launch, spec: ContainerSpec, pod: TrackedContainer | None
 ) -> serve_check.Observed:
-    """The first server (``spec``): ready, the client of ``CLIENT_ENV``, the image's HEALTHCHECK, the probes, the
-    stop contract; the cache's listing once ready and after the probes, and ``warm`` begun once ready (beside it;
-    None: no cache, no warm start). Not ready: what it showed until then."""
+    """The first server (``spec``): ready, the client of ``CLIENT_ENV``, the image's HEALTHCHECK, the probes; then in
+    a ``pod`` its SIGKILL and the warm start (``_restart``), else (or no time left for a warm start) its stop
+    contract. The cache's listing once ready and after the probes (kernels compiled for the probes count as cold).
+    Not ready: what it showed until then."""
     root = serve_line.cache_root(launch.env)
     started = time.monotonic()
+    warm: dict[str, Any] = {}
     with TrackedContainer(client, spec, session=launch.session) as server:
         if server.container is None:
             raise RuntimeError("the server container did not start")
@@ -164,19 +112,35 @@ def _cold_start(
             ready_s, seen, code, log = _wait_ready(server, prober, started, launch.ready_timeout_s)
             if ready_s is None:
                 return serve_check.Observed(ready_s=None, phases=seen, exit_code=code, log=log)
-            listing = cache_listing(server, root) if warm is not None else ""
-            if warm is not None and WARM_BESIDE_COLD and launch.gpu is None:
-                warm.begin()
+            listing = cache_listing(server, root) if pod is not None else ""
             ran = serve_probing.run_client(base) if base is not None else {}
             health = serve_health.run_healthcheck(
                 server, serve_health.healthcheck_of(client.images.get(launch.image).attrs)
             )
             asked = {"model": serve_line.MODEL_PATH, "prompt": serve_check.PROMPT, "max_tokens": serve_check.MAX_TOKENS}
             probes = prober.call("probe", asked)
-            if warm is not None:  # kernels the cold server compiled after ready (its probes) count as cold
+            left = 0.0
+            if pod is not None:
                 listing = _union(listing, cache_listing(server, root))
-            stop = stop_contract(server, prober, launch.grace_s)
-    log = stop.pop("log", "")
+                left, skipped = compilecache.warm_budget(launch.ready_timeout_s, launch.deadline, time.monotonic())
+                if skipped is not None:
+                    warm["skipped"] = skipped
+                else:
+                    warm["kill"] = _kill(server)
+            killed = "kill" in warm and "error" not in warm["kill"]
+            if killed:
+                stop: dict[str, Any] = {}
+                log = server.logs()
+            else:
+                if "kill" in warm:
+                    warm["skipped"] = "the first server could not be killed, so it was stopped instead"
+                stop = stop_contract(server, prober, launch.grace_s)
+                log = stop.pop("log", "")
+    if killed and pod is not None:
+        began = time.monotonic()
+        warm["shm_after_kill"] = serve_endoflife.read_shm(pod)
+        warm.update(_restart(client, launch, spec, pod, left - (time.monotonic() - began), root=root))
+        stop = warm.pop("stop", {})
     return serve_check.Observed(
         ready_s=ready_s,
         phases=seen,
@@ -185,10 +149,19 @@ def _cold_start(
         log=log,
         client=ran,
         health=health,
+        warm=warm,
         cache_listing=listing,
         cache_root=root,
         tmpfs=tuple(launch.profile.value(Condition.TMPFS)),
     )
+
+
+def _kill(server: TrackedContainer) -> dict[str, Any]:
+    """``serve_endoflife.kill`` of ``server``, or {"error": ...} where the engine refused it."""
+    try:
+        return serve_endoflife.kill(server)
+    except docker.errors.DockerException as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def _prober(
@@ -223,56 +196,38 @@ def _wait_ready(
     return None, seen, None, server.logs()
 
 
-def _start_once(
+def _restart(
     client: docker.DockerClient,
     launch: Launch,
     spec: ContainerSpec,
-    root: str,
+    pod: TrackedContainer,
+    left_s: float,
     *,
-    ready_timeout_s: float,
-    pod: TrackedContainer | None = None,
+    root: str | None = None,
 ) -> dict[str, Any]:
-    """The warm start: ``spec`` (the cold server's, on the same cache volume at ``root``) started, ready (no probe, no
-    stop contract: the cold run proved those). Its ``ready_s``, ``phases``, ``exit_code`` (None: ready or timed
-    out), ``log`` and ``cache_listing`` (``cache_listing`` once ready). In a ``pod`` (its /dev/shm held there,
-    ``serve_endoflife``), once ready it is killed with SIGKILL (``kill``: what was left of it) and restarted in a
-    fresh container on the same volumes (``restart``: ``ready_s``, ``exit_code``, ``log``, ``shm``), with /dev/shm
-    read between (``shm_after_kill``)."""
+    """The warm start: the killed server's ``spec`` in a fresh container of the same pod (its /dev/shm and compile
+    cache volumes), ready within ``left_s`` seconds (at least 60) or not. Its ``ready_s``, ``phases``, ``exit_code``
+    (None: ready or timed out), ``log``; once ready the cache's files under ``root`` (``cache_listing``; None: the
+    server's own cache root) and the stop contract during a stream (``stop``, its log in ``log``); not ready,
+    /dev/shm after it (``shm``). Raises nothing of the engine's: {"error": ...} where a container could not run."""
+    root = serve_line.cache_root(launch.env) if root is None else root
     started = time.monotonic()
     out: dict[str, Any] = {}
-    with TrackedContainer(client, spec, session=launch.session) as server, contextlib.ExitStack() as stack:
-        prober, _ = _prober(client, launch, server, stack)
-        ready_s, seen, code, _log = _wait_ready(server, prober, started, ready_timeout_s)
-        listing = cache_listing(server, root) if ready_s else ""
-        if ready_s is not None and pod is not None:
-            try:
-                out["kill"] = serve_endoflife.kill(server)
-            except docker.errors.DockerException as exc:
-                out["kill"] = {"error": f"{type(exc).__name__}: {exc}"}
-        out.update(
-            {"ready_s": ready_s, "phases": seen, "exit_code": code, "log": server.logs(), "cache_listing": listing}
-        )
-    if "kill" in out and "error" not in out["kill"] and pod is not None:
-        out["shm_after_kill"] = serve_endoflife.read_shm(pod)
-        out["restart"] = _restart(client, launch, spec, pod, ready_timeout_s - (time.monotonic() - started))
-    return out
-
-
-def _restart(
-    client: docker.DockerClient, launch: Launch, spec: ContainerSpec, pod: TrackedContainer, left_s: float
-) -> dict[str, Any]:
-    """The restart in the same pod: ``spec`` in a fresh container (the killed server's /dev/shm and cache volumes),
-    ready within ``left_s`` seconds or not; removed once ready (its own end is not judged). Its ``ready_s``,
-    ``exit_code``, ``log`` and, where it did not come up, ``shm`` (/dev/shm after it)."""
-    started = time.monotonic()
     try:
         with TrackedContainer(client, spec, session=launch.session) as server, contextlib.ExitStack() as stack:
             prober, _ = _prober(client, launch, server, stack)
-            ready_s, _seen, code, log = _wait_ready(server, prober, started, max(60.0, left_s))
-            out: dict[str, Any] = {"ready_s": ready_s, "exit_code": code, "log": log or server.logs()}
+            ready_s, seen, code, log = _wait_ready(server, prober, started, max(60.0, left_s))
+            out.update({"ready_s": ready_s, "phases": seen, "exit_code": code, "log": log, "cache_listing": ""})
+            if ready_s is None:
+                out["log"] = log or server.logs()
+            else:
+                out["cache_listing"] = cache_listing(server, root)
+                stop = stop_contract(server, prober, launch.grace_s)
+                out["log"] = stop.pop("log", "")
+                out["stop"] = stop
     except docker.errors.DockerException as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
-    if ready_s is None:
+    if out["ready_s"] is None:
         out["shm"] = serve_endoflife.read_shm(pod)
     return out
 

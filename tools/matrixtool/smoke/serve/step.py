@@ -28,7 +28,6 @@ from matrixtool.smoke.gpuaccess import GpuAccess
 from matrixtool.smoke.plan import ProfileRun
 from matrixtool.smoke.result import CheckResult, Status
 from matrixtool.smoke.serve import check as serve_check
-from matrixtool.smoke.serve import endoflife as serve_endoflife
 from matrixtool.smoke.serve import line as serve_line
 from matrixtool.smoke.serve import run as serve_run
 from matrixtool.smoke.serve import start as serve_start
@@ -212,8 +211,6 @@ class ServeRun:
         if self.seen is not None:
             warm_log = str(self.seen.warm.get("log") or "")
             written = self.seen.log + (f"\n{compilecache.WARM_LOG_MARK}\n{warm_log}" if warm_log else "")
-            restart_log = str((self.seen.warm.get("restart") or {}).get("log") or "")
-            written += f"\n{serve_endoflife.RESTART_LOG_MARK}\n{restart_log}" if restart_log else ""
         outputs.write_text(log, written)
         return CheckResult(
             variant=self.variant.name,
