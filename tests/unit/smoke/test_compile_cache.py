@@ -15,6 +15,7 @@ from matrixtool.smoke.result import Status
 from matrixtool.smoke.serve import check as serve_check
 from matrixtool.smoke.serve import diagnosis as serve_diagnosis
 from matrixtool.smoke.serve import line as serve_line
+from matrixtool.smoke.serve import run as serve_run
 from tests.unit.smoke.test_endoflife import shm_state
 from tests.unit.smoke.test_serve import GOOD_STOP, _probes
 
@@ -215,3 +216,30 @@ def test_a_restart_that_does_not_come_up_is_one_failure_and_no_stop_is_judged() 
     assert diagnosis.startswith("the restart in the same pod (after SIGKILL, on its /dev/shm and cache) exited (1)")
     assert "Permission denied: '/tmp/.cache/torchinductor'" in diagnosis and "fsGroup" in hint
     assert "no server to stop" in facts["stop"]["skipped"] and facts["failure_class"] == 31
+
+
+def _launch(**kw: Any) -> serve_run.Launch:
+    return serve_run.Launch(image="img", profile=Profile(name="default"), volume="models", session="s", **kw)
+
+
+def test_the_quick_suites_server_is_stopped_and_its_facts_say_why_no_warm_start_ran() -> None:
+    """The quick suite (eager) plans no kill and no warm start, and says why in ``facts.warm.skipped`` (docs/checks.md;
+    a plan of {} left the facts without ``warm``)."""
+    warm, ready_by = serve_run.warm_plan(_launch(eager=True), 100.0)
+    assert (warm, ready_by) == ({"skipped": cc.WARM_SKIPPED_EAGER}, None)
+    _, _, _, facts = _judge(serve_check.Observed(ready_s=50.0, warm=warm))
+    assert facts["warm"] == {"skipped": cc.WARM_SKIPPED_EAGER}
+
+
+def test_the_warm_start_is_planned_against_the_deadline_as_an_absolute_time() -> None:
+    """Full suite: the restart must be ready by a fixed ``time.monotonic()``, so the kill, the killed server's
+    removal and the /dev/shm read before it count against the check's timeout (a budget taken before the kill and
+    cut only by the /dev/shm read let it run past the deadline by the kill's seconds); and the stop during a stream
+    after it (its grace) must fit before the deadline too. Too little left: no kill, the first server stopped."""
+    assert serve_run.warm_plan(_launch(deadline=9000.0), 100.0) == ({}, 100.0 + serve_check.READY_TIMEOUT_S)
+    assert serve_run.warm_plan(_launch(), 100.0) == ({}, 100.0 + serve_check.READY_TIMEOUT_S)  # no deadline
+    assert serve_run.warm_plan(_launch(deadline=400.0, grace_s=30), 100.0) == ({}, 370.0)
+    assert serve_run.warm_plan(_launch(deadline=400.0, grace_s=120), 100.0) == ({}, 280.0)
+    short = 100.0 + 30 + cc.WARM_MIN_S - 1  # a warm start would fit, its stop's grace would not
+    warm, ready_by = serve_run.warm_plan(_launch(deadline=short, grace_s=30), 100.0)
+    assert ready_by is None and warm == {"skipped": cc.skipped_for_time(cc.WARM_MIN_S - 1)}
