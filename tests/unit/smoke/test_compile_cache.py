@@ -243,3 +243,27 @@ def test_the_warm_start_is_planned_against_the_deadline_as_an_absolute_time() ->
     short = 100.0 + 30 + cc.WARM_MIN_S - 1  # a warm start would fit, its stop's grace would not
     warm, ready_by = serve_run.warm_plan(_launch(deadline=short, grace_s=30), 100.0)
     assert ready_by is None and warm == {"skipped": cc.skipped_for_time(cc.WARM_MIN_S - 1)}
+
+
+def test_with_no_time_for_a_warm_start_the_first_servers_stop_is_the_one_judged() -> None:
+    """Too little of the check's timeout left after the probes: no kill, the first server stopped (its stop read as
+    such in the summary, not as the warm server's), the warm start skipped with the reason."""
+    skipped = cc.skipped_for_time(20)
+    seen = serve_check.Observed(ready_s=90.0, log=COLD, warm={"skipped": skipped}, cache_root="/tmp/.cache")
+    status, diagnosis, _, facts = _judge(seen)
+    assert status is Status.PASSED and "; stop: exit 0" in diagnosis and "its stop" not in diagnosis, diagnosis
+    assert "SIGKILL" not in diagnosis and facts["warm"] == {"skipped": skipped} and "kill" not in facts
+
+
+def test_a_kill_the_engine_refused_fails_and_the_first_servers_stop_is_still_judged() -> None:
+    """The engine refused the SIGKILL: the first server was stopped instead (``serve_run._serve``), so its stop is
+    judged (here PID 1 a shell), beside the refused kill; no restart is claimed."""
+    warm = {"kill": {"error": "APIError: 409 Conflict"}, "skipped": "the first server could not be killed, so ..."}
+    seen = serve_check.Observed(ready_s=90.0, log=COLD, warm=warm, cache_listing=AFTER_COLD, cache_root="/tmp/.cache")
+    seen = dataclasses.replace(seen, probes=_probes([1, 2, 3]), stop={**GOOD_STOP, "pid1": "/bin/sh /entry.sh"})
+    status, diagnosis, _, facts = serve_check.judge(
+        seen, expected_tokens=[1, 2, 3], vllm_version="0.32.0", ready_budget_s=None, env={}
+    )
+    assert status is Status.FAILED and "the server could not be killed: APIError: 409 Conflict" in diagnosis
+    assert "PID 1 is /bin/sh /entry.sh" in diagnosis and "restart" not in diagnosis, diagnosis
+    assert "skipped" not in facts["stop"] and facts["warm"]["skipped"].startswith("the first server could not")

@@ -49,9 +49,11 @@ class Observed:
     log (tail), ``client`` what the command of ``CLIENT_ENV`` did (empty: none ran), ``health`` the image's own
     HEALTHCHECK run against the ready server (``run_healthcheck``; empty: the image declares none); ``warm`` the
     second start on the compile cache the first wrote (``ready_s``, ``phases``, ``exit_code``, ``log``; ``skipped``:
-    why none ran; empty: none ran; ``cache_listing``: its files once ready), with the cache volume mounted at
-    ``cache_root`` (``cache_listing``: its files once the first start was ready) and the profile's tmpfs mount points
-    ``tmpfs``."""
+    why none ran; empty: none ran; ``cache_listing``: its files once ready; in the container check's full suite
+    also the first server's ``kill`` and ``shm_after_kill``, the warm start being its restart in the same pod, and
+    ``shm`` or ``error`` as ``serve_endoflife.judge`` reads them; ``stop`` is then the warm server's), with the
+    cache volume mounted at ``cache_root`` (``cache_listing``: its files once the first start was ready) and the
+    profile's tmpfs mount points ``tmpfs``."""
 
     ready_s: float | None
     phases: Mapping[str, float] = field(default_factory=dict)
