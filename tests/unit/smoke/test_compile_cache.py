@@ -267,3 +267,19 @@ def test_a_kill_the_engine_refused_fails_and_the_first_servers_stop_is_still_jud
     assert status is Status.FAILED and "the server could not be killed: APIError: 409 Conflict" in diagnosis
     assert "PID 1 is /bin/sh /entry.sh" in diagnosis and "restart" not in diagnosis, diagnosis
     assert "skipped" not in facts["stop"] and facts["warm"]["skipped"].startswith("the first server could not")
+
+
+def test_a_restart_whose_stop_the_engine_broke_fails_once_and_its_warm_start_is_kept() -> None:
+    """The warm start came up (its figure kept), the engine then failed its stop: one failure, no stop judged."""
+    warm = {"kill": KILLED, "shm_after_kill": shm_state(1024, {}), "ready_s": 40.0, "log": WARM, "error": "APIError"}
+    warm["cache_listing"] = AFTER_WARM
+    seen = serve_check.Observed(ready_s=90.0, log=COLD, warm=warm, cache_listing=AFTER_COLD, cache_root="/tmp/.cache")
+    seen = dataclasses.replace(seen, probes=_probes([1, 2, 3]))
+    status, diagnosis, _, facts = serve_check.judge(
+        seen, expected_tokens=[1, 2, 3], vllm_version="0.32.0", ready_budget_s=None, env={}
+    )
+    assert (
+        status is Status.FAILED
+        and diagnosis == "the restart in the same pod was ready in 40 s, then its stop failed: APIError"
+    )
+    assert facts["stop"]["skipped"].startswith("no stop observed") and facts["warm"]["ready_s"] == 40.0

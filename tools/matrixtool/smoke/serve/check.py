@@ -254,7 +254,11 @@ def _run_problems(seen: Observed, facts: dict[str, Any], problems: list[str], hi
     stop = dict(seen.stop)
     facts["stop"] = stop
     if not stop and seen.warm.get("kill"):  # the warm start, the server stopped, did not come up: judged as such
-        facts["stop"] = {"skipped": "no server to stop: the restart after SIGKILL did not come up"}
+        facts["stop"] = {
+            "skipped": "no server to stop: the restart after SIGKILL did not come up"
+            if seen.warm.get("ready_s") is None
+            else "no stop observed: the engine failed the restart's stop after it was ready"
+        }
         return
     # The engine's death is the root; a stop with another exit or past its grace follows from it.
     stopped, died = shutdown.rooted_stop(stop, stop_problems(stop), lambda p: p.startswith("docker stop"))

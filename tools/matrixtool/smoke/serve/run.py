@@ -222,7 +222,8 @@ def _restart(
     cache volumes), ready within ``left_s`` seconds (at least 60) or not. Its ``ready_s``, ``phases``, ``exit_code``
     (None: ready or timed out), ``log``; once ready the cache's files under ``root`` (``cache_listing``; None: the
     server's own cache root) and the stop contract during a stream (``stop``, its log in ``log``); not ready,
-    /dev/shm after it (``shm``). Raises nothing of the engine's: {"error": ...} where a container could not run."""
+    /dev/shm after it (``shm``). Raises nothing of the engine's: ``error`` where the engine failed it, with what
+    was seen before (``ready_s`` where it came up and its stop could not be observed)."""
     root = serve_line.cache_root(launch.env) if root is None else root
     started = time.monotonic()
     out: dict[str, Any] = {}
@@ -239,7 +240,7 @@ def _restart(
                 out["log"] = stop.pop("log", "")
                 out["stop"] = stop
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:  # the engine's, or it left
-        return {"error": f"{type(exc).__name__}: {exc}"}
+        return {**out, "error": f"{type(exc).__name__}: {exc}"}
     if out["ready_s"] is None:
         out["shm"] = serve_endoflife.read_shm(pod)
     return out
