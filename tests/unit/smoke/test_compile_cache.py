@@ -15,6 +15,7 @@ from matrixtool.smoke.result import Status
 from matrixtool.smoke.serve import check as serve_check
 from matrixtool.smoke.serve import diagnosis as serve_diagnosis
 from matrixtool.smoke.serve import line as serve_line
+from matrixtool.smoke.serve import run as serve_run
 from tests.unit.smoke.test_endoflife import shm_state
 from tests.unit.smoke.test_serve import GOOD_STOP, _probes
 
@@ -215,3 +216,70 @@ def test_a_restart_that_does_not_come_up_is_one_failure_and_no_stop_is_judged() 
     assert diagnosis.startswith("the restart in the same pod (after SIGKILL, on its /dev/shm and cache) exited (1)")
     assert "Permission denied: '/tmp/.cache/torchinductor'" in diagnosis and "fsGroup" in hint
     assert "no server to stop" in facts["stop"]["skipped"] and facts["failure_class"] == 31
+
+
+def _launch(**kw: Any) -> serve_run.Launch:
+    return serve_run.Launch(image="img", profile=Profile(name="default"), volume="models", session="s", **kw)
+
+
+def test_the_quick_suites_server_is_stopped_and_its_facts_say_why_no_warm_start_ran() -> None:
+    """The quick suite (eager) plans no kill and no warm start, and says why in ``facts.warm.skipped`` (docs/checks.md;
+    a plan of {} left the facts without ``warm``)."""
+    warm, ready_by = serve_run.warm_plan(_launch(eager=True), 100.0)
+    assert (warm, ready_by) == ({"skipped": cc.WARM_SKIPPED_EAGER}, None)
+    _, _, _, facts = _judge(serve_check.Observed(ready_s=50.0, warm=warm))
+    assert facts["warm"] == {"skipped": cc.WARM_SKIPPED_EAGER}
+
+
+def test_the_warm_start_is_planned_against_the_deadline_as_an_absolute_time() -> None:
+    """Full suite: the restart must be ready by a fixed ``time.monotonic()``, so the kill, the killed server's
+    removal and the /dev/shm read before it count against the check's timeout (a budget taken before the kill and
+    cut only by the /dev/shm read let it run past the deadline by the kill's seconds); and the stop during a stream
+    after it (its grace) must fit before the deadline too. Too little left: no kill, the first server stopped."""
+    assert serve_run.warm_plan(_launch(deadline=9000.0), 100.0) == ({}, 100.0 + serve_check.READY_TIMEOUT_S)
+    assert serve_run.warm_plan(_launch(), 100.0) == ({}, 100.0 + serve_check.READY_TIMEOUT_S)  # no deadline
+    assert serve_run.warm_plan(_launch(deadline=400.0, grace_s=30), 100.0) == ({}, 370.0)
+    assert serve_run.warm_plan(_launch(deadline=400.0, grace_s=120), 100.0) == ({}, 280.0)
+    short = 100.0 + 30 + cc.WARM_MIN_S - 1  # a warm start would fit, its stop's grace would not
+    warm, ready_by = serve_run.warm_plan(_launch(deadline=short, grace_s=30), 100.0)
+    assert ready_by is None and warm == {"skipped": cc.skipped_for_time(cc.WARM_MIN_S - 1)}
+
+
+def test_with_no_time_for_a_warm_start_the_first_servers_stop_is_the_one_judged() -> None:
+    """Too little of the check's timeout left after the probes: no kill, the first server stopped (its stop read as
+    such in the summary, not as the warm server's), the warm start skipped with the reason."""
+    skipped = cc.skipped_for_time(20)
+    seen = serve_check.Observed(ready_s=90.0, log=COLD, warm={"skipped": skipped}, cache_root="/tmp/.cache")
+    status, diagnosis, _, facts = _judge(seen)
+    assert status is Status.PASSED and "; stop: exit 0" in diagnosis and "its stop" not in diagnosis, diagnosis
+    assert "SIGKILL" not in diagnosis and facts["warm"] == {"skipped": skipped} and "kill" not in facts
+
+
+def test_a_kill_the_engine_refused_fails_and_the_first_servers_stop_is_still_judged() -> None:
+    """The engine refused the SIGKILL: the first server was stopped instead (``serve_run._serve``), so its stop is
+    judged (here PID 1 a shell), beside the refused kill; no restart is claimed."""
+    warm = {"kill": {"error": "APIError: 409 Conflict"}, "skipped": "the first server could not be killed, so ..."}
+    seen = serve_check.Observed(ready_s=90.0, log=COLD, warm=warm, cache_listing=AFTER_COLD, cache_root="/tmp/.cache")
+    seen = dataclasses.replace(seen, probes=_probes([1, 2, 3]), stop={**GOOD_STOP, "pid1": "/bin/sh /entry.sh"})
+    status, diagnosis, _, facts = serve_check.judge(
+        seen, expected_tokens=[1, 2, 3], vllm_version="0.32.0", ready_budget_s=None, env={}
+    )
+    assert status is Status.FAILED and "the server could not be killed: APIError: 409 Conflict" in diagnosis
+    assert "PID 1 is /bin/sh /entry.sh" in diagnosis and "restart" not in diagnosis, diagnosis
+    assert "skipped" not in facts["stop"] and facts["warm"]["skipped"].startswith("the first server could not")
+
+
+def test_a_restart_whose_stop_the_engine_broke_fails_once_and_its_warm_start_is_kept() -> None:
+    """The warm start came up (its figure kept), the engine then failed its stop: one failure, no stop judged."""
+    warm = {"kill": KILLED, "shm_after_kill": shm_state(1024, {}), "ready_s": 40.0, "log": WARM, "error": "APIError"}
+    warm["cache_listing"] = AFTER_WARM
+    seen = serve_check.Observed(ready_s=90.0, log=COLD, warm=warm, cache_listing=AFTER_COLD, cache_root="/tmp/.cache")
+    seen = dataclasses.replace(seen, probes=_probes([1, 2, 3]))
+    status, diagnosis, _, facts = serve_check.judge(
+        seen, expected_tokens=[1, 2, 3], vllm_version="0.32.0", ready_budget_s=None, env={}
+    )
+    assert (
+        status is Status.FAILED
+        and diagnosis == "the restart in the same pod was ready in 40 s, then its stop failed: APIError"
+    )
+    assert facts["stop"]["skipped"].startswith("no stop observed") and facts["warm"]["ready_s"] == 40.0

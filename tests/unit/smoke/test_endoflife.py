@@ -317,3 +317,15 @@ def test_the_bundles_server_names_the_engines_death_as_the_root_as_the_container
     assert diagnosis.count(shutdown.CONSEQUENCE) == int(killed), diagnosis
     assert hint == shutdown.DIED_HINT
     assert serving.judge({**seen, "stop": stop}, SPEC, None)[0] == ("failed" if killed else "passed")
+
+
+def test_an_engine_error_after_the_restart_came_up_is_not_called_a_restart_that_could_not_run() -> None:
+    """``serve_run._restart`` keeps what it saw before the engine failed it: a restart that was ready and whose stop
+    the engine broke is named so, once; one the engine never ran "could not run"."""
+    killed = {"target": TREE[0], "exit_code": 137, "survivors": []}
+    warm = {"kill": killed, "shm_after_kill": shm_state(1024, {}), "ready_s": 38.6, "error": "APIError: 500 gone"}
+    problems, _, facts, _ = endoflife.judge(warm, {})
+    assert problems == ["the restart in the same pod was ready in 39 s, then its stop failed: APIError: 500 gone"]
+    assert facts["restart"]["ready_s"] == 38.6
+    problems, _, _, _ = endoflife.judge({**warm, "ready_s": None}, {})
+    assert problems == ["the restart in the same pod could not run: APIError: 500 gone"]

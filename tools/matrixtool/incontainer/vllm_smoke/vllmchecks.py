@@ -253,9 +253,9 @@ def check_model_runner(params: Dict[str, Any]) -> Dict[str, Any]:
         "left empty. With the full suite (compiled): a warm start on the compile cache the first start wrote (in "
         "containers a volume at the image's cache root; on a host or in a pod a fresh folder under its cache root), "
         "its time to ready, and its reuse shown by vLLM's load line or by no compiled kernel added to the cache; "
-        "in containers the warm server, on a pod's /dev/shm volume, is then killed with SIGKILL (nothing of it may "
-        "be left; /dev/shm's leftovers named) and restarted in a fresh container on the same /dev/shm and cache, "
-        "which must come up"
+        "in containers the first server, on a pod's /dev/shm volume, is killed with SIGKILL once probed (nothing of "
+        "it may be left; /dev/shm's leftovers named) and the warm start is its restart in a fresh container on the "
+        "same /dev/shm and cache, which must come up and is the one stopped during a stream"
     ),
     classes=(15, 16, 17, 18, 19, 20, 22, 31, 36, 42, 43, 44, 45, 50),
     reports=(

@@ -49,9 +49,11 @@ class Observed:
     log (tail), ``client`` what the command of ``CLIENT_ENV`` did (empty: none ran), ``health`` the image's own
     HEALTHCHECK run against the ready server (``run_healthcheck``; empty: the image declares none); ``warm`` the
     second start on the compile cache the first wrote (``ready_s``, ``phases``, ``exit_code``, ``log``; ``skipped``:
-    why none ran; empty: none ran; ``cache_listing``: its files once ready), with the cache volume mounted at
-    ``cache_root`` (``cache_listing``: its files once the first start was ready) and the profile's tmpfs mount points
-    ``tmpfs``."""
+    why none ran; empty: none ran; ``cache_listing``: its files once ready; in the container check's full suite
+    also the first server's ``kill`` and ``shm_after_kill``, the warm start being its restart in the same pod, and
+    ``shm`` or ``error`` as ``serve_endoflife.judge`` reads them; ``stop`` is then the warm server's), with the
+    cache volume mounted at ``cache_root`` (``cache_listing``: its files once the first start was ready) and the
+    profile's tmpfs mount points ``tmpfs``."""
 
     ready_s: float | None
     phases: Mapping[str, float] = field(default_factory=dict)
@@ -252,7 +254,11 @@ def _run_problems(seen: Observed, facts: dict[str, Any], problems: list[str], hi
     stop = dict(seen.stop)
     facts["stop"] = stop
     if not stop and seen.warm.get("kill"):  # the warm start, the server stopped, did not come up: judged as such
-        facts["stop"] = {"skipped": "no server to stop: the restart after SIGKILL did not come up"}
+        facts["stop"] = {
+            "skipped": "no server to stop: the restart after SIGKILL did not come up"
+            if seen.warm.get("ready_s") is None
+            else "no stop observed: the engine failed the restart's stop after it was ready"
+        }
         return
     # The engine's death is the root; a stop with another exit or past its grace follows from it.
     stopped, died = shutdown.rooted_stop(stop, stop_problems(stop), lambda p: p.startswith("docker stop"))

@@ -236,7 +236,9 @@ def judge(warm: Mapping[str, Any], env: Mapping[str, str] | None) -> tuple[list[
         return problems, hints, facts, words
     facts["restart"] = {k: restart.get(k) for k in ("ready_s", "exit_code", "shm")}
     if restart.get("error"):
-        problems.append(f"the restart in the same pod could not run: {restart['error']}")
+        ready = restart.get("ready_s")
+        what = "could not run" if ready is None else f"was ready in {float(ready):.0f} s, then its stop failed"
+        problems.append(f"the restart in the same pod {what}: {restart['error']}")
     elif restart.get("ready_s") is None:
         code, log = restart.get("exit_code"), str(restart.get("log") or "")
         found = (

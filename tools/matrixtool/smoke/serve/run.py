@@ -14,6 +14,7 @@ from typing import Any
 
 import docker
 import docker.errors
+import requests.exceptions
 
 from matrixtool.core.container import (
     OWNER_ENV_VAR,
@@ -103,7 +104,6 @@ def _serve(
     Not ready: what it showed until then."""
     root = serve_line.cache_root(launch.env)
     started = time.monotonic()
-    warm: dict[str, Any] = {}
     with TrackedContainer(client, spec, session=launch.session) as server:
         if server.container is None:
             raise RuntimeError("the server container did not start")
@@ -119,14 +119,11 @@ def _serve(
             )
             asked = {"model": serve_line.MODEL_PATH, "prompt": serve_check.PROMPT, "max_tokens": serve_check.MAX_TOKENS}
             probes = prober.call("probe", asked)
-            left = 0.0
             if pod is not None:
                 listing = _union(listing, cache_listing(server, root))
-                left, skipped = compilecache.warm_budget(launch.ready_timeout_s, launch.deadline, time.monotonic())
-                if skipped is not None:
-                    warm["skipped"] = skipped
-                else:
-                    warm["kill"] = _kill(server)
+            warm, ready_by = warm_plan(launch, time.monotonic())
+            if ready_by is not None and pod is not None:
+                warm["kill"] = _kill(server)
             killed = "kill" in warm and "error" not in warm["kill"]
             if killed:
                 stop: dict[str, Any] = {}
@@ -136,10 +133,9 @@ def _serve(
                     warm["skipped"] = "the first server could not be killed, so it was stopped instead"
                 stop = stop_contract(server, prober, launch.grace_s)
                 log = stop.pop("log", "")
-    if killed and pod is not None:
-        began = time.monotonic()
+    if killed and pod is not None and ready_by is not None:
         warm["shm_after_kill"] = serve_endoflife.read_shm(pod)
-        warm.update(_restart(client, launch, spec, pod, left - (time.monotonic() - began), root=root))
+        warm.update(_restart(client, launch, spec, pod, ready_by - time.monotonic(), root=root))
         stop = warm.pop("stop", {})
     return serve_check.Observed(
         ready_s=ready_s,
@@ -154,6 +150,23 @@ def _serve(
         cache_root=root,
         tmpfs=tuple(launch.profile.value(Condition.TMPFS)),
     )
+
+
+def warm_plan(launch: Launch, now: float) -> tuple[dict[str, Any], float | None]:
+    """What follows the first server's probes, as of ``now`` (``time.monotonic()``): (its ``warm`` so far, the
+    ``time.monotonic()`` by which the warm start, its restart, must be ready). None: no warm start, the first server
+    is stopped instead, ``warm["skipped"]`` saying why (the quick suite: ``compilecache.WARM_SKIPPED_EAGER``; less
+    than ``compilecache.WARM_MIN_S`` left: ``compilecache.warm_budget``'s reason). The warm server is the one stopped
+    during a stream, which may take its whole ``grace_s``: it must be ready that long before the ``deadline``, so
+    the stop's verdict is not cut by the check's own timeout. The time is absolute, so the kill, the removal of the
+    killed server and the /dev/shm read count against it. Pure."""
+    if launch.eager:
+        return {"skipped": compilecache.WARM_SKIPPED_EAGER}, None
+    deadline = None if launch.deadline is None else launch.deadline - launch.grace_s
+    left, skipped = compilecache.warm_budget(launch.ready_timeout_s, deadline, now)
+    if skipped is not None:
+        return {"skipped": skipped}, None
+    return {}, now + left
 
 
 def _kill(server: TrackedContainer) -> dict[str, Any]:
@@ -209,7 +222,8 @@ def _restart(
     cache volumes), ready within ``left_s`` seconds (at least 60) or not. Its ``ready_s``, ``phases``, ``exit_code``
     (None: ready or timed out), ``log``; once ready the cache's files under ``root`` (``cache_listing``; None: the
     server's own cache root) and the stop contract during a stream (``stop``, its log in ``log``); not ready,
-    /dev/shm after it (``shm``). Raises nothing of the engine's: {"error": ...} where a container could not run."""
+    /dev/shm after it (``shm``). Raises nothing of the engine's: ``error`` where the engine failed it, with what
+    was seen before (``ready_s`` where it came up and its stop could not be observed)."""
     root = serve_line.cache_root(launch.env) if root is None else root
     started = time.monotonic()
     out: dict[str, Any] = {}
@@ -225,8 +239,8 @@ def _restart(
                 stop = stop_contract(server, prober, launch.grace_s)
                 out["log"] = stop.pop("log", "")
                 out["stop"] = stop
-    except docker.errors.DockerException as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:  # the engine's, or it left
+        return {**out, "error": f"{type(exc).__name__}: {exc}"}
     if out["ready_s"] is None:
         out["shm"] = serve_endoflife.read_shm(pod)
     return out
