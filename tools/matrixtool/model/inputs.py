@@ -122,6 +122,7 @@ def _kind_of(path: Path) -> str:
     """What ``path`` (followed) is, in words."""
     mode = path.stat().st_mode
     for test, name in (
+        (stat.S_ISREG, "a file"),
         (stat.S_ISDIR, "a folder"),
         (stat.S_ISFIFO, "a FIFO"),
         (stat.S_ISCHR, "a device"),
@@ -130,7 +131,7 @@ def _kind_of(path: Path) -> str:
     ):
         if test(mode):
             return name
-    return "no regular file"
+    return "not a regular file"
 
 
 def input_file_problem(flag: str, path: Path) -> str | None:
@@ -165,7 +166,7 @@ def input_folder_problem(flag: str, folder: Path) -> str | None:
     if not folder.exists():
         return f"{flag}: {folder} does not exist; give an existing folder"
     if not folder.is_dir():
-        return f"{flag}: {folder} is {_kind_of(folder)}, not a folder"
+        return f"{flag}: {folder} is {_kind_of(folder)}, not a folder; give an existing folder"
     if not os.access(folder, os.R_OK | os.X_OK):
         return f"{flag}: the folder {folder} is not readable; make it readable for this user or give another"
     return None
