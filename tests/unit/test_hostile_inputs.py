@@ -1017,3 +1017,17 @@ def _matrix_without_templates(root: Path) -> list[str]:
     (root / "elsewhere").mkdir()
     (root / "elsewhere" / "matrix.yaml").write_text(MATRIX_TEXT, encoding="utf-8")
     return ["--matrix", str(root / "elsewhere" / "matrix.yaml"), "render", "--check"]
+
+
+# An empty path (`--out "$UNSET"`) is Path("."): it would write kube/, .lock and reports into the working folder, or read
+# the checkout as a wheelhouse. Refused, naming the flag (was: written there, or ". is a folder").
+_EMPTY_SAYS = "an empty path (an unset variable?) would be the working folder; give a"
+case("empty-out-kube", CONFIG, f"--out: {_EMPTY_SAYS} folder")(
+    lambda root: ["--matrix", str(root / "matrix.yaml"), "--out", "", "kube", "cpu", "--image", "r.example/x:1"]
+)
+case("empty-matrix", CONFIG, f"--matrix: {_EMPTY_SAYS} file")(lambda root: ["--matrix", "", "ci-matrix"])
+case("empty-json-file", CONFIG, f"--json-file: {_EMPTY_SAYS} file")(
+    _args(["test", "--as", "cpu", "--image", "x:1", "--json-file", ""])
+)
+case("empty-wheelhouse", CONFIG, f"--wheelhouse: {_EMPTY_SAYS} folder")(_args(["run", "cpu", "--wheelhouse", ""]))
+case("empty-bundle-out", CONFIG, f"--out: {_EMPTY_SAYS} file")(_args(["bundle", "cpu", "--out", ""]))
