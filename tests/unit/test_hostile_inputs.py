@@ -1019,8 +1019,8 @@ def _matrix_without_templates(root: Path) -> list[str]:
     return ["--matrix", str(root / "elsewhere" / "matrix.yaml"), "render", "--check"]
 
 
-# An empty path (`--out "$UNSET"`) is Path("."): it would write kube/, .lock and reports into the working folder, or read
-# the checkout as a wheelhouse. Refused, naming the flag (was: written there, or ". is a folder").
+# An empty path (`--out "$UNSET"`) is Path("."): it would write kube/, .lock and reports into the working folder, or
+# read the checkout as a wheelhouse. Refused, naming the flag (was: written there, or ". is a folder").
 _EMPTY_SAYS = "an empty path (an unset variable?) would be the working folder; give a"
 case("empty-out-kube", CONFIG, f"--out: {_EMPTY_SAYS} folder")(
     lambda root: ["--matrix", str(root / "matrix.yaml"), "--out", "", "kube", "cpu", "--image", "r.example/x:1"]
