@@ -1045,3 +1045,33 @@ for _name, _excluded, _part in (("torch", "torch", "the torch stack"), ("vllm", 
             )
         )
     )
+
+
+# A list written as one value (`--only serve,pip-check`, `run cpu,arm64`) is named as such, with the command line
+# that means it; a name off by case or a letter gets the nearest one (was: the whole catalogue, or for `cpu,arm64`
+# "did you mean 'cuda-arm64'?").
+case(
+    "only-a-comma-list", CONFIG, "'serve,pip-check' is no smoke check; one name per flag: --only serve --only pip-check"
+)(_args(["run", "cpu", "--only", "serve,pip-check"]))
+case("skip-a-space-list", CONFIG, "one name per flag: --skip serve --skip pip-check")(
+    _args(["run", "cpu", "--skip", "serve pip-check"])
+)
+case("only-upper-case", CONFIG, "'Serve' is no smoke check; did you mean 'serve'?")(
+    _args(["run", "cpu", "--only", "Serve"])
+)
+case("profile-a-comma-list", CONFIG, "(one name per flag: --profile default --profile restricted)")(
+    _args(["test", "--as", "cpu", "--image", "x:1", "--profile", "default,restricted"])
+)
+case("variants-a-comma-list", ExitCode.NOTHING_SELECTED, "no variant 'cpu,arm64' (one name per argument: cpu arm64)")(
+    _args(["run", "cpu,arm64"])
+)
+
+
+def test_the_bundles_run_line_quotes_a_path_with_spaces(tmp_path: Path) -> None:
+    """The line printed after `bundle --out` is pasted into a shell: a path with a space is quoted."""
+    out = tmp_path / "with space" / "x y.pyz"
+    result = CliRunner().invoke(
+        main, ["bundle", "cpu", "--only", "pip-check", "--out", str(out)], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    assert f"python3 '{out}' [--json FILE]" in result.output, result.output

@@ -16,6 +16,7 @@ from matrixtool.core.errors import ConfigError
 from matrixtool.incontainer.vllm_smoke.declarations import SUITES, Suite
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.model import Variant
+from matrixtool.model.names import unknown_hint
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -201,7 +202,9 @@ def check_selection(variants: Sequence[Variant], only: Sequence[str], skip: Sequ
     problems = []
     unknown = [n for n in dict.fromkeys([*only, *skip]) if n not in CHECKS]
     for name in unknown:
-        problems.append(f"{name!r} is no smoke check; known checks: {', '.join(sorted(CHECKS))}")
+        flag = "--only" if name in only else "--skip"
+        hint = unknown_hint(name, sorted(CHECKS), each=flag + " {}")
+        problems.append(f"{name!r} is no smoke check{hint}; known checks: {', '.join(sorted(CHECKS))}")
     for variant in variants:
         names = [c.name for c in variant.checks]
         for n in dict.fromkeys([*only, *skip]):
