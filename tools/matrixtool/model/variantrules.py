@@ -292,6 +292,15 @@ def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
             problems.append(f"{at}.{key}: {show(url)} {problem}")
     if not problems:  # the labels are read from values that passed the checks above
         problems += builds.label_problems(variant, at)
+    problems += _installed_problems(at, variant)
+    return problems
+
+
+def _installed_problems(at: str, variant: Mapping[str, Any]) -> list[str]:
+    """The distributions the image installs (torch, vLLM, its Triton, pip, ``index.overrides``) against the keys that
+    must not name one: ``index.exclude`` (uv ``--excludes``: the image would lack it) and ``dist_alias.name`` (an
+    alias beside the real one), and an override that is no PEP 508 requirement."""
+    problems: list[str] = []
     installed = {
         canonicalize_name(variant["torch"]["package"]): "torch.package",
         canonicalize_name(variant["vllm"]["package"]): "vllm.package",
