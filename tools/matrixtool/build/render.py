@@ -248,7 +248,13 @@ def _render_dockerfile(variant: Variant, templates_dir: Path | None = None) -> s
             where, [f"line {exc.lineno}: template syntax error: {exc.message}; fix the template"]
         ) from exc
     except jinja2.TemplateNotFound as exc:
-        raise ConfigError(where, [f"template not found in {templates_dir}"]) from exc
+        raise ConfigError(
+            where,
+            [
+                f"template not found in {templates_dir}: templates/ is read beside the matrix file; keep --matrix "
+                "FILE in the checkout, or copy the checkout's templates/ next to it"
+            ],
+        ) from exc
     except jinja2.UndefinedError as exc:
         raise ConfigError(
             where, [f"variant {variant.name}: {exc.message}; the template reads a value render.py does not give"]

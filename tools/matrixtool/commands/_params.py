@@ -44,6 +44,16 @@ _REFERENCE_RULES: dict[Kind, Callable[[str], str | None]] = {
 }
 
 
+# ``ctx.meta`` key (shared by a command's and its group's contexts): the (command, parameter) names given "".
+_EMPTY = "matrixtool.empty_paths"
+_NOUN = {
+    Kind.OUTPUT_FILE: "file",
+    Kind.OUTPUT_FOLDER: "folder",
+    Kind.INPUT_FILE: "file",
+    Kind.INPUT_FOLDER: "folder",
+}
+
+
 class KindType(click.ParamType[Any, Any]):
     """A click type that converts as a path (``Path``) or a string and declares its ``kind``; the value is checked by
     the kind's rule in ``check``, not here (so every problem of a command line is reported at once)."""
@@ -56,6 +66,10 @@ class KindType(click.ParamType[Any, Any]):
         if value is None or isinstance(value, Path):
             return value
         if self.kind in _PATH_RULES:
+            if value == "" and ctx is not None and param is not None:
+                # Path("") is Path("."): `--out "$UNSET"` would write in the working folder. Noted here, refused by
+                # ``check`` with the other problems (exit 3).
+                ctx.meta.setdefault(_EMPTY, set()).add((ctx.command.name, param.name))
             return Path(value)
         return str(value)
 
@@ -99,6 +113,12 @@ def problems_of(ctx: click.Context) -> list[str]:
             source = context.get_parameter_source(param.name or "")
             if source in (None, click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP):
                 continue  # a default is the command's own to check (--out: build/ beside matrix.yaml)
+            if (context.command.name, param.name) in context.meta.get(_EMPTY, ()):
+                noun = _NOUN.get(param.type.kind, "path")
+                found.append(
+                    f"{flag_of(param)}: an empty path (an unset variable?) would be the working folder; give a {noun}"
+                )
+                continue
             value = context.params.get(param.name or "")
             values = value if isinstance(value, tuple | list) else (value,)
             for item in values:

@@ -4,6 +4,7 @@ of the image."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +79,7 @@ def command(settings: Settings, /, variant: str, out: Path | None, selection: Se
     path = run(Args(variant=chosen, out_dir=settings.out_dir, out=out, selection=selection))
     click.echo(str(path), err=outputs.is_stream(path))  # the bundle itself may be what stdout carries (/dev/stdout)
     click.echo(
-        f"run it where the environment under test is: python3 {path} [--json FILE] [--junit FILE] [--logs DIR]",
+        f"run it where the environment under test is: python3 {shlex.quote(str(path))} [--json FILE] [--junit FILE] "
+        "[--logs DIR]",
         err=True,
     )

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import click
+import docker
 
 from matrixtool.commands import _params
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import engine, jsontext
-from matrixtool.core.errors import ConfigError
+from matrixtool.core.errors import ConfigError, NotBuiltError
 from matrixtool.core.untrusted import check_shape, shown
 from matrixtool.model import reference
 from matrixtool.model.inputs import output_file_problem
@@ -83,8 +84,8 @@ def variant_of(doc: Mapping[str, Any]) -> str | None:
 
 
 def run(args: Args) -> Report:
-    """Raises ConfigError (flags, files, an ``-o`` that cannot be written), NothingSelectedError (``--as``), SbomError
-    (exit 16), EngineUnreachableError."""
+    """Raises ConfigError (flags, files, an ``-o`` that cannot be written), NothingSelectedError (``--as``),
+    NotBuiltError (the engine has no such image, exit 11), SbomError (exit 16), EngineUnreachableError."""
     reference.check_flags(image=args.image)
     if args.output is not None:
         # Checked before the image is read (minutes): a device or FIFO (-o /dev/null) is written in place.
@@ -97,6 +98,12 @@ def run(args: Args) -> Report:
         raise ConfigError("flags", ["--as VARIANT is needed (the published SBOM names no variant)"])
     select_variants(load_matrix(args.matrix_path), [variant])
     client = engine.connect()
+    try:
+        client.images.get(args.image)
+    except docker.errors.ImageNotFound as exc:  # exit 11 as `size`, `diff`, `static`: not an SBOM the image lacks
+        raise NotBuiltError(
+            f"no image {args.image!r} on this engine; build it ('tools/matrix build') or pull it"
+        ) from exc
     bom = cyclonedx.to_bom(inventory.read_inventory(client, args.image), variant=variant)
     text = cyclonedx.to_json(bom)
     document = jsontext.loads(text)

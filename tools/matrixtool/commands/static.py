@@ -13,7 +13,7 @@ from matrixtool.commands import _params
 from matrixtool.commands._shared import Settings, pass_settings
 from matrixtool.core import engine
 from matrixtool.core.container import OWNER_ENV_VAR
-from matrixtool.core.errors import ConfigError
+from matrixtool.core.errors import NotBuiltError
 from matrixtool.model import reference
 from matrixtool.supply import static as checks
 
@@ -27,13 +27,14 @@ class Args:
 
 
 def run(args: Args) -> list[checks.StaticResult]:
-    """Raises ConfigError: not an image reference, or the engine lacks it. EngineUnreachableError."""
+    """Raises ConfigError: not an image reference. NotBuiltError: the engine lacks it (exit 11, as ``size`` and
+    ``diff``). EngineUnreachableError."""
     reference.check_flags(image=args.image)
     client = engine.connect()
     try:
         return checks.inspect(client, args.image, owner=args.env.get(OWNER_ENV_VAR, ""))
     except docker.errors.ImageNotFound as exc:
-        raise ConfigError("IMAGE", [f"no image {args.image!r} on this engine; build or pull it first"]) from exc
+        raise NotBuiltError(f"no image {args.image!r} on this engine; build or pull it first") from exc
 
 
 @click.command("static")

@@ -23,7 +23,7 @@ class ExitCode(IntEnum):
     ENGINE = 8
     REGISTRY = 9
     INDEX_UNREACHABLE = 10  # a package index does not answer
-    NOT_BUILT = 11  # push of an image this engine has not built
+    NOT_BUILT = 11  # push of an image this engine has not built; size/diff/static/sbom of an image it lacks
     WRONG_PLATFORM = 12  # the image's platform is not the variant's
     # What a security team signs off (audit.py, signing.py, sbom.py, static.py).
     VULNERABLE = 13  # the vulnerability gate: an advisory at or above the policy's severity, not accepted
@@ -229,7 +229,8 @@ MEANING: dict[ExitCode, tuple[str, str]] = {
     ),
     ExitCode.NOT_BUILT: (
         "not built",
-        "`push` of an image this engine has not built and the registry does not hold under its content-hash tag",
+        "`push` of an image this engine has not built and the registry does not hold under its content-hash tag; "
+        "`size`, `diff`, `static` or `sbom` of an image this engine does not have",
     ),
     ExitCode.WRONG_PLATFORM: (
         "wrong platform",

@@ -16,6 +16,7 @@ from matrixtool.core.errors import ConfigError
 from matrixtool.incontainer.vllm_smoke.declarations import SUITES, Suite
 from matrixtool.model.checks import CHECKS
 from matrixtool.model.model import Variant
+from matrixtool.model.names import unknown_hint
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -122,6 +123,7 @@ def _kind_of(path: Path) -> str:
     """What ``path`` (followed) is, in words."""
     mode = path.stat().st_mode
     for test, name in (
+        (stat.S_ISREG, "a file"),
         (stat.S_ISDIR, "a folder"),
         (stat.S_ISFIFO, "a FIFO"),
         (stat.S_ISCHR, "a device"),
@@ -130,7 +132,7 @@ def _kind_of(path: Path) -> str:
     ):
         if test(mode):
             return name
-    return "no regular file"
+    return "not a regular file"
 
 
 def input_file_problem(flag: str, path: Path) -> str | None:
@@ -165,7 +167,7 @@ def input_folder_problem(flag: str, folder: Path) -> str | None:
     if not folder.exists():
         return f"{flag}: {folder} does not exist; give an existing folder"
     if not folder.is_dir():
-        return f"{flag}: {folder} is {_kind_of(folder)}, not a folder"
+        return f"{flag}: {folder} is {_kind_of(folder)}, not a folder; give an existing folder"
     if not os.access(folder, os.R_OK | os.X_OK):
         return f"{flag}: the folder {folder} is not readable; make it readable for this user or give another"
     return None
@@ -200,7 +202,9 @@ def check_selection(variants: Sequence[Variant], only: Sequence[str], skip: Sequ
     problems = []
     unknown = [n for n in dict.fromkeys([*only, *skip]) if n not in CHECKS]
     for name in unknown:
-        problems.append(f"{name!r} is no smoke check; known checks: {', '.join(sorted(CHECKS))}")
+        flag = "--only" if name in only else "--skip"
+        hint = unknown_hint(name, sorted(CHECKS), each=flag + " {}")
+        problems.append(f"{name!r} is no smoke check{hint}; known checks: {', '.join(sorted(CHECKS))}")
     for variant in variants:
         names = [c.name for c in variant.checks]
         for n in dict.fromkeys([*only, *skip]):

@@ -17,7 +17,7 @@ import jsonschema
 
 from matrixtool.core.errors import ConfigError
 from matrixtool.incontainer.vllm_smoke.declarations import Accelerator
-from matrixtool.model import cpufloor
+from matrixtool.model import cpufloor, schemawords
 from matrixtool.model.model import (
     DEFAULT_MATRIX,
     IndexSettings,
@@ -277,6 +277,9 @@ def _allowed_keys(error: jsonschema.ValidationError, schema: dict[str, Any]) -> 
 
 def _describe(error: jsonschema.ValidationError, schema: dict[str, Any]) -> list[str]:
     where = _key_path(error.absolute_path)
+    worded = schemawords.describe(error, limit=MAX_STRING_LENGTH)
+    if worded is not None:
+        return [worded]
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = _allowed_keys(error, schema)
         out = []

@@ -20,6 +20,7 @@ from typing import Any
 import jsonschema
 
 from matrixtool.model.conditions import ROW, ROWS, Condition, Row, Shape, docker_kwargs, parse_value
+from matrixtool.model.names import unknown_hint
 
 __all__ = ["DEFAULT", "KEYS", "PROMISES", "Overrides", "Profile", "ProfileChoice"]
 
@@ -239,7 +240,10 @@ def select_profiles(available: Sequence[Profile], names: Sequence[str]) -> list[
     known = [p.name for p in available]
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise KeyError(f"unknown profile(s) {', '.join(map(repr, unknown))}; known: {', '.join(known)}")
+        named = ", ".join(
+            repr(n) + (f" ({h[2:]})" if (h := unknown_hint(n, known, each="--profile {}")) else "") for n in unknown
+        )
+        raise KeyError(f"unknown profile(s) {named}; known: {', '.join(known)}")
     return [p for p in available if p.name in names]
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -10,6 +9,7 @@ from matrixtool.core.errors import ConfigError, NothingSelectedError
 from matrixtool.model.checks import CHECKS, DEFAULT_SUITE, in_suite, needed_skips, prerequisites
 from matrixtool.model.inputs import check_selection, check_suite
 from matrixtool.model.model import CheckSpec, Matrix, Variant
+from matrixtool.model.names import unknown_hint
 
 
 def select_variants(matrix: Matrix, names: Sequence[str]) -> list[Variant]:
@@ -24,8 +24,8 @@ def select_variants(matrix: Matrix, names: Sequence[str]) -> list[Variant]:
     if unknown:
         parts = []
         for name in unknown:
-            close = difflib.get_close_matches(name, known, n=1)
-            parts.append(repr(name) + (f" (did you mean '{close[0]}'?)" if close else ""))
+            hint = unknown_hint(name, known, each="{}")
+            parts.append(repr(name) + (f" ({hint[2:]})" if hint else ""))
         raise NothingSelectedError(
             f"no variant {', '.join(parts)} in {matrix.source.name}; variants: {', '.join(known)}"
         )

@@ -292,6 +292,15 @@ def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
             problems.append(f"{at}.{key}: {show(url)} {problem}")
     if not problems:  # the labels are read from values that passed the checks above
         problems += builds.label_problems(variant, at)
+    problems += _installed_problems(at, variant)
+    return problems
+
+
+def _installed_problems(at: str, variant: Mapping[str, Any]) -> list[str]:
+    """The distributions the image installs (torch, vLLM, its Triton, pip, ``index.overrides``) against the keys that
+    must not name one: ``index.exclude`` (uv ``--excludes``: the image would lack it) and ``dist_alias.name`` (an
+    alias beside the real one), and an override that is no PEP 508 requirement."""
+    problems: list[str] = []
     installed = {
         canonicalize_name(variant["torch"]["package"]): "torch.package",
         canonicalize_name(variant["vllm"]["package"]): "vllm.package",
@@ -306,6 +315,13 @@ def _value_problems(name: str, variant: Mapping[str, Any]) -> list[str]:
         except InvalidRequirement as exc:
             problems.append(
                 f"{at}.index.overrides.{i}: {show(line)} is not a PEP 508 requirement ({str(exc).splitlines()[0]})"
+            )
+    for i, name in enumerate(variant["index"].get("exclude", [])):
+        part = installed.get(canonicalize_name(name)) if isinstance(name, str) else None
+        if part is not None and part != "the image's pip":
+            problems.append(
+                f"{at}.index.exclude.{i}: {show(name)} is what the image installs ({part}); excluded from the "
+                "resolution, the image would lack it: remove it from index.exclude"
             )
     alias = variant.get("dist_alias", {}).get("name")
     if isinstance(alias, str) and canonicalize_name(alias) in installed:
