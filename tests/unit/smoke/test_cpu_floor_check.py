@@ -4,6 +4,7 @@ killed with its whole process group."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -16,6 +17,14 @@ from matrixtool.incontainer.vllm_smoke.children import MODEL_DIR
 
 FLOOR = {"name": "x86-64-v3", "model": "Haswell-noTSX", "arch": "amd64", "qemu": "qemu-x86_64",
          "declared": True, "emulated": True}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _kernels_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stage these tests' probe outputs end at, whatever ``cpufloor.STAGE`` the suite runs (the generate
+    stage's tests set theirs)."""
+    monkeypatch.setattr(cpufloor, "STAGE", "kernels")
+    monkeypatch.setattr(cpufloor, "EXPECTED", cpufloor.STEPS[: cpufloor.STEPS.index("kernels") + 1])
 
 
 def _params(**over: Any) -> dict[str, Any]:
@@ -288,3 +297,20 @@ def test_the_arm64_variant_is_proven_under_qemu_aarch64_on_neoverse_n1(monkeypat
     argv = cpufloor.probe_argv(params)
     assert argv[:3] == ["/run/matrix-qemu/qemu-aarch64", "-cpu", "neoverse-n1"]
     assert argv[3:] == [sys.executable, "-S", "/x/floor_probe.py", cpufloor.STAGE, MODEL_DIR]
+
+
+def test_the_generate_stage_passes_naming_the_generation(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpufloor, "STAGE", "generate")
+    monkeypatch.setattr(cpufloor, "EXPECTED", cpufloor.STEPS)
+    monkeypatch.setattr(cpufloor, "program_path", lambda name: f"/x/{name}")
+    monkeypatch.setattr(cpufloor, "ensure_model", lambda: None)
+    marks = [{"step": s} for s in ("startup", "torch", "vllm", "kernels", "engine")]
+    marks.append({"step": "generate", "tokens": [[9, 142], [24, 317]], "cpu_s": 59.1})
+    output = "".join(f"MATRIX-FLOOR {json.dumps(m)}\n" for m in marks)
+    monkeypatch.setattr(cpufloor, "run_emulated", _fake_run(output, 0))
+    outcome = cpufloor.check_cpu_floor(_params())
+    assert outcome["status"] == "passed", outcome
+    assert outcome["diagnosis"].endswith(
+        "its kernels, vLLM's engine and a greedy generation of the tiny model (2 tokens)"
+    )
+    assert outcome["facts"]["tokens"] == [[9, 142], [24, 317]]

@@ -34,7 +34,7 @@ QEMU_UNCAUGHT = "uncaught target signal 4"
 MARGIN = 20
 # The probe's stage: "kernels" (start-up, import path, a kernel of the selected extension build and a bf16
 # linear) or "generate" (and one greedy in-process generation of the tiny model).
-STAGE = "kernels"
+STAGE = "generate"
 # The emulated run's nice value (setpriority(2)): CPU-bound for minutes, it yields to the checks beside it.
 NICENESS = 10
 STEPS = ("startup", "torch", "vllm", "kernels", "engine", "generate")
@@ -198,7 +198,9 @@ def probe_argv(params: Dict[str, Any]) -> List[str]:
 @check(
     "cpu-floor",
     proves="the image starts, imports torch and vLLM, loads the build of vLLM's extension vLLM selects and runs "
-    "its kernels on the variant's CPU floor (matrix.yaml cpu_floor: a QEMU CPU model of that level, whose CPU "
+    "its kernels"
+    + (", vLLM's engine and a greedy generation of the tiny model" if STAGE == "generate" else "")
+    + " on the variant's CPU floor (matrix.yaml cpu_floor: a QEMU CPU model of that level, whose CPU "
     "flags torch and vLLM dispatch on); an instruction above the floor is named: library, symbol, instruction",
     classes=(34, 35),
     reports=(
@@ -240,7 +242,7 @@ def check_cpu_floor(params: Dict[str, Any]) -> Dict[str, Any]:
     done = [s["step"] for s in steps]
     facts: Dict[str, Any] = {"floor": floor["name"], "qemu_model": floor["model"], "steps": done, "seconds": seconds}
     facts["cpu_seconds"] = cpu  # the emulated run's user + system CPU time
-    facts.update({k: v for s in steps for k, v in s.items() if k in ("extension", "capability")})
+    facts.update({k: v for s in steps for k, v in s.items() if k in ("extension", "capability", "tokens")})
     facts["step_cpu_seconds"] = {s["step"]: s["cpu_s"] for s in steps if "cpu_s" in s}  # cumulative, per step
     on = f"on {floor['name']} (QEMU {floor['model']})"
     at = next((s for s in EXPECTED if s not in done), "the end")
@@ -261,4 +263,8 @@ def check_cpu_floor(params: Dict[str, Any]) -> Dict[str, Any]:
         line = last_error_line(output) or f"exit {code}"
         return result("failed", f"the {at} step failed {on} (exit {code}): {line}{build}", None, **facts)
     capability = f" (torch's CPU capability {facts['capability']})" if facts.get("capability") else ""
-    return result("passed", f"proven {on}: start-up, torch{capability}, vLLM{build}, its kernels", **facts)
+    generated = ""
+    if "generate" in done:  # programs/generate.py's greedy tokens, per prompt
+        per = sorted({len(t) for t in facts.get("tokens") or []})
+        generated = f", vLLM's engine and a greedy generation of the tiny model ({'/'.join(map(str, per))} tokens)"
+    return result("passed", f"proven {on}: start-up, torch{capability}, vLLM{build}, its kernels{generated}", **facts)
