@@ -304,7 +304,7 @@ def test_the_generate_stage_passes_naming_the_generation(monkeypatch: pytest.Mon
     monkeypatch.setattr(cpufloor, "EXPECTED", cpufloor.STEPS)
     monkeypatch.setattr(cpufloor, "program_path", lambda name: f"/x/{name}")
     monkeypatch.setattr(cpufloor, "ensure_model", lambda: None)
-    marks = [{"step": s} for s in ("startup", "torch", "vllm", "kernels", "engine")]
+    marks: list[dict[str, Any]] = [{"step": s} for s in ("startup", "torch", "vllm", "kernels", "engine")]
     marks.append({"step": "generate", "tokens": [[9, 142], [24, 317]], "cpu_s": 59.1})
     output = "".join(f"MATRIX-FLOOR {json.dumps(m)}\n" for m in marks)
     monkeypatch.setattr(cpufloor, "run_emulated", _fake_run(output, 0))
