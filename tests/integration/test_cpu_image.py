@@ -11,7 +11,7 @@ import docker
 import junitparser
 import pytest
 
-from matrixtool.incontainer.vllm_smoke import reports
+from matrixtool.incontainer.vllm_smoke import cpufloor, reports
 from tests.integration.conftest import CPU_CHECKS as ALL_CHECKS
 from tests.integration.conftest import CpuRun, matrix_cli
 
@@ -48,6 +48,7 @@ def test_run_cpu_passes_every_check(cpu_image: str, cpu_run: CpuRun) -> None:
         "Haswell-noTSX",
         ["_C_AVX2.abi3.so"],
     )
+    assert floor["steps"] == list(cpufloor.EXPECTED), floor  # the suite's stage: a greedy generation on the floor
     # The report says what the image promises: the floor it was proven on, the features it carries and leaves out.
     promises = doc["promises"]["cpu"]
     assert promises["cpu_floor"]["proven"] is True and promises["cpu_floor"]["floor"] == "x86-64-v3", promises
