@@ -16,7 +16,7 @@ setup: engine venv  ## Install and start the engine, create the venv
 engine:  ## Docker engine, buildx, debootstrap, qemu (idempotent; root on Debian)
 	bash tools/setup-engine.sh
 
-engine-minimal:  ## What `make run` needs of `engine`: no QEMU, registry or cosign (tools/setup-engine.sh --minimal)
+engine-minimal:  ## What `make run` needs of `engine`: no binfmt handler, registry or cosign (tools/setup-engine.sh --minimal)
 	bash tools/setup-engine.sh --minimal
 
 $(VENV)/.installed: pyproject.toml

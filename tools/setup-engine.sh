@@ -6,8 +6,9 @@
 # Idempotent: installs only what is missing and starts dockerd only when no engine answers.
 #
 # `--minimal` (what `make run` needs: the CPU image built and smoke-tested on this machine's own platform): the
-# engine, buildx, debootstrap and the venv's python3-venv only; QEMU, the binfmt handler, docker-registry and
-# cosign (about 90 MB of packages, 555 MB installed) are for the tests, linux/arm64 and signing (`make setup`).
+# engine, buildx, debootstrap, the venv's python3-venv and QEMU's static user-mode emulators (qemu-user, which the
+# cpu-floor check mounts to run the image on its declared CPU floor); the binfmt handler, docker-registry and
+# cosign are for the tests, linux/arm64 and signing (`make setup`).
 #
 # Why trixie on bookworm: Debian 12 ships engine 20.10 without the buildx plugin, and QEMU 7.2, under
 # which `import torch` (PyPI's aarch64 torch 2.13.0) dies with a segmentation fault while QEMU 10.0 runs
@@ -96,14 +97,17 @@ fi
 
 if [ "$minimal" -eq 1 ]; then apt_install docker-buildx; else apt_install docker-buildx cosign; fi
 
-# arm64 emulation: QEMU >= 10 (see the top of this file).
-qemu_version=""
-[ "$minimal" -eq 1 ] || qemu_version=$(have_pkg qemu-user && dpkg-query -W -f='${Version}' qemu-user || true)
-if [ "$minimal" -eq 0 ] && { [ -z "$qemu_version" ] || dpkg --compare-versions "$qemu_version" lt 1:10; }; then
+# arm64 emulation and the cpu-floor check's CPU models: QEMU >= 10 (see the top of this file); --minimal without the
+# binfmt handler (the CPU image is built for this machine's platform).
+qemu_packages=(qemu-user qemu-user-binfmt)
+[ "$minimal" -eq 0 ] || qemu_packages=(qemu-user)
+qemu_version=$(have_pkg qemu-user && dpkg-query -W -f='${Version}' qemu-user || true)
+if [ -z "$qemu_version" ] || dpkg --compare-versions "$qemu_version" lt 1:10 \
+   || { [ "$minimal" -eq 0 ] && ! have_pkg qemu-user-binfmt; }; then
   apt_update
-  log "apt-get install qemu-user qemu-user-binfmt (QEMU ${qemu_version:-absent} -> >= 10)"
+  log "apt-get install ${qemu_packages[*]} (QEMU ${qemu_version:-absent} -> >= 10)"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    qemu-user qemu-user-binfmt >/dev/null
+    "${qemu_packages[@]}" >/dev/null
   # qemu-user-static 7.2 (bookworm) would keep the old binaries: take trixie's transitional package.
   if have_pkg qemu-user-static; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-user-static >/dev/null

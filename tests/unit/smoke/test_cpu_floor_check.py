@@ -37,7 +37,10 @@ def _params(**over: Any) -> dict[str, Any]:
         ({"accelerator": "cuda"}, "not applicable: a GPU variant"),
         ({"cpu_floor": None}, "not applicable: the variant declares no cpu_floor"),
         ({"cpu_floor": {**FLOOR, "name": "x86-64-v4", "emulated": False}}, "x86-64-v4 cannot be proven by emulation"),
-        ({"qemu": None}, "no static qemu-x86_64 was mounted from the host: `make engine` installs it"),
+        (
+            {"qemu": None},
+            "no static qemu-x86_64 was mounted from the host: `make engine` or `make engine-minimal` installs",
+        ),
     ],
 )
 def test_the_check_says_why_it_does_not_apply(over: dict[str, Any], said: str) -> None:

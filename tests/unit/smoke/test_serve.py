@@ -268,3 +268,34 @@ def test_a_failing_healthcheck_runs_up_to_its_retries_and_a_pass_ends_it(monkeyp
     assert serve_health.run_healthcheck(recovering, check)["healthy"] is True  # type: ignore[arg-type]
     assert len(recovering.calls) == 2
     assert serve_health.run_healthcheck(failing, None) == {}  # type: ignore[arg-type]
+
+
+@pytest.mark.subprocess
+def test_the_client_containers_first_chunk_is_waited_for_by_one_exec(tmp_path: Path) -> None:
+    """Without a network the stop follows the first chunk by one exec that waits in the client container
+    (``WAIT_FOR_FILE``), not by a round trip per poll: a warm tiny model's stream can end in about a second."""
+    import subprocess
+    import sys
+    import threading
+
+    from matrixtool.smoke.serve import probing as serve_probing
+
+    marker = tmp_path / "first"
+    threading.Timer(0.3, marker.touch).start()
+    waited = subprocess.run([sys.executable, "-c", serve_probing.WAIT_FOR_FILE, str(marker), "20"], timeout=30)
+    assert waited.returncode == 0
+    never = subprocess.run([sys.executable, "-c", serve_probing.WAIT_FOR_FILE, str(tmp_path / "no"), "0.2"], timeout=30)
+    assert never.returncode == 1
+
+    calls: list[list[str]] = []
+
+    class Box:
+        def exec(self, argv: list[str], env: dict[str, str], deadline_s: float) -> tuple[int, str]:
+            calls.append(argv)
+            return (0, "") if argv[:2] == ["python3", "-c"] and argv[2] == serve_probing.WAIT_FOR_FILE else (1, "")
+
+    first, _ = serve_probing.ClientProber(Box()).stream({"prompt": "x"})  # type: ignore[arg-type]
+    assert first(120.0) is True
+    assert [c for c in calls if c[2] == serve_probing.WAIT_FOR_FILE] == [
+        ["python3", "-c", serve_probing.WAIT_FOR_FILE, serve_probing.FIRST_FILE, "120.0"]
+    ]

@@ -173,8 +173,8 @@ def not_applicable(params: Dict[str, Any]) -> Optional[str]:
         where = "is on PATH" if params.get("host") else "was mounted from the host"
         return (
             f"no static {floor.get('qemu', 'QEMU user-mode emulator')} {where}: "
-            "`make engine` installs it (tools/setup-engine.sh without --minimal, which `make run` uses: qemu-user, "
-            "Debian trixie)"
+            "`make engine` or `make engine-minimal` installs it (tools/setup-engine.sh: qemu-user >= 10, Debian "
+            "trixie); elsewhere install QEMU 10's static qemu-user"
         )
     return None
 

@@ -9,7 +9,6 @@ import json
 import os
 import shlex
 import threading
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,6 +21,17 @@ from matrixtool.smoke.serve import line as serve_line
 PROBE_SOURCE = Path(serve_probe.__file__).read_text(encoding="utf-8")
 
 FIRST_FILE = "/run/matrix-probe/first"
+# Waits in the client container until argv[1] exists (exit 0) or argv[2] seconds pass (exit 1), polling every 10 ms:
+# one exec begun before the first chunk, so the stop follows it by milliseconds, not by an exec's round trip per
+# poll (a warm tiny model streams its 200 tokens in about a second: seen 2026-12-07, the stream over before the stop).
+WAIT_FOR_FILE = (
+    "import os, sys, time\n"
+    "end = time.monotonic() + float(sys.argv[2])\n"
+    "while not os.path.exists(sys.argv[1]):\n"
+    "    if time.monotonic() > end:\n"
+    "        sys.exit(1)\n"
+    "    time.sleep(0.01)\n"
+)
 # A command run against each server with a published port once ready, before the check's own probes (its URL
 # appended); non-zero fails the check. The integration tests run the official openai client so.
 CLIENT_ENV = "MATRIX_SERVE_CLIENT"
@@ -100,17 +110,13 @@ class ClientProber:
         return self._run(command, spec, 30.0 if command == "health" else 600.0)
 
     def stream(self, body: Mapping[str, Any]) -> tuple[Callable[[float], bool], Callable[[float], dict[str, Any]]]:
-        """The stream in the client container; its first chunk is seen as a marker file the probe writes."""
+        """The stream in the client container; its first chunk is seen as a marker file the probe writes, waited for
+        by one exec in the same container (``WAIT_FOR_FILE``)."""
         wait = _background(lambda: self._run("stream", {**body, "_first_file": FIRST_FILE}, 400.0))
 
         def first(seconds: float) -> bool:
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                code, _ = self.box.exec(["test", "-f", FIRST_FILE], {}, 10.0)
-                if code == 0:
-                    return True
-                time.sleep(0.5)
-            return False
+            code, _ = self.box.exec(["python3", "-c", WAIT_FOR_FILE, FIRST_FILE, str(seconds)], {}, seconds + 30.0)
+            return code == 0
 
         return first, wait
 
