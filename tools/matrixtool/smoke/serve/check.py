@@ -68,6 +68,12 @@ class Observed:
     cache_root: str = ""
     tmpfs: tuple[str, ...] = ()
 
+    @property
+    def restarted(self) -> bool:
+        """Whether the warm start was the first server's restart after its SIGKILL (the container check's full
+        suite): then ``serve_endoflife`` judges the restart's end, and ``stop`` is the warm server's."""
+        return bool(self.warm.get("kill"))
+
 
 def startup_cause(log: str) -> str:
     """The root-cause line of a log no diagnosis of ``serve_diagnosis`` knows: the first exception that is not
@@ -149,7 +155,7 @@ def judge(
         f"exit {stop.get('exit_code')} in {stop.get('seconds')} s, stream {stop.get('stream')}"
         f"{shutdown.stop_notes(stop)}"
     )
-    restarted = bool(seen.warm.get("kill"))  # then the stop was the warm server's, after the restart
+    restarted = seen.restarted
     summary = (
         f"started in the {form.form} form, ready in {seen.ready_s:.0f} s; models, greedy completion"
         f"{' == offline-generate' if expected_tokens is not None else ' (no offline-generate tokens to compare)'}, "
@@ -253,7 +259,7 @@ def _run_problems(seen: Observed, facts: dict[str, Any], problems: list[str], hi
             hints.append(unhealthy[1])
     stop = dict(seen.stop)
     facts["stop"] = stop
-    if not stop and seen.warm.get("kill"):  # the warm start, the server stopped, did not come up: judged as such
+    if not stop and seen.restarted:  # the warm start, the server stopped, did not come up: judged as such
         facts["stop"] = {
             "skipped": "no server to stop: the restart after SIGKILL did not come up"
             if seen.warm.get("ready_s") is None
@@ -277,7 +283,7 @@ def _warm_problems(
     ``cold_ready_s``); returns the summary's words for it ("" where none ran or it failed)."""
     if not seen.warm:
         return ""
-    restart = bool(seen.warm.get("kill"))  # the warm start is the restart after SIGKILL: serve_endoflife judges its end
+    restart = seen.restarted
     judged = compilecache.judge_warm(
         seen.log, seen.ready_s, seen.warm, cold_listing=seen.cache_listing, cache_root=seen.cache_root, tmpfs=seen.tmpfs
     )
