@@ -9,7 +9,7 @@ import difflib
 import importlib.resources
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from matrixtool.model.model import (
     Variant,
 )
 from matrixtool.model.profiles import merge_profiles, profile_problems, promise_problems
+from matrixtool.model.schemawords import key_path
 from matrixtool.model.variantrules import parse_size, resolve_checks, semantic_problems, show
 from matrixtool.model.yamlfile import parse_yaml, read_config_text
 
@@ -245,12 +246,12 @@ def _string_problems(data: Any, path: list[Any]) -> list[str]:
         problems += _one_string(data, path, is_key=False)
     elif isinstance(data, float) and not math.isfinite(data):
         # YAML's .nan/.inf: NaN passes every schema bound (nan > 100 is False) and crashed later in round().
-        problems.append(f"{_key_path(path)}: {data!r} is not a number this file can hold; write a finite number")
+        problems.append(f"{key_path(path)}: {data!r} is not a number this file can hold; write a finite number")
     return problems
 
 
 def _one_string(value: str, path: list[Any], *, is_key: bool) -> list[str]:
-    where = _key_path(path[:-1] if is_key else path)
+    where = key_path(path[:-1] if is_key else path)
     what = f"key {show(value)}" if is_key else show(value)
     is_url = any(p in ("url", "extra_urls") for p in path[-2:]) and not is_key
     limit = MAX_URL_LENGTH if is_url else MAX_STRING_LENGTH
@@ -265,18 +266,13 @@ def _one_string(value: str, path: list[Any], *, is_key: bool) -> list[str]:
     return []
 
 
-def _key_path(parts: Iterable[Any]) -> str:
-    path = ".".join(str(p) for p in parts)
-    return path or "(top level)"
-
-
 def _allowed_keys(error: jsonschema.ValidationError, schema: dict[str, Any]) -> list[str]:
     sub = error.schema if isinstance(error.schema, dict) else {}
     return sorted(sub.get("properties", {}))
 
 
 def _describe(error: jsonschema.ValidationError, schema: dict[str, Any]) -> list[str]:
-    where = _key_path(error.absolute_path)
+    where = key_path(error.absolute_path)
     worded = schemawords.describe(error, limit=MAX_STRING_LENGTH)
     if worded is not None:
         return [worded]
@@ -286,7 +282,7 @@ def _describe(error: jsonschema.ValidationError, schema: dict[str, Any]) -> list
         for key in sorted(set(error.instance) - set(allowed)):
             close = difflib.get_close_matches(str(key), allowed, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else f"; allowed keys: {', '.join(allowed)}"
-            out.append(f"{_key_path([*error.absolute_path, key])}: unknown key{hint}")
+            out.append(f"{key_path([*error.absolute_path, key])}: unknown key{hint}")
         return out
     if error.validator == "not" and where == "variants":
         return [f"variants.{error.instance}: '{error.instance}' is reserved (it selects variants); rename the variant"]

@@ -16,7 +16,8 @@ from matrixtool.model.variantrules import show
 SHOWN_NAME = 60
 
 
-def _key_path(parts: Iterable[Any]) -> str:
+def key_path(parts: Iterable[Any]) -> str:
+    """A problem line's key path: ``variants.cpu.env`` (``(top level)`` for none)."""
     return ".".join(str(p) for p in parts) or "(top level)"
 
 
@@ -50,7 +51,7 @@ def _name_problem(error: jsonschema.ValidationError, limit: int) -> str | None:
         return None
     parent = list(error.absolute_path)
     noun = _NAME_NOUNS.get(str(parent[-1]) if parent else "", "name")
-    where = _key_path([*parent, name if len(name) <= SHOWN_NAME else name[:SHOWN_NAME] + "…"])
+    where = key_path([*parent, name if len(name) <= SHOWN_NAME else name[:SHOWN_NAME] + "…"])
     if error.validator == "pattern":
         rule = _NAME_RULES.get(str(error.validator_value), f"a match of {error.validator_value}")
         return f"{where}: the {noun} must be {rule}"
@@ -101,7 +102,7 @@ def _type_problem(error: jsonschema.ValidationError, where: str) -> str | None:
 def describe(error: jsonschema.ValidationError, *, limit: int) -> str | None:
     """One problem line for ``error`` where this module words it better than jsonschema, else None; ``limit``: the
     longest string a name may be and still be shown as a key (characters)."""
-    where = _key_path(error.absolute_path)
+    where = key_path(error.absolute_path)
     named = _name_problem(error, limit)
     if named is not None:
         return named
