@@ -24,7 +24,7 @@ import requests.exceptions
 from docker.models.containers import Container
 from docker.utils.socket import SocketError
 
-from matrixtool.core import engine, outputs
+from matrixtool.core import engine, interrupts, outputs
 from matrixtool.core.errors import WrongPlatformError
 from matrixtool.incontainer.vllm_smoke.bounded import DEFAULT_LIMIT, BoundedOutput, OutputLimit, read_bounded
 
@@ -188,16 +188,18 @@ class TrackedContainer:
         A container the engine created before the start failed is removed (swept by its own label).
 
         Raises WrongPlatformError (exit 12) when the engine cannot run the image's binaries (``exec format
-        error``), docker.errors.ImageNotFound / APIError as the engine does."""
+        error``), docker.errors.ImageNotFound / APIError as the engine does, StartRefused in a worker thread after
+        Ctrl-C/SIGTERM (``interrupts.starting``: the command's sweeps would miss it)."""
         self.remove()
         self._container_label = uuid.uuid4().hex
         kwargs = self.spec.run_kwargs(session=self.session, owner=self.owner, container=self._container_label)
         try:
-            if self.create_only:
-                kwargs.pop("detach", None)
-                self.container = self.client.containers.create(**kwargs)
-            else:
-                self.container = self.client.containers.run(**kwargs)
+            with interrupts.starting(f"a container of {self.spec.image}"):
+                if self.create_only:
+                    kwargs.pop("detach", None)
+                    self.container = self.client.containers.create(**kwargs)
+                else:
+                    self.container = self.client.containers.run(**kwargs)
         except BaseException as exc:
             sweep(self.client, self._container_label, label=CONTAINER_LABEL)
             if isinstance(exc, docker.errors.APIError) and EXEC_FORMAT_ERROR in str(exc).lower():

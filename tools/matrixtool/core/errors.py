@@ -132,6 +132,14 @@ class NotBuiltError(MatrixError):
     exit_code = ExitCode.NOT_BUILT
 
 
+class StartRefused(MatrixError):
+    """A thread other than the main one asked to start a container, a volume or a program after the CLI's signal
+    handler ran (``interrupts.starting``): the command is stopping and its sweeps may have run already, so nothing
+    new starts. Exit 130, as for Ctrl-C (the thread's caller sees a failure, the command's exit is the signal's)."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM arrived (CI cancellation, ``timeout``, Kubernetes): raised in the main thread by the CLI's
     signal handler so every ``finally`` and context manager runs (smoke containers are removed); exit 143.

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from matrixtool.core import interrupts
 from matrixtool.core.errors import MatrixError
 from matrixtool.incontainer.vllm_smoke.bounded import DEFAULT_LIMIT, BoundedOutput, OutputLimit
 
@@ -39,7 +40,7 @@ TERMINATE_GRACE = 10.0  # seconds a streamed program gets to end after SIGTERM b
 # leading a process group of their own (``session``), ended with their group.
 _running: set[subprocess.Popen[Any]] = set()
 _groups: set[subprocess.Popen[Any]] = set()
-_running_lock = threading.Lock()
+_running_lock = threading.RLock()  # re-entered by the signal handler (terminate_running) in the thread that holds it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,19 +79,14 @@ def run(
     ``timeout`` seconds (then it is killed: status ``TIMED_OUT``). ``env`` replaces the environment when given.
 
     Never raises for the program's failure: a program that cannot start gives status ``NOT_FOUND`` with the
-    OS's reason in ``stderr``. Output is decoded as UTF-8 (bad bytes replaced); each stream keeps ``limit``.
+    OS's reason in ``stderr``; StartRefused where a worker thread asks after Ctrl-C/SIGTERM (``_start``). Output is
+    decoded as UTF-8 (bad bytes replaced); each stream keeps ``limit``.
     """
     argv = tuple(argv)
     if not quiet:
         echo(argv)
     try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=None if env is None else dict(env),
-        )
+        proc = _start(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     except OSError as exc:
         return Completed(argv=argv, returncode=NOT_FOUND, stdout="", stderr=f"cannot run {argv[0]}: {exc}")
     out, err = BoundedOutput(limit), BoundedOutput(limit)
@@ -109,6 +105,7 @@ def run(
         if proc.poll() is None:  # timed out, or Ctrl-C/SIGTERM while waiting: never leave it running
             proc.kill()
             proc.wait()
+        _forget(proc)
         for reader in readers:
             reader.join()
     if timed_out:
@@ -132,6 +129,37 @@ def check(
     if not done.ok:
         raise error(done)
     return done
+
+
+def _start(
+    argv: Sequence[str], *, stdout: int, stderr: int, env: Mapping[str, str] | None, group: bool = False, **text: Any
+) -> subprocess.Popen[Any]:
+    """``argv`` started (stdin ``/dev/null``; ``group``: in a session and process group of its own) and held in
+    ``_running`` for ``terminate_running``, both under ``interrupts.starting``: a worker thread's program started
+    as the signal comes is there for the handler to end, and none starts after it.
+
+    Raises OSError where it cannot start, StartRefused (a worker thread, after the signal)."""
+    with interrupts.starting(f"the program {argv[0]}"):
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            env=None if env is None else dict(env),
+            start_new_session=group,
+            **text,
+        )
+        with _running_lock:
+            _running.add(proc)
+            if group:
+                _groups.add(proc)
+    return proc
+
+
+def _forget(proc: subprocess.Popen[Any]) -> None:
+    with _running_lock:
+        _running.discard(proc)
+        _groups.discard(proc)
 
 
 def terminate_running() -> None:
@@ -166,26 +194,16 @@ def stream(
     bytes replaced, with its line end) to ``on_line``; returns the exit status. A program that cannot start gives
     ``NOT_FOUND``, its reason handed to ``on_line`` as one line. Raises BaseException: what ``on_line`` raises, or
     Ctrl-C/SIGTERM (``Terminated``) while it runs: after the program got SIGTERM (and SIGKILL ``TERMINATE_GRACE``
-    seconds later) and ended."""
+    seconds later) and ended; StartRefused where a worker thread asks after the signal (``_start``)."""
     argv = tuple(argv)
     if not quiet:
         echo(argv)
     try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            env=None if env is None else dict(env),
-        )
+        proc = _start(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, errors="replace")
     except OSError as exc:
         on_line(f"cannot run {argv[0]}: {exc}\n")
         return NOT_FOUND
     with proc:
-        with _running_lock:
-            _running.add(proc)
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -195,8 +213,7 @@ def stream(
             _stop(proc)
             raise
         finally:
-            with _running_lock:
-                _running.discard(proc)
+            _forget(proc)
 
 
 @contextlib.contextmanager
@@ -217,22 +234,10 @@ def session(
     if not quiet:
         echo(argv)
     try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=None if env is None else dict(env),
-            start_new_session=True,
-        )
+        proc = _start(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, group=True)
     except OSError as exc:
         raise error(exc) from exc
-    with _running_lock:
-        _running.add(proc)
-        _groups.add(proc)
     try:
         yield proc
     finally:
-        with _running_lock:
-            _running.discard(proc)
-            _groups.discard(proc)
+        _forget(proc)

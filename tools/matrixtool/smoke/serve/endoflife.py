@@ -46,6 +46,11 @@ KILL_WAIT_S = 20.0
 # the empty volume at its first mount, and no other UID can make a segment there (seen on the CPU image).
 SHM_MOUNT = {"bind": "/dev/shm", "mode": "rw,nocopy"}
 # Class 45's fix where the restart's log names a cause no diagnosis knows (a stale lock or pid file, a port).
+RESTART_TIME_HINT = (
+    "the restart had what was left of the serve check's timeout and was still starting, with no error, when it ran "
+    "out (a slow or loaded machine, not a fault of the image shown): raise the variant's timeouts.serve or "
+    "timeout_scale in matrix.yaml, and compare the restart's phases with the cold start's"
+)
 RESTART_HINT = (
     "the first start came up and the restart, on the same volumes, did not: what the killed server left there (a lock "
     "or pid file of a dead process on the cache volume, a file in /dev/shm) or held is the cause quoted; have the "
@@ -187,12 +192,27 @@ def pod(
         yield volume, box
 
 
+def _still_starting(restart: Mapping[str, Any]) -> str:
+    """The words for a restart that neither came up nor exited in the ``waited_s`` seconds it had: how far vLLM's
+    start got (its last phase logged)."""
+    waited = restart.get("waited_s")
+    phases = dict(restart.get("phases") or {})
+    within = f" within the {float(waited):.0f} s left of the check's timeout" if waited is not None else " in time"
+    reached = (
+        f"; its start had reached {next(reversed(phases))!r} at {phases[next(reversed(phases))]} s"
+        if phases
+        else "; vLLM had logged no phase of its start"
+    )
+    return f"was still starting, not ready{within}{reached}"
+
+
 def judge(warm: Mapping[str, Any], env: Mapping[str, str] | None) -> tuple[list[str], list[str], dict[str, Any], str]:
     """(problems, hints, facts, summary words) of the kill and the restart that ``warm`` holds: ``kill`` and
     ``shm_after_kill`` of the first server, then the warm start's own keys (``serve_run._restart``: ``ready_s``,
     ``exit_code``, ``log``, ``shm``, or ``error``), as the restart in the same pod. Survivors of the SIGKILL fail
     (class 42), with their memory; a restart that does not come up fails with its diagnosis read with /dev/shm's
-    state (class 43 where the leftovers take the room, else its log's cause, class 45); a restart that came up with
+    state (class 43 where the leftovers take the room, else its log's cause, class 45), one still starting when the
+    check's time ran out fails as that, with no class (nothing shows stale state); a restart that came up with
     leftovers in /dev/shm passes with them named (their memory counts against the pod's). Pure."""
     problems: list[str] = []
     hints: list[str] = []
@@ -234,18 +254,19 @@ def judge(warm: Mapping[str, Any], env: Mapping[str, str] | None) -> tuple[list[
     words += f", /dev/shm kept {left}" if left else ", /dev/shm empty"
     if not restart:
         return problems, hints, facts, words
-    facts["restart"] = {k: restart.get(k) for k in ("ready_s", "exit_code", "shm")}
+    facts["restart"] = {k: restart.get(k) for k in ("ready_s", "exit_code", "shm", "waited_s")}
     if restart.get("error"):
         ready = restart.get("ready_s")
         what = "could not run" if ready is None else f"was ready in {float(ready):.0f} s, then its stop failed"
         problems.append(f"the restart in the same pod {what}: {restart['error']}")
+    elif restart.get("ready_s") is None and restart.get("exit_code") is None:
+        problems.append(
+            f"the restart in the same pod (after SIGKILL, on its /dev/shm and cache) {_still_starting(restart)}"
+        )
+        hints.append(RESTART_TIME_HINT)
     elif restart.get("ready_s") is None:
         code, log = restart.get("exit_code"), str(restart.get("log") or "")
-        found = (
-            serve_diagnosis.diagnose_log(log, code, env=env, shm=restart.get("shm") or shm)
-            if code is not None
-            else None
-        )
+        found = serve_diagnosis.diagnose_log(log, code, env=env, shm=restart.get("shm") or shm)
         if found is not None and found.failure_class == SHM_LEFTOVERS:
             facts["failure_class"] = SHM_LEFTOVERS
             problems.append(f"the restart in the same pod exited ({code}): {found.diagnosis}: {found.cause}")
@@ -257,8 +278,9 @@ def judge(warm: Mapping[str, Any], env: Mapping[str, str] | None) -> tuple[list[
                 cause = found.render()
             else:  # vLLM's generic "server exited" says no more than the cause line: quote it, with class 45's fix
                 cause = repr(serve_diagnosis.root_exception(log) or (found.cause if found else "no cause logged"))
-            what = f"exited ({code})" if code is not None else "was not ready in time"
-            problems.append(f"the restart in the same pod (after SIGKILL, on its /dev/shm and cache) {what}: {cause}")
+            problems.append(
+                f"the restart in the same pod (after SIGKILL, on its /dev/shm and cache) exited ({code}): {cause}"
+            )
             hints.append(found.fix if found is not None and known else RESTART_HINT)
     else:
         words += ", then restarted in the same pod"

@@ -15,7 +15,7 @@ import docker
 import docker.errors
 import docker.types
 
-from matrixtool.core import engine
+from matrixtool.core import engine, interrupts
 from matrixtool.core.container import ContainerSpec
 from matrixtool.incontainer.vllm_smoke import compilecache
 from matrixtool.model import profiles
@@ -131,10 +131,12 @@ def fresh_volume(
     client: docker.DockerClient, kind: str, labels: Mapping[str, str], driver_opts: Mapping[str, str] | None = None
 ) -> Iterator[str]:
     """A fresh named volume ``vllm-matrix-<kind>-<random>`` of the engine's local driver, removed on the way out
-    (``remove_volume``: waited for while a container still holds it)."""
+    (``remove_volume``: waited for while a container still holds it). Raises StartRefused in a worker thread after
+    Ctrl-C/SIGTERM (``interrupts.starting``)."""
     name = f"vllm-matrix-{kind}-{uuid.uuid4().hex[:12]}"
     options = {"driver_opts": dict(driver_opts)} if driver_opts else {}
-    client.volumes.create(name=name, driver="local", labels=dict(labels), **options)
+    with interrupts.starting(f"the volume {name}"):
+        client.volumes.create(name=name, driver="local", labels=dict(labels), **options)
     try:
         yield name
     finally:

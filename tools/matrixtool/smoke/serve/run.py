@@ -219,19 +219,21 @@ def _restart(
     root: str | None = None,
 ) -> dict[str, Any]:
     """The warm start: the killed server's ``spec`` in a fresh container of the same pod (its /dev/shm and compile
-    cache volumes), ready within ``left_s`` seconds (at least 60) or not. Its ``ready_s``, ``phases``, ``exit_code``
-    (None: ready or timed out), ``log``; once ready the cache's files under ``root`` (``cache_listing``; None: the
-    server's own cache root) and the stop contract during a stream (``stop``, its log in ``log``); not ready,
-    /dev/shm after it (``shm``). Raises nothing of the engine's: ``error`` where the engine failed it, with what
-    was seen before (``ready_s`` where it came up and its stop could not be observed)."""
+    cache volumes), ready within ``left_s`` seconds (at least 60: ``waited_s``) or not. Its ``ready_s``, ``phases``,
+    ``exit_code`` (None: ready or timed out), ``log``; once ready the cache's files under ``root``
+    (``cache_listing``; None: the server's own cache root) and the stop contract during a stream (``stop``, its
+    log in ``log``); not ready, /dev/shm after it (``shm``). Raises nothing of the engine's: ``error`` where the
+    engine failed it, with what was seen before (``ready_s`` where it came up and its stop could not be observed)."""
     root = serve_line.cache_root(launch.env) if root is None else root
     started = time.monotonic()
     out: dict[str, Any] = {}
     try:
         with TrackedContainer(client, spec, session=launch.session) as server, contextlib.ExitStack() as stack:
             prober, _ = _prober(client, launch, server, stack)
-            ready_s, seen, code, log = _wait_ready(server, prober, started, max(60.0, left_s))
+            waited_s = max(60.0, left_s)
+            ready_s, seen, code, log = _wait_ready(server, prober, started, waited_s)
             out.update({"ready_s": ready_s, "phases": seen, "exit_code": code, "log": log, "cache_listing": ""})
+            out["waited_s"] = round(waited_s, 1)
             if ready_s is None:
                 out["log"] = log or server.logs()
             else:
