@@ -33,6 +33,7 @@ class ExitCode(IntEnum):
     SBOM_DIFFERS = 17  # `sbom --compare`: the image's packages differ from the published SBOM
     STATIC = 18  # an OpenShift static check failed (/licenses, layers, labels, USER, tag)
     OUT_LOCKED = 19  # --no-wait and another run holds the --out folder
+    NOT_SET_UP = 20  # tools/matrix (the bash entry point) found no venv and no installed matrixtool
     INTERRUPTED = 130  # SIGINT (128 + 2)
     TERMINATED = 143  # SIGTERM (128 + 15)
 
@@ -275,6 +276,11 @@ MEANING: dict[ExitCode, tuple[str, str]] = {
         "`--no-wait` and another run holds the `--out` folder (`<out>/.lock`; the message names its pid and "
         "command); without `--no-wait` a command that writes there (`build`, `bake`, `run`, `test`, `push`, `kube`) "
         "waits for it",
+    ),
+    ExitCode.NOT_SET_UP: (
+        "not set up",
+        "`tools/matrix` found no project venv (`.venv`) and no `python3` that imports `matrixtool`: run `make setup` "
+        "(README.md), or `pip install .` where the tool runs without the venv (a CI runner)",
     ),
     ExitCode.INTERRUPTED: (
         "interrupted",
