@@ -194,6 +194,24 @@ def test_extends_errors_name_the_key_and_the_way_out(variants: dict[str, Any], m
     assert any(p.startswith(message) for p in problems), problems
 
 
+@pytest.mark.parametrize(
+    ("extends", "message"),
+    [
+        (3, "variants.a.extends: 3 is read as a number, not as text; quote the value as written"),
+        (["cuda"], "variants.a.extends: ['cuda'] is not of type 'string'"),  # was a TypeError: exit 1
+        ({"cuda": None}, "variants.a.extends: {'cuda': None} is not of type 'string'"),
+        ("", "variants.a.extends: '' does not match"),
+    ],
+)
+def test_an_extends_that_is_no_variants_name_is_one_problem(extends: Any, message: str) -> None:
+    """Named once, by the schema: not again as "no variant '3' to extend", and never a crash of the resolution."""
+    data = _data()
+    data["variants"]["a"] = {"extends": extends}
+    problems = validate(data)
+    assert [p for p in problems if p.startswith("variants.a.extends")] == [problems[0]], problems
+    assert problems[0].startswith(message), problems
+
+
 def test_arm64_is_published_with_cpu() -> None:
     variants = {v.name: v for v in load_matrix(FIXTURE_MATRIX).variants}
     assert variants["arm64"].publish_name == "cpu" and variants["cpu"].publish_name == "cpu"

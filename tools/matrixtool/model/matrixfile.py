@@ -90,6 +90,9 @@ def validate(data: Any) -> list[str]:
         return bounded(problems)
     if any(not isinstance(v, Mapping) for v in data["variants"].values()):
         return bounded(problems)
+    said = {p.split(": ", 1)[0] for p in problems}
+    if any(f"variants.{name}.extends" in said for name in data["variants"]):
+        return bounded(problems)  # an ``extends`` that is no variant's name (a number, a list, ''): named once
     resolved, extends_problems = resolve_extends(data)
     problems += extends_problems
     if extends_problems:
@@ -199,6 +202,9 @@ def resolve_extends(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]
         if base_name is None:
             resolved[name] = own
             return own
+        if not isinstance(base_name, str):
+            problems.append(f"variants.{name}.extends: must be the name of another variant, as text")
+            return None
         if base_name not in variants:
             close = difflib.get_close_matches(str(base_name), [str(n) for n in variants], n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"variants: {', '.join(str(n) for n in variants)}"
