@@ -14,6 +14,8 @@ from typing import Any
 import docker
 import pytest
 
+from matrixtool.core import interrupts
+
 
 class _NoEngine(docker.errors.DockerException):
     pass
@@ -22,6 +24,14 @@ class _NoEngine(docker.errors.DockerException):
 class SubprocessBlocked(BaseException):
     """A unit test started a process without ``@pytest.mark.subprocess``. A ``BaseException``, so the code
     under test cannot swallow it as an ``OSError`` or an unexpected ``Exception``."""
+
+
+@pytest.fixture(autouse=True)
+def not_interrupted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI handler's mark (``interrupts.handled``) lasts until the next command, as the process ends first: a
+    test that sends a signal through it (test_input_boundary.py, core/test_interrupts.py) would otherwise make every
+    later test's start in a worker thread a ``StartRefused``. Undone after each test."""
+    monkeypatch.setitem(interrupts._state, "interrupted", False)
 
 
 @pytest.fixture(autouse=True)

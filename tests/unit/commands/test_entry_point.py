@@ -31,7 +31,7 @@ def test_without_a_venv_or_an_installed_tool_it_says_to_set_up(tmp_path: Path) -
         check=False,
         timeout=60,
     )
-    assert proc.returncode == ExitCode.NOT_SET_UP == 20, proc.stderr
+    assert proc.returncode == int(ExitCode.NOT_SET_UP) == 20, proc.stderr
     assert proc.stdout == ""
     assert proc.stderr.splitlines() == [
         "error: no project venv at .venv and no python3 that imports matrixtool; run 'make setup' first (README.md)"

@@ -16,11 +16,7 @@ import pytest
 from matrixtool.core import interrupts, process
 from matrixtool.core.errors import ExitCode, StartRefused, Terminated
 
-
-@pytest.fixture(autouse=True)
-def not_interrupted(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The handler's mark lasts until the next command (the process ends first): undone after each test."""
-    monkeypatch.setitem(interrupts._state, "interrupted", False)
+# The handler's mark is undone after each test by tests/unit/conftest.py (``not_interrupted``).
 
 
 def _in_worker(start: Callable[[], Any]) -> BaseException | Any:
@@ -104,3 +100,32 @@ def test_starts_in_two_workers_go_side_by_side() -> None:
         for worker in workers:
             worker.join(15)
     assert all(event.is_set() for event in inside)
+
+
+@pytest.mark.subprocess
+def test_a_program_a_worker_starts_as_the_main_thread_holds_the_running_lock_is_refused_not_left_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The signal comes as the main thread holds ``process._running_lock`` (its own ``_forget``): a worker's
+    ``process.run`` that waits for that lock must not be counted as a start under way (the handler would wait
+    ``GATE_WAIT_S`` for it in vain, then end the programs before it registered its own, which ran on)."""
+    monkeypatch.setattr(interrupts, "GATE_WAIT_S", 1.0)
+    out: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            out["value"] = process.run(["sleep", "3"], quiet=True)
+        except BaseException as exc:  # the test reads what it was
+            out["value"] = exc
+
+    worker = threading.Thread(target=work)
+    with pytest.raises(KeyboardInterrupt), interrupts.handled(process.terminate_running), process._running_lock:
+        worker.start()
+        waited = time.monotonic()
+        while interrupts._starting["workers"] == 0 and time.monotonic() - waited < 2.0:
+            time.sleep(0.01)  # until the worker is inside ``starting``, or as far as it gets
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(10)  # the handler raises here
+    worker.join(15)
+    assert not worker.is_alive()
+    assert isinstance(out["value"], StartRefused), out["value"]

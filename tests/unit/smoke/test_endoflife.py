@@ -329,3 +329,22 @@ def test_an_engine_error_after_the_restart_came_up_is_not_called_a_restart_that_
     assert facts["restart"]["ready_s"] == 38.6
     problems, _, _, _ = endoflife.judge({**warm, "ready_s": None}, {})
     assert problems == ["the restart in the same pod could not run: APIError: 500 gone"]
+
+
+def test_a_restart_still_starting_when_the_checks_time_ran_out_is_named_so_not_class_45() -> None:
+    """No exit and no ready within ``waited_s``: nothing shows stale state, so no class; how far its start got."""
+    warm = {
+        "kill": {"target": TREE[0], "exit_code": 137, "survivors": []},
+        "shm_after_kill": shm_state(1024, {}),
+        **{"ready_s": None, "exit_code": None, "log": "loading\n", "waited_s": 61.0},
+        "phases": {"api_server": 4.0, "weights_loaded": 38.5},
+    }
+    problems, hints, facts, _ = endoflife.judge(warm, {})
+    assert "failure_class" not in facts and facts["restart"]["waited_s"] == 61.0
+    assert problems == [
+        "the restart in the same pod (after SIGKILL, on its /dev/shm and cache) was still starting, not ready within "
+        "the 61 s left of the check's timeout; its start had reached 'weights_loaded' at 38.5 s"
+    ]
+    assert hints == [endoflife.RESTART_TIME_HINT]
+    problems, _, _, _ = endoflife.judge({**warm, "phases": {}, "waited_s": None}, {})
+    assert problems[0].endswith("was still starting, not ready in time; vLLM had logged no phase of its start")

@@ -36,8 +36,8 @@ NOT_FOUND = 127  # the shell's status for a program it cannot run
 TIMED_OUT = 124  # timeout(1)'s status for a program it stopped
 TERMINATE_GRACE = 10.0  # seconds a streamed program gets to end after SIGTERM before it is killed
 
-# The streamed programs running now (any thread): ended by ``terminate_running`` on a signal; ``_groups``: those
-# leading a process group of their own (``session``), ended with their group.
+# The programs ``run``, ``stream`` and ``session`` run now (any thread): ended by ``terminate_running`` on a signal;
+# ``_groups``: those leading a process group of their own (``session``), ended with their group.
 _running: set[subprocess.Popen[Any]] = set()
 _groups: set[subprocess.Popen[Any]] = set()
 _running_lock = threading.RLock()  # re-entered by the signal handler (terminate_running) in the thread that holds it
@@ -138,8 +138,12 @@ def _start(
     ``_running`` for ``terminate_running``, both under ``interrupts.starting``: a worker thread's program started
     as the signal comes is there for the handler to end, and none starts after it.
 
+    ``_running_lock`` is taken before ``starting``, never inside it: the handler (in the main thread, perhaps as
+    that thread holds the lock in ``_forget``) waits for the starts under way, and one that waited inside for the
+    lock would be waited for in vain (``GATE_WAIT_S``), then held in ``_running`` after ``terminate_running`` ran.
+
     Raises OSError where it cannot start, StartRefused (a worker thread, after the signal)."""
-    with interrupts.starting(f"the program {argv[0]}"):
+    with _running_lock, interrupts.starting(f"the program {argv[0]}"):
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -149,10 +153,9 @@ def _start(
             start_new_session=group,
             **text,
         )
-        with _running_lock:
-            _running.add(proc)
-            if group:
-                _groups.add(proc)
+        _running.add(proc)
+        if group:
+            _groups.add(proc)
     return proc
 
 
@@ -163,9 +166,10 @@ def _forget(proc: subprocess.Popen[Any]) -> None:
 
 
 def terminate_running() -> None:
-    """Send SIGTERM to every program ``stream`` runs now (``docker buildx build``: BuildKit cancels a build
-    whose client goes). Called from the CLI's signal handler: they may run in worker threads (``run --jobs``)
-    that the handler's exception does not reach."""
+    """Send SIGTERM to every program ``run``, ``stream`` and ``session`` run now (``docker buildx build``: BuildKit
+    cancels a build whose client goes; a ``session``'s whole process group). Called from the CLI's signal handler:
+    they may run in worker threads (``run --jobs``, the serve step's client) that the handler's exception does not
+    reach."""
     with _running_lock:
         procs = list(_running)
     for proc in procs:
