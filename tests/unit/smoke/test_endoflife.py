@@ -343,7 +343,7 @@ def test_a_restart_still_starting_when_the_checks_time_ran_out_is_named_so_not_c
     assert "failure_class" not in facts and facts["restart"]["waited_s"] == 61.0
     assert problems == [
         "the restart in the same pod (after SIGKILL, on its /dev/shm and cache) was still starting, not ready within "
-        "the 61 s left of the check's timeout; its start had reached 'weights_loaded' at 38.5 s"
+        "the 61 s it had; its start had reached 'weights_loaded' at 38.5 s"
     ]
     assert hints == [endoflife.RESTART_TIME_HINT]
     problems, _, _, _ = endoflife.judge({**warm, "phases": {}, "waited_s": None}, {})

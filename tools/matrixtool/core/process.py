@@ -233,7 +233,8 @@ def session(
     ``env`` replaces the environment when given. While the block runs, ``terminate_running`` (Ctrl-C, SIGTERM)
     sends SIGTERM to its group; ending it otherwise, and waiting, is the caller's part.
 
-    Raises MatrixError (``error(exc)``; its class gives the exit code) where the program cannot start."""
+    Raises MatrixError (``error(exc)``; its class gives the exit code) where the program cannot start,
+    StartRefused where a worker thread asks after Ctrl-C/SIGTERM (``_start``)."""
     argv = tuple(argv)
     if not quiet:
         echo(argv)

@@ -47,9 +47,9 @@ KILL_WAIT_S = 20.0
 SHM_MOUNT = {"bind": "/dev/shm", "mode": "rw,nocopy"}
 # Class 45's fix where the restart's log names a cause no diagnosis knows (a stale lock or pid file, a port).
 RESTART_TIME_HINT = (
-    "the restart had what was left of the serve check's timeout and was still starting, with no error, when it ran "
-    "out (a slow or loaded machine, not a fault of the image shown): raise the variant's timeouts.serve or "
-    "timeout_scale in matrix.yaml, and compare the restart's phases with the cold start's"
+    "the restart had what was left of the serve check's timeout (at least 60 s) and was still starting, with no "
+    "error, when it ran out: its log names no fault (a slow or loaded machine is the usual reason): raise the "
+    "variant's timeouts.serve or timeout_scale in matrix.yaml, and compare the restart's phases with the cold start's"
 )
 RESTART_HINT = (
     "the first start came up and the restart, on the same volumes, did not: what the killed server left there (a lock "
@@ -197,7 +197,8 @@ def _still_starting(restart: Mapping[str, Any]) -> str:
     start got (its last phase logged)."""
     waited = restart.get("waited_s")
     phases = dict(restart.get("phases") or {})
-    within = f" within the {float(waited):.0f} s left of the check's timeout" if waited is not None else " in time"
+    # ``waited_s``: what was left of the check's timeout, at least 60 s (``serve_run._restart``), so not "left".
+    within = f" within the {float(waited):.0f} s it had" if waited is not None else " in time"
     reached = (
         f"; its start had reached {next(reversed(phases))!r} at {phases[next(reversed(phases))]} s"
         if phases
