@@ -132,3 +132,26 @@ def test_a_program_a_worker_starts_as_the_main_thread_holds_the_running_lock_is_
     worker.join(15)
     assert not worker.is_alive()
     assert isinstance(out["value"], StartRefused), out["value"]
+
+
+def test_a_start_that_hangs_is_waited_for_only_gate_wait_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine that stopped answering holds the worker's ``docker run``: the handler's cleanup begins after
+    ``GATE_WAIT_S`` all the same (its sweeps cannot reach that engine either)."""
+    monkeypatch.setattr(interrupts, "GATE_WAIT_S", 0.5)
+    order: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def hung_start() -> None:
+        with interrupts.starting("a docker run to a hung engine"):
+            entered.set()
+            release.wait(10)  # set once the handler's cleanup has run
+            order.append("started")
+
+    worker = threading.Thread(target=hung_start)
+    with pytest.raises(KeyboardInterrupt), interrupts.handled(lambda: (order.append("on_signal"), release.set())):
+        worker.start()
+        assert entered.wait(10)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(15)  # the handler raises here
+    worker.join(15)
+    assert order == ["on_signal", "started"]
