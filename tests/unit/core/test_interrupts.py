@@ -147,8 +147,12 @@ def test_a_start_that_hangs_is_waited_for_only_gate_wait_s(monkeypatch: pytest.M
             release.wait(10)  # set once the handler's cleanup has run
             order.append("started")
 
+    def on_signal() -> None:
+        order.append("on_signal")
+        release.set()
+
     worker = threading.Thread(target=hung_start)
-    with pytest.raises(KeyboardInterrupt), interrupts.handled(lambda: (order.append("on_signal"), release.set())):
+    with pytest.raises(KeyboardInterrupt), interrupts.handled(on_signal):
         worker.start()
         assert entered.wait(10)
         os.kill(os.getpid(), signal.SIGINT)
