@@ -45,12 +45,13 @@ KILL_WAIT_S = 20.0
 # The /dev/shm volume's mount: ``nocopy``, else the engine copies the image's /dev/shm folder (root, mode 0755) onto
 # the empty volume at its first mount, and no other UID can make a segment there (seen on the CPU image).
 SHM_MOUNT = {"bind": "/dev/shm", "mode": "rw,nocopy"}
-# Class 45's fix where the restart's log names a cause no diagnosis knows (a stale lock or pid file, a port).
+# The hint where the restart was still starting when the check's time ran out (no class: nothing shows a fault).
 RESTART_TIME_HINT = (
     "the restart had what was left of the serve check's timeout (at least 60 s) and was still starting, with no "
     "error, when it ran out: its log names no fault (a slow or loaded machine is the usual reason): raise the "
     "variant's timeouts.serve or timeout_scale in matrix.yaml, and compare the restart's phases with the cold start's"
 )
+# Class 45's fix where the restart's log names a cause no diagnosis knows (a stale lock or pid file, a port).
 RESTART_HINT = (
     "the first start came up and the restart, on the same volumes, did not: what the killed server left there (a lock "
     "or pid file of a dead process on the cache volume, a file in /dev/shm) or held is the cause quoted; have the "
@@ -199,10 +200,9 @@ def _still_starting(restart: Mapping[str, Any]) -> str:
     phases = dict(restart.get("phases") or {})
     # ``waited_s``: what was left of the check's timeout, at least 60 s (``serve_run._restart``), so not "left".
     within = f" within the {float(waited):.0f} s it had" if waited is not None else " in time"
+    last = next(reversed(phases), None)
     reached = (
-        f"; its start had reached {next(reversed(phases))!r} at {phases[next(reversed(phases))]} s"
-        if phases
-        else "; vLLM had logged no phase of its start"
+        f"; its start had reached {last!r} at {phases[last]} s" if last else "; vLLM had logged no phase of its start"
     )
     return f"was still starting, not ready{within}{reached}"
 
