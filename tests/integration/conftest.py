@@ -28,8 +28,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +42,7 @@ from typing import Any
 
 import docker
 import pytest
+import yaml
 
 from matrixtool.core import engine
 from matrixtool.core.container import OWNER_ENV_VAR, OWNER_LABEL
@@ -134,6 +139,96 @@ def cpu_run(cpu_image: str, out_dir: Path, tmp_path_factory: pytest.TempPathFact
     env = {"MATRIX_SERVE_CLIENT": f"{sys.executable} {Path(__file__).with_name('openai_client.py')}"}
     proc = matrix_cli("run", "cpu", "--json", "--junit", str(junit), out=out_dir, env=env)
     return CpuRun(proc=proc, doc=json_of(proc), junit=junit)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listened on a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``127.0.0.1:PORT`` of one ``docker-registry`` (Debian's package of the CNCF Distribution registry) for the
+    session, its storage in a temp folder (deleted afterwards). One for the session, not one per module: the
+    engine pushes the CPU image's layers (about 40 s of compression and upload on 2 cores, 2026-12-07) once, and
+    every later push of them to any repository of this registry is a cross-repository mount."""
+    exe = shutil.which("docker-registry")
+    if exe is None:
+        pytest.fail("docker-registry is missing; run 'make engine' (tools/setup-engine.sh installs it)")
+    root = tmp_path_factory.mktemp("registry")
+    host = f"127.0.0.1:{free_port()}"
+    config = root / "config.yml"
+    config.write_text(yaml.safe_dump({
+        "version": 0.1, "log": {"level": "warn"},
+        "storage": {"filesystem": {"rootdirectory": str(root / "data")}, "delete": {"enabled": True}},
+        "http": {"addr": host},
+    }))  # fmt: skip
+    with (root / "registry.log").open("w") as log:
+        proc = subprocess.Popen([exe, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            for _ in range(100):
+                try:
+                    urllib.request.urlopen(f"http://{host}/v2/", timeout=1).close()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            else:
+                pytest.fail(f"docker-registry did not answer on {host}: {(root / 'registry.log').read_text()[-2000:]}")
+            yield host
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            shutil.rmtree(root / "data", ignore_errors=True)
+
+
+# Every manifest kind a push here makes: images, lists and indexes, cosign's signatures and attestations.
+MANIFEST_TYPES = ", ".join([
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.oci.image.index.v1+json",
+])  # fmt: skip
+
+
+def empty_registry(host: str) -> None:
+    """Delete every tagged manifest in the registry at ``host`` (its blobs and each repository's layer links stay,
+    so a later push of the same layers is still a mount). Raises ``AssertionError`` naming the tags still there
+    afterwards, ``urllib.error.URLError`` where the registry does not answer."""
+
+    def get(path: str) -> Any:
+        with urllib.request.urlopen(f"http://{host}/v2/{path}", timeout=30) as answer:
+            return json.loads(answer.read())
+
+    def tagged() -> dict[str, list[str]]:
+        repos = get("_catalog?n=1000")["repositories"]
+        return {repo: tags for repo in repos if (tags := get(f"{repo}/tags/list").get("tags"))}
+
+    for repo, tags in tagged().items():
+        for tag in tags:
+            url = f"http://{host}/v2/{repo}/manifests/{tag}"
+            try:
+                with urllib.request.urlopen(
+                    urllib.request.Request(url, method="HEAD", headers={"Accept": MANIFEST_TYPES}), timeout=30
+                ) as answer:
+                    digest = answer.headers["Docker-Content-Digest"]
+                delete = urllib.request.Request(f"http://{host}/v2/{repo}/manifests/{digest}", method="DELETE")
+                urllib.request.urlopen(delete, timeout=30).close()
+            except urllib.error.HTTPError as error:
+                if error.code != 404:  # 404: its manifest went with an earlier tag's (one digest, two tags)
+                    raise
+    left = tagged()
+    assert not left, f"tags still in the registry at {host} after deleting their manifests: {left}"
+
+
+@pytest.fixture(scope="module")
+def local_registry(registry_server: str) -> Iterator[str]:
+    """The session's registry (``registry_server``) for a module, emptied of what it pushed afterwards (a module
+    sees no image an earlier one pushed, as with a registry of its own)."""
+    empty_registry(registry_server)
+    yield registry_server
+    empty_registry(registry_server)
 
 
 @pytest.fixture(scope="session")

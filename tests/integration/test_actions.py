@@ -29,7 +29,6 @@ import docker
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.integration.test_registry import local_registry  # noqa: F401  (the module's registry fixture)
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.act]
 
@@ -50,7 +49,7 @@ class ActRun:
 def act_run(
     client: docker.DockerClient,
     cpu_image: str,
-    local_registry: str,  # noqa: F811
+    local_registry: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ActRun]:
     """Every event once; afterwards the images and tags the run added are removed and the `vllm-matrix/cpu`
@@ -106,7 +105,7 @@ def test_a_pull_request_runs_lint_matrix_and_the_cpu_image_job_and_skips_manifes
 
 def test_a_push_to_main_pushes_the_hash_tag_and_manifest_reads_the_record(
     act_run: ActRun,
-    local_registry: str,  # noqa: F811
+    local_registry: str,
 ) -> None:
     push = act_run.result["push"]
     hash_ref = push["pushed"][0]
@@ -149,7 +148,7 @@ def test_update_pushes_the_branch_and_would_open_the_pull_request(act_run: ActRu
 
 
 def test_a_workflow_mistake_fails_naming_the_job_and_the_step(
-    local_registry: str,  # noqa: F811
+    local_registry: str,
     tmp_path: Path,
 ) -> None:
     """A scratch copy of the workflows (never .github/workflows itself) with two mistakes in update.yml: a job output

@@ -19,13 +19,12 @@ import docker
 import pytest
 
 from tests.integration.conftest import EMULATION_VARIANT, json_of, matrix_cli
-from tests.integration.test_registry import local_registry  # noqa: F401  (the module's registry fixture)
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 
 @pytest.fixture
-def registry_refs(client: docker.DockerClient, local_registry: str) -> Iterator[None]:  # noqa: F811
+def registry_refs(client: docker.DockerClient, local_registry: str) -> Iterator[None]:
     """Every tag and repo digest under the local registry is removed from the engine afterwards (an untag: the
     images stay under their own tags). A pull through a manifest list records the list's digest."""
     yield
@@ -41,7 +40,7 @@ def test_one_tag_lists_both_platforms_and_test_pulls_the_right_one(
     cpu_build: dict[str, Any],
     emulated_arm64: dict[str, Any],
     emulation_matrix: Path,
-    local_registry: str,  # noqa: F811
+    local_registry: str,
     out_dir: Path,
     registry_refs: None,
 ) -> None:

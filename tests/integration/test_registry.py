@@ -1,7 +1,7 @@
 """Bake export, publishing through a real registry, and pinned bases (issue 5).
 
-A ``docker-registry`` server (Debian's package of the CNCF Distribution registry) runs on 127.0.0.1 on a
-free port for the module; everything pushed to it and every tag made here is removed afterwards.
+The session's ``docker-registry`` (conftest ``local_registry``: Debian's package of the CNCF Distribution registry on
+127.0.0.1) is emptied after the module; every tag made here is removed afterwards.
 The session's CPU image is reused, never rebuilt: bake and pinned builds are all BuildKit cache hits.
 """
 
@@ -9,67 +9,21 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
-import socket
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import docker
 import pytest
-import yaml
 
 from matrixtool.build import registry
 from matrixtool.build.base import platform_tag
 from matrixtool.model.model import Platform
 from tests.conftest import REPO_ROOT, copy_checkout
-from tests.integration.conftest import json_of, matrix_cli
+from tests.integration.conftest import free_port, json_of, matrix_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def local_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``127.0.0.1:PORT`` of a running registry with storage in a temp folder (deleted afterwards)."""
-    exe = shutil.which("docker-registry")
-    if exe is None:
-        pytest.fail("docker-registry is missing; run 'make engine' (tools/setup-engine.sh installs it)")
-    root = tmp_path_factory.mktemp("registry")
-    port = _free_port()
-    config = root / "config.yml"
-    config.write_text(yaml.safe_dump({
-        "version": 0.1, "log": {"level": "warn"},
-        "storage": {"filesystem": {"rootdirectory": str(root / "data")}, "delete": {"enabled": True}},
-        "http": {"addr": f"127.0.0.1:{port}"},
-    }))  # fmt: skip
-    log = (root / "registry.log").open("w")
-    proc = subprocess.Popen([exe, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
-    host = f"127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"http://{host}/v2/", timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            tail = (root / "registry.log").read_text()[-2000:]
-            pytest.fail(f"docker-registry did not answer on {host}: {tail}")
-        yield host
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
-        shutil.rmtree(root / "data", ignore_errors=True)
 
 
 @pytest.fixture
@@ -214,7 +168,7 @@ def test_pin_records_the_registry_digest_and_builds_use_it(
 
 
 def test_pin_with_no_registry_reachable_leaves_the_lock_unchanged(tmp_path: Path) -> None:
-    closed = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    closed = f"127.0.0.1:{free_port()}"  # nothing listens there
     matrix = _matrix_with_base(tmp_path, f"{closed}/library/debian:bookworm-slim")
     lock = tmp_path / "matrix.lock.json"
     lock.write_text('{\n  "schema_version": 1,\n  "base_images": {}\n}\n')

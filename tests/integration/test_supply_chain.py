@@ -20,7 +20,6 @@ import yaml
 
 from tests.conftest import REPO_ROOT, copy_checkout
 from tests.integration.conftest import json_of, matrix_cli
-from tests.integration.test_registry import local_registry  # noqa: F401  (the module's registry fixture)
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -43,7 +42,7 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture
-def registry_refs(client: docker.DockerClient, local_registry: str) -> Iterator[None]:  # noqa: F811
+def registry_refs(client: docker.DockerClient, local_registry: str) -> Iterator[None]:
     """Every engine tag and repo digest under the loopback registry is removed afterwards (untags only)."""
     yield
     for image in client.images.list():
@@ -123,7 +122,7 @@ def test_push_signs_and_attests_then_test_verifies(
     client: docker.DockerClient,
     cpu_image: str,
     keys: dict[str, Path],
-    local_registry: str,  # noqa: F811
+    local_registry: str,
     registry_refs: None,
     out_dir: Path,
     tmp_path: Path,
@@ -192,7 +191,7 @@ def test_push_signs_and_attests_then_test_verifies(
 def test_pin_verifies_the_base_image(
     client: docker.DockerClient,
     keys: dict[str, Path],
-    local_registry: str,  # noqa: F811
+    local_registry: str,
     registry_refs: None,
     tmp_path: Path,
 ) -> None:

@@ -41,7 +41,6 @@ from matrixtool.build.hostfiles import resolve_wheelhouse
 from matrixtool.model.checks import prerequisites
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import MATRIX
-from tests.integration.test_registry import local_registry  # noqa: F401  (the module's registry fixture)
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -174,7 +173,7 @@ def pytorch_index(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="module")
-def made_here(client: docker.DockerClient, local_registry: str) -> Iterator[None]:  # noqa: F811
+def made_here(client: docker.DockerClient, local_registry: str) -> Iterator[None]:
     """Every image the module adds is removed afterwards, a `vllm-matrix/cpu` tag it moved (the version tag) is
     put back, and the workflow's folders (wheelhouse/, build/pushed/) are removed."""
     before = {tag: i.id for i in client.images.list(name="vllm-matrix/cpu") if i.id for tag in i.tags}
@@ -217,7 +216,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def first_push(
     cpu_image: str,
     entry: dict[str, Any],
-    local_registry: str,  # noqa: F811
+    local_registry: str,
     pytorch_index: str,
     made_here: None,
     work: Path,
@@ -251,7 +250,7 @@ def _forget(client: docker.DockerClient, hash_ref: str, prefix: str) -> None:
                 client.images.remove(tag, noprune=False)
 
 
-def test_a_push_to_the_default_branch_builds_checks_caches_and_pushes(first_push: Job, local_registry: str) -> None:  # noqa: F811
+def test_a_push_to_the_default_branch_builds_checks_caches_and_pushes(first_push: Job, local_registry: str) -> None:
     prefix = f"{local_registry}/matrix-test"
     assert list(first_push.steps) == PUSH_STEPS
     build_step = first_push.steps["Build and smoke-test"]
@@ -275,7 +274,7 @@ def test_a_push_that_changes_nothing_builds_nothing_and_still_reports_the_image(
     client: docker.DockerClient,
     first_push: Job,
     entry: dict[str, Any],
-    local_registry: str,  # noqa: F811
+    local_registry: str,
     pytorch_index: str,
     work: Path,
 ) -> None:
@@ -299,7 +298,7 @@ def test_a_pull_request_that_changes_nothing_builds_nothing(
     client: docker.DockerClient,
     first_push: Job,
     entry: dict[str, Any],
-    local_registry: str,  # noqa: F811
+    local_registry: str,
     pytorch_index: str,
     work: Path,
 ) -> None:
