@@ -35,7 +35,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -296,6 +296,31 @@ def file_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return get
 
 
+def build_derived(
+    cpu_image: str, context: Path, lines: list[str], wheels: Sequence[Path], files: Sequence[Path]
+) -> str:
+    """Build ``lines`` FROM the CPU image in the new folder ``context``; the tag (``derived_image`` says more). Fails
+    the test where the build fails. Safe to call from several threads (a context and a tag of its own each)."""
+    tag = f"{TEST_REPOSITORY}/bad-{uuid.uuid4().hex[:8]}:latest"
+    (context / "wheels").mkdir(parents=True)
+    (context / "files").mkdir()
+    for folder, paths in (("wheels", wheels), ("files", files)):
+        for path in paths:
+            try:
+                os.link(path, context / folder / path.name)
+            except OSError:
+                shutil.copy(path, context / folder / path.name)
+    (context / "Dockerfile").write_text("\n".join([f"FROM {cpu_image}", *lines]) + "\n")
+    proc = subprocess.run(
+        ["docker", "buildx", "build", "--load", "--tag", tag, str(context)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return tag
+
+
 @pytest.fixture
 def derived_image(client: docker.DockerClient, cpu_image: str, tmp_path: Path) -> Iterator[Any]:
     """A factory: ``derived_image(lines, wheels=[], files=[])`` builds FROM the CPU image plus ``lines``.
@@ -306,27 +331,9 @@ def derived_image(client: docker.DockerClient, cpu_image: str, tmp_path: Path) -
     """
     made: list[str] = []
 
-    def build(lines: list[str], wheels: list[Path] = (), files: list[Path] = ()) -> str:  # type: ignore[assignment]
-        tag = f"{TEST_REPOSITORY}/bad-{uuid.uuid4().hex[:8]}:latest"
-        context = tmp_path / f"ctx-{len(made)}"
-        (context / "wheels").mkdir(parents=True)
-        (context / "files").mkdir()
-        for folder, paths in (("wheels", wheels), ("files", files)):
-            for path in paths:
-                try:
-                    os.link(path, context / folder / path.name)
-                except OSError:
-                    shutil.copy(path, context / folder / path.name)
-        (context / "Dockerfile").write_text("\n".join([f"FROM {cpu_image}", *lines]) + "\n")
-        proc = subprocess.run(
-            ["docker", "buildx", "build", "--load", "--tag", tag, str(context)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        made.append(tag)
-        return tag
+    def build(lines: list[str], wheels: Sequence[Path] = (), files: Sequence[Path] = ()) -> str:
+        made.append(build_derived(cpu_image, tmp_path / f"ctx-{len(made)}", lines, wheels, files))
+        return made[-1]
 
     yield build
     for tag in made:
