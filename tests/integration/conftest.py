@@ -16,6 +16,8 @@ a server, an engine) and a build; so, for a new test:
   with ``--only`` the checks that prove the point, never the whole suite, and ``--profile default`` unless the
   point is another profile. A server of its own only where the image or the server's conditions differ; tests of
   one module that can read one server share it (a ``scope="module"`` fixture, as test_serve_classes' ``served``).
+- A push goes to the session's registry (``local_registry``: one ``docker-registry`` for the session, emptied
+  after each module), where the CPU image's layers are pushed once and mounted by every later push.
 - Another image (cuda, arm64 under QEMU) is built once per session by a session fixture here
   (``emulated_arm64``) or in its module, and its one run is read by every test of it.
 - Say in the test's docstring which shared run it reads; a test that adds more than about 30 s to ``make test``

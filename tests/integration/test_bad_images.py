@@ -1,7 +1,8 @@
 """One small bad image per failure class (docs/failure-classes.md), built on top of the CPU image.
 
 Each is tested with `tools/matrix test --image … --as VARIANT --only CHECK…` and must be flagged by the
-right check, with a diagnosis naming what is wrong in that image and the right fix hint.
+right check, with a diagnosis naming what is wrong in that image and the right fix hint. The cases' builds and runs
+go three at a time, once for the module (``flagged``); each case's test asserts on its own run.
 """
 
 from __future__ import annotations
