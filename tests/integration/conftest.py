@@ -150,39 +150,47 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``127.0.0.1:PORT`` of one ``docker-registry`` (Debian's package of the CNCF Distribution registry) for the
-    session, its storage in a temp folder (deleted afterwards). One for the session, not one per module: the
-    engine pushes the CPU image's layers (about 40 s of compression and upload on 2 cores, 2026-12-07) once, and
-    every later push of them to any repository of this registry is a cross-repository mount."""
+def start_registry(root: Path, host: str) -> subprocess.Popen[bytes]:
+    """A ``docker-registry`` (Debian's package of the CNCF Distribution registry) serving ``host`` (``127.0.0.1:PORT``),
+    its storage under ``root``/data, its log appended to ``root``/registry.log, once it answers. Fails the test where
+    the program is missing or does not answer within 10 s."""
     exe = shutil.which("docker-registry")
     if exe is None:
         pytest.fail("docker-registry is missing; run 'make engine' (tools/setup-engine.sh installs it)")
-    root = tmp_path_factory.mktemp("registry")
-    host = f"127.0.0.1:{free_port()}"
     config = root / "config.yml"
     config.write_text(yaml.safe_dump({
         "version": 0.1, "log": {"level": "warn"},
         "storage": {"filesystem": {"rootdirectory": str(root / "data")}, "delete": {"enabled": True}},
         "http": {"addr": host},
     }))  # fmt: skip
-    with (root / "registry.log").open("w") as log:
+    with (root / "registry.log").open("a") as log:
         proc = subprocess.Popen([exe, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(100):
         try:
-            for _ in range(100):
-                try:
-                    urllib.request.urlopen(f"http://{host}/v2/", timeout=1).close()
-                    break
-                except OSError:
-                    time.sleep(0.1)
-            else:
-                pytest.fail(f"docker-registry did not answer on {host}: {(root / 'registry.log').read_text()[-2000:]}")
-            yield host
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-            shutil.rmtree(root / "data", ignore_errors=True)
+            urllib.request.urlopen(f"http://{host}/v2/", timeout=1).close()
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    proc.wait(timeout=30)
+    pytest.fail(f"docker-registry did not answer on {host}: {(root / 'registry.log').read_text()[-2000:]}")
+
+
+@pytest.fixture(scope="session")
+def registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``127.0.0.1:PORT`` of one ``docker-registry`` for the session (``start_registry``), its storage deleted
+    afterwards. One for the session, not one per module: the engine pushes the CPU image's layers (about 40 s of
+    compression and upload on 2 cores, 2026-12-07) once, and every later push of them to any repository of this
+    registry is a cross-repository mount."""
+    root = tmp_path_factory.mktemp("registry")
+    host = f"127.0.0.1:{free_port()}"
+    proc = start_registry(root, host)
+    try:
+        yield host
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        shutil.rmtree(root / "data", ignore_errors=True)
 
 
 # Every manifest kind a push here makes: images, lists and indexes, cosign's signatures and attestations.
@@ -299,13 +307,20 @@ def file_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def build_derived(
-    cpu_image: str, context: Path, lines: list[str], wheels: Sequence[Path], files: Sequence[Path]
+    cpu_image: str,
+    context: Path,
+    lines: list[str],
+    wheels: Sequence[Path] = (),
+    files: Sequence[Path] = (),
+    *,
+    name: str = "bad",
 ) -> str:
-    """Build ``lines`` FROM the CPU image in the new folder ``context``; the tag (``derived_image`` says more). Fails
-    the test where the build fails. Safe to call from several threads (a context and a tag of its own each)."""
-    tag = f"{TEST_REPOSITORY}/bad-{uuid.uuid4().hex[:8]}:latest"
-    (context / "wheels").mkdir(parents=True)
-    (context / "files").mkdir()
+    """Build ``lines`` FROM the CPU image in the folder ``context`` as ``TEST_REPOSITORY/NAME-RANDOM:latest``; the tag
+    (``derived_image`` says more). Fails the test where the build fails. Safe to call from several threads (a
+    context and a tag of its own each)."""
+    tag = f"{TEST_REPOSITORY}/{name}-{uuid.uuid4().hex[:8]}:latest"
+    (context / "wheels").mkdir(parents=True, exist_ok=True)
+    (context / "files").mkdir(exist_ok=True)
     for folder, paths in (("wheels", wheels), ("files", files)):
         for path in paths:
             try:

@@ -16,7 +16,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -29,19 +28,12 @@ from pathlib import Path
 
 import docker
 import pytest
-import yaml
 
 from matrixtool.core.container import OWNER_LABEL
 from matrixtool.core.engine import host as shared_host
-from tests.integration.conftest import MATRIX, OWNER, json_of, matrix_cli
+from tests.integration.conftest import MATRIX, OWNER, free_port, json_of, matrix_cli, start_registry
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _start(*args: str, out: Path) -> subprocess.Popen[str]:
@@ -82,7 +74,7 @@ def test_two_runs_on_one_out_each_keep_their_own_report(tmp_path: Path) -> None:
 
 def test_a_dead_index_does_not_stop_a_run_whose_image_is_built(cpu_image: str, tmp_path: Path) -> None:
     """The index (pypi.org) does not answer: every HTTP(S) request goes through a proxy on a closed port."""
-    dead = f"http://127.0.0.1:{_closed_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     env = {
         "HTTPS_PROXY": dead,
         "https_proxy": dead,
@@ -147,22 +139,11 @@ class Registry:
     """A docker-registry process on 127.0.0.1 that a test can stop and start again on the same port and storage."""
 
     host: str
-    config: Path
-    log: Path
+    root: Path  # its storage and log (conftest ``start_registry``)
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        exe = shutil.which("docker-registry")
-        assert exe is not None, "docker-registry is missing; run 'make engine' (tools/setup-engine.sh installs it)"
-        with self.log.open("a") as log:
-            self.proc = subprocess.Popen([exe, "serve", str(self.config)], stdout=log, stderr=subprocess.STDOUT)
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"http://{self.host}/v2/", timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.1)
-        pytest.fail(f"docker-registry did not answer on {self.host}: {self.log.read_text()[-2000:]}")
+        self.proc = start_registry(self.root, self.host)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -200,14 +181,7 @@ class Registry:
 def stoppable_registry(tmp_path: Path) -> Iterator[Registry]:
     root = tmp_path / "registry"
     root.mkdir()
-    port = _closed_port()
-    config = root / "config.yml"
-    config.write_text(yaml.safe_dump({
-        "version": 0.1, "log": {"level": "warn"},
-        "storage": {"filesystem": {"rootdirectory": str(root / "data")}, "delete": {"enabled": True}},
-        "http": {"addr": f"127.0.0.1:{port}"},
-    }))  # fmt: skip
-    reg = Registry(host=f"127.0.0.1:{port}", config=config, log=root / "registry.log")
+    reg = Registry(host=f"127.0.0.1:{free_port()}", root=root)
     reg.start()
     try:
         yield reg
@@ -229,7 +203,7 @@ def test_the_registry_stopped_during_a_push_publishes_nothing_half(
         deadline = time.monotonic() + 120
         while not stoppable_registry.tags(f"{repo}/cpu") and time.monotonic() < deadline:
             # Stop it once the first layers are going up: the upload folder fills before any tag exists.
-            if any((stoppable_registry.config.parent / "data").rglob("_uploads")):
+            if any((stoppable_registry.root / "data").rglob("_uploads")):
                 break
             time.sleep(0.05)
         stoppable_registry.stop()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -24,7 +23,7 @@ import pytest
 
 from matrixtool.core.container import OWNER_LABEL
 from matrixtool.core.errors import ExitCode
-from tests.integration.conftest import OWNER, TEST_REPOSITORY, json_of, matrix_cli
+from tests.integration.conftest import OWNER, build_derived, json_of, matrix_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -61,17 +60,8 @@ def look_alikes(
     made: dict[str, str] = {}
     try:
         for form, lines in LOOK_ALIKES.items():
-            tag = f"{TEST_REPOSITORY}/start-{form}-{uuid.uuid4().hex[:8]}:latest"
             context = tmp_path_factory.mktemp(f"start-{form}")
-            (context / "Dockerfile").write_text("\n".join([f"FROM {cpu_image}", *lines]) + "\n")
-            proc = subprocess.run(
-                ["docker", "buildx", "build", "--load", "--tag", tag, str(context)],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            made[form] = tag
+            made[form] = build_derived(cpu_image, context, lines, name=f"start-{form}")
         yield made
     finally:
         for tag in made.values():
