@@ -555,8 +555,8 @@ def flagged(
 ) -> Iterator[dict[str, Any]]:
     """Each case the session runs, its image built and tested (`tools/matrix test --image … --only …`, an --out of its
     own), ``RUNS_AT_ONCE`` at a time, those with a heavy check first: {case: (the process, its JSON document), or
-    what failed on the way}; the images removed afterwards. Most runs are container starts and waits on 2 cores
-    (measured 2026-12-07: the module one case at a time 565 s)."""
+    what failed on the way}; the images removed afterwards. Measured 2026-12-07 on 2 cores, the module: one case at
+    a time 565 s, three at a time 437 s (most of a run is CPU: vLLM's imports and engines, the emulated CPU)."""
     wanted = {
         item.callspec.params["case"]
         for item in request.session.items
