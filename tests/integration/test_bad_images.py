@@ -1,25 +1,21 @@
 """One small bad image per failure class (docs/failure-classes.md), built on top of the CPU image.
 
 Each is tested with `tools/matrix test --image … --as VARIANT --only CHECK…` and must be flagged by the
-right check, with a diagnosis naming what is wrong in that image and the right fix hint. The cases' builds and runs
-go three at a time, once for the module (``flagged``); each case's test asserts on its own run.
+right check, with a diagnosis naming what is wrong in that image and the right fix hint.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import docker
 import pytest
 import yaml
 
 from matrixtool.core.errors import ExitCode
 from tests.conftest import REPO_ROOT
-from tests.integration.conftest import INSTALL_WHEELS, build_derived, json_of, matrix_cli
+from tests.integration.conftest import INSTALL_WHEELS, json_of, matrix_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -534,70 +530,18 @@ def _case_param(case: str) -> Any:
     return pytest.param(case, id=case)
 
 
-# Checks that start vLLM's engine, a server or the emulated CPU: a case with one runs first, so the pool's last
-# runs are short ones.
-HEAVY = {"serve", "offline-generate", "model-runner", "vllm-cli", "inductor-compile", "cpu-floor", "features"}
-RUNS_AT_ONCE = 3
-
-
-def _skipped_here(case: str) -> bool:
-    return case in _NATIVE_FAULTS and not _HOST_HAS_AVX512
-
-
-@pytest.fixture(scope="module")
-def flagged(
-    request: pytest.FixtureRequest,
-    client: docker.DockerClient,
-    cpu_image: str,
-    wheel_cache: Any,
-    file_cache: Any,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, Any]]:
-    """Each case the session runs, its image built and tested (`tools/matrix test --image … --only …`, an --out of its
-    own), ``RUNS_AT_ONCE`` at a time, those with a heavy check first: {case: (the process, its JSON document), or
-    what failed on the way}; the images removed afterwards. Measured 2026-12-07 on 2 cores, the module: one case at
-    a time 565 s, three at a time 437 s (most of a run is CPU: vLLM's imports and engines, the emulated CPU)."""
-    wanted = {
-        item.callspec.params["case"]
-        for item in request.session.items
-        if isinstance(item, pytest.Function) and item.originalname == "test_bad_image_is_flagged"
-    }
-    cases = [c for c in CASES if c in wanted and not _skipped_here(c)]
-    cases.sort(key=lambda c: not HEAVY & {CASES[c].check, *CASES[c].also, *CASES[c].skipped, *CASES[c].passed})
-    # The downloads one at a time (the caches' folders are shared), before the pool.
-    staged = {c: ([wheel_cache(w) for w in CASES[c].wheels], [file_cache(*f) for f in CASES[c].files]) for c in cases}
-    made: list[str] = []
-
-    def run(case: str) -> Any:
-        bad = CASES[case]
-        try:
-            made.append(build_derived(cpu_image, tmp_path_factory.mktemp(f"ctx-{case}"), bad.lines, *staged[case]))
-            args = ["test", "--image", made[-1], "--as", bad.as_variant]
-            if bad.check == "serve":  # a class of the cold server: the quick suite's eager one, no warm start
-                args += ["--suite", "quick"]
-            for name in [bad.check, *bad.also, *bad.skipped, *bad.passed]:
-                args += ["--only", name]
-            proc = matrix_cli(*args, "--json", out=tmp_path_factory.mktemp(f"out-{case}"))
-            return proc, (json_of(proc) if proc.returncode == ExitCode.SMOKE else {})
-        except (Exception, pytest.fail.Exception) as error:  # raised again by the case's test
-            return error
-
-    try:
-        with ThreadPoolExecutor(max_workers=RUNS_AT_ONCE) as pool:
-            yield dict(zip(cases, pool.map(run, cases), strict=True))
-    finally:
-        for tag in made:
-            client.images.remove(tag, force=True)
-
-
 @pytest.mark.parametrize("case", [_case_param(c) for c in CASES])
-def test_bad_image_is_flagged(case: str, flagged: dict[str, Any]) -> None:
+def test_bad_image_is_flagged(case: str, derived_image: Any, wheel_cache: Any, file_cache: Any, out_dir: Path) -> None:
     bad = CASES[case]
-    outcome = flagged[case]
-    if isinstance(outcome, BaseException):
-        raise outcome
-    proc, doc = outcome
+    image = derived_image(bad.lines, [wheel_cache(w) for w in bad.wheels], [file_cache(*f) for f in bad.files])
+    args = ["test", "--image", image, "--as", bad.as_variant]
+    if bad.check == "serve":  # a class of the cold server: the quick suite's eager one shows it, without a warm start
+        args += ["--suite", "quick"]
+    for name in [bad.check, *bad.also, *bad.skipped, *bad.passed]:
+        args += ["--only", name]
+    proc = matrix_cli(*args, "--json", out=out_dir)
     assert proc.returncode == ExitCode.SMOKE, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json_of(proc)
     check = _check(doc, bad.check)
     assert check["status"] == "failed", check
     for text in bad.diagnosis:
