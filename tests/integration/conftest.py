@@ -316,8 +316,7 @@ def build_derived(
     name: str = "bad",
 ) -> str:
     """Build ``lines`` FROM the CPU image in the folder ``context`` as ``TEST_REPOSITORY/NAME-RANDOM:latest``; the tag
-    (``derived_image`` says more). Fails the test where the build fails. Safe to call from several threads (a
-    context and a tag of its own each)."""
+    (``derived_image`` says more). Fails the test where the build fails."""
     tag = f"{TEST_REPOSITORY}/{name}-{uuid.uuid4().hex[:8]}:latest"
     (context / "wheels").mkdir(parents=True, exist_ok=True)
     (context / "files").mkdir(exist_ok=True)
